@@ -1,0 +1,121 @@
+//! Events as producers send them and as consumers receive them.
+
+use bytes::Bytes;
+
+/// A typed application-property value.
+///
+/// The set covers what the Event Hubs SDKs put in application properties (AMQP simple types), so
+/// a property written by one client comes back with the same type to another. Deliberately not
+/// `#[non_exhaustive]`: every codec must handle every variant, so a new one should stop the build
+/// until they do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PropertyValue {
+    /// No value (AMQP null, JSON null).
+    Null,
+    /// A boolean.
+    Bool(bool),
+    /// A 32-bit signed integer (AMQP `int`).
+    Int32(i32),
+    /// A 64-bit signed integer (AMQP `long`, and every JSON integer).
+    Int64(i64),
+    /// A 32-bit unsigned integer (AMQP `uint`).
+    UInt32(u32),
+    /// A 64-bit unsigned integer (AMQP `ulong`).
+    UInt64(u64),
+    /// A 32-bit float (AMQP `float`).
+    Float32(f32),
+    /// A 64-bit float (AMQP `double`, JSON numbers with a fraction).
+    Float64(f64),
+    /// A UTF-8 string.
+    String(String),
+    /// Raw bytes.
+    Bytes(Bytes),
+    /// A point in time, milliseconds since the Unix epoch (AMQP `timestamp`).
+    Timestamp(i64),
+    /// A UUID in its 16-byte big-endian form.
+    Uuid([u8; 16]),
+}
+
+impl PropertyValue {
+    /// A short, stable name of the value's type, for messages and JSON output.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            PropertyValue::Null => "null",
+            PropertyValue::Bool(_) => "bool",
+            PropertyValue::Int32(_) => "int32",
+            PropertyValue::Int64(_) => "int64",
+            PropertyValue::UInt32(_) => "uint32",
+            PropertyValue::UInt64(_) => "uint64",
+            PropertyValue::Float32(_) => "float32",
+            PropertyValue::Float64(_) => "float64",
+            PropertyValue::String(_) => "string",
+            PropertyValue::Bytes(_) => "bytes",
+            PropertyValue::Timestamp(_) => "timestamp",
+            PropertyValue::Uuid(_) => "uuid",
+        }
+    }
+}
+
+/// One event as a producer hands it to the hub.
+///
+/// Only `body` is required. The hub assigns the system properties (sequence number, offset,
+/// enqueued time) when it appends the event; see [`ReceivedEvent`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EventData {
+    /// The payload. Opaque to the hub.
+    pub body: Bytes,
+    /// Application properties, in the order the producer gave them. Keys are unique.
+    pub properties: Vec<(String, PropertyValue)>,
+    /// The partition key the event was routed by, if any. Kept so consumers can see it.
+    pub partition_key: Option<String>,
+    /// The MIME type of the body, if the producer gave one.
+    pub content_type: Option<String>,
+    /// The correlation id, if the producer gave one.
+    pub correlation_id: Option<String>,
+    /// The message id, if the producer gave one.
+    pub message_id: Option<String>,
+    /// Opaque bytes a front door stores so it can re-emit parts of a protocol message that have
+    /// no field here (for AMQP: annotations and message properties beyond the ones above). Other
+    /// front doors pass them through untouched.
+    pub protocol_sections: Option<Bytes>,
+}
+
+impl EventData {
+    /// An event with this body and nothing else.
+    pub fn new(body: impl Into<Bytes>) -> Self {
+        EventData {
+            body: body.into(),
+            ..EventData::default()
+        }
+    }
+
+    /// Adds an application property (builder style).
+    pub fn with_property(mut self, key: impl Into<String>, value: PropertyValue) -> Self {
+        self.properties.push((key.into(), value));
+        self
+    }
+
+    /// The value of the application property `key`, if present.
+    pub fn property(&self, key: &str) -> Option<&PropertyValue> {
+        self.properties
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v)
+    }
+}
+
+/// An event as the hub stored it: the producer's data plus the system properties assigned on
+/// append.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReceivedEvent {
+    /// Dense from 0 within a partition; the n-th event appended has sequence number n.
+    pub sequence_number: i64,
+    /// The event's byte position in the partition log. Grows with every event but is not dense.
+    /// On the wire it is a decimal string, as Event Hubs sends it.
+    pub offset: u64,
+    /// When the hub appended the event, in milliseconds since the Unix epoch. Never decreases
+    /// within a partition.
+    pub enqueued_time_ms: i64,
+    /// What the producer sent.
+    pub data: EventData,
+}

@@ -1,0 +1,22 @@
+//! The event data model every Tributary layer shares.
+//!
+//! This crate owns the vocabulary, not the behaviour: what an event is ([`EventData`], with typed
+//! [`PropertyValue`]s), what a stored event carries once the log has accepted it
+//! ([`ReceivedEvent`]: sequence number, offset, enqueued time), where a reader starts
+//! ([`EventPosition`]), how a partition key picks a partition ([`partition_for_key`], the same
+//! hash Azure Event Hubs uses), and which names are legal for event hubs, consumer groups and
+//! partitions ([`names`]).
+//!
+//! It has no I/O and no async runtime, so the log, the broker, every front door and the client can
+//! all depend on it without pulling each other in.
+
+mod clock;
+mod event;
+pub mod names;
+mod partition_key;
+mod position;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use event::{EventData, PropertyValue, ReceivedEvent};
+pub use partition_key::{partition_for_key, partition_key_hash};
+pub use position::EventPosition;

@@ -1,0 +1,42 @@
+//! The partition log: where Tributary keeps events.
+//!
+//! A [`PartitionLog`] is one partition of an event hub: an append-only sequence of batches in
+//! segment files. It assigns each event its system properties — a sequence number dense from 0,
+//! an offset that is the event's byte position (growing, not dense), an enqueued time that never
+//! decreases — and finds events again by any of the three through a sparse index, without
+//! scanning the partition.
+//!
+//! # Durability
+//! [`Durability::Fsync`] (the default) acknowledges an append only after `fdatasync` has covered
+//! it. One [`GroupCommitter`] serves every partition of a data directory: appends that wait at the
+//! same time share one round of syncs. `Interval` and `None` acknowledge on write. Readers see
+//! only acknowledged events, so no reader ever sees an event a crash could take back.
+//!
+//! # Recovery
+//! [`PartitionLog::open`] verifies what is on disk: every batch carries a CRC32C, and the scan of
+//! the active segment stops at the first torn or corrupt batch and cuts the tail off. Every
+//! acknowledged batch survives; damage to a sealed segment is reported, never hidden.
+//!
+//! # What it delegates
+//! Nothing here is async or knows about networks: the broker wraps appends in futures through
+//! [`PartitionLog::append_with`]'s completion and wakes readers through the commit listener.
+//! The byte layout is in `docs/design.md`.
+
+mod commit;
+mod config;
+mod error;
+pub mod limits;
+mod partition;
+mod record;
+mod recovery;
+mod segment;
+
+pub use commit::GroupCommitter;
+pub use config::{Durability, LogConfig, Retention};
+pub use error::{DecodeErrorOrText, LogError};
+pub use partition::{
+    AppendCompletion, AppendReceipt, Committed, PartitionLog, PartitionProperties, ReadCursor,
+    RetentionOutcome,
+};
+pub use record::DecodeError;
+pub use tributary_event::{Clock, ManualClock, SystemClock};

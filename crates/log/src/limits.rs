@@ -1,0 +1,48 @@
+//! Every limit of the log in one place, each with its reason.
+
+/// The largest event (its encoded record) accepted by default: 1 MiB, the Event Hubs limit for
+/// an event or a batch.
+pub const EVENT_BYTES_MAX_DEFAULT: u32 = 1024 * 1024;
+
+/// The largest event any configuration may allow. 16 MiB keeps a whole batch in one read buffer
+/// and far below the 4 GiB a `u32` segment position can address.
+pub const EVENT_BYTES_MAX_LIMIT: u32 = 16 * 1024 * 1024;
+
+/// The largest batch accepted in one append: 64 MiB. A batch is written with one `pwrite`, held
+/// in memory while it is encoded, and must fit in one segment beyond its soft size limit.
+pub const BATCH_BYTES_MAX: u32 = 64 * 1024 * 1024;
+
+/// Default segment size: 128 MiB. Retention removes whole segments, so smaller segments free
+/// space sooner; recovery rescans only the active segment, so this also bounds recovery work
+/// (128 MiB at 400 MB/s cold is about 0.3 s).
+pub const SEGMENT_BYTES_MAX_DEFAULT: u64 = 128 * 1024 * 1024;
+
+/// Segment positions are `u32`s in the index, so a segment (its soft limit plus one batch) must
+/// stay below 4 GiB.
+pub const SEGMENT_BYTES_MAX_LIMIT: u64 = 2 * 1024 * 1024 * 1024;
+
+/// The smallest segment size a configuration may ask for (tests use small segments to exercise
+/// rolling).
+pub const SEGMENT_BYTES_MAX_MIN: u64 = 4 * 1024;
+
+/// Default distance between sparse index entries: 64 KiB. A lookup reads at most this much past
+/// the entry it lands on; 5 GiB of log costs 80 Ki entries (1.3 MB) of index.
+pub const INDEX_INTERVAL_BYTES_DEFAULT: u32 = 64 * 1024;
+
+/// How much a reader asks the file for at once: big enough to amortise the system call over
+/// many small events, small enough to keep a reader's memory bounded.
+pub const READ_CHUNK_BYTES: u32 = 1024 * 1024;
+
+/// Preallocation grows the active segment in steps between these sizes (doubling with the
+/// segment's size), so `fdatasync` rarely has to persist a size change and an idle partition
+/// costs only 1 MiB of disk.
+pub const PREALLOCATE_BYTES_MIN: u64 = 1024 * 1024;
+/// See [`PREALLOCATE_BYTES_MIN`].
+pub const PREALLOCATE_BYTES_MAX: u64 = 64 * 1024 * 1024;
+
+const _: () = assert!(EVENT_BYTES_MAX_DEFAULT <= EVENT_BYTES_MAX_LIMIT);
+const _: () = assert!(EVENT_BYTES_MAX_LIMIT < BATCH_BYTES_MAX);
+const _: () = assert!(SEGMENT_BYTES_MAX_LIMIT + BATCH_BYTES_MAX as u64 <= u32::MAX as u64);
+const _: () = assert!(SEGMENT_BYTES_MAX_DEFAULT <= SEGMENT_BYTES_MAX_LIMIT);
+const _: () = assert!(READ_CHUNK_BYTES >= EVENT_BYTES_MAX_DEFAULT);
+const _: () = assert!(PREALLOCATE_BYTES_MIN <= PREALLOCATE_BYTES_MAX);

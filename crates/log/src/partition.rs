@@ -1,0 +1,982 @@
+//! [`PartitionLog`]: one partition's segments, its writer, its readers and its recovery.
+//!
+//! # Invariants (asserted where they are maintained)
+//! 1. Sequence numbers are dense: batch `n + 1` starts where batch `n` ends.
+//! 2. Offsets only grow: a batch's offset is its segment's base offset plus its file position,
+//!    and segment `k + 1` starts at segment `k`'s end offset.
+//! 3. Enqueued times never decrease: a batch is stamped `max(clock, previous stamp)`.
+//! 4. Readers see only committed events: in `fsync` mode, events whose batch has been synced;
+//!    otherwise, events whose batch has been written.
+//! 5. The committed state only moves forward.
+//! 6. A refused append changes nothing: it is validated before any byte is written, and a
+//!    failed write leaves the end position where it was.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use bytes::{Bytes, BytesMut};
+use tributary_event::{EventData, EventPosition, ReceivedEvent};
+
+use crate::LogError;
+use crate::commit::{GroupCommitter, PendingSync};
+use crate::config::{Durability, LogConfig, Retention};
+use crate::limits::*;
+use crate::record::{
+    BATCH_HEADER_BYTES, BatchHeader, decode_batch, encode_batch, record_len, record_offsets,
+    verify_checksum,
+};
+use crate::segment::*;
+use tributary_event::Clock;
+
+/// Called once per append with its outcome: the receipt when the append is acknowledged, or the
+/// error that stopped it after it was accepted (a failed sync).
+pub type AppendCompletion = Box<dyn FnOnce(Result<AppendReceipt, LogError>) + Send + 'static>;
+
+/// What the log assigned to an acknowledged append.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendReceipt {
+    /// The sequence number of the batch's first event; the rest follow densely.
+    pub base_sequence: i64,
+    /// Each event's offset, in batch order.
+    pub offsets: Vec<u64>,
+    /// The enqueued time shared by the batch's events.
+    pub enqueued_time_ms: i64,
+}
+
+impl AppendReceipt {
+    /// The sequence number of the batch's last event.
+    pub fn last_sequence(&self) -> i64 {
+        self.base_sequence + self.offsets.len() as i64 - 1
+    }
+}
+
+/// The part of a partition readers may see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Committed {
+    /// The sequence number the next event will get; every event below it is visible.
+    pub next_sequence: i64,
+    /// The partition's end offset (just past the last visible batch).
+    pub end_offset: u64,
+    /// The offset of the last visible event, if any was ever appended.
+    pub last_offset: Option<u64>,
+    /// The enqueued time of the last visible event, if any was ever appended.
+    pub last_enqueued_time_ms: Option<i64>,
+}
+
+/// The properties Event Hubs reports for a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionProperties {
+    /// The oldest retained sequence number (equals `last_enqueued_sequence_number + 1` when the
+    /// partition is empty).
+    pub begin_sequence_number: i64,
+    /// The newest sequence number; -1 if nothing was ever appended.
+    pub last_enqueued_sequence_number: i64,
+    /// The newest event's offset, if any was ever appended.
+    pub last_enqueued_offset: Option<u64>,
+    /// The newest event's enqueued time, if any was ever appended.
+    pub last_enqueued_time_ms: Option<i64>,
+    /// Whether no event is retained.
+    pub is_empty: bool,
+}
+
+/// What one retention pass removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetentionOutcome {
+    /// Segments deleted.
+    pub segments_removed: u32,
+    /// Bytes freed.
+    pub bytes_removed: u64,
+}
+
+/// Where a reader is in a partition. Keeps a hint of the file position so sequential reads do
+/// not consult the index, and its read buffer, which it reuses once the events of the previous
+/// read have been dropped (fresh memory costs page faults; reused memory does not).
+#[derive(Debug, Clone)]
+pub struct ReadCursor {
+    next_sequence: i64,
+    hint: Option<ReadHint>,
+    buf: BytesMut,
+    /// Bytes already read past what the last call consumed: `(segment base offset, file
+    /// position of its first byte, bytes)`. Committed bytes never change, so they stay valid.
+    read_ahead: Option<(u64, u64, Bytes)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ReadHint {
+    segment_base_offset: u64,
+    position: u64,
+    batch_sequence: i64,
+}
+
+impl ReadCursor {
+    /// A cursor whose next event is `next_sequence` (see [`PartitionLog::resolve`]).
+    pub fn new(next_sequence: i64) -> ReadCursor {
+        assert!(next_sequence >= 0);
+        ReadCursor {
+            next_sequence,
+            hint: None,
+            buf: BytesMut::new(),
+            read_ahead: None,
+        }
+    }
+
+    /// The sequence number of the next event this cursor reads.
+    pub fn next_sequence(&self) -> i64 {
+        self.next_sequence
+    }
+}
+
+/// The writer's state; guarded by one mutex, so appends to a partition are serialised.
+struct Writer {
+    active: Arc<Segment>,
+    /// The active file's length, preallocation included.
+    allocated_len: u64,
+    /// Whether the file system supports preallocation.
+    preallocate: bool,
+    next_sequence: i64,
+    last_time_ms: Option<i64>,
+    last_offset: Option<u64>,
+    buf: Vec<u8>,
+}
+
+/// State shared between a [`PartitionLog`], its readers and the committer.
+pub(crate) struct PartitionShared {
+    dir: PathBuf,
+    config: LogConfig,
+    clock: Arc<dyn Clock>,
+    committer: GroupCommitter,
+    writer: Mutex<Writer>,
+    segments: RwLock<Vec<Arc<Segment>>>,
+    committed: Mutex<Committed>,
+    poisoned: Mutex<Option<String>>,
+    listener: RwLock<Option<CommitListener>>,
+    /// Holds the partition directory's lock file open (and so locked) while the log is open.
+    _lock: File,
+}
+
+type CommitListener = Arc<dyn Fn(&Committed) + Send + Sync>;
+
+/// One partition of an event hub: an append-only, segmented, checksummed log.
+///
+/// Cloning is cheap and shares the log.
+#[derive(Clone)]
+pub struct PartitionLog {
+    shared: Arc<PartitionShared>,
+}
+
+impl std::fmt::Debug for PartitionLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionLog")
+            .field("dir", &self.shared.dir)
+            .field("committed", &self.committed())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartitionShared {
+    /// Makes `committed` visible to readers (if it is ahead of what they see) and tells the
+    /// listener.
+    pub(crate) fn publish(&self, committed: Committed) {
+        let mut current = self.committed.lock().expect("committed lock");
+        if committed.next_sequence <= current.next_sequence {
+            return;
+        }
+        assert!(
+            committed.end_offset > current.end_offset,
+            "offsets only grow"
+        );
+        *current = committed;
+        drop(current);
+        if let Some(listener) = self.listener.read().expect("listener lock").as_ref() {
+            listener(&committed);
+        }
+    }
+
+    /// Stops the partition from accepting appends; returns the error appends now get.
+    pub(crate) fn poison(&self, cause: &str) -> LogError {
+        let mut poisoned = self.poisoned.lock().expect("poison lock");
+        if poisoned.is_none() {
+            tracing::error!(partition = %self.dir.display(), cause, "partition log poisoned");
+            *poisoned = Some(cause.to_owned());
+        }
+        LogError::Poisoned {
+            path: self.dir.clone(),
+            cause: poisoned.clone().unwrap_or_default(),
+        }
+    }
+
+    fn check_poisoned(&self) -> Result<(), LogError> {
+        match &*self.poisoned.lock().expect("poison lock") {
+            None => Ok(()),
+            Some(cause) => Err(LogError::Poisoned {
+                path: self.dir.clone(),
+                cause: cause.clone(),
+            }),
+        }
+    }
+}
+
+impl PartitionLog {
+    /// Opens (creating if needed) the partition log in `dir`, recovering it: sealed segments are
+    /// checked against their index files, the active segment is scanned and any torn or corrupt
+    /// tail is cut off and synced away.
+    ///
+    /// Fails with [`LogError::Corrupted`] if a sealed segment is damaged (acknowledged data would
+    /// be lost, so it is not silently dropped), and with an I/O error if another process has the
+    /// partition open.
+    pub fn open(
+        dir: &Path,
+        config: LogConfig,
+        committer: GroupCommitter,
+        clock: Arc<dyn Clock>,
+    ) -> Result<PartitionLog, LogError> {
+        config.validate()?;
+        std::fs::create_dir_all(dir).map_err(|e| LogError::io("create directory", dir, e))?;
+        let lock = lock_directory(dir)?;
+        let segments = crate::recovery::recover_segments(dir, &config, clock.as_ref())?;
+        let active = segments
+            .last()
+            .expect("recovery leaves an active segment")
+            .clone();
+        let contents = active.contents();
+        let (last_offset, last_time_ms) = last_event(&segments);
+        let committed = Committed {
+            next_sequence: contents.next_sequence,
+            end_offset: active.header.base_offset + contents.end_position,
+            last_offset,
+            last_enqueued_time_ms: last_time_ms,
+        };
+        let writer = Writer {
+            allocated_len: contents.end_position,
+            preallocate: true,
+            active,
+            next_sequence: committed.next_sequence,
+            last_time_ms,
+            last_offset,
+            buf: Vec::new(),
+        };
+        Ok(PartitionLog {
+            shared: Arc::new(PartitionShared {
+                dir: dir.to_owned(),
+                config,
+                clock,
+                committer,
+                writer: Mutex::new(writer),
+                segments: RwLock::new(segments),
+                committed: Mutex::new(committed),
+                poisoned: Mutex::new(None),
+                listener: RwLock::new(None),
+                _lock: lock,
+            }),
+        })
+    }
+
+    /// The directory the log lives in.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// The configuration the log was opened with.
+    pub fn config(&self) -> &LogConfig {
+        &self.shared.config
+    }
+
+    /// Sets the function called (on the committing thread) every time the committed state
+    /// moves forward. It must be quick: waking a waiter, not doing work.
+    pub fn set_commit_listener(&self, listener: impl Fn(&Committed) + Send + Sync + 'static) {
+        *self.shared.listener.write().expect("listener lock") = Some(Arc::new(listener));
+    }
+
+    /// What readers can currently see.
+    pub fn committed(&self) -> Committed {
+        *self.shared.committed.lock().expect("committed lock")
+    }
+
+    /// Appends `events` as one batch and blocks until it is acknowledged under the configured
+    /// durability.
+    pub fn append(&self, events: &[EventData]) -> Result<AppendReceipt, LogError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.append_with(
+            events,
+            Box::new(move |outcome| {
+                let _ = tx.send(outcome);
+            }),
+        )?;
+        rx.recv().unwrap_or(Err(LogError::Closed))
+    }
+
+    /// Appends `events` as one batch; `completion` is called once the append is acknowledged
+    /// (possibly before this returns, on this thread).
+    ///
+    /// An `Err` return means the append was refused and nothing was written; `completion` is
+    /// then never called.
+    pub fn append_with(
+        &self,
+        events: &[EventData],
+        completion: AppendCompletion,
+    ) -> Result<(), LogError> {
+        let batch_len = self.validate(events)?;
+        let shared = &self.shared;
+        shared.check_poisoned()?;
+        let mut writer = shared.writer.lock().expect("writer lock");
+        shared.check_poisoned()?;
+        let now = shared.clock.now_ms();
+        let time_ms = writer.last_time_ms.map_or(now, |last| last.max(now));
+        let active_end = writer
+            .active
+            .contents
+            .read()
+            .expect("segment lock")
+            .end_position;
+        if active_end > SEGMENT_HEADER_BYTES as u64
+            && active_end + batch_len > shared.config.segment_bytes_max
+        {
+            self.roll(&mut writer)?;
+        }
+        let (receipt, committed) = self.write_batch(&mut writer, events, time_ms, batch_len)?;
+        match shared.config.durability {
+            Durability::Fsync => {
+                shared.committer.enqueue(PendingSync {
+                    partition: shared.clone(),
+                    segment: writer.active.clone(),
+                    committed,
+                    receipt,
+                    completion,
+                });
+            }
+            Durability::Interval(interval) => {
+                shared.publish(committed);
+                shared
+                    .committer
+                    .mark_dirty(shared.clone(), writer.active.clone(), interval);
+                drop(writer);
+                completion(Ok(receipt));
+            }
+            Durability::None => {
+                shared.publish(committed);
+                drop(writer);
+                completion(Ok(receipt));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a batch against every limit before anything is written; returns its encoded size.
+    fn validate(&self, events: &[EventData]) -> Result<u64, LogError> {
+        if events.is_empty() {
+            return Err(LogError::EmptyBatch);
+        }
+        let limit = self.shared.config.event_bytes_max;
+        let mut total = BATCH_HEADER_BYTES as u64;
+        for (index, event) in events.iter().enumerate() {
+            let bytes = record_len(event);
+            if bytes > u64::from(limit) {
+                return Err(LogError::EventTooLarge {
+                    index,
+                    bytes,
+                    limit,
+                });
+            }
+            if let Some(key) = duplicate_property_key(event) {
+                return Err(LogError::InvalidEvent {
+                    index,
+                    reason: format!("the property {key:?} is given more than once"),
+                });
+            }
+            total += bytes;
+        }
+        if total > u64::from(BATCH_BYTES_MAX) {
+            return Err(LogError::BatchTooLarge {
+                bytes: total,
+                limit: BATCH_BYTES_MAX,
+            });
+        }
+        Ok(total)
+    }
+
+    /// Encodes and writes one batch at the end of the active segment.
+    fn write_batch(
+        &self,
+        writer: &mut Writer,
+        events: &[EventData],
+        time_ms: i64,
+        batch_len: u64,
+    ) -> Result<(AppendReceipt, Committed), LogError> {
+        let active = writer.active.clone();
+        let position = active.contents.read().expect("segment lock").end_position;
+        let batch_offset = active.header.base_offset + position;
+        let mut offsets = Vec::with_capacity(events.len());
+        let mut buf = std::mem::take(&mut writer.buf);
+        encode_batch(
+            &mut buf,
+            batch_offset,
+            writer.next_sequence,
+            time_ms,
+            events,
+            &mut offsets,
+        );
+        assert_eq!(buf.len() as u64, batch_len);
+        self.preallocate(writer, position + batch_len);
+        let written = active.file.write_all_at(&buf, position);
+        let header = BatchHeader::decode(&buf).expect("encoded header decodes");
+        writer.buf = buf;
+        // A failed write leaves the end where it was: the next append overwrites the partial
+        // bytes, and recovery cuts them off if none comes.
+        written.map_err(|e| LogError::io("write", &active.path, e))?;
+        let last_offset = *offsets.last().expect("non-empty batch");
+        active.contents.write().expect("segment lock").push_batch(
+            &active.header,
+            &header,
+            position,
+            last_offset,
+            self.shared.config.index_interval_bytes,
+        );
+        let receipt = AppendReceipt {
+            base_sequence: writer.next_sequence,
+            offsets,
+            enqueued_time_ms: time_ms,
+        };
+        writer.next_sequence = header.next_sequence();
+        writer.last_time_ms = Some(time_ms);
+        writer.last_offset = Some(last_offset);
+        let committed = Committed {
+            next_sequence: writer.next_sequence,
+            end_offset: batch_offset + batch_len,
+            last_offset: Some(last_offset),
+            last_enqueued_time_ms: Some(time_ms),
+        };
+        Ok((receipt, committed))
+    }
+
+    /// Grows the active file ahead of the writer so most syncs need not persist a size change.
+    fn preallocate(&self, writer: &mut Writer, needed_len: u64) {
+        if !writer.preallocate || needed_len <= writer.allocated_len {
+            return;
+        }
+        let step = writer
+            .allocated_len
+            .clamp(PREALLOCATE_BYTES_MIN, PREALLOCATE_BYTES_MAX);
+        let cap = self.shared.config.segment_bytes_max.max(needed_len);
+        let new_len = (writer.allocated_len + step).max(needed_len).min(cap);
+        let file = &writer.active.file;
+        match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, new_len) {
+            Ok(()) => writer.allocated_len = new_len,
+            // Not every file system preallocates; writing without it is only slower.
+            Err(e) => {
+                tracing::debug!(error = %e, "preallocation unsupported; continuing without");
+                writer.preallocate = false;
+            }
+        }
+    }
+
+    /// Seals the active segment and starts a new one at its end.
+    fn roll(&self, writer: &mut Writer) -> Result<(), LogError> {
+        let shared = &self.shared;
+        let old = writer.active.clone();
+        let contents = old.contents();
+        assert_eq!(contents.next_sequence, writer.next_sequence);
+        let sealed = (|| {
+            old.file
+                .set_len(contents.end_position)
+                .and_then(|()| old.file.sync_all())
+                .map_err(|e| LogError::io("seal", &old.path, e))?;
+            write_index_file(&index_path(&shared.dir, old.header.base_offset), &contents)
+        })();
+        if let Err(e) = sealed {
+            shared.poison(&e.to_string());
+            return Err(e);
+        }
+        let header = SegmentHeader {
+            base_offset: old.header.base_offset + contents.end_position,
+            base_sequence: contents.next_sequence,
+            created_ms: shared.clock.now_ms(),
+            prev_last_offset: writer.last_offset,
+            prev_last_time_ms: writer.last_time_ms,
+        };
+        let segment = match create_segment(&shared.dir, header) {
+            Ok(segment) => Arc::new(segment),
+            Err(e) => {
+                shared.poison(&e.to_string());
+                return Err(e);
+            }
+        };
+        shared
+            .segments
+            .write()
+            .expect("segments lock")
+            .push(segment.clone());
+        writer.active = segment;
+        writer.allocated_len = SEGMENT_HEADER_BYTES as u64;
+        writer.preallocate = true;
+        Ok(())
+    }
+
+    /// The sequence number a reader starting at `position` reads first.
+    ///
+    /// Positions before the oldest retained event start at the oldest; `Latest` and positions
+    /// just past the newest event start with the next event appended. A sequence number or
+    /// offset beyond that is an error.
+    pub fn resolve(&self, position: &EventPosition) -> Result<i64, LogError> {
+        let committed = self.committed();
+        let begin = self.begin_sequence(&committed);
+        match *position {
+            EventPosition::Earliest => Ok(begin),
+            EventPosition::Latest => Ok(committed.next_sequence),
+            EventPosition::SequenceNumber {
+                sequence_number,
+                inclusive,
+            } => {
+                let first = if inclusive {
+                    sequence_number
+                } else {
+                    sequence_number.saturating_add(1)
+                };
+                if first > committed.next_sequence {
+                    return Err(LogError::SequenceNumberOutOfRange {
+                        requested: sequence_number,
+                        next: committed.next_sequence,
+                    });
+                }
+                Ok(first.max(begin))
+            }
+            EventPosition::Offset { offset, inclusive } => {
+                self.resolve_offset(&committed, offset, inclusive)
+            }
+            EventPosition::EnqueuedTime {
+                enqueued_time_ms,
+                inclusive,
+            } => {
+                let from = if inclusive {
+                    enqueued_time_ms
+                } else {
+                    enqueued_time_ms.saturating_add(1)
+                };
+                self.resolve_time(&committed, from)
+            }
+        }
+    }
+
+    fn resolve_offset(
+        &self,
+        committed: &Committed,
+        offset: u64,
+        inclusive: bool,
+    ) -> Result<i64, LogError> {
+        if offset > committed.end_offset {
+            return Err(LogError::OffsetOutOfRange {
+                requested: offset,
+                end: committed.end_offset,
+            });
+        }
+        let segments = self.segments_snapshot();
+        let first = &segments[0];
+        if offset < first.header.base_offset {
+            return Ok(self.begin_sequence(committed));
+        }
+        let i = segments.partition_point(|s| s.header.base_offset <= offset) - 1;
+        for segment in &segments[i..] {
+            let contents = segment.contents();
+            let limit = limit_position(segment, &contents, committed);
+            let local = offset.saturating_sub(segment.header.base_offset);
+            let start = contents.position_for_position(local);
+            let found = scan_batches(segment, start, limit, |batch, bytes| {
+                if batch.batch_offset + u64::from(batch.batch_len) <= offset {
+                    return Ok(None);
+                }
+                let offsets = record_offsets(bytes, batch)?;
+                Ok(offsets
+                    .iter()
+                    .position(|&o| if inclusive { o >= offset } else { o > offset })
+                    .map(|i| batch.base_sequence + i as i64))
+            })?;
+            if let Some(seq) = found {
+                return Ok(seq);
+            }
+        }
+        Ok(committed.next_sequence)
+    }
+
+    fn resolve_time(&self, committed: &Committed, from_ms: i64) -> Result<i64, LogError> {
+        for segment in self.segments_snapshot() {
+            let contents = segment.contents();
+            if contents.last_time_ms.is_none_or(|t| t < from_ms) {
+                continue;
+            }
+            let limit = limit_position(&segment, &contents, committed);
+            let start = contents.position_for_time(from_ms);
+            let found = scan_batches(&segment, start, limit, |batch, _| {
+                Ok((batch.enqueued_time_ms >= from_ms).then_some(batch.base_sequence))
+            })?;
+            if let Some(seq) = found {
+                return Ok(seq.max(self.begin_sequence(committed)));
+            }
+        }
+        Ok(committed.next_sequence)
+    }
+
+    /// Reads up to `max_events` committed events (and roughly at most `max_bytes` of batches,
+    /// but always at least one event if one is available) from `cursor`, advancing it.
+    ///
+    /// Returns an empty vector when the cursor is at the end. Fails with
+    /// [`LogError::Expired`] if retention has removed the cursor's next event.
+    pub fn read(
+        &self,
+        cursor: &mut ReadCursor,
+        max_events: usize,
+        max_bytes: u64,
+    ) -> Result<Vec<ReceivedEvent>, LogError> {
+        let mut out = Vec::with_capacity(max_events.min(1024));
+        if max_events == 0 {
+            return Ok(out);
+        }
+        let committed = self.committed();
+        while out.is_empty() && cursor.next_sequence < committed.next_sequence {
+            let segment = self.segment_for_sequence(cursor.next_sequence, &committed)?;
+            let (limit, start) = {
+                let contents = segment.contents.read().expect("segment lock");
+                let start = match cursor.hint {
+                    Some(h)
+                        if h.segment_base_offset == segment.header.base_offset
+                            && h.batch_sequence <= cursor.next_sequence =>
+                    {
+                        h.position
+                    }
+                    _ => contents.position_for_sequence(&segment.header, cursor.next_sequence),
+                };
+                (limit_position(&segment, &contents, &committed), start)
+            };
+            read_segment(
+                &segment, start, limit, cursor, max_events, max_bytes, &mut out,
+            )?;
+        }
+        Ok(out)
+    }
+
+    /// The properties Event Hubs reports for the partition.
+    pub fn properties(&self) -> PartitionProperties {
+        let committed = self.committed();
+        let begin = self.begin_sequence(&committed);
+        PartitionProperties {
+            begin_sequence_number: begin,
+            last_enqueued_sequence_number: committed.next_sequence - 1,
+            last_enqueued_offset: committed.last_offset,
+            last_enqueued_time_ms: committed.last_enqueued_time_ms,
+            is_empty: begin >= committed.next_sequence,
+        }
+    }
+
+    /// Bytes of log retained on disk (segments' written lengths).
+    pub fn retained_bytes(&self) -> u64 {
+        self.segments_snapshot()
+            .iter()
+            .map(|s| s.contents.read().expect("segment lock").end_position)
+            .sum()
+    }
+
+    /// Removes whole segments older than the retention age or beyond the retention size.
+    /// When everything in the active segment has expired it is sealed first, so an idle
+    /// partition empties too.
+    pub fn enforce_retention(&self, retention: &Retention) -> Result<RetentionOutcome, LogError> {
+        let mut writer = self.shared.writer.lock().expect("writer lock");
+        let cutoff = retention
+            .age_ms_max
+            .map(|age| self.shared.clock.now_ms().saturating_sub(age.max(1)));
+        let active = writer.active.contents();
+        let committed = self.committed();
+        let active_expired = cutoff.is_some_and(|c| active.last_time_ms.is_some_and(|t| t < c));
+        // Only roll what readers already see, so a sealed segment never holds unsynced batches.
+        if active_expired && committed.next_sequence == active.next_sequence {
+            self.roll(&mut writer)?;
+        }
+        let removed = {
+            let mut segments = self.shared.segments.write().expect("segments lock");
+            let mut total: u64 = segments.iter().map(|s| s.contents().end_position).sum();
+            let mut removed = Vec::new();
+            while segments.len() > 1 {
+                let oldest = segments[0].contents();
+                let too_old = cutoff.is_some_and(|c| oldest.last_time_ms.is_none_or(|t| t < c));
+                let too_big = retention.bytes_max.is_some_and(|max| total > max);
+                if !too_old && !too_big {
+                    break;
+                }
+                total -= oldest.end_position;
+                removed.push(segments.remove(0));
+            }
+            removed
+        };
+        drop(writer);
+        let mut outcome = RetentionOutcome::default();
+        for segment in removed {
+            outcome.segments_removed += 1;
+            outcome.bytes_removed += segment.contents().end_position;
+            let index = index_path(&self.shared.dir, segment.header.base_offset);
+            std::fs::remove_file(&segment.path)
+                .map_err(|e| LogError::io("remove", &segment.path, e))?;
+            let _ = std::fs::remove_file(index);
+        }
+        if outcome.segments_removed > 0 {
+            sync_dir(&self.shared.dir)?;
+        }
+        Ok(outcome)
+    }
+
+    /// Syncs the active segment (whatever the durability mode), e.g. before a clean shutdown.
+    pub fn flush(&self) -> Result<(), LogError> {
+        let writer = self.shared.writer.lock().expect("writer lock");
+        writer
+            .active
+            .file
+            .sync_data()
+            .map_err(|e| LogError::io("sync", &writer.active.path, e))
+    }
+
+    fn segments_snapshot(&self) -> Vec<Arc<Segment>> {
+        self.shared.segments.read().expect("segments lock").clone()
+    }
+
+    fn begin_sequence(&self, committed: &Committed) -> i64 {
+        let first = self.shared.segments.read().expect("segments lock")[0]
+            .header
+            .base_sequence;
+        first.min(committed.next_sequence)
+    }
+
+    fn segment_for_sequence(
+        &self,
+        seq: i64,
+        committed: &Committed,
+    ) -> Result<Arc<Segment>, LogError> {
+        let segments = self.shared.segments.read().expect("segments lock");
+        let begin = segments[0].header.base_sequence;
+        if seq < begin {
+            return Err(LogError::Expired {
+                requested: seq,
+                begin: begin.min(committed.next_sequence),
+            });
+        }
+        let i = segments.partition_point(|s| s.header.base_sequence <= seq) - 1;
+        // An empty segment shares its base sequence with the next one; read the later.
+        Ok(segments[i].clone())
+    }
+}
+
+/// The file position readers may read up to in `segment`.
+fn limit_position(segment: &Segment, contents: &SegmentContents, committed: &Committed) -> u64 {
+    let committed_local = committed
+        .end_offset
+        .saturating_sub(segment.header.base_offset);
+    contents.end_position.min(committed_local)
+}
+
+/// Reads batches from `start` to `limit` in one segment into `out`, advancing `cursor`.
+fn read_segment(
+    segment: &Segment,
+    start: u64,
+    limit: u64,
+    cursor: &mut ReadCursor,
+    max_events: usize,
+    max_bytes: u64,
+    out: &mut Vec<ReceivedEvent>,
+) -> Result<(), LogError> {
+    let mut position = start;
+    let mut bytes_read = 0u64;
+    let (mut chunk, mut chunk_start) = match cursor.read_ahead.take() {
+        Some((base, at, bytes))
+            if base == segment.header.base_offset
+                && at <= position
+                && position < at + bytes.len() as u64 =>
+        {
+            (bytes, at)
+        }
+        _ => (Bytes::new(), position),
+    };
+    while position < limit && out.len() < max_events && (out.is_empty() || bytes_read < max_bytes) {
+        if position + BATCH_HEADER_BYTES as u64 > chunk_start + chunk.len() as u64 {
+            let want =
+                u64::from(READ_CHUNK_BYTES).min(max_bytes.saturating_sub(bytes_read).max(1 << 16));
+            chunk = read_at(
+                &mut cursor.buf,
+                segment,
+                position,
+                want.min(limit - position),
+            )?;
+            chunk_start = position;
+        }
+        let at = (position - chunk_start) as usize;
+        let header = BatchHeader::decode(&chunk[at..])
+            .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
+        let len = u64::from(header.batch_len);
+        if position + len > limit {
+            return Err(LogError::corrupted(
+                &segment.path,
+                position,
+                "batch runs past the committed end",
+            ));
+        }
+        let batch = if at as u64 + len <= chunk.len() as u64 {
+            chunk.slice(at..at + len as usize)
+        } else {
+            read_at(&mut cursor.buf, segment, position, len)?
+        };
+        verify_checksum(&batch, &header)
+            .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
+        if header.next_sequence() > cursor.next_sequence {
+            decode_batch(&batch, &header, cursor.next_sequence, max_events, out)
+                .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
+            bytes_read += len;
+        }
+        let done_with_batch = out
+            .last()
+            .is_none_or(|e| e.sequence_number + 1 == header.next_sequence());
+        if done_with_batch {
+            cursor.next_sequence = header.next_sequence();
+            position += len;
+            cursor.hint = Some(ReadHint {
+                segment_base_offset: segment.header.base_offset,
+                position,
+                batch_sequence: cursor.next_sequence,
+            });
+        } else {
+            let last = out.last().expect("events were read").sequence_number;
+            cursor.next_sequence = last + 1;
+            cursor.hint = Some(ReadHint {
+                segment_base_offset: segment.header.base_offset,
+                position,
+                batch_sequence: header.base_sequence,
+            });
+            break;
+        }
+    }
+    if position < chunk_start + chunk.len() as u64 {
+        cursor.read_ahead = Some((segment.header.base_offset, chunk_start, chunk));
+    }
+    Ok(())
+}
+
+/// Reads `[position, position + len)` into `buf`'s memory and hands it out as `Bytes`. `reserve`
+/// takes the whole allocation back when nothing else still refers to it.
+fn read_at(
+    buf: &mut BytesMut,
+    segment: &Segment,
+    position: u64,
+    len: u64,
+) -> Result<Bytes, LogError> {
+    let len = usize::try_from(len).expect("reads are bounded by the batch size limit");
+    buf.clear();
+    buf.reserve(len);
+    buf.resize(len, 0);
+    segment
+        .file
+        .read_exact_at(buf, position)
+        .map_err(|e| LogError::io("read", &segment.path, e))?;
+    Ok(buf.split().freeze())
+}
+
+/// Visits verified batches from `start` up to `limit` until `visit` returns a value.
+fn scan_batches<T>(
+    segment: &Segment,
+    start: u64,
+    limit: u64,
+    mut visit: impl FnMut(&BatchHeader, &[u8]) -> Result<Option<T>, crate::record::DecodeError>,
+) -> Result<Option<T>, LogError> {
+    let mut reader = ChunkReader::new(&segment.file, &segment.path, limit);
+    let mut position = start;
+    while position < limit {
+        let corrupt = |e| LogError::corrupted(&segment.path, position, e);
+        let head = reader.get(position, BATCH_HEADER_BYTES)?.ok_or_else(|| {
+            corrupt(crate::record::DecodeError::Truncated {
+                field: "batch header",
+                needed: BATCH_HEADER_BYTES as u64,
+                left: limit - position,
+            })
+        })?;
+        let header = BatchHeader::decode(head).map_err(corrupt)?;
+        let bytes = reader
+            .get(position, header.batch_len as usize)?
+            .ok_or_else(|| {
+                LogError::corrupted(&segment.path, position, "batch runs past the committed end")
+            })?;
+        verify_checksum(bytes, &header)
+            .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
+        if let Some(found) =
+            visit(&header, bytes).map_err(|e| LogError::corrupted(&segment.path, position, e))?
+        {
+            return Ok(Some(found));
+        }
+        position += u64::from(header.batch_len);
+    }
+    Ok(None)
+}
+
+/// The offset and time of the newest event in the partition, looking back past empty segments
+/// to the facts a segment header carries about its predecessors.
+fn last_event(segments: &[Arc<Segment>]) -> (Option<u64>, Option<i64>) {
+    for segment in segments.iter().rev() {
+        let contents = segment.contents();
+        if contents.last_offset.is_some() {
+            return (contents.last_offset, contents.last_time_ms);
+        }
+        if segment.header.prev_last_offset.is_some() {
+            return (
+                segment.header.prev_last_offset,
+                segment.header.prev_last_time_ms,
+            );
+        }
+    }
+    (None, None)
+}
+
+fn duplicate_property_key(event: &EventData) -> Option<&str> {
+    let props = &event.properties;
+    if props.len() < 2 {
+        return None;
+    }
+    let mut keys: Vec<&str> = props.iter().map(|(k, _)| k.as_str()).collect();
+    keys.sort_unstable();
+    keys.windows(2).find(|w| w[0] == w[1]).map(|w| w[0])
+}
+
+/// Creates a new segment file with its header, synced along with its directory entry.
+pub(crate) fn create_segment(dir: &Path, header: SegmentHeader) -> Result<Segment, LogError> {
+    let path = segment_path(dir, header.base_offset);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| LogError::io("create segment", &path, e))?;
+    file.write_all_at(&header.encode(), 0)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| LogError::io("write segment header", &path, e))?;
+    sync_dir(dir)?;
+    Ok(Segment {
+        path,
+        file,
+        contents: RwLock::new(SegmentContents::empty(&header)),
+        header,
+    })
+}
+
+fn lock_directory(dir: &Path) -> Result<File, LogError> {
+    let path = dir.join("LOCK");
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| LogError::io("open lock file", &path, e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(LogError::io(
+            "lock",
+            dir,
+            std::io::Error::new(
+                std::io::ErrorKind::WouldBlock,
+                "the partition is open in another process",
+            ),
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(LogError::io("lock", &path, e)),
+    }
+}

@@ -1,0 +1,713 @@
+//! The byte layout of batches and records, and the one strict reader that decodes them.
+//!
+//! A batch is what one append writes: a fixed header followed by its records. Every field is a
+//! fixed-size little-endian integer; offsets are derived from the previous field, never written
+//! as literals (see `docs/design.md` for the table). The CRC32C in the header covers every byte
+//! after itself, so a torn or corrupt batch is detected before any of it is believed.
+//!
+//! Decoding never trusts a length: each is checked against what is left before anything is
+//! allocated or sliced, trailing bytes are an error, and unknown flag bits are an error rather
+//! than silently ignored.
+
+use bytes::Bytes;
+use tributary_event::{EventData, PropertyValue, ReceivedEvent};
+
+/// "TRB1" read as a little-endian `u32`: marks the start of a batch. A zeroed (preallocated,
+/// never written) region can never look like a batch.
+pub(crate) const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"TRB1");
+
+const MAGIC_AT: usize = 0;
+const BATCH_LEN_AT: usize = MAGIC_AT + 4;
+const CRC_AT: usize = BATCH_LEN_AT + 4;
+const BATCH_OFFSET_AT: usize = CRC_AT + 4;
+const BASE_SEQUENCE_AT: usize = BATCH_OFFSET_AT + 8;
+const RECORD_COUNT_AT: usize = BASE_SEQUENCE_AT + 8;
+const ENQUEUED_TIME_AT: usize = RECORD_COUNT_AT + 4;
+const FLAGS_AT: usize = ENQUEUED_TIME_AT + 8;
+/// Bytes in a batch header.
+pub(crate) const BATCH_HEADER_BYTES: usize = FLAGS_AT + 4;
+/// The CRC covers the batch from the field after it to the batch's end.
+const CRC_COVERS_FROM: usize = CRC_AT + 4;
+
+// Record flags: which optional fields follow.
+const HAS_PARTITION_KEY: u8 = 1 << 0;
+const HAS_CONTENT_TYPE: u8 = 1 << 1;
+const HAS_CORRELATION_ID: u8 = 1 << 2;
+const HAS_MESSAGE_ID: u8 = 1 << 3;
+const HAS_PROTOCOL_SECTIONS: u8 = 1 << 4;
+const KNOWN_RECORD_FLAGS: u8 = HAS_PARTITION_KEY
+    | HAS_CONTENT_TYPE
+    | HAS_CORRELATION_ID
+    | HAS_MESSAGE_ID
+    | HAS_PROTOCOL_SECTIONS;
+
+// Property value tags.
+const TAG_NULL: u8 = 0;
+const TAG_BOOL: u8 = 1;
+const TAG_INT32: u8 = 2;
+const TAG_INT64: u8 = 3;
+const TAG_UINT32: u8 = 4;
+const TAG_UINT64: u8 = 5;
+const TAG_FLOAT32: u8 = 6;
+const TAG_FLOAT64: u8 = 7;
+const TAG_STRING: u8 = 8;
+const TAG_BYTES: u8 = 9;
+const TAG_TIMESTAMP: u8 = 10;
+const TAG_UUID: u8 = 11;
+
+/// Why bytes that should hold a batch or record do not.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// A field runs past the end of the bytes that hold it.
+    #[error("{field} needs {needed} bytes but only {left} are left")]
+    Truncated {
+        /// The field being read.
+        field: &'static str,
+        /// How many bytes it needs.
+        needed: u64,
+        /// How many were left.
+        left: u64,
+    },
+    /// A field holds a value it may not hold.
+    #[error("{field} has the invalid value {value}")]
+    Invalid {
+        /// The field.
+        field: &'static str,
+        /// The value found.
+        value: u64,
+    },
+    /// A string field is not UTF-8.
+    #[error("{field} is not valid UTF-8")]
+    NotUtf8 {
+        /// The field.
+        field: &'static str,
+    },
+    /// The checksum does not match the contents.
+    #[error("checksum mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    Checksum {
+        /// The CRC32C in the header.
+        stored: u32,
+        /// The CRC32C of the bytes.
+        computed: u32,
+    },
+    /// Bytes are left over after the last field.
+    #[error("{left} unexpected bytes after {after}")]
+    Trailing {
+        /// What was decoded completely.
+        after: &'static str,
+        /// How many bytes were left.
+        left: u64,
+    },
+}
+
+/// A batch header, decoded and range-checked (but its CRC not yet verified).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BatchHeader {
+    /// Bytes in the whole batch, header included.
+    pub batch_len: u32,
+    /// CRC32C of the batch after the CRC field.
+    pub crc: u32,
+    /// The offset of the batch's first byte in the partition.
+    pub batch_offset: u64,
+    /// The sequence number of the first record.
+    pub base_sequence: i64,
+    /// How many records follow; at least one.
+    pub record_count: u32,
+    /// When the batch was appended; shared by its records.
+    pub enqueued_time_ms: i64,
+}
+
+impl BatchHeader {
+    /// Decodes the fixed header at the start of `bytes`.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<BatchHeader, DecodeError> {
+        let mut r = Reader::new(bytes);
+        let magic = r.u32("batch magic")?;
+        if magic != BATCH_MAGIC {
+            return Err(DecodeError::Invalid {
+                field: "batch magic",
+                value: u64::from(magic),
+            });
+        }
+        let header = BatchHeader {
+            batch_len: r.u32("batch length")?,
+            crc: r.u32("batch crc")?,
+            batch_offset: r.u64("batch offset")?,
+            base_sequence: r.i64("batch base sequence")?,
+            record_count: r.u32("batch record count")?,
+            enqueued_time_ms: r.i64("batch enqueued time")?,
+        };
+        let flags = r.u32("batch flags")?;
+        debug_assert_eq!(r.position(), BATCH_HEADER_BYTES);
+        let invalid = |field, value: u64| Err(DecodeError::Invalid { field, value });
+        if flags != 0 {
+            return invalid("batch flags", u64::from(flags));
+        }
+        if (header.batch_len as usize) < BATCH_HEADER_BYTES + 4 {
+            return invalid("batch length", u64::from(header.batch_len));
+        }
+        if header.record_count == 0 {
+            return invalid("batch record count", 0);
+        }
+        if header.base_sequence < 0 {
+            return invalid("batch base sequence", header.base_sequence as u64);
+        }
+        Ok(header)
+    }
+
+    /// The sequence number the batch after this one starts with.
+    pub(crate) fn next_sequence(&self) -> i64 {
+        self.base_sequence + i64::from(self.record_count)
+    }
+}
+
+/// Checks the CRC of a whole batch (header included) against its header.
+pub(crate) fn verify_checksum(batch: &[u8], header: &BatchHeader) -> Result<(), DecodeError> {
+    assert_eq!(batch.len(), header.batch_len as usize);
+    let computed = crc32c::crc32c(&batch[CRC_COVERS_FROM..]);
+    if computed != header.crc {
+        return Err(DecodeError::Checksum {
+            stored: header.crc,
+            computed,
+        });
+    }
+    Ok(())
+}
+
+/// The encoded size of one record, length prefix included. Must agree with [`encode_record`].
+pub(crate) fn record_len(event: &EventData) -> u64 {
+    let str_len = |s: &Option<String>| s.as_ref().map_or(0, |s| 4 + s.len() as u64);
+    let mut len = 4 + 1; // record length, flags
+    len += str_len(&event.partition_key);
+    len += str_len(&event.content_type);
+    len += str_len(&event.correlation_id);
+    len += str_len(&event.message_id);
+    len += event
+        .protocol_sections
+        .as_ref()
+        .map_or(0, |b| 4 + b.len() as u64);
+    len += 4; // property count
+    for (key, value) in &event.properties {
+        len += 4 + key.len() as u64 + 1 + value_len(value);
+    }
+    len + 4 + event.body.len() as u64
+}
+
+fn value_len(value: &PropertyValue) -> u64 {
+    match value {
+        PropertyValue::Null => 0,
+        PropertyValue::Bool(_) => 1,
+        PropertyValue::Int32(_) | PropertyValue::UInt32(_) | PropertyValue::Float32(_) => 4,
+        PropertyValue::Int64(_)
+        | PropertyValue::UInt64(_)
+        | PropertyValue::Float64(_)
+        | PropertyValue::Timestamp(_) => 8,
+        PropertyValue::String(s) => 4 + s.len() as u64,
+        PropertyValue::Bytes(b) => 4 + b.len() as u64,
+        PropertyValue::Uuid(_) => 16,
+    }
+}
+
+/// Encodes a whole batch into `out` (cleared first) and pushes each record's offset to
+/// `offsets`. The caller has checked every size against the limits.
+pub(crate) fn encode_batch(
+    out: &mut Vec<u8>,
+    batch_offset: u64,
+    base_sequence: i64,
+    enqueued_time_ms: i64,
+    events: &[EventData],
+    offsets: &mut Vec<u64>,
+) {
+    assert!(!events.is_empty());
+    assert!(base_sequence >= 0);
+    out.clear();
+    out.resize(BATCH_HEADER_BYTES, 0);
+    for event in events {
+        offsets.push(batch_offset + out.len() as u64);
+        encode_record(out, event);
+    }
+    let batch_len = u32::try_from(out.len()).expect("batch length checked against BATCH_BYTES_MAX");
+    let record_count = u32::try_from(events.len()).expect("record count fits in u32");
+    out[MAGIC_AT..BATCH_LEN_AT].copy_from_slice(&BATCH_MAGIC.to_le_bytes());
+    out[BATCH_LEN_AT..CRC_AT].copy_from_slice(&batch_len.to_le_bytes());
+    out[BATCH_OFFSET_AT..BASE_SEQUENCE_AT].copy_from_slice(&batch_offset.to_le_bytes());
+    out[BASE_SEQUENCE_AT..RECORD_COUNT_AT].copy_from_slice(&base_sequence.to_le_bytes());
+    out[RECORD_COUNT_AT..ENQUEUED_TIME_AT].copy_from_slice(&record_count.to_le_bytes());
+    out[ENQUEUED_TIME_AT..FLAGS_AT].copy_from_slice(&enqueued_time_ms.to_le_bytes());
+    out[FLAGS_AT..BATCH_HEADER_BYTES].copy_from_slice(&0u32.to_le_bytes());
+    let crc = crc32c::crc32c(&out[CRC_COVERS_FROM..]);
+    out[CRC_AT..CRC_COVERS_FROM].copy_from_slice(&crc.to_le_bytes());
+    // Pair assertion: what we are about to write decodes back to what we meant to write.
+    let header = BatchHeader::decode(out).expect("freshly encoded batch header decodes");
+    assert_eq!(header.batch_offset, batch_offset);
+    assert_eq!(header.base_sequence, base_sequence);
+    assert_eq!(header.record_count, record_count);
+}
+
+fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_len_prefixed(out: &mut Vec<u8>, bytes: &[u8]) {
+    put_u32(
+        out,
+        u32::try_from(bytes.len()).expect("field length checked against limits"),
+    );
+    out.extend_from_slice(bytes);
+}
+
+fn encode_record(out: &mut Vec<u8>, event: &EventData) {
+    let start = out.len();
+    put_u32(out, 0); // patched below
+    let mut flags = 0u8;
+    let optional = [
+        (
+            HAS_PARTITION_KEY,
+            event.partition_key.as_deref().map(str::as_bytes),
+        ),
+        (
+            HAS_CONTENT_TYPE,
+            event.content_type.as_deref().map(str::as_bytes),
+        ),
+        (
+            HAS_CORRELATION_ID,
+            event.correlation_id.as_deref().map(str::as_bytes),
+        ),
+        (
+            HAS_MESSAGE_ID,
+            event.message_id.as_deref().map(str::as_bytes),
+        ),
+        (HAS_PROTOCOL_SECTIONS, event.protocol_sections.as_deref()),
+    ];
+    for (flag, field) in &optional {
+        if field.is_some() {
+            flags |= flag;
+        }
+    }
+    out.push(flags);
+    for (_, field) in optional {
+        if let Some(bytes) = field {
+            put_len_prefixed(out, bytes);
+        }
+    }
+    put_u32(
+        out,
+        u32::try_from(event.properties.len()).expect("property count fits in u32"),
+    );
+    for (key, value) in &event.properties {
+        put_len_prefixed(out, key.as_bytes());
+        encode_value(out, value);
+    }
+    put_len_prefixed(out, &event.body);
+    let len = u32::try_from(out.len() - start - 4).expect("record length fits in u32");
+    out[start..start + 4].copy_from_slice(&len.to_le_bytes());
+    debug_assert_eq!((out.len() - start) as u64, record_len(event));
+}
+
+fn encode_value(out: &mut Vec<u8>, value: &PropertyValue) {
+    match value {
+        PropertyValue::Null => out.push(TAG_NULL),
+        PropertyValue::Bool(b) => out.extend_from_slice(&[TAG_BOOL, u8::from(*b)]),
+        PropertyValue::Int32(v) => {
+            out.push(TAG_INT32);
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        PropertyValue::Int64(v) => {
+            out.push(TAG_INT64);
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        PropertyValue::UInt32(v) => {
+            out.push(TAG_UINT32);
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        PropertyValue::UInt64(v) => {
+            out.push(TAG_UINT64);
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        PropertyValue::Float32(v) => {
+            out.push(TAG_FLOAT32);
+            out.extend_from_slice(&v.to_bits().to_le_bytes());
+        }
+        PropertyValue::Float64(v) => {
+            out.push(TAG_FLOAT64);
+            out.extend_from_slice(&v.to_bits().to_le_bytes());
+        }
+        PropertyValue::String(s) => {
+            out.push(TAG_STRING);
+            put_len_prefixed(out, s.as_bytes());
+        }
+        PropertyValue::Bytes(b) => {
+            out.push(TAG_BYTES);
+            put_len_prefixed(out, b);
+        }
+        PropertyValue::Timestamp(v) => {
+            out.push(TAG_TIMESTAMP);
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        PropertyValue::Uuid(u) => {
+            out.push(TAG_UUID);
+            out.extend_from_slice(u);
+        }
+    }
+}
+
+/// Decodes every record of a checksummed batch into received events.
+///
+/// `batch` holds exactly the batch (header included); bodies and byte fields are slices of it,
+/// not copies. Events with a sequence number below `from_sequence` are skipped; decoding stops
+/// after `max_events` events have been pushed.
+pub(crate) fn decode_batch(
+    batch: &Bytes,
+    header: &BatchHeader,
+    from_sequence: i64,
+    max_events: usize,
+    out: &mut Vec<ReceivedEvent>,
+) -> Result<(), DecodeError> {
+    let mut position = BATCH_HEADER_BYTES;
+    for i in 0..header.record_count {
+        if max_events == 0 || out.len() >= max_events {
+            return Ok(());
+        }
+        let sequence_number = header.base_sequence + i64::from(i);
+        let record_start = position;
+        let record = record_slice(batch, &mut position)?;
+        if sequence_number < from_sequence {
+            continue;
+        }
+        out.push(ReceivedEvent {
+            sequence_number,
+            offset: header.batch_offset + record_start as u64,
+            enqueued_time_ms: header.enqueued_time_ms,
+            data: decode_record(&record)?,
+        });
+    }
+    if position != batch.len() {
+        return Err(DecodeError::Trailing {
+            after: "the last record of a batch",
+            left: (batch.len() - position) as u64,
+        });
+    }
+    Ok(())
+}
+
+/// The offsets of the records of a batch, in order, without decoding them.
+pub(crate) fn record_offsets(batch: &[u8], header: &BatchHeader) -> Result<Vec<u64>, DecodeError> {
+    let mut offsets = Vec::with_capacity(header.record_count as usize);
+    let mut position = BATCH_HEADER_BYTES;
+    for _ in 0..header.record_count {
+        offsets.push(header.batch_offset + position as u64);
+        let mut r = Reader::new(&batch[position..]);
+        let len = r.u32("record length")? as usize;
+        r.skip(len, "record")?;
+        position += 4 + len;
+    }
+    if position != batch.len() {
+        return Err(DecodeError::Trailing {
+            after: "the last record of a batch",
+            left: (batch.len() - position) as u64,
+        });
+    }
+    Ok(offsets)
+}
+
+/// Slices the record starting at `*position` (after its length prefix) and advances past it.
+fn record_slice(batch: &Bytes, position: &mut usize) -> Result<Bytes, DecodeError> {
+    let mut r = Reader::new(&batch[*position..]);
+    let len = r.u32("record length")? as usize;
+    r.skip(len, "record")?;
+    let record = batch.slice(*position + 4..*position + 4 + len);
+    *position += 4 + len;
+    Ok(record)
+}
+
+fn decode_record(record: &Bytes) -> Result<EventData, DecodeError> {
+    let mut r = Reader::new(record);
+    let flags = r.u8("record flags")?;
+    if flags & !KNOWN_RECORD_FLAGS != 0 {
+        return Err(DecodeError::Invalid {
+            field: "record flags",
+            value: u64::from(flags),
+        });
+    }
+    let mut opt_string = |flag, field| -> Result<Option<String>, DecodeError> {
+        if flags & flag == 0 {
+            return Ok(None);
+        }
+        r.string(field).map(Some)
+    };
+    let partition_key = opt_string(HAS_PARTITION_KEY, "partition key")?;
+    let content_type = opt_string(HAS_CONTENT_TYPE, "content type")?;
+    let correlation_id = opt_string(HAS_CORRELATION_ID, "correlation id")?;
+    let message_id = opt_string(HAS_MESSAGE_ID, "message id")?;
+    let protocol_sections = if flags & HAS_PROTOCOL_SECTIONS != 0 {
+        Some(r.bytes_of(record, "protocol sections")?)
+    } else {
+        None
+    };
+    let property_count = r.u32("property count")?;
+    // Each property takes at least 5 bytes, so a count the record cannot hold is corrupt; this
+    // bounds the allocation below.
+    if u64::from(property_count) * 5 > r.left() as u64 {
+        return Err(DecodeError::Invalid {
+            field: "property count",
+            value: u64::from(property_count),
+        });
+    }
+    let mut properties = Vec::with_capacity(property_count as usize);
+    for _ in 0..property_count {
+        let key = r.string("property key")?;
+        let value = decode_value(&mut r, record)?;
+        properties.push((key, value));
+    }
+    let body = r.bytes_of(record, "body")?;
+    r.finish("a record")?;
+    Ok(EventData {
+        body,
+        properties,
+        partition_key,
+        content_type,
+        correlation_id,
+        message_id,
+        protocol_sections,
+    })
+}
+
+fn decode_value(r: &mut Reader<'_>, record: &Bytes) -> Result<PropertyValue, DecodeError> {
+    let tag = r.u8("property tag")?;
+    Ok(match tag {
+        TAG_NULL => PropertyValue::Null,
+        TAG_BOOL => match r.u8("bool property")? {
+            0 => PropertyValue::Bool(false),
+            1 => PropertyValue::Bool(true),
+            v => {
+                return Err(DecodeError::Invalid {
+                    field: "bool property",
+                    value: u64::from(v),
+                });
+            }
+        },
+        TAG_INT32 => PropertyValue::Int32(r.u32("int32 property")? as i32),
+        TAG_INT64 => PropertyValue::Int64(r.i64("int64 property")?),
+        TAG_UINT32 => PropertyValue::UInt32(r.u32("uint32 property")?),
+        TAG_UINT64 => PropertyValue::UInt64(r.u64("uint64 property")?),
+        TAG_FLOAT32 => PropertyValue::Float32(f32::from_bits(r.u32("float32 property")?)),
+        TAG_FLOAT64 => PropertyValue::Float64(f64::from_bits(r.u64("float64 property")?)),
+        TAG_STRING => PropertyValue::String(r.string("string property")?),
+        TAG_BYTES => PropertyValue::Bytes(r.bytes_of(record, "bytes property")?),
+        TAG_TIMESTAMP => PropertyValue::Timestamp(r.i64("timestamp property")?),
+        TAG_UUID => {
+            let mut uuid = [0u8; 16];
+            uuid.copy_from_slice(r.take(16, "uuid property")?);
+            PropertyValue::Uuid(uuid)
+        }
+        other => {
+            return Err(DecodeError::Invalid {
+                field: "property tag",
+                value: u64::from(other),
+            });
+        }
+    })
+}
+
+/// The one strict reader over untrusted bytes: every read checks what is left first.
+#[derive(Debug)]
+pub(crate) struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, pos: 0 }
+    }
+
+    pub(crate) fn position(&self) -> usize {
+        self.pos
+    }
+
+    pub(crate) fn left(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    pub(crate) fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
+        if n > self.left() {
+            return Err(DecodeError::Truncated {
+                field,
+                needed: n as u64,
+                left: self.left() as u64,
+            });
+        }
+        let slice = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(slice)
+    }
+
+    fn skip(&mut self, n: usize, field: &'static str) -> Result<(), DecodeError> {
+        self.take(n, field).map(|_| ())
+    }
+
+    pub(crate) fn u8(&mut self, field: &'static str) -> Result<u8, DecodeError> {
+        Ok(self.take(1, field)?[0])
+    }
+
+    pub(crate) fn u32(&mut self, field: &'static str) -> Result<u32, DecodeError> {
+        let b = self.take(4, field)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    pub(crate) fn u64(&mut self, field: &'static str) -> Result<u64, DecodeError> {
+        let b = self.take(8, field)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+
+    pub(crate) fn i64(&mut self, field: &'static str) -> Result<i64, DecodeError> {
+        self.u64(field).map(|v| v as i64)
+    }
+
+    fn string(&mut self, field: &'static str) -> Result<String, DecodeError> {
+        let len = self.u32(field)? as usize;
+        let bytes = self.take(len, field)?;
+        std::str::from_utf8(bytes)
+            .map(str::to_owned)
+            .map_err(|_| DecodeError::NotUtf8 { field })
+    }
+
+    /// A length-prefixed byte field, as a zero-copy slice of `whole` (the buffer this reader
+    /// reads).
+    fn bytes_of(&mut self, whole: &Bytes, field: &'static str) -> Result<Bytes, DecodeError> {
+        let len = self.u32(field)? as usize;
+        let start = self.pos;
+        self.take(len, field)?;
+        Ok(whole.slice(start..start + len))
+    }
+
+    pub(crate) fn finish(&self, after: &'static str) -> Result<(), DecodeError> {
+        if self.left() != 0 {
+            return Err(DecodeError::Trailing {
+                after,
+                left: self.left() as u64,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    pub(crate) fn arb_value() -> impl Strategy<Value = PropertyValue> {
+        prop_oneof![
+            Just(PropertyValue::Null),
+            any::<bool>().prop_map(PropertyValue::Bool),
+            any::<i32>().prop_map(PropertyValue::Int32),
+            any::<i64>().prop_map(PropertyValue::Int64),
+            any::<u32>().prop_map(PropertyValue::UInt32),
+            any::<u64>().prop_map(PropertyValue::UInt64),
+            (-1e30f32..1e30).prop_map(PropertyValue::Float32),
+            (-1e300f64..1e300).prop_map(PropertyValue::Float64),
+            ".{0,20}".prop_map(PropertyValue::String),
+            proptest::collection::vec(any::<u8>(), 0..20)
+                .prop_map(|v| PropertyValue::Bytes(v.into())),
+            any::<i64>().prop_map(PropertyValue::Timestamp),
+            any::<[u8; 16]>().prop_map(PropertyValue::Uuid),
+        ]
+    }
+
+    pub(crate) fn arb_event() -> impl Strategy<Value = EventData> {
+        (
+            proptest::collection::vec(any::<u8>(), 0..300),
+            proptest::collection::btree_map("[a-z]{1,8}", arb_value(), 0..4),
+            proptest::option::of("[a-z0-9]{1,12}"),
+            proptest::option::of("[a-z/]{1,12}"),
+            proptest::option::of(".{0,8}"),
+            proptest::option::of(".{0,8}"),
+            proptest::option::of(proptest::collection::vec(any::<u8>(), 0..16)),
+        )
+            .prop_map(|(body, props, key, ct, corr, mid, sections)| EventData {
+                body: body.into(),
+                properties: props.into_iter().collect(),
+                partition_key: key,
+                content_type: ct,
+                correlation_id: corr,
+                message_id: mid,
+                protocol_sections: sections.map(Into::into),
+            })
+    }
+
+    fn encode(events: &[EventData]) -> (Bytes, Vec<u64>) {
+        let mut out = Vec::new();
+        let mut offsets = Vec::new();
+        encode_batch(&mut out, 1000, 7, 1_700_000_000_000, events, &mut offsets);
+        (Bytes::from(out), offsets)
+    }
+
+    proptest! {
+        #[test]
+        fn batches_round_trip(events in proptest::collection::vec(arb_event(), 1..8)) {
+            let (batch, offsets) = encode(&events);
+            let expected_len: u64 = BATCH_HEADER_BYTES as u64 + events.iter().map(record_len).sum::<u64>();
+            prop_assert_eq!(batch.len() as u64, expected_len);
+            let header = BatchHeader::decode(&batch).unwrap();
+            verify_checksum(&batch, &header).unwrap();
+            let mut out = Vec::new();
+            decode_batch(&batch, &header, 0, usize::MAX, &mut out).unwrap();
+            prop_assert_eq!(out.len(), events.len());
+            prop_assert_eq!(record_offsets(&batch, &header).unwrap(), offsets.clone());
+            for (i, (got, want)) in out.iter().zip(&events).enumerate() {
+                prop_assert_eq!(&got.data, want);
+                prop_assert_eq!(got.sequence_number, 7 + i as i64);
+                prop_assert_eq!(got.offset, offsets[i]);
+            }
+        }
+
+        /// Flipping any byte after the header's CRC field is caught by the checksum; no input
+        /// makes decoding panic.
+        #[test]
+        fn corruption_is_detected(events in proptest::collection::vec(arb_event(), 1..4), at in any::<prop::sample::Index>(), xor in 1u8..) {
+            let (batch, _) = encode(&events);
+            let mut bytes = batch.to_vec();
+            let i = CRC_COVERS_FROM + at.index(bytes.len() - CRC_COVERS_FROM);
+            bytes[i] ^= xor;
+            let bytes = Bytes::from(bytes);
+            if let Ok(header) = BatchHeader::decode(&bytes) {
+                if header.batch_len as usize == bytes.len() {
+                    prop_assert!(verify_checksum(&bytes, &header).is_err());
+                }
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let bytes = Bytes::from(bytes);
+            let _ = BatchHeader::decode(&bytes);
+            let _ = decode_record(&bytes);
+        }
+    }
+
+    #[test]
+    fn decode_skips_and_limits() {
+        let events: Vec<_> = (0..5).map(|i| EventData::new(format!("e{i}"))).collect();
+        let (batch, _) = encode(&events);
+        let header = BatchHeader::decode(&batch).unwrap();
+        let mut out = Vec::new();
+        decode_batch(&batch, &header, 9, 2, &mut out).unwrap();
+        let seqs: Vec<_> = out.iter().map(|e| e.sequence_number).collect();
+        assert_eq!(seqs, vec![9, 10]);
+    }
+
+    #[test]
+    fn unknown_record_flags_are_refused() {
+        let record = Bytes::from_static(&[0x80, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            decode_record(&record),
+            Err(DecodeError::Invalid {
+                field: "record flags",
+                value: 0x80
+            })
+        );
+    }
+}

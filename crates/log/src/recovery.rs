@@ -1,0 +1,252 @@
+//! Opening a partition directory after a clean stop or a crash.
+//!
+//! Sealed segments are trusted only as far as their index file agrees with the segment's length
+//! (otherwise they are scanned, and any damage is an error: a sealed segment was synced before
+//! it was sealed, so damage there means acknowledged data is gone, and we say so rather than
+//! silently dropping it). The active segment — the last — is scanned batch by batch; the first
+//! batch that fails a check ends the log, the rest is cut off and the file synced, so the
+//! recovered log is exactly the longest valid prefix. A last segment whose header never made it
+//! to disk (a crash while rolling) holds no events and is removed.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+
+use crate::LogError;
+use crate::config::LogConfig;
+use crate::partition::create_segment;
+use crate::segment::*;
+use tributary_event::Clock;
+
+/// Opens every segment of the partition in `dir`, recovering the active one. Always returns at
+/// least one segment (creating the first for a new partition).
+pub(crate) fn recover_segments(
+    dir: &Path,
+    config: &LogConfig,
+    clock: &dyn Clock,
+) -> Result<Vec<Arc<Segment>>, LogError> {
+    let mut bases = list_segments(dir)?;
+    discard_interrupted_creation(dir, &mut bases)?;
+    let mut segments: Vec<Arc<Segment>> = Vec::with_capacity(bases.len());
+    for (i, &base) in bases.iter().enumerate() {
+        let is_last = i + 1 == bases.len();
+        let segment = open_segment(dir, base, is_last, config)?;
+        if let Some(prev) = segments.last() {
+            check_continuity(prev, &segment)?;
+        }
+        segments.push(Arc::new(segment));
+    }
+    if segments.is_empty() {
+        let header = SegmentHeader {
+            base_offset: 0,
+            base_sequence: 0,
+            created_ms: clock.now_ms(),
+            prev_last_offset: None,
+            prev_last_time_ms: None,
+        };
+        segments.push(Arc::new(create_segment(dir, header)?));
+    }
+    Ok(segments)
+}
+
+/// The base offsets of the segment files in `dir`, in order. Leftover temporary files and index
+/// files without a segment are removed.
+fn list_segments(dir: &Path) -> Result<Vec<u64>, LogError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| LogError::io("list", dir, e))?;
+    let mut bases = Vec::new();
+    let mut indexes = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| LogError::io("list", dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(base) = parse_segment_name(name) {
+            bases.push(base);
+        } else if name.ends_with(".tmp") {
+            let _ = std::fs::remove_file(entry.path());
+        } else if let Some(digits) = name.strip_suffix(".index") {
+            indexes.push((digits.parse::<u64>().ok(), entry.path()));
+        }
+    }
+    bases.sort_unstable();
+    for (base, path) in indexes {
+        if base.is_none_or(|b| bases.binary_search(&b).is_err()) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    Ok(bases)
+}
+
+/// A crash while a segment was being created (after the previous one was sealed, before the new
+/// header was synced) leaves a last file with no valid header and nothing after it. It never
+/// held an event; remove it, so the segment before it becomes the active one again.
+fn discard_interrupted_creation(dir: &Path, bases: &mut Vec<u64>) -> Result<(), LogError> {
+    let Some(&base) = bases.last() else {
+        return Ok(());
+    };
+    let (file, path, len) = open_file(dir, base)?;
+    let head = read_head(&file, &path, len)?;
+    let Err(e) = SegmentHeader::decode(&head, &path) else {
+        return Ok(());
+    };
+    // The first segment of a partition may be torn the same way; any other lone segment was
+    // created by a roll that completed, so damage to it is real.
+    let may_discard = bases.len() > 1 || base == 0;
+    if !may_discard || !holds_nothing_past_header(&file, &path, len)? {
+        return Err(e);
+    }
+    tracing::warn!(segment = %path.display(), error = %e, "removing a segment whose creation was interrupted");
+    std::fs::remove_file(&path).map_err(|e| LogError::io("remove", &path, e))?;
+    sync_dir(dir)?;
+    bases.pop();
+    Ok(())
+}
+
+fn open_file(dir: &Path, base: u64) -> Result<(std::fs::File, std::path::PathBuf, u64), LogError> {
+    let path = segment_path(dir, base);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| LogError::io("open segment", &path, e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| LogError::io("stat", &path, e))?
+        .len();
+    Ok((file, path, len))
+}
+
+fn read_head(file: &std::fs::File, path: &Path, len: u64) -> Result<Vec<u8>, LogError> {
+    let mut head = vec![0u8; (len as usize).min(SEGMENT_HEADER_BYTES)];
+    file.read_exact_at(&mut head, 0)
+        .map_err(|e| LogError::io("read", path, e))?;
+    Ok(head)
+}
+
+fn open_segment(
+    dir: &Path,
+    base: u64,
+    is_last: bool,
+    config: &LogConfig,
+) -> Result<Segment, LogError> {
+    let (file, path, len) = open_file(dir, base)?;
+    let header = SegmentHeader::decode(&read_head(&file, &path, len)?, &path)?;
+    if header.base_offset != base {
+        return Err(LogError::corrupted(
+            &path,
+            0,
+            format!(
+                "the file name says base offset {base}, the header says {}",
+                header.base_offset
+            ),
+        ));
+    }
+    let contents = if is_last {
+        recover_active(&file, &path, &header, len, config)?
+    } else {
+        load_sealed(dir, &file, &path, &header, len, config)?
+    };
+    Ok(Segment {
+        path,
+        file,
+        header,
+        contents: RwLock::new(contents),
+    })
+}
+
+fn holds_nothing_past_header(
+    file: &std::fs::File,
+    path: &Path,
+    len: u64,
+) -> Result<bool, LogError> {
+    let mut reader = ChunkReader::new(file, path, len);
+    let mut position = SEGMENT_HEADER_BYTES as u64;
+    while position < len {
+        let n = (len - position).min(1 << 20) as usize;
+        let chunk = reader.get(position, n)?.expect("within the file");
+        if chunk.iter().any(|&b| b != 0) {
+            return Ok(false);
+        }
+        position += n as u64;
+    }
+    Ok(true)
+}
+
+fn recover_active(
+    file: &std::fs::File,
+    path: &Path,
+    header: &SegmentHeader,
+    len: u64,
+    config: &LogConfig,
+) -> Result<SegmentContents, LogError> {
+    let scan = scan_segment(file, path, header, len, config.index_interval_bytes)?;
+    if let Some((position, why)) = &scan.stopped {
+        tracing::warn!(
+            segment = %path.display(),
+            position,
+            reason = %why,
+            "cutting off a torn or corrupt tail"
+        );
+    }
+    let end = scan.contents.end_position;
+    if len != end {
+        file.set_len(end)
+            .map_err(|e| LogError::io("truncate", path, e))?;
+    }
+    // Whatever survived becomes visible now, so make it durable first.
+    file.sync_all().map_err(|e| LogError::io("sync", path, e))?;
+    Ok(scan.contents)
+}
+
+fn load_sealed(
+    dir: &Path,
+    file: &std::fs::File,
+    path: &Path,
+    header: &SegmentHeader,
+    len: u64,
+    config: &LogConfig,
+) -> Result<SegmentContents, LogError> {
+    let index = index_path(dir, header.base_offset);
+    if let Some(contents) = read_index_file(&index, header, len) {
+        return Ok(contents);
+    }
+    let scan = scan_segment(file, path, header, len, config.index_interval_bytes)?;
+    if let Some((position, why)) = scan.stopped {
+        return Err(LogError::corrupted(path, position, why));
+    }
+    if scan.contents.end_position != len {
+        return Err(LogError::corrupted(
+            path,
+            scan.contents.end_position,
+            "unwritten space inside a sealed segment",
+        ));
+    }
+    write_index_file(&index, &scan.contents)?;
+    Ok(scan.contents)
+}
+
+fn check_continuity(prev: &Segment, next: &Segment) -> Result<(), LogError> {
+    let prev_contents = prev.contents();
+    let prev_end = prev.header.base_offset + prev_contents.end_position;
+    if next.header.base_offset != prev_end {
+        return Err(LogError::corrupted(
+            &next.path,
+            0,
+            format!(
+                "the segment starts at offset {} but the one before ends at {prev_end}",
+                next.header.base_offset
+            ),
+        ));
+    }
+    if next.header.base_sequence != prev_contents.next_sequence {
+        return Err(LogError::corrupted(
+            &next.path,
+            0,
+            format!(
+                "the segment starts at sequence number {} but the one before ends at {}",
+                next.header.base_sequence, prev_contents.next_sequence
+            ),
+        ));
+    }
+    Ok(())
+}

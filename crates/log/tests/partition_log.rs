@@ -1,0 +1,379 @@
+//! Behaviour of one partition log through its public API: appends, reads, positions, limits,
+//! rolling, reopening and retention.
+
+use std::sync::Arc;
+
+use tributary_event::{EventData, EventPosition, PropertyValue};
+use tributary_log::{
+    Durability, GroupCommitter, LogConfig, LogError, ManualClock, PartitionLog, ReadCursor,
+    Retention,
+};
+
+const T0: i64 = 1_700_000_000_000;
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    clock: Arc<ManualClock>,
+    committer: GroupCommitter,
+    config: LogConfig,
+}
+
+impl Fixture {
+    fn new(durability: Durability, segment_bytes_max: u64) -> Fixture {
+        Fixture {
+            dir: tempfile::tempdir().unwrap(),
+            clock: Arc::new(ManualClock::new(T0)),
+            committer: GroupCommitter::start(),
+            config: LogConfig {
+                durability,
+                segment_bytes_max,
+                index_interval_bytes: 256,
+                ..LogConfig::default()
+            },
+        }
+    }
+
+    fn open(&self) -> PartitionLog {
+        PartitionLog::open(
+            self.dir.path(),
+            self.config,
+            self.committer.clone(),
+            self.clock.clone(),
+        )
+        .unwrap()
+    }
+}
+
+/// `n` events of about 100 bytes each, so a few dozen fill a 4 KiB test segment.
+fn events(prefix: &str, n: usize) -> Vec<EventData> {
+    (0..n)
+        .map(|i| EventData::new(format!("{prefix}-{i}-{:.<90}", "")))
+        .collect()
+}
+
+fn read_all(log: &PartitionLog, from: i64) -> Vec<tributary_event::ReceivedEvent> {
+    let mut cursor = ReadCursor::new(from);
+    let mut out = Vec::new();
+    loop {
+        let batch = log.read(&mut cursor, 7, 1 << 20).unwrap();
+        if batch.is_empty() {
+            return out;
+        }
+        out.extend(batch);
+    }
+}
+
+#[test]
+fn appends_get_dense_sequence_numbers_growing_offsets_and_monotonic_times() {
+    let f = Fixture::new(Durability::Fsync, 1 << 20);
+    let log = f.open();
+    let a = log.append(&events("a", 3)).unwrap();
+    f.clock.advance_ms(-5_000); // The clock going back must not make times go back.
+    let b = log.append(&events("b", 2)).unwrap();
+    assert_eq!(a.base_sequence, 0);
+    assert_eq!(b.base_sequence, 3);
+    assert_eq!(b.enqueued_time_ms, a.enqueued_time_ms);
+    let all = read_all(&log, 0);
+    assert_eq!(all.len(), 5);
+    for (i, e) in all.iter().enumerate() {
+        assert_eq!(e.sequence_number, i as i64);
+    }
+    assert!(all.windows(2).all(|w| w[0].offset < w[1].offset));
+    assert!(
+        all.windows(2)
+            .all(|w| w[0].enqueued_time_ms <= w[1].enqueued_time_ms)
+    );
+    let offsets: Vec<u64> = a.offsets.iter().chain(&b.offsets).copied().collect();
+    assert_eq!(offsets, all.iter().map(|e| e.offset).collect::<Vec<_>>());
+    assert!(all[4].data.body.starts_with(b"b-1-"));
+}
+
+#[test]
+fn typed_properties_and_system_fields_round_trip() {
+    let f = Fixture::new(Durability::None, 1 << 20);
+    let log = f.open();
+    let mut event = EventData::new("payload")
+        .with_property("count", PropertyValue::Int64(-3))
+        .with_property("ok", PropertyValue::Bool(true))
+        .with_property("id", PropertyValue::Uuid([7; 16]));
+    event.partition_key = Some("device-1".into());
+    event.content_type = Some("application/json".into());
+    event.message_id = Some("m-1".into());
+    log.append(std::slice::from_ref(&event)).unwrap();
+    let got = read_all(&log, 0);
+    assert_eq!(got[0].data, event);
+}
+
+#[test]
+fn refused_appends_write_nothing() {
+    let f = Fixture::new(Durability::Fsync, 1 << 20);
+    let log = f.open();
+    log.append(&events("ok", 2)).unwrap();
+    let before = log.committed();
+    let mut batch = events("x", 3);
+    batch[1] = EventData::new(vec![0u8; 2 * 1024 * 1024]);
+    match log.append(&batch) {
+        Err(LogError::EventTooLarge { index, limit, .. }) => {
+            assert_eq!(index, 1);
+            assert_eq!(limit, 1024 * 1024);
+        }
+        other => panic!("expected EventTooLarge, got {other:?}"),
+    }
+    assert!(matches!(log.append(&[]), Err(LogError::EmptyBatch)));
+    let dup = EventData::new("d")
+        .with_property("k", PropertyValue::Null)
+        .with_property("k", PropertyValue::Null);
+    assert!(matches!(
+        log.append(&[dup]),
+        Err(LogError::InvalidEvent { index: 0, .. })
+    ));
+    assert_eq!(log.committed(), before);
+    assert_eq!(read_all(&log, 0).len(), 2);
+}
+
+#[test]
+fn reads_cross_segments_and_survive_reopening() {
+    let f = Fixture::new(Durability::Fsync, 4096);
+    let mut expected = Vec::new();
+    {
+        let log = f.open();
+        for i in 0..60 {
+            let batch = events(&format!("batch{i}"), 1 + i % 4);
+            expected.extend(batch.iter().map(|e| e.body.clone()));
+            log.append(&batch).unwrap();
+            f.clock.advance_ms(10);
+        }
+    }
+    let segments = std::fs::read_dir(f.dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "log")
+        })
+        .count();
+    assert!(segments > 3, "expected several segments, found {segments}");
+    let log = f.open();
+    let all = read_all(&log, 0);
+    assert_eq!(
+        all.iter().map(|e| e.data.body.clone()).collect::<Vec<_>>(),
+        expected
+    );
+    // Starting mid-way reads the same tail.
+    let tail = read_all(&log, 77);
+    assert_eq!(tail.len(), expected.len() - 77);
+    assert_eq!(tail[0].sequence_number, 77);
+    // Appends after reopening continue the sequence and offsets.
+    let last = all.last().unwrap();
+    let r = log.append(&events("after", 1)).unwrap();
+    assert_eq!(r.base_sequence, last.sequence_number + 1);
+    assert!(r.offsets[0] > last.offset);
+    assert!(r.enqueued_time_ms >= last.enqueued_time_ms);
+}
+
+#[test]
+fn positions_resolve_to_the_right_event() {
+    let f = Fixture::new(Durability::Fsync, 4096);
+    let log = f.open();
+    for i in 0..40 {
+        log.append(&events(&format!("b{i}"), 3)).unwrap();
+        f.clock.advance_ms(100);
+    }
+    let all = read_all(&log, 0);
+    let e = &all[50];
+    let resolve = |p| log.resolve(&p).unwrap();
+    assert_eq!(resolve(EventPosition::Earliest), 0);
+    assert_eq!(resolve(EventPosition::Latest), 120);
+    let seq = |s, inclusive| EventPosition::SequenceNumber {
+        sequence_number: s,
+        inclusive,
+    };
+    assert_eq!(resolve(seq(50, true)), 50);
+    assert_eq!(resolve(seq(50, false)), 51);
+    assert_eq!(resolve(seq(119, false)), 120);
+    let off = |o, inclusive| EventPosition::Offset {
+        offset: o,
+        inclusive,
+    };
+    assert_eq!(resolve(off(e.offset, true)), 50);
+    assert_eq!(resolve(off(e.offset, false)), 51);
+    assert_eq!(
+        resolve(off(e.offset + 1, true)),
+        51,
+        "an offset between events starts at the next"
+    );
+    assert_eq!(resolve(off(all[119].offset, false)), 120);
+    let time = |t, inclusive| EventPosition::EnqueuedTime {
+        enqueued_time_ms: t,
+        inclusive,
+    };
+    assert_eq!(
+        resolve(time(e.enqueued_time_ms, true)),
+        48,
+        "batch 16 starts at 48"
+    );
+    assert_eq!(resolve(time(e.enqueued_time_ms, false)), 51);
+    assert_eq!(resolve(time(T0 - 1, false)), 0);
+    assert_eq!(resolve(time(T0 + 1_000_000, false)), 120);
+    assert!(matches!(
+        log.resolve(&seq(500, true)),
+        Err(LogError::SequenceNumberOutOfRange {
+            requested: 500,
+            next: 120
+        })
+    ));
+    assert!(matches!(
+        log.resolve(&off(u64::MAX / 2, true)),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+}
+
+#[test]
+fn partition_properties_track_the_log() {
+    let f = Fixture::new(Durability::Fsync, 4096);
+    let log = f.open();
+    let p = log.properties();
+    assert!(p.is_empty);
+    assert_eq!(p.begin_sequence_number, 0);
+    assert_eq!(p.last_enqueued_sequence_number, -1);
+    assert_eq!(p.last_enqueued_offset, None);
+    let r = log.append(&events("x", 4)).unwrap();
+    let p = log.properties();
+    assert!(!p.is_empty);
+    assert_eq!(p.last_enqueued_sequence_number, 3);
+    assert_eq!(p.last_enqueued_offset, Some(r.offsets[3]));
+    assert_eq!(p.last_enqueued_time_ms, Some(T0));
+}
+
+#[test]
+fn retention_by_age_removes_whole_segments_and_empties_an_idle_partition() {
+    let f = Fixture::new(Durability::Fsync, 4096);
+    let log = f.open();
+    for i in 0..30 {
+        log.append(&events(&format!("b{i}"), 5)).unwrap();
+        f.clock.advance_ms(1_000);
+    }
+    let retention = Retention {
+        age_ms_max: Some(10_000),
+        bytes_max: None,
+    };
+    let outcome = log.enforce_retention(&retention).unwrap();
+    assert!(outcome.segments_removed > 0);
+    let p = log.properties();
+    assert!(p.begin_sequence_number > 0);
+    assert_eq!(p.last_enqueued_sequence_number, 149);
+    // Reading below the retained start is a clear error, never garbage.
+    let mut cursor = ReadCursor::new(0);
+    assert!(matches!(
+        log.read(&mut cursor, 10, 1 << 20),
+        Err(LogError::Expired { .. })
+    ));
+    // Earliest now means the oldest retained event.
+    assert_eq!(
+        log.resolve(&EventPosition::Earliest).unwrap(),
+        p.begin_sequence_number
+    );
+    // Once everything is old, the partition empties but keeps its last-enqueued facts.
+    f.clock.advance_ms(60_000);
+    log.enforce_retention(&retention).unwrap();
+    let p = log.properties();
+    assert!(p.is_empty);
+    assert_eq!(p.begin_sequence_number, 150);
+    assert_eq!(p.last_enqueued_sequence_number, 149);
+    assert!(p.last_enqueued_offset.is_some());
+    drop(log);
+    let reopened = f.open();
+    assert_eq!(reopened.properties(), p);
+    assert_eq!(
+        reopened.append(&events("new", 1)).unwrap().base_sequence,
+        150
+    );
+}
+
+#[test]
+fn retention_by_size_keeps_the_partition_under_the_limit() {
+    let f = Fixture::new(Durability::None, 4096);
+    let log = f.open();
+    for i in 0..100 {
+        log.append(&events(&format!("b{i}"), 5)).unwrap();
+    }
+    let before = log.retained_bytes();
+    let retention = Retention {
+        age_ms_max: None,
+        bytes_max: Some(10_000),
+    };
+    log.enforce_retention(&retention).unwrap();
+    let after = log.retained_bytes();
+    assert!(after < before);
+    assert!(after <= 10_000 + 4096, "retained {after} bytes");
+    assert_eq!(log.properties().last_enqueued_sequence_number, 499);
+}
+
+#[test]
+fn a_second_open_of_the_same_partition_is_refused() {
+    let f = Fixture::new(Durability::Fsync, 1 << 20);
+    let _log = f.open();
+    let err = PartitionLog::open(f.dir.path(), f.config, f.committer.clone(), f.clock.clone())
+        .unwrap_err();
+    assert!(err.to_string().contains("open in another process"), "{err}");
+}
+
+#[test]
+fn concurrent_appenders_across_partitions_are_all_acknowledged_in_order() {
+    let committer = GroupCommitter::start();
+    let root = tempfile::tempdir().unwrap();
+    let logs: Vec<PartitionLog> = (0..4)
+        .map(|p| {
+            PartitionLog::open(
+                &root.path().join(p.to_string()),
+                LogConfig {
+                    segment_bytes_max: 64 * 1024,
+                    ..LogConfig::default()
+                },
+                committer.clone(),
+                Arc::new(tributary_log::SystemClock),
+            )
+            .unwrap()
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for (t, log) in logs.iter().enumerate() {
+            for writer in 0..2 {
+                s.spawn(move || {
+                    for i in 0..100 {
+                        let body = format!("p{t}-w{writer}-{i}");
+                        log.append(&[EventData::new(body)]).unwrap();
+                    }
+                });
+            }
+        }
+    });
+    for (t, log) in logs.iter().enumerate() {
+        let all = read_all(log, 0);
+        assert_eq!(all.len(), 200);
+        for writer in 0..2 {
+            // Each writer's events appear in the order it appended them.
+            let mine: Vec<String> = all
+                .iter()
+                .map(|e| String::from_utf8(e.data.body.to_vec()).unwrap())
+                .filter(|b| b.starts_with(&format!("p{t}-w{writer}-")))
+                .collect();
+            let expected: Vec<String> = (0..100).map(|i| format!("p{t}-w{writer}-{i}")).collect();
+            assert_eq!(mine, expected);
+        }
+    }
+}
+
+#[test]
+fn the_commit_listener_sees_every_advance() {
+    let f = Fixture::new(Durability::Fsync, 1 << 20);
+    let log = f.open();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    log.set_commit_listener(move |c| sink.lock().unwrap().push(c.next_sequence));
+    log.append(&events("a", 2)).unwrap();
+    log.append(&events("b", 3)).unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec![2, 5]);
+}
