@@ -822,11 +822,14 @@ fn read_segment(
         };
         verify_checksum(&batch, &header)
             .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
-        if header.next_sequence() > cursor.next_sequence {
-            decode_batch(&batch, &header, cursor.next_sequence, max_events, out)
-                .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
-            bytes_read += len;
+        if header.next_sequence() <= cursor.next_sequence {
+            // A batch before the cursor (the index entry lies before it): step over it.
+            position += len;
+            continue;
         }
+        decode_batch(&batch, &header, cursor.next_sequence, max_events, out)
+            .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
+        bytes_read += len;
         let done_with_batch = out
             .last()
             .is_none_or(|e| e.sequence_number + 1 == header.next_sequence());

@@ -377,3 +377,18 @@ fn the_commit_listener_sees_every_advance() {
     log.append(&events("b", 3)).unwrap();
     assert_eq!(*seen.lock().unwrap(), vec![2, 5]);
 }
+
+#[test]
+fn reads_starting_between_index_entries_start_at_the_cursor() {
+    let mut f = Fixture::new(Durability::None, 1 << 20);
+    f.config.index_interval_bytes = 64 * 1024; // Only the first batch is indexed.
+    let log = f.open();
+    for i in 0..10 {
+        log.append(&events(&format!("b{i}"), 3)).unwrap();
+    }
+    for from in [0, 1, 4, 13, 29] {
+        let got = read_all(&log, from);
+        assert_eq!(got.first().map(|e| e.sequence_number), Some(from));
+        assert_eq!(got.len() as i64, 30 - from);
+    }
+}

@@ -1,0 +1,649 @@
+//! [`Broker`]: the in-process API of a Tributary namespace.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use tributary_event::names::{
+    DEFAULT_CONSUMER_GROUP, is_default_consumer_group, name_key, validate_consumer_group_name,
+    validate_hub_name,
+};
+use tributary_event::{Clock, EventData, EventPosition, SystemClock};
+use tributary_log::{GroupCommitter, PartitionProperties, ReadCursor, Retention};
+
+use crate::catalog::{Catalog, ConsumerGroupDefinition, HubDefinition};
+use crate::config::{BrokerConfig, PARTITIONS_MAX};
+use crate::hub::Hub;
+use crate::receiver::Receiver;
+use crate::{BrokerError, DisconnectReason};
+
+/// Where a send goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendTarget {
+    /// To this partition id.
+    Partition(String),
+    /// To the partition this key hashes to (the Event Hubs hash); every event of the batch
+    /// carries the key.
+    PartitionKey(String),
+    /// To the next partition in turn.
+    RoundRobin,
+}
+
+/// What the hub assigned to an acknowledged send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendReceipt {
+    /// The partition the batch went to.
+    pub partition: u32,
+    /// The sequence number of the batch's first event.
+    pub base_sequence: i64,
+    /// Each event's offset, in batch order.
+    pub offsets: Vec<u64>,
+    /// The enqueued time shared by the batch.
+    pub enqueued_time_ms: i64,
+}
+
+/// What to create an event hub with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HubSpec {
+    /// Its name.
+    pub name: String,
+    /// How many partitions (1 to 1024).
+    pub partition_count: u32,
+    /// How long events are kept; `None` forever.
+    pub retention_age_ms: Option<i64>,
+    /// How many bytes each partition keeps at most; `None`: no limit.
+    pub retention_bytes_max: Option<u64>,
+}
+
+impl HubSpec {
+    /// A hub with `partition_count` partitions and the default retention (one day).
+    pub fn new(name: impl Into<String>, partition_count: u32) -> Self {
+        HubSpec {
+            name: name.into(),
+            partition_count,
+            retention_age_ms: Some(crate::config::RETENTION_AGE_MS_DEFAULT),
+            retention_bytes_max: None,
+        }
+    }
+}
+
+/// What a receiver opens on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceiverSpec {
+    /// The event hub.
+    pub hub: String,
+    /// The consumer group (any case).
+    pub consumer_group: String,
+    /// The partition id.
+    pub partition: String,
+    /// Where to start.
+    pub start: EventPosition,
+    /// The epoch (owner level), if this is an epoch receiver.
+    pub owner_level: Option<i64>,
+    /// A name to show in the list of receivers when the five-receiver limit is hit.
+    pub name: Option<String>,
+}
+
+impl ReceiverSpec {
+    /// A non-epoch receiver in `$Default`.
+    pub fn new(hub: impl Into<String>, partition: impl Into<String>, start: EventPosition) -> Self {
+        ReceiverSpec {
+            hub: hub.into(),
+            consumer_group: DEFAULT_CONSUMER_GROUP.to_owned(),
+            partition: partition.into(),
+            start,
+            owner_level: None,
+            name: None,
+        }
+    }
+}
+
+struct BrokerInner {
+    config: BrokerConfig,
+    clock: Arc<dyn Clock>,
+    committer: GroupCommitter,
+    /// Serialises catalog changes (and the file work that goes with them).
+    catalog: Mutex<Catalog>,
+    hubs: RwLock<HashMap<String, Arc<Hub>>>,
+    next_receiver_id: AtomicU64,
+    shutting_down: AtomicBool,
+    _lock: File,
+}
+
+/// A Tributary namespace in this process: its event hubs, their partitions and consumer
+/// groups, and the receivers open on them. Cheap to clone; clones share the broker.
+#[derive(Clone)]
+pub struct Broker {
+    inner: Arc<BrokerInner>,
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker")
+            .field("data_dir", &self.inner.config.data_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+fn storage(op: &str, path: &Path, e: impl std::fmt::Display) -> BrokerError {
+    BrokerError::Storage(format!("{op} {}: {e}", path.display()))
+}
+
+impl Broker {
+    /// Opens the broker on `config.data_dir` with the system clock; see [`Broker::open_with_clock`].
+    pub async fn open(config: BrokerConfig) -> Result<Broker, BrokerError> {
+        Self::open_with_clock(config, Arc::new(SystemClock)).await
+    }
+
+    /// Opens the broker: locks the data directory (one broker per directory), loads the
+    /// catalog, opens and recovers every partition, and starts the retention task.
+    pub async fn open_with_clock(
+        config: BrokerConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Broker, BrokerError> {
+        config
+            .log
+            .validate()
+            .map_err(|e| BrokerError::Storage(e.to_string()))?;
+        let broker = tokio::task::spawn_blocking(move || Self::open_blocking(config, clock))
+            .await
+            .expect("opening the broker does not panic")?;
+        let weak = Arc::downgrade(&broker.inner);
+        let interval = broker.inner.config.retention_check_interval;
+        tokio::spawn(retention_task(weak, interval));
+        Ok(broker)
+    }
+
+    fn open_blocking(config: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Broker, BrokerError> {
+        let dir = &config.data_dir;
+        std::fs::create_dir_all(dir.join("hubs")).map_err(|e| storage("create", dir, e))?;
+        let lock = lock_data_dir(dir)?;
+        let catalog = Catalog::load(dir)?;
+        remove_orphan_hub_dirs(dir, &catalog);
+        let committer = GroupCommitter::start();
+        let mut hubs = HashMap::new();
+        for (key, definition) in &catalog.hubs {
+            let hub_dir = dir.join("hubs").join(key);
+            let hub = Hub::open(
+                &hub_dir,
+                definition.clone(),
+                config.log,
+                &committer,
+                clock.clone(),
+            )?;
+            hubs.insert(key.clone(), Arc::new(hub));
+        }
+        tracing::info!(data_dir = %dir.display(), hubs = hubs.len(), "broker opened");
+        Ok(Broker {
+            inner: Arc::new(BrokerInner {
+                config,
+                clock,
+                committer,
+                catalog: Mutex::new(catalog),
+                hubs: RwLock::new(hubs),
+                next_receiver_id: AtomicU64::new(1),
+                shutting_down: AtomicBool::new(false),
+                _lock: lock,
+            }),
+        })
+    }
+
+    /// The broker's configuration.
+    pub fn config(&self) -> &BrokerConfig {
+        &self.inner.config
+    }
+
+    fn hub(&self, name: &str) -> Result<Arc<Hub>, BrokerError> {
+        if self.inner.shutting_down.load(Ordering::Acquire) {
+            return Err(BrokerError::ShuttingDown);
+        }
+        self.inner
+            .hubs
+            .read()
+            .expect("hub map")
+            .get(&name_key(name))
+            .cloned()
+            .ok_or_else(|| BrokerError::HubNotFound {
+                name: name.to_owned(),
+            })
+    }
+
+    /// Creates an event hub with `$Default` as its only consumer group.
+    pub async fn create_hub(&self, spec: HubSpec) -> Result<HubDefinition, BrokerError> {
+        validate_hub_name(&spec.name)?;
+        if !(1..=PARTITIONS_MAX).contains(&spec.partition_count) {
+            return Err(BrokerError::InvalidPartitionCount {
+                count: spec.partition_count,
+                max: PARTITIONS_MAX,
+            });
+        }
+        if spec.retention_age_ms.is_some_and(|a| a <= 0) || spec.retention_bytes_max == Some(0) {
+            return Err(BrokerError::InvalidRetention(
+                "retention age and size must be above 0 (or absent for no limit)".into(),
+            ));
+        }
+        let broker = self.clone();
+        tokio::task::spawn_blocking(move || broker.create_hub_blocking(spec))
+            .await
+            .expect("creating a hub does not panic")
+    }
+
+    fn create_hub_blocking(&self, spec: HubSpec) -> Result<HubDefinition, BrokerError> {
+        let inner = &self.inner;
+        let mut catalog = inner.catalog.lock().expect("catalog");
+        let key = name_key(&spec.name);
+        if catalog.hubs.contains_key(&key) {
+            return Err(BrokerError::HubExists { name: spec.name });
+        }
+        let now = inner.clock.now_ms();
+        let definition = HubDefinition {
+            name: spec.name,
+            partition_count: spec.partition_count,
+            retention_age_ms: spec.retention_age_ms,
+            retention_bytes_max: spec.retention_bytes_max,
+            created_at_ms: now,
+            consumer_groups: vec![ConsumerGroupDefinition {
+                name: DEFAULT_CONSUMER_GROUP.to_owned(),
+                created_at_ms: now,
+            }],
+        };
+        let hub_dir = inner.config.data_dir.join("hubs").join(&key);
+        // A directory left by an earlier failed create is not in the catalog; start afresh.
+        let _ = std::fs::remove_dir_all(&hub_dir);
+        let hub = Hub::open(
+            &hub_dir,
+            definition.clone(),
+            inner.config.log,
+            &inner.committer,
+            inner.clock.clone(),
+        )?;
+        catalog.hubs.insert(key.clone(), definition.clone());
+        if let Err(e) = catalog.save() {
+            catalog.hubs.remove(&key);
+            drop(hub);
+            let _ = std::fs::remove_dir_all(&hub_dir);
+            return Err(e);
+        }
+        inner
+            .hubs
+            .write()
+            .expect("hub map")
+            .insert(key, Arc::new(hub));
+        tracing::info!(hub = %definition.name, partitions = definition.partition_count, "event hub created");
+        Ok(definition)
+    }
+
+    /// Every event hub, ordered by name.
+    pub fn list_hubs(&self) -> Vec<HubDefinition> {
+        let catalog = self.inner.catalog.lock().expect("catalog");
+        catalog.hubs.values().cloned().collect()
+    }
+
+    /// One event hub's definition.
+    pub fn describe_hub(&self, name: &str) -> Result<HubDefinition, BrokerError> {
+        Ok(self
+            .hub(name)?
+            .definition
+            .read()
+            .expect("hub definition")
+            .clone())
+    }
+
+    /// Deletes an event hub and all its events; its receivers are disconnected.
+    pub async fn delete_hub(&self, name: &str) -> Result<(), BrokerError> {
+        let broker = self.clone();
+        let name = name.to_owned();
+        tokio::task::spawn_blocking(move || broker.delete_hub_blocking(&name))
+            .await
+            .expect("deleting a hub does not panic")
+    }
+
+    fn delete_hub_blocking(&self, name: &str) -> Result<(), BrokerError> {
+        let inner = &self.inner;
+        let mut catalog = inner.catalog.lock().expect("catalog");
+        let key = name_key(name);
+        let Some(definition) = catalog.hubs.remove(&key) else {
+            return Err(BrokerError::HubNotFound {
+                name: name.to_owned(),
+            });
+        };
+        if let Err(e) = catalog.save() {
+            catalog.hubs.insert(key, definition);
+            return Err(e);
+        }
+        let hub = inner.hubs.write().expect("hub map").remove(&key);
+        if let Some(hub) = hub {
+            hub.disconnect(None, &DisconnectReason::HubDeleted);
+            // Open readers keep their file handles; the files go once they let go.
+            std::fs::remove_dir_all(&hub.dir).map_err(|e| storage("remove", &hub.dir, e))?;
+        }
+        tracing::info!(hub = %definition.name, "event hub deleted");
+        Ok(())
+    }
+
+    /// Creates a consumer group in an event hub.
+    pub async fn create_consumer_group(
+        &self,
+        hub: &str,
+        group: &str,
+    ) -> Result<ConsumerGroupDefinition, BrokerError> {
+        validate_consumer_group_name(group)?;
+        let hub = self.hub(hub)?;
+        let mut catalog = self.inner.catalog.lock().expect("catalog");
+        let key = name_key(&hub.name());
+        let definition = catalog
+            .hubs
+            .get_mut(&key)
+            .expect("an open hub is in the catalog");
+        if definition.consumer_group(group).is_some() {
+            return Err(BrokerError::ConsumerGroupExists {
+                hub: definition.name.clone(),
+                group: group.to_owned(),
+            });
+        }
+        let max = self.inner.config.consumer_groups_max;
+        if definition.consumer_groups.len() as u32 >= max {
+            return Err(BrokerError::ConsumerGroupLimit {
+                hub: definition.name.clone(),
+                max,
+            });
+        }
+        let created = ConsumerGroupDefinition {
+            name: group.to_owned(),
+            created_at_ms: self.inner.clock.now_ms(),
+        };
+        definition.consumer_groups.push(created.clone());
+        let updated = definition.clone();
+        if let Err(e) = catalog.save() {
+            catalog
+                .hubs
+                .get_mut(&key)
+                .expect("still there")
+                .consumer_groups
+                .pop();
+            return Err(e);
+        }
+        *hub.definition.write().expect("hub definition") = updated;
+        Ok(created)
+    }
+
+    /// The consumer groups of an event hub, `$Default` first.
+    pub fn list_consumer_groups(
+        &self,
+        hub: &str,
+    ) -> Result<Vec<ConsumerGroupDefinition>, BrokerError> {
+        Ok(self.describe_hub(hub)?.consumer_groups)
+    }
+
+    /// Deletes a consumer group; its receivers are disconnected. `$Default` cannot be deleted.
+    pub async fn delete_consumer_group(&self, hub: &str, group: &str) -> Result<(), BrokerError> {
+        if is_default_consumer_group(group) {
+            return Err(BrokerError::DefaultConsumerGroup);
+        }
+        let hub = self.hub(hub)?;
+        let mut catalog = self.inner.catalog.lock().expect("catalog");
+        let key = name_key(&hub.name());
+        let definition = catalog
+            .hubs
+            .get_mut(&key)
+            .expect("an open hub is in the catalog");
+        let before = definition.clone();
+        definition
+            .consumer_groups
+            .retain(|g| !g.name.eq_ignore_ascii_case(group));
+        if definition.consumer_groups.len() == before.consumer_groups.len() {
+            return Err(BrokerError::ConsumerGroupNotFound {
+                hub: before.name,
+                group: group.to_owned(),
+            });
+        }
+        let updated = definition.clone();
+        if let Err(e) = catalog.save() {
+            catalog.hubs.insert(key, before);
+            return Err(e);
+        }
+        *hub.definition.write().expect("hub definition") = updated;
+        hub.disconnect(Some(group), &DisconnectReason::ConsumerGroupDeleted);
+        Ok(())
+    }
+
+    /// Appends `events` as one batch to the partition `target` picks, and waits until the
+    /// batch is acknowledged (with `fsync` durability: synced to disk).
+    ///
+    /// A batch is all or nothing: if any event is refused, none is written.
+    pub async fn send(
+        &self,
+        hub: &str,
+        target: SendTarget,
+        mut events: Vec<EventData>,
+    ) -> Result<SendReceipt, BrokerError> {
+        let hub = self.hub(hub)?;
+        stamp_partition_key(&target, &mut events)?;
+        let partition = hub.route(&target)?;
+        let log = &hub.partitions[partition as usize].log;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let log_error = |source| BrokerError::Log {
+            hub: hub.name(),
+            partition,
+            source,
+        };
+        log.append_with(
+            &events,
+            Box::new(move |outcome| {
+                let _ = tx.send(outcome);
+            }),
+        )
+        .map_err(log_error)?;
+        let receipt = rx
+            .await
+            .map_err(|_| BrokerError::ShuttingDown)?
+            .map_err(log_error)?;
+        Ok(SendReceipt {
+            partition,
+            base_sequence: receipt.base_sequence,
+            offsets: receipt.offsets,
+            enqueued_time_ms: receipt.enqueued_time_ms,
+        })
+    }
+
+    /// The properties of one partition.
+    pub fn partition_properties(
+        &self,
+        hub: &str,
+        partition: &str,
+    ) -> Result<PartitionProperties, BrokerError> {
+        let hub = self.hub(hub)?;
+        let partition = hub.partition(partition)?;
+        Ok(hub.partitions[partition as usize].log.properties())
+    }
+
+    /// Opens a receiver, applying the epoch rules of its (hub, group, partition): it may
+    /// disconnect other receivers, or be refused.
+    pub fn open_receiver(&self, spec: ReceiverSpec) -> Result<Receiver, BrokerError> {
+        let hub = self.hub(&spec.hub)?;
+        let group = {
+            let definition = hub.definition.read().expect("hub definition");
+            definition
+                .consumer_group(&spec.consumer_group)
+                .map(|g| g.name.clone())
+                .ok_or_else(|| BrokerError::ConsumerGroupNotFound {
+                    hub: definition.name.clone(),
+                    group: spec.consumer_group.clone(),
+                })?
+        };
+        let partition = hub.partition(&spec.partition)?;
+        let hub_partition = &hub.partitions[partition as usize];
+        let start = hub_partition
+            .log
+            .resolve(&spec.start)
+            .map_err(|source| BrokerError::Log {
+                hub: hub.name(),
+                partition,
+                source,
+            })?;
+        let id = self.inner.next_receiver_id.fetch_add(1, Ordering::Relaxed);
+        let control = hub.register_receiver(&group, partition, id, spec.owner_level, spec.name)?;
+        Ok(Receiver {
+            commits: hub_partition.commits.clone(),
+            cursor: ReadCursor::new(start),
+            hub,
+            group,
+            partition,
+            id,
+            epoch: spec.owner_level,
+            control,
+            last_enqueued: None,
+        })
+    }
+
+    /// How many receivers are open on an event hub.
+    pub fn open_receiver_count(&self, hub: &str) -> Result<usize, BrokerError> {
+        Ok(self.hub(hub)?.open_receivers())
+    }
+
+    /// Enforces every hub's retention now (the background task does this periodically).
+    pub async fn enforce_retention(&self) -> Result<(), BrokerError> {
+        let hubs: Vec<Arc<Hub>> = self
+            .inner
+            .hubs
+            .read()
+            .expect("hub map")
+            .values()
+            .cloned()
+            .collect();
+        tokio::task::spawn_blocking(move || enforce_retention(&hubs))
+            .await
+            .expect("retention does not panic")
+    }
+
+    /// Stops accepting work, disconnects every receiver and syncs every partition.
+    pub async fn shutdown(&self) -> Result<(), BrokerError> {
+        self.inner.shutting_down.store(true, Ordering::Release);
+        let hubs: Vec<Arc<Hub>> = self
+            .inner
+            .hubs
+            .read()
+            .expect("hub map")
+            .values()
+            .cloned()
+            .collect();
+        for hub in &hubs {
+            hub.disconnect(None, &DisconnectReason::Shutdown);
+        }
+        tokio::task::spawn_blocking(move || {
+            for hub in &hubs {
+                for (partition, p) in hub.partitions.iter().enumerate() {
+                    p.log.flush().map_err(|source| BrokerError::Log {
+                        hub: hub.name(),
+                        partition: partition as u32,
+                        source,
+                    })?;
+                }
+            }
+            Ok(())
+        })
+        .await
+        .expect("flushing does not panic")
+    }
+}
+
+/// Makes the events of a batch agree with its target: a key batch stamps its key on every
+/// event; a partition or round-robin batch may carry none.
+fn stamp_partition_key(target: &SendTarget, events: &mut [EventData]) -> Result<(), BrokerError> {
+    for (index, event) in events.iter_mut().enumerate() {
+        match (target, &event.partition_key) {
+            (SendTarget::PartitionKey(key), None) => event.partition_key = Some(key.clone()),
+            (SendTarget::PartitionKey(key), Some(own)) if own == key => {}
+            (SendTarget::PartitionKey(key), Some(own)) => {
+                return Err(BrokerError::InvalidSend(format!(
+                    "event {index} has the partition key {own:?} but the batch is sent with the key {key:?}"
+                )));
+            }
+            (_, Some(own)) => {
+                return Err(BrokerError::InvalidSend(format!(
+                    "event {index} has the partition key {own:?}; send it with that key instead of to a partition or round-robin"
+                )));
+            }
+            (_, None) => {}
+        }
+    }
+    Ok(())
+}
+
+fn enforce_retention(hubs: &[Arc<Hub>]) -> Result<(), BrokerError> {
+    for hub in hubs {
+        let definition = hub.definition.read().expect("hub definition").clone();
+        let retention = Retention {
+            age_ms_max: definition.retention_age_ms,
+            bytes_max: definition.retention_bytes_max,
+        };
+        for (partition, p) in hub.partitions.iter().enumerate() {
+            let outcome =
+                p.log
+                    .enforce_retention(&retention)
+                    .map_err(|source| BrokerError::Log {
+                        hub: definition.name.clone(),
+                        partition: partition as u32,
+                        source,
+                    })?;
+            if outcome.segments_removed > 0 {
+                tracing::info!(hub = %definition.name, partition, segments = outcome.segments_removed, bytes = outcome.bytes_removed, "retention removed segments");
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn retention_task(broker: Weak<BrokerInner>, interval: Duration) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ticker.tick().await;
+    loop {
+        ticker.tick().await;
+        let Some(inner) = broker.upgrade() else {
+            return;
+        };
+        if inner.shutting_down.load(Ordering::Acquire) {
+            return;
+        }
+        let broker = Broker { inner };
+        if let Err(e) = broker.enforce_retention().await {
+            tracing::error!(error = %e, "retention failed");
+        }
+    }
+}
+
+fn lock_data_dir(dir: &Path) -> Result<File, BrokerError> {
+    let path = dir.join("LOCK");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| storage("open", &path, e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(BrokerError::Storage(format!(
+            "the data directory {} is in use by another Tributary process (is `tributary serve` running there?)",
+            dir.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(storage("lock", &path, e)),
+    }
+}
+
+/// Removes hub directories the catalog does not know (a create or delete cut short).
+fn remove_orphan_hub_dirs(dir: &Path, catalog: &Catalog) {
+    let Ok(entries) = std::fs::read_dir(dir.join("hubs")) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !catalog.hubs.contains_key(&name) {
+            tracing::warn!(dir = %entry.path().display(), "removing a hub directory that is not in the catalog");
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}

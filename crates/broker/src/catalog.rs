@@ -1,0 +1,122 @@
+//! The catalog: which event hubs exist, with their settings and consumer groups.
+//!
+//! It is one JSON file, `catalog.json`, replaced atomically (written to a temporary file,
+//! synced, renamed over the old one, directory synced), so a crash leaves either the old or the
+//! new catalog, never a mix. Partition data lives beside it in `hubs/<hub>/<partition>/`; a hub
+//! directory without a catalog entry (a crash mid-create or mid-delete) is removed on open.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tributary_event::names::name_key;
+
+use crate::BrokerError;
+
+const CATALOG_VERSION: u32 = 1;
+
+/// A consumer group as the catalog records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumerGroupDefinition {
+    /// The name as created (compared case-insensitively).
+    pub name: String,
+    /// When it was created, ms since the epoch.
+    pub created_at_ms: i64,
+}
+
+/// An event hub as the catalog records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HubDefinition {
+    /// The name as created (compared case-insensitively).
+    pub name: String,
+    /// Partitions `0..partition_count`.
+    pub partition_count: u32,
+    /// Events older than this are removed; `None` keeps them forever.
+    pub retention_age_ms: Option<i64>,
+    /// Each partition keeps at most about this many bytes; `None`: no limit.
+    pub retention_bytes_max: Option<u64>,
+    /// When it was created, ms since the epoch.
+    pub created_at_ms: i64,
+    /// Its consumer groups, `$Default` first.
+    pub consumer_groups: Vec<ConsumerGroupDefinition>,
+}
+
+impl HubDefinition {
+    /// The consumer group named `name` (any case), if the hub has it.
+    pub fn consumer_group(&self, name: &str) -> Option<&ConsumerGroupDefinition> {
+        self.consumer_groups
+            .iter()
+            .find(|g| g.name.eq_ignore_ascii_case(name))
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct CatalogFile {
+    version: u32,
+    hubs: Vec<HubDefinition>,
+}
+
+/// The catalog in memory, and where it is kept.
+#[derive(Debug)]
+pub(crate) struct Catalog {
+    path: PathBuf,
+    pub hubs: BTreeMap<String, HubDefinition>,
+}
+
+impl Catalog {
+    /// Loads `catalog.json` from `data_dir` (an empty catalog if there is none yet).
+    pub(crate) fn load(data_dir: &Path) -> Result<Catalog, BrokerError> {
+        let path = data_dir.join("catalog.json");
+        let hubs = match std::fs::read(&path) {
+            Ok(bytes) => {
+                let file: CatalogFile = serde_json::from_slice(&bytes).map_err(|e| {
+                    BrokerError::Storage(format!("{}: damaged catalog: {e}", path.display()))
+                })?;
+                if file.version != CATALOG_VERSION {
+                    return Err(BrokerError::Storage(format!(
+                        "{}: catalog version {} is not supported by this version of Tributary",
+                        path.display(),
+                        file.version
+                    )));
+                }
+                file.hubs
+                    .into_iter()
+                    .map(|h| (name_key(&h.name), h))
+                    .collect()
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => {
+                return Err(BrokerError::Storage(format!(
+                    "read {}: {e}",
+                    path.display()
+                )));
+            }
+        };
+        Ok(Catalog { path, hubs })
+    }
+
+    /// Writes the catalog durably (see the module docs).
+    pub(crate) fn save(&self) -> Result<(), BrokerError> {
+        let file = CatalogFile {
+            version: CATALOG_VERSION,
+            hubs: self.hubs.values().cloned().collect(),
+        };
+        let bytes = serde_json::to_vec_pretty(&file).expect("the catalog serialises");
+        let tmp = self.path.with_extension("json.tmp");
+        let storage = |op: &str, e: std::io::Error| {
+            BrokerError::Storage(format!("{op} {}: {e}", self.path.display()))
+        };
+        std::fs::write(&tmp, &bytes).map_err(|e| storage("write", e))?;
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| storage("sync", e))?;
+        std::fs::rename(&tmp, &self.path).map_err(|e| storage("replace", e))?;
+        let dir = self
+            .path
+            .parent()
+            .expect("the catalog is inside the data directory");
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| storage("sync directory of", e))
+    }
+}

@@ -1,0 +1,44 @@
+//! How a broker is configured.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tributary_log::LogConfig;
+
+/// Retention of an event hub when its creator does not say: one day, as Event Hubs.
+pub const RETENTION_AGE_MS_DEFAULT: i64 = 24 * 60 * 60 * 1000;
+
+/// The most consumer groups an event hub may have by default, `$Default` included (Event Hubs
+/// standard tier).
+pub const CONSUMER_GROUPS_MAX_DEFAULT: u32 = 20;
+
+/// The most partitions an event hub may have.
+pub const PARTITIONS_MAX: u32 = 1024;
+
+/// How often retention is enforced by default.
+pub const RETENTION_CHECK_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
+
+/// The configuration of a broker.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// Where everything is kept. Locked while the broker runs.
+    pub data_dir: PathBuf,
+    /// Durability, segment size and event size limit of every partition.
+    pub log: LogConfig,
+    /// The most consumer groups an event hub may have, `$Default` included.
+    pub consumer_groups_max: u32,
+    /// How often the background task enforces retention.
+    pub retention_check_interval: Duration,
+}
+
+impl BrokerConfig {
+    /// The defaults, keeping data in `data_dir`.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        BrokerConfig {
+            data_dir: data_dir.into(),
+            log: LogConfig::default(),
+            consumer_groups_max: CONSUMER_GROUPS_MAX_DEFAULT,
+            retention_check_interval: RETENTION_CHECK_INTERVAL_DEFAULT,
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! The broker core: a Tributary namespace in one process.
+//!
+//! A [`Broker`] owns a data directory. In it are event hubs (created, listed, described and
+//! deleted through the broker; their definitions persist in the catalog), each with 1 to 1024
+//! partitions — one [`tributary_log::PartitionLog`] each — and consumer groups (`$Default`
+//! always, more up to a configurable limit, names compared case-insensitively).
+//!
+//! # Sending
+//! [`Broker::send`] appends a batch to a partition chosen by id, by partition key (the Event Hubs
+//! hash, so a key lands where it would on Azure) or round-robin, and returns once the batch is
+//! acknowledged under the log's durability: with the default `fsync`, once it is on disk. A batch
+//! is all or nothing.
+//!
+//! # Receiving
+//! [`Broker::open_receiver`] opens a [`Receiver`] on (hub, consumer group, partition) from any
+//! [`tributary_event::EventPosition`], under the epoch rules of Event Hubs (see [`epochs`]).
+//! [`Receiver::receive`] returns a batch, waiting for the first event — woken by the append that
+//! makes it visible, never by polling. A receiver displaced by a higher epoch gets the distinct
+//! [`ReceiveError::Disconnected`] with [`DisconnectReason::Stolen`].
+//!
+//! # What it does not do
+//! It knows no protocol: the AMQP and HTTP front doors translate to this API. Reads of the log
+//! are synchronous file reads (from the page cache in the common case of a tailing reader),
+//! bounded to [`receiver::RECEIVE_BYTES_MAX`] per call; catalog and hub changes run on the
+//! blocking pool.
+
+mod broker;
+mod catalog;
+pub mod config;
+pub mod epochs;
+mod error;
+mod hub;
+pub mod receiver;
+
+pub use broker::{Broker, HubSpec, ReceiverSpec, SendReceipt, SendTarget};
+pub use catalog::{ConsumerGroupDefinition, HubDefinition};
+pub use config::BrokerConfig;
+pub use error::{BrokerError, DisconnectReason, ReceiveError};
+pub use receiver::{LastEnqueuedEvent, Receiver};
+pub use tributary_log::{Durability, LogConfig, PartitionProperties};

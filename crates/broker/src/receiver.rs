@@ -1,0 +1,159 @@
+//! [`Receiver`]: one open reader of one partition in one consumer group.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tributary_event::ReceivedEvent;
+use tributary_log::ReadCursor;
+
+use crate::epochs::ReceiverId;
+use crate::hub::Hub;
+use crate::{BrokerError, DisconnectReason, ReceiveError};
+
+/// The most bytes of batches one `receive` reads from the log (at least one event is always
+/// returned, however large).
+pub const RECEIVE_BYTES_MAX: u64 = 4 * 1024 * 1024;
+
+/// How the broker reaches an open receiver to disconnect it.
+#[derive(Debug, Default)]
+pub(crate) struct ReceiverControl {
+    reason: Mutex<Option<DisconnectReason>>,
+    wake: Notify,
+}
+
+impl ReceiverControl {
+    pub(crate) fn disconnect(&self, reason: DisconnectReason) {
+        self.reason
+            .lock()
+            .expect("receiver control")
+            .get_or_insert(reason);
+        // `notify_one` keeps a permit if the receiver is not waiting right now.
+        self.wake.notify_one();
+    }
+
+    fn reason(&self) -> Option<DisconnectReason> {
+        self.reason.lock().expect("receiver control").clone()
+    }
+}
+
+/// The newest event of a partition as a receiver last saw it (the runtime metric Event Hubs
+/// receivers can ask for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastEnqueuedEvent {
+    /// Its sequence number (-1 if the partition never had an event).
+    pub sequence_number: i64,
+    /// Its offset, if the partition ever had an event.
+    pub offset: Option<u64>,
+    /// Its enqueued time, if the partition ever had an event.
+    pub enqueued_time_ms: Option<i64>,
+    /// When this was read, ms since the epoch.
+    pub retrieved_time_ms: i64,
+}
+
+/// A reader of one partition in one consumer group, opened with
+/// [`crate::Broker::open_receiver`]. Dropping it closes it.
+pub struct Receiver {
+    pub(crate) hub: Arc<Hub>,
+    pub(crate) group: String,
+    pub(crate) partition: u32,
+    pub(crate) id: ReceiverId,
+    pub(crate) epoch: Option<i64>,
+    pub(crate) cursor: ReadCursor,
+    pub(crate) commits: watch::Receiver<i64>,
+    pub(crate) control: Arc<ReceiverControl>,
+    pub(crate) last_enqueued: Option<LastEnqueuedEvent>,
+}
+
+impl std::fmt::Debug for Receiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver")
+            .field("hub", &self.hub.name())
+            .field("group", &self.group)
+            .field("partition", &self.partition)
+            .field("epoch", &self.epoch)
+            .field("next_sequence", &self.cursor.next_sequence())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Receiver {
+    /// Up to `max_events` events from the receiver's position on. Waits up to `wait` for the
+    /// first one — woken by the append that brings it, not by polling — and returns an empty
+    /// batch if none arrives in time.
+    ///
+    /// Fails with [`ReceiveError::Disconnected`] once the broker has disconnected the receiver
+    /// (a higher epoch took the partition, its group or hub was deleted, or shutdown).
+    pub async fn receive(
+        &mut self,
+        max_events: usize,
+        wait: Duration,
+    ) -> Result<Vec<ReceivedEvent>, ReceiveError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if let Some(reason) = self.control.reason() {
+                return Err(ReceiveError::Disconnected(reason));
+            }
+            self.commits.borrow_and_update();
+            let events = self.read(max_events)?;
+            if !events.is_empty() || max_events == 0 {
+                return Ok(events);
+            }
+            tokio::select! {
+                () = self.control.wake.notified() => {}
+                changed = self.commits.changed() => {
+                    if changed.is_err() {
+                        return Err(ReceiveError::Disconnected(DisconnectReason::HubDeleted));
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
+            }
+        }
+    }
+
+    fn read(&mut self, max_events: usize) -> Result<Vec<ReceivedEvent>, BrokerError> {
+        let log = &self.hub.partitions[self.partition as usize].log;
+        let events = log
+            .read(&mut self.cursor, max_events, RECEIVE_BYTES_MAX)
+            .map_err(|source| BrokerError::Log {
+                hub: self.hub.name(),
+                partition: self.partition,
+                source,
+            })?;
+        let properties = log.properties();
+        self.last_enqueued = Some(LastEnqueuedEvent {
+            sequence_number: properties.last_enqueued_sequence_number,
+            offset: properties.last_enqueued_offset,
+            enqueued_time_ms: properties.last_enqueued_time_ms,
+            retrieved_time_ms: self.hub.clock.now_ms(),
+        });
+        Ok(events)
+    }
+
+    /// The partition this receiver reads.
+    pub fn partition(&self) -> u32 {
+        self.partition
+    }
+
+    /// The epoch (owner level) it was opened with, if any.
+    pub fn epoch(&self) -> Option<i64> {
+        self.epoch
+    }
+
+    /// The sequence number of the next event it will return.
+    pub fn next_sequence(&self) -> i64 {
+        self.cursor.next_sequence()
+    }
+
+    /// The partition's newest event as of the last `receive`.
+    pub fn last_enqueued(&self) -> Option<LastEnqueuedEvent> {
+        self.last_enqueued
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.hub
+            .close_receiver(&self.group, self.partition, self.id);
+    }
+}
