@@ -1,0 +1,501 @@
+//! Every command and flag of `tributary`, with its documentation; `--help` is generated from
+//! these definitions. Values with a syntax of their own (positions, durations, sizes,
+//! properties) are parsed here, so a bad one is reported before anything runs.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use tributary_event::{EventPosition, PropertyValue};
+use tributary_log::Durability;
+
+/// Tributary: a partitioned, durable event hub with epoch receivers and consumer groups.
+#[derive(Debug, Parser)]
+#[command(name = "tributary", version, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every command takes.
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// The data directory: the catalog, every hub's partitions. Only one process may use it.
+    #[arg(
+        long,
+        global = true,
+        env = "TRIBUTARY_DATA_DIR",
+        default_value = "tributary-data"
+    )]
+    pub data_dir: PathBuf,
+    /// When appends are acknowledged: `fsync` (after fdatasync, group-committed; survives power
+    /// loss), `interval:<ms>` (synced every <ms>), or `none` (left to the OS).
+    #[arg(long, global = true, env = "TRIBUTARY_DURABILITY", default_value = "fsync", value_parser = parse_durability)]
+    pub durability: Durability,
+    /// The largest event accepted, in bytes.
+    #[arg(long, global = true, default_value_t = tributary_log::limits::EVENT_BYTES_MAX_DEFAULT)]
+    pub event_bytes_max: u32,
+    /// Log level for diagnostics on stderr (error, warn, info, debug, trace), or a tracing filter.
+    #[arg(long, global = true, env = "TRIBUTARY_LOG", default_value = "warn")]
+    pub log: String,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the hub on its data directory until interrupted (Ctrl-C). On an empty data directory
+    /// it first creates the hub named by --hub.
+    Serve(ServeArgs),
+    /// Create, list, show and delete event hubs.
+    #[command(subcommand)]
+    Hub(HubCommand),
+    /// Create, list and delete consumer groups.
+    #[command(subcommand)]
+    Group(GroupCommand),
+    /// Send events to a hub: one per input line, or JSON lines with body, key and properties.
+    Send(SendArgs),
+    /// Receive events from a hub's partitions, from any position, optionally following.
+    Receive(ReceiveArgs),
+    /// Measure the partition log: append throughput and acknowledgement latency, reads,
+    /// recovery, memory.
+    Bench(crate::bench::BenchArgs),
+}
+
+/// `tributary serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The hub to create when the data directory has none.
+    #[arg(long, default_value = "events")]
+    pub hub: String,
+    /// Partitions of that hub.
+    #[arg(long, default_value_t = 4)]
+    pub partitions: u32,
+    /// How often retention is enforced.
+    #[arg(long, default_value = "60s", value_parser = parse_duration_ms)]
+    pub retention_check: i64,
+}
+
+/// `tributary hub …`.
+#[derive(Debug, Subcommand)]
+pub enum HubCommand {
+    /// Create an event hub (with the $Default consumer group).
+    Create {
+        /// Its name: letters, digits, '.', '-', '_'; starting and ending with a letter or digit.
+        name: String,
+        /// How many partitions (1 to 1024).
+        #[arg(long, short, default_value_t = 4)]
+        partitions: u32,
+        /// How long events are kept, e.g. `1h`, `7d`, or `forever`.
+        #[arg(long, default_value = "1d", value_parser = parse_retention)]
+        retention: RetentionAge,
+        /// The most bytes each partition keeps (e.g. `10GiB`); the oldest segments go first.
+        #[arg(long, value_parser = parse_bytes)]
+        retention_bytes: Option<u64>,
+    },
+    /// List the event hubs.
+    List,
+    /// Show an event hub: its settings, consumer groups and each partition's properties.
+    Show {
+        /// The hub.
+        name: String,
+    },
+    /// Delete an event hub and all its events.
+    Delete {
+        /// The hub.
+        name: String,
+    },
+}
+
+/// `tributary group …`.
+#[derive(Debug, Subcommand)]
+pub enum GroupCommand {
+    /// Create a consumer group.
+    Create {
+        /// The hub.
+        hub: String,
+        /// The group's name.
+        name: String,
+    },
+    /// List a hub's consumer groups.
+    List {
+        /// The hub.
+        hub: String,
+    },
+    /// Delete a consumer group ($Default cannot be deleted).
+    Delete {
+        /// The hub.
+        hub: String,
+        /// The group.
+        name: String,
+    },
+}
+
+/// How `send` reads its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InputFormat {
+    /// Each line is one event's body.
+    Lines,
+    /// Each line is a JSON object: {"body": …, "partition_key"?, "partition"?, "properties"?,
+    /// "content_type"?, "correlation_id"?, "message_id"?}. A string body is sent as UTF-8; any
+    /// other JSON value is sent as its JSON text.
+    Json,
+}
+
+/// `tributary send`.
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    /// The hub to send to.
+    pub hub: String,
+    /// Read events from this file instead of standard input. A file is checked completely
+    /// before the first event is sent, so a bad line sends nothing.
+    #[arg(long, short)]
+    pub file: Option<PathBuf>,
+    /// The input format.
+    #[arg(long, value_enum, default_value_t = InputFormat::Lines)]
+    pub format: InputFormat,
+    /// Route every event by this partition key (the Event Hubs hash).
+    #[arg(long, short, conflicts_with = "partition")]
+    pub key: Option<String>,
+    /// Send every event to this partition id.
+    #[arg(long, short)]
+    pub partition: Option<String>,
+    /// An application property for every event, `name=value`; the value is typed as a
+    /// boolean, an integer, a float or else a string. Repeat for more.
+    #[arg(long = "property", value_parser = parse_property)]
+    pub properties: Vec<(String, PropertyValue)>,
+    /// The most events in one batch (each batch is appended atomically).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub batch_size: u32,
+    /// Print one JSON line per acknowledged batch to standard output (partition, first
+    /// sequence number, offsets, enqueued time).
+    #[arg(long)]
+    pub receipts: bool,
+}
+
+/// How `receive` prints events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// One line per event: its body.
+    Text,
+    /// One JSON object per line, with the system properties and application properties.
+    Json,
+}
+
+/// `tributary receive`.
+#[derive(Debug, Args)]
+pub struct ReceiveArgs {
+    /// The hub to receive from.
+    pub hub: String,
+    /// The consumer group.
+    #[arg(long, short, default_value = "$Default")]
+    pub group: String,
+    /// Only this partition id (default: all partitions).
+    #[arg(long, short)]
+    pub partition: Option<String>,
+    /// Where to start: `earliest`, `latest`, `seq:<n>`, `offset:<n>`, or `time:<RFC 3339 or
+    /// ms since the epoch>`.
+    #[arg(long, default_value = "earliest", value_parser = parse_position)]
+    pub from: PositionArg,
+    /// Start after the given sequence number, offset or time instead of at it.
+    #[arg(long)]
+    pub exclusive: bool,
+    /// Stop after this many events.
+    #[arg(long, short = 'n')]
+    pub count: Option<u64>,
+    /// Keep waiting for new events (until Ctrl-C or --count).
+    #[arg(long, short)]
+    pub follow: bool,
+    /// Open epoch receivers with this owner level (disconnecting lower ones).
+    #[arg(long)]
+    pub owner_level: Option<i64>,
+    /// The output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+}
+
+/// A start position as given on the command line (inclusive until `--exclusive` says not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PositionArg {
+    /// `earliest`.
+    Earliest,
+    /// `latest`.
+    Latest,
+    /// `seq:<n>`.
+    Sequence(i64),
+    /// `offset:<n>`.
+    Offset(u64),
+    /// `time:<…>`, in ms since the epoch.
+    Time(i64),
+}
+
+impl PositionArg {
+    /// The event position this means.
+    pub fn to_position(self, exclusive: bool) -> EventPosition {
+        let inclusive = !exclusive;
+        match self {
+            PositionArg::Earliest => EventPosition::Earliest,
+            PositionArg::Latest => EventPosition::Latest,
+            PositionArg::Sequence(sequence_number) => EventPosition::SequenceNumber {
+                sequence_number,
+                inclusive,
+            },
+            PositionArg::Offset(offset) => EventPosition::Offset { offset, inclusive },
+            PositionArg::Time(enqueued_time_ms) => EventPosition::EnqueuedTime {
+                enqueued_time_ms,
+                inclusive,
+            },
+        }
+    }
+}
+
+fn parse_durability(s: &str) -> Result<Durability, String> {
+    s.parse()
+}
+
+/// Parses `earliest`, `latest`, `seq:<n>`, `offset:<n>`, `time:<RFC 3339 | ms>`.
+pub fn parse_position(s: &str) -> Result<PositionArg, String> {
+    match s {
+        "earliest" => return Ok(PositionArg::Earliest),
+        "latest" => return Ok(PositionArg::Latest),
+        _ => {}
+    }
+    let (kind, value) = s.split_once(':').ok_or_else(|| {
+        format!("unknown position {s:?}: use earliest, latest, seq:<n>, offset:<n> or time:<…>")
+    })?;
+    match kind {
+        "seq" => value
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .map(PositionArg::Sequence)
+            .ok_or_else(|| {
+                format!("invalid sequence number {value:?}: expected a whole number ≥ 0")
+            }),
+        "offset" => value
+            .parse::<u64>()
+            .map(PositionArg::Offset)
+            .map_err(|_| format!("invalid offset {value:?}: expected a whole number ≥ 0")),
+        "time" => parse_time_ms(value).map(PositionArg::Time),
+        _ => Err(format!(
+            "unknown position kind {kind:?}: use seq, offset or time"
+        )),
+    }
+}
+
+/// Parses an RFC 3339 time or milliseconds since the Unix epoch.
+pub fn parse_time_ms(value: &str) -> Result<i64, String> {
+    if let Ok(ms) = value.parse::<i64>() {
+        return Ok(ms);
+    }
+    let t = time::OffsetDateTime::parse(value, &time::format_description::well_known::Rfc3339)
+        .map_err(|e| format!("invalid time {value:?}: {e} (expected RFC 3339, e.g. 2026-11-22T10:00:00Z, or ms since the epoch)"))?;
+    i64::try_from(t.unix_timestamp_nanos() / 1_000_000)
+        .map_err(|_| format!("time {value:?} is out of range"))
+}
+
+/// Parses a duration like `500ms`, `30s`, `15m`, `1h`, `7d` into milliseconds.
+pub fn parse_duration_ms(s: &str) -> Result<i64, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let n: i64 = digits.parse().map_err(|_| {
+        format!("invalid duration {s:?}: expected a number and a unit, e.g. 30s, 1h, 7d")
+    })?;
+    let scale = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => {
+            return Err(format!(
+                "invalid duration unit in {s:?}: use ms, s, m, h or d"
+            ));
+        }
+    };
+    match n.checked_mul(scale) {
+        Some(ms) if ms > 0 => Ok(ms),
+        _ => Err(format!(
+            "invalid duration {s:?}: must be above 0 and not absurdly large"
+        )),
+    }
+}
+
+/// How long a hub keeps events, in ms; `None` is forever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionAge(pub Option<i64>);
+
+fn parse_retention(s: &str) -> Result<RetentionAge, String> {
+    if s == "forever" {
+        return Ok(RetentionAge(None));
+    }
+    parse_duration_ms(s).map(|ms| RetentionAge(Some(ms)))
+}
+
+/// Parses a size like `512`, `64KiB`, `10MiB`, `2GiB` (also KB/MB/GB as powers of 1000).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| {
+        format!("invalid size {s:?}: expected a number and an optional unit, e.g. 10GiB")
+    })?;
+    let scale: u64 = match unit {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => {
+            return Err(format!(
+                "invalid size unit in {s:?}: use B, KiB, MiB, GiB, TiB, KB, MB or GB"
+            ));
+        }
+    };
+    match n.checked_mul(scale) {
+        Some(bytes) if bytes > 0 => Ok(bytes),
+        _ => Err(format!("invalid size {s:?}: must be above 0")),
+    }
+}
+
+/// Parses `name=value`, typing the value as bool, integer, float or string.
+pub fn parse_property(s: &str) -> Result<(String, PropertyValue), String> {
+    let (name, value) = s
+        .split_once('=')
+        .ok_or_else(|| format!("invalid property {s:?}: expected name=value"))?;
+    if name.is_empty() {
+        return Err(format!("invalid property {s:?}: the name is empty"));
+    }
+    let typed = match value {
+        "true" => PropertyValue::Bool(true),
+        "false" => PropertyValue::Bool(false),
+        _ => value
+            .parse::<i64>()
+            .map(PropertyValue::Int64)
+            .or_else(|_| value.parse::<f64>().map(PropertyValue::Float64))
+            .unwrap_or_else(|_| PropertyValue::String(value.to_owned())),
+    };
+    Ok((name.to_owned(), typed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("tributary").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_command_definitions_are_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn global_flags_parse_anywhere() {
+        let cli = parse(&[
+            "hub",
+            "list",
+            "--data-dir",
+            "/tmp/x",
+            "--durability",
+            "interval:50",
+        ])
+        .unwrap();
+        assert_eq!(cli.global.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(
+            cli.global.durability,
+            Durability::Interval(std::time::Duration::from_millis(50))
+        );
+        assert!(parse(&["hub", "list", "--durability", "sometimes"]).is_err());
+    }
+
+    #[test]
+    fn send_flags() {
+        let cli = parse(&[
+            "send",
+            "h",
+            "-k",
+            "dev-1",
+            "--property",
+            "n=3",
+            "--property",
+            "ok=true",
+            "--receipts",
+        ])
+        .unwrap();
+        let Command::Send(send) = cli.command else {
+            panic!("send")
+        };
+        assert_eq!(send.key.as_deref(), Some("dev-1"));
+        assert_eq!(send.properties[0], ("n".into(), PropertyValue::Int64(3)));
+        assert_eq!(send.properties[1], ("ok".into(), PropertyValue::Bool(true)));
+        assert!(send.receipts);
+        assert!(
+            parse(&["send", "h", "-k", "a", "-p", "0"]).is_err(),
+            "key and partition conflict"
+        );
+        assert!(parse(&["send", "h", "--batch-size", "0"]).is_err());
+        assert!(parse(&["send", "h", "--property", "novalue"]).is_err());
+    }
+
+    #[test]
+    fn positions() {
+        assert_eq!(parse_position("earliest"), Ok(PositionArg::Earliest));
+        assert_eq!(parse_position("seq:42"), Ok(PositionArg::Sequence(42)));
+        assert_eq!(parse_position("offset:7"), Ok(PositionArg::Offset(7)));
+        assert_eq!(parse_position("time:1000"), Ok(PositionArg::Time(1000)));
+        assert_eq!(
+            parse_position("time:1970-01-01T00:00:01Z"),
+            Ok(PositionArg::Time(1000))
+        );
+        for bad in [
+            "seq:-1",
+            "seq:x",
+            "offset:-3",
+            "time:yesterday",
+            "middle",
+            "page:3",
+        ] {
+            assert!(parse_position(bad).is_err(), "{bad}");
+        }
+        let cli = parse(&["receive", "h", "--from", "seq:5", "--exclusive", "-n", "3"]).unwrap();
+        let Command::Receive(r) = cli.command else {
+            panic!("receive")
+        };
+        assert_eq!(
+            r.from.to_position(r.exclusive),
+            EventPosition::SequenceNumber {
+                sequence_number: 5,
+                inclusive: false
+            }
+        );
+        assert_eq!(r.count, Some(3));
+    }
+
+    #[test]
+    fn durations_sizes_and_retention() {
+        assert_eq!(parse_duration_ms("30s"), Ok(30_000));
+        assert_eq!(parse_duration_ms("7d"), Ok(7 * 86_400_000));
+        assert!(parse_duration_ms("0s").is_err());
+        assert!(parse_duration_ms("10y").is_err());
+        assert_eq!(parse_bytes("10GiB"), Ok(10 << 30));
+        assert_eq!(parse_bytes("512"), Ok(512));
+        assert!(parse_bytes("1PB").is_err());
+        assert_eq!(parse_retention("forever"), Ok(RetentionAge(None)));
+        let cli = parse(&["hub", "create", "h", "-p", "8", "--retention", "2h"]).unwrap();
+        let Command::Hub(HubCommand::Create {
+            partitions,
+            retention,
+            ..
+        }) = cli.command
+        else {
+            panic!("hub create")
+        };
+        assert_eq!(partitions, 8);
+        assert_eq!(retention, RetentionAge(Some(7_200_000)));
+    }
+}

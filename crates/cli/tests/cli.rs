@@ -1,0 +1,305 @@
+//! The `tributary` binary as a user runs it.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn tributary(data: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tributary"));
+    cmd.arg("--data-dir").arg(data).args(args);
+    cmd
+}
+
+fn run(data: &Path, args: &[&str]) -> Output {
+    tributary(data, args).output().expect("run tributary")
+}
+
+fn run_ok(data: &Path, args: &[&str]) -> String {
+    let out = run(data, args);
+    assert!(
+        out.status.success(),
+        "tributary {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn run_err(data: &Path, args: &[&str]) -> String {
+    let out = run(data, args);
+    assert_eq!(out.status.code(), Some(1), "tributary {args:?} should fail");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+fn send_stdin(data: &Path, args: &[&str], input: &str) -> Output {
+    let mut child = tributary(data, args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn hubs_and_groups_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    assert!(run_ok(d, &["hub", "create", "orders", "--partitions", "3"]).contains("3 partitions"));
+    assert!(run_ok(d, &["hub", "list"]).starts_with("orders\t3 partitions"));
+    run_ok(d, &["group", "create", "orders", "billing"]);
+    assert_eq!(
+        run_ok(d, &["group", "list", "orders"]),
+        "$Default\nbilling\n"
+    );
+    let show = run_ok(d, &["hub", "show", "ORDERS"]);
+    assert!(
+        show.contains("consumer groups: $Default, billing"),
+        "{show}"
+    );
+    run_ok(d, &["group", "delete", "orders", "billing"]);
+    run_ok(d, &["hub", "delete", "orders"]);
+    assert_eq!(run_ok(d, &["hub", "list"]), "");
+}
+
+#[test]
+fn lines_sent_are_lines_received() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run_ok(d, &["hub", "create", "h", "-p", "1"]);
+    let out = send_stdin(d, &["send", "h"], "alpha\nbeta\ngamma\n");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("sent 3 events"));
+    assert_eq!(run_ok(d, &["receive", "h"]), "alpha\nbeta\ngamma\n");
+    assert_eq!(
+        run_ok(d, &["receive", "h", "--from", "seq:1"]),
+        "beta\ngamma\n"
+    );
+    assert_eq!(
+        run_ok(d, &["receive", "h", "--from", "seq:1", "--exclusive"]),
+        "gamma\n"
+    );
+    assert_eq!(run_ok(d, &["receive", "h", "-n", "2"]), "alpha\nbeta\n");
+    assert_eq!(run_ok(d, &["receive", "h", "--from", "latest"]), "");
+}
+
+#[test]
+fn json_lines_carry_keys_and_properties_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run_ok(d, &["hub", "create", "h", "-p", "4"]);
+    let key_partition = tributary_event::partition_for_key("dev-1", 4).to_string();
+    let other = ((tributary_event::partition_for_key("dev-1", 4) + 1) % 4).to_string();
+    let input = format!(
+        "{}\n{}\n",
+        r#"{"body": "one", "partition_key": "dev-1", "properties": {"n": 1}}"#,
+        format_args!(r#"{{"body": {{"temp": 20}}, "partition": "{other}"}}"#)
+    );
+    let out = send_stdin(
+        d,
+        &[
+            "send",
+            "h",
+            "--format",
+            "json",
+            "--property",
+            "src=test",
+            "--receipts",
+        ],
+        &input,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let receipts: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(receipts.len(), 2);
+    assert_eq!(receipts[1]["partition"], other.as_str());
+    assert_eq!(receipts[0]["partition"], key_partition.as_str());
+    let received = run_ok(
+        d,
+        &[
+            "receive",
+            "h",
+            "--format",
+            "json",
+            "--partition",
+            &key_partition,
+        ],
+    );
+    let event: Value = serde_json::from_str(received.lines().next().unwrap()).unwrap();
+    assert_eq!(event["body"], "one");
+    assert_eq!(event["partition_key"], "dev-1");
+    assert_eq!(event["properties"]["n"], 1);
+    assert_eq!(event["properties"]["src"], "test");
+    assert_eq!(event["sequence_number"], 0);
+    assert_eq!(event["offset"], receipts[0]["offsets"][0]);
+    let received = run_ok(
+        d,
+        &["receive", "h", "--format", "json", "--partition", &other],
+    );
+    let event: Value = serde_json::from_str(received.trim()).unwrap();
+    assert_eq!(event["body"], r#"{"temp":20}"#);
+}
+
+#[test]
+fn mistakes_get_readable_errors_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run_ok(d, &["hub", "create", "h", "-p", "2"]);
+    assert!(run_err(d, &["hub", "create", "bad name"]).contains("invalid event hub name"));
+    assert!(run_err(d, &["hub", "create", "x", "-p", "2000"]).contains("1 to 1024 partitions"));
+    assert!(run_err(d, &["receive", "nope"]).contains("event hub \"nope\" does not exist"));
+    assert!(run_err(d, &["receive", "h", "-p", "5"]).contains("invalid partition id \"5\""));
+    let err = run_err(d, &["receive", "h", "-p", "0", "--from", "seq:10"]);
+    assert!(
+        err.contains("sequence number 10 is not in the partition"),
+        "{err}"
+    );
+    assert!(run_err(d, &["group", "delete", "h", "$Default"]).contains("cannot be deleted"));
+    // A bad line in a file: nothing is sent.
+    let file = d.join("events.jsonl");
+    std::fs::write(&file, "{\"body\": \"ok\"}\n{\"body\": \"ok\"}\nnot json\n").unwrap();
+    let err = run_err(
+        d,
+        &[
+            "send",
+            "h",
+            "--format",
+            "json",
+            "--file",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert!(err.contains("line 3: invalid JSON"), "{err}");
+    assert!(err.contains("nothing was sent"), "{err}");
+    let out = send_stdin(d, &["send", "h", "-p", "9"], "x\n");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(run_ok(d, &["receive", "h"]), "", "nothing was written");
+    // Usage errors come from the argument parser with status 2.
+    assert_eq!(
+        run(d, &["receive", "h", "--from", "middle"]).status.code(),
+        Some(2)
+    );
+}
+
+#[test]
+fn an_oversize_event_refuses_its_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run_ok(d, &["hub", "create", "h", "-p", "1"]);
+    let big = "x".repeat(2000);
+    let out = send_stdin(
+        d,
+        &["--event-bytes-max", "1000", "send", "h"],
+        &format!("small\n{big}\n"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("over the limit of 1000 bytes"), "{err}");
+    assert_eq!(
+        run_ok(d, &["receive", "h"]),
+        "",
+        "the whole batch was refused"
+    );
+}
+
+#[test]
+fn a_running_hub_holds_its_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut serve = tributary(d, &["serve", "--hub", "events", "--partitions", "2"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(serve.stderr.take().unwrap());
+    let mut banner = String::new();
+    while !banner.contains("press Ctrl-C") {
+        assert!(
+            stderr.read_line(&mut banner).unwrap() > 0,
+            "serve exited: {banner}"
+        );
+    }
+    assert!(banner.contains("hub \"events\": 2 partitions"), "{banner}");
+    let err = run_err(d, &["hub", "list"]);
+    assert!(err.contains("in use by another Tributary process"), "{err}");
+    serve.kill().unwrap();
+    serve.wait().unwrap();
+    assert!(run_ok(d, &["hub", "list"]).starts_with("events"));
+}
+
+/// `kill -9` a writer while it appends; every batch it acknowledged must be there afterwards.
+#[test]
+fn acknowledged_events_survive_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run_ok(d, &["hub", "create", "h", "-p", "4"]);
+    let mut writer = tributary(d, &["send", "h", "--receipts", "--batch-size", "20"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = writer.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        // Writes until the pipe breaks (the writer was killed).
+        for i in 0u64.. {
+            if writeln!(stdin, "event-{i}").is_err() {
+                return;
+            }
+        }
+    });
+    let mut acknowledged = Vec::new();
+    let mut receipts = BufReader::new(writer.stdout.take().unwrap());
+    let mut line = String::new();
+    while acknowledged.len() < 300 {
+        line.clear();
+        assert!(
+            receipts.read_line(&mut line).unwrap() > 0,
+            "the writer stopped early"
+        );
+        let receipt: Value = serde_json::from_str(&line).unwrap();
+        acknowledged.push(receipt);
+    }
+    writer.kill().unwrap(); // SIGKILL
+    writer.wait().unwrap();
+    feeder.join().unwrap();
+
+    let mut present = std::collections::HashSet::new();
+    for line in run_ok(d, &["receive", "h", "--format", "json"]).lines() {
+        let e: Value = serde_json::from_str(line).unwrap();
+        present.insert((
+            e["partition"].as_str().unwrap().to_owned(),
+            e["sequence_number"].as_i64().unwrap(),
+        ));
+    }
+    let mut checked = 0;
+    for receipt in &acknowledged {
+        let partition = receipt["partition"].as_str().unwrap().to_owned();
+        let first = receipt["first_sequence_number"].as_i64().unwrap();
+        for seq in first..first + receipt["count"].as_i64().unwrap() {
+            assert!(
+                present.contains(&(partition.clone(), seq)),
+                "acknowledged event {partition}/{seq} is missing"
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 300 * 20);
+}
