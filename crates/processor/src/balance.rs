@@ -1,0 +1,312 @@
+//! Which partitions a host should claim this cycle: a pure, deterministic function.
+//!
+//! [`plan_claims`] takes every ownership record of the consumer group, this host's owner id, the
+//! hub's partition ids, an [`ExpiryTracker`] and the caller's monotonic "now", and returns the
+//! claims to send to the store. It does no I/O, reads no clock and uses no randomness, so a test
+//! can replay any situation exactly.
+//!
+//! # Rules
+//!
+//! - **Expiry is local and monotonic.** The tracker remembers, per partition, the
+//!   [`Instant`] at which this host last saw the record's `version` change. A record whose
+//!   version has not moved for the ownership expiration is expired. Wall-clock
+//!   `last_modified_time_ms` values from other machines are never compared (clock skew between
+//!   hosts cannot make a live owner look dead). A record seen for the first time counts as just
+//!   changed, so a new host waits a full expiration before declaring anyone dead.
+//! - **Free partitions** have no record, were relinquished (owner `""`), or are expired.
+//! - **Active owners** own at least one unexpired record; this host is always one. With `P`
+//!   partitions and `N` active owners every owner should hold `⌊P/N⌋` or `⌈P/N⌉`, and at most
+//!   `P mod N` of them the larger share.
+//! - **Free partitions first, all at once.** A host short of its share claims every free
+//!   partition it is short of in one cycle (one host on a 32-partition hub claims all 32 on its
+//!   first cycle).
+//! - **Steal only when nothing is free**, and only from an owner holding at least two more
+//!   partitions than this host — the most loaded first, which is an owner above the larger share
+//!   when there is one, else one at the larger share while this host is below the smaller. Every
+//!   steal therefore narrows the spread, and once every owner is within one of the others nothing
+//!   is ever stolen. [`LoadBalancingStrategy::Balanced`] steals one partition per cycle,
+//!   [`LoadBalancingStrategy::Greedy`] all it is short of.
+//! - **Renew what is mine.** Every record this host owns is re-claimed with its current etag each
+//!   cycle; that bumps its version, which is how other hosts see this one is alive. In steady
+//!   state renewals are the only claims.
+//! - **Spread the contention.** Hosts rank candidate partitions by a hash of (host, partition)
+//!   (rendezvous hashing), so hosts starting together reach for different partitions first and
+//!   few claims collide.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::options::LoadBalancingStrategy;
+use crate::store::Ownership;
+
+/// Per partition, when this host last saw its ownership version change.
+#[derive(Debug, Clone)]
+pub struct ExpiryTracker {
+    expiration: Duration,
+    seen: HashMap<String, SeenVersion>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SeenVersion {
+    version: i64,
+    changed_at: Instant,
+}
+
+impl ExpiryTracker {
+    /// A tracker declaring records expired after `expiration` without a version change.
+    pub fn new(expiration: Duration) -> Self {
+        assert!(!expiration.is_zero());
+        ExpiryTracker {
+            expiration,
+            seen: HashMap::new(),
+        }
+    }
+
+    /// Records the versions in `records` as seen at `now`.
+    pub fn observe(&mut self, records: &[Ownership], now: Instant) {
+        for record in records {
+            let seen = self
+                .seen
+                .entry(record.partition_id.clone())
+                .or_insert(SeenVersion {
+                    version: record.version,
+                    changed_at: now,
+                });
+            if seen.version != record.version {
+                seen.version = record.version;
+                seen.changed_at = now;
+            }
+            assert!(seen.changed_at <= now, "the caller's clock went backwards");
+        }
+    }
+
+    /// Whether the record of `partition_id` has kept one version for the whole expiration.
+    /// A partition never observed is not expired (it has no record to expire).
+    pub fn is_expired(&self, partition_id: &str, now: Instant) -> bool {
+        self.seen
+            .get(partition_id)
+            .is_some_and(|seen| now.saturating_duration_since(seen.changed_at) >= self.expiration)
+    }
+}
+
+/// What the balancer looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct BalanceInput<'a> {
+    /// Every ownership record of the consumer group on the hub.
+    pub records: &'a [Ownership],
+    /// This host's owner id (never empty).
+    pub my_owner_id: &'a str,
+    /// The hub's partition ids.
+    pub partition_ids: &'a [String],
+    /// How eagerly to steal.
+    pub strategy: LoadBalancingStrategy,
+}
+
+/// One claim to send to the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The partition.
+    pub partition_id: String,
+    /// The etag to claim against (`None`: the partition has no record yet).
+    pub etag: Option<String>,
+    /// Why the claim is made.
+    pub reason: ClaimReason,
+}
+
+/// Why a [`Claim`] is made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimReason {
+    /// This host owns the partition and proves it is alive.
+    Renew,
+    /// No record exists for the partition.
+    Unclaimed,
+    /// The previous owner released the partition.
+    Relinquished,
+    /// The owner's record has not been renewed for the ownership expiration.
+    Expired {
+        /// Who had it.
+        previous_owner: String,
+    },
+    /// Taken from an owner with more than its share.
+    Steal {
+        /// Who has it.
+        from: String,
+    },
+}
+
+impl Claim {
+    /// Whether this claim renews a partition this host already owns.
+    pub fn is_renewal(&self) -> bool {
+        self.reason == ClaimReason::Renew
+    }
+}
+
+/// How the partitions look to this host this cycle.
+struct Landscape<'a> {
+    mine: Vec<&'a Ownership>,
+    free: Vec<Claim>,
+    /// Other active owners and their unexpired records.
+    others: BTreeMap<&'a str, Vec<&'a Ownership>>,
+    partition_count: usize,
+}
+
+/// The claims this host should make now: renewals of everything it owns, then whatever it takes.
+///
+/// Updates `tracker` with the versions in `input.records` as seen at `now` first.
+pub fn plan_claims(
+    input: &BalanceInput<'_>,
+    tracker: &mut ExpiryTracker,
+    now: Instant,
+) -> Vec<Claim> {
+    assert!(!input.my_owner_id.is_empty());
+    tracker.observe(input.records, now);
+    let mut landscape = survey(input, tracker, now);
+    let mut claims: Vec<Claim> = landscape
+        .mine
+        .iter()
+        .map(|record| Claim {
+            partition_id: record.partition_id.clone(),
+            etag: record.etag.clone(),
+            reason: ClaimReason::Renew,
+        })
+        .collect();
+    let short = my_target(&landscape).saturating_sub(landscape.mine.len());
+    if short == 0 {
+        return claims;
+    }
+    if !landscape.free.is_empty() {
+        let me = input.my_owner_id;
+        landscape
+            .free
+            .sort_by_key(|claim| std::cmp::Reverse(preference(me, &claim.partition_id)));
+        claims.extend(landscape.free.into_iter().take(short));
+        return claims;
+    }
+    let steals_max = match input.strategy {
+        LoadBalancingStrategy::Balanced => 1,
+        LoadBalancingStrategy::Greedy => short,
+    };
+    claims.extend(plan_steals(input.my_owner_id, &mut landscape, steals_max));
+    claims
+}
+
+/// Sorts each partition into mine, free or another active owner's.
+fn survey<'a>(input: &BalanceInput<'a>, tracker: &ExpiryTracker, now: Instant) -> Landscape<'a> {
+    let records: HashMap<&str, &Ownership> = input
+        .records
+        .iter()
+        .map(|record| (record.partition_id.as_str(), record))
+        .collect();
+    let partition_ids: BTreeSet<&str> = input.partition_ids.iter().map(String::as_str).collect();
+    let mut landscape = Landscape {
+        mine: Vec::new(),
+        free: Vec::new(),
+        others: BTreeMap::new(),
+        partition_count: partition_ids.len(),
+    };
+    for partition_id in partition_ids {
+        let free = |etag: Option<String>, reason| Claim {
+            partition_id: partition_id.to_owned(),
+            etag,
+            reason,
+        };
+        match records.get(partition_id) {
+            None => landscape.free.push(free(None, ClaimReason::Unclaimed)),
+            Some(record) if record.is_relinquished() => landscape
+                .free
+                .push(free(record.etag.clone(), ClaimReason::Relinquished)),
+            Some(record) if record.owner_id == input.my_owner_id => landscape.mine.push(record),
+            Some(record) if tracker.is_expired(partition_id, now) => {
+                landscape.free.push(free(
+                    record.etag.clone(),
+                    ClaimReason::Expired {
+                        previous_owner: record.owner_id.clone(),
+                    },
+                ));
+            }
+            Some(record) => landscape
+                .others
+                .entry(record.owner_id.as_str())
+                .or_default()
+                .push(record),
+        }
+    }
+    landscape
+}
+
+/// How many partitions this host should hold: the larger share while fewer than `P mod N`
+/// other owners hold more than the smaller share, else the smaller share.
+fn my_target(landscape: &Landscape<'_>) -> usize {
+    let owner_count = landscape.others.len() + 1;
+    let share_floor = landscape.partition_count / owner_count;
+    let extra = landscape.partition_count % owner_count;
+    let others_above_floor = landscape
+        .others
+        .values()
+        .filter(|records| records.len() > share_floor)
+        .count();
+    if extra > 0 && others_above_floor < extra {
+        share_floor + 1
+    } else {
+        share_floor
+    }
+}
+
+/// Up to `steals_max` steals, each from the most loaded owner holding at least two more
+/// partitions than this host at that point.
+fn plan_steals(me: &str, landscape: &mut Landscape<'_>, steals_max: usize) -> Vec<Claim> {
+    let mut mine_count = landscape.mine.len();
+    let mut steals = Vec::new();
+    while steals.len() < steals_max {
+        let victim = landscape
+            .others
+            .iter()
+            .filter(|(_, records)| records.len() >= mine_count + 2)
+            .max_by(|(a_owner, a), (b_owner, b)| a.len().cmp(&b.len()).then(b_owner.cmp(a_owner)))
+            .map(|(owner, _)| *owner);
+        let Some(victim) = victim else { break };
+        let records = landscape
+            .others
+            .get_mut(victim)
+            .expect("the victim was just found among the owners");
+        let index = records
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, record)| preference(me, &record.partition_id))
+            .map(|(index, _)| index)
+            .expect("a victim holds at least two partitions");
+        let record = records.swap_remove(index);
+        steals.push(Claim {
+            partition_id: record.partition_id.clone(),
+            etag: record.etag.clone(),
+            reason: ClaimReason::Steal {
+                from: record.owner_id.clone(),
+            },
+        });
+        mine_count += 1;
+    }
+    steals
+}
+
+/// How much `owner` prefers `partition_id`: a well-mixed hash of both (rendezvous hashing).
+fn preference(owner: &str, partition_id: &str) -> u64 {
+    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+    let bytes = owner
+        .bytes()
+        .chain(std::iter::once(0xff))
+        .chain(partition_id.bytes());
+    let hash = bytes.fold(FNV_OFFSET, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(FNV_PRIME)
+    });
+    // splitmix64's finaliser, so similar inputs land far apart.
+    let mut mixed = hash;
+    mixed = (mixed ^ (mixed >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    mixed = (mixed ^ (mixed >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    mixed ^ (mixed >> 31)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,138 @@
+//! The event processor host: partitioned consumers with ownership, checkpoints and load
+//! balancing, as Event Processor Host and `EventProcessorClient` offer them for Azure Event Hubs.
+//!
+//! This crate owns everything between "a hub with partitions" and "user code that handles a
+//! batch": which host of a consumer group reads which partition, where each partition resumes,
+//! and moving partitions when hosts come and go. Its parts:
+//!
+//! - [`EventProcessorHost`] / [`RunningHost`]: one instance of a consumer application. It claims
+//!   a fair share of the partitions, runs one pump per owned partition, renews its ownership, and
+//!   hands partitions over on shutdown.
+//! - [`EventProcessor`] (made per partition by an [`EventProcessorFactory`], or from a closure
+//!   with [`processor_fn`]) and its [`PartitionContext`]: the user's side.
+//! - [`CheckpointStore`] with [`InMemoryCheckpointStore`] and [`SqliteCheckpointStore`]: the
+//!   ownership and checkpoint records the hosts share.
+//! - [`balance`]: the pure load-balancing function the host calls every cycle.
+//! - [`PartitionSource`] / [`PartitionReceiver`]: how events are read. This crate delegates all
+//!   reading to them; the in-process broker and the AMQP client implement them elsewhere, and
+//!   [`testing::InMemoryPartitionSource`] is a test double.
+//!
+//! # Delivery guarantees
+//!
+//! **At least once.** A partition resumes after its last checkpoint, so every event is delivered
+//! at least once to some processor; events processed but not yet checkpointed when a partition
+//! moves are delivered again to the next owner (make processing idempotent, or checkpoint more
+//! often). Within a partition events arrive in order, one batch at a time.
+//!
+//! **No zombie reads, no zombie checkpoints.** Every claim of a partition bumps its ownership
+//! version; the pump opens its receiver with that version as the epoch (owner level), so the hub
+//! disconnects any former owner's receiver, and the store refuses a checkpoint from a host that
+//! is no longer the owner ([`StoreError::OwnershipLost`]). A host that loses a partition closes
+//! its processor with [`CloseReason::OwnershipLost`].
+//!
+//! **Expiry without trusting clocks.** A host that stops renewing loses its partitions after
+//! [`ProcessorOptions::ownership_expiration`], judged by each other host on its own monotonic
+//! clock from the moment it last saw the record's version change.
+//!
+//! # Backpressure
+//!
+//! Pumps pull: a partition's next batch is requested only after `process_events` for the previous
+//! one returned, so a slow processor slows its partition's reading rather than filling a queue.
+//! What a receiver buffers ahead is bounded by [`ProcessorOptions::prefetch_count`], and a batch by
+//! [`ProcessorOptions::batch_events_max`]. There are no other queues between the hub and the
+//! processor. Partitions do not hold each other up: each pump is its own task.
+//!
+//! # Shutdown
+//!
+//! [`RunningHost::shutdown`] stops every pump between batches (a batch in progress finishes),
+//! calls `close(Shutdown)` on each processor — a checkpoint written there is the one the next
+//! owner starts from — and then relinquishes every partition, so other hosts take them over on
+//! their next balancing cycle (within [`ProcessorOptions::load_balancing_interval`]) instead of
+//! waiting for the ownership to expire. A processor that never returns delays shutdown.
+//! [`RunningHost::abort`] does none of this, like a crash. Dropping a [`RunningHost`] starts the
+//! graceful shutdown in the background.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use std::time::Duration;
+//!
+//! use tributary_event::EventData;
+//! use tributary_processor::testing::InMemoryPartitionSource;
+//! use tributary_processor::{
+//!     CheckpointStore, EventProcessorHost, InMemoryCheckpointStore, ProcessorOptions,
+//!     processor_fn,
+//! };
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let source = Arc::new(InMemoryPartitionSource::new("example.test", "orders", 4));
+//! for partition in ["0", "1", "2", "3"] {
+//!     source.append(partition, vec![EventData::new("order placed")]);
+//! }
+//! let store = Arc::new(InMemoryCheckpointStore::new());
+//!
+//! let processed = Arc::new(AtomicUsize::new(0));
+//! let counter = Arc::clone(&processed);
+//! let factory = processor_fn(move |context, events| {
+//!     let counter = Arc::clone(&counter);
+//!     async move {
+//!         counter.fetch_add(events.len(), Ordering::SeqCst);
+//!         // High-water mark: everything delivered so far is done.
+//!         if let Err(error) = context.checkpoint().await {
+//!             eprintln!("partition {}: {error}", context.partition_id());
+//!         }
+//!     }
+//! });
+//!
+//! let host = EventProcessorHost::builder(source, store.clone(), factory)
+//!     .options(ProcessorOptions {
+//!         consumer_group: "$Default".to_owned(),
+//!         ..ProcessorOptions::default()
+//!     })
+//!     .build()?
+//!     .start()?;
+//! while processed.load(Ordering::SeqCst) < 4 {
+//!     tokio::time::sleep(Duration::from_millis(10)).await;
+//! }
+//! assert_eq!(host.owned_partitions(), ["0", "1", "2", "3"]);
+//! host.shutdown().await?;
+//!
+//! // Every partition was checkpointed and then relinquished.
+//! let checkpoints = store.list_checkpoints("example.test", "orders", "$Default").await?;
+//! assert_eq!(checkpoints.len(), 4);
+//! let ownership = store.list_ownership("example.test", "orders", "$Default").await?;
+//! assert!(ownership.iter().all(|record| record.owner_id.is_empty()));
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod balance;
+mod error;
+mod host;
+pub mod limits;
+mod options;
+mod processor;
+mod pump;
+mod source;
+pub mod store;
+pub mod testing;
+
+pub use error::{HostError, InvalidOption};
+pub use host::{EventProcessorHost, EventProcessorHostBuilder, RunningHost};
+pub use options::{
+    ErrorNotifier, InitialPositionProvider, LoadBalancingStrategy, ProcessorOptions,
+};
+pub use processor::{
+    CloseReason, EventProcessor, EventProcessorFactory, PartitionContext, PartitionError,
+    ProcessorFn, processor_fn,
+};
+pub use source::{
+    LastEnqueuedEventProperties, PartitionReceiver, PartitionSource, ReceiverOptions, SourceError,
+};
+pub use store::{
+    Checkpoint, CheckpointStore, InMemoryCheckpointStore, Ownership, OwnershipFence,
+    SqliteCheckpointStore, StoreError,
+};

@@ -1,0 +1,233 @@
+//! Where ownership and checkpoints live: the [`CheckpointStore`] trait and its two stores.
+//!
+//! This module owns the records every host of a consumer group shares. It follows the Azure
+//! SDKs' checkpoint-store shape (list and claim ownership, list and update checkpoints), with two
+//! additions that turn leases into fences:
+//!
+//! - **Ownership versions.** Every successful claim of a partition — a take-over, a renewal, a
+//!   release — adds one to its [`Ownership::version`], which never goes back. The host opens its
+//!   receiver with that version as the epoch, so a newer owner always outranks an older one at
+//!   the hub, and other hosts judge liveness by watching the version move on their own monotonic
+//!   clocks, never by comparing wall clocks.
+//! - **Fenced checkpoints.** [`CheckpointStore::update_checkpoint`] takes an [`OwnershipFence`]
+//!   and refuses ([`StoreError::OwnershipLost`]) a checkpoint from anyone but the partition's
+//!   current owner, so a host that lost a partition cannot move its checkpoint.
+//!
+//! A claim is conditional on the etag the claimant last saw: `None` means "only if no record
+//! exists", `Some(etag)` means "only if the record still has this etag". Losing that race is a
+//! normal outcome, not an error: the lost claim is simply missing from the result.
+//!
+//! Records are keyed by (namespace, event hub, consumer group, partition). The first three
+//! compare case-insensitively, as they do in Event Hubs; stores keep and return them in
+//! lowercase (the blob layout of the Azure SDKs does the same).
+//!
+//! Stores: [`InMemoryCheckpointStore`] (one process) and [`SqliteCheckpointStore`] (one file that
+//! several processes on a machine share). Both pass one conformance suite.
+
+mod memory;
+mod sqlite;
+
+#[cfg(test)]
+mod conformance;
+
+use thiserror::Error;
+
+pub use memory::InMemoryCheckpointStore;
+pub use sqlite::SqliteCheckpointStore;
+
+/// Who owns one partition for one consumer group, as the store last recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ownership {
+    /// The namespace's host name.
+    pub fully_qualified_namespace: String,
+    /// The event hub.
+    pub event_hub_name: String,
+    /// The consumer group.
+    pub consumer_group: String,
+    /// The partition.
+    pub partition_id: String,
+    /// The owning host's name; `""` when the partition was relinquished.
+    pub owner_id: String,
+    /// When the store last changed the record, in milliseconds since the Unix epoch (the
+    /// store's clock). For people reading the table; never used to judge expiry.
+    pub last_modified_time_ms: i64,
+    /// The record's current etag; `None` in a claim means "only if no record exists".
+    pub etag: Option<String>,
+    /// Grows by one with every successful claim of this partition and never goes back. Assigned
+    /// by the store; ignored in a claim.
+    pub version: i64,
+}
+
+impl Ownership {
+    /// Whether nobody owns the partition (it was relinquished).
+    pub fn is_relinquished(&self) -> bool {
+        self.owner_id.is_empty()
+    }
+}
+
+/// How far one consumer group has processed one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The namespace's host name.
+    pub fully_qualified_namespace: String,
+    /// The event hub.
+    pub event_hub_name: String,
+    /// The consumer group.
+    pub consumer_group: String,
+    /// The partition.
+    pub partition_id: String,
+    /// The offset of the last processed event; reading resumes after it.
+    pub offset: Option<u64>,
+    /// The sequence number of the last processed event; used to resume when there is no offset.
+    pub sequence_number: Option<i64>,
+}
+
+/// Who claims to own a partition when writing its checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnershipFence {
+    /// The host name the store's ownership record must show.
+    pub owner_id: String,
+}
+
+/// Why a store operation failed.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum StoreError {
+    /// The checkpoint was refused: the partition's current owner is not the fence's owner.
+    #[error(
+        "checkpoint for partition {partition_id} refused: it is owned by {current}, not by \
+         {fence_owner:?}",
+        current = owner_display(current_owner)
+    )]
+    OwnershipLost {
+        /// The partition.
+        partition_id: String,
+        /// The owner the store has on record (`""` for nobody).
+        current_owner: String,
+        /// The owner the fence named.
+        fence_owner: String,
+    },
+    /// The request itself is wrong (a caller's mistake, not the store's).
+    #[error("invalid {what}: {reason}")]
+    Invalid {
+        /// What was wrong, e.g. "checkpoint".
+        what: &'static str,
+        /// Why, in words a person can act on.
+        reason: String,
+    },
+    /// The store could not do its job (I/O, a locked or corrupt database file).
+    #[error("checkpoint store failed while {operation}: {description}")]
+    Backend {
+        /// What the store was doing, e.g. "claiming ownership".
+        operation: &'static str,
+        /// What went wrong.
+        description: String,
+    },
+}
+
+fn owner_display(owner_id: &str) -> String {
+    if owner_id.is_empty() {
+        "nobody".to_owned()
+    } else {
+        format!("{owner_id:?}")
+    }
+}
+
+/// Stores ownership and checkpoints for the hosts of a consumer group.
+///
+/// Implementations must make each claim atomic (compare the etag and write in one step), assign
+/// a fresh etag, the next version and the modification time on every successful claim, and check
+/// the fence and write a checkpoint in one step.
+#[async_trait::async_trait]
+pub trait CheckpointStore: Send + Sync + 'static {
+    /// Every ownership record of the consumer group's partitions on this hub.
+    async fn list_ownership(
+        &self,
+        fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+    ) -> Result<Vec<Ownership>, StoreError>;
+
+    /// Tries every claim; returns the records of the claims that won, as now stored. A claim
+    /// whose etag no longer matches is left out of the result: that is not an error.
+    async fn claim_ownership(&self, claims: Vec<Ownership>) -> Result<Vec<Ownership>, StoreError>;
+
+    /// Every checkpoint of the consumer group on this hub.
+    async fn list_checkpoints(
+        &self,
+        fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+    ) -> Result<Vec<Checkpoint>, StoreError>;
+
+    /// Writes a checkpoint if `fence.owner_id` is the partition's current owner; otherwise
+    /// returns [`StoreError::OwnershipLost`] and writes nothing.
+    async fn update_checkpoint(
+        &self,
+        checkpoint: Checkpoint,
+        fence: &OwnershipFence,
+    ) -> Result<(), StoreError>;
+}
+
+/// The case-insensitive key of (namespace, hub, consumer group): what stores index by.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct ScopeKey {
+    pub(crate) namespace: String,
+    pub(crate) hub: String,
+    pub(crate) consumer_group: String,
+}
+
+impl ScopeKey {
+    pub(crate) fn new(namespace: &str, hub: &str, consumer_group: &str) -> Self {
+        ScopeKey {
+            namespace: tributary_event::names::name_key(namespace),
+            hub: tributary_event::names::name_key(hub),
+            consumer_group: tributary_event::names::name_key(consumer_group),
+        }
+    }
+}
+
+/// Refuses a claim a store cannot file under a partition.
+pub(crate) fn validate_claim(claim: &Ownership) -> Result<(), StoreError> {
+    if claim.partition_id.is_empty() {
+        return Err(StoreError::Invalid {
+            what: "ownership claim",
+            reason: "the partition id is empty".to_owned(),
+        });
+    }
+    if claim.consumer_group.is_empty() {
+        return Err(StoreError::Invalid {
+            what: "ownership claim",
+            reason: format!(
+                "the consumer group for partition {} is empty",
+                claim.partition_id
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a checkpoint that does not say where to resume.
+pub(crate) fn validate_checkpoint(checkpoint: &Checkpoint) -> Result<(), StoreError> {
+    if checkpoint.offset.is_none() && checkpoint.sequence_number.is_none() {
+        return Err(StoreError::Invalid {
+            what: "checkpoint",
+            reason: format!(
+                "the checkpoint for partition {} has neither an offset nor a sequence number",
+                checkpoint.partition_id
+            ),
+        });
+    }
+    if checkpoint.partition_id.is_empty() {
+        return Err(StoreError::Invalid {
+            what: "checkpoint",
+            reason: "the partition id is empty".to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// A new etag: unique across processes sharing a store.
+pub(crate) fn new_etag() -> String {
+    uuid::Uuid::new_v4().to_string()
+}

@@ -1,0 +1,590 @@
+//! A checkpoint store in one SQLite file, shared safely by several processes on one machine.
+//!
+//! Guarantees, and how:
+//! - **Atomic claims across processes.** All claims of one call run in one `BEGIN IMMEDIATE`
+//!   transaction (which takes SQLite's write lock up front, so no two writers interleave), and
+//!   each compares its etag in the `UPDATE … WHERE etag = ?` itself. A fenced checkpoint reads
+//!   the owner and writes in one such transaction too.
+//! - **Readers never block the writer.** The file is in WAL mode; a process that finds the
+//!   write lock taken waits up to [`SQLITE_BUSY_TIMEOUT`](crate::limits::SQLITE_BUSY_TIMEOUT)
+//!   before the call fails with [`StoreError::Backend`].
+//! - **The async runtime never blocks.** Every SQLite call runs under
+//!   `tokio::task::spawn_blocking`; one connection per store, behind a mutex, serialises this
+//!   process's calls.
+//! - **Durability.** `synchronous = NORMAL`: a committed transaction survives a process crash;
+//!   a power loss may take back the last few commits. For checkpoints that means some events are
+//!   processed again (delivery is at-least-once anyway); for ownership it means a partition's
+//!   record may step back one claim, which every host is restarting from after a power loss too.
+//!
+//! The file is not meant for network file systems: SQLite's locking is only as good as the file
+//! system's.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use tributary_event::{Clock, SystemClock};
+
+use super::{
+    Checkpoint, CheckpointStore, Ownership, OwnershipFence, ScopeKey, StoreError, new_etag,
+    validate_checkpoint, validate_claim,
+};
+use crate::limits::SQLITE_BUSY_TIMEOUT;
+
+/// The schema this code writes; a file with a higher `user_version` came from newer code.
+const SCHEMA_VERSION: i64 = 1;
+
+const CREATE_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS ownership (
+    namespace TEXT NOT NULL,
+    event_hub TEXT NOT NULL,
+    consumer_group TEXT NOT NULL,
+    partition_id TEXT NOT NULL,
+    owner_id TEXT NOT NULL,
+    last_modified_time_ms INTEGER NOT NULL,
+    etag TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    PRIMARY KEY (namespace, event_hub, consumer_group, partition_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoint (
+    namespace TEXT NOT NULL,
+    event_hub TEXT NOT NULL,
+    consumer_group TEXT NOT NULL,
+    partition_id TEXT NOT NULL,
+    event_offset INTEGER,
+    sequence_number INTEGER,
+    PRIMARY KEY (namespace, event_hub, consumer_group, partition_id)
+) WITHOUT ROWID;
+";
+
+/// A [`CheckpointStore`] in one SQLite file.
+///
+/// Open one per process (or share one with an `Arc`); every process that opens the same path
+/// sees the same ownership and checkpoints.
+pub struct SqliteCheckpointStore {
+    path: PathBuf,
+    clock: Arc<dyn Clock>,
+    connection: Arc<Mutex<Connection>>,
+}
+
+impl std::fmt::Debug for SqliteCheckpointStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteCheckpointStore")
+            .field("path", &self.path)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+fn backend(operation: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
+    move |error| StoreError::Backend {
+        operation,
+        description: error.to_string(),
+    }
+}
+
+impl SqliteCheckpointStore {
+    /// Opens (creating if needed) the store at `path`, stamping records with the system clock.
+    pub async fn open(path: impl Into<PathBuf>) -> Result<Self, StoreError> {
+        SqliteCheckpointStore::open_with_clock(path, Arc::new(SystemClock)).await
+    }
+
+    /// Opens (creating if needed) the store at `path`, stamping `last_modified_time_ms` with
+    /// `clock`.
+    pub async fn open_with_clock(
+        path: impl Into<PathBuf>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, StoreError> {
+        let path = path.into();
+        let open_path = path.clone();
+        let connection = tokio::task::spawn_blocking(move || open_connection(&open_path))
+            .await
+            .map_err(|join_error| StoreError::Backend {
+                operation: "opening the database",
+                description: join_error.to_string(),
+            })??;
+        Ok(SqliteCheckpointStore {
+            path,
+            clock,
+            connection: Arc::new(Mutex::new(connection)),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `work` on this store's connection on the blocking thread pool.
+    async fn with_connection<T, F>(&self, operation: &'static str, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let connection = Arc::clone(&self.connection);
+        tokio::task::spawn_blocking(move || {
+            // A panic inside `work` drops its open transaction, which rolls it back, so a
+            // poisoned connection is still consistent.
+            let mut connection = connection
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            work(&mut connection)
+        })
+        .await
+        .map_err(|join_error| StoreError::Backend {
+            operation,
+            description: join_error.to_string(),
+        })?
+    }
+}
+
+fn open_connection(path: &Path) -> Result<Connection, StoreError> {
+    let opening = "opening the database";
+    let with_path = |error: rusqlite::Error| StoreError::Backend {
+        operation: opening,
+        description: format!("{}: {error}", path.display()),
+    };
+    let mut connection = Connection::open(path).map_err(with_path)?;
+    connection
+        .busy_timeout(SQLITE_BUSY_TIMEOUT)
+        .map_err(with_path)?;
+    let journal_mode: String = connection
+        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+        .map_err(with_path)?;
+    if !journal_mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Backend {
+            operation: opening,
+            description: format!(
+                "{}: SQLite refused WAL mode (journal mode is {journal_mode:?}); use a file on a \
+                 local file system",
+                path.display()
+            ),
+        });
+    }
+    connection
+        .pragma_update(None, "synchronous", "NORMAL")
+        .map_err(with_path)?;
+    create_schema(&mut connection).map_err(|error| match error {
+        StoreError::Backend { description, .. } => StoreError::Backend {
+            operation: opening,
+            description: format!("{}: {description}", path.display()),
+        },
+        other => other,
+    })?;
+    Ok(connection)
+}
+
+fn create_schema(connection: &mut Connection) -> Result<(), StoreError> {
+    let sql = backend("creating the schema");
+    let transaction = connection
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(&sql)?;
+    let found_version: i64 = transaction
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(&sql)?;
+    if found_version > SCHEMA_VERSION {
+        return Err(StoreError::Backend {
+            operation: "creating the schema",
+            description: format!(
+                "the file has schema version {found_version}, newer than this program's \
+                 {SCHEMA_VERSION}; upgrade the program or use another file"
+            ),
+        });
+    }
+    transaction.execute_batch(CREATE_SCHEMA).map_err(&sql)?;
+    transaction
+        .pragma_update(None, "user_version", SCHEMA_VERSION)
+        .map_err(&sql)?;
+    transaction.commit().map_err(&sql)
+}
+
+/// Tries one claim inside the caller's transaction; returns the stored record if it won.
+fn try_claim(
+    transaction: &rusqlite::Transaction<'_>,
+    claim: Ownership,
+    now_ms: i64,
+) -> Result<Option<Ownership>, StoreError> {
+    let sql = backend("claiming ownership");
+    let scope = ScopeKey::new(
+        &claim.fully_qualified_namespace,
+        &claim.event_hub_name,
+        &claim.consumer_group,
+    );
+    let etag = new_etag();
+    let won_version: Option<i64> = match &claim.etag {
+        None => {
+            let inserted = transaction
+                .execute(
+                    "INSERT INTO ownership (namespace, event_hub, consumer_group, partition_id, \
+                     owner_id, last_modified_time_ms, etag, version) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1) ON CONFLICT DO NOTHING",
+                    params![
+                        scope.namespace,
+                        scope.hub,
+                        scope.consumer_group,
+                        claim.partition_id,
+                        claim.owner_id,
+                        now_ms,
+                        etag
+                    ],
+                )
+                .map_err(&sql)?;
+            (inserted == 1).then_some(1)
+        }
+        Some(expected_etag) => transaction
+            .query_row(
+                "UPDATE ownership SET owner_id = ?5, last_modified_time_ms = ?6, etag = ?7, \
+                 version = version + 1 \
+                 WHERE namespace = ?1 AND event_hub = ?2 AND consumer_group = ?3 \
+                 AND partition_id = ?4 AND etag = ?8 RETURNING version",
+                params![
+                    scope.namespace,
+                    scope.hub,
+                    scope.consumer_group,
+                    claim.partition_id,
+                    claim.owner_id,
+                    now_ms,
+                    etag,
+                    expected_etag
+                ],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(&sql)?,
+    };
+    Ok(won_version.map(|version| {
+        assert!(version >= 1);
+        Ownership {
+            fully_qualified_namespace: scope.namespace,
+            event_hub_name: scope.hub,
+            consumer_group: scope.consumer_group,
+            partition_id: claim.partition_id,
+            owner_id: claim.owner_id,
+            last_modified_time_ms: now_ms,
+            etag: Some(etag),
+            version,
+        }
+    }))
+}
+
+fn claim_all(
+    connection: &mut Connection,
+    claims: Vec<Ownership>,
+    now_ms: i64,
+) -> Result<Vec<Ownership>, StoreError> {
+    let sql = backend("claiming ownership");
+    let transaction = connection
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(&sql)?;
+    let mut won = Vec::with_capacity(claims.len());
+    for claim in claims {
+        if let Some(record) = try_claim(&transaction, claim, now_ms)? {
+            won.push(record);
+        }
+    }
+    transaction.commit().map_err(&sql)?;
+    Ok(won)
+}
+
+fn list_ownership_rows(
+    connection: &Connection,
+    scope: &ScopeKey,
+) -> Result<Vec<Ownership>, StoreError> {
+    let sql = backend("listing ownership");
+    let mut statement = connection
+        .prepare(
+            "SELECT partition_id, owner_id, last_modified_time_ms, etag, version FROM ownership \
+             WHERE namespace = ?1 AND event_hub = ?2 AND consumer_group = ?3 \
+             ORDER BY partition_id",
+        )
+        .map_err(&sql)?;
+    let rows = statement
+        .query_map(
+            params![scope.namespace, scope.hub, scope.consumer_group],
+            |row| {
+                Ok(Ownership {
+                    fully_qualified_namespace: scope.namespace.clone(),
+                    event_hub_name: scope.hub.clone(),
+                    consumer_group: scope.consumer_group.clone(),
+                    partition_id: row.get(0)?,
+                    owner_id: row.get(1)?,
+                    last_modified_time_ms: row.get(2)?,
+                    etag: Some(row.get(3)?),
+                    version: row.get(4)?,
+                })
+            },
+        )
+        .map_err(&sql)?;
+    rows.collect::<Result<Vec<_>, _>>().map_err(&sql)
+}
+
+fn list_checkpoint_rows(
+    connection: &Connection,
+    scope: &ScopeKey,
+) -> Result<Vec<Checkpoint>, StoreError> {
+    let sql = backend("listing checkpoints");
+    let mut statement = connection
+        .prepare(
+            "SELECT partition_id, event_offset, sequence_number FROM checkpoint \
+             WHERE namespace = ?1 AND event_hub = ?2 AND consumer_group = ?3 \
+             ORDER BY partition_id",
+        )
+        .map_err(&sql)?;
+    let rows = statement
+        .query_map(
+            params![scope.namespace, scope.hub, scope.consumer_group],
+            |row| {
+                let offset: Option<i64> = row.get(1)?;
+                Ok((row.get::<_, String>(0)?, offset, row.get(2)?))
+            },
+        )
+        .map_err(&sql)?;
+    let mut checkpoints = Vec::new();
+    for row in rows {
+        let (partition_id, offset, sequence_number) = row.map_err(&sql)?;
+        let offset = offset
+            .map(|offset| {
+                u64::try_from(offset).map_err(|_| StoreError::Backend {
+                    operation: "listing checkpoints",
+                    description: format!(
+                        "partition {partition_id} has a negative stored offset {offset}; the \
+                         file was not written by this store"
+                    ),
+                })
+            })
+            .transpose()?;
+        checkpoints.push(Checkpoint {
+            fully_qualified_namespace: scope.namespace.clone(),
+            event_hub_name: scope.hub.clone(),
+            consumer_group: scope.consumer_group.clone(),
+            partition_id,
+            offset,
+            sequence_number,
+        });
+    }
+    Ok(checkpoints)
+}
+
+fn write_fenced_checkpoint(
+    connection: &mut Connection,
+    scope: &ScopeKey,
+    checkpoint: Checkpoint,
+    offset: Option<i64>,
+    fence_owner: String,
+) -> Result<(), StoreError> {
+    let sql = backend("updating a checkpoint");
+    let transaction = connection
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(&sql)?;
+    let current_owner: String = transaction
+        .query_row(
+            "SELECT owner_id FROM ownership WHERE namespace = ?1 AND event_hub = ?2 \
+             AND consumer_group = ?3 AND partition_id = ?4",
+            params![
+                scope.namespace,
+                scope.hub,
+                scope.consumer_group,
+                checkpoint.partition_id
+            ],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(&sql)?
+        .unwrap_or_default();
+    if fence_owner.is_empty() || current_owner != fence_owner {
+        return Err(StoreError::OwnershipLost {
+            partition_id: checkpoint.partition_id,
+            current_owner,
+            fence_owner,
+        });
+    }
+    transaction
+        .execute(
+            "INSERT INTO checkpoint (namespace, event_hub, consumer_group, partition_id, \
+             event_offset, sequence_number) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+             ON CONFLICT (namespace, event_hub, consumer_group, partition_id) DO UPDATE SET \
+             event_offset = excluded.event_offset, sequence_number = excluded.sequence_number",
+            params![
+                scope.namespace,
+                scope.hub,
+                scope.consumer_group,
+                checkpoint.partition_id,
+                offset,
+                checkpoint.sequence_number
+            ],
+        )
+        .map_err(&sql)?;
+    transaction.commit().map_err(&sql)
+}
+
+#[async_trait::async_trait]
+impl CheckpointStore for SqliteCheckpointStore {
+    async fn list_ownership(
+        &self,
+        fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+    ) -> Result<Vec<Ownership>, StoreError> {
+        let scope = ScopeKey::new(fully_qualified_namespace, event_hub_name, consumer_group);
+        self.with_connection("listing ownership", move |connection| {
+            list_ownership_rows(connection, &scope)
+        })
+        .await
+    }
+
+    async fn claim_ownership(&self, claims: Vec<Ownership>) -> Result<Vec<Ownership>, StoreError> {
+        claims.iter().try_for_each(validate_claim)?;
+        if claims.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now_ms = self.clock.now_ms();
+        self.with_connection("claiming ownership", move |connection| {
+            claim_all(connection, claims, now_ms)
+        })
+        .await
+    }
+
+    async fn list_checkpoints(
+        &self,
+        fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+    ) -> Result<Vec<Checkpoint>, StoreError> {
+        let scope = ScopeKey::new(fully_qualified_namespace, event_hub_name, consumer_group);
+        self.with_connection("listing checkpoints", move |connection| {
+            list_checkpoint_rows(connection, &scope)
+        })
+        .await
+    }
+
+    async fn update_checkpoint(
+        &self,
+        checkpoint: Checkpoint,
+        fence: &OwnershipFence,
+    ) -> Result<(), StoreError> {
+        validate_checkpoint(&checkpoint)?;
+        let offset = checkpoint
+            .offset
+            .map(|offset| {
+                i64::try_from(offset).map_err(|_| StoreError::Invalid {
+                    what: "checkpoint",
+                    reason: format!(
+                        "offset {offset} of partition {} is above {}, the largest this store \
+                         can keep",
+                        checkpoint.partition_id,
+                        i64::MAX
+                    ),
+                })
+            })
+            .transpose()?;
+        let scope = ScopeKey::new(
+            &checkpoint.fully_qualified_namespace,
+            &checkpoint.event_hub_name,
+            &checkpoint.consumer_group,
+        );
+        let fence_owner = fence.owner_id.clone();
+        self.with_connection("updating a checkpoint", move |connection| {
+            write_fenced_checkpoint(connection, &scope, checkpoint, offset, fence_owner)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::conformance;
+
+    #[tokio::test]
+    async fn passes_the_conformance_suite() {
+        let directory = tempfile::tempdir().unwrap();
+        let clock = Arc::new(tributary_event::ManualClock::new(1_000));
+        let store = SqliteCheckpointStore::open_with_clock(
+            directory.path().join("store.db"),
+            clock.clone(),
+        )
+        .await
+        .unwrap();
+        conformance::run_all(&store, &clock).await;
+    }
+
+    #[tokio::test]
+    async fn separate_connections_to_one_file_have_exactly_one_claim_winner() {
+        // Each store has its own connection, so they contend through SQLite's file locks just
+        // as separate processes do.
+        let directory = tempfile::tempdir().unwrap();
+        let path = directory.path().join("shared.db");
+        let mut stores: Vec<Arc<dyn CheckpointStore>> = Vec::new();
+        for _ in 0..6 {
+            stores.push(Arc::new(SqliteCheckpointStore::open(&path).await.unwrap()));
+        }
+        conformance::exactly_one_concurrent_claim_wins(stores).await;
+    }
+
+    #[tokio::test]
+    async fn records_survive_reopening_the_file() {
+        let directory = tempfile::tempdir().unwrap();
+        let path = directory.path().join("durable.db");
+        let store = SqliteCheckpointStore::open(&path).await.unwrap();
+        let won = store
+            .claim_ownership(vec![conformance::new_claim("0", "host-a")])
+            .await
+            .unwrap();
+        assert_eq!(won.len(), 1);
+        let checkpoint = conformance::checkpoint("0", Some(42), Some(7));
+        let fence = OwnershipFence {
+            owner_id: "host-a".to_owned(),
+        };
+        store
+            .update_checkpoint(checkpoint.clone(), &fence)
+            .await
+            .unwrap();
+        drop(store);
+
+        let reopened = SqliteCheckpointStore::open(&path).await.unwrap();
+        let (ns, hub, group) = conformance::SCOPE;
+        let ownership = reopened.list_ownership(ns, hub, group).await.unwrap();
+        assert_eq!(ownership, won);
+        let checkpoints = reopened.list_checkpoints(ns, hub, group).await.unwrap();
+        assert_eq!(checkpoints.len(), 1);
+        assert_eq!(checkpoints[0].offset, Some(42));
+        assert_eq!(checkpoints[0].sequence_number, Some(7));
+    }
+
+    #[tokio::test]
+    async fn offsets_beyond_i64_are_refused_with_a_reason() {
+        let directory = tempfile::tempdir().unwrap();
+        let store = SqliteCheckpointStore::open(directory.path().join("big.db"))
+            .await
+            .unwrap();
+        store
+            .claim_ownership(vec![conformance::new_claim("0", "host-a")])
+            .await
+            .unwrap();
+        let fence = OwnershipFence {
+            owner_id: "host-a".to_owned(),
+        };
+        let error = store
+            .update_checkpoint(conformance::checkpoint("0", Some(u64::MAX), None), &fence)
+            .await
+            .unwrap_err();
+        assert!(matches!(error, StoreError::Invalid { .. }), "{error}");
+    }
+
+    #[tokio::test]
+    async fn a_file_from_a_newer_schema_is_refused() {
+        let directory = tempfile::tempdir().unwrap();
+        let path = directory.path().join("future.db");
+        {
+            let connection = Connection::open(&path).unwrap();
+            connection
+                .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+                .unwrap();
+        }
+        let error = SqliteCheckpointStore::open(&path).await.unwrap_err();
+        assert!(
+            error.to_string().contains("newer than this program"),
+            "{error}"
+        );
+    }
+}
