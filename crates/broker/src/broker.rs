@@ -499,6 +499,78 @@ impl Broker {
         })
     }
 
+    /// The sequence number a reader starting at `position` in one partition reads first (see
+    /// [`tributary_log::PartitionLog::resolve`]). For stateless readers such as cursor-based
+    /// HTTP APIs; receivers resolve their own start.
+    pub fn resolve_position(
+        &self,
+        hub: &str,
+        partition: &str,
+        position: &EventPosition,
+    ) -> Result<i64, BrokerError> {
+        let hub = self.hub(hub)?;
+        let p = hub.partition(partition)?;
+        hub.partitions[p as usize]
+            .log
+            .resolve(position)
+            .map_err(|source| BrokerError::Log {
+                hub: hub.name(),
+                partition: p,
+                source,
+            })
+    }
+
+    /// Reads up to `max_events` committed events of one partition from sequence number
+    /// `from_sequence`, without a receiver (no epoch rules, no waiting). Returns an empty vector
+    /// at the end of the partition; an error if retention removed `from_sequence`.
+    pub fn read(
+        &self,
+        hub: &str,
+        partition: &str,
+        from_sequence: i64,
+        max_events: usize,
+        max_bytes: u64,
+    ) -> Result<Vec<tributary_event::ReceivedEvent>, BrokerError> {
+        let hub = self.hub(hub)?;
+        let p = hub.partition(partition)?;
+        if from_sequence < 0 {
+            return Err(BrokerError::InvalidSend(format!(
+                "sequence number {from_sequence} is negative"
+            )));
+        }
+        let mut cursor = ReadCursor::new(from_sequence);
+        hub.partitions[p as usize]
+            .log
+            .read(&mut cursor, max_events, max_bytes)
+            .map_err(|source| BrokerError::Log {
+                hub: hub.name(),
+                partition: p,
+                source,
+            })
+    }
+
+    /// Waits until partition `partition` of `hub` has an event at or after `sequence`, or
+    /// `wait` passes. Returns whether one is there. For long-polling readers without a receiver.
+    pub async fn wait_for_sequence(
+        &self,
+        hub: &str,
+        partition: &str,
+        sequence: i64,
+        wait: Duration,
+    ) -> Result<bool, BrokerError> {
+        let hub = self.hub(hub)?;
+        let p = hub.partition(partition)?;
+        let mut commits = hub.partitions[p as usize].commits.clone();
+        let arrived = tokio::time::timeout(wait, commits.wait_for(|next| *next > sequence)).await;
+        Ok(matches!(arrived, Ok(Ok(_))))
+    }
+
+    /// The broker's wall clock (ms since the epoch), for stamping things consistently with
+    /// enqueued times.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        self.inner.clock.clone()
+    }
+
     /// How many receivers are open on an event hub.
     pub fn open_receiver_count(&self, hub: &str) -> Result<usize, BrokerError> {
         Ok(self.hub(hub)?.open_receivers())

@@ -463,3 +463,39 @@ async fn a_second_broker_on_the_same_directory_is_refused() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn stateless_reads_for_cursor_based_readers() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = broker(dir.path()).await;
+    b.create_hub(HubSpec::new("h", 2)).await.unwrap();
+    b.send("h", SendTarget::Partition("1".into()), events("e", 5))
+        .await
+        .unwrap();
+    let got = b.read("h", "1", 2, 10, 1 << 20).unwrap();
+    assert_eq!(
+        got.iter().map(|e| e.sequence_number).collect::<Vec<_>>(),
+        vec![2, 3, 4]
+    );
+    assert!(b.read("h", "1", 5, 10, 1 << 20).unwrap().is_empty());
+    assert!(b.read("h", "0", 0, 10, 1 << 20).unwrap().is_empty());
+    assert_eq!(
+        b.resolve_position("h", "1", &EventPosition::Latest)
+            .unwrap(),
+        5
+    );
+    assert!(
+        !b.wait_for_sequence("h", "1", 5, Duration::from_millis(20))
+            .await
+            .unwrap()
+    );
+    assert!(
+        b.wait_for_sequence("h", "1", 4, Duration::from_millis(20))
+            .await
+            .unwrap()
+    );
+    assert!(matches!(
+        b.read("h", "7", 0, 1, 1),
+        Err(BrokerError::InvalidPartition { .. })
+    ));
+}
