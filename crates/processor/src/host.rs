@@ -215,6 +215,9 @@ struct Coordinator {
     pump_tasks: JoinSet<CloseReason>,
     pump_partitions: HashMap<tokio::task::Id, String>,
     last_renewed_at: Instant,
+    /// Partitions stolen from a live owner, and when their pumps may start: not before the
+    /// former owner has had a balancing cycle to notice and stop processing.
+    handoff_until: HashMap<String, Instant>,
     owned_sender: watch::Sender<Vec<String>>,
 }
 
@@ -256,6 +259,7 @@ impl Coordinator {
             pump_tasks: JoinSet::new(),
             pump_partitions: HashMap::new(),
             last_renewed_at: Instant::now(),
+            handoff_until: HashMap::new(),
             owned_sender,
         }
     }
@@ -267,10 +271,12 @@ impl Coordinator {
     async fn run(mut self, mut shutdown: oneshot::Receiver<()>) -> Result<(), HostError> {
         let mut next_cycle_at = Instant::now();
         loop {
+            let fence_at = self.fence_deadline();
             tokio::select! {
                 biased;
                 _ = &mut shutdown => break,
                 Some(joined) = self.pump_tasks.join_next_with_id() => self.reap(joined),
+                () = sleep_until_some(fence_at) => self.fence_if_renewal_expired(Instant::now()),
                 () = tokio::time::sleep_until(next_cycle_at) => {
                     self.run_cycle().await;
                     next_cycle_at = Instant::now() + self.options.load_balancing_interval;
@@ -278,6 +284,17 @@ impl Coordinator {
             }
         }
         self.shut_down().await
+    }
+
+    /// When this host must stop processing if it has not renewed by then: one balancing
+    /// interval before any other host may consider its ownership expired (others count the
+    /// expiration from when they saw the renewal, which is after this host made it).
+    fn fence_deadline(&self) -> Option<Instant> {
+        if self.owned.is_empty() {
+            return None;
+        }
+        let margin = self.options.load_balancing_interval;
+        Some(self.last_renewed_at + self.options.ownership_expiration - margin)
     }
 
     /// One balancing cycle: renew, rebalance, stop lost pumps, start missing ones.
@@ -295,7 +312,7 @@ impl Coordinator {
             )
             .await;
         let Some(records) = listed else {
-            self.fence_if_renewal_expired(now);
+            self.fence_if_renewal_expired(Instant::now());
             return;
         };
         self.drop_partitions_owned_by_others(&records);
@@ -314,7 +331,7 @@ impl Coordinator {
                 .await
         };
         let Some(won) = claimed else {
-            self.fence_if_renewal_expired(now);
+            self.fence_if_renewal_expired(Instant::now());
             return;
         };
         self.last_renewed_at = now;
@@ -361,7 +378,13 @@ impl Coordinator {
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Option<T> {
         let timeout = self.store_timeout();
-        match tokio::time::timeout(timeout, call).await {
+        // Never wait past the fence deadline: a host that cannot reach the store must stop its
+        // pumps on time, not after a slow call returns.
+        let deadline = match self.fence_deadline() {
+            Some(fence_at) => fence_at.min(Instant::now() + timeout),
+            None => Instant::now() + timeout,
+        };
+        match tokio::time::timeout_at(deadline, call).await {
             Ok(Ok(value)) => Some(value),
             Ok(Err(error)) => {
                 self.report(HostError::Store(error));
@@ -444,6 +467,11 @@ impl Coordinator {
                     if !claim.is_renewal() || !self.owned.contains_key(&claim.partition_id) {
                         log_acquisition(self.me(), claim, &record);
                     }
+                    if matches!(claim.reason, ClaimReason::Steal { .. }) {
+                        let handoff = 2 * self.options.load_balancing_interval;
+                        self.handoff_until
+                            .insert(claim.partition_id.clone(), Instant::now() + handoff);
+                    }
                     self.owned.insert(claim.partition_id.clone(), record);
                 }
                 None if claim.is_renewal() => {
@@ -468,10 +496,14 @@ impl Coordinator {
 
     /// Starts a pump for every owned partition without one, at its checkpoint.
     async fn start_missing_pumps(&mut self) {
+        let now = Instant::now();
+        self.handoff_until
+            .retain(|partition_id, until| *until > now && self.owned.contains_key(partition_id));
         let missing: Vec<String> = self
             .owned
             .keys()
             .filter(|partition_id| !self.pumps.contains_key(*partition_id))
+            .filter(|partition_id| !self.handoff_until.contains_key(*partition_id))
             .cloned()
             .collect();
         if missing.is_empty() {
@@ -571,10 +603,11 @@ impl Coordinator {
         }
     }
 
-    /// Stops every pump if the host has not renewed for a whole ownership expiration.
+    /// Stops every pump (cancelling batches in progress) once the fence deadline has passed
+    /// without a renewal; see [`Coordinator::fence_deadline`].
     fn fence_if_renewal_expired(&mut self, now: Instant) {
         let expiration = self.options.ownership_expiration;
-        if self.owned.is_empty() || now - self.last_renewed_at < expiration {
+        if self.fence_deadline().is_none_or(|fence_at| now < fence_at) {
             return;
         }
         let partition_ids: Vec<String> = self.owned.keys().cloned().collect();
@@ -652,6 +685,14 @@ impl Coordinator {
         self.owned.clear();
         self.publish_owned();
         result
+    }
+}
+
+/// Sleeps until `at`, or forever when there is no `at`.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

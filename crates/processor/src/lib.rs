@@ -14,8 +14,8 @@
 //!   ownership and checkpoint records the hosts share.
 //! - [`balance`]: the pure load-balancing function the host calls every cycle.
 //! - [`PartitionSource`] / [`PartitionReceiver`]: how events are read. This crate delegates all
-//!   reading to them; the in-process broker and the AMQP client implement them elsewhere, and
-//!   [`testing::InMemoryPartitionSource`] is a test double.
+//!   reading to them; [`BrokerSource`] reads an in-process broker, the AMQP client a remote hub,
+//!   and [`testing::InMemoryPartitionSource`] is a test double.
 //!
 //! # Delivery guarantees
 //!
@@ -110,6 +110,7 @@
 //! ```
 
 pub mod balance;
+mod broker_source;
 mod error;
 mod host;
 pub mod limits;
@@ -120,6 +121,7 @@ mod source;
 pub mod store;
 pub mod testing;
 
+pub use broker_source::BrokerSource;
 pub use error::{HostError, InvalidOption};
 pub use host::{EventProcessorHost, EventProcessorHostBuilder, RunningHost};
 pub use options::{

@@ -74,6 +74,11 @@ pub trait EventProcessor: Send + 'static {
     /// Called with each batch of at most `batch_events_max` events, in partition order. The
     /// batch is empty only when `invoke_processor_after_receive_timeout` is on and no event
     /// arrived within the receive timeout.
+    ///
+    /// If the host loses the partition while a batch is being processed, the call is cancelled
+    /// at its next `.await` (its future is dropped) and `close(OwnershipLost)` follows: the new
+    /// owner resumes from the last checkpoint, and no two hosts ever process one partition at
+    /// the same time. Code between two awaits always runs to its end.
     async fn process_events(&mut self, context: &PartitionContext, events: Vec<ReceivedEvent>);
 
     /// Called when the pump hit an error it recovers from (it retries on its own). The default

@@ -5,7 +5,8 @@
 //! - a batch is read only after the previous `process_events` returned (pull, never push), so a
 //!   slow processor slows reading instead of filling a queue;
 //! - after an error it reopens the receiver after the last event it delivered, so a batch is not
-//!   delivered twice by the same pump; after an ownership loss it reads nothing more.
+//!   delivered twice by the same pump; after an ownership loss it reads nothing more, and a
+//!   batch being processed when the loss is signalled is cancelled at its next await point.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -176,7 +177,14 @@ impl Pump<'_> {
                 };
             }
             self.context.record_delivery(&events);
-            self.processor.process_events(&self.context, events).await;
+            // Losing the partition cancels the batch in progress (at its next await point), so
+            // the next owner — which waits out the handoff delay — never processes the
+            // partition at the same time. A shutdown lets the batch finish.
+            tokio::select! {
+                biased;
+                () = lost(stop) => return ReceiverEnd::Stop(CloseReason::OwnershipLost),
+                () = self.processor.process_events(&self.context, events) => {}
+            }
             if self.context.ownership_lost() {
                 return ReceiverEnd::Stop(CloseReason::OwnershipLost);
             }
@@ -209,6 +217,18 @@ async fn stopped(stop: &mut StopSignal) -> CloseReason {
     match stop.wait_for(Option::is_some).await {
         Ok(reason) => reason.expect("wait_for returned a set reason"),
         Err(_) => CloseReason::Shutdown,
+    }
+}
+
+/// Resolves once the coordinator says the partition was lost (never for a shutdown, nor when
+/// the coordinator goes away).
+async fn lost(stop: &mut StopSignal) {
+    let coordinator_gone = stop
+        .wait_for(|reason| *reason == Some(CloseReason::OwnershipLost))
+        .await
+        .is_err();
+    if coordinator_gone {
+        std::future::pending::<()>().await;
     }
 }
 
