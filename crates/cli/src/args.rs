@@ -57,6 +57,11 @@ pub enum Command {
     Send(SendArgs),
     /// Receive events from a hub's partitions, from any position, optionally following.
     Receive(ReceiveArgs),
+    /// Run one event processor instance: it shares the hub's partitions with every other
+    /// instance of the consumer group, checkpoints, and takes over when instances come and go.
+    Process(crate::process::ProcessArgs),
+    /// Print the ownership and checkpoint table of a consumer group.
+    Ownership(crate::process::OwnershipArgs),
     /// Measure the partition log: append throughput and acknowledgement latency, reads,
     /// recovery, memory.
     Bench(crate::bench::BenchArgs),

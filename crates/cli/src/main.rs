@@ -12,6 +12,7 @@ mod bench;
 mod commands;
 mod input;
 mod output;
+mod process;
 
 use std::process::ExitCode;
 
@@ -49,6 +50,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Group(command) => commands::group(global, command).await,
         Command::Send(args) => commands::send(global, args).await,
         Command::Receive(args) => commands::receive(global, args).await,
+        Command::Process(args) => process::process(global, args).await,
+        Command::Ownership(args) => process::ownership(global, args).await,
         Command::Bench(args) => bench::run(global, args).await,
     }
 }

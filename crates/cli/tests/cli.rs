@@ -303,3 +303,94 @@ fn acknowledged_events_survive_kill_9() {
     }
     assert_eq!(checked, 300 * 20);
 }
+
+/// Waits until `condition` holds (polling), failing after 30 s.
+fn wait_until(what: &str, condition: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not reached within 30 s: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn lines_in(dir: &Path) -> Vec<String> {
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        lines.extend(text.lines().map(str::to_owned));
+    }
+    lines.sort();
+    lines
+}
+
+fn sigterm(child: &std::process::Child) {
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn a_processor_checkpoints_and_resumes_where_it_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = d.join("out");
+    run_ok(d, &["hub", "create", "h", "-p", "4"]);
+    let input: String = (0..40).map(|i| format!("event-{i:02}\n")).collect();
+    // Four batches of ten: round-robin puts one batch on each partition.
+    assert!(
+        send_stdin(d, &["send", "h", "--batch-size", "10"], &input)
+            .status
+            .success()
+    );
+    let args = [
+        "process",
+        "h",
+        "--action",
+        "file",
+        "--output-dir",
+        out.to_str().unwrap(),
+        "--host-name",
+        "p1",
+    ];
+    let mut processor = tributary(d, &args).stderr(Stdio::null()).spawn().unwrap();
+    wait_until("all 40 events processed", || lines_in(&out).len() == 40);
+    sigterm(&processor);
+    assert!(processor.wait().unwrap().success());
+    let expected: Vec<String> = (0..40).map(|i| format!("event-{i:02}")).collect();
+    assert_eq!(lines_in(&out), expected);
+    // The tracking table: every partition released, checkpointed at its last event.
+    let table = run_ok(d, &["ownership", "h"]);
+    let rows: Vec<&str> = table.lines().skip(1).collect();
+    assert_eq!(rows.len(), 4, "{table}");
+    for row in &rows {
+        let cols: Vec<&str> = row.split('\t').collect();
+        assert_eq!(cols[0], "$Default");
+        assert_eq!(cols[2], "(released)", "{table}");
+        assert_eq!(
+            cols[5], "9",
+            "each partition got 10 events round-robin: {table}"
+        );
+    }
+    // A new instance resumes after the checkpoints: only new events arrive.
+    assert!(
+        send_stdin(d, &["send", "h"], "late-1\nlate-2\n")
+            .status
+            .success()
+    );
+    let mut processor = tributary(d, &args).stderr(Stdio::null()).spawn().unwrap();
+    wait_until("the two new events processed", || {
+        lines_in(&out).len() == 42
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    sigterm(&processor);
+    assert!(processor.wait().unwrap().success());
+    let lines = lines_in(&out);
+    assert_eq!(lines.len(), 42, "nothing processed twice");
+    assert!(lines.contains(&"late-1".to_owned()) && lines.contains(&"late-2".to_owned()));
+}

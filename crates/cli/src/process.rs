@@ -1,0 +1,371 @@
+//! `tributary process` (one event processor host) and `tributary ownership` (the tracking table).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use tributary_event::ReceivedEvent;
+use tributary_processor::store::CheckpointStore;
+use tributary_processor::{
+    BrokerSource, CloseReason, EventProcessor, EventProcessorHost, LoadBalancingStrategy,
+    PartitionContext, ProcessorOptions, SqliteCheckpointStore,
+};
+
+use crate::args::{GlobalArgs, PositionArg, parse_duration_ms, parse_position};
+use crate::commands::open_broker;
+use crate::output;
+
+/// What `process` does with each event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Action {
+    /// Print one JSON line per event (partition, sequence number, offset, body).
+    Print,
+    /// Count events per partition; print the counts every few seconds and at the end.
+    Count,
+    /// Append each event's body as a line to `<output-dir>/<partition>.events`.
+    File,
+}
+
+/// `tributary process`.
+#[derive(Debug, Args)]
+pub struct ProcessArgs {
+    /// The hub to process.
+    pub hub: String,
+    /// The consumer group.
+    #[arg(long, short, default_value = "$Default")]
+    pub group: String,
+    /// The checkpoint store: a SQLite file that every processor on this machine may share
+    /// (default: checkpoints.sqlite in the data directory).
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// The namespace name ownership and checkpoints are recorded under.
+    #[arg(long, default_value = "localhost")]
+    pub namespace: String,
+    /// This instance's name; unique within the consumer group (default: generated).
+    #[arg(long)]
+    pub host_name: Option<String>,
+    /// What to do with events.
+    #[arg(long, value_enum, default_value_t = Action::Print)]
+    pub action: Action,
+    /// Where `--action file` writes.
+    #[arg(long, required_if_eq("action", "file"))]
+    pub output_dir: Option<PathBuf>,
+    /// Checkpoint after every this many batches (and when shutting down).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub checkpoint_every: u32,
+    /// Where a partition with no checkpoint starts.
+    #[arg(long, default_value = "earliest", value_parser = parse_position)]
+    pub initial_position: PositionArg,
+    /// The most events per batch.
+    #[arg(long, default_value_t = 100)]
+    pub batch_size: u32,
+    /// Balanced takes over one partition per cycle from busier instances; greedy all it is
+    /// short of.
+    #[arg(long, value_enum, default_value_t = Strategy::Balanced)]
+    pub strategy: Strategy,
+    /// How often ownership is renewed and balanced.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration_ms)]
+    pub interval: i64,
+    /// How long an instance that stops renewing keeps its partitions (at least 3 intervals).
+    #[arg(long, default_value = "5s", value_parser = parse_duration_ms)]
+    pub expiration: i64,
+}
+
+/// `tributary ownership`.
+#[derive(Debug, Args)]
+pub struct OwnershipArgs {
+    /// The hub.
+    pub hub: String,
+    /// The consumer group.
+    #[arg(long, short, default_value = "$Default")]
+    pub group: String,
+    /// The checkpoint store (default: checkpoints.sqlite in the data directory).
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// The namespace name ownership and checkpoints are recorded under.
+    #[arg(long, default_value = "localhost")]
+    pub namespace: String,
+}
+
+/// The load-balancing strategy, as a flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Strategy {
+    /// See `LoadBalancingStrategy::Balanced`.
+    Balanced,
+    /// See `LoadBalancingStrategy::Greedy`.
+    Greedy,
+}
+
+/// Where events go, shared by the processors of one instance.
+struct Sink {
+    action: Action,
+    output_dir: Option<PathBuf>,
+    counts: Mutex<BTreeMap<u32, u64>>,
+    total: AtomicU64,
+}
+
+impl Sink {
+    fn write(
+        &self,
+        partition: &str,
+        events: &[ReceivedEvent],
+        file: &mut Option<std::fs::File>,
+    ) -> Result<()> {
+        match self.action {
+            Action::Print => {
+                let mut out = std::io::stdout().lock();
+                for event in events {
+                    output::write_event(
+                        &mut out,
+                        crate::args::OutputFormat::Json,
+                        partition,
+                        event,
+                    )?;
+                }
+                out.flush()?;
+            }
+            Action::Count => {
+                let p: u32 = partition.parse().unwrap_or(u32::MAX);
+                *self.counts.lock().expect("counts").entry(p).or_default() += events.len() as u64;
+            }
+            Action::File => {
+                let file = match file {
+                    Some(file) => file,
+                    None => file.insert(self.open_file(partition)?),
+                };
+                // One write per batch: lines of one batch are never split by another process.
+                let mut lines = Vec::new();
+                for event in events {
+                    lines.extend_from_slice(&event.data.body);
+                    lines.push(b'\n');
+                }
+                file.write_all(&lines)?;
+            }
+        }
+        self.total.fetch_add(events.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn open_file(&self, partition: &str) -> Result<std::fs::File> {
+        let dir = self
+            .output_dir
+            .as_ref()
+            .expect("required with --action file");
+        let path = dir.join(format!("{partition}.events"));
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))
+    }
+}
+
+struct CliProcessor {
+    sink: Arc<Sink>,
+    file: Option<std::fs::File>,
+    checkpoint_every: u32,
+    batches_since_checkpoint: u32,
+}
+
+#[async_trait::async_trait]
+impl EventProcessor for CliProcessor {
+    async fn process_events(&mut self, context: &PartitionContext, events: Vec<ReceivedEvent>) {
+        if let Err(e) = self
+            .sink
+            .write(context.partition_id(), &events, &mut self.file)
+        {
+            // Not checkpointing keeps these events for the next owner or the next start.
+            eprintln!("tributary: partition {}: {e:#}", context.partition_id());
+            return;
+        }
+        self.batches_since_checkpoint += 1;
+        if self.batches_since_checkpoint >= self.checkpoint_every {
+            self.checkpoint(context).await;
+        }
+    }
+
+    async fn close(&mut self, context: &PartitionContext, reason: CloseReason) {
+        if reason == CloseReason::Shutdown && self.batches_since_checkpoint > 0 {
+            self.checkpoint(context).await;
+        }
+    }
+}
+
+impl CliProcessor {
+    async fn checkpoint(&mut self, context: &PartitionContext) {
+        match context.checkpoint().await {
+            Ok(()) => self.batches_since_checkpoint = 0,
+            Err(e) => {
+                tracing::info!(partition = context.partition_id(), error = %e, "checkpoint not written")
+            }
+        }
+    }
+}
+
+fn store_path(global: &GlobalArgs, store: &Option<PathBuf>) -> PathBuf {
+    store
+        .clone()
+        .unwrap_or_else(|| global.data_dir.join("checkpoints.sqlite"))
+}
+
+/// `tributary process`.
+pub async fn process(global: &GlobalArgs, args: &ProcessArgs) -> Result<()> {
+    let broker = open_broker(global).await?;
+    broker.describe_hub(&args.hub)?;
+    let source = Arc::new(BrokerSource::new(
+        broker,
+        args.namespace.clone(),
+        args.hub.clone(),
+    ));
+    let path = store_path(global, &args.store);
+    let store: Arc<dyn CheckpointStore> = Arc::new(
+        SqliteCheckpointStore::open(&path)
+            .await
+            .with_context(|| format!("cannot open the checkpoint store {}", path.display()))?,
+    );
+    if let Some(dir) = &args.output_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let sink = Arc::new(Sink {
+        action: args.action,
+        output_dir: args.output_dir.clone(),
+        counts: Mutex::default(),
+        total: AtomicU64::new(0),
+    });
+    let factory = {
+        let (sink, every) = (sink.clone(), args.checkpoint_every);
+        move |_: &PartitionContext| CliProcessor {
+            sink: sink.clone(),
+            file: None,
+            checkpoint_every: every,
+            batches_since_checkpoint: 0,
+        }
+    };
+    let host = EventProcessorHost::builder(source, store, factory)
+        .options(options(args))
+        .build()?
+        .start()?;
+    eprintln!(
+        "processing {}/{} as {} (checkpoints in {}); Ctrl-C to stop",
+        args.hub,
+        args.group,
+        host.host_name(),
+        path.display()
+    );
+    wait_for_stop(&sink).await?;
+    host.shutdown().await?;
+    if args.action == Action::Count {
+        report_counts(&sink);
+    }
+    Ok(())
+}
+
+fn options(args: &ProcessArgs) -> ProcessorOptions {
+    let initial = args.initial_position.to_position(false);
+    let mut options = ProcessorOptions {
+        consumer_group: args.group.clone(),
+        batch_events_max: args.batch_size,
+        prefetch_count: args.batch_size.max(300),
+        load_balancing_strategy: match args.strategy {
+            Strategy::Balanced => LoadBalancingStrategy::Balanced,
+            Strategy::Greedy => LoadBalancingStrategy::Greedy,
+        },
+        load_balancing_interval: Duration::from_millis(args.interval as u64),
+        ownership_expiration: Duration::from_millis(args.expiration as u64),
+        ..ProcessorOptions::default()
+    }
+    .with_initial_position(move |_| initial);
+    if let Some(name) = &args.host_name {
+        options.host_name = name.clone();
+    }
+    options
+}
+
+/// Waits for Ctrl-C or SIGTERM, printing counts every few seconds in count mode.
+async fn wait_for_stop(sink: &Sink) -> Result<()> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    let mut ticker = tokio::time::interval(Duration::from_secs(5));
+    ticker.tick().await;
+    loop {
+        tokio::select! {
+            result = tokio::signal::ctrl_c() => return result.context("waiting for Ctrl-C"),
+            _ = terminate.recv() => return Ok(()),
+            _ = ticker.tick() => if sink.action == Action::Count { report_counts(sink) },
+        }
+    }
+}
+
+fn report_counts(sink: &Sink) {
+    let counts = sink.counts.lock().expect("counts");
+    let per_partition: Vec<String> = counts.iter().map(|(p, n)| format!("{p}:{n}")).collect();
+    eprintln!(
+        "processed {} events ({})",
+        sink.total.load(Ordering::Relaxed),
+        per_partition.join(" ")
+    );
+}
+
+/// `tributary ownership`: the tracking table of the Event Processor Host documentation.
+pub async fn ownership(global: &GlobalArgs, args: &OwnershipArgs) -> Result<()> {
+    let path = store_path(global, &args.store);
+    anyhow::ensure!(
+        path.exists(),
+        "there is no checkpoint store at {}",
+        path.display()
+    );
+    let store = SqliteCheckpointStore::open(&path)
+        .await
+        .with_context(|| format!("cannot open the checkpoint store {}", path.display()))?;
+    let owners = store
+        .list_ownership(&args.namespace, &args.hub, &args.group)
+        .await?;
+    let checkpoints = store
+        .list_checkpoints(&args.namespace, &args.hub, &args.group)
+        .await?;
+    let mut rows: BTreeMap<u32, (Option<_>, Option<_>)> = BTreeMap::new();
+    for o in owners {
+        let partition = o.partition_id.parse().unwrap_or(u32::MAX);
+        rows.entry(partition).or_default().0 = Some(o);
+    }
+    for c in checkpoints {
+        let partition = c.partition_id.parse().unwrap_or(u32::MAX);
+        rows.entry(partition).or_default().1 = Some(c);
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "consumer group\tpartition\towner\townership acquired or renewed\tcheckpoint offset\tcheckpoint sequence number"
+    )?;
+    for (partition, (owner, checkpoint)) in rows {
+        let owner_name = owner.as_ref().map_or("-".to_owned(), |o| {
+            if o.owner_id.is_empty() {
+                "(released)".into()
+            } else {
+                o.owner_id.clone()
+            }
+        });
+        let since = owner
+            .as_ref()
+            .map_or("-".into(), |o| output::rfc3339(o.last_modified_time_ms));
+        let offset = checkpoint
+            .as_ref()
+            .and_then(|c| c.offset)
+            .map_or("-".into(), |o| o.to_string());
+        let seq = checkpoint
+            .as_ref()
+            .and_then(|c| c.sequence_number)
+            .map_or("-".into(), |s| s.to_string());
+        writeln!(
+            out,
+            "{}\t{partition}\t{owner_name}\t{since}\t{offset}\t{seq}",
+            args.group
+        )?;
+    }
+    Ok(())
+}
