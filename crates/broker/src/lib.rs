@@ -27,6 +27,7 @@
 mod broker;
 mod catalog;
 pub mod config;
+pub mod coordinator;
 pub mod epochs;
 mod error;
 mod hub;
@@ -35,6 +36,7 @@ pub mod receiver;
 pub use broker::{Broker, HubSpec, ReceiverSpec, SendReceipt, SendTarget};
 pub use catalog::{ConsumerGroupDefinition, HubDefinition};
 pub use config::BrokerConfig;
+pub use coordinator::{CoordinatorConfig, CoordinatorError, GroupCoordinator};
 pub use error::{BrokerError, DisconnectReason, ReceiveError};
 pub use receiver::{LastEnqueuedEvent, Receiver};
-pub use tributary_log::{Durability, LogConfig, PartitionProperties};
+pub use tributary_log::{Durability, LogConfig, LogError, PartitionProperties};

@@ -79,6 +79,21 @@ pub struct ServeArgs {
     /// How often retention is enforced.
     #[arg(long, default_value = "60s", value_parser = parse_duration_ms)]
     pub retention_check: i64,
+    /// The address the network front doors listen on (0.0.0.0 for every interface).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub listen: std::net::IpAddr,
+    /// The HTTP front door's port (OCI Streaming message API, admin API, /health, /metrics);
+    /// 0 picks a free one.
+    #[arg(long, default_value_t = 8080)]
+    pub http_port: u16,
+    /// Accept unsigned HTTP requests. For development only: anyone who can reach the port can
+    /// read, write and delete.
+    #[arg(long)]
+    pub http_unauthenticated: bool,
+    /// Throttle the HTTP API as OCI Streaming does (5 GetMessages/s per reader, 1 MiB/s put
+    /// per partition; beyond that, 429).
+    #[arg(long)]
+    pub http_oci_rate_limits: bool,
 }
 
 /// `tributary hub …`.

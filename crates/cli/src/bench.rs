@@ -35,6 +35,8 @@ pub enum Scenario {
     Recover,
     /// Resident memory after appending a lot.
     Memory,
+    /// The event processor host: start-up, failover, steady state, throughput.
+    Processor,
     /// All of the above.
     All,
 }
@@ -92,6 +94,11 @@ pub async fn run(global: &GlobalArgs, args: &BenchArgs) -> Result<()> {
             .data_dir
             .join(format!("bench-{}", std::process::id()))
     });
+    if args.scenario == Scenario::Processor {
+        let outcome = crate::bench_processor::run(&root).await;
+        let _ = std::fs::remove_dir_all(&root);
+        return outcome;
+    }
     let args_root = (args.clone_for_thread(), root.clone());
     tokio::task::spawn_blocking(move || {
         let (args, root) = args_root;

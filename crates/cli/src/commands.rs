@@ -31,11 +31,15 @@ pub async fn open_broker(global: &GlobalArgs) -> Result<Broker> {
     })
 }
 
+/// The log's own limit while front doors run: they enforce the 1 MiB protocol limits on what
+/// clients send; the log's check counts record framing and keys too, so it needs headroom.
+const FRONT_DOOR_EVENT_BYTES_MAX: u32 = 1024 * 1024 + 16 * 1024;
+
 /// `tributary serve`.
 pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
     let mut config = BrokerConfig::new(&global.data_dir);
     config.log.durability = global.durability;
-    config.log.event_bytes_max = global.event_bytes_max;
+    config.log.event_bytes_max = global.event_bytes_max.max(FRONT_DOOR_EVENT_BYTES_MAX);
     config.retention_check_interval = Duration::from_millis(args.retention_check as u64);
     let broker = Broker::open(config).await.with_context(|| {
         format!(
@@ -49,6 +53,42 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
             .await
             .context("cannot create the default hub")?;
     }
+    let auth = if args.http_unauthenticated {
+        tributary_http::AuthConfig::DevelopmentUnauthenticated
+    } else {
+        // An empty key file on first start: every request is refused until a key is added
+        // (the file is re-read when it changes, no restart needed).
+        let keys = global.data_dir.join("oci-api-keys.json");
+        if !keys.exists() {
+            std::fs::write(&keys, "{}\n")
+                .with_context(|| format!("cannot create {}", keys.display()))?;
+        }
+        tributary_http::AuthConfig::signatures()
+    };
+    let mut http_config =
+        tributary_http::HttpConfig::new((args.listen, args.http_port).into(), auth);
+    if args.http_oci_rate_limits {
+        http_config.rate_limits = tributary_http::RateLimits::oci();
+    }
+    let http = tributary_http::start(broker.clone(), http_config)
+        .await
+        .context("cannot start the HTTP front door")?;
+    print_banner(global, args, &broker, http.local_addr())?;
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
+    eprintln!("stopping: closing listeners, syncing partitions");
+    http.shutdown().await?;
+    broker.shutdown().await?;
+    Ok(())
+}
+
+fn print_banner(
+    global: &GlobalArgs,
+    args: &ServeArgs,
+    broker: &Broker,
+    http: std::net::SocketAddr,
+) -> Result<()> {
     let mut err = std::io::stderr().lock();
     writeln!(
         err,
@@ -71,17 +111,19 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
             groups.join(", ")
         )?;
     }
+    let auth = if args.http_unauthenticated {
+        "UNAUTHENTICATED (development mode)".to_owned()
+    } else {
+        format!(
+            "OCI request signatures, keys in {}",
+            global.data_dir.join("oci-api-keys.json").display()
+        )
+    };
     writeln!(
         err,
-        "  network listeners: none in this build (use the in-process API or the CLI on a stopped hub)"
+        "  http: http://{http}/20180418 (OCI Streaming), /admin/v1, /health, /metrics; {auth}"
     )?;
     writeln!(err, "press Ctrl-C to stop")?;
-    drop(err);
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
-    eprintln!("stopping: syncing partitions");
-    broker.shutdown().await?;
     Ok(())
 }
 

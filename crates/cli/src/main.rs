@@ -9,6 +9,7 @@
 
 mod args;
 mod bench;
+mod bench_processor;
 mod commands;
 mod input;
 mod output;

@@ -224,10 +224,21 @@ fn an_oversize_event_refuses_its_batch() {
 fn a_running_hub_holds_its_data_directory() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let mut serve = tributary(d, &["serve", "--hub", "events", "--partitions", "2"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut serve = tributary(
+        d,
+        &[
+            "serve",
+            "--hub",
+            "events",
+            "--partitions",
+            "2",
+            "--http-port",
+            "0",
+        ],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let mut stderr = BufReader::new(serve.stderr.take().unwrap());
     let mut banner = String::new();
     while !banner.contains("press Ctrl-C") {
@@ -237,6 +248,17 @@ fn a_running_hub_holds_its_data_directory() {
         );
     }
     assert!(banner.contains("hub \"events\": 2 partitions"), "{banner}");
+    // The HTTP front door answers on the address the banner gives.
+    let addr = banner
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .expect("the banner names the HTTP address");
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    conn.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    std::io::Read::read_to_string(&mut conn, &mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
     let err = run_err(d, &["hub", "list"]);
     assert!(err.contains("in use by another Tributary process"), "{err}");
     serve.kill().unwrap();

@@ -1,0 +1,208 @@
+//! The admin API under `/admin/v1`: event hubs, their (Event Hubs) consumer groups, and the
+//! server-side (OCI) groups. JSON in and out, camelCase, unknown fields refused.
+
+use crate::server::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tributary_broker::coordinator::GroupSummary;
+use tributary_broker::{HubDefinition, HubSpec};
+
+use crate::error::ApiError;
+use crate::oci::{StreamPath, parse_json};
+use crate::server::AppState;
+
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/admin/v1/hubs", get(list_hubs).post(create_hub))
+        .route(
+            "/admin/v1/hubs/{stream}",
+            get(describe_hub).delete(delete_hub),
+        )
+        .route(
+            "/admin/v1/hubs/{stream}/consumergroups",
+            get(list_consumer_groups).post(create_consumer_group),
+        )
+        .route(
+            "/admin/v1/hubs/{stream}/consumergroups/{group}",
+            delete(delete_consumer_group),
+        )
+        .route("/admin/v1/hubs/{stream}/groups", get(list_groups))
+        .route(
+            "/admin/v1/hubs/{stream}/groups/{group}",
+            delete(delete_group),
+        )
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CreateHub {
+    name: String,
+    partition_count: u32,
+    #[serde(default)]
+    retention_ms: Option<i64>,
+    #[serde(default)]
+    retention_forever: bool,
+    #[serde(default)]
+    retention_bytes_max: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateConsumerGroup {
+    name: String,
+}
+
+fn group_of(path: &StreamPath) -> Result<&str, ApiError> {
+    path.group
+        .as_deref()
+        .ok_or_else(|| ApiError::invalid("no group in the path"))
+}
+
+fn hub_json(h: &HubDefinition) -> Value {
+    json!({
+        "name": h.name,
+        "partitionCount": h.partition_count,
+        "retentionMs": h.retention_age_ms,
+        "retentionBytesMax": h.retention_bytes_max,
+        "createdAt": crate::oci::format_time(h.created_at_ms),
+        "consumerGroups": h.consumer_groups.iter().map(|g| g.name.clone()).collect::<Vec<_>>(),
+    })
+}
+
+async fn list_hubs(State(state): State<AppState>) -> Response {
+    let hubs: Vec<Value> = state.broker.list_hubs().iter().map(hub_json).collect();
+    Json(json!({ "hubs": hubs })).into_response()
+}
+
+async fn create_hub(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let request: CreateHub = parse_json(&body)?;
+    let mut spec = HubSpec::new(request.name, request.partition_count);
+    match (request.retention_ms, request.retention_forever) {
+        (Some(_), true) => {
+            return Err(ApiError::invalid(
+                "give retentionMs or retentionForever, not both",
+            ));
+        }
+        (Some(ms), false) => spec.retention_age_ms = Some(ms),
+        (None, true) => spec.retention_age_ms = None,
+        (None, false) => {}
+    }
+    spec.retention_bytes_max = request.retention_bytes_max;
+    let hub = state.broker.create_hub(spec).await?;
+    Ok((StatusCode::CREATED, Json(hub_json(&hub))).into_response())
+}
+
+async fn describe_hub(
+    State(state): State<AppState>,
+    path: StreamPath,
+) -> Result<Response, ApiError> {
+    let definition = state.broker.describe_hub(&path.stream)?;
+    let mut body = hub_json(&definition);
+    let mut partitions = Vec::new();
+    for p in 0..definition.partition_count {
+        let props = state
+            .broker
+            .partition_properties(&definition.name, &p.to_string())?;
+        partitions.push(json!({
+            "id": p.to_string(),
+            "beginSequenceNumber": props.begin_sequence_number,
+            "lastEnqueuedSequenceNumber": props.last_enqueued_sequence_number,
+            "lastEnqueuedOffset": props.last_enqueued_offset.map(|o| o.to_string()),
+            "lastEnqueuedTime": props.last_enqueued_time_ms.map(crate::oci::format_time),
+            "isEmpty": props.is_empty,
+        }));
+    }
+    body["partitions"] = Value::Array(partitions);
+    body["openReceivers"] = json!(state.broker.open_receiver_count(&definition.name)?);
+    Ok(Json(body).into_response())
+}
+
+async fn delete_hub(State(state): State<AppState>, path: StreamPath) -> Result<Response, ApiError> {
+    state.broker.delete_hub(&path.stream).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn list_consumer_groups(
+    State(state): State<AppState>,
+    path: StreamPath,
+) -> Result<Response, ApiError> {
+    let groups: Vec<Value> = state
+        .broker
+        .list_consumer_groups(&path.stream)?
+        .iter()
+        .map(|g| json!({ "name": g.name, "createdAt": crate::oci::format_time(g.created_at_ms) }))
+        .collect();
+    Ok(Json(json!({ "consumerGroups": groups })).into_response())
+}
+
+async fn create_consumer_group(
+    State(state): State<AppState>,
+    path: StreamPath,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let request: CreateConsumerGroup = parse_json(&body)?;
+    let g = state
+        .broker
+        .create_consumer_group(&path.stream, &request.name)
+        .await?;
+    let body = json!({ "name": g.name, "createdAt": crate::oci::format_time(g.created_at_ms) });
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+async fn delete_consumer_group(
+    State(state): State<AppState>,
+    path: StreamPath,
+) -> Result<Response, ApiError> {
+    state
+        .broker
+        .delete_consumer_group(&path.stream, group_of(&path)?)
+        .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+fn group_json(g: &GroupSummary) -> Value {
+    json!({
+        "groupName": g.group,
+        "createdAt": crate::oci::format_time(g.created_ms),
+        "lastUsedAt": crate::oci::format_time(g.last_used_ms),
+        "committed": g.committed.iter().enumerate().map(|(p, next)| json!({
+            "partition": p.to_string(),
+            "committedOffset": (*next > 0).then_some(next - 1),
+        })).collect::<Vec<_>>(),
+        "instances": g.instances.iter().map(|(name, ps)| json!({
+            "instanceName": name,
+            "partitions": ps.iter().map(u32::to_string).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+async fn list_groups(
+    State(state): State<AppState>,
+    path: StreamPath,
+) -> Result<Response, ApiError> {
+    let definition = state.broker.describe_hub(&path.stream)?;
+    let groups: Vec<Value> = state
+        .coordinator
+        .list(Some(&definition.name))
+        .iter()
+        .map(group_json)
+        .collect();
+    Ok(Json(json!({ "groups": groups })).into_response())
+}
+
+async fn delete_group(
+    State(state): State<AppState>,
+    path: StreamPath,
+) -> Result<Response, ApiError> {
+    state
+        .coordinator
+        .delete(&path.stream, group_of(&path)?)
+        .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}

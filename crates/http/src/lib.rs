@@ -1,0 +1,227 @@
+//! Tributary's HTTP front door: the OCI Streaming message API, server-side consumer groups,
+//! an admin API, health and Prometheus metrics, over one [`tributary_broker::Broker`].
+//!
+//! [`start`] binds a listener and serves until [`RunningHttpServer::shutdown`]. It owns no data:
+//! messages go to and come from the broker, groups live in the broker's
+//! [`GroupCoordinator`], and the only files it keeps are the cursor key
+//! (`<data_dir>/http-cursor.key`) and, when signatures are required, the API key file it reads
+//! (`<data_dir>/oci-api-keys.json`).
+//!
+//! # The OCI Streaming API (base path `/20180418`)
+//! A stream is an event hub (stream id = hub name); offsets are sequence numbers; a message key
+//! routes like a partition key (a UTF-8 key *is* the event's partition key, so AMQP consumers see
+//! it), a null key spreads round-robin. The paths and JSON shapes are OCI's, so the official
+//! `oci` SDK's `StreamClient` works unmodified; see [`routes`] for the list.
+//!
+//! # Guarantees
+//! - PutMessages answers per message in request order; messages with the same key keep their
+//!   order; a request refused as a whole (bad JSON, bad base64, over 1 MiB, throttled) writes
+//!   nothing; a partial failure answers 200 with `failures` and per-entry errors.
+//! - Every answer carries `opc-request-id` (the caller's, or a generated one); every error is
+//!   `{"code", "message"}` with OCI's status and code (listed in [`routes`]); nothing a client
+//!   sends can panic the server.
+//! - Cursors are opaque, HMAC-authenticated and expire after five minutes.
+//! - Signed requests are verified against registered RSA keys (see [`AuthConfig`]); development
+//!   mode accepts unsigned requests and says so with a WARN line at start.
+//!
+//! # Shutdown
+//! [`RunningHttpServer::shutdown`] stops accepting connections, lets requests in flight finish
+//! (up to a few seconds), and returns; the broker is left running for its owner to shut down.
+
+#![forbid(unsafe_code)]
+
+mod admin;
+mod auth;
+mod cursor;
+mod error;
+pub mod limits;
+mod metrics;
+mod oci;
+mod ratelimit;
+pub mod routes;
+mod server;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tributary_broker::{Broker, CoordinatorConfig, CoordinatorError, GroupCoordinator};
+
+/// How requests are authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthConfig {
+    /// Every request to the OCI and admin APIs must carry a valid OCI request signature.
+    Signatures {
+        /// The key file (keyId → PEM public key); `None`: `<data_dir>/oci-api-keys.json`.
+        keys_file: Option<PathBuf>,
+        /// How far a request's `date` may be from the server's clock.
+        clock_skew_ms_max: i64,
+    },
+    /// Unsigned requests are accepted (and signatures are not checked). For development only;
+    /// logged as a warning at start.
+    DevelopmentUnauthenticated,
+}
+
+impl AuthConfig {
+    /// Signatures required, keys in `<data_dir>/oci-api-keys.json`, five minutes of skew.
+    pub fn signatures() -> Self {
+        AuthConfig::Signatures {
+            keys_file: None,
+            clock_skew_ms_max: limits::CLOCK_SKEW_MS_MAX_DEFAULT,
+        }
+    }
+}
+
+/// Throttling; `None` is no limit. Beyond a limit, requests are answered 429 `TooManyRequests`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RateLimits {
+    /// GetMessages requests per second per reader: per (stream, partition) for partition
+    /// cursors, per (stream, group, instance) for group cursors. OCI allows 5.
+    pub get_requests_per_second: Option<u64>,
+    /// Key and value bytes per second put into one partition. OCI allows 1 MiB.
+    pub put_bytes_per_second: Option<u64>,
+}
+
+impl RateLimits {
+    /// OCI Streaming's limits: 5 GetMessages per second per reader, 1 MiB/s per partition.
+    pub fn oci() -> Self {
+        RateLimits {
+            get_requests_per_second: Some(5),
+            put_bytes_per_second: Some(1024 * 1024),
+        }
+    }
+}
+
+/// How the HTTP front door is configured.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// Where to listen; port 0 picks a free port (see [`RunningHttpServer::local_addr`]).
+    pub bind: SocketAddr,
+    /// Authentication.
+    pub auth: AuthConfig,
+    /// Throttling.
+    pub rate_limits: RateLimits,
+    /// The group coordinator's settings (used by [`start`], which opens one).
+    pub coordinator: CoordinatorConfig,
+}
+
+impl HttpConfig {
+    /// Listens on `bind` with `auth`, no throttling, default group settings.
+    pub fn new(bind: SocketAddr, auth: AuthConfig) -> Self {
+        HttpConfig {
+            bind,
+            auth,
+            rate_limits: RateLimits::default(),
+            coordinator: CoordinatorConfig::default(),
+        }
+    }
+}
+
+/// Why the server did not start or did not stop cleanly.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HttpError {
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The API key file is missing or invalid.
+    #[error("{0}")]
+    Keys(String),
+    /// The cursor key could not be read or created.
+    #[error("{0}")]
+    CursorKey(String),
+    /// The group coordinator could not open.
+    #[error(transparent)]
+    Coordinator(#[from] CoordinatorError),
+    /// The server failed while running.
+    #[error("the HTTP server failed: {0}")]
+    Server(#[source] std::io::Error),
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct RunningHttpServer {
+    local_addr: SocketAddr,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<std::io::Result<()>>,
+    coordinator: GroupCoordinator,
+}
+
+/// How long shutdown waits for requests in flight.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+impl RunningHttpServer {
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The group coordinator it serves.
+    pub fn coordinator(&self) -> &GroupCoordinator {
+        &self.coordinator
+    }
+
+    /// Stops accepting connections and waits (a few seconds at most) for requests in flight.
+    pub async fn shutdown(self) -> Result<(), HttpError> {
+        let _ = self.stop.send(());
+        let mut task = self.task;
+        match tokio::time::timeout(SHUTDOWN_GRACE, &mut task).await {
+            Ok(Ok(result)) => result.map_err(HttpError::Server),
+            Ok(Err(join)) => Err(HttpError::Server(std::io::Error::other(join.to_string()))),
+            Err(_) => {
+                task.abort();
+                tracing::warn!(
+                    "HTTP requests still running after the shutdown grace period were cut off"
+                );
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Opens a group coordinator over `broker` and starts serving on `config.bind`.
+pub async fn start(broker: Broker, config: HttpConfig) -> Result<RunningHttpServer, HttpError> {
+    let coordinator = GroupCoordinator::open(broker.clone(), config.coordinator.clone()).await?;
+    start_with_coordinator(broker, coordinator, config).await
+}
+
+/// Starts serving on `config.bind` with an existing coordinator (to share it with other front
+/// doors).
+pub async fn start_with_coordinator(
+    broker: Broker,
+    coordinator: GroupCoordinator,
+    config: HttpConfig,
+) -> Result<RunningHttpServer, HttpError> {
+    let state = server::Shared::open(broker, coordinator.clone(), &config)?;
+    let listener = tokio::net::TcpListener::bind(config.bind)
+        .await
+        .map_err(|source| HttpError::Bind {
+            addr: config.bind,
+            source,
+        })?;
+    let local_addr = listener.local_addr().map_err(HttpError::Server)?;
+    let (stop, stopped) = oneshot::channel::<()>();
+    let app = server::router(state);
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    tracing::info!(%local_addr, "HTTP front door listening (OCI Streaming API at /20180418, admin at /admin/v1)");
+    Ok(RunningHttpServer {
+        local_addr,
+        stop,
+        task,
+        coordinator,
+    })
+}

@@ -1,0 +1,204 @@
+//! Prometheus metrics, encoded by `prometheus-client` in the OpenMetrics text format.
+//!
+//! Counted as requests pass: `tributary_http_requests` and the latency histogram
+//! `tributary_http_request_duration_seconds` (by matched route, method and status), and the
+//! messages and key+value bytes the HTTP front door put and got, by hub and partition. Read from
+//! the broker and the coordinator at each scrape (so they cover every front door): each
+//! partition's next sequence number (events ever appended), open receivers per hub, and each
+//! server-side group's lag per partition (messages after its committed offset).
+
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tributary_broker::{Broker, GroupCoordinator};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: String,
+    method: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PartitionLabels {
+    hub: String,
+    partition: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HubLabels {
+    hub: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupLabels {
+    hub: String,
+    group: String,
+    partition: String,
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.5 ms to about 16 s.
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+/// The front door's metrics.
+#[derive(Debug)]
+pub(crate) struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<RequestLabels, Histogram, fn() -> Histogram>,
+    events_in: Family<PartitionLabels, Counter>,
+    bytes_in: Family<PartitionLabels, Counter>,
+    events_out: Family<PartitionLabels, Counter>,
+    bytes_out: Family<PartitionLabels, Counter>,
+    next_sequence: Family<PartitionLabels, Gauge>,
+    receivers: Family<HubLabels, Gauge>,
+    lag: Family<GroupLabels, Gauge>,
+    scrape: Mutex<()>,
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("tributary");
+        let m = Metrics {
+            requests: Family::default(),
+            latency: Family::new_with_constructor(latency_histogram),
+            events_in: Family::default(),
+            bytes_in: Family::default(),
+            events_out: Family::default(),
+            bytes_out: Family::default(),
+            next_sequence: Family::default(),
+            receivers: Family::default(),
+            lag: Family::default(),
+            scrape: Mutex::new(()),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "http_requests",
+            "HTTP requests answered",
+            m.requests.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency",
+            m.latency.clone(),
+        );
+        registry.register(
+            "http_events_in",
+            "Messages put over HTTP",
+            m.events_in.clone(),
+        );
+        registry.register(
+            "http_event_bytes_in",
+            "Key and value bytes put over HTTP",
+            m.bytes_in.clone(),
+        );
+        registry.register(
+            "http_events_out",
+            "Messages got over HTTP",
+            m.events_out.clone(),
+        );
+        registry.register(
+            "http_event_bytes_out",
+            "Key and value bytes got over HTTP",
+            m.bytes_out.clone(),
+        );
+        registry.register("partition_next_sequence_number", "Events ever appended to the partition (its next sequence number), over all front doors", m.next_sequence.clone());
+        registry.register(
+            "hub_open_receivers",
+            "Receivers open on the hub",
+            m.receivers.clone(),
+        );
+        registry.register(
+            "group_lag_events",
+            "Messages after the server-side consumer group's committed offset",
+            m.lag.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    pub(crate) fn request(&self, route: &str, method: &str, status: u16, seconds: f64) {
+        let labels = RequestLabels {
+            route: route.to_owned(),
+            method: method.to_owned(),
+            status,
+        };
+        self.requests.get_or_create(&labels).inc();
+        self.latency.get_or_create(&labels).observe(seconds);
+    }
+
+    pub(crate) fn put(&self, hub: &str, partition: u32, events: u64, bytes: u64) {
+        let labels = PartitionLabels {
+            hub: hub.to_owned(),
+            partition: partition.to_string(),
+        };
+        self.events_in.get_or_create(&labels).inc_by(events);
+        self.bytes_in.get_or_create(&labels).inc_by(bytes);
+    }
+
+    pub(crate) fn got(&self, hub: &str, partition: u32, bytes: u64) {
+        let labels = PartitionLabels {
+            hub: hub.to_owned(),
+            partition: partition.to_string(),
+        };
+        self.events_out.get_or_create(&labels).inc();
+        self.bytes_out.get_or_create(&labels).inc_by(bytes);
+    }
+
+    /// Refreshes the scrape-time gauges and encodes everything.
+    pub(crate) fn encode(&self, broker: &Broker, coordinator: &GroupCoordinator) -> String {
+        let _one_scrape_at_a_time = self.scrape.lock().expect("scrape lock");
+        self.next_sequence.clear();
+        self.receivers.clear();
+        self.lag.clear();
+        let mut next_by_partition = std::collections::HashMap::new();
+        for hub in broker.list_hubs() {
+            for p in 0..hub.partition_count {
+                let Ok(props) = broker.partition_properties(&hub.name, &p.to_string()) else {
+                    continue;
+                };
+                let next = props.last_enqueued_sequence_number + 1;
+                next_by_partition.insert((hub.name.to_ascii_lowercase(), p), next);
+                let labels = PartitionLabels {
+                    hub: hub.name.clone(),
+                    partition: p.to_string(),
+                };
+                self.next_sequence.get_or_create(&labels).set(next);
+            }
+            if let Ok(n) = broker.open_receiver_count(&hub.name) {
+                let n = i64::try_from(n).unwrap_or(i64::MAX);
+                self.receivers
+                    .get_or_create(&HubLabels {
+                        hub: hub.name.clone(),
+                    })
+                    .set(n);
+            }
+        }
+        for group in coordinator.list(None) {
+            for (p, committed) in group.committed.iter().enumerate() {
+                let key = (group.stream.to_ascii_lowercase(), p as u32);
+                let Some(next) = next_by_partition.get(&key) else {
+                    continue;
+                };
+                let labels = GroupLabels {
+                    hub: group.stream.clone(),
+                    group: group.group.clone(),
+                    partition: p.to_string(),
+                };
+                self.lag
+                    .get_or_create(&labels)
+                    .set((next - committed).max(0));
+            }
+        }
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String does not fail");
+        out
+    }
+}

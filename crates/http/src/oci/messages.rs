@@ -1,0 +1,412 @@
+//! PutMessages and GetMessages.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use crate::server::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderValue, Uri};
+use axum::response::{IntoResponse, Response};
+use tributary_broker::coordinator::Session;
+use tributary_broker::{BrokerError, HubDefinition, SendReceipt, SendTarget};
+use tributary_event::names::name_key;
+use tributary_event::{EventData, PropertyValue, ReceivedEvent, partition_for_key};
+
+use super::model::{Message, PutMessagesDetails, PutMessagesResult, PutMessagesResultEntry};
+use super::{Query, StreamPath, decode_base64, encode_base64, format_time, parse_json};
+use crate::cursor::{Cursor, PartitionCursor};
+use crate::error::ApiError;
+use crate::limits::{
+    CURSOR_TTL_MS, GET_LIMIT_MAX, GET_RESPONSE_BYTES_MAX, KEY_BYTES_MAX, PUT_REQUEST_BYTES_MAX,
+};
+use crate::server::AppState;
+
+/// The application property that carries a key that is not UTF-8 (a UTF-8 key is the event's
+/// partition key).
+pub(crate) const BINARY_KEY_PROPERTY: &str = "tributary.oci.key";
+
+/// One decoded message of a PutMessages request.
+struct Decoded {
+    key: Option<Vec<u8>>,
+    value: Vec<u8>,
+}
+
+/// One broker send: the messages of one key, or the keyless (or non-UTF-8-keyed) messages of
+/// one partition, in request order.
+struct Send {
+    target: SendTarget,
+    partition: u32,
+    indices: Vec<usize>,
+    events: Vec<EventData>,
+    bytes: u64,
+}
+
+/// POST `/streams/{streamId}/messages`.
+pub(crate) async fn put_messages(
+    State(state): State<AppState>,
+    path: StreamPath,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let details: PutMessagesDetails = parse_json(&body)?;
+    let messages = decode_messages(&details)?;
+    let hub = state.broker.describe_hub(&path.stream)?;
+    let sends = route(&state, &hub, messages);
+    throttle_puts(&state, &hub, &sends)?;
+    let count = details.messages.len();
+    let mut entries: Vec<PutMessagesResultEntry> = (0..count)
+        .map(|_| PutMessagesResultEntry::default())
+        .collect();
+    let mut failures = 0u32;
+    for (send, outcome) in run_sends(&state, &hub.name, sends).await {
+        match outcome {
+            Ok(receipt) => {
+                state.metrics.put(
+                    &hub.name,
+                    receipt.partition,
+                    send.indices.len() as u64,
+                    send.bytes,
+                );
+                for (n, &i) in send.indices.iter().enumerate() {
+                    entries[i] = success(&receipt, n);
+                }
+            }
+            Err(e) => {
+                let e = ApiError::from(e);
+                for &i in &send.indices {
+                    failures += 1;
+                    entries[i] = PutMessagesResultEntry {
+                        error: Some(e.code.to_owned()),
+                        error_message: Some(e.message.clone()),
+                        ..Default::default()
+                    };
+                }
+            }
+        }
+    }
+    Ok(Json(PutMessagesResult { failures, entries }).into_response())
+}
+
+fn success(receipt: &SendReceipt, n: usize) -> PutMessagesResultEntry {
+    PutMessagesResultEntry {
+        partition: Some(receipt.partition.to_string()),
+        offset: Some(receipt.base_sequence + n as i64),
+        timestamp: Some(format_time(receipt.enqueued_time_ms)),
+        ..Default::default()
+    }
+}
+
+fn decode_messages(details: &PutMessagesDetails) -> Result<Vec<Decoded>, ApiError> {
+    if details.messages.is_empty() {
+        return Err(ApiError::invalid(
+            "messages must contain at least one message",
+        ));
+    }
+    let mut total = 0u64;
+    let mut out = Vec::with_capacity(details.messages.len());
+    for (i, m) in details.messages.iter().enumerate() {
+        let key = match &m.key {
+            Some(k) => Some(decode_base64(&format!("messages[{i}].key"), k)?),
+            None => None,
+        };
+        if let Some(k) = &key
+            && k.len() > KEY_BYTES_MAX
+        {
+            return Err(ApiError::invalid(format!(
+                "messages[{i}].key is {} bytes; a key has at most {KEY_BYTES_MAX}",
+                k.len()
+            )));
+        }
+        let value = decode_base64(&format!("messages[{i}].value"), &m.value)?;
+        total += value.len() as u64 + key.as_ref().map_or(0, |k| k.len() as u64);
+        out.push(Decoded { key, value });
+    }
+    if total > PUT_REQUEST_BYTES_MAX {
+        return Err(ApiError::too_large(format!(
+            "the messages total {total} bytes of keys and values after base64 decoding; a request (and a message) may carry at most {PUT_REQUEST_BYTES_MAX}"
+        )));
+    }
+    Ok(out)
+}
+
+#[derive(Hash, PartialEq, Eq)]
+enum SendKey {
+    Key(String),
+    Partition(u32),
+}
+
+fn route(state: &AppState, hub: &HubDefinition, messages: Vec<Decoded>) -> Vec<Send> {
+    let count = hub.partition_count;
+    let mut sends: Vec<Send> = Vec::new();
+    let mut index: HashMap<SendKey, usize> = HashMap::new();
+    for (i, m) in messages.into_iter().enumerate() {
+        let bytes = m.value.len() as u64 + m.key.as_ref().map_or(0, |k| k.len() as u64);
+        let mut event = EventData::new(m.value);
+        let (send_key, partition, target) = match m.key.map(String::from_utf8) {
+            Some(Ok(key)) => {
+                let p = partition_for_key(&key, count);
+                event.partition_key = Some(key.clone());
+                (SendKey::Key(key.clone()), p, SendTarget::PartitionKey(key))
+            }
+            Some(Err(binary)) => {
+                let p = partition_for_key(&String::from_utf8_lossy(binary.as_bytes()), count);
+                let key = PropertyValue::Bytes(binary.into_bytes().into());
+                event.properties.push((BINARY_KEY_PROPERTY.to_owned(), key));
+                (
+                    SendKey::Partition(p),
+                    p,
+                    SendTarget::Partition(p.to_string()),
+                )
+            }
+            None => {
+                let n = state.round_robin.fetch_add(1, Ordering::Relaxed);
+                let p = u32::try_from(n % u64::from(count)).expect("below the partition count");
+                (
+                    SendKey::Partition(p),
+                    p,
+                    SendTarget::Partition(p.to_string()),
+                )
+            }
+        };
+        let at = *index.entry(send_key).or_insert_with(|| {
+            sends.push(Send {
+                target,
+                partition,
+                indices: Vec::new(),
+                events: Vec::new(),
+                bytes: 0,
+            });
+            sends.len() - 1
+        });
+        sends[at].indices.push(i);
+        sends[at].events.push(event);
+        sends[at].bytes += bytes;
+    }
+    sends
+}
+
+fn throttle_puts(state: &AppState, hub: &HubDefinition, sends: &[Send]) -> Result<(), ApiError> {
+    let Some(buckets) = &state.put_limit else {
+        return Ok(());
+    };
+    let mut per_partition: HashMap<String, u64> = HashMap::new();
+    for s in sends {
+        *per_partition
+            .entry(format!("{}/{}", name_key(&hub.name), s.partition))
+            .or_default() += s.bytes;
+    }
+    let keys: Vec<(&str, u64)> = per_partition
+        .iter()
+        .map(|(k, v)| (k.as_str(), *v))
+        .collect();
+    buckets.take_all(&keys, tokio::time::Instant::now()).map_err(|key| {
+        ApiError::throttled(format!(
+            "partition {key} is over its configured write rate; nothing was written, retry later"
+        ))
+    })
+}
+
+/// Sends every batch at once (their syncs share a group commit); returns them in order.
+async fn run_sends(
+    state: &AppState,
+    hub: &str,
+    sends: Vec<Send>,
+) -> Vec<(Send, Result<SendReceipt, BrokerError>)> {
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut slots: Vec<Option<(Send, Result<SendReceipt, BrokerError>)>> = Vec::new();
+    for (n, mut send) in sends.into_iter().enumerate() {
+        let broker = state.broker.clone();
+        let (hub, target, events) = (
+            hub.to_owned(),
+            send.target.clone(),
+            std::mem::take(&mut send.events),
+        );
+        tasks.spawn(async move { (n, broker.send(&hub, target, events).await) });
+        slots.push(Some((send, Err(BrokerError::ShuttingDown))));
+    }
+    while let Some(joined) = tasks.join_next().await {
+        if let Ok((n, outcome)) = joined
+            && let Some(slot) = slots[n].as_mut()
+        {
+            slot.1 = outcome;
+        }
+    }
+    slots.into_iter().flatten().collect()
+}
+
+/// GET `/streams/{streamId}/messages?cursor=…&limit=…`.
+pub(crate) async fn get_messages(
+    State(state): State<AppState>,
+    path: StreamPath,
+    uri: Uri,
+) -> Result<Response, ApiError> {
+    let query = Query::parse(uri.query(), &["cursor", "limit"])?;
+    let cursor = query.required("cursor")?;
+    let limit = match query.get("limit") {
+        None => GET_LIMIT_MAX,
+        Some(l) => l
+            .parse::<u32>()
+            .ok()
+            .filter(|l| (1..=GET_LIMIT_MAX).contains(l))
+            .ok_or_else(|| {
+                ApiError::invalid(format!(
+                    "limit {l:?} must be a number from 1 to {GET_LIMIT_MAX}"
+                ))
+            })?,
+    };
+    let now_ms = state.broker.clock().now_ms();
+    match decode_cursor(&state, &path.stream, cursor, now_ms)? {
+        Cursor::Partition(c) => get_partition(&state, c, limit, now_ms).await,
+        Cursor::Group(s) => get_group(&state, s, limit, now_ms).await,
+    }
+}
+
+/// Decodes a cursor and checks it belongs to the stream in the path.
+pub(crate) fn decode_cursor(
+    state: &AppState,
+    stream: &str,
+    text: &str,
+    now_ms: i64,
+) -> Result<Cursor, ApiError> {
+    let cursor = state
+        .cursor_key
+        .decode(text, now_ms)
+        .map_err(|e| ApiError::invalid(e.to_string()))?;
+    let cursor_stream = match &cursor {
+        Cursor::Partition(c) => &c.stream,
+        Cursor::Group(s) => &s.stream,
+    };
+    if name_key(cursor_stream) != name_key(stream) {
+        return Err(ApiError::invalid(format!(
+            "the cursor belongs to stream {cursor_stream:?}, not {stream:?}"
+        )));
+    }
+    Ok(cursor)
+}
+
+fn throttle_get(state: &AppState, key: &str) -> Result<(), ApiError> {
+    let Some(buckets) = &state.get_limit else {
+        return Ok(());
+    };
+    buckets
+        .take_all(&[(key, 1)], tokio::time::Instant::now())
+        .map_err(|key| {
+            ApiError::throttled(format!(
+                "too many GetMessages requests for {key}; retry later"
+            ))
+        })
+}
+
+async fn get_partition(
+    state: &AppState,
+    c: PartitionCursor,
+    limit: u32,
+    now_ms: i64,
+) -> Result<Response, ApiError> {
+    let hub = state.broker.describe_hub(&c.stream)?;
+    if hub.created_at_ms != c.hub_created_ms {
+        return Err(ApiError::invalid(format!(
+            "stream {:?} was deleted and created again since this cursor was made; create a new cursor",
+            hub.name
+        )));
+    }
+    throttle_get(state, &format!("{}/{}", name_key(&hub.name), c.partition))?;
+    let id = c.partition.to_string();
+    let begin = state
+        .broker
+        .partition_properties(&hub.name, &id)?
+        .begin_sequence_number;
+    let mut from = c.offset.max(begin);
+    let events =
+        match state
+            .broker
+            .read(&hub.name, &id, from, limit as usize, GET_RESPONSE_BYTES_MAX)
+        {
+            Err(e) if e.is_caller_error() => {
+                // Retention may have removed the position since we looked; continue at the oldest.
+                from = state
+                    .broker
+                    .partition_properties(&hub.name, &id)?
+                    .begin_sequence_number
+                    .max(from);
+                state
+                    .broker
+                    .read(&hub.name, &id, from, limit as usize, GET_RESPONSE_BYTES_MAX)?
+            }
+            other => other?,
+        };
+    let next = events.last().map_or(from, |e| e.sequence_number + 1);
+    let messages: Vec<Message> = events
+        .iter()
+        .map(|e| message(state, &hub.name, c.partition, e))
+        .collect();
+    let next_cursor = Cursor::Partition(PartitionCursor { offset: next, ..c });
+    Ok(with_next_cursor(state, messages, &next_cursor, now_ms))
+}
+
+async fn get_group(
+    state: &AppState,
+    session: Session,
+    limit: u32,
+    now_ms: i64,
+) -> Result<Response, ApiError> {
+    let key = format!(
+        "{}/{}/{}",
+        name_key(&session.stream),
+        name_key(&session.group),
+        session.instance
+    );
+    throttle_get(state, &key)?;
+    let batch = state
+        .coordinator
+        .get(&session, limit, GET_RESPONSE_BYTES_MAX)
+        .await?;
+    let messages: Vec<Message> = batch
+        .events
+        .iter()
+        .map(|(p, e)| message(state, &batch.stream, *p, e))
+        .collect();
+    Ok(with_next_cursor(
+        state,
+        messages,
+        &Cursor::Group(batch.session),
+        now_ms,
+    ))
+}
+
+fn with_next_cursor(
+    state: &AppState,
+    messages: Vec<Message>,
+    next: &Cursor,
+    now_ms: i64,
+) -> Response {
+    let text = state.cursor_key.encode(next, now_ms + CURSOR_TTL_MS);
+    let mut response = Json(messages).into_response();
+    response.headers_mut().insert(
+        "opc-next-cursor",
+        HeaderValue::from_str(&text).expect("base64url is a valid header value"),
+    );
+    response
+}
+
+/// The key a message was put with, as bytes.
+fn key_of(e: &ReceivedEvent) -> Option<Vec<u8>> {
+    match e.data.property(BINARY_KEY_PROPERTY) {
+        Some(PropertyValue::Bytes(b)) => Some(b.to_vec()),
+        _ => e.data.partition_key.as_ref().map(|k| k.as_bytes().to_vec()),
+    }
+}
+
+fn message(state: &AppState, stream: &str, partition: u32, e: &ReceivedEvent) -> Message {
+    let key = key_of(e);
+    let bytes = e.data.body.len() as u64 + key.as_ref().map_or(0, |k| k.len() as u64);
+    state.metrics.got(stream, partition, bytes);
+    Message {
+        stream: stream.to_owned(),
+        partition: partition.to_string(),
+        key: key.as_deref().map(encode_base64),
+        value: encode_base64(&e.data.body),
+        offset: e.sequence_number,
+        timestamp: format_time(e.enqueued_time_ms),
+    }
+}

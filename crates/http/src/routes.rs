@@ -1,0 +1,42 @@
+//! The routes the front door serves.
+//!
+//! # OCI Streaming message API (signed; JSON in and out)
+//! | Method | Path | OCI operation | Answer |
+//! |---|---|---|---|
+//! | POST | `/20180418/streams/{streamId}/messages` | PutMessages | 200 `PutMessagesResult` |
+//! | GET | `/20180418/streams/{streamId}/messages?cursor=…&limit=…` | GetMessages | 200 `[Message]`, header `opc-next-cursor` |
+//! | POST | `/20180418/streams/{streamId}/cursors` | CreateCursor | 200 `Cursor` |
+//! | POST | `/20180418/streams/{streamId}/groupCursors` | CreateGroupCursor | 200 `Cursor` |
+//! | GET | `/20180418/streams/{streamId}/groups/{groupName}` | GetGroup | 200 `Group` |
+//! | PUT | `/20180418/streams/{streamId}/groups/{groupName}` | UpdateGroup | 200, no body |
+//! | POST | `/20180418/streams/{streamId}/commit?cursor=…` | ConsumerCommit | 200 `Cursor` |
+//! | POST | `/20180418/streams/{streamId}/heartbeat?cursor=…` | ConsumerHeartbeat | 200 `Cursor` |
+//!
+//! # Admin API (signed; JSON)
+//! | Method | Path | Does |
+//! |---|---|---|
+//! | GET, POST | `/admin/v1/hubs` | list hubs; create one: `{"name", "partitionCount", "retentionMs"?, "retentionForever"?, "retentionBytesMax"?}` → 201 |
+//! | GET, DELETE | `/admin/v1/hubs/{hub}` | describe a hub with its partitions; delete it → 204 |
+//! | GET, POST | `/admin/v1/hubs/{hub}/consumergroups` | list the hub's (Event Hubs) consumer groups; create one: `{"name"}` → 201 |
+//! | DELETE | `/admin/v1/hubs/{hub}/consumergroups/{group}` | delete one → 204 |
+//! | GET | `/admin/v1/hubs/{hub}/groups` | list the server-side (OCI) groups: committed offsets, instances |
+//! | DELETE | `/admin/v1/hubs/{hub}/groups/{group}` | delete a server-side group → 204 |
+//!
+//! # Unauthenticated
+//! | Method | Path | Answer |
+//! |---|---|---|
+//! | GET | `/health` | 200 `{"status": "ok", "hubs": n}` |
+//! | GET | `/metrics` | Prometheus text format |
+//!
+//! # Errors
+//! Every error is `{"code": "...", "message": "..."}`: 400 `InvalidParameter`, `MissingParameter`,
+//! `CannotParseRequest`, `LimitExceeded`; 401 `NotAuthenticated`; 404 `NotAuthorizedOrNotFound`
+//! (unknown stream, group or hub) or `NotFound` (no such route); 405 `MethodNotAllowed`; 409
+//! `Conflict` (a fenced group instance, an existing hub); 413 `RequestEntityTooLarge`; 429
+//! `TooManyRequests`; 500 `InternalServerError`; 503 `ServiceUnavailable`.
+
+/// The OCI API's base path.
+pub const OCI_BASE_PATH: &str = "/20180418";
+
+/// The admin API's base path.
+pub const ADMIN_BASE_PATH: &str = "/admin/v1";

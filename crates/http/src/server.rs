@@ -1,0 +1,266 @@
+//! The router, the shared state, and the middleware every request passes: request ids and
+//! metrics (outermost), then body buffering and authentication for the API routes.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Instant as StdInstant;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use tributary_broker::{Broker, GroupCoordinator};
+
+use crate::auth::Verifier;
+use crate::cursor::CursorKey;
+use crate::error::ApiError;
+use crate::limits::{BODY_DRAIN_BYTES_MAX, REQUEST_BODY_BYTES_MAX, REQUEST_ID_CHARS_MAX};
+use crate::metrics::Metrics;
+use crate::ratelimit::Buckets;
+use crate::{AuthConfig, HttpConfig, HttpError, admin, oci};
+
+/// What every handler shares.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub broker: Broker,
+    pub coordinator: GroupCoordinator,
+    pub cursor_key: CursorKey,
+    pub verifier: Option<Verifier>,
+    pub metrics: Metrics,
+    pub get_limit: Option<Buckets>,
+    pub put_limit: Option<Buckets>,
+    /// Where null-key messages go next.
+    pub round_robin: AtomicU64,
+}
+
+pub(crate) type AppState = Arc<Shared>;
+
+impl Shared {
+    /// Everything the handlers need, from the configuration.
+    pub(crate) fn open(
+        broker: Broker,
+        coordinator: GroupCoordinator,
+        config: &HttpConfig,
+    ) -> Result<AppState, HttpError> {
+        let data_dir = broker.config().data_dir.clone();
+        let verifier = match &config.auth {
+            AuthConfig::Signatures {
+                keys_file,
+                clock_skew_ms_max,
+            } => {
+                let path = keys_file
+                    .clone()
+                    .unwrap_or_else(|| data_dir.join("oci-api-keys.json"));
+                Some(
+                    Verifier::load(path, broker.clock(), *clock_skew_ms_max)
+                        .map_err(HttpError::Keys)?,
+                )
+            }
+            AuthConfig::DevelopmentUnauthenticated => {
+                tracing::warn!(
+                    "DEVELOPMENT MODE: the HTTP front door accepts unsigned requests; anyone who can reach it can read, write and administer every stream"
+                );
+                None
+            }
+        };
+        let cursor_key = CursorKey::load_or_create(&data_dir).map_err(HttpError::CursorKey)?;
+        let limits = &config.rate_limits;
+        Ok(Arc::new(Shared {
+            broker,
+            coordinator,
+            cursor_key,
+            verifier,
+            metrics: Metrics::new(),
+            get_limit: limits
+                .get_requests_per_second
+                .filter(|r| *r > 0)
+                .map(Buckets::new),
+            put_limit: limits
+                .put_bytes_per_second
+                .filter(|r| *r > 0)
+                .map(Buckets::new),
+            round_robin: AtomicU64::new(0),
+        }))
+    }
+}
+
+/// The whole application.
+pub(crate) fn router(state: AppState) -> Router {
+    let api = Router::new()
+        .route(
+            "/20180418/streams/{stream}/messages",
+            post(oci::messages::put_messages).get(oci::messages::get_messages),
+        )
+        .route(
+            "/20180418/streams/{stream}/cursors",
+            post(oci::cursors::create_cursor),
+        )
+        .route(
+            "/20180418/streams/{stream}/groupCursors",
+            post(oci::cursors::create_group_cursor),
+        )
+        .route(
+            "/20180418/streams/{stream}/groups/{group}",
+            get(oci::groups::get_group).put(oci::groups::update_group),
+        )
+        .route(
+            "/20180418/streams/{stream}/commit",
+            post(oci::cursors::consumer_commit),
+        )
+        .route(
+            "/20180418/streams/{stream}/heartbeat",
+            post(oci::cursors::consumer_heartbeat),
+        )
+        .merge(admin::routes())
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    api.route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::disable())
+        .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        "there is no operation at this path",
+    )
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "MethodNotAllowed",
+        "this path does not support the method",
+    )
+}
+
+async fn health(State(state): State<AppState>) -> Response {
+    let hubs = state.broker.list_hubs().len();
+    Json(serde_json::json!({ "status": "ok", "hubs": hubs })).into_response()
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let text = state.metrics.encode(&state.broker, &state.coordinator);
+    let mut response = text.into_response();
+    response.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    response
+}
+
+/// Echoes (or makes) `opc-request-id` and records the request's metrics.
+async fn observe(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let started = StdInstant::now();
+    let request_id = request
+        .headers()
+        .get("opc-request-id")
+        .filter(|v| v.len() <= REQUEST_ID_CHARS_MAX && v.to_str().is_ok())
+        .cloned()
+        .unwrap_or_else(|| {
+            let id = uuid::Uuid::new_v4()
+                .simple()
+                .to_string()
+                .to_ascii_uppercase();
+            HeaderValue::from_str(&id).expect("hex is a valid header value")
+        });
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = request.method().as_str().to_owned();
+    let mut response = next.run(request).await;
+    response.headers_mut().insert("opc-request-id", request_id);
+    let status = response.status().as_u16();
+    state
+        .metrics
+        .request(&route, &method, status, started.elapsed().as_secs_f64());
+    response
+}
+
+/// Buffers the body (refusing one over the limit) and checks the request's signature.
+async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = match read_body(body).await {
+        Ok(bytes) => bytes,
+        Err(e) => return e.into_response(),
+    };
+    if let Some(verifier) = &state.verifier {
+        let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let body_signed = !is_put_messages(&parts.method, parts.uri.path());
+        if let Err(e) = verifier.verify(
+            &parts.method,
+            path_and_query,
+            &parts.headers,
+            &body,
+            body_signed,
+        ) {
+            tracing::info!(method = %parts.method, path = %parts.uri.path(), reason = %e.message, "request refused: not authenticated");
+            return e.into_response();
+        }
+    }
+    next.run(Request::from_parts(parts, Body::from(body))).await
+}
+
+/// Reads a body of at most [`REQUEST_BODY_BYTES_MAX`]. A larger one is refused, but read on (up
+/// to [`BODY_DRAIN_BYTES_MAX`]) so the client, still sending, reads the 413 instead of a reset
+/// connection.
+async fn read_body(mut body: Body) -> Result<Bytes, ApiError> {
+    use http_body_util::BodyExt;
+    let mut buf = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            ApiError::cannot_parse(format!("the request body could not be read: {e}"))
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        seen = seen.saturating_add(data.len());
+        if seen <= REQUEST_BODY_BYTES_MAX {
+            buf.extend_from_slice(&data);
+        } else if seen > BODY_DRAIN_BYTES_MAX {
+            break;
+        }
+    }
+    if seen > REQUEST_BODY_BYTES_MAX {
+        return Err(ApiError::too_large(format!(
+            "the request body is larger than {REQUEST_BODY_BYTES_MAX} bytes"
+        )));
+    }
+    Ok(buf.freeze())
+}
+
+/// PutMessages is the one body request the OCI SDKs sign without its body headers.
+fn is_put_messages(method: &Method, path: &str) -> bool {
+    method == Method::POST && path.starts_with("/20180418/streams/") && path.ends_with("/messages")
+}
+
+/// A JSON answer (axum's own needs a feature we do not otherwise use).
+#[derive(Debug)]
+pub(crate) struct Json<T>(pub T);
+
+impl<T: serde::Serialize> IntoResponse for Json<T> {
+    fn into_response(self) -> Response {
+        match serde_json::to_vec(&self.0) {
+            Ok(bytes) => {
+                let mut response = Body::from(bytes).into_response();
+                response.headers_mut().insert(
+                    axum::http::header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                response
+            }
+            Err(e) => {
+                ApiError::internal(format!("the answer could not be encoded: {e}")).into_response()
+            }
+        }
+    }
+}
