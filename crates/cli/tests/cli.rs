@@ -255,7 +255,8 @@ fn a_running_hub_holds_its_data_directory() {
         .and_then(|rest| rest.split('/').next())
         .expect("the banner names the HTTP address");
     let mut conn = std::net::TcpStream::connect(addr).unwrap();
-    conn.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
+    conn.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .unwrap();
     let mut reply = String::new();
     std::io::Read::read_to_string(&mut conn, &mut reply).unwrap();
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
