@@ -1,9 +1,9 @@
 //! [`Receiver`]: one open reader of one partition in one consumer group.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 use tributary_event::ReceivedEvent;
 use tributary_log::ReadCursor;
 
@@ -15,25 +15,45 @@ use crate::{BrokerError, DisconnectReason, ReceiveError};
 /// returned, however large).
 pub const RECEIVE_BYTES_MAX: u64 = 4 * 1024 * 1024;
 
-/// How the broker reaches an open receiver to disconnect it.
-#[derive(Debug, Default)]
+/// How the broker reaches an open receiver to disconnect it. A watch, so any number of waiters
+/// (a receive in progress, a front door watching for displacement) all see the disconnect.
+#[derive(Debug)]
 pub(crate) struct ReceiverControl {
-    reason: Mutex<Option<DisconnectReason>>,
-    wake: Notify,
+    reason: watch::Sender<Option<DisconnectReason>>,
+}
+
+impl Default for ReceiverControl {
+    fn default() -> Self {
+        ReceiverControl {
+            reason: watch::Sender::new(None),
+        }
+    }
 }
 
 impl ReceiverControl {
     pub(crate) fn disconnect(&self, reason: DisconnectReason) {
-        self.reason
-            .lock()
-            .expect("receiver control")
-            .get_or_insert(reason);
-        // `notify_one` keeps a permit if the receiver is not waiting right now.
-        self.wake.notify_one();
+        // The first reason sticks.
+        self.reason.send_if_modified(|current| {
+            let first = current.is_none();
+            if first {
+                *current = Some(reason);
+            }
+            first
+        });
     }
 
     fn reason(&self) -> Option<DisconnectReason> {
-        self.reason.lock().expect("receiver control").clone()
+        self.reason.borrow().clone()
+    }
+}
+
+/// Resolves once `control` holds a disconnect reason.
+async fn disconnected(control: &ReceiverControl) -> DisconnectReason {
+    let mut watcher = control.reason.subscribe();
+    match watcher.wait_for(Option::is_some).await {
+        Ok(reason) => reason.clone().expect("wait_for returned a set reason"),
+        // The sender lives in the control, which the caller borrows for this whole wait.
+        Err(_) => unreachable!("the receiver control outlives its watchers"),
     }
 }
 
@@ -100,7 +120,7 @@ impl Receiver {
                 return Ok(events);
             }
             tokio::select! {
-                () = self.control.wake.notified() => {}
+                _ = disconnected(&self.control) => {}
                 changed = self.commits.changed() => {
                     if changed.is_err() {
                         return Err(ReceiveError::Disconnected(DisconnectReason::HubDeleted));
@@ -128,6 +148,19 @@ impl Receiver {
             retrieved_time_ms: self.hub.clock.now_ms(),
         });
         Ok(events)
+    }
+
+    /// Why the broker disconnected this receiver, if it has; checked without receiving, so a
+    /// front door can stop delivering events it already holds the moment a higher epoch takes
+    /// the partition.
+    pub fn disconnect_reason(&self) -> Option<DisconnectReason> {
+        self.control.reason()
+    }
+
+    /// Resolves once the broker disconnects this receiver (cancel-safe; never resolves for a
+    /// receiver that stays connected).
+    pub async fn disconnected(&self) -> DisconnectReason {
+        disconnected(&self.control).await
     }
 
     /// The partition this receiver reads.

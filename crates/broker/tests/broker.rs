@@ -499,3 +499,27 @@ async fn stateless_reads_for_cursor_based_readers() {
         Err(BrokerError::InvalidPartition { .. })
     ));
 }
+
+#[tokio::test]
+async fn a_displaced_receiver_can_be_watched_without_receiving() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = broker(dir.path()).await;
+    b.create_hub(HubSpec::new("h", 1)).await.unwrap();
+    let spec = |epoch| ReceiverSpec {
+        owner_level: Some(epoch),
+        ..ReceiverSpec::new("h", "0", EventPosition::Earliest)
+    };
+    let old = b.open_receiver(spec(1)).unwrap();
+    assert_eq!(old.disconnect_reason(), None);
+    let watcher = async { old.disconnected().await };
+    let steal = async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        b.open_receiver(spec(2)).unwrap()
+    };
+    let (reason, _new) = tokio::join!(watcher, steal);
+    assert_eq!(reason, DisconnectReason::Stolen { new_epoch: 2 });
+    assert_eq!(
+        old.disconnect_reason(),
+        Some(DisconnectReason::Stolen { new_epoch: 2 })
+    );
+}

@@ -1,0 +1,187 @@
+//! Claims-based authorization of one connection.
+//!
+//! A client puts SAS tokens on the connection's `$cbs` node; each verified token becomes a
+//! [`Grant`] for its audience. A link may attach only if an unexpired grant covers its entity
+//! with a right the operation needs: the grant's audience path (host ignored, case-insensitive)
+//! equals the entity path or is a prefix of it ending at a `/` (a namespace token `sb://host/`
+//! covers everything).
+
+use std::sync::Mutex;
+
+use crate::limits::GRANTS_PER_CONNECTION_MAX;
+use crate::policies::{AccessPolicies, Right};
+use crate::sas::{self, Grant, SasError};
+
+/// What an operation needs: any one of these rights.
+pub(crate) type Needed = &'static [Right];
+
+/// Sending events.
+pub(crate) const SEND: Needed = &[Right::Send, Right::Manage];
+/// Receiving events.
+pub(crate) const LISTEN: Needed = &[Right::Listen, Right::Manage];
+/// Reading hub and partition properties: producers need it before they send (the Python producer
+/// reads the partition ids first), consumers before they receive.
+pub(crate) const READ: Needed = &[Right::Listen, Right::Send, Right::Manage];
+
+/// The grants of one connection.
+#[derive(Debug, Default)]
+pub(crate) struct ConnectionGrants {
+    grants: Mutex<Vec<Grant>>,
+}
+
+/// The audience's path, lower-cased, without scheme, host or surrounding slashes.
+pub(crate) fn audience_path(audience: &str) -> String {
+    crate::address::strip_host(audience).to_ascii_lowercase()
+}
+
+/// Whether a grant for `audience` covers `entity_path` (both lower-cased paths).
+fn covers(audience: &str, entity_path: &str) -> bool {
+    audience.is_empty()
+        || audience == entity_path
+        || (entity_path.starts_with(audience) && entity_path.as_bytes()[audience.len()] == b'/')
+}
+
+/// Checks `grant` against an entity and the rights it needs.
+pub(crate) fn check(
+    grant: &Grant,
+    entity_path: &str,
+    needed: Needed,
+    now_secs: i64,
+) -> Result<(), String> {
+    if grant.expiry <= now_secs {
+        return Err(format!("the token for {:?} has expired", grant.audience));
+    }
+    if !covers(&audience_path(&grant.audience), entity_path) {
+        return Err(format!(
+            "the token for {:?} does not cover {entity_path:?}",
+            grant.audience
+        ));
+    }
+    if !needed.iter().any(|r| grant.allows(*r)) {
+        return Err(claims_required(needed, entity_path));
+    }
+    Ok(())
+}
+
+fn claims_required(needed: Needed, entity_path: &str) -> String {
+    format!(
+        "Unauthorized access. '{}' claim(s) are required to perform this operation. Resource: '{entity_path}'.",
+        needed[0]
+    )
+}
+
+impl ConnectionGrants {
+    /// Verifies a token and, if it is good, remembers what it grants.
+    pub(crate) fn put_token(
+        &self,
+        token: &str,
+        policies: &AccessPolicies,
+        now_secs: i64,
+    ) -> Result<(), SasError> {
+        let grant = sas::verify(token, policies, now_secs)?;
+        let mut grants = self.grants.lock().expect("grants");
+        grants.retain(|g| g.expiry > now_secs && g.audience != grant.audience);
+        if grants.len() >= GRANTS_PER_CONNECTION_MAX {
+            grants.remove(0);
+        }
+        grants.push(grant);
+        Ok(())
+    }
+
+    /// Records a namespace-wide grant proven by SASL PLAIN with a policy's name and key.
+    pub(crate) fn grant_namespace(&self, key_name: String, rights: Vec<Right>) {
+        let mut grants = self.grants.lock().expect("grants");
+        grants.push(Grant {
+            audience: String::new(),
+            rights,
+            expiry: i64::MAX,
+            key_name,
+        });
+    }
+
+    /// Whether some grant lets this connection do an operation needing `needed` on
+    /// `entity_path`. The error is the description the service gives.
+    pub(crate) fn authorize(
+        &self,
+        entity_path: &str,
+        needed: Needed,
+        now_secs: i64,
+    ) -> Result<(), String> {
+        let grants = self.grants.lock().expect("grants");
+        let mut last_error = None;
+        for grant in grants.iter() {
+            match check(grant, entity_path, needed, now_secs) {
+                Ok(()) => return Ok(()),
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(match last_error {
+            Some(e) if grants.len() == 1 => e,
+            _ => format!(
+                "{} No valid token covers it; put one on $cbs first.",
+                claims_required(needed, entity_path)
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policies::AccessPolicy;
+
+    fn policies() -> AccessPolicies {
+        AccessPolicies::new(vec![
+            AccessPolicy {
+                name: "root".into(),
+                key: "root-key".into(),
+                rights: vec![Right::Manage],
+            },
+            AccessPolicy {
+                name: "listener".into(),
+                key: "listen-key".into(),
+                rights: vec![Right::Listen],
+            },
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn audiences_cover_their_entity_and_below_only() {
+        assert!(covers("hub", "hub"));
+        assert!(covers("hub", "hub/partitions/0"));
+        assert!(covers("", "anything"));
+        assert!(!covers("hub", "hub2"));
+        assert!(!covers("hub/partitions/0", "hub"));
+        assert_eq!(audience_path("sb://LocalHost:5672/Hub/"), "hub");
+        assert_eq!(audience_path("sb://localhost/"), "");
+    }
+
+    #[test]
+    fn rights_expiry_and_scope_are_enforced() {
+        let grants = ConnectionGrants::default();
+        let now = 1_000;
+        assert!(grants.authorize("hub", SEND, now).is_err(), "no token yet");
+        let token = sas::sign("sb://localhost/hub", "listener", "listen-key", now + 60);
+        grants.put_token(&token, &policies(), now).unwrap();
+        assert!(
+            grants
+                .authorize("hub/consumergroups/$default/partitions/0", LISTEN, now)
+                .is_ok()
+        );
+        assert!(grants.authorize("hub", READ, now).is_ok());
+        let refused = grants.authorize("hub", SEND, now).unwrap_err();
+        assert!(
+            refused.contains("'Send' claim(s) are required"),
+            "{refused}"
+        );
+        assert!(grants.authorize("other", LISTEN, now).is_err());
+        assert!(
+            grants.authorize("hub", LISTEN, now + 60).is_err(),
+            "expired"
+        );
+        let root = sas::sign("sb://localhost/", "root", "root-key", now + 60);
+        grants.put_token(&root, &policies(), now).unwrap();
+        assert!(grants.authorize("other/partitions/1", SEND, now).is_ok());
+    }
+}

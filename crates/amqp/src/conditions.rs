@@ -1,0 +1,130 @@
+//! The error conditions the Event Hubs service sends, and how broker errors map to them.
+//!
+//! The SDKs decide on retries and exception types by condition (see the research notes, §7):
+//! `amqp:link:stolen` is an epoch displacement or refusal, `amqp:resource-limit-exceeded` the
+//! five-receiver limit, `amqp:not-found` an unknown entity, `com.microsoft:argument-out-of-range`
+//! a bad partition or position, `amqp:unauthorized-access` a missing claim.
+
+use tributary_broker::{BrokerError, DisconnectReason};
+
+/// An entity does not exist.
+pub const NOT_FOUND: &str = "amqp:not-found";
+/// A token is missing, bad, expired or lacks the claim.
+pub const UNAUTHORIZED: &str = "amqp:unauthorized-access";
+/// A higher epoch took the partition, or this epoch may not open.
+pub const LINK_STOLEN: &str = "amqp:link:stolen";
+/// The five non-epoch receivers limit.
+pub const RESOURCE_LIMIT: &str = "amqp:resource-limit-exceeded";
+/// A message is over the size limit.
+pub const MESSAGE_SIZE_EXCEEDED: &str = "amqp:link:message-size-exceeded";
+/// Bytes that do not decode.
+pub const DECODE_ERROR: &str = "amqp:decode-error";
+/// Something the broker does not implement.
+pub const NOT_IMPLEMENTED: &str = "amqp:not-implemented";
+/// An operation not allowed in this state or on this node.
+pub const NOT_ALLOWED: &str = "amqp:not-allowed";
+/// The broker failed.
+pub const INTERNAL_ERROR: &str = "amqp:internal-error";
+/// The broker is going away; retry elsewhere or later.
+pub const DETACH_FORCED: &str = "amqp:link:detach-forced";
+/// A value out of range (partition id, position).
+pub const ARGUMENT_OUT_OF_RANGE: &str = "com.microsoft:argument-out-of-range";
+/// A malformed argument (filter syntax, conflicting partition keys).
+pub const ARGUMENT_ERROR: &str = "com.microsoft:argument-error";
+
+/// A condition and the description to send with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The AMQP error condition symbol.
+    pub condition: &'static str,
+    /// A sentence for the client.
+    pub description: String,
+}
+
+impl Refusal {
+    /// A refusal with this condition and description.
+    pub fn new(condition: &'static str, description: impl Into<String>) -> Self {
+        Refusal {
+            condition,
+            description: description.into(),
+        }
+    }
+}
+
+fn nil(name: Option<&str>) -> &str {
+    name.unwrap_or("nil")
+}
+
+/// Maps a broker error to the condition the service would send. `receiver_name` is the name
+/// the client gave its receiver (`com.microsoft:receiver-name`), for the service's wording.
+pub fn from_broker(error: &BrokerError, receiver_name: Option<&str>) -> Refusal {
+    use tributary_broker::LogError;
+    let text = error.to_string();
+    match error {
+        BrokerError::HubNotFound { .. } | BrokerError::ConsumerGroupNotFound { .. } => {
+            Refusal::new(NOT_FOUND, text)
+        }
+        BrokerError::InvalidPartition { .. } | BrokerError::InvalidName(_) => {
+            Refusal::new(ARGUMENT_OUT_OF_RANGE, text)
+        }
+        BrokerError::EpochTooLow {
+            current, requested, ..
+        } => Refusal::new(
+            LINK_STOLEN,
+            format!(
+                "Receiver '{name}' with a higher epoch '{current}' already exists. Receiver '{name}' with epoch {requested} cannot be created. Make sure you are creating receiver with increasing epoch value to ensure connectivity, or ensure all old epoch receivers are closed or disconnected.",
+                name = nil(receiver_name)
+            ),
+        ),
+        BrokerError::EpochReceiverActive { current, .. } => Refusal::new(
+            LINK_STOLEN,
+            format!(
+                "At least one receiver for the endpoint is created with epoch of '{current}', and so non-epoch receiver is not allowed. Either reconnect with a higher epoch, or make sure all epoch receivers are closed or disconnected."
+            ),
+        ),
+        BrokerError::TooManyReceivers { max, names, .. } => Refusal::new(
+            RESOURCE_LIMIT,
+            format!(
+                "Exceeded the maximum number of allowed receivers per partition in a consumer group which is {max}. List of connected receivers - {names}."
+            ),
+        ),
+        BrokerError::InvalidSend(_) => Refusal::new(ARGUMENT_ERROR, text),
+        BrokerError::ShuttingDown => Refusal::new(DETACH_FORCED, text),
+        BrokerError::Log { source, .. } => match source {
+            LogError::EventTooLarge { .. } | LogError::BatchTooLarge { .. } => {
+                Refusal::new(MESSAGE_SIZE_EXCEEDED, text)
+            }
+            LogError::SequenceNumberOutOfRange { .. }
+            | LogError::OffsetOutOfRange { .. }
+            | LogError::Expired { .. } => Refusal::new(ARGUMENT_OUT_OF_RANGE, text),
+            LogError::InvalidEvent { .. } | LogError::EmptyBatch => {
+                Refusal::new(ARGUMENT_ERROR, text)
+            }
+            _ => Refusal::new(INTERNAL_ERROR, text),
+        },
+        _ => Refusal::new(INTERNAL_ERROR, text),
+    }
+}
+
+/// Maps the reason the broker disconnected a receiver to the detach the client gets.
+pub fn from_disconnect(
+    reason: &DisconnectReason,
+    receiver_name: Option<&str>,
+    epoch: Option<i64>,
+) -> Refusal {
+    match reason {
+        DisconnectReason::Stolen { new_epoch } => Refusal::new(
+            LINK_STOLEN,
+            format!(
+                "New receiver 'nil' with higher epoch of '{new_epoch}' is created hence current receiver '{name}' with epoch '{epoch}' is getting disconnected. If you are recreating the receiver, make sure a higher epoch is used.",
+                name = nil(receiver_name),
+                epoch = epoch.map_or_else(|| "nil".to_owned(), |e| e.to_string()),
+            ),
+        ),
+        DisconnectReason::ConsumerGroupDeleted | DisconnectReason::HubDeleted => {
+            Refusal::new(NOT_FOUND, reason.to_string())
+        }
+        DisconnectReason::Shutdown => Refusal::new(DETACH_FORCED, reason.to_string()),
+        _ => Refusal::new(DETACH_FORCED, reason.to_string()),
+    }
+}

@@ -1,0 +1,46 @@
+//! Errors of the AMQP front door that reach its owner (the listener, the access policies).
+//!
+//! Errors a peer causes never reach here: they are answered on the wire (a rejected delivery, a
+//! detach or a CBS status code) and the connection goes on or is closed.
+
+use std::path::PathBuf;
+
+/// An error starting the server or handling the access policies.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AmqpError {
+    /// The listener could not bind its address.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// The operating system's reason.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Reading or writing the access policies file failed.
+    #[error("{op} {path}: {source}")]
+    PoliciesIo {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The operating system's reason.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The access policies file is not valid.
+    #[error("{path}: {reason}")]
+    PoliciesInvalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An access policy is not valid (empty name, duplicate, empty key, no rights).
+    #[error("invalid access policy: {0}")]
+    InvalidPolicy(String),
+    /// The system's random source failed while making a key.
+    #[error("cannot generate a random key: {0}")]
+    Random(String),
+}

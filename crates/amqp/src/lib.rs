@@ -1,0 +1,48 @@
+//! Tributary's AMQP 1.0 front door: the Azure Event Hubs dialect over the broker.
+//!
+//! The official Event Hubs SDKs (Python `azure-eventhub` ≥ 5.12, JavaScript `@azure/event-hubs`)
+//! work against it unmodified, given a connection string such as
+//! `Endpoint=sb://localhost:5672;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=…;UseDevelopmentEmulator=true`
+//! (see [`connection_string`]).
+//!
+//! # What it serves
+//! - **Connections**: plain TCP, with the SASL header (`ANONYMOUS`, `MSSBCBS`, or `PLAIN` with a
+//!   policy's name and key) or the bare AMQP header.
+//! - **Security** ([`policies`], [`sas`]): named shared access policies with Listen, Send and
+//!   Manage rights, persisted in `<data_dir>/access-policies.json`. Clients put SAS tokens on
+//!   `$cbs`; each verified token grants its audience on that connection. No link attaches
+//!   without a grant covering its entity with the needed right.
+//! - **`$management`**: `READ` of `com.microsoft:eventhub` and `com.microsoft:partition`.
+//! - **Send links** to `<hub>` and `<hub>/Partitions/<id>`: single and batched messages, partition
+//!   keys, settled `accepted` only once the append is durable.
+//! - **Receive links** from `<hub>/ConsumerGroups/<group>/Partitions/<id>`: selector-filter start
+//!   positions, epochs, the five-receiver limit, runtime metrics, credit-based flow.
+//!
+//! # Structure
+//! [`start`] binds the listener ([`server`]); the engine (`fe2o3-amqp`) is used only by the
+//! private `wire` module, so a fix or a fork of it stays local. The dialect's rules — link
+//! addresses, selector filters, tokens, grants, error conditions, strict message scanning — live
+//! in engine-free modules. Limits and their reasons are in [`limits`].
+//!
+//! # Guarantees
+//! - Nothing a peer sends can panic the server: peer errors become AMQP errors (a rejected
+//!   delivery, a detach, a CBS status, a closed connection).
+//! - No key or token is ever logged or echoed in an error.
+
+#![forbid(unsafe_code)]
+
+mod address;
+mod auth;
+pub mod conditions;
+mod error;
+pub mod limits;
+pub mod policies;
+pub mod sas;
+pub mod scan;
+pub mod selector;
+mod server;
+mod wire;
+
+pub use error::AmqpError;
+pub use policies::{AccessPolicies, AccessPolicy, Right, connection_string};
+pub use server::{AmqpConfig, RunningAmqpServer, start};

@@ -1,0 +1,78 @@
+//! Every limit of the AMQP front door in one place, each with its reason.
+
+use std::time::Duration;
+
+/// The largest message (one transfer, batch or not) a client may send: 1 MiB, the Event Hubs limit
+/// for an event or a batch. Advertised as `max-message-size` on every link a client sends on;
+/// the engine detaches a link that exceeds it with `amqp:link:message-size-exceeded`.
+pub const MESSAGE_BYTES_MAX: u64 = 1024 * 1024;
+
+/// The largest AMQP frame: 1 MiB, what the Python SDK (`MAX_FRAME_SIZE_BYTES`) asks for. Larger
+/// messages span frames, so this bounds memory per frame, not message size.
+pub const FRAME_BYTES_MAX: u32 = 1024 * 1024;
+
+/// The most events one batched transfer (format `0x80013700`) may carry. A 1 MiB batch of empty
+/// events is about 40 bytes each, so 1 MiB / 40 ≈ 26 Ki; 32 Ki rejects nothing a client can
+/// legitimately fit and bounds the work one transfer causes.
+pub const BATCH_EVENTS_MAX: usize = 32 * 1024;
+
+/// Credit given to a client's send link, topped up (to this again) once half of it has been
+/// settled. It is the engine's fixed default for accepted links (`fe2o3-amqp` `DEFAULT_CREDIT`,
+/// not configurable on its acceptor); deliveries are appended one at a time, so what waits in
+/// memory is bounded by this many messages of at most [`MESSAGE_BYTES_MAX`] each.
+pub const SEND_LINK_CREDIT: u32 = 200;
+
+/// The most events a receive link reads from the broker at once before handing them to the
+/// client as its credit allows: the Python SDK's default prefetch.
+pub const RECEIVE_BATCH_EVENTS: usize = 300;
+
+/// How long a receive link waits for new events in one broker call before checking again.
+/// Appends wake it at once; this only bounds how long a quiet link sleeps.
+pub const RECEIVE_WAIT: Duration = Duration::from_secs(30);
+
+/// How long the connection handshake (protocol header, SASL, open) may take.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a refused link stays attached before it is detached with the error. The Python SDK
+/// only looks at a link's error once it has seen the link attached and started using it (sent
+/// credit or a transfer); a detach that arrives while it is still opening the link is dropped and
+/// the client retries silently instead of reporting the condition. A second covers its polling.
+pub const REFUSAL_DETACH_DELAY: Duration = Duration::from_secs(1);
+
+/// How long closing a link or a connection waits for the peer's answer.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The most sessions one connection may begin (channel-max + 1). The SDKs use one or two per
+/// client; 256 leaves room for many clients sharing a connection.
+pub const CHANNEL_MAX: u16 = 255;
+
+/// The most links a session may attach. The SDKs use a handful per session.
+pub const HANDLE_MAX: u32 = 1023;
+
+/// The longest SAS token accepted in a put-token or management request. Real tokens are about
+/// 200 bytes; 4 KiB leaves room for long audiences and bounds the parsing work.
+pub const TOKEN_BYTES_MAX: usize = 4096;
+
+/// The longest selector filter expression accepted on a receive link. The SDKs' filters are
+/// under 100 bytes.
+pub const SELECTOR_BYTES_MAX: usize = 1024;
+
+/// How deeply described types may nest inside a message the strict scanner walks. AMQP messages
+/// from the SDKs nest at most two levels; 32 bounds recursion on hostile input.
+pub const DESCRIBED_DEPTH_MAX: u32 = 32;
+
+/// The most credit-based requests ($cbs, $management) waiting for their response link at once
+/// per session. A client sends one request at a time per node.
+pub const NODE_QUEUE_MAX: usize = 64;
+
+/// How many grants (accepted tokens) one connection remembers. A client puts one token per
+/// entity it uses and refreshes it; the oldest grants are dropped beyond this.
+pub const GRANTS_PER_CONNECTION_MAX: usize = 256;
+
+/// The idle timeout advertised in `open` when the configuration gives none: the peer must send
+/// something (an empty frame will do) at least this often. The SDKs send heartbeats.
+pub const IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(120);
+
+const _: () = assert!(MESSAGE_BYTES_MAX >= FRAME_BYTES_MAX as u64);
+const _: () = assert!(SEND_LINK_CREDIT > 0);
+const _: () = assert!(RECEIVE_BATCH_EVENTS > 0);

@@ -1,0 +1,297 @@
+//! Shared access policies: named keys with rights, as an Event Hubs namespace has them.
+//!
+//! A policy has a name (the `SharedAccessKeyName` of a connection string), a key (the
+//! `SharedAccessKey`, used as-is — its UTF-8 bytes — to sign SAS tokens, exactly as the SDKs do)
+//! and rights: [`Right::Listen`] to receive, [`Right::Send`] to send, [`Right::Manage`] for
+//! everything.
+//!
+//! # Persistence
+//! The policies live in `<data_dir>/access-policies.json`, written atomically (a temporary file,
+//! `fsync`, rename, `fsync` of the directory) with mode 0600 because it holds keys.
+//! [`AccessPolicies::load_or_create`] creates the file on first start with a
+//! `RootManageSharedAccessKey` policy holding a random 32-byte key and returns its connection
+//! string once, so the operator can copy it.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+
+use crate::AmqpError;
+
+/// The file, inside the broker's data directory, that holds the policies.
+pub const POLICIES_FILE: &str = "access-policies.json";
+
+/// The name of the policy created on first start, as in every Event Hubs namespace.
+pub const ROOT_POLICY: &str = "RootManageSharedAccessKey";
+
+/// The port a connection string names when the caller has no other: the AMQP port.
+pub const DEFAULT_PORT: u16 = 5672;
+
+/// What a policy allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Right {
+    /// Receive events and read hub and partition properties.
+    Listen,
+    /// Send events (and read hub and partition properties, which producers need first).
+    Send,
+    /// Everything: includes Listen and Send.
+    Manage,
+}
+
+impl std::fmt::Display for Right {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Right::Listen => "Listen",
+            Right::Send => "Send",
+            Right::Manage => "Manage",
+        })
+    }
+}
+
+/// One shared access policy.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessPolicy {
+    /// Its name (`SharedAccessKeyName`).
+    pub name: String,
+    /// Its key (`SharedAccessKey`): the text whose UTF-8 bytes sign tokens.
+    pub key: String,
+    /// What it allows.
+    pub rights: Vec<Right>,
+}
+
+impl std::fmt::Debug for AccessPolicy {
+    // Never print a key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AccessPolicy")
+            .field("name", &self.name)
+            .field("key", &"<redacted>")
+            .field("rights", &self.rights)
+            .finish()
+    }
+}
+
+impl AccessPolicy {
+    /// A policy with a fresh random 32-byte key (base64), as the portal makes them.
+    pub fn generate(name: impl Into<String>, rights: Vec<Right>) -> Result<Self, AmqpError> {
+        let mut raw = [0u8; 32];
+        getrandom::fill(&mut raw).map_err(|e| AmqpError::Random(e.to_string()))?;
+        Ok(AccessPolicy {
+            name: name.into(),
+            key: base64::engine::general_purpose::STANDARD.encode(raw),
+            rights,
+        })
+    }
+
+    /// Whether the policy grants `right` (Manage grants everything).
+    pub fn allows(&self, right: Right) -> bool {
+        self.rights.contains(&right) || self.rights.contains(&Right::Manage)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct PoliciesFile {
+    policies: Vec<AccessPolicy>,
+}
+
+/// The namespace's shared access policies. Cheap to clone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessPolicies {
+    policies: Vec<AccessPolicy>,
+}
+
+impl AccessPolicies {
+    /// Policies from a list; names must be unique (case-sensitive, as in Event Hubs) and each
+    /// policy needs a name, a key and at least one right.
+    pub fn new(policies: Vec<AccessPolicy>) -> Result<Self, AmqpError> {
+        for (index, policy) in policies.iter().enumerate() {
+            if policy.name.is_empty() || policy.name.len() > 256 {
+                return Err(AmqpError::InvalidPolicy(format!(
+                    "policy {index}: the name must have 1 to 256 characters"
+                )));
+            }
+            if policy.name.contains([';', '=']) {
+                return Err(AmqpError::InvalidPolicy(format!(
+                    "policy {:?}: the name may not contain ';' or '='",
+                    policy.name
+                )));
+            }
+            if policy.key.is_empty() {
+                return Err(AmqpError::InvalidPolicy(format!(
+                    "policy {:?} has an empty key",
+                    policy.name
+                )));
+            }
+            if policy.rights.is_empty() {
+                return Err(AmqpError::InvalidPolicy(format!(
+                    "policy {:?} has no rights",
+                    policy.name
+                )));
+            }
+            if policies[..index].iter().any(|p| p.name == policy.name) {
+                return Err(AmqpError::InvalidPolicy(format!(
+                    "policy {:?} is defined twice",
+                    policy.name
+                )));
+            }
+        }
+        Ok(AccessPolicies { policies })
+    }
+
+    /// Loads `<data_dir>/access-policies.json`, or creates it with a new
+    /// `RootManageSharedAccessKey` policy. When it was created, also returns that policy's
+    /// connection string (for `localhost` on port 5672; see [`connection_string`] for another
+    /// endpoint), so a first start can show it once.
+    pub fn load_or_create(data_dir: &Path) -> Result<(Self, Option<String>), AmqpError> {
+        let path = data_dir.join(POLICIES_FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok((Self::parse(&path, &bytes)?, None)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let root = AccessPolicy::generate(ROOT_POLICY, vec![Right::Manage])?;
+                let shown = connection_string("localhost", DEFAULT_PORT, &root);
+                let policies = AccessPolicies::new(vec![root])?;
+                policies.save(data_dir)?;
+                Ok((policies, Some(shown)))
+            }
+            Err(source) => Err(AmqpError::PoliciesIo {
+                op: "read",
+                path,
+                source,
+            }),
+        }
+    }
+
+    fn parse(path: &Path, bytes: &[u8]) -> Result<Self, AmqpError> {
+        let invalid = |reason: String| AmqpError::PoliciesInvalid {
+            path: path.to_owned(),
+            reason,
+        };
+        let file: PoliciesFile =
+            serde_json::from_slice(bytes).map_err(|e| invalid(e.to_string()))?;
+        AccessPolicies::new(file.policies).map_err(|e| invalid(e.to_string()))
+    }
+
+    /// Writes the policies to `<data_dir>/access-policies.json` atomically.
+    pub fn save(&self, data_dir: &Path) -> Result<(), AmqpError> {
+        let path = data_dir.join(POLICIES_FILE);
+        let tmp = data_dir.join(format!("{POLICIES_FILE}.tmp"));
+        let io = |op, path: &PathBuf| {
+            let path = path.clone();
+            move |source| AmqpError::PoliciesIo { op, path, source }
+        };
+        let file = PoliciesFile {
+            policies: self.policies.clone(),
+        };
+        let mut json = serde_json::to_vec_pretty(&file).expect("policies serialize to JSON");
+        json.push(b'\n');
+        std::fs::create_dir_all(data_dir).map_err(io("create", &data_dir.to_owned()))?;
+        let mut out = open_private(&tmp).map_err(io("create", &tmp))?;
+        out.write_all(&json).map_err(io("write", &tmp))?;
+        out.sync_all().map_err(io("sync", &tmp))?;
+        drop(out);
+        std::fs::rename(&tmp, &path).map_err(io("rename", &path))?;
+        let dir = std::fs::File::open(data_dir).map_err(io("open", &data_dir.to_owned()))?;
+        dir.sync_all().map_err(io("sync", &data_dir.to_owned()))?;
+        Ok(())
+    }
+
+    /// Every policy, in file order.
+    pub fn policies(&self) -> &[AccessPolicy] {
+        &self.policies
+    }
+
+    /// The policy named `name`, if any (names are case-sensitive).
+    pub fn get(&self, name: &str) -> Option<&AccessPolicy> {
+        self.policies.iter().find(|p| p.name == name)
+    }
+}
+
+fn open_private(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path)
+}
+
+/// The connection string the official SDKs take for `policy` on `host:port`, with
+/// `UseDevelopmentEmulator=true` so they speak plain TCP (no TLS).
+pub fn connection_string(host: &str, port: u16, policy: &AccessPolicy) -> String {
+    format!(
+        "Endpoint=sb://{host}:{port};SharedAccessKeyName={};SharedAccessKey={};UseDevelopmentEmulator=true",
+        policy.name, policy.key
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_start_creates_a_root_policy_and_shows_it_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (policies, shown) = AccessPolicies::load_or_create(dir.path()).unwrap();
+        let root = policies.get(ROOT_POLICY).unwrap();
+        assert!(root.allows(Right::Send) && root.allows(Right::Listen));
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(&root.key)
+            .unwrap();
+        assert_eq!(decoded.len(), 32);
+        let shown = shown.unwrap();
+        assert!(shown.contains(&root.key), "{shown}");
+        assert!(shown.starts_with(
+            "Endpoint=sb://localhost:5672;SharedAccessKeyName=RootManageSharedAccessKey;"
+        ));
+        let (again, shown_again) = AccessPolicies::load_or_create(dir.path()).unwrap();
+        assert_eq!(again, policies);
+        assert_eq!(shown_again, None);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(dir.path().join(POLICIES_FILE))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+    }
+
+    #[test]
+    fn invalid_policies_are_refused() {
+        let p = |name: &str, key: &str, rights: Vec<Right>| AccessPolicy {
+            name: name.into(),
+            key: key.into(),
+            rights,
+        };
+        assert!(AccessPolicies::new(vec![p("", "k", vec![Right::Send])]).is_err());
+        assert!(AccessPolicies::new(vec![p("a", "", vec![Right::Send])]).is_err());
+        assert!(AccessPolicies::new(vec![p("a", "k", vec![])]).is_err());
+        assert!(
+            AccessPolicies::new(vec![
+                p("a", "k", vec![Right::Send]),
+                p("a", "j", vec![Right::Listen])
+            ])
+            .is_err()
+        );
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(POLICIES_FILE), b"{\"policies\": 3}").unwrap();
+        assert!(matches!(
+            AccessPolicies::load_or_create(dir.path()),
+            Err(AmqpError::PoliciesInvalid { .. })
+        ));
+    }
+
+    #[test]
+    fn debug_output_never_shows_the_key() {
+        let policy = AccessPolicy::generate("p", vec![Right::Listen]).unwrap();
+        assert!(!format!("{policy:?}").contains(&policy.key));
+        assert!(
+            !format!("{:?}", AccessPolicies::new(vec![policy.clone()]).unwrap())
+                .contains(&policy.key)
+        );
+    }
+}

@@ -1,0 +1,119 @@
+//! The listener: accepts TCP connections and serves each on its own task.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tributary_broker::Broker;
+
+use crate::AmqpError;
+use crate::limits::{CLOSE_TIMEOUT, IDLE_TIMEOUT_DEFAULT};
+use crate::policies::AccessPolicies;
+use crate::wire::{self, Context};
+
+/// How the AMQP front door is set up.
+#[derive(Debug, Clone)]
+pub struct AmqpConfig {
+    /// Where to listen (port 0: any free port; see [`RunningAmqpServer::local_addr`]).
+    pub bind: SocketAddr,
+    /// The shared access policies tokens are checked against.
+    pub policies: AccessPolicies,
+    /// The idle timeout advertised to clients: a silent connection is closed after it.
+    pub idle_timeout: Duration,
+}
+
+impl AmqpConfig {
+    /// Listening on `bind` with `policies` and the default idle timeout (120 s).
+    pub fn new(bind: SocketAddr, policies: AccessPolicies) -> Self {
+        AmqpConfig {
+            bind,
+            policies,
+            idle_timeout: IDLE_TIMEOUT_DEFAULT,
+        }
+    }
+}
+
+/// A running AMQP listener. Dropping it without [`RunningAmqpServer::shutdown`] stops accepting
+/// but leaves open connections to end on their own.
+#[derive(Debug)]
+pub struct RunningAmqpServer {
+    local_addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Binds the listener and starts serving `broker` over AMQP 1.0 (the Event Hubs dialect).
+pub async fn start(broker: Broker, config: AmqpConfig) -> Result<RunningAmqpServer, AmqpError> {
+    let listener = TcpListener::bind(config.bind)
+        .await
+        .map_err(|source| AmqpError::Bind {
+            addr: config.bind,
+            source,
+        })?;
+    let local_addr = listener.local_addr().map_err(|source| AmqpError::Bind {
+        addr: config.bind,
+        source,
+    })?;
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let ctx = Arc::new(Context {
+        broker,
+        policies: config.policies,
+        idle_timeout: config.idle_timeout,
+        shutdown: shutdown_rx,
+    });
+    tracing::info!(%local_addr, "AMQP listener started");
+    let task = tokio::spawn(accept_loop(listener, ctx));
+    Ok(RunningAmqpServer {
+        local_addr,
+        shutdown,
+        task,
+    })
+}
+
+async fn accept_loop(listener: TcpListener, ctx: Arc<Context>) {
+    let mut connections = JoinSet::new();
+    let mut shutdown = ctx.shutdown.clone();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    connections.spawn(wire::serve_connection(stream, peer, ctx.clone()));
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accepting an AMQP connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            Some(_) = connections.join_next() => {}
+            () = wire::shutting_down(&mut shutdown) => break,
+        }
+    }
+    drop(listener);
+    // Connections see the same flag and close themselves; give them time, then cut them off.
+    let drained = tokio::time::timeout(CLOSE_TIMEOUT * 2, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        connections.shutdown().await;
+    }
+}
+
+impl RunningAmqpServer {
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops accepting, detaches every link (`amqp:link:detach-forced`), closes every
+    /// connection and waits for them (at most about ten seconds).
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.task.await;
+        tracing::info!(local_addr = %self.local_addr, "AMQP listener stopped");
+    }
+}

@@ -1,0 +1,291 @@
+//! Send links: a client's messages into the broker.
+//!
+//! # Guarantees
+//! - A link attaches only with a grant for `Send` (or `Manage`) on its entity, to an existing
+//!   hub and a valid partition; otherwise it is refused (`amqp:unauthorized-access`,
+//!   `amqp:not-found`, `com.microsoft:argument-out-of-range`).
+//! - `max-message-size` is 1 MiB; a larger message detaches the link with
+//!   `amqp:link:message-size-exceeded` (done by the engine).
+//! - A delivery is settled `accepted` only after [`Broker::send`] returned, i.e. once the append
+//!   is durable; otherwise it is `rejected` with the condition of the failure. A batched
+//!   transfer is all or nothing.
+//! - Deliveries of one link are appended in the order they arrived, one at a time, so events
+//!   with one partition key keep their order.
+//!
+//! [`Broker::send`]: tributary_broker::Broker::send
+
+use std::sync::Arc;
+
+use fe2o3_amqp::Receiver;
+use fe2o3_amqp::acceptor::{
+    LinkAcceptor, LinkEndpoint, ListenerSessionHandle, SupportedReceiverSettleModes,
+};
+use fe2o3_amqp::link::RecvError;
+use fe2o3_amqp_types::definitions::ReceiverSettleMode;
+use fe2o3_amqp_types::messaging::Body;
+use fe2o3_amqp_types::performatives::Attach;
+use fe2o3_amqp_types::primitives::Value;
+use tokio::task::JoinSet;
+use tributary_broker::{Broker, SendTarget};
+use tributary_event::EventData;
+use tributary_event::names::parse_partition_id;
+
+use super::message::{AmqpMessage, decode_strict, event_from_message, partition_key};
+use super::{Connection, amqp_error, now_secs, shutting_down};
+use crate::address::Node;
+use crate::auth::SEND;
+use crate::conditions::{self, Refusal};
+use crate::limits::{BATCH_EVENTS_MAX, CLOSE_TIMEOUT, MESSAGE_BYTES_MAX};
+
+/// The message format of an Event Hubs batch: the body's data sections are whole messages.
+pub(crate) const BATCH_FORMAT: u32 = 0x8001_3700;
+
+/// Where a send link's messages go.
+#[derive(Debug, Clone)]
+struct SendTo {
+    hub: String,
+    partition: Option<String>,
+}
+
+/// Checks and attaches a client's send link to `node` (a hub or one of its partitions).
+pub(crate) async fn attach(
+    node: Node,
+    attach: Attach,
+    session: &mut ListenerSessionHandle,
+    connection: &Arc<Connection>,
+    links: &mut JoinSet<()>,
+) -> Result<(), (Attach, Refusal)> {
+    let to = match &node {
+        Node::Hub { hub } => SendTo {
+            hub: hub.clone(),
+            partition: None,
+        },
+        Node::HubPartition { hub, partition } => SendTo {
+            hub: hub.clone(),
+            partition: Some(partition.clone()),
+        },
+        _ => {
+            let refusal = Refusal::new(conditions::NOT_ALLOWED, "not a send entity");
+            return Err((attach, refusal));
+        }
+    };
+    if let Err(e) = check(&node, &to, connection) {
+        return Err((attach, e));
+    }
+    // Python asks for rcv-settle-mode `second`, yet waits for a settled disposition: settle
+    // in mode `first`, as the service does.
+    let acceptor = LinkAcceptor::builder()
+        .max_message_size(MESSAGE_BYTES_MAX)
+        .supported_receiver_settle_modes(SupportedReceiverSettleModes::First)
+        .fallback_receiver_settle_mode(ReceiverSettleMode::First)
+        .build();
+    match acceptor.accept_incoming_attach(attach, session).await {
+        Ok(LinkEndpoint::Receiver(receiver)) => {
+            tracing::debug!(peer = %connection.peer, hub = %to.hub, partition = ?to.partition, "send link attached");
+            links.spawn(run(receiver, to, connection.clone()));
+        }
+        Ok(LinkEndpoint::Sender(_)) => {
+            tracing::warn!("a client sender attached as a sender; dropped")
+        }
+        Err(e) => tracing::debug!(error = %e, "send link failed to attach"),
+    }
+    Ok(())
+}
+
+/// Authorization first (so an unauthorized client learns nothing about entities), then the
+/// entity.
+fn check(node: &Node, to: &SendTo, connection: &Connection) -> Result<(), Refusal> {
+    connection
+        .grants
+        .authorize(&node.entity_path(), SEND, now_secs())
+        .map_err(|e| Refusal::new(conditions::UNAUTHORIZED, e))?;
+    let definition = connection
+        .ctx
+        .broker
+        .describe_hub(&to.hub)
+        .map_err(|e| conditions::from_broker(&e, None))?;
+    if let Some(partition) = &to.partition {
+        parse_partition_id(partition, definition.partition_count)
+            .map_err(|e| Refusal::new(conditions::ARGUMENT_OUT_OF_RANGE, e.to_string()))?;
+    }
+    Ok(())
+}
+
+async fn run(mut receiver: Receiver, to: SendTo, connection: Arc<Connection>) {
+    let mut shutdown = connection.ctx.shutdown.clone();
+    let broker = &connection.ctx.broker;
+    loop {
+        let delivery = tokio::select! {
+            delivery = receiver.recv::<Body<Value>>() => delivery,
+            () = shutting_down(&mut shutdown) => break,
+        };
+        let settled = match delivery {
+            Ok(delivery) => {
+                let format = delivery.message_format().unwrap_or(0);
+                let (info, message) = delivery.into_parts();
+                match append(broker, &to, format, message).await {
+                    Ok(()) => receiver.accept(info).await,
+                    Err(refusal) => {
+                        tracing::debug!(hub = %to.hub, condition = refusal.condition, description = %refusal.description, "delivery rejected");
+                        receiver.reject(info, amqp_error(&refusal)).await
+                    }
+                }
+            }
+            Err(RecvError::MessageDecode(e)) => {
+                let refusal = Refusal::new(conditions::DECODE_ERROR, e.source.to_string());
+                receiver.reject(e.info, amqp_error(&refusal)).await
+            }
+            Err(e) => {
+                tracing::debug!(hub = %to.hub, error = %e, "send link ended");
+                return;
+            }
+        };
+        if settled.is_err() {
+            return;
+        }
+    }
+    let refusal = Refusal::new(conditions::DETACH_FORCED, "the broker is shutting down");
+    let _ = tokio::time::timeout(
+        CLOSE_TIMEOUT,
+        receiver.close_with_error(amqp_error(&refusal)),
+    )
+    .await;
+}
+
+/// Appends one delivery's events; returns once they are durable.
+async fn append(
+    broker: &Broker,
+    to: &SendTo,
+    format: u32,
+    message: AmqpMessage,
+) -> Result<(), Refusal> {
+    let route_by_key = to.partition.is_none();
+    let (key, events) = events_of(message, format, route_by_key)?;
+    let target = match (&to.partition, key) {
+        (Some(partition), _) => SendTarget::Partition(partition.clone()),
+        (None, Some(key)) => SendTarget::PartitionKey(key),
+        (None, None) => SendTarget::RoundRobin,
+    };
+    broker
+        .send(&to.hub, target, events)
+        .await
+        .map(|_| ())
+        .map_err(|e| conditions::from_broker(&e, None))
+}
+
+/// The events of one delivery and the partition key to route them by: a plain message is one
+/// event; a batch (format `0x80013700`) is one event per data section, each decoded strictly,
+/// routed by the envelope's key or else the first inner key.
+pub(crate) fn events_of(
+    message: AmqpMessage,
+    format: u32,
+    route_by_key: bool,
+) -> Result<(Option<String>, Vec<EventData>), Refusal> {
+    let decode = |e: String| Refusal::new(conditions::DECODE_ERROR, e);
+    match format {
+        0 => {
+            let event = event_from_message(message, route_by_key).map_err(decode)?;
+            Ok((event.partition_key.clone(), vec![event]))
+        }
+        BATCH_FORMAT => {
+            let envelope_key = if route_by_key {
+                partition_key(&message).map_err(|e| Refusal::new(conditions::ARGUMENT_ERROR, e))?
+            } else {
+                None
+            };
+            let Body::Data(sections) = message.body else {
+                return Err(decode("a batch's body must be data sections".into()));
+            };
+            let sections: Vec<_> = sections.into();
+            if sections.is_empty() || sections.len() > BATCH_EVENTS_MAX {
+                return Err(decode(format!(
+                    "a batch holds 1 to {BATCH_EVENTS_MAX} messages, not {}",
+                    sections.len()
+                )));
+            }
+            let mut events = Vec::with_capacity(sections.len());
+            for (index, data) in sections.iter().enumerate() {
+                let inner = decode_strict(&data.0)
+                    .map_err(|e| decode(format!("batched message {index}: {e}")))?;
+                let event = event_from_message(inner, route_by_key)
+                    .map_err(|e| decode(format!("batched message {index}: {e}")))?;
+                events.push(event);
+            }
+            let key = envelope_key.or_else(|| events.iter().find_map(|e| e.partition_key.clone()));
+            Ok((key, events))
+        }
+        other => Err(Refusal::new(
+            conditions::NOT_IMPLEMENTED,
+            format!("message format {other:#x} is not supported"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fe2o3_amqp_types::messaging::annotations::OwnedKey;
+    use fe2o3_amqp_types::messaging::{Data, MessageAnnotations};
+    use fe2o3_amqp_types::primitives::{Binary, OrderedMap};
+
+    fn encoded(body: &[u8], key: Option<&str>) -> Vec<u8> {
+        let mut message = AmqpMessage {
+            body: Body::Data(vec![Data(Binary::from(body.to_vec()))].into()),
+            ..crate::wire::message::empty_message()
+        };
+        if let Some(key) = key {
+            let mut ma = OrderedMap::new();
+            ma.insert(
+                OwnedKey::from("x-opt-partition-key"),
+                Value::String(key.into()),
+            );
+            message.message_annotations = Some(MessageAnnotations(ma));
+        }
+        serde_amqp::to_vec(&fe2o3_amqp_types::messaging::message::__private::Serializable(message))
+            .unwrap()
+    }
+
+    fn batch(sections: Vec<Vec<u8>>) -> AmqpMessage {
+        AmqpMessage {
+            body: Body::Data(
+                sections
+                    .into_iter()
+                    .map(|s| Data(Binary::from(s)))
+                    .collect::<Vec<_>>()
+                    .into(),
+            ),
+            ..crate::wire::message::empty_message()
+        }
+    }
+
+    #[test]
+    fn a_batch_becomes_one_event_per_message() {
+        let message = batch(vec![encoded(b"a", Some("k")), encoded(b"b", Some("k"))]);
+        let (key, events) = events_of(message, BATCH_FORMAT, true).unwrap();
+        assert_eq!(key.as_deref(), Some("k"));
+        assert_eq!(events.len(), 2);
+        assert_eq!(&events[1].body[..], b"b");
+    }
+
+    #[test]
+    fn malformed_batches_are_rejected_with_decode_error() {
+        let mut trailing = encoded(b"a", None);
+        trailing.push(0x40);
+        for message in [
+            batch(vec![]),
+            batch(vec![vec![0x00, 0x53]]),
+            batch(vec![trailing]),
+            crate::wire::message::empty_message(),
+        ] {
+            let refusal = events_of(message, BATCH_FORMAT, true).unwrap_err();
+            assert_eq!(
+                refusal.condition,
+                conditions::DECODE_ERROR,
+                "{}",
+                refusal.description
+            );
+        }
+        let refusal = events_of(crate::wire::message::empty_message(), 7, true).unwrap_err();
+        assert_eq!(refusal.condition, conditions::NOT_IMPLEMENTED);
+    }
+}

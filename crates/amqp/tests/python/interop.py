@@ -1,0 +1,288 @@
+"""Drives the official azure-eventhub Python SDK against a Tributary AMQP listener.
+
+Each subcommand runs one scenario and prints one JSON document on stdout (the last line); the
+Rust interop tests (crates/amqp/tests/python_interop.rs) start the broker and the listener,
+run this script and assert on that document. Exit code 0 means the scenario ran (its outcome,
+success or an expected error, is in the JSON); anything else is a harness failure.
+
+Usage: interop.py <command> <json-arguments>
+"""
+
+import datetime
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+import uuid
+
+from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
+
+TIMEOUT_S = 30
+
+
+def describe_value(value):
+    """A property value as [python type name, JSON-able value]."""
+    if isinstance(value, bytes):
+        return ["bytes", value.hex()]
+    if isinstance(value, uuid.UUID):
+        return ["uuid", str(value)]
+    if isinstance(value, datetime.datetime):
+        return ["datetime", int(value.timestamp() * 1000)]
+    return [type(value).__name__, value]
+
+
+def describe_event(event):
+    props = {}
+    for key, value in (event.properties or {}).items():
+        key = key.decode() if isinstance(key, bytes) else key
+        props[key] = describe_value(value)
+    out = {
+        "body": event.body_as_str(),
+        "sequence_number": event.sequence_number,
+        "offset": event.offset,
+        "enqueued_ms": int(event.enqueued_time.timestamp() * 1000) if event.enqueued_time else None,
+        "partition_key": event.partition_key.decode() if isinstance(event.partition_key, bytes) else event.partition_key,
+        "properties": props,
+        "content_type": event.content_type,
+        "correlation_id": event.correlation_id,
+        "message_id": event.message_id,
+    }
+    return out
+
+
+def error_doc(error):
+    return {
+        "error_type": type(error).__name__,
+        "error": str(error),
+        "error_chain": [type(e).__name__ for e in _chain(error)],
+    }
+
+
+def _chain(error):
+    seen = []
+    while error is not None and error not in seen:
+        seen.append(error)
+        error = error.__cause__ or error.__context__ or getattr(error, "exception", None)
+    return seen
+
+
+def producer(args):
+    return EventHubProducerClient.from_connection_string(args["conn"], eventhub_name=args["hub"])
+
+
+def consumer(args, conn=None, **kwargs):
+    return EventHubConsumerClient.from_connection_string(
+        conn or args["conn"], consumer_group=args.get("group", "$Default"), eventhub_name=args["hub"], **kwargs
+    )
+
+
+def cmd_produce(args):
+    """Partition-key batches, explicit-partition batches, single events, typed properties."""
+    with producer(args) as client:
+        batch = client.create_batch(partition_key="alpha")
+        for i in range(3):
+            batch.add(EventData(f"key-{i}"))
+        client.send_batch(batch)
+
+        batch = client.create_batch(partition_id="1")
+        batch.add(EventData("p1-a"))
+        batch.add(EventData("p1-b"))
+        client.send_batch(batch)
+
+        client.send_event(EventData("single-keyed"), partition_key="beta")
+        client.send_batch([EventData("list-0"), EventData("list-1")], partition_id="0")
+
+        typed = EventData("typed")
+        typed.properties = {
+            "str": "text",
+            "int": 42,
+            "negative": -7,
+            "float": 2.5,
+            "bool": True,
+            "bytes": b"\x00\x01",
+            "uuid": uuid.UUID("12345678-1234-5678-1234-567812345678"),
+            "time": datetime.datetime(2024, 5, 6, 7, 8, 9, tzinfo=datetime.timezone.utc),
+            "none": None,
+        }
+        typed.content_type = "application/json"
+        typed.correlation_id = "corr-1"
+        typed.message_id = "msg-1"
+        client.send_batch([typed], partition_id="2")
+        return {"ok": True, "partition_ids": client.get_partition_ids()}
+
+
+def cmd_properties(args):
+    with producer(args) as client:
+        hub = client.get_eventhub_properties()
+        partitions = [client.get_partition_properties(p) for p in hub["partition_ids"]]
+    for p in partitions:
+        p["last_enqueued_time_utc"] = p["last_enqueued_time_utc"].timestamp() if p["last_enqueued_time_utc"] else None
+    hub["created_at"] = hub["created_at"].timestamp()
+    return {"eventhub": hub, "partitions": partitions}
+
+
+def starting_position(args):
+    kind = args["position"]
+    if kind == "earliest":
+        return "-1"
+    if kind == "latest":
+        return "@latest"
+    if kind == "offset":
+        return str(args["value"])
+    if kind == "sequence":
+        return int(args["value"])
+    if kind == "time":
+        return datetime.datetime.fromtimestamp(args["value"] / 1000, tz=datetime.timezone.utc)
+    raise ValueError(kind)
+
+
+class Collector:
+    """Receives from one partition on a thread until `count` events, an error, or the timeout."""
+
+    def __init__(self, args, conn=None, owner_level=None, position=None, **client_kwargs):
+        self.client = consumer(args, conn, **client_kwargs)
+        self.events = []
+        self.errors = []
+        self.last_enqueued = None
+        self.got_event = threading.Event()
+        self.got_error = threading.Event()
+        self.count = args.get("count", 0)
+        self.done = threading.Event()
+        kwargs = dict(
+            on_event=self.on_event,
+            on_error=self.on_error,
+            partition_id=str(args.get("partition", "0")),
+            starting_position=position if position is not None else starting_position(args),
+            starting_position_inclusive=args.get("inclusive", False),
+            track_last_enqueued_event_properties=True,
+            max_wait_time=1,
+        )
+        if owner_level is not None:
+            kwargs["owner_level"] = owner_level
+        self.thread = threading.Thread(target=self._run, kwargs=kwargs, daemon=True)
+        self.thread.start()
+
+    def _run(self, **kwargs):
+        try:
+            self.client.receive(**kwargs)
+        except Exception as e:  # noqa: BLE001 - reported in the JSON
+            self.on_error(None, e)
+
+    def on_event(self, context, event):
+        if event is None:
+            return
+        self.events.append(describe_event(event))
+        self.last_enqueued = context.last_enqueued_event_properties
+        self.got_event.set()
+        if self.count and len(self.events) >= self.count:
+            self.done.set()
+
+    def on_error(self, _context, error):
+        self.errors.append(error_doc(error))
+        self.got_error.set()
+
+    def close(self):
+        self.client.close()
+        self.thread.join(timeout=TIMEOUT_S)
+
+    def result(self):
+        last = None
+        if self.last_enqueued:
+            last = dict(self.last_enqueued)
+            for k, v in last.items():
+                if isinstance(v, datetime.datetime):
+                    last[k] = int(v.timestamp() * 1000)
+        return {"events": self.events, "errors": self.errors, "last_enqueued": last}
+
+
+def cmd_consume(args):
+    collector = Collector(args)
+    collector.done.wait(timeout=args.get("timeout", TIMEOUT_S))
+    collector.close()
+    return collector.result()
+
+
+def cmd_steal(args):
+    """A receiver with owner level 0 is displaced by one with owner level 1."""
+    low = Collector(args, owner_level=0, position="-1")
+    if not low.got_event.wait(timeout=TIMEOUT_S):
+        low.close()
+        return {"error": "the owner-level-0 receiver got no event", **low.result()}
+    high = Collector(args, owner_level=1, position="-1")
+    stolen = low.got_error.wait(timeout=TIMEOUT_S)
+    high_got = high.got_event.wait(timeout=TIMEOUT_S)
+    high.close()
+    low.close()
+    return {"stolen": stolen, "high_received": high_got, "low": low.result(), "high": high.result()}
+
+
+def cmd_sixth(args):
+    """Five non-epoch receivers are allowed on a partition; the sixth is refused."""
+    first = []
+    for _ in range(5):
+        c = Collector(args, position="-1")
+        first.append(c)
+    ready = all(c.got_event.wait(timeout=TIMEOUT_S) for c in first)
+    # The SDK retries amqp:resource-limit-exceeded inside each receive call; without retries the
+    # broker's refusal reaches on_error at once.
+    sixth = Collector(args, position="-1", retry_total=0)
+    refused = sixth.got_error.wait(timeout=TIMEOUT_S)
+    sixth.close()
+    for c in first:
+        c.close()
+    return {
+        "five_ready": ready,
+        "five_errors": [e for c in first for e in c.errors],
+        "sixth_refused": refused,
+        "sixth": sixth.result(),
+    }
+
+
+def cmd_send_expect(args):
+    """Sends one event; reports the outcome (used with bad credentials)."""
+    try:
+        with producer(args) as client:
+            client.send_batch([EventData("should-not-arrive")], partition_id="0")
+        return {"sent": True}
+    except Exception as e:  # noqa: BLE001 - reported in the JSON
+        return {"sent": False, **error_doc(e)}
+
+
+def cmd_properties_expect(args):
+    try:
+        with producer(args) as client:
+            return {"ok": True, "partition_ids": client.get_partition_ids()}
+    except Exception as e:  # noqa: BLE001 - reported in the JSON
+        return {"ok": False, **error_doc(e)}
+
+
+COMMANDS = {
+    "produce": cmd_produce,
+    "properties": cmd_properties,
+    "consume": cmd_consume,
+    "steal": cmd_steal,
+    "sixth": cmd_sixth,
+    "send-expect": cmd_send_expect,
+    "properties-expect": cmd_properties_expect,
+}
+
+
+def main():
+    if os.environ.get("INTEROP_DEBUG"):
+        logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
+    command, raw = sys.argv[1], sys.argv[2]
+    args = json.loads(raw)
+    try:
+        result = COMMANDS[command](args)
+    except Exception:  # noqa: BLE001 - a harness failure
+        traceback.print_exc()
+        sys.exit(2)
+    sys.stdout.flush()
+    print(json.dumps(result, default=str))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,451 @@
+//! Interop tests with the official Python SDK (`azure-eventhub`).
+//!
+//! Each test starts a broker on a temporary directory and the AMQP listener on 127.0.0.1:0, then
+//! runs `tests/python/interop.py` with `<repo>/.venv/bin/python` (or `$TRIBUTARY_PYTHON`) and
+//! asserts on the JSON it prints. Install the client first with `scripts/setup-python-interop`;
+//! a missing client FAILS these tests, it never skips them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tributary_amqp::{AccessPolicies, AccessPolicy, AmqpConfig, Right, RunningAmqpServer};
+use tributary_broker::{Broker, BrokerConfig, HubSpec, ReceiverSpec, SendReceipt, SendTarget};
+use tributary_event::{EventData, EventPosition, PropertyValue, ReceivedEvent, partition_for_key};
+
+const PYTHON_TIMEOUT: Duration = Duration::from_secs(180);
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    broker: Broker,
+    server: Option<RunningAmqpServer>,
+    root: AccessPolicy,
+    listen: AccessPolicy,
+    send: AccessPolicy,
+}
+
+impl Fixture {
+    async fn start(hubs: &[(&str, u32)]) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = Broker::open(BrokerConfig::new(dir.path())).await.unwrap();
+        for (name, partitions) in hubs {
+            broker
+                .create_hub(HubSpec::new(*name, *partitions))
+                .await
+                .unwrap();
+        }
+        let root =
+            AccessPolicy::generate("RootManageSharedAccessKey", vec![Right::Manage]).unwrap();
+        let listen = AccessPolicy::generate("listen-only", vec![Right::Listen]).unwrap();
+        let send = AccessPolicy::generate("send-only", vec![Right::Send]).unwrap();
+        let policies =
+            AccessPolicies::new(vec![root.clone(), listen.clone(), send.clone()]).unwrap();
+        let config = AmqpConfig::new("127.0.0.1:0".parse().unwrap(), policies);
+        let server = tributary_amqp::start(broker.clone(), config).await.unwrap();
+        Fixture {
+            _dir: dir,
+            broker,
+            server: Some(server),
+            root,
+            listen,
+            send,
+        }
+    }
+
+    fn port(&self) -> u16 {
+        self.server.as_ref().unwrap().local_addr().port()
+    }
+
+    fn conn(&self, policy: &AccessPolicy) -> String {
+        tributary_amqp::connection_string("127.0.0.1", self.port(), policy)
+    }
+
+    async fn send(&self, hub: &str, partition: &str, body: &str) -> SendReceipt {
+        let target = SendTarget::Partition(partition.to_owned());
+        let events = vec![EventData::new(body.as_bytes().to_vec())];
+        self.broker.send(hub, target, events).await.unwrap()
+    }
+
+    async fn read_all(&self, hub: &str, partition: u32) -> Vec<ReceivedEvent> {
+        let spec = ReceiverSpec::new(hub, partition.to_string(), EventPosition::Earliest);
+        let mut receiver = self.broker.open_receiver(spec).unwrap();
+        receiver
+            .receive(1000, Duration::from_millis(200))
+            .await
+            .unwrap()
+    }
+
+    async fn stop(mut self) {
+        self.server.take().unwrap().shutdown().await;
+        self.broker.shutdown().await.unwrap();
+    }
+}
+
+fn python() -> PathBuf {
+    if let Some(p) = std::env::var_os("TRIBUTARY_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let venv = repo.join(".venv/bin/python");
+    assert!(
+        venv.exists(),
+        "the Python interop client is not installed: run scripts/setup-python-interop (expected {})",
+        venv.display()
+    );
+    venv
+}
+
+/// Runs one scenario of `interop.py` and returns the JSON it printed.
+async fn run_python(command: &str, args: Value) -> Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/interop.py");
+    let output = tokio::process::Command::new(python())
+        .arg(&script)
+        .arg(command)
+        .arg(args.to_string())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(PYTHON_TIMEOUT, output)
+        .await
+        .unwrap_or_else(|_| panic!("interop.py {command} timed out"))
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "interop.py {command} failed ({}):\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        output.status
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| {
+        panic!("interop.py {command} printed no JSON ({e}):\n{stdout}\nstderr:\n{stderr}")
+    })
+}
+
+fn bodies(events: &[ReceivedEvent]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| String::from_utf8_lossy(&e.data.body).into_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_producer_keys_partitions_batches_and_typed_properties() {
+    let f = Fixture::start(&[("orders", 4)]).await;
+    let result = run_python("produce", json!({"conn": f.conn(&f.root), "hub": "orders"})).await;
+    assert_eq!(result["ok"], true, "{result}");
+    assert_eq!(result["partition_ids"], json!(["0", "1", "2", "3"]));
+
+    let alpha = partition_for_key("alpha", 4);
+    let events = f.read_all("orders", alpha).await;
+    let keyed: Vec<_> = events
+        .iter()
+        .filter(|e| e.data.partition_key.as_deref() == Some("alpha"))
+        .collect();
+    let keyed_bodies: Vec<_> = keyed.iter().map(|e| e.data.body.clone()).collect();
+    assert_eq!(
+        keyed_bodies,
+        ["key-0", "key-1", "key-2"].map(bytes::Bytes::from)
+    );
+    let beta = f.read_all("orders", partition_for_key("beta", 4)).await;
+    assert!(
+        beta.iter().any(|e| &e.data.body[..] == b"single-keyed"
+            && e.data.partition_key.as_deref() == Some("beta")),
+        "{:?}",
+        bodies(&beta)
+    );
+    let p1 = bodies(&f.read_all("orders", 1).await);
+    assert!(
+        p1.ends_with(&["p1-a".to_owned(), "p1-b".to_owned()]) || p1.contains(&"p1-b".to_owned()),
+        "{p1:?}"
+    );
+    let p0 = bodies(&f.read_all("orders", 0).await);
+    assert!(
+        p0.contains(&"list-0".to_owned()) && p0.contains(&"list-1".to_owned()),
+        "{p0:?}"
+    );
+
+    let p2 = f.read_all("orders", 2).await;
+    let typed = p2
+        .iter()
+        .find(|e| &e.data.body[..] == b"typed")
+        .expect("typed event stored");
+    let prop = |k: &str| typed.data.property(k).cloned();
+    assert_eq!(prop("str"), Some(PropertyValue::String("text".into())));
+    assert_eq!(prop("int"), Some(PropertyValue::Int32(42)));
+    assert_eq!(prop("negative"), Some(PropertyValue::Int32(-7)));
+    assert_eq!(prop("float"), Some(PropertyValue::Float64(2.5)));
+    assert_eq!(prop("bool"), Some(PropertyValue::Bool(true)));
+    assert_eq!(
+        prop("bytes"),
+        Some(PropertyValue::Bytes(bytes::Bytes::from_static(b"\x00\x01")))
+    );
+    assert!(matches!(prop("uuid"), Some(PropertyValue::Uuid(_))));
+    assert_eq!(
+        prop("time"),
+        Some(PropertyValue::Timestamp(1_714_979_289_000))
+    );
+    assert_eq!(prop("none"), Some(PropertyValue::Null));
+    assert_eq!(typed.data.content_type.as_deref(), Some("application/json"));
+    assert_eq!(typed.data.correlation_id.as_deref(), Some("corr-1"));
+    assert_eq!(typed.data.message_id.as_deref(), Some("msg-1"));
+
+    python_gets_typed_properties_back(&f, typed.sequence_number).await;
+    f.stop().await;
+}
+
+/// The properties come back to a Python consumer with their types.
+async fn python_gets_typed_properties_back(f: &Fixture, sequence_number: i64) {
+    let args = json!({"conn": f.conn(&f.root), "hub": "orders", "partition": 2, "position": "sequence",
+                      "value": sequence_number, "inclusive": true, "count": 1});
+    let consumed = run_python("consume", args).await;
+    let event = &consumed["events"][0];
+    assert_eq!(event["body"], "typed", "{consumed}");
+    let props = &event["properties"];
+    // The SDK hands string properties to the application as bytes.
+    assert_eq!(props["str"], json!(["bytes", "74657874"]));
+    assert_eq!(props["int"], json!(["int", 42]));
+    assert_eq!(props["float"], json!(["float", 2.5]));
+    assert_eq!(props["bool"], json!(["bool", true]));
+    assert_eq!(props["bytes"], json!(["bytes", "0001"]));
+    assert_eq!(
+        props["uuid"],
+        json!(["uuid", "12345678-1234-5678-1234-567812345678"])
+    );
+    assert_eq!(props["time"][1], json!(1_714_979_289_000i64));
+    assert_eq!(props["none"], json!(["NoneType", null]));
+    assert_eq!(event["content_type"], "application/json");
+    assert_eq!(event["correlation_id"], "corr-1");
+    assert_eq!(event["message_id"], "msg-1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_reads_hub_and_partition_properties() {
+    let f = Fixture::start(&[("props", 3)]).await;
+    f.send("props", "1", "a").await;
+    let last = f.send("props", "1", "b").await;
+    let result = run_python(
+        "properties",
+        json!({"conn": f.conn(&f.root), "hub": "props"}),
+    )
+    .await;
+    let hub = &result["eventhub"];
+    assert_eq!(hub["eventhub_name"], "props", "{result}");
+    assert_eq!(hub["partition_ids"], json!(["0", "1", "2"]));
+    let created = f.broker.describe_hub("props").unwrap().created_at_ms as f64 / 1000.0;
+    assert!(
+        (hub["created_at"].as_f64().unwrap() - created).abs() < 0.002,
+        "{result}"
+    );
+    let p1 = &result["partitions"][1];
+    assert_eq!(p1["id"], "1");
+    assert_eq!(p1["beginning_sequence_number"], 0);
+    assert_eq!(p1["last_enqueued_sequence_number"], 1);
+    assert_eq!(p1["last_enqueued_offset"], last.offsets[0].to_string());
+    assert_eq!(p1["is_empty"], false);
+    let t = p1["last_enqueued_time_utc"].as_f64().unwrap();
+    assert!(
+        (t - last.enqueued_time_ms as f64 / 1000.0).abs() < 0.002,
+        "{result}"
+    );
+    let p0 = &result["partitions"][0];
+    assert_eq!(p0["is_empty"], true);
+    assert_eq!(p0["beginning_sequence_number"], 0);
+    assert_eq!(p0["last_enqueued_sequence_number"], -1);
+    assert_eq!(p0["last_enqueued_offset"], "-1");
+    f.stop().await;
+}
+
+fn sequence_numbers(result: &Value) -> Vec<i64> {
+    result["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{result}"))
+        .iter()
+        .map(|e| e["sequence_number"].as_i64().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_consumes_from_every_start_position() {
+    let f = Fixture::start(&[("positions", 1)]).await;
+    let mut receipts = Vec::new();
+    for i in 0..5 {
+        receipts.push(f.send("positions", "0", &format!("e{i}")).await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let conn = f.conn(&f.listen);
+    let at = |position: &str, value: Value, inclusive: bool, count: usize| {
+        json!({"conn": conn, "hub": "positions", "partition": 0, "position": position,
+               "value": value, "inclusive": inclusive, "count": count, "timeout": 20})
+    };
+    let offset1 = json!(receipts[1].offsets[0]);
+    let time3 = json!(receipts[3].enqueued_time_ms);
+    let cases = [
+        (at("earliest", Value::Null, false, 5), vec![0, 1, 2, 3, 4]),
+        (at("offset", offset1.clone(), false, 3), vec![2, 3, 4]),
+        (at("offset", offset1, true, 4), vec![1, 2, 3, 4]),
+        (at("sequence", json!(2), false, 2), vec![3, 4]),
+        (at("sequence", json!(2), true, 3), vec![2, 3, 4]),
+    ];
+    let runs = cases
+        .iter()
+        .map(|(args, _)| run_python("consume", args.clone()));
+    let results = futures_join_all(runs).await;
+    for ((args, expected), result) in cases.iter().zip(&results) {
+        assert_eq!(&sequence_numbers(result), expected, "{args} -> {result}");
+        assert_eq!(result["errors"], json!([]), "{result}");
+    }
+    let first = &results[0]["events"][0];
+    assert_eq!(first["offset"], receipts[0].offsets[0].to_string());
+    assert_eq!(first["enqueued_ms"], receipts[0].enqueued_time_ms);
+    assert_eq!(first["body"], "e0");
+    let last = &results[0]["last_enqueued"];
+    assert_eq!(last["sequence_number"], 4, "{last}");
+    assert_eq!(last["offset"], receipts[4].offsets[0].to_string());
+
+    let time_cases = [
+        (at("time", time3.clone(), false, 1), vec![4]),
+        (at("time", time3, true, 2), vec![3, 4]),
+    ];
+    let runs = time_cases
+        .iter()
+        .map(|(args, _)| run_python("consume", args.clone()));
+    for ((args, expected), result) in time_cases.iter().zip(futures_join_all(runs).await) {
+        assert_eq!(&sequence_numbers(&result), expected, "{args} -> {result}");
+    }
+
+    // Latest: only what is sent after the receiver opened.
+    let latest = tokio::spawn(run_python("consume", at("latest", Value::Null, false, 2)));
+    wait_for_receivers(&f.broker, "positions", 1).await;
+    f.send("positions", "0", "after-1").await;
+    f.send("positions", "0", "after-2").await;
+    let result = latest.await.unwrap();
+    assert_eq!(sequence_numbers(&result), vec![5, 6], "{result}");
+    f.stop().await;
+}
+
+async fn wait_for_receivers(broker: &Broker, hub: &str, count: usize) {
+    for _ in 0..600 {
+        if broker.open_receiver_count(hub).unwrap() >= count {
+            // The attach reply may still be on its way; the receiver's position is fixed.
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no receiver opened on {hub}");
+}
+
+/// Runs futures concurrently and returns their outputs in order (no `futures` dependency).
+async fn futures_join_all<F: std::future::Future<Output = Value> + Send + 'static>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<Value> {
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_owner_level_receiver_steals_from_a_lower_one() {
+    let f = Fixture::start(&[("epochs", 1)]).await;
+    f.send("epochs", "0", "first").await;
+    let result = run_python(
+        "steal",
+        json!({"conn": f.conn(&f.root), "hub": "epochs", "partition": 0}),
+    )
+    .await;
+    assert_eq!(result["stolen"], true, "{result}");
+    assert_eq!(result["high_received"], true, "{result}");
+    let error = result["low"]["errors"][0].to_string();
+    assert!(
+        error.contains("stolen") || error.contains("higher epoch"),
+        "{error}"
+    );
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sixth_non_epoch_receiver_is_refused() {
+    let f = Fixture::start(&[("crowd", 1)]).await;
+    f.send("crowd", "0", "first").await;
+    let result = run_python(
+        "sixth",
+        json!({"conn": f.conn(&f.root), "hub": "crowd", "partition": 0}),
+    )
+    .await;
+    assert_eq!(result["five_ready"], true, "{result}");
+    assert_eq!(result["five_errors"], json!([]), "{result}");
+    assert_eq!(result["sixth_refused"], true, "{result}");
+    let error = result["sixth"]["errors"][0].to_string();
+    assert!(
+        error.contains("resource-limit-exceeded")
+            || error.contains("maximum number of allowed receivers"),
+        "{error}"
+    );
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_bad_credentials_are_refused() {
+    let f = Fixture::start(&[("secure", 2)]).await;
+    let mut wrong = f.root.clone();
+    wrong.key = "not-the-key".into();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let expired =
+        tributary_amqp::sas::sign("sb://127.0.0.1/secure", &f.root.name, &f.root.key, now - 60);
+    let expired_conn = format!(
+        "Endpoint=sb://127.0.0.1:{};SharedAccessSignature={expired};UseDevelopmentEmulator=true",
+        f.port()
+    );
+    let send = |conn: String| run_python("send-expect", json!({"conn": conn, "hub": "secure"}));
+    let runs = [
+        send(f.conn(&wrong)),
+        send(expired_conn),
+        send(f.conn(&f.listen)),
+        run_python(
+            "properties-expect",
+            json!({"conn": f.conn(&f.send), "hub": "secure"}),
+        ),
+        send(f.conn(&f.send)),
+    ];
+    let results = futures_join_all(runs.into_iter()).await;
+    for (name, result) in ["wrong key", "expired token", "listen-only"]
+        .iter()
+        .zip(&results)
+    {
+        assert_eq!(result["sent"], false, "{name}: {result}");
+        let text = result.to_string().to_lowercase();
+        assert!(
+            text.contains("unauthorized")
+                || text.contains("authentication")
+                || text.contains("401"),
+            "{name}: {result}"
+        );
+    }
+    assert!(
+        results[2].to_string().contains("'Send' claim"),
+        "{}",
+        results[2]
+    );
+    assert_eq!(
+        results[3]["ok"], true,
+        "a send-only policy reads properties: {}",
+        results[3]
+    );
+    assert_eq!(
+        results[4]["sent"], true,
+        "a send-only policy sends: {}",
+        results[4]
+    );
+    let stored = f.read_all("secure", 0).await;
+    assert_eq!(
+        bodies(&stored),
+        ["should-not-arrive"],
+        "only the authorized send arrived"
+    );
+    f.stop().await;
+}

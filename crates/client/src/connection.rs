@@ -1,0 +1,506 @@
+//! One AMQP connection to a hub: transport, SASL, `$cbs` authorization and its renewal, and
+//! reconnecting after the connection drops.
+//!
+//! A [`Connector`] belongs to one event hub. It opens the connection on first use (TCP, TLS
+//! unless `UseDevelopmentEmulator=true` or `amqp://`, SASL ANONYMOUS, one control session), then
+//! attaches the `$cbs` link pair and puts a token for the audience `sb://<host>/<hub>` — the
+//! hub-level scope every link of this client falls under. A background task renews the token
+//! when 90 % of its lifetime has passed, for as long as the connector lives.
+//!
+//! # Reconnecting
+//! Every operation first checks the connection and its control session; if either has ended,
+//! it opens a new one (a new *generation*) before going on. Links opened on an older
+//! generation are dead and their owners find out on their next use (a
+//! [`ClientError::ConnectionLost`]); nothing is retried behind the caller's back, so a send that
+//! failed mid-flight is never silently sent twice, and a receiver never silently re-attaches
+//! (which could defeat epoch fencing).
+
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+use fe2o3_amqp::connection::ConnectionHandle;
+use fe2o3_amqp::sasl_profile::SaslProfile;
+use fe2o3_amqp::session::SessionHandle;
+use fe2o3_amqp::types::definitions::Fields;
+use fe2o3_amqp::types::messaging::{AmqpValue, ApplicationProperties, Body};
+use fe2o3_amqp::types::primitives::{SimpleValue, Symbol, Timestamp, Value};
+use fe2o3_amqp::{Connection, Session};
+use tokio::net::TcpStream;
+use tokio::sync::{Mutex, MutexGuard};
+
+use crate::connection_string::{ConnectionString, Credential};
+use crate::error::ClientError;
+use crate::limits::{
+    CLOSE_TIMEOUT, OPERATION_TIMEOUT_DEFAULT, SAS_TOKEN_LIFETIME, SESSIONS_MAX,
+    TOKEN_CHECK_INTERVAL_MAX, TOKEN_RENEW_AT_PERCENT,
+};
+use crate::link_errors::{begin_error, open_error};
+use crate::request_response::RequestResponseLink;
+use crate::sas::{SAS_TOKEN_TYPE, Token, now_s, token_for};
+
+/// Options shared by every client type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientOptions {
+    /// How long one network operation (connect, attach, send, management request) may take.
+    pub operation_timeout: Duration,
+    /// An identifier sent as the AMQP container id prefix, to tell this application apart in
+    /// the hub's logs.
+    pub application_id: Option<String>,
+    /// How long the SAS tokens this client signs stay valid (at least one second). The token
+    /// is renewed on the connection once 90 % of this has passed.
+    pub token_lifetime: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            operation_timeout: OPERATION_TIMEOUT_DEFAULT,
+            application_id: None,
+            token_lifetime: SAS_TOKEN_LIFETIME,
+        }
+    }
+}
+
+impl ClientOptions {
+    /// With another operation timeout.
+    pub fn with_operation_timeout(mut self, timeout: Duration) -> Self {
+        self.operation_timeout = timeout;
+        self
+    }
+
+    /// With another SAS token lifetime.
+    pub fn with_token_lifetime(mut self, lifetime: Duration) -> Self {
+        self.token_lifetime = lifetime;
+        self
+    }
+
+    /// With an application id.
+    pub fn with_application_id(mut self, id: impl Into<String>) -> Self {
+        self.application_id = Some(id.into());
+        self
+    }
+}
+
+/// What a connector connects to.
+#[derive(Debug)]
+pub(crate) struct Target {
+    pub(crate) connection_string: ConnectionString,
+    pub(crate) hub: String,
+    pub(crate) options: ClientOptions,
+}
+
+impl Target {
+    pub(crate) fn new(
+        connection_string: &str,
+        hub: Option<&str>,
+        options: ClientOptions,
+    ) -> Result<Target, ClientError> {
+        let connection_string = ConnectionString::parse(connection_string)?;
+        let hub = connection_string.resolve_hub(hub)?.to_owned();
+        tributary_event::names::validate_hub_name(&hub)
+            .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
+        if options.operation_timeout.is_zero() {
+            return Err(ClientError::InvalidArgument(
+                "operation_timeout must be longer than zero".to_owned(),
+            ));
+        }
+        if options.token_lifetime < Duration::from_secs(1) {
+            return Err(ClientError::InvalidArgument(
+                "token_lifetime must be at least one second".to_owned(),
+            ));
+        }
+        Ok(Target {
+            connection_string,
+            hub,
+            options,
+        })
+    }
+
+    pub(crate) fn endpoint(&self) -> String {
+        format!(
+            "{}:{}",
+            self.connection_string.host(),
+            self.connection_string.port()
+        )
+    }
+
+    /// The CBS audience every link of this client is authorized under.
+    pub(crate) fn audience(&self) -> String {
+        format!("sb://{}/{}", self.connection_string.host(), self.hub)
+    }
+
+    pub(crate) fn timeout_error(&self, operation: &'static str) -> ClientError {
+        ClientError::Timeout {
+            operation,
+            waited_ms: u64::try_from(self.options.operation_timeout.as_millis())
+                .unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Runs `future` under the operation timeout. The future is boxed: the engine's futures
+    /// are tens of kilobytes, and callers' futures (and their stacks in debug builds) stay
+    /// small when each operation lives on the heap for its round trip.
+    pub(crate) async fn timed<T>(
+        &self,
+        operation: &'static str,
+        future: impl Future<Output = Result<T, ClientError>>,
+    ) -> Result<T, ClientError> {
+        tokio::time::timeout(self.options.operation_timeout, Box::pin(future))
+            .await
+            .map_err(|_| self.timeout_error(operation))?
+    }
+}
+
+/// An open connection with its control session and `$cbs` link.
+#[derive(Debug)]
+pub(crate) struct Live {
+    pub(crate) generation: u64,
+    connection: ConnectionHandle<()>,
+    pub(crate) session: SessionHandle<()>,
+    cbs: RequestResponseLink,
+    management: Option<RequestResponseLink>,
+    token: Token,
+    token_issued_at_s: u64,
+}
+
+impl Live {
+    fn is_usable(&self) -> bool {
+        !self.connection.is_closed() && !self.session.is_ended()
+    }
+
+    /// The management link, attached on first use.
+    pub(crate) async fn management(&mut self) -> Result<&mut RequestResponseLink, ClientError> {
+        if self.management.is_none() {
+            let link = RequestResponseLink::attach(&mut self.session, "$management").await?;
+            self.management = Some(link);
+        }
+        self.management
+            .as_mut()
+            .ok_or_else(|| unreachable!("the management link was just attached"))
+    }
+
+    /// The current token text, for requests that carry it (`security_token`).
+    pub(crate) fn token(&self) -> &str {
+        &self.token.value
+    }
+
+    /// Begins another session on this connection (one per receiver).
+    pub(crate) async fn begin_session(&mut self) -> Result<SessionHandle<()>, ClientError> {
+        Session::begin(&mut self.connection)
+            .await
+            .map_err(begin_error)
+    }
+
+    fn renew_at_s(&self) -> u64 {
+        renew_at_s(self.token_issued_at_s, self.token.expires_at_s)
+    }
+}
+
+/// When a token issued at `issued_at_s` and expiring at `expires_at_s` is due for renewal:
+/// once [`TOKEN_RENEW_AT_PERCENT`] of its lifetime has passed.
+fn renew_at_s(issued_at_s: u64, expires_at_s: u64) -> u64 {
+    let lifetime = u128::from(expires_at_s.saturating_sub(issued_at_s));
+    let elapsed = lifetime * u128::from(TOKEN_RENEW_AT_PERCENT) / 100;
+    let renew_at = issued_at_s.saturating_add(u64::try_from(elapsed).unwrap_or(u64::MAX));
+    assert!(renew_at <= expires_at_s.max(issued_at_s));
+    renew_at
+}
+
+/// The connection state of one client, shared by its handles and the renewal task.
+#[derive(Debug)]
+pub(crate) struct Connector {
+    pub(crate) target: Target,
+    state: Mutex<State>,
+    renewal: OnceLock<tokio::task::JoinHandle<()>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    live: Option<Live>,
+    generation: u64,
+}
+
+impl Drop for Connector {
+    fn drop(&mut self) {
+        if let Some(task) = self.renewal.get() {
+            task.abort();
+        }
+    }
+}
+
+impl Connector {
+    /// A connector for `target`, connected (so bad credentials fail here).
+    pub(crate) async fn connect(target: Target) -> Result<Arc<Connector>, ClientError> {
+        let connector = Arc::new(Connector {
+            target,
+            state: Mutex::new(State::default()),
+            renewal: OnceLock::new(),
+        });
+        drop(connector.live().await?);
+        let task = tokio::spawn(renew_tokens(Arc::downgrade(&connector)));
+        let _ = connector.renewal.set(task);
+        Ok(connector)
+    }
+
+    /// The live connection, reconnecting first if it has dropped.
+    pub(crate) async fn live(&self) -> Result<LiveGuard<'_>, ClientError> {
+        let mut state = self.state.lock().await;
+        let usable = state.live.as_ref().is_some_and(Live::is_usable);
+        if !usable {
+            if let Some(old) = state.live.take() {
+                tracing::info!(hub = %self.target.hub, generation = old.generation, "connection lost; reconnecting");
+            }
+            let generation = state.generation + 1;
+            let live = self
+                .target
+                .timed("connecting to the hub", open_live(&self.target, generation))
+                .await?;
+            state.generation = generation;
+            state.live = Some(live);
+        }
+        Ok(LiveGuard { state })
+    }
+
+    /// Closes the connection, if open. Later operations reconnect.
+    pub(crate) async fn close(&self) {
+        let mut state = self.state.lock().await;
+        if let Some(mut live) = state.live.take() {
+            if let Some(management) = live.management.take() {
+                management.close().await;
+            }
+            live.cbs.close().await;
+            let _ = tokio::time::timeout(CLOSE_TIMEOUT, live.session.end()).await;
+            let _ = tokio::time::timeout(CLOSE_TIMEOUT, live.connection.close()).await;
+        }
+    }
+}
+
+/// Exclusive access to the live connection.
+#[derive(Debug)]
+pub(crate) struct LiveGuard<'a> {
+    state: MutexGuard<'a, State>,
+}
+
+impl std::ops::Deref for LiveGuard<'_> {
+    type Target = Live;
+
+    fn deref(&self) -> &Live {
+        self.state
+            .live
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("a LiveGuard is only made for a live connection"))
+    }
+}
+
+impl std::ops::DerefMut for LiveGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Live {
+        self.state
+            .live
+            .as_mut()
+            .unwrap_or_else(|| unreachable!("a LiveGuard is only made for a live connection"))
+    }
+}
+
+async fn open_live(target: &Target, generation: u64) -> Result<Live, ClientError> {
+    let mut connection = open_connection(target).await?;
+    let mut session = Session::builder()
+        .begin(&mut connection)
+        .await
+        .map_err(begin_error)?;
+    let mut cbs = RequestResponseLink::attach(&mut session, "$cbs").await?;
+    let issued_at_s = now_s();
+    let token = token_for(
+        target.connection_string.credential(),
+        &target.audience(),
+        issued_at_s,
+        target.options.token_lifetime,
+    );
+    put_token(&mut cbs, target, &token).await?;
+    tracing::debug!(hub = %target.hub, generation, "connected and authorized");
+    Ok(Live {
+        generation,
+        connection,
+        session,
+        cbs,
+        management: None,
+        token,
+        token_issued_at_s: issued_at_s,
+    })
+}
+
+async fn open_connection(target: &Target) -> Result<ConnectionHandle<()>, ClientError> {
+    let cs = &target.connection_string;
+    let endpoint = target.endpoint();
+    let tcp = TcpStream::connect((cs.host(), cs.port()))
+        .await
+        .map_err(|e| ClientError::Connect {
+            endpoint: endpoint.clone(),
+            description: e.to_string(),
+        })?;
+    let _ = tcp.set_nodelay(true);
+    let container_id = format!(
+        "{}-{}",
+        target
+            .options
+            .application_id
+            .as_deref()
+            .unwrap_or("tributary-client"),
+        uuid::Uuid::new_v4().simple()
+    );
+    let mut properties = Fields::new();
+    properties.insert(
+        Symbol::from("product"),
+        Value::String("tributary-client".to_owned()),
+    );
+    properties.insert(
+        Symbol::from("version"),
+        Value::String(env!("CARGO_PKG_VERSION").to_owned()),
+    );
+    let builder = Connection::builder()
+        .container_id(container_id)
+        .hostname(cs.host())
+        .sasl_hostname(cs.host())
+        .scheme("amqp")
+        .sasl_profile(SaslProfile::Anonymous)
+        .channel_max(SESSIONS_MAX)
+        .properties(properties);
+    let opened = if cs.uses_tls() {
+        let stream = crate::tls::connect(tcp, cs.host())
+            .await
+            .map_err(|description| ClientError::Connect {
+                endpoint: endpoint.clone(),
+                description,
+            })?;
+        builder.open_with_stream(stream).await
+    } else {
+        builder.open_with_stream(tcp).await
+    };
+    opened.map_err(|e| open_error(&endpoint, e))
+}
+
+async fn put_token(
+    cbs: &mut RequestResponseLink,
+    target: &Target,
+    token: &Token,
+) -> Result<(), ClientError> {
+    let expiration_ms = i64::try_from(token.expires_at_s)
+        .unwrap_or(i64::MAX / 1000)
+        .saturating_mul(1000);
+    let mut properties = ApplicationProperties::default();
+    properties.0.insert(
+        "operation".to_owned(),
+        SimpleValue::String("put-token".to_owned()),
+    );
+    properties.0.insert(
+        "type".to_owned(),
+        SimpleValue::String(SAS_TOKEN_TYPE.to_owned()),
+    );
+    properties
+        .0
+        .insert("name".to_owned(), SimpleValue::String(target.audience()));
+    properties.0.insert(
+        "expiration".to_owned(),
+        SimpleValue::Timestamp(Timestamp::from_milliseconds(expiration_ms)),
+    );
+    let body = Body::Value(AmqpValue(Value::String(token.value.clone())));
+    let response = cbs
+        .call(properties, body, target.options.operation_timeout)
+        .await?;
+    match response.success() {
+        Ok(_) => Ok(()),
+        // Every refusal of a token is an authorization failure, whatever status it came with.
+        Err(ClientError::Unauthorized { description })
+        | Err(ClientError::Refused { description, .. })
+        | Err(ClientError::Other { description, .. }) => Err(ClientError::Unauthorized {
+            description: format!(
+                "the hub refused the token for {}: {description}",
+                target.audience()
+            ),
+        }),
+        Err(other) => Err(other),
+    }
+}
+
+/// Renews the token of the live connection when it is due, until the connector is dropped.
+async fn renew_tokens(connector: Weak<Connector>) {
+    loop {
+        let sleep_for = match connector.upgrade() {
+            Some(connector) => renew_once(&connector).await,
+            None => return,
+        };
+        tokio::time::sleep(sleep_for).await;
+    }
+}
+
+/// Renews the token if due; returns how long to sleep before looking again.
+async fn renew_once(connector: &Connector) -> Duration {
+    let mut state = connector.state.lock().await;
+    let Some(live) = state.live.as_mut().filter(|live| live.is_usable()) else {
+        return TOKEN_CHECK_INTERVAL_MAX;
+    };
+    let renewable = matches!(
+        connector.target.connection_string.credential(),
+        Credential::SharedAccessKey { .. }
+    );
+    let now = now_s();
+    if renewable && now >= live.renew_at_s() {
+        let token = token_for(
+            connector.target.connection_string.credential(),
+            &connector.target.audience(),
+            now,
+            connector.target.options.token_lifetime,
+        );
+        match put_token(&mut live.cbs, &connector.target, &token).await {
+            Ok(()) => {
+                tracing::debug!(hub = %connector.target.hub, "token renewed");
+                live.token = token;
+                live.token_issued_at_s = now;
+            }
+            Err(error) => {
+                tracing::warn!(hub = %connector.target.hub, %error, "renewing the token failed; retrying");
+            }
+        }
+    }
+    let until_due = live.renew_at_s().saturating_sub(now_s()).max(1);
+    Duration::from_secs(until_due).min(TOKEN_CHECK_INTERVAL_MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_renewed_before_they_expire() {
+        // A one-hour token: six minutes before expiry.
+        assert_eq!(renew_at_s(1_000, 1_000 + 3_600), 1_000 + 3_240);
+        // A short token still renews before expiry.
+        assert_eq!(renew_at_s(1_000, 1_003), 1_002);
+        // An already expired signature (issued "after" its expiry) is due at once.
+        assert_eq!(renew_at_s(2_000, 1_000), 2_000);
+        // A signature that never expires (a huge `se`) does not overflow.
+        assert!(renew_at_s(1_000, u64::MAX) < u64::MAX);
+    }
+
+    #[test]
+    fn options_are_checked() {
+        let cs =
+            "Endpoint=sb://h;SharedAccessKeyName=a;SharedAccessKey=b;UseDevelopmentEmulator=true";
+        assert!(Target::new(cs, Some("hub"), ClientOptions::default()).is_ok());
+        let zero = ClientOptions::default().with_operation_timeout(Duration::ZERO);
+        assert!(Target::new(cs, Some("hub"), zero).is_err());
+        let short = ClientOptions::default().with_token_lifetime(Duration::from_millis(10));
+        assert!(Target::new(cs, Some("hub"), short).is_err());
+        assert!(matches!(
+            Target::new(cs, Some("bad/hub"), ClientOptions::default()),
+            Err(ClientError::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            Target::new(cs, None, ClientOptions::default()),
+            Err(ClientError::InvalidConnectionString(_))
+        ));
+        let target = Target::new(cs, Some("orders"), ClientOptions::default()).unwrap();
+        assert_eq!(target.audience(), "sb://h/orders");
+        assert_eq!(target.endpoint(), "h:5672");
+    }
+}

@@ -1,0 +1,71 @@
+//! Every limit and default of the client in one place, each with its reason.
+
+use std::time::Duration;
+
+/// The AMQP port when TLS is off (`UseDevelopmentEmulator=true`, `amqp://`): the emulator's and a
+/// local Tributary hub's.
+pub const PORT_PLAIN: u16 = 5672;
+
+/// The AMQP port with TLS (`sb://`, `amqps://`): Azure Event Hubs'.
+pub const PORT_TLS: u16 = 5671;
+
+/// How long a SAS token this client signs stays valid: one hour, the Azure SDKs' default. Long
+/// enough that renewal traffic is negligible, short enough that a leaked token soon expires.
+pub const SAS_TOKEN_LIFETIME: Duration = Duration::from_secs(60 * 60);
+
+/// A token is renewed once this fraction (in percent) of its lifetime has passed — six minutes
+/// before expiry for a one-hour token. The Python SDK renews with 10 % of the lifetime left; the
+/// margin covers a slow `$cbs` round trip and clock skew between client and hub.
+pub const TOKEN_RENEW_AT_PERCENT: u32 = 90;
+
+/// The longest the renewal task sleeps between checks, so a token put with a short lifetime (a
+/// `SharedAccessSignature` from the connection string) is looked at again in time.
+pub const TOKEN_CHECK_INTERVAL_MAX: Duration = Duration::from_secs(60);
+
+/// How long one network operation (connect, attach, send, management request) may take by
+/// default before it fails with a timeout: the Azure SDKs' default try timeout.
+pub const OPERATION_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
+
+/// How long closing a link, a session or the connection may wait for the hub's answer. Closing
+/// is a courtesy (the hub cleans up after a dropped connection too), so a hub that does not
+/// answer must not hold up the caller's shutdown.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The message size assumed when the hub does not say (`max-message-size` absent or 0 on the
+/// attach): 1 MiB, Event Hubs' limit for one event or one batch on the basic and standard tiers
+/// and the emulator's.
+pub const MESSAGE_BYTES_MAX_DEFAULT: u64 = 1024 * 1024;
+
+/// The most events one `send` takes: the most messages Tributary's AMQP front door accepts in one
+/// batch. Event Hubs itself counts only bytes, and a 1 MiB batch of realistic events (a few dozen
+/// bytes of framing and body each) holds fewer than this anyway; checking here turns what would
+/// be a decode error from the hub into a clear argument error before anything is encoded.
+pub const SEND_EVENTS_MAX: usize = 32 * 1024;
+
+/// The most events a receiver buffers ahead of `receive` (its link credit). Matches the
+/// processor host's own prefetch limit, so every prefetch the host accepts can be honoured.
+pub const PREFETCH_MAX: u32 = 100_000;
+
+/// The receiver prefetch when a caller does not choose one: the Python SDK's default.
+pub const PREFETCH_DEFAULT: u32 = 300;
+
+/// The most sessions one connection may carry (the AMQP `channel-max` proposed). Each receiver
+/// gets its own session, as in the Azure SDKs, so a processor host owning every partition of a
+/// 1024-partition hub needs 1024 plus the control session; twice that leaves room.
+pub const SESSIONS_MAX: u16 = 2048;
+
+/// The longest text kept from a description the hub sends (errors, status descriptions). The
+/// text ends up in logs and error messages; a hostile or broken peer must not fill them.
+pub const DESCRIPTION_CHARS_MAX: usize = 1024;
+
+/// The longest connection string accepted. Real ones are a few hundred bytes; the cap keeps a
+/// mistaken argument (a file's contents) from being echoed in full in an error.
+pub const CONNECTION_STRING_BYTES_MAX: usize = 16 * 1024;
+
+const _: () = assert!(TOKEN_RENEW_AT_PERCENT > 0 && TOKEN_RENEW_AT_PERCENT < 100);
+const _: () = assert!(PREFETCH_DEFAULT <= PREFETCH_MAX);
+const _: () = assert!(SAS_TOKEN_LIFETIME.as_secs() > TOKEN_CHECK_INTERVAL_MAX.as_secs());
+const _: () = assert!(
+    PREFETCH_MAX == tributary_processor::limits::PREFETCH_COUNT_LIMIT,
+    "the client must honour every prefetch the processor host accepts"
+);

@@ -1,0 +1,294 @@
+//! [`ProducerClient`]: sends events to a hub, a partition, or by partition key.
+//!
+//! # Guarantees
+//! - **Acknowledged means stored.** [`ProducerClient::send`] returns `Ok` only after the hub
+//!   settled the transfer as `accepted`, which a Tributary hub does once the events are durable
+//!   under its configured durability.
+//! - **All or nothing.** The events of one call travel as one transfer (a batch when there is
+//!   more than one) and land in one partition, consecutively, in the order given — or none do.
+//! - **No hidden retries.** A send that fails is not repeated behind the caller's back; if it
+//!   failed after the transfer left (a lost connection, a timeout) the events may or may not have
+//!   been stored. The next call reconnects if the connection dropped.
+//!
+//! One sender link is kept per target address and reused; sends to the same address are
+//! serialized, sends to different addresses run concurrently.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use fe2o3_amqp::link::Sender;
+use fe2o3_amqp::link::delivery::Sendable;
+use fe2o3_amqp::types::definitions::SenderSettleMode;
+use fe2o3_amqp::types::messaging::Outcome;
+use tokio::sync::Mutex;
+use tributary_event::EventData;
+
+use crate::codec::{Outgoing, outgoing, sender_address};
+use crate::connection::{ClientOptions, Connector, Target};
+use crate::error::ClientError;
+use crate::limits::{CLOSE_TIMEOUT, MESSAGE_BYTES_MAX_DEFAULT, SEND_EVENTS_MAX};
+use crate::link_errors::{attach_sender_error, send_error};
+use crate::management::{self, EventHubProperties, PartitionProperties};
+
+/// Where a send goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendTarget {
+    /// To this partition id (the sender link `<hub>/Partitions/<id>`).
+    Partition(String),
+    /// To the partition the hub hashes this key to; every event carries the key as
+    /// `x-opt-partition-key`, so events with one key stay in order in one partition.
+    PartitionKey(String),
+    /// To whichever partition the hub picks (the sender link `<hub>`); Tributary and Event Hubs
+    /// spread such sends round-robin.
+    RoundRobin,
+}
+
+/// A sender link and the connection generation it was attached on.
+#[derive(Default)]
+struct SenderSlot {
+    generation: u64,
+    sender: Option<Sender>,
+}
+
+impl std::fmt::Debug for SenderSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SenderSlot")
+            .field("generation", &self.generation)
+            .field("attached", &self.sender.is_some())
+            .finish()
+    }
+}
+
+/// Sends events to one event hub. Cheap to clone; clones share the connection and links.
+#[derive(Debug, Clone)]
+pub struct ProducerClient {
+    connector: Arc<Connector>,
+    senders: Arc<Mutex<HashMap<String, Arc<Mutex<SenderSlot>>>>>,
+}
+
+impl ProducerClient {
+    /// Connects to `event_hub` with the credentials of `connection_string` and checks them
+    /// (a wrong key fails here with [`ClientError::Unauthorized`]).
+    pub async fn connect(connection_string: &str, event_hub: &str) -> Result<Self, ClientError> {
+        Self::connect_with_options(connection_string, Some(event_hub), ClientOptions::default())
+            .await
+    }
+
+    /// Like [`ProducerClient::connect`]; without `event_hub` the connection string's
+    /// `EntityPath` names the hub.
+    pub async fn connect_with_options(
+        connection_string: &str,
+        event_hub: Option<&str>,
+        options: ClientOptions,
+    ) -> Result<Self, ClientError> {
+        let target = Target::new(connection_string, event_hub, options)?;
+        Ok(ProducerClient {
+            connector: Connector::connect(target).await?,
+            senders: Arc::default(),
+        })
+    }
+
+    /// The event hub's name.
+    pub fn event_hub_name(&self) -> &str {
+        &self.connector.target.hub
+    }
+
+    /// The namespace's host name.
+    pub fn fully_qualified_namespace(&self) -> &str {
+        self.connector.target.connection_string.host()
+    }
+
+    /// Sends `events` to `target` as one unit; see the module docs for the guarantees.
+    ///
+    /// Fails with [`ClientError::InvalidArgument`] for no events, more than
+    /// [`SEND_EVENTS_MAX`], an event whose own partition key disagrees with `target`, or a
+    /// malformed partition id; with [`ClientError::MessageTooLarge`] when the encoded events
+    /// exceed the hub's message size (send fewer per call); with [`ClientError::NotFound`] for
+    /// an unknown hub or partition.
+    pub async fn send(&self, events: &[EventData], target: SendTarget) -> Result<(), ClientError> {
+        let (address, partition_key) = self.route(events, &target)?;
+        let outgoing = outgoing(events, partition_key.as_deref())?;
+        let slot = self.slot(&address).await;
+        let mut slot = slot.lock().await;
+        let connector = &self.connector;
+        connector
+            .target
+            .timed("sending events", async {
+                let sender = attached(connector, &mut slot, &address).await?;
+                let result = transfer(sender, &address, outgoing).await;
+                if result.is_err() {
+                    // The link may be dead; attaching a fresh one next time costs one round trip.
+                    slot.sender = None;
+                }
+                result
+            })
+            .await
+    }
+
+    /// The hub's name, creation time and partition ids.
+    pub async fn hub_properties(&self) -> Result<EventHubProperties, ClientError> {
+        management::hub_properties(&self.connector).await
+    }
+
+    /// One partition's sequence numbers, last offset and enqueued time.
+    pub async fn partition_properties(
+        &self,
+        partition: &str,
+    ) -> Result<PartitionProperties, ClientError> {
+        management::partition_properties(&self.connector, partition).await
+    }
+
+    /// Detaches the sender links and closes the connection. Clones share it, so they are
+    /// closed too (their next call reconnects).
+    pub async fn close(&self) {
+        let slots: Vec<_> = self
+            .senders
+            .lock()
+            .await
+            .drain()
+            .map(|(_, slot)| slot)
+            .collect();
+        for slot in slots {
+            if let Some(sender) = slot.lock().await.sender.take() {
+                let _ = tokio::time::timeout(CLOSE_TIMEOUT, sender.close()).await;
+            }
+        }
+        self.connector.close().await;
+    }
+
+    fn route(
+        &self,
+        events: &[EventData],
+        target: &SendTarget,
+    ) -> Result<(String, Option<String>), ClientError> {
+        if events.is_empty() {
+            return Err(ClientError::InvalidArgument("no events to send".to_owned()));
+        }
+        if events.len() > SEND_EVENTS_MAX {
+            return Err(ClientError::InvalidArgument(format!(
+                "{} events in one send; at most {SEND_EVENTS_MAX}",
+                events.len()
+            )));
+        }
+        let hub = &self.connector.target.hub;
+        let wanted_key = match target {
+            SendTarget::PartitionKey(key) => Some(key.as_str()),
+            _ => None,
+        };
+        let own_key = events.iter().find_map(|e| e.partition_key.as_deref());
+        if let Some(own) = own_key.filter(|own| Some(*own) != wanted_key) {
+            return Err(ClientError::InvalidArgument(format!(
+                "an event carries partition key {own:?} but the send targets {target:?}; send it with SendTarget::PartitionKey({own:?})"
+            )));
+        }
+        match target {
+            SendTarget::Partition(id) => {
+                check_partition_id(id)?;
+                Ok((sender_address(hub, Some(id)), None))
+            }
+            SendTarget::PartitionKey(key) => Ok((sender_address(hub, None), Some(key.clone()))),
+            SendTarget::RoundRobin => Ok((sender_address(hub, None), None)),
+        }
+    }
+
+    async fn slot(&self, address: &str) -> Arc<Mutex<SenderSlot>> {
+        let mut senders = self.senders.lock().await;
+        Arc::clone(senders.entry(address.to_owned()).or_default())
+    }
+}
+
+/// Partition ids are decimal numbers; anything else would change the link address.
+pub(crate) fn check_partition_id(id: &str) -> Result<(), ClientError> {
+    let ok = !id.is_empty() && id.len() <= 10 && id.bytes().all(|b| b.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(ClientError::InvalidArgument(format!(
+            "partition id {id:?} is not a partition number such as \"0\""
+        )))
+    }
+}
+
+/// The slot's sender, attached on the live connection (again, if the connection changed).
+async fn attached<'a>(
+    connector: &Connector,
+    slot: &'a mut SenderSlot,
+    address: &str,
+) -> Result<&'a mut Sender, ClientError> {
+    let mut live = connector.live().await?;
+    if slot.generation != live.generation || slot.sender.is_none() {
+        slot.sender = None;
+        let sender = Sender::builder()
+            .name(format!("sender-{}", uuid::Uuid::new_v4().simple()))
+            .target(address)
+            .sender_settle_mode(SenderSettleMode::Unsettled)
+            .attach(&mut live.session)
+            .await
+            .map_err(|e| attach_sender_error(address, e))?;
+        slot.generation = live.generation;
+        slot.sender = Some(sender);
+    }
+    slot.sender
+        .as_mut()
+        .ok_or_else(|| unreachable!("the sender was just attached"))
+}
+
+async fn transfer(
+    sender: &mut Sender,
+    address: &str,
+    outgoing: Outgoing,
+) -> Result<(), ClientError> {
+    let max_bytes = sender
+        .max_message_size()
+        .unwrap_or(MESSAGE_BYTES_MAX_DEFAULT);
+    if outgoing.size_bytes > max_bytes {
+        return Err(ClientError::MessageTooLarge {
+            description: format!(
+                "the events encode to {} bytes; the hub accepts at most {max_bytes} bytes per send on {address}; send fewer or smaller events per call",
+                outgoing.size_bytes
+            ),
+        });
+    }
+    let sendable = Sendable::builder()
+        .message(outgoing.message)
+        .message_format(outgoing.message_format)
+        .build();
+    let outcome = sender
+        .send(sendable)
+        .await
+        .map_err(|e| send_error(address, e))?;
+    match outcome {
+        Outcome::Accepted(_) => Ok(()),
+        Outcome::Rejected(rejected) => Err(match rejected.error {
+            Some(error) => ClientError::from_amqp(&error),
+            None => ClientError::Refused {
+                condition: "rejected".to_owned(),
+                description: format!("the hub rejected the events sent to {address}"),
+            },
+        }),
+        Outcome::Released(_) | Outcome::Modified(_) => Err(ClientError::ServerBusy {
+            condition: "released".to_owned(),
+            description: format!(
+                "the hub released the events sent to {address} without storing them"
+            ),
+        }),
+        #[allow(unreachable_patterns)]
+        _ => Err(ClientError::Protocol {
+            description: format!("the hub settled a send to {address} with an unexpected outcome"),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_ids_are_numbers() {
+        assert!(check_partition_id("0").is_ok());
+        assert!(check_partition_id("31").is_ok());
+        for bad in ["", "a", "1/2", "../x", "-1", "12345678901"] {
+            assert!(check_partition_id(bad).is_err(), "{bad}");
+        }
+    }
+}
