@@ -11,7 +11,7 @@ use tributary_event::names::{
     DEFAULT_CONSUMER_GROUP, is_default_consumer_group, name_key, validate_consumer_group_name,
     validate_hub_name,
 };
-use tributary_event::{Clock, EventData, EventPosition, SystemClock};
+use tributary_event::{Clock, EventData, EventPosition, SendTarget, SystemClock};
 use tributary_log::{GroupCommitter, PartitionProperties, ReadCursor, Retention};
 
 use crate::catalog::{Catalog, ConsumerGroupDefinition, HubDefinition};
@@ -19,18 +19,6 @@ use crate::config::{BrokerConfig, PARTITIONS_MAX};
 use crate::hub::Hub;
 use crate::receiver::Receiver;
 use crate::{BrokerError, DisconnectReason};
-
-/// Where a send goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SendTarget {
-    /// To this partition id.
-    Partition(String),
-    /// To the partition this key hashes to (the Event Hubs hash); every event of the batch
-    /// carries the key.
-    PartitionKey(String),
-    /// To the next partition in turn.
-    RoundRobin,
-}
 
 /// What the hub assigned to an acknowledged send.
 #[derive(Debug, Clone, PartialEq, Eq)]

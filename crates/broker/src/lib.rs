@@ -33,10 +33,11 @@ mod error;
 mod hub;
 pub mod receiver;
 
-pub use broker::{Broker, HubSpec, ReceiverSpec, SendReceipt, SendTarget};
+pub use broker::{Broker, HubSpec, ReceiverSpec, SendReceipt};
 pub use catalog::{ConsumerGroupDefinition, HubDefinition};
 pub use config::BrokerConfig;
 pub use coordinator::{CoordinatorConfig, CoordinatorError, GroupCoordinator};
 pub use error::{BrokerError, DisconnectReason, ReceiveError};
 pub use receiver::{LastEnqueuedEvent, Receiver};
+pub use tributary_event::SendTarget;
 pub use tributary_log::{Durability, LogConfig, LogError, PartitionProperties};

@@ -62,6 +62,9 @@ pub enum Command {
     Process(crate::process::ProcessArgs),
     /// Print the ownership and checkpoint table of a consumer group.
     Ownership(crate::process::OwnershipArgs),
+    /// Print the connection string of a shared access policy (for the Azure SDKs and
+    /// --connection-string). It contains the policy's key.
+    ConnectionString(ConnectionStringArgs),
     /// Measure the partition log: append throughput and acknowledgement latency, reads,
     /// recovery, memory.
     Bench(crate::bench::BenchArgs),
@@ -82,6 +85,9 @@ pub struct ServeArgs {
     /// The address the network front doors listen on (0.0.0.0 for every interface).
     #[arg(long, default_value = "127.0.0.1")]
     pub listen: std::net::IpAddr,
+    /// The AMQP front door's port (the Azure Event Hubs SDKs); 0 picks a free one.
+    #[arg(long, default_value_t = 5672)]
+    pub amqp_port: u16,
     /// The HTTP front door's port (OCI Streaming message API, admin API, /health, /metrics);
     /// 0 picks a free one.
     #[arg(long, default_value_t = 8080)]
@@ -94,6 +100,20 @@ pub struct ServeArgs {
     /// per partition; beyond that, 429).
     #[arg(long)]
     pub http_oci_rate_limits: bool,
+}
+
+/// `tributary connection-string`.
+#[derive(Debug, Args)]
+pub struct ConnectionStringArgs {
+    /// The shared access policy.
+    #[arg(long, default_value = "RootManageSharedAccessKey")]
+    pub policy: String,
+    /// The host clients connect to.
+    #[arg(long, default_value = "localhost")]
+    pub host: String,
+    /// The AMQP port clients connect to.
+    #[arg(long, default_value_t = 5672)]
+    pub port: u16,
 }
 
 /// `tributary hub …`.
@@ -191,6 +211,10 @@ pub struct SendArgs {
     /// sequence number, offsets, enqueued time).
     #[arg(long)]
     pub receipts: bool,
+    /// Use a remote hub — a Tributary hub's AMQP front door or Azure Event Hubs — instead of
+    /// the data directory.
+    #[arg(long, env = "TRIBUTARY_CONNECTION_STRING", hide_env_values = true)]
+    pub connection_string: Option<String>,
 }
 
 /// How `receive` prints events.
@@ -232,6 +256,10 @@ pub struct ReceiveArgs {
     /// The output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
+    /// Use a remote hub — a Tributary hub's AMQP front door or Azure Event Hubs — instead of
+    /// the data directory.
+    #[arg(long, env = "TRIBUTARY_CONNECTION_STRING", hide_env_values = true)]
+    pub connection_string: Option<String>,
 }
 
 /// A start position as given on the command line (inclusive until `--exclusive` says not).

@@ -5,11 +5,15 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use tributary_broker::{Broker, BrokerConfig, HubSpec, ReceiveError, ReceiverSpec, SendTarget};
+use tributary_broker::{Broker, BrokerConfig, HubSpec, SendTarget};
 use tributary_event::ReceivedEvent;
 use tributary_log::LogConfig;
+use tributary_processor::{PartitionReceiver, ReceiverOptions, SourceError};
 
-use crate::args::{GlobalArgs, GroupCommand, HubCommand, ReceiveArgs, SendArgs, ServeArgs};
+use crate::args::{
+    ConnectionStringArgs, GlobalArgs, GroupCommand, HubCommand, ReceiveArgs, SendArgs, ServeArgs,
+};
+use crate::hub_handle::HubHandle;
 use crate::input::{Batch, Batcher, LineDefaults, parse_line};
 use crate::output;
 
@@ -73,13 +77,59 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
     let http = tributary_http::start(broker.clone(), http_config)
         .await
         .context("cannot start the HTTP front door")?;
-    print_banner(global, args, &broker, http.local_addr())?;
+    let (policies, created) = tributary_amqp::AccessPolicies::load_or_create(&global.data_dir)
+        .context("cannot load the shared access policies")?;
+    let root = created.and_then(|_| policies.policies().first().cloned());
+    let amqp_config =
+        tributary_amqp::AmqpConfig::new((args.listen, args.amqp_port).into(), policies);
+    let amqp = tributary_amqp::start(broker.clone(), amqp_config)
+        .await
+        .context("cannot start the AMQP front door")?;
+    print_banner(global, args, &broker, amqp.local_addr(), http.local_addr())?;
+    if let Some(root) = root {
+        let addr = amqp.local_addr();
+        let host = if addr.ip().is_unspecified() {
+            "localhost".to_owned()
+        } else {
+            addr.ip().to_string()
+        };
+        eprintln!(
+            "created the shared access policy {:?}; its connection string (shown once; `tributary connection-string` prints it again):\n  {}",
+            root.name,
+            tributary_amqp::connection_string(&host, addr.port(), &root)
+        );
+    }
+    eprintln!("press Ctrl-C to stop");
     tokio::signal::ctrl_c()
         .await
         .context("waiting for Ctrl-C")?;
     eprintln!("stopping: closing listeners, syncing partitions");
+    amqp.shutdown().await;
     http.shutdown().await?;
     broker.shutdown().await?;
+    Ok(())
+}
+
+/// `tributary connection-string`.
+pub fn connection_string(global: &GlobalArgs, args: &ConnectionStringArgs) -> Result<()> {
+    let (policies, _) = tributary_amqp::AccessPolicies::load_or_create(&global.data_dir)
+        .context("cannot load the shared access policies")?;
+    let policy = policies.get(&args.policy).with_context(|| {
+        let names: Vec<&str> = policies
+            .policies()
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        format!(
+            "there is no shared access policy {:?} (there are: {})",
+            args.policy,
+            names.join(", ")
+        )
+    })?;
+    println!(
+        "{}",
+        tributary_amqp::connection_string(&args.host, args.port, policy)
+    );
     Ok(())
 }
 
@@ -87,6 +137,7 @@ fn print_banner(
     global: &GlobalArgs,
     args: &ServeArgs,
     broker: &Broker,
+    amqp: std::net::SocketAddr,
     http: std::net::SocketAddr,
 ) -> Result<()> {
     let mut err = std::io::stderr().lock();
@@ -119,11 +170,16 @@ fn print_banner(
             global.data_dir.join("oci-api-keys.json").display()
         )
     };
+    let policies = global.data_dir.join("access-policies.json");
+    writeln!(
+        err,
+        "  amqp: amqp://{amqp} (Azure Event Hubs SDKs; SAS policies in {})",
+        policies.display()
+    )?;
     writeln!(
         err,
         "  http: http://{http}/20180418 (OCI Streaming), /admin/v1, /health, /metrics; {auth}"
     )?;
-    writeln!(err, "press Ctrl-C to stop")?;
     Ok(())
 }
 
@@ -198,13 +254,17 @@ pub async fn group(global: &GlobalArgs, command: &GroupCommand) -> Result<()> {
 
 /// `tributary send`.
 pub async fn send(global: &GlobalArgs, args: &SendArgs) -> Result<()> {
-    let broker = open_broker(global).await?;
-    let hub = broker.describe_hub(&args.hub)?;
+    let hub = HubHandle::open(global, &args.hub, args.connection_string.as_deref()).await?;
+    if args.receipts && hub.is_remote() {
+        bail!(
+            "--receipts needs the hub in this process: over AMQP a producer is not told sequence numbers or offsets"
+        );
+    }
     let target = match (&args.key, &args.partition) {
         (Some(key), _) => SendTarget::PartitionKey(key.clone()),
         (None, Some(partition)) => {
             // Check the id now, before any input is read.
-            broker.partition_properties(&hub.name, partition)?;
+            hub.check_partition(partition).await?;
             SendTarget::Partition(partition.clone())
         }
         (None, None) => SendTarget::RoundRobin,
@@ -222,17 +282,10 @@ pub async fn send(global: &GlobalArgs, args: &SendArgs) -> Result<()> {
         let file =
             std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
         let bar = progress_bar(Some(lines));
-        send_input(
-            &broker,
-            std::io::BufReader::new(file),
-            args,
-            &defaults,
-            &bar,
-        )
-        .await
+        send_input(&hub, std::io::BufReader::new(file), args, &defaults, &bar).await
     } else {
         let bar = progress_bar(None);
-        send_input(&broker, std::io::stdin().lock(), args, &defaults, &bar).await
+        send_input(&hub, std::io::stdin().lock(), args, &defaults, &bar).await
     }
 }
 
@@ -264,7 +317,7 @@ fn progress_bar(len: Option<u64>) -> ProgressBar {
 }
 
 async fn send_input(
-    broker: &Broker,
+    hub: &HubHandle,
     input: impl BufRead,
     args: &SendArgs,
     defaults: &LineDefaults,
@@ -283,12 +336,12 @@ async fn send_input(
             anyhow::anyhow!("line {line_no}: {e}; the {sent} events before it were sent")
         })?;
         if let Some(batch) = batcher.push(line_no, event) {
-            sent += send_batch(broker, &args.hub, batch, args.receipts, &mut out, sent).await?;
+            sent += send_batch(hub, batch, args.receipts, &mut out, sent).await?;
             bar.set_position(sent);
         }
     }
     if let Some(batch) = batcher.flush() {
-        sent += send_batch(broker, &args.hub, batch, args.receipts, &mut out, sent).await?;
+        sent += send_batch(hub, batch, args.receipts, &mut out, sent).await?;
     }
     bar.finish_and_clear();
     if !args.receipts {
@@ -298,8 +351,7 @@ async fn send_input(
 }
 
 async fn send_batch(
-    broker: &Broker,
-    hub: &str,
+    hub: &HubHandle,
     batch: Batch,
     receipts: bool,
     out: &mut impl Write,
@@ -307,12 +359,12 @@ async fn send_batch(
 ) -> Result<u64> {
     let count = batch.events.len() as u64;
     let last_line = batch.last_line;
-    let receipt = broker.send(hub, batch.target, batch.events).await.map_err(|e| {
+    let receipt = hub.send(batch.target, batch.events).await.map_err(|e| {
         anyhow::anyhow!(
-            "the batch ending at line {last_line} was refused: {e}; the {sent_before} events before it were sent"
+            "the batch ending at line {last_line} was refused: {e:#}; the {sent_before} events before it were sent"
         )
     })?;
-    if receipts {
+    if let (true, Some(receipt)) = (receipts, receipt) {
         writeln!(out, "{}", output::receipt_json(&receipt))?;
         out.flush()?;
     }
@@ -321,27 +373,43 @@ async fn send_batch(
 
 /// `tributary receive`.
 pub async fn receive(global: &GlobalArgs, args: &ReceiveArgs) -> Result<()> {
-    let broker = open_broker(global).await?;
-    let hub = broker.describe_hub(&args.hub)?;
+    let hub = HubHandle::open(global, &args.hub, args.connection_string.as_deref()).await?;
     let partitions: Vec<String> = match &args.partition {
-        Some(p) => vec![p.clone()],
-        None => (0..hub.partition_count).map(|p| p.to_string()).collect(),
+        Some(p) => {
+            hub.check_partition(p).await?;
+            vec![p.clone()]
+        }
+        None => hub.partition_ids().await?,
     };
-    let start = args.from.to_position(args.exclusive);
-    let mut receivers = Vec::new();
+    let source = hub.source(None);
+    let mut pumps = Vec::new();
     for partition in &partitions {
-        let spec = ReceiverSpec {
+        let options = ReceiverOptions {
+            partition_id: partition.clone(),
             consumer_group: args.group.clone(),
+            start: args.from.to_position(args.exclusive),
             owner_level: args.owner_level,
-            name: Some(format!("tributary-cli-{}", std::process::id())),
-            ..ReceiverSpec::new(&hub.name, partition, start)
+            prefetch: 500,
+            track_last_enqueued: false,
         };
-        // Every receiver opens (and every position is checked) before anything is printed.
-        receivers.push(broker.open_receiver(spec)?);
+        // The end as of now: without --follow, reading stops there.
+        let end = hub.last_sequence(partition).await?;
+        let receiver = source
+            .open_receiver(options)
+            .await
+            .with_context(|| format!("cannot receive from partition {partition}"))?;
+        pumps.push((partition.clone(), receiver, end));
     }
     let (tx, mut rx) = tokio::sync::mpsc::channel(16);
-    for (partition, receiver) in partitions.into_iter().zip(receivers) {
-        tokio::spawn(pump(partition, receiver, args.follow, tx.clone()));
+    // A remote receiver may return nothing for a moment before its first credit round trip.
+    let idle_wait = if hub.is_remote() {
+        Duration::from_secs(2)
+    } else {
+        Duration::ZERO
+    };
+    for (partition, receiver, end) in pumps {
+        let until = (!args.follow).then_some((end, idle_wait));
+        tokio::spawn(pump(partition, receiver, until, tx.clone()));
     }
     drop(tx);
     let mut printed = 0u64;
@@ -367,29 +435,30 @@ pub async fn receive(global: &GlobalArgs, args: &ReceiveArgs) -> Result<()> {
     Ok(())
 }
 
-type PartitionBatch = (String, Result<Vec<ReceivedEvent>, ReceiveError>);
+type PartitionBatch = (String, Result<Vec<ReceivedEvent>, SourceError>);
 
-/// Reads one partition into the channel: to its end, or forever when following.
+/// Reads one partition into the channel: forever when `until` is `None`, else until the event
+/// with sequence number `until.0` arrived or nothing came for `until.1`.
 async fn pump(
     partition: String,
-    mut receiver: tributary_broker::Receiver,
-    follow: bool,
+    mut receiver: Box<dyn PartitionReceiver>,
+    until: Option<(i64, Duration)>,
     tx: tokio::sync::mpsc::Sender<PartitionBatch>,
 ) {
-    let wait = if follow {
-        Duration::from_secs(3600)
-    } else {
-        Duration::ZERO
-    };
+    let wait = until.map_or(Duration::from_secs(3600), |(_, idle)| idle);
     loop {
         match receiver.receive(500, wait).await {
             Ok(events) if events.is_empty() => {
-                if !follow {
+                if until.is_some() {
                     return;
                 }
             }
             Ok(events) => {
+                let last = events.last().map(|e| e.sequence_number);
                 if tx.send((partition.clone(), Ok(events))).await.is_err() {
+                    return;
+                }
+                if until.is_some_and(|(end, _)| last >= Some(end)) {
                     return;
                 }
             }

@@ -11,6 +11,7 @@ mod args;
 mod bench;
 mod bench_processor;
 mod commands;
+mod hub_handle;
 mod input;
 mod output;
 mod process;
@@ -53,6 +54,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Receive(args) => commands::receive(global, args).await,
         Command::Process(args) => process::process(global, args).await,
         Command::Ownership(args) => process::ownership(global, args).await,
+        Command::ConnectionString(args) => commands::connection_string(global, args),
         Command::Bench(args) => bench::run(global, args).await,
     }
 }

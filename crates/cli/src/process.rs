@@ -12,12 +12,12 @@ use clap::{Args, ValueEnum};
 use tributary_event::ReceivedEvent;
 use tributary_processor::store::CheckpointStore;
 use tributary_processor::{
-    BrokerSource, CloseReason, EventProcessor, EventProcessorHost, LoadBalancingStrategy,
-    PartitionContext, ProcessorOptions, SqliteCheckpointStore,
+    CloseReason, EventProcessor, EventProcessorHost, LoadBalancingStrategy, PartitionContext,
+    ProcessorOptions, SqliteCheckpointStore,
 };
 
 use crate::args::{GlobalArgs, PositionArg, parse_duration_ms, parse_position};
-use crate::commands::open_broker;
+use crate::hub_handle::HubHandle;
 use crate::output;
 
 /// What `process` does with each event.
@@ -43,9 +43,14 @@ pub struct ProcessArgs {
     /// (default: checkpoints.sqlite in the data directory).
     #[arg(long)]
     pub store: Option<PathBuf>,
-    /// The namespace name ownership and checkpoints are recorded under.
-    #[arg(long, default_value = "localhost")]
-    pub namespace: String,
+    /// The namespace name ownership and checkpoints are recorded under (default: "localhost"
+    /// for the hub in the data directory; a remote hub's host name).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Process a remote hub — a Tributary hub's AMQP front door or Azure Event Hubs — instead
+    /// of the data directory's.
+    #[arg(long, env = "TRIBUTARY_CONNECTION_STRING", hide_env_values = true)]
+    pub connection_string: Option<String>,
     /// This instance's name; unique within the consumer group (default: generated).
     #[arg(long)]
     pub host_name: Option<String>,
@@ -87,9 +92,13 @@ pub struct OwnershipArgs {
     /// The checkpoint store (default: checkpoints.sqlite in the data directory).
     #[arg(long)]
     pub store: Option<PathBuf>,
-    /// The namespace name ownership and checkpoints are recorded under.
-    #[arg(long, default_value = "localhost")]
-    pub namespace: String,
+    /// The namespace name ownership and checkpoints are recorded under (default: the host of
+    /// --connection-string, else "localhost").
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// The connection string the processors use; only its host is read (the namespace).
+    #[arg(long, env = "TRIBUTARY_CONNECTION_STRING", hide_env_values = true)]
+    pub connection_string: Option<String>,
 }
 
 /// The load-balancing strategy, as a flag.
@@ -215,13 +224,8 @@ fn store_path(global: &GlobalArgs, store: &Option<PathBuf>) -> PathBuf {
 
 /// `tributary process`.
 pub async fn process(global: &GlobalArgs, args: &ProcessArgs) -> Result<()> {
-    let broker = open_broker(global).await?;
-    broker.describe_hub(&args.hub)?;
-    let source = Arc::new(BrokerSource::new(
-        broker,
-        args.namespace.clone(),
-        args.hub.clone(),
-    ));
+    let hub = HubHandle::open(global, &args.hub, args.connection_string.as_deref()).await?;
+    let source = hub.source(args.namespace.as_deref());
     let path = store_path(global, &args.store);
     let store: Arc<dyn CheckpointStore> = Arc::new(
         SqliteCheckpointStore::open(&path)
@@ -322,11 +326,18 @@ pub async fn ownership(global: &GlobalArgs, args: &OwnershipArgs) -> Result<()> 
     let store = SqliteCheckpointStore::open(&path)
         .await
         .with_context(|| format!("cannot open the checkpoint store {}", path.display()))?;
+    let namespace = match (&args.namespace, &args.connection_string) {
+        (Some(namespace), _) => namespace.clone(),
+        (None, Some(cs)) => tributary_client::ConnectionString::parse(cs)?
+            .host()
+            .to_owned(),
+        (None, None) => "localhost".to_owned(),
+    };
     let owners = store
-        .list_ownership(&args.namespace, &args.hub, &args.group)
+        .list_ownership(&namespace, &args.hub, &args.group)
         .await?;
     let checkpoints = store
-        .list_checkpoints(&args.namespace, &args.hub, &args.group)
+        .list_checkpoints(&namespace, &args.hub, &args.group)
         .await?;
     let mut rows: BTreeMap<u32, (Option<_>, Option<_>)> = BTreeMap::new();
     for o in owners {

@@ -4,6 +4,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use serde_json::Value;
 
 fn tributary(data: &Path, args: &[&str]) -> Command {
@@ -416,4 +418,234 @@ fn a_processor_checkpoints_and_resumes_where_it_stopped() {
     let lines = lines_in(&out);
     assert_eq!(lines.len(), 42, "nothing processed twice");
     assert!(lines.contains(&"late-1".to_owned()) && lines.contains(&"late-2".to_owned()));
+}
+
+/// A child process that is killed if the test ends (or fails) before it stops on its own.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A `tributary serve` on free ports; the connection string comes from its first-start banner.
+struct Served {
+    child: std::process::Child,
+    connection_string: String,
+}
+
+impl Served {
+    fn start(d: &Path, hub: &str, partitions: &str) -> Served {
+        let args = [
+            "serve",
+            "--hub",
+            hub,
+            "--partitions",
+            partitions,
+            "--amqp-port",
+            "0",
+            "--http-port",
+            "0",
+        ];
+        let mut child = tributary(d, &args).stderr(Stdio::piped()).spawn().unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut banner = String::new();
+        while !banner.contains("press Ctrl-C") {
+            assert!(
+                stderr.read_line(&mut banner).unwrap() > 0,
+                "serve exited: {banner}"
+            );
+        }
+        let connection_string = banner
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with("Endpoint=sb://"))
+            .unwrap_or_else(|| panic!("no connection string in the banner: {banner}"))
+            .to_owned();
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        Served {
+            child,
+            connection_string,
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn send_and_receive_through_the_amqp_front_door() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = Served::start(dir.path(), "events", "2");
+    let cs = served.connection_string.as_str();
+    let client_dir = dir.path().join("client"); // the hub's directory is the server's alone
+    let out = send_stdin(
+        &client_dir,
+        &["send", "events", "--connection-string", cs, "--key", "k1"],
+        "one\ntwo\n",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = run_ok(
+        &client_dir,
+        &[
+            "receive",
+            "events",
+            "--connection-string",
+            cs,
+            "--format",
+            "json",
+        ],
+    );
+    let bodies: Vec<String> = got
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["body"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(bodies, ["one", "two"]);
+    let err = run_err(
+        &client_dir,
+        &["send", "events", "--connection-string", cs, "--receipts"],
+    );
+    assert!(
+        err.contains("--receipts needs the hub in this process"),
+        "{err}"
+    );
+    let wrong = cs.replace("SharedAccessKey=", "SharedAccessKey=x");
+    let out = send_stdin(
+        &client_dir,
+        &["send", "events", "--connection-string", &wrong],
+        "x\n",
+    );
+    assert_eq!(out.status.code(), Some(1), "a wrong key is refused");
+}
+
+/// Five processor instances over a 16-partition hub share one checkpoint store; one is killed
+/// with `kill -9`. Its partitions resume on the others from its last checkpoints: every event is
+/// processed, and only events processed after a last checkpoint are processed twice.
+#[test]
+fn five_processes_share_a_hub_and_survive_a_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let served = Served::start(d, "h", "16");
+    let cs = served.connection_string.clone();
+    let (client, out, store) = (
+        d.join("client"),
+        d.join("out"),
+        d.join("checkpoints.sqlite"),
+    );
+    let store = store.to_str().unwrap();
+    let process = |name: &str| {
+        let args = ["process", "h", "--connection-string", &cs, "--store", store];
+        let output = ["--action", "file", "--output-dir", out.to_str().unwrap()];
+        let mut cmd = tributary(&client, &args);
+        cmd.args(output).args(["--host-name", name]);
+        Reaped(
+            cmd.stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let mut instances: Vec<(String, Reaped)> = (0..5)
+        .map(|i| (format!("p{i}"), process(&format!("p{i}"))))
+        .collect();
+    let owners = || -> BTreeMap<String, Vec<String>> {
+        if !Path::new(store).exists() {
+            return BTreeMap::new(); // No instance has opened the store yet.
+        }
+        let args = [
+            "ownership",
+            "h",
+            "--store",
+            store,
+            "--connection-string",
+            &cs,
+        ];
+        let mut owners = BTreeMap::<String, Vec<String>>::new();
+        for row in run_ok(&client, &args).lines().skip(1) {
+            let cols: Vec<&str> = row.split('\t').collect();
+            owners
+                .entry(cols[2].to_owned())
+                .or_default()
+                .push(cols[1].to_owned());
+        }
+        owners
+    };
+    wait_until("five instances sharing 16 partitions", || {
+        let o = owners();
+        o.len() == 5 && o.values().all(|p| p.len() == 3 || p.len() == 4)
+    });
+    // A steady trickle of events, one per send, round-robin over the partitions.
+    let send_args = ["send", "h", "--connection-string", &cs, "--batch-size", "1"];
+    let mut sender = Reaped(
+        tributary(&client, &send_args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut feed = sender.0.stdin.take().unwrap();
+    let mut sent = 0;
+    let mut send_some = |n: usize, sent: &mut usize| {
+        for _ in 0..n {
+            writeln!(feed, "event-{sent:05}").unwrap();
+            *sent += 1;
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    };
+    send_some(300, &mut sent);
+    let (victim, mut victim_child) = instances.remove(2);
+    let victim_partitions = owners()[&victim].clone();
+    victim_child.0.kill().unwrap(); // SIGKILL: no relinquish, no final checkpoint
+    victim_child.0.wait().unwrap();
+    let killed_at = std::time::Instant::now();
+    send_some(300, &mut sent);
+    wait_until("the victim's partitions owned by the others", || {
+        !owners().contains_key(&victim)
+    });
+    eprintln!(
+        "partitions of the killed instance owned elsewhere after {:?}",
+        killed_at.elapsed()
+    );
+    drop(feed);
+    assert!(sender.0.wait().unwrap().success());
+    let expected: BTreeSet<String> = (0..sent).map(|i| format!("event-{i:05}")).collect();
+    wait_until("every event processed", || {
+        let seen: BTreeSet<String> = lines_in(&out).into_iter().collect();
+        expected.is_subset(&seen)
+    });
+    for (_, child) in &instances {
+        sigterm(&child.0);
+    }
+    for (_, child) in &mut instances {
+        assert!(child.0.wait().unwrap().success());
+    }
+    let lines = lines_in(&out);
+    assert!(
+        lines.iter().all(|l| expected.contains(l)),
+        "only sent events were processed"
+    );
+    let duplicates = lines.len() - expected.len();
+    // Checkpoints follow every batch (at most 100 events), so the victim had at most one
+    // batch per partition processed but not checkpointed.
+    assert!(
+        duplicates <= victim_partitions.len() * 100,
+        "{duplicates} events processed twice"
+    );
 }

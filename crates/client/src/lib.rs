@@ -111,7 +111,8 @@ pub use connection_string::{ConnectionString, ConnectionStringError, Credential}
 pub use consumer::{ConsumerClient, EventReceiver};
 pub use error::ClientError;
 pub use management::{EventHubProperties, PartitionProperties};
-pub use producer::{ProducerClient, SendTarget};
+pub use producer::ProducerClient;
 pub use remote::RemoteHub;
+pub use tributary_event::SendTarget;
 pub use tributary_event::{EventData, EventPosition, PropertyValue, ReceivedEvent};
 pub use tributary_processor::{LastEnqueuedEventProperties, ReceiverOptions};

@@ -21,7 +21,7 @@ use fe2o3_amqp::link::delivery::Sendable;
 use fe2o3_amqp::types::definitions::SenderSettleMode;
 use fe2o3_amqp::types::messaging::Outcome;
 use tokio::sync::Mutex;
-use tributary_event::EventData;
+use tributary_event::{EventData, SendTarget};
 
 use crate::codec::{Outgoing, outgoing, sender_address};
 use crate::connection::{ClientOptions, Connector, Target};
@@ -29,19 +29,6 @@ use crate::error::ClientError;
 use crate::limits::{CLOSE_TIMEOUT, MESSAGE_BYTES_MAX_DEFAULT, SEND_EVENTS_MAX};
 use crate::link_errors::{attach_sender_error, send_error};
 use crate::management::{self, EventHubProperties, PartitionProperties};
-
-/// Where a send goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SendTarget {
-    /// To this partition id (the sender link `<hub>/Partitions/<id>`).
-    Partition(String),
-    /// To the partition the hub hashes this key to; every event carries the key as
-    /// `x-opt-partition-key`, so events with one key stay in order in one partition.
-    PartitionKey(String),
-    /// To whichever partition the hub picks (the sender link `<hub>`); Tributary and Event Hubs
-    /// spread such sends round-robin.
-    RoundRobin,
-}
 
 /// A sender link and the connection generation it was attached on.
 #[derive(Default)]

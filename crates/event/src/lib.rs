@@ -19,4 +19,4 @@ mod position;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use event::{EventData, PropertyValue, ReceivedEvent};
 pub use partition_key::{partition_for_key, partition_key_hash};
-pub use position::EventPosition;
+pub use position::{EventPosition, SendTarget};

@@ -53,3 +53,17 @@ impl std::fmt::Display for EventPosition {
         }
     }
 }
+
+/// Where a send goes: the three ways Event Hubs routes a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SendTarget {
+    /// To this partition id.
+    Partition(String),
+    /// To the partition this key hashes to ([`crate::partition_for_key`], the Event Hubs hash);
+    /// every event of the batch carries the key, so events with one key stay in order in one
+    /// partition.
+    PartitionKey(String),
+    /// To whichever partition the hub picks; Tributary and Event Hubs spread such sends
+    /// round-robin.
+    RoundRobin,
+}

@@ -753,7 +753,13 @@ impl Inner {
             }
             let p = partitions[(start + k) % n];
             let from = member.held[&p].fetch;
-            let events = self.read_partition(hub, p, from, events_left, bytes_left)?;
+            let mut events = self.read_partition(hub, p, from, events_left, bytes_left)?;
+            // The log reads whole batches, so it can overshoot `bytes_left` by up to a batch.
+            let read = events.len();
+            events.truncate(fitting(&events, bytes_left, out.is_empty()));
+            if events.is_empty() && read > 0 {
+                break; // The answer is full.
+            }
             let Some(last) = events.last() else { continue };
             let to = last.sequence_number + 1;
             member.held.get_mut(&p).expect("held").fetch = to;
@@ -943,6 +949,24 @@ impl Inner {
 /// The bytes a message costs an answer: its key and value.
 fn message_bytes(e: &ReceivedEvent) -> u64 {
     e.data.body.len() as u64 + e.data.partition_key.as_ref().map_or(0, |k| k.len() as u64)
+}
+
+/// How many leading `events` fit in `bytes_max`; at least one if `at_least_one` (an answer
+/// always makes progress, even past a message larger than the whole budget).
+fn fitting(events: &[ReceivedEvent], bytes_max: u64, at_least_one: bool) -> usize {
+    let mut total = 0u64;
+    let fit = events
+        .iter()
+        .take_while(|e| {
+            total += message_bytes(e);
+            total <= bytes_max
+        })
+        .count();
+    if at_least_one && !events.is_empty() {
+        fit.max(1)
+    } else {
+        fit
+    }
 }
 
 #[cfg(test)]

@@ -349,3 +349,44 @@ async fn an_unused_group_disappears_after_the_retention_period_and_with_its_stre
     ));
     assert!(c.list(None).is_empty());
 }
+
+#[tokio::test]
+async fn an_answer_keeps_to_its_byte_budget_inside_a_batch() {
+    let (_dir, broker, c, _) = setup(2).await;
+    // One batch of ten 100-byte messages per partition: the log reads whole batches.
+    for p in 0..2u32 {
+        let events = (0..10).map(|_| EventData::new(vec![b'x'; 100])).collect();
+        broker
+            .send("s", SendTarget::Partition(p.to_string()), events)
+            .await
+            .unwrap();
+    }
+    let a = c.join(join_request("g", "a", 30_000)).await.unwrap();
+    let first = c.get(&a, 100, 350).await.unwrap();
+    assert_eq!(
+        sequences(&first),
+        [0, 1, 2],
+        "350 bytes hold three messages"
+    );
+    let second = c.get(&first.session, 100, 50).await.unwrap();
+    assert_eq!(second.events.len(), 1, "one message even beyond the budget");
+    let mut seen: Vec<(u32, i64)> = first
+        .events
+        .iter()
+        .chain(&second.events)
+        .map(|(p, e)| (*p, e.sequence_number))
+        .collect();
+    let mut session = second.session;
+    loop {
+        let batch = c.get(&session, 100, 250).await.unwrap();
+        assert!(batch.events.len() <= 2, "250 bytes hold two messages");
+        if batch.events.is_empty() {
+            break;
+        }
+        seen.extend(batch.events.iter().map(|(p, e)| (*p, e.sequence_number)));
+        session = batch.session;
+    }
+    seen.sort_unstable();
+    let all: Vec<(u32, i64)> = (0..2).flat_map(|p| (0..10).map(move |s| (p, s))).collect();
+    assert_eq!(seen, all, "every message once, none skipped");
+}

@@ -1,0 +1,143 @@
+//! One event hub as the commands see it: in this process (the data directory) or remote (a
+//! connection string to a Tributary hub or to Azure Event Hubs). Reading goes through the
+//! processor's `PartitionSource` in both cases, so `receive` and `process` have one code path.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use tokio::sync::OnceCell;
+use tributary_broker::{Broker, SendReceipt};
+use tributary_client::{ProducerClient, RemoteHub};
+use tributary_event::{EventData, SendTarget};
+use tributary_processor::{BrokerSource, PartitionSource};
+
+use crate::args::GlobalArgs;
+use crate::commands::open_broker;
+
+/// An event hub, local or remote.
+pub enum HubHandle {
+    /// In this process, on the data directory.
+    Local {
+        /// The broker.
+        broker: Broker,
+        /// The hub's name as given.
+        hub: String,
+    },
+    /// Over AMQP.
+    Remote {
+        /// Reading and properties.
+        hub: RemoteHub,
+        /// Sending; connected on first use.
+        producer: OnceCell<ProducerClient>,
+        /// The connection string, for the producer.
+        connection_string: String,
+        /// The hub's name.
+        name: String,
+    },
+}
+
+impl HubHandle {
+    /// Opens the hub: remote when a connection string is given, else in this process.
+    pub async fn open(
+        global: &GlobalArgs,
+        hub: &str,
+        connection_string: Option<&str>,
+    ) -> Result<Self> {
+        match connection_string {
+            None => {
+                let broker = open_broker(global).await?;
+                broker.describe_hub(hub)?;
+                Ok(HubHandle::Local {
+                    broker,
+                    hub: hub.to_owned(),
+                })
+            }
+            Some(cs) => {
+                let remote = RemoteHub::connect(cs, hub)
+                    .await
+                    .with_context(|| format!("cannot connect to event hub {hub:?}"))?;
+                Ok(HubHandle::Remote {
+                    hub: remote,
+                    producer: OnceCell::new(),
+                    connection_string: cs.to_owned(),
+                    name: hub.to_owned(),
+                })
+            }
+        }
+    }
+
+    /// The hub's partition ids.
+    pub async fn partition_ids(&self) -> Result<Vec<String>> {
+        match self {
+            HubHandle::Local { broker, hub } => {
+                let count = broker.describe_hub(hub)?.partition_count;
+                Ok((0..count).map(|p| p.to_string()).collect())
+            }
+            HubHandle::Remote { hub, .. } => Ok(hub.hub_properties().await?.partition_ids),
+        }
+    }
+
+    /// The sequence number of a partition's newest event (-1 if it has none).
+    pub async fn last_sequence(&self, partition: &str) -> Result<i64> {
+        Ok(match self {
+            HubHandle::Local { broker, hub } => {
+                broker
+                    .partition_properties(hub, partition)?
+                    .last_enqueued_sequence_number
+            }
+            HubHandle::Remote { hub, .. } => {
+                hub.partition_properties(partition)
+                    .await?
+                    .last_enqueued_sequence_number
+            }
+        })
+    }
+
+    /// Checks that `partition` is one of the hub's.
+    pub async fn check_partition(&self, partition: &str) -> Result<()> {
+        self.last_sequence(partition).await.map(|_| ())
+    }
+
+    /// The hub as a partition source; `namespace` names it in checkpoint stores (a remote hub
+    /// uses its host name when `namespace` is `None`).
+    pub fn source(&self, namespace: Option<&str>) -> Arc<dyn PartitionSource> {
+        match self {
+            HubHandle::Local { broker, hub } => Arc::new(BrokerSource::new(
+                broker.clone(),
+                namespace.unwrap_or("localhost"),
+                hub.clone(),
+            )),
+            HubHandle::Remote { hub, .. } => Arc::new(hub.clone()),
+        }
+    }
+
+    /// Whether reads may return nothing for a moment even with events available (a remote
+    /// receiver's first credit round trip), so "nothing yet" is not "the end".
+    pub fn is_remote(&self) -> bool {
+        matches!(self, HubHandle::Remote { .. })
+    }
+
+    /// Sends one batch; the receipt is known only in process (AMQP does not return sequence
+    /// numbers to producers).
+    pub async fn send(
+        &self,
+        target: SendTarget,
+        events: Vec<EventData>,
+    ) -> Result<Option<SendReceipt>> {
+        match self {
+            HubHandle::Local { broker, hub } => Ok(Some(broker.send(hub, target, events).await?)),
+            HubHandle::Remote {
+                producer,
+                connection_string,
+                name,
+                ..
+            } => {
+                let producer = producer
+                    .get_or_try_init(|| ProducerClient::connect(connection_string, name))
+                    .await?;
+                producer.send(&events, target).await?;
+                Ok(None)
+            }
+        }
+    }
+}
