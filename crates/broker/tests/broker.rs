@@ -51,7 +51,7 @@ async fn hubs_and_consumer_groups_persist_across_restarts() {
 }
 
 #[tokio::test]
-async fn bad_requests_get_clear_errors_and_change_nothing() {
+async fn bad_hub_requests_get_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let b = broker(dir.path()).await;
     assert!(matches!(
@@ -78,6 +78,13 @@ async fn bad_requests_get_clear_errors_and_change_nothing() {
         b.send("nope", SendTarget::RoundRobin, events("x", 1)).await,
         Err(BrokerError::HubNotFound { .. })
     ));
+}
+
+#[tokio::test]
+async fn bad_sends_and_receivers_get_clear_errors_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = broker(dir.path()).await;
+    b.create_hub(HubSpec::new("h", 2)).await.unwrap();
     let err = b
         .send("h", SendTarget::Partition("2".into()), events("x", 1))
         .await

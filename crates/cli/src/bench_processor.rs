@@ -49,7 +49,7 @@ impl EventProcessor for Counter {
             .expect("observed")
             .insert(key, Instant::now());
         self.batches += 1;
-        if self.batches % self.checkpoint_every == 0 {
+        if self.batches.is_multiple_of(self.checkpoint_every) {
             let _ = context.checkpoint().await;
         }
     }

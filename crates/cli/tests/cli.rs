@@ -534,6 +534,85 @@ fn send_and_receive_through_the_amqp_front_door() {
     assert_eq!(out.status.code(), Some(1), "a wrong key is refused");
 }
 
+/// A `tributary process` instance of the multi-process test, writing to `out`.
+fn spawn_processor(client: &Path, cs: &str, store: &str, out: &Path, name: &str) -> Reaped {
+    let args = ["process", "h", "--connection-string", cs, "--store", store];
+    let output = ["--action", "file", "--output-dir", out.to_str().unwrap()];
+    let mut cmd = tributary(client, &args);
+    cmd.args(output).args(["--host-name", name]);
+    Reaped(
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// Owner → the partitions it owns, from `tributary ownership`.
+fn owners_of(client: &Path, cs: &str, store: &str) -> BTreeMap<String, Vec<String>> {
+    if !Path::new(store).exists() {
+        return BTreeMap::new(); // No instance has opened the store yet.
+    }
+    let args = [
+        "ownership",
+        "h",
+        "--store",
+        store,
+        "--connection-string",
+        cs,
+    ];
+    let mut owners = BTreeMap::<String, Vec<String>>::new();
+    for row in run_ok(client, &args).lines().skip(1) {
+        let cols: Vec<&str> = row.split('\t').collect();
+        owners
+            .entry(cols[2].to_owned())
+            .or_default()
+            .push(cols[1].to_owned());
+    }
+    owners
+}
+
+/// A `tributary send` fed one line at a time, as a trickle of round-robin events.
+struct Trickle {
+    sender: Reaped,
+    feed: Option<std::process::ChildStdin>,
+    sent: usize,
+}
+
+impl Trickle {
+    fn start(client: &Path, cs: &str) -> Trickle {
+        let args = ["send", "h", "--connection-string", cs, "--batch-size", "1"];
+        let mut child = tributary(client, &args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let feed = child.stdin.take();
+        Trickle {
+            sender: Reaped(child),
+            feed,
+            sent: 0,
+        }
+    }
+
+    fn send(&mut self, n: usize) {
+        let feed = self.feed.as_mut().unwrap();
+        for _ in 0..n {
+            writeln!(feed, "event-{:05}", self.sent).unwrap();
+            self.sent += 1;
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// Closes the input and waits for every event to be sent; returns what was sent.
+    fn finish(mut self) -> BTreeSet<String> {
+        drop(self.feed.take());
+        assert!(self.sender.0.wait().unwrap().success());
+        (0..self.sent).map(|i| format!("event-{i:05}")).collect()
+    }
+}
+
 /// Five processor instances over a 16-partition hub share one checkpoint store; one is killed
 /// with `kill -9`. Its partitions resume on the others from its last checkpoints: every event is
 /// processed, and only events processed after a last checkpoint are processed twice.
@@ -549,73 +628,27 @@ fn five_processes_share_a_hub_and_survive_a_kill_9() {
         d.join("checkpoints.sqlite"),
     );
     let store = store.to_str().unwrap();
-    let process = |name: &str| {
-        let args = ["process", "h", "--connection-string", &cs, "--store", store];
-        let output = ["--action", "file", "--output-dir", out.to_str().unwrap()];
-        let mut cmd = tributary(&client, &args);
-        cmd.args(output).args(["--host-name", name]);
-        Reaped(
-            cmd.stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        )
-    };
     let mut instances: Vec<(String, Reaped)> = (0..5)
-        .map(|i| (format!("p{i}"), process(&format!("p{i}"))))
+        .map(|i| {
+            (
+                format!("p{i}"),
+                spawn_processor(&client, &cs, store, &out, &format!("p{i}")),
+            )
+        })
         .collect();
-    let owners = || -> BTreeMap<String, Vec<String>> {
-        if !Path::new(store).exists() {
-            return BTreeMap::new(); // No instance has opened the store yet.
-        }
-        let args = [
-            "ownership",
-            "h",
-            "--store",
-            store,
-            "--connection-string",
-            &cs,
-        ];
-        let mut owners = BTreeMap::<String, Vec<String>>::new();
-        for row in run_ok(&client, &args).lines().skip(1) {
-            let cols: Vec<&str> = row.split('\t').collect();
-            owners
-                .entry(cols[2].to_owned())
-                .or_default()
-                .push(cols[1].to_owned());
-        }
-        owners
-    };
+    let owners = || owners_of(&client, &cs, store);
     wait_until("five instances sharing 16 partitions", || {
         let o = owners();
         o.len() == 5 && o.values().all(|p| p.len() == 3 || p.len() == 4)
     });
-    // A steady trickle of events, one per send, round-robin over the partitions.
-    let send_args = ["send", "h", "--connection-string", &cs, "--batch-size", "1"];
-    let mut sender = Reaped(
-        tributary(&client, &send_args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut feed = sender.0.stdin.take().unwrap();
-    let mut sent = 0;
-    let mut send_some = |n: usize, sent: &mut usize| {
-        for _ in 0..n {
-            writeln!(feed, "event-{sent:05}").unwrap();
-            *sent += 1;
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-    };
-    send_some(300, &mut sent);
+    let mut trickle = Trickle::start(&client, &cs);
+    trickle.send(300);
     let (victim, mut victim_child) = instances.remove(2);
     let victim_partitions = owners()[&victim].clone();
     victim_child.0.kill().unwrap(); // SIGKILL: no relinquish, no final checkpoint
     victim_child.0.wait().unwrap();
     let killed_at = std::time::Instant::now();
-    send_some(300, &mut sent);
+    trickle.send(300);
     wait_until("the victim's partitions owned by the others", || {
         !owners().contains_key(&victim)
     });
@@ -623,9 +656,7 @@ fn five_processes_share_a_hub_and_survive_a_kill_9() {
         "partitions of the killed instance owned elsewhere after {:?}",
         killed_at.elapsed()
     );
-    drop(feed);
-    assert!(sender.0.wait().unwrap().success());
-    let expected: BTreeSet<String> = (0..sent).map(|i| format!("event-{i:05}")).collect();
+    let expected = trickle.finish();
     wait_until("every event processed", || {
         let seen: BTreeSet<String> = lines_in(&out).into_iter().collect();
         expected.is_subset(&seen)

@@ -782,16 +782,7 @@ fn read_segment(
 ) -> Result<(), LogError> {
     let mut position = start;
     let mut bytes_read = 0u64;
-    let (mut chunk, mut chunk_start) = match cursor.read_ahead.take() {
-        Some((base, at, bytes))
-            if base == segment.header.base_offset
-                && at <= position
-                && position < at + bytes.len() as u64 =>
-        {
-            (bytes, at)
-        }
-        _ => (Bytes::new(), position),
-    };
+    let (mut chunk, mut chunk_start) = take_read_ahead(cursor, segment, position);
     while position < limit && out.len() < max_events && (out.is_empty() || bytes_read < max_bytes) {
         if position + BATCH_HEADER_BYTES as u64 > chunk_start + chunk.len() as u64 {
             let want =
@@ -856,6 +847,20 @@ fn read_segment(
         cursor.read_ahead = Some((segment.header.base_offset, chunk_start, chunk));
     }
     Ok(())
+}
+
+/// The cursor's read-ahead bytes, if they cover `position` in `segment`; else nothing.
+fn take_read_ahead(cursor: &mut ReadCursor, segment: &Segment, position: u64) -> (Bytes, u64) {
+    match cursor.read_ahead.take() {
+        Some((base, at, bytes))
+            if base == segment.header.base_offset
+                && at <= position
+                && position < at + bytes.len() as u64 =>
+        {
+            (bytes, at)
+        }
+        _ => (Bytes::new(), position),
+    }
 }
 
 /// Reads `[position, position + len)` into `buf`'s memory and hands it out as `Bytes`. `reserve`

@@ -673,10 +673,10 @@ mod tests {
             let i = CRC_COVERS_FROM + at.index(bytes.len() - CRC_COVERS_FROM);
             bytes[i] ^= xor;
             let bytes = Bytes::from(bytes);
-            if let Ok(header) = BatchHeader::decode(&bytes) {
-                if header.batch_len as usize == bytes.len() {
-                    prop_assert!(verify_checksum(&bytes, &header).is_err());
-                }
+            if let Ok(header) = BatchHeader::decode(&bytes)
+                && header.batch_len as usize == bytes.len()
+            {
+                prop_assert!(verify_checksum(&bytes, &header).is_err());
             }
         }
 
