@@ -413,22 +413,18 @@ impl Broker {
         let partition = hub.route(&target)?;
         let log = &hub.partitions[partition as usize].log;
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let log_error = |source| BrokerError::Log {
-            hub: hub.name(),
-            partition,
-            source,
-        };
+        let log_error = hub.log_error(partition);
         log.append_with(
             &events,
             Box::new(move |outcome| {
                 let _ = tx.send(outcome);
             }),
         )
-        .map_err(log_error)?;
+        .map_err(&log_error)?;
         let receipt = rx
             .await
             .map_err(|_| BrokerError::ShuttingDown)?
-            .map_err(log_error)?;
+            .map_err(&log_error)?;
         Ok(SendReceipt {
             partition,
             base_sequence: receipt.base_sequence,
@@ -467,11 +463,7 @@ impl Broker {
         let start = hub_partition
             .log
             .resolve(&spec.start)
-            .map_err(|source| BrokerError::Log {
-                hub: hub.name(),
-                partition,
-                source,
-            })?;
+            .map_err(hub.log_error(partition))?;
         let id = self.inner.next_receiver_id.fetch_add(1, Ordering::Relaxed);
         let control = hub.register_receiver(&group, partition, id, spec.owner_level, spec.name)?;
         Ok(Receiver {
@@ -501,11 +493,7 @@ impl Broker {
         hub.partitions[p as usize]
             .log
             .resolve(position)
-            .map_err(|source| BrokerError::Log {
-                hub: hub.name(),
-                partition: p,
-                source,
-            })
+            .map_err(hub.log_error(p))
     }
 
     /// Reads up to `max_events` committed events of one partition from sequence number
@@ -530,11 +518,7 @@ impl Broker {
         hub.partitions[p as usize]
             .log
             .read(&mut cursor, max_events, max_bytes)
-            .map_err(|source| BrokerError::Log {
-                hub: hub.name(),
-                partition: p,
-                source,
-            })
+            .map_err(hub.log_error(p))
     }
 
     /// Waits until partition `partition` of `hub` has an event at or after `sequence`, or
@@ -596,11 +580,7 @@ impl Broker {
         tokio::task::spawn_blocking(move || {
             for hub in &hubs {
                 for (partition, p) in hub.partitions.iter().enumerate() {
-                    p.log.flush().map_err(|source| BrokerError::Log {
-                        hub: hub.name(),
-                        partition: partition as u32,
-                        source,
-                    })?;
+                    p.log.flush().map_err(hub.log_error(partition as u32))?;
                 }
             }
             Ok(())
@@ -641,14 +621,10 @@ fn enforce_retention(hubs: &[Arc<Hub>]) -> Result<(), BrokerError> {
             bytes_max: definition.retention_bytes_max,
         };
         for (partition, p) in hub.partitions.iter().enumerate() {
-            let outcome =
-                p.log
-                    .enforce_retention(&retention)
-                    .map_err(|source| BrokerError::Log {
-                        hub: definition.name.clone(),
-                        partition: partition as u32,
-                        source,
-                    })?;
+            let outcome = p
+                .log
+                .enforce_retention(&retention)
+                .map_err(hub.log_error(partition as u32))?;
             if outcome.segments_removed > 0 {
                 tracing::info!(hub = %definition.name, partition, segments = outcome.segments_removed, bytes = outcome.bytes_removed, "retention removed segments");
             }

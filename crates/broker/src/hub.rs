@@ -77,6 +77,18 @@ impl Hub {
         })
     }
 
+    /// Wraps a log error of one of this hub's partitions with the hub and partition it is about.
+    pub(crate) fn log_error(
+        &self,
+        partition: u32,
+    ) -> impl Fn(tributary_log::LogError) -> BrokerError + '_ {
+        move |source| BrokerError::Log {
+            hub: self.name(),
+            partition,
+            source,
+        }
+    }
+
     pub(crate) fn name(&self) -> String {
         self.definition.read().expect("hub definition").name.clone()
     }

@@ -135,11 +135,7 @@ impl Receiver {
         let log = &self.hub.partitions[self.partition as usize].log;
         let events = log
             .read(&mut self.cursor, max_events, RECEIVE_BYTES_MAX)
-            .map_err(|source| BrokerError::Log {
-                hub: self.hub.name(),
-                partition: self.partition,
-                source,
-            })?;
+            .map_err(self.hub.log_error(self.partition))?;
         let properties = log.properties();
         self.last_enqueued = Some(LastEnqueuedEvent {
             sequence_number: properties.last_enqueued_sequence_number,

@@ -31,10 +31,11 @@ pub enum Action {
     File,
 }
 
-/// `tributary process`.
+/// Where a consumer group's ownership and checkpoints live; shared by `process` and
+/// `ownership`.
 #[derive(Debug, Args)]
-pub struct ProcessArgs {
-    /// The hub to process.
+pub struct GroupStore {
+    /// The hub.
     pub hub: String,
     /// The consumer group.
     #[arg(long, short, default_value = "$Default")]
@@ -43,14 +44,39 @@ pub struct ProcessArgs {
     /// (default: checkpoints.sqlite in the data directory).
     #[arg(long)]
     pub store: Option<PathBuf>,
-    /// The namespace name ownership and checkpoints are recorded under (default: "localhost"
-    /// for the hub in the data directory; a remote hub's host name).
+    /// The namespace name ownership and checkpoints are recorded under (default: the host of
+    /// --connection-string, else "localhost").
     #[arg(long)]
     pub namespace: Option<String>,
-    /// Process a remote hub — a Tributary hub's AMQP front door or Azure Event Hubs — instead
-    /// of the data directory's.
+    /// A remote hub — a Tributary hub's AMQP front door or Azure Event Hubs — instead of the
+    /// data directory's.
     #[arg(long, env = "TRIBUTARY_CONNECTION_STRING", hide_env_values = true)]
     pub connection_string: Option<String>,
+}
+
+impl GroupStore {
+    fn namespace(&self) -> Result<String> {
+        Ok(match (&self.namespace, &self.connection_string) {
+            (Some(namespace), _) => namespace.clone(),
+            (None, Some(cs)) => tributary_client::ConnectionString::parse(cs)?
+                .host()
+                .to_owned(),
+            (None, None) => "localhost".to_owned(),
+        })
+    }
+
+    fn store_path(&self, global: &GlobalArgs) -> PathBuf {
+        self.store
+            .clone()
+            .unwrap_or_else(|| global.data_dir.join("checkpoints.sqlite"))
+    }
+}
+
+/// `tributary process`.
+#[derive(Debug, Args)]
+pub struct ProcessArgs {
+    #[command(flatten)]
+    pub at: GroupStore,
     /// This instance's name; unique within the consumer group (default: generated).
     #[arg(long)]
     pub host_name: Option<String>,
@@ -84,21 +110,8 @@ pub struct ProcessArgs {
 /// `tributary ownership`.
 #[derive(Debug, Args)]
 pub struct OwnershipArgs {
-    /// The hub.
-    pub hub: String,
-    /// The consumer group.
-    #[arg(long, short, default_value = "$Default")]
-    pub group: String,
-    /// The checkpoint store (default: checkpoints.sqlite in the data directory).
-    #[arg(long)]
-    pub store: Option<PathBuf>,
-    /// The namespace name ownership and checkpoints are recorded under (default: the host of
-    /// --connection-string, else "localhost").
-    #[arg(long)]
-    pub namespace: Option<String>,
-    /// The connection string the processors use; only its host is read (the namespace).
-    #[arg(long, env = "TRIBUTARY_CONNECTION_STRING", hide_env_values = true)]
-    pub connection_string: Option<String>,
+    #[command(flatten)]
+    pub at: GroupStore,
 }
 
 /// The load-balancing strategy, as a flag.
@@ -216,17 +229,12 @@ impl CliProcessor {
     }
 }
 
-fn store_path(global: &GlobalArgs, store: &Option<PathBuf>) -> PathBuf {
-    store
-        .clone()
-        .unwrap_or_else(|| global.data_dir.join("checkpoints.sqlite"))
-}
-
 /// `tributary process`.
 pub async fn process(global: &GlobalArgs, args: &ProcessArgs) -> Result<()> {
-    let hub = HubHandle::open(global, &args.hub, args.connection_string.as_deref()).await?;
-    let source = hub.source(args.namespace.as_deref());
-    let path = store_path(global, &args.store);
+    let at = &args.at;
+    let hub = HubHandle::open(global, &at.hub, at.connection_string.as_deref()).await?;
+    let source = hub.source(Some(&at.namespace()?));
+    let path = args.at.store_path(global);
     let store: Arc<dyn CheckpointStore> = Arc::new(
         SqliteCheckpointStore::open(&path)
             .await
@@ -256,8 +264,8 @@ pub async fn process(global: &GlobalArgs, args: &ProcessArgs) -> Result<()> {
         .start()?;
     eprintln!(
         "processing {}/{} as {} (checkpoints in {}); Ctrl-C to stop",
-        args.hub,
-        args.group,
+        args.at.hub,
+        args.at.group,
         host.host_name(),
         path.display()
     );
@@ -272,7 +280,7 @@ pub async fn process(global: &GlobalArgs, args: &ProcessArgs) -> Result<()> {
 fn options(args: &ProcessArgs) -> ProcessorOptions {
     let initial = args.initial_position.to_position(false);
     let mut options = ProcessorOptions {
-        consumer_group: args.group.clone(),
+        consumer_group: args.at.group.clone(),
         batch_events_max: args.batch_size,
         prefetch_count: args.batch_size.max(300),
         load_balancing_strategy: match args.strategy {
@@ -317,7 +325,7 @@ fn report_counts(sink: &Sink) {
 
 /// `tributary ownership`: the tracking table of the Event Processor Host documentation.
 pub async fn ownership(global: &GlobalArgs, args: &OwnershipArgs) -> Result<()> {
-    let path = store_path(global, &args.store);
+    let path = args.at.store_path(global);
     anyhow::ensure!(
         path.exists(),
         "there is no checkpoint store at {}",
@@ -326,18 +334,12 @@ pub async fn ownership(global: &GlobalArgs, args: &OwnershipArgs) -> Result<()> 
     let store = SqliteCheckpointStore::open(&path)
         .await
         .with_context(|| format!("cannot open the checkpoint store {}", path.display()))?;
-    let namespace = match (&args.namespace, &args.connection_string) {
-        (Some(namespace), _) => namespace.clone(),
-        (None, Some(cs)) => tributary_client::ConnectionString::parse(cs)?
-            .host()
-            .to_owned(),
-        (None, None) => "localhost".to_owned(),
-    };
+    let namespace = args.at.namespace()?;
     let owners = store
-        .list_ownership(&namespace, &args.hub, &args.group)
+        .list_ownership(&namespace, &args.at.hub, &args.at.group)
         .await?;
     let checkpoints = store
-        .list_checkpoints(&namespace, &args.hub, &args.group)
+        .list_checkpoints(&namespace, &args.at.hub, &args.at.group)
         .await?;
     let mut rows: BTreeMap<u32, (Option<_>, Option<_>)> = BTreeMap::new();
     for o in owners {
@@ -375,7 +377,7 @@ pub async fn ownership(global: &GlobalArgs, args: &OwnershipArgs) -> Result<()> 
         writeln!(
             out,
             "{}\t{partition}\t{owner_name}\t{since}\t{offset}\t{seq}",
-            args.group
+            args.at.group
         )?;
     }
     Ok(())
