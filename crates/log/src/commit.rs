@@ -19,7 +19,7 @@
 //!   partition is reopened and recovered.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
@@ -36,9 +36,10 @@ pub(crate) struct PendingSync {
     pub completion: AppendCompletion,
 }
 
-/// A partition in interval mode with bytes not yet synced.
+/// A partition in interval mode with bytes not yet synced. The partition is held weakly: a log
+/// that is closed is closed at once (its lock released), and its file still gets its sync.
 struct DirtyPartition {
-    partition: Arc<PartitionShared>,
+    partition: Weak<PartitionShared>,
     segment: Arc<Segment>,
     due: Instant,
 }
@@ -121,13 +122,13 @@ impl GroupCommitter {
         if let Some(d) = queue
             .dirty
             .iter_mut()
-            .find(|d| Arc::ptr_eq(&d.partition, &partition))
+            .find(|d| std::ptr::eq(d.partition.as_ptr(), Arc::as_ptr(&partition)))
         {
             d.segment = segment; // A roll synced the old one; the new one is what is dirty.
             return;
         }
         queue.dirty.push(DirtyPartition {
-            partition,
+            partition: Arc::downgrade(&partition),
             segment,
             due: Instant::now() + interval,
         });
@@ -157,8 +158,10 @@ fn run(shared: &Shared) {
             complete_round(pending);
         }
         for d in dirty {
-            if let Err(e) = d.segment.file.sync_data() {
-                d.partition.poison(&format!("interval sync failed: {e}"));
+            if let Err(e) = d.segment.file.sync_data()
+                && let Some(partition) = d.partition.upgrade()
+            {
+                partition.poison(&format!("interval sync failed: {e}"));
             }
         }
         if stop {

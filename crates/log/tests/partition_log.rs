@@ -392,3 +392,25 @@ fn reads_starting_between_index_entries_start_at_the_cursor() {
         assert_eq!(got.len() as i64, 30 - from);
     }
 }
+
+#[test]
+fn interval_durability_acknowledges_on_write_and_syncs_in_the_background() {
+    let f = Fixture::new(
+        Durability::Interval(std::time::Duration::from_millis(20)),
+        1 << 20,
+    );
+    let log = f.open();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    log.set_commit_listener(move |c| sink.lock().unwrap().push(c.next_sequence));
+    // Acknowledged and visible as soon as it is written, before any sync.
+    let receipt = log.append(&events("a", 3)).unwrap();
+    assert_eq!(receipt.base_sequence, 0);
+    assert_eq!(*seen.lock().unwrap(), vec![3]);
+    assert_eq!(read_all(&log, 0).len(), 3);
+    // The committer's periodic sync runs without blocking further appends.
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    log.append(&events("b", 2)).unwrap();
+    drop(log);
+    assert_eq!(read_all(&f.open(), 0).len(), 5);
+}
