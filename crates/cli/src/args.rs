@@ -65,8 +65,8 @@ pub enum Command {
     /// Print the connection string of a shared access policy (for the Azure SDKs and
     /// --connection-string). It contains the policy's key.
     ConnectionString(ConnectionStringArgs),
-    /// Measure the partition log: append throughput and acknowledgement latency, reads,
-    /// recovery, memory.
+    /// Measure the partition log (append throughput and acknowledgement latency, reads,
+    /// recovery, memory) and the event processor host (start-up, failover, throughput).
     Bench(crate::bench::BenchArgs),
 }
 
