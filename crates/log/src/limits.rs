@@ -40,6 +40,11 @@ pub const PREALLOCATE_BYTES_MIN: u64 = 1024 * 1024;
 /// See [`PREALLOCATE_BYTES_MIN`].
 pub const PREALLOCATE_BYTES_MAX: u64 = 64 * 1024 * 1024;
 
+/// Threads that sync a group-commit round's files in parallel. `fdatasync` waits on the device,
+/// not the CPU, so threads are cheap; eight lets eight partitions' files sync at once, and a
+/// round with more files queues the rest behind them.
+pub const SYNC_THREADS: usize = 8;
+
 const _: () = assert!(EVENT_BYTES_MAX_DEFAULT <= EVENT_BYTES_MAX_LIMIT);
 const _: () = assert!(EVENT_BYTES_MAX_LIMIT < BATCH_BYTES_MAX);
 const _: () = assert!(SEGMENT_BYTES_MAX_LIMIT + BATCH_BYTES_MAX as u64 <= u32::MAX as u64);
