@@ -142,12 +142,12 @@ impl Metrics {
         self.bytes_in.get_or_create(&labels).inc_by(bytes);
     }
 
-    pub(crate) fn got(&self, hub: &str, partition: u32, bytes: u64) {
+    pub(crate) fn got(&self, hub: &str, partition: u32, events: u64, bytes: u64) {
         let labels = PartitionLabels {
             hub: hub.to_owned(),
             partition: partition.to_string(),
         };
-        self.events_out.get_or_create(&labels).inc();
+        self.events_out.get_or_create(&labels).inc_by(events);
         self.bytes_out.get_or_create(&labels).inc_by(bytes);
     }
 

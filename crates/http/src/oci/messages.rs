@@ -3,18 +3,18 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
-use crate::server::Json;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderValue, Uri};
+use axum::http::{HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
 use tributary_broker::coordinator::Session;
 use tributary_broker::{BrokerError, HubDefinition, SendReceipt, SendTarget};
 use tributary_event::names::name_key;
 use tributary_event::{EventData, PropertyValue, ReceivedEvent, partition_for_key};
 
-use super::model::{Message, PutMessagesDetails, PutMessagesResult, PutMessagesResultEntry};
-use super::{Query, StreamPath, decode_base64, encode_base64, format_time, parse_json};
+use super::encode::{MessagesWriter, PutOutcome, put_result};
+use super::model::PutMessagesDetails;
+use super::{Query, StreamPath, decode_base64, parse_json};
 use crate::cursor::{Cursor, PartitionCursor};
 use crate::error::ApiError;
 use crate::limits::{
@@ -48,15 +48,14 @@ pub(crate) async fn put_messages(
     path: StreamPath,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let details: PutMessagesDetails = parse_json(&body)?;
+    let details: PutMessagesDetails<'_> = parse_json(&body)?;
     let messages = decode_messages(&details)?;
     let hub = state.broker.describe_hub(&path.stream)?;
     let sends = route(&state, &hub, messages);
     throttle_puts(&state, &hub, &sends)?;
     let count = details.messages.len();
-    let mut entries: Vec<PutMessagesResultEntry> = (0..count)
-        .map(|_| PutMessagesResultEntry::default())
-        .collect();
+    drop(details);
+    let mut entries = vec![PutOutcome::Unanswered; count];
     let mut failures = 0u32;
     for (send, outcome) in run_sends(&state, &hub.name, sends).await {
         match outcome {
@@ -75,28 +74,36 @@ pub(crate) async fn put_messages(
                 let e = ApiError::from(e);
                 for &i in &send.indices {
                     failures += 1;
-                    entries[i] = PutMessagesResultEntry {
-                        error: Some(e.code.to_owned()),
-                        error_message: Some(e.message.clone()),
-                        ..Default::default()
+                    entries[i] = PutOutcome::Failed {
+                        code: e.code,
+                        message: e.message.clone(),
                     };
                 }
             }
         }
     }
-    Ok(Json(PutMessagesResult { failures, entries }).into_response())
+    Ok(json_answer(put_result(failures, &entries)))
 }
 
-fn success(receipt: &SendReceipt, n: usize) -> PutMessagesResultEntry {
-    PutMessagesResultEntry {
-        partition: Some(receipt.partition.to_string()),
-        offset: Some(receipt.base_sequence + n as i64),
-        timestamp: Some(format_time(receipt.enqueued_time_ms)),
-        ..Default::default()
+fn success(receipt: &SendReceipt, n: usize) -> PutOutcome {
+    PutOutcome::Stored {
+        partition: receipt.partition,
+        offset: receipt.base_sequence + n as i64,
+        time_ms: receipt.enqueued_time_ms,
     }
 }
 
-fn decode_messages(details: &PutMessagesDetails) -> Result<Vec<Decoded>, ApiError> {
+/// A 200 answer with a JSON body written by [`super::encode`].
+fn json_answer(body: Vec<u8>) -> Response {
+    let mut response = Body::from(body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn decode_messages(details: &PutMessagesDetails<'_>) -> Result<Vec<Decoded>, ApiError> {
     if details.messages.is_empty() {
         return Err(ApiError::invalid(
             "messages must contain at least one message",
@@ -106,7 +113,7 @@ fn decode_messages(details: &PutMessagesDetails) -> Result<Vec<Decoded>, ApiErro
     let mut out = Vec::with_capacity(details.messages.len());
     for (i, m) in details.messages.iter().enumerate() {
         let key = match &m.key {
-            Some(k) => Some(decode_base64(&format!("messages[{i}].key"), k)?),
+            Some(k) => Some(decode_base64(k, || format!("messages[{i}].key"))?),
             None => None,
         };
         if let Some(k) = &key
@@ -117,7 +124,7 @@ fn decode_messages(details: &PutMessagesDetails) -> Result<Vec<Decoded>, ApiErro
                 k.len()
             )));
         }
-        let value = decode_base64(&format!("messages[{i}].value"), &m.value)?;
+        let value = decode_base64(&m.value, || format!("messages[{i}].value"))?;
         total += value.len() as u64 + key.as_ref().map_or(0, |k| k.len() as u64);
         out.push(Decoded { key, value });
     }
@@ -136,53 +143,63 @@ enum SendKey {
 }
 
 fn route(state: &AppState, hub: &HubDefinition, messages: Vec<Decoded>) -> Vec<Send> {
-    let count = hub.partition_count;
     let mut sends: Vec<Send> = Vec::new();
     let mut index: HashMap<SendKey, usize> = HashMap::new();
     for (i, m) in messages.into_iter().enumerate() {
         let bytes = m.value.len() as u64 + m.key.as_ref().map_or(0, |k| k.len() as u64);
         let mut event = EventData::new(m.value);
-        let (send_key, partition, target) = match m.key.map(String::from_utf8) {
-            Some(Ok(key)) => {
-                let p = partition_for_key(&key, count);
-                event.partition_key = Some(key.clone());
-                (SendKey::Key(key.clone()), p, SendTarget::PartitionKey(key))
-            }
-            Some(Err(binary)) => {
-                let p = partition_for_key(&String::from_utf8_lossy(binary.as_bytes()), count);
-                let key = PropertyValue::Bytes(binary.into_bytes().into());
-                event.properties.push((BINARY_KEY_PROPERTY.to_owned(), key));
-                (
-                    SendKey::Partition(p),
-                    p,
-                    SendTarget::Partition(p.to_string()),
-                )
-            }
+        let (send_key, partition) = send_key(state, hub.partition_count, m.key, &mut event);
+        let at = match index.get(&send_key) {
+            Some(&at) => at,
             None => {
-                let n = state.round_robin.fetch_add(1, Ordering::Relaxed);
-                let p = u32::try_from(n % u64::from(count)).expect("below the partition count");
-                (
-                    SendKey::Partition(p),
-                    p,
-                    SendTarget::Partition(p.to_string()),
-                )
+                let target = match &send_key {
+                    SendKey::Key(key) => SendTarget::PartitionKey(key.clone()),
+                    SendKey::Partition(p) => SendTarget::Partition(p.to_string()),
+                };
+                sends.push(Send {
+                    target,
+                    partition,
+                    indices: Vec::new(),
+                    events: Vec::new(),
+                    bytes: 0,
+                });
+                index.insert(send_key, sends.len() - 1);
+                sends.len() - 1
             }
         };
-        let at = *index.entry(send_key).or_insert_with(|| {
-            sends.push(Send {
-                target,
-                partition,
-                indices: Vec::new(),
-                events: Vec::new(),
-                bytes: 0,
-            });
-            sends.len() - 1
-        });
         sends[at].indices.push(i);
         sends[at].events.push(event);
         sends[at].bytes += bytes;
     }
     sends
+}
+
+/// Which send a message joins and its partition; stamps the key on the event.
+fn send_key(
+    state: &AppState,
+    partition_count: u32,
+    key: Option<Vec<u8>>,
+    event: &mut EventData,
+) -> (SendKey, u32) {
+    match key.map(String::from_utf8) {
+        Some(Ok(key)) => {
+            let p = partition_for_key(&key, partition_count);
+            event.partition_key = Some(key.clone());
+            (SendKey::Key(key), p)
+        }
+        Some(Err(binary)) => {
+            let p = partition_for_key(&String::from_utf8_lossy(binary.as_bytes()), partition_count);
+            let key = PropertyValue::Bytes(binary.into_bytes().into());
+            event.properties.push((BINARY_KEY_PROPERTY.to_owned(), key));
+            (SendKey::Partition(p), p)
+        }
+        None => {
+            let n = state.round_robin.fetch_add(1, Ordering::Relaxed);
+            let p =
+                u32::try_from(n % u64::from(partition_count)).expect("below the partition count");
+            (SendKey::Partition(p), p)
+        }
+    }
 }
 
 fn throttle_puts(state: &AppState, hub: &HubDefinition, sends: &[Send]) -> Result<(), ApiError> {
@@ -335,13 +352,28 @@ async fn get_partition(
             }
             other => other?,
         };
+    let events = within_answer_bytes(events);
     let next = events.last().map_or(from, |e| e.sequence_number + 1);
-    let messages: Vec<Message> = events
-        .iter()
-        .map(|e| message(state, &hub.name, c.partition, e))
-        .collect();
+    let body = encode_messages(state, &hub.name, events.iter().map(|e| (c.partition, e)));
     let next_cursor = Cursor::Partition(PartitionCursor { offset: next, ..c });
-    Ok(with_next_cursor(state, messages, &next_cursor, now_ms))
+    Ok(with_next_cursor(state, body, &next_cursor, now_ms))
+}
+
+/// The leading events whose keys and values fit in [`GET_RESPONSE_BYTES_MAX`] (at least one):
+/// the log reads whole batches, so a read can overshoot its byte budget by up to a batch.
+fn within_answer_bytes(
+    mut events: Vec<tributary_event::ReceivedEvent>,
+) -> Vec<tributary_event::ReceivedEvent> {
+    let mut total = 0u64;
+    let fit = events
+        .iter()
+        .take_while(|e| {
+            total += message_bytes(e);
+            total <= GET_RESPONSE_BYTES_MAX
+        })
+        .count();
+    events.truncate(fit.max(1));
+    events
 }
 
 async fn get_group(
@@ -361,27 +393,22 @@ async fn get_group(
         .coordinator
         .get(&session, limit, GET_RESPONSE_BYTES_MAX)
         .await?;
-    let messages: Vec<Message> = batch
-        .events
-        .iter()
-        .map(|(p, e)| message(state, &batch.stream, *p, e))
-        .collect();
+    let body = encode_messages(
+        state,
+        &batch.stream,
+        batch.events.iter().map(|(p, e)| (*p, e)),
+    );
     Ok(with_next_cursor(
         state,
-        messages,
+        body,
         &Cursor::Group(batch.session),
         now_ms,
     ))
 }
 
-fn with_next_cursor(
-    state: &AppState,
-    messages: Vec<Message>,
-    next: &Cursor,
-    now_ms: i64,
-) -> Response {
+fn with_next_cursor(state: &AppState, body: Vec<u8>, next: &Cursor, now_ms: i64) -> Response {
     let text = state.cursor_key.encode(next, now_ms + CURSOR_TTL_MS);
-    let mut response = Json(messages).into_response();
+    let mut response = json_answer(body);
     response.headers_mut().insert(
         "opc-next-cursor",
         HeaderValue::from_str(&text).expect("base64url is a valid header value"),
@@ -390,23 +417,95 @@ fn with_next_cursor(
 }
 
 /// The key a message was put with, as bytes.
-fn key_of(e: &ReceivedEvent) -> Option<Vec<u8>> {
+fn key_of(e: &ReceivedEvent) -> Option<&[u8]> {
     match e.data.property(BINARY_KEY_PROPERTY) {
-        Some(PropertyValue::Bytes(b)) => Some(b.to_vec()),
-        _ => e.data.partition_key.as_ref().map(|k| k.as_bytes().to_vec()),
+        Some(PropertyValue::Bytes(b)) => Some(b),
+        _ => e.data.partition_key.as_ref().map(|k| k.as_bytes()),
     }
 }
 
-fn message(state: &AppState, stream: &str, partition: u32, e: &ReceivedEvent) -> Message {
-    let key = key_of(e);
-    let bytes = e.data.body.len() as u64 + key.as_ref().map_or(0, |k| k.len() as u64);
-    state.metrics.got(stream, partition, bytes);
-    Message {
-        stream: stream.to_owned(),
-        partition: partition.to_string(),
-        key: key.as_deref().map(encode_base64),
-        value: encode_base64(&e.data.body),
-        offset: e.sequence_number,
-        timestamp: format_time(e.enqueued_time_ms),
+/// The bytes a message costs an answer: its key and value.
+fn message_bytes(e: &ReceivedEvent) -> u64 {
+    e.data.body.len() as u64 + key_of(e).map_or(0, |k| k.len() as u64)
+}
+
+/// A GetMessages answer (`[Message]`), counting what it carries in the metrics.
+fn encode_messages<'a>(
+    state: &AppState,
+    stream: &str,
+    events: impl Iterator<Item = (u32, &'a ReceivedEvent)> + Clone,
+) -> Vec<u8> {
+    let sizes = events.clone().map(|(_, e)| (message_bytes(e), 1));
+    let (bytes, count) = sizes.fold((0, 0), |(b, n), (eb, en)| (b + eb, n + en));
+    let mut writer = MessagesWriter::new(stream, count, bytes);
+    // (partition, messages, bytes) per run of one partition: an answer reads partitions in turn.
+    let mut counted: Vec<(u32, u64, u64)> = Vec::new();
+    for (partition, e) in events {
+        let key = key_of(e);
+        writer.push(
+            partition,
+            key,
+            &e.data.body,
+            e.sequence_number,
+            e.enqueued_time_ms,
+        );
+        let bytes = message_bytes(e);
+        match counted.last_mut() {
+            Some((p, n, b)) if *p == partition => {
+                *n += 1;
+                *b += bytes;
+            }
+            _ => counted.push((partition, 1, bytes)),
+        }
+    }
+    for (partition, messages, bytes) in counted {
+        state.metrics.got(stream, partition, messages, bytes);
+    }
+    writer.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use super::*;
+
+    fn event(sequence_number: i64, value_bytes: usize, key: Option<&str>) -> ReceivedEvent {
+        let mut data = EventData::new(vec![b'v'; value_bytes]);
+        data.partition_key = key.map(str::to_owned);
+        ReceivedEvent {
+            sequence_number,
+            offset: 0,
+            enqueued_time_ms: 0,
+            data,
+        }
+    }
+
+    #[test]
+    fn values_borrow_from_the_body_unless_escaped() {
+        let body = br#"{"messages": [{"value": "aGk="}, {"key": "aw==", "value": "a\/8="}]}"#;
+        let details: PutMessagesDetails<'_> = parse_json(body).unwrap();
+        assert!(matches!(details.messages[0].value, Cow::Borrowed("aGk=")));
+        assert!(matches!(&details.messages[1].value, Cow::Owned(v) if v == "a/8="));
+        let decoded = decode_messages(&details).unwrap();
+        assert_eq!(decoded[0].value, b"hi");
+        assert_eq!(decoded[1].key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(decoded[1].value, [0x6b, 0xff]);
+    }
+
+    #[test]
+    fn an_answer_keeps_to_its_byte_budget() {
+        let budget = GET_RESPONSE_BYTES_MAX as usize;
+        let quarter = || (0..8).map(|s| event(s, budget / 4, None)).collect();
+        assert_eq!(
+            within_answer_bytes(quarter()).len(),
+            4,
+            "exactly the budget"
+        );
+        let keyed = (0..8).map(|s| event(s, budget / 4, Some("k"))).collect();
+        assert_eq!(within_answer_bytes(keyed).len(), 3, "keys count too");
+        let huge = vec![event(0, budget + 1, None), event(1, 1, None)];
+        assert_eq!(within_answer_bytes(huge).len(), 1, "at least one message");
+        assert!(within_answer_bytes(Vec::new()).is_empty());
     }
 }

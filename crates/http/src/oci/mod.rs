@@ -1,6 +1,7 @@
 //! The OCI Streaming message API: handlers, the JSON models, and the strict parsing they share.
 
 pub(crate) mod cursors;
+mod encode;
 pub(crate) mod groups;
 pub(crate) mod messages;
 mod model;
@@ -8,9 +9,9 @@ mod model;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use base64::Engine;
+use base64::engine::DecodePaddingMode;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
-use base64::engine::{DecodePaddingMode, general_purpose::STANDARD};
-use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use time::macros::format_description;
@@ -23,18 +24,24 @@ const BASE64_IN: GeneralPurpose = GeneralPurpose::new(
     GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
 );
 
-pub(crate) fn decode_base64(field: &str, value: &str) -> Result<Vec<u8>, ApiError> {
+/// Decodes `value`; `field` names it in the error (made only then).
+pub(crate) fn decode_base64(
+    value: &str,
+    field: impl FnOnce() -> String,
+) -> Result<Vec<u8>, ApiError> {
     BASE64_IN
         .decode(value)
-        .map_err(|e| ApiError::invalid(format!("{field} is not valid base64: {e}")))
+        .map_err(|e| ApiError::invalid(format!("{} is not valid base64: {e}", field())))
 }
 
+#[cfg(test)]
 pub(crate) fn encode_base64(bytes: &[u8]) -> String {
-    STANDARD.encode(bytes)
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-/// Parses a JSON body into `T` (whose fields say what is required and deny unknown ones).
-pub(crate) fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+/// Parses a JSON body into `T` (whose fields say what is required and deny unknown ones; it may
+/// borrow strings from the body).
+pub(crate) fn parse_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| {
         use serde_json::error::Category;
         match e.classify() {
@@ -159,10 +166,12 @@ mod tests {
 
     #[test]
     fn base64_is_strict_about_the_alphabet() {
-        assert_eq!(decode_base64("v", "aGk=").unwrap(), b"hi");
-        assert_eq!(decode_base64("v", "aGk").unwrap(), b"hi");
+        let field = || "v".to_owned();
+        assert_eq!(decode_base64("aGk=", field).unwrap(), b"hi");
+        assert_eq!(decode_base64("aGk", field).unwrap(), b"hi");
         for bad in ["aGk*", "a", "aG k=", "_-8="] {
-            assert!(decode_base64("v", bad).is_err(), "{bad}");
+            let e = decode_base64(bad, field).unwrap_err();
+            assert!(e.message.starts_with("v is not valid base64"), "{bad}");
         }
     }
 

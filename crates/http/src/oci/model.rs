@@ -1,25 +1,31 @@
 //! The JSON shapes of the OCI Streaming API (wire names from the SDK models' `attribute_map`).
 //! Requests deny unknown fields; optional fields the SDK omits when unset are `Option`s.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
-/// `PutMessagesDetails`.
+/// `PutMessagesDetails`. Values borrow from the request body unless JSON escapes force a copy
+/// (base64 needs none, though some encoders write `/` as `\/`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct PutMessagesDetails {
-    pub messages: Vec<PutMessagesDetailsEntry>,
+pub(crate) struct PutMessagesDetails<'a> {
+    #[serde(borrow)]
+    pub messages: Vec<PutMessagesDetailsEntry<'a>>,
 }
 
 /// `PutMessagesDetailsEntry`: base64 key (optional) and value.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct PutMessagesDetailsEntry {
-    #[serde(default)]
-    pub key: Option<String>,
-    pub value: String,
+pub(crate) struct PutMessagesDetailsEntry<'a> {
+    #[serde(default, borrow)]
+    pub key: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    pub value: Cow<'a, str>,
 }
 
-/// `PutMessagesResult`.
+/// `PutMessagesResult`, as `super::encode` writes it (the tests compare).
+#[cfg(test)]
 #[derive(Debug, Serialize)]
 pub(crate) struct PutMessagesResult {
     pub failures: u32,
@@ -27,6 +33,7 @@ pub(crate) struct PutMessagesResult {
 }
 
 /// `PutMessagesResultEntry`: where a message went, or why it did not.
+#[cfg(test)]
 #[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct PutMessagesResultEntry {
@@ -42,7 +49,8 @@ pub(crate) struct PutMessagesResultEntry {
     pub error_message: Option<String>,
 }
 
-/// `Message`.
+/// `Message`, as `super::encode` writes it (the tests compare).
+#[cfg(test)]
 #[derive(Debug, Serialize)]
 pub(crate) struct Message {
     pub stream: String,
