@@ -14,13 +14,14 @@
 //!   without a grant covering its entity with the needed right.
 //! - **`$management`**: `READ` of `com.microsoft:eventhub` and `com.microsoft:partition`.
 //! - **Send links** to `<hub>` and `<hub>/Partitions/<id>`: single and batched messages, partition
-//!   keys, settled `accepted` only once the append is durable.
+//!   keys, settled `accepted` only once the append is durable; a link's deliveries are appended
+//!   in arrival order with several in flight ([`limits::SEND_PIPELINE_MAX`]).
 //! - **Receive links** from `<hub>/ConsumerGroups/<group>/Partitions/<id>`: selector-filter start
 //!   positions, epochs, the five-receiver limit, runtime metrics, credit-based flow.
 //!
 //! # Structure
-//! [`start`] binds the listener ([`server`]); the engine (`fe2o3-amqp`) is used only by the
-//! private `wire` module, so a fix or a fork of it stays local. The dialect's rules — link
+//! [`start`] binds the listener (the private `server` module); the engine (`fe2o3-amqp`) is used
+//! only by the private `wire` module, so a fix or a fork of it stays local. The dialect's rules — link
 //! addresses, selector filters, tokens, grants, error conditions, strict message scanning — live
 //! in engine-free modules. Limits and their reasons are in [`limits`].
 //!

@@ -5,127 +5,16 @@
 //! asserts on the JSON it prints. Install the client first with `scripts/setup-python-interop`;
 //! a missing client FAILS these tests, it never skips them.
 
-use std::path::PathBuf;
+mod common;
+
 use std::time::Duration;
 
+use common::{Fixture, bodies, join_all as futures_join_all, wait_for_receivers};
 use serde_json::{Value, json};
-use tributary_amqp::{AccessPolicies, AccessPolicy, AmqpConfig, Right, RunningAmqpServer};
-use tributary_broker::{Broker, BrokerConfig, HubSpec, ReceiverSpec, SendReceipt, SendTarget};
-use tributary_event::{EventData, EventPosition, PropertyValue, ReceivedEvent, partition_for_key};
+use tributary_event::{PropertyValue, partition_for_key};
 
-const PYTHON_TIMEOUT: Duration = Duration::from_secs(180);
-
-struct Fixture {
-    _dir: tempfile::TempDir,
-    broker: Broker,
-    server: Option<RunningAmqpServer>,
-    root: AccessPolicy,
-    listen: AccessPolicy,
-    send: AccessPolicy,
-}
-
-impl Fixture {
-    async fn start(hubs: &[(&str, u32)]) -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let broker = Broker::open(BrokerConfig::new(dir.path())).await.unwrap();
-        for (name, partitions) in hubs {
-            broker
-                .create_hub(HubSpec::new(*name, *partitions))
-                .await
-                .unwrap();
-        }
-        let root =
-            AccessPolicy::generate("RootManageSharedAccessKey", vec![Right::Manage]).unwrap();
-        let listen = AccessPolicy::generate("listen-only", vec![Right::Listen]).unwrap();
-        let send = AccessPolicy::generate("send-only", vec![Right::Send]).unwrap();
-        let policies =
-            AccessPolicies::new(vec![root.clone(), listen.clone(), send.clone()]).unwrap();
-        let config = AmqpConfig::new("127.0.0.1:0".parse().unwrap(), policies);
-        let server = tributary_amqp::start(broker.clone(), config).await.unwrap();
-        Fixture {
-            _dir: dir,
-            broker,
-            server: Some(server),
-            root,
-            listen,
-            send,
-        }
-    }
-
-    fn port(&self) -> u16 {
-        self.server.as_ref().unwrap().local_addr().port()
-    }
-
-    fn conn(&self, policy: &AccessPolicy) -> String {
-        tributary_amqp::connection_string("127.0.0.1", self.port(), policy)
-    }
-
-    async fn send(&self, hub: &str, partition: &str, body: &str) -> SendReceipt {
-        let target = SendTarget::Partition(partition.to_owned());
-        let events = vec![EventData::new(body.as_bytes().to_vec())];
-        self.broker.send(hub, target, events).await.unwrap()
-    }
-
-    async fn read_all(&self, hub: &str, partition: u32) -> Vec<ReceivedEvent> {
-        let spec = ReceiverSpec::new(hub, partition.to_string(), EventPosition::Earliest);
-        let mut receiver = self.broker.open_receiver(spec).unwrap();
-        receiver
-            .receive(1000, Duration::from_millis(200))
-            .await
-            .unwrap()
-    }
-
-    async fn stop(mut self) {
-        self.server.take().unwrap().shutdown().await;
-        self.broker.shutdown().await.unwrap();
-    }
-}
-
-fn python() -> PathBuf {
-    if let Some(p) = std::env::var_os("TRIBUTARY_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let venv = repo.join(".venv/bin/python");
-    assert!(
-        venv.exists(),
-        "the Python interop client is not installed: run scripts/setup-python-interop (expected {})",
-        venv.display()
-    );
-    venv
-}
-
-/// Runs one scenario of `interop.py` and returns the JSON it printed.
 async fn run_python(command: &str, args: Value) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/interop.py");
-    let output = tokio::process::Command::new(python())
-        .arg(&script)
-        .arg(command)
-        .arg(args.to_string())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(PYTHON_TIMEOUT, output)
-        .await
-        .unwrap_or_else(|_| panic!("interop.py {command} timed out"))
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "interop.py {command} failed ({}):\nstdout:\n{stdout}\nstderr:\n{stderr}",
-        output.status
-    );
-    let last = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(last).unwrap_or_else(|e| {
-        panic!("interop.py {command} printed no JSON ({e}):\n{stdout}\nstderr:\n{stderr}")
-    })
-}
-
-fn bodies(events: &[ReceivedEvent]) -> Vec<String> {
-    events
-        .iter()
-        .map(|e| String::from_utf8_lossy(&e.data.body).into_owned())
-        .collect()
+    common::run_python("interop.py", command, args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -321,29 +210,6 @@ async fn python_consumes_from_every_start_position() {
     let result = latest.await.unwrap();
     assert_eq!(sequence_numbers(&result), vec![5, 6], "{result}");
     f.stop().await;
-}
-
-async fn wait_for_receivers(broker: &Broker, hub: &str, count: usize) {
-    for _ in 0..600 {
-        if broker.open_receiver_count(hub).unwrap() >= count {
-            // The attach reply may still be on its way; the receiver's position is fixed.
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("no receiver opened on {hub}");
-}
-
-/// Runs futures concurrently and returns their outputs in order (no `futures` dependency).
-async fn futures_join_all<F: std::future::Future<Output = Value> + Send + 'static>(
-    futures: impl Iterator<Item = F>,
-) -> Vec<Value> {
-    let handles: Vec<_> = futures.map(tokio::spawn).collect();
-    let mut out = Vec::new();
-    for h in handles {
-        out.push(h.await.unwrap());
-    }
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,7 +18,10 @@
 //!   the Python SDK reports a link's error only once it uses the link). No message on such a link
 //!   is ever read.
 //! - The engine omits trailing null fields of performatives, which the Python SDK cannot read;
-//!   [`pad`] re-encodes every outgoing performative with all its fields.
+//!   [`pad`] re-encodes every outgoing performative with all its fields, and adjusts the peer's
+//!   `open` so the padded frames still fit its `max-frame-size`.
+//! - The engine flushes the socket after every frame; [`stream`] hands frames to a writer task
+//!   instead, which sends what has queued up in one write.
 //! - A sender's credit is not observable, so a receive link waiting for credit also waits on its
 //!   broker receiver's disconnect, and gives up the send the moment a higher epoch takes over.
 
@@ -28,6 +31,7 @@ mod pad;
 mod receive_link;
 mod sasl;
 mod send_link;
+mod stream;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -135,7 +139,7 @@ async fn accept(
 ) -> Result<(ListenerConnectionHandle, ConnectionGrants), String> {
     let header = peek_header(&stream).await.map_err(|e| e.to_string())?;
     // Every outgoing performative is padded to its full field list (see `pad`).
-    let stream = pad::PaddedStream::new(stream);
+    let stream = stream::PaddedStream::new(stream);
     let idle_ms = u32::try_from(ctx.idle_timeout.as_millis()).unwrap_or(u32::MAX);
     let builder = ConnectionAcceptor::builder()
         .container_id("tributary")

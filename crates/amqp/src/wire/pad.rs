@@ -4,25 +4,29 @@
 //! serializer does (it also omits trailing fields equal to their default). The Python SDK's
 //! `pyamqp` does not accept that: it indexes performative fields by position (`open[9]`,
 //! `attach[13]`, the payload of a `transfer` at index 11, …) and fails with `IndexError` on a
-//! short list. So every frame the engine writes passes through [`PaddedStream`], which re-encodes
+//! short list. So every frame the engine writes passes through a [`Framer`], which re-encodes
 //! the performative's list with the omitted fields as explicit nulls — the same values, the
 //! shape the Microsoft stack sends. Headers, empty frames and frame payloads pass unchanged;
 //! a frame it does not understand passes unchanged too.
 //!
-//! A padded frame is at most [`PAD_BYTES_MAX`] bytes longer than the engine made it.
+//! A padded frame is at most [`PAD_BYTES_MAX`] bytes longer than the engine made it. The engine
+//! sizes its frames to the peer's `max-frame-size`, so the padding could push a frame over it
+//! (a peer with a strict decoder — the `fe2o3-amqp` client, for one — then drops the connection).
+//! To keep every padded frame within the peer's limit, the peer's `open` is adjusted on its way
+//! in ([`Inbound`]): the engine is told a `max-frame-size` [`PAD_BYTES_MAX`] smaller than the
+//! peer's.
+//!
+//! The same inbound adjustment halves the peer's `idle-time-out`: the engine sends its empty
+//! keep-alive frames at the peer's full idle timeout, where the specification asks for a frame
+//! well within it (rhea, the JavaScript SDK's engine, tolerates twice its value, stricter peers
+//! do not); at half, a keep-alive always arrives in time.
 
-use std::io;
-use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use fe2o3_amqp_types::definitions::MIN_MAX_FRAME_SIZE;
+use fe2o3_amqp_types::performatives::{MaxFrameSize, Open};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-
-/// The most bytes padding adds to a frame: a list8 header becomes a list32 one (+6) and at most
-/// 14 omitted fields become nulls (+14).
-pub(crate) const PAD_BYTES_MAX: usize = 20;
-
-/// Above this many bytes waiting for the socket, writes wait for it to drain.
-const OUT_BYTES_MAX: usize = 4 * 1024 * 1024;
+/// The most bytes padding adds to a frame: a list0 or list8 header becomes a list32 one (+8 at
+/// most) and at most 14 omitted fields become nulls (+14).
+pub(crate) const PAD_BYTES_MAX: usize = 22;
 
 /// The number of fields of each performative (AMQP frames) and SASL frame body.
 fn arity(code: u64) -> Option<usize> {
@@ -45,39 +49,94 @@ fn arity(code: u64) -> Option<usize> {
     })
 }
 
-/// Rewrites one complete frame, padding its performative's list; `None` leaves it unchanged.
-pub(crate) fn pad_frame(frame: &[u8]) -> Option<Vec<u8>> {
-    let doff = usize::from(*frame.get(4)?) * 4;
-    if doff < 8 || frame.len() <= doff {
-        return None;
-    }
-    let body = &frame[doff..];
-    let (code, list_at) = match body {
-        [0x00, 0x53, code, ..] => (u64::from(*code), 3),
-        [0x00, 0x80, rest @ ..] if rest.len() >= 8 => {
-            (u64::from_be_bytes(rest[..8].try_into().ok()?), 10)
-        }
-        _ => return None,
+/// Appends one complete frame to `out`, its performative's list padded; returns false (and
+/// appends nothing) when the frame needs no padding or is not understood.
+pub(crate) fn pad_frame_into(frame: &[u8], out: &mut Vec<u8>) -> bool {
+    let Some((code, doff, list_at)) = performative(frame) else {
+        return false;
     };
-    let fields = arity(code)?;
-    let (count, elements, after) = read_list(body, list_at)?;
+    let body = &frame[doff..];
+    let Some(fields) = arity(code) else {
+        return false;
+    };
+    let Some((count, elements, after)) = read_list(body, list_at) else {
+        return false;
+    };
     if count >= fields {
-        return None;
+        return false;
     }
     let missing = fields - count;
-    let list_size = u32::try_from(4 + elements.len() + missing).ok()?;
-    let mut out = Vec::with_capacity(frame.len() + PAD_BYTES_MAX);
+    let list_size = (4 + elements.len() + missing) as u32;
+    let start = out.len();
+    out.reserve(frame.len() + PAD_BYTES_MAX);
     out.extend_from_slice(&[0, 0, 0, 0]);
     out.extend_from_slice(&frame[4..doff]);
     out.extend_from_slice(&body[..list_at]);
     out.push(0xd0);
     out.extend_from_slice(&list_size.to_be_bytes());
-    out.extend_from_slice(&u32::try_from(fields).ok()?.to_be_bytes());
+    out.extend_from_slice(&(fields as u32).to_be_bytes());
     out.extend_from_slice(elements);
     out.extend(std::iter::repeat_n(0x40, missing));
     out.extend_from_slice(&body[after..]);
-    let size = u32::try_from(out.len()).ok()?;
-    out[..4].copy_from_slice(&size.to_be_bytes());
+    let size = (out.len() - start) as u32;
+    out[start..start + 4].copy_from_slice(&size.to_be_bytes());
+    assert!(out.len() - start <= frame.len() + PAD_BYTES_MAX);
+    true
+}
+
+/// The descriptor code of a frame's performative, its data offset and where its list starts.
+fn performative(frame: &[u8]) -> Option<(u64, usize, usize)> {
+    let doff = usize::from(*frame.get(4)?) * 4;
+    if doff < 8 || frame.len() <= doff || frame.len() > u32::MAX as usize {
+        return None;
+    }
+    match &frame[doff..] {
+        [0x00, 0x53, code, ..] => Some((u64::from(*code), doff, 3)),
+        [0x00, 0x80, rest @ ..] if rest.len() >= 8 => {
+            Some((u64::from_be_bytes(rest[..8].try_into().ok()?), doff, 10))
+        }
+        _ => None,
+    }
+}
+
+/// One complete frame padded; `None` when it needs no padding or is not understood.
+#[cfg(test)]
+pub(crate) fn pad_frame(frame: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    pad_frame_into(frame, &mut out).then_some(out)
+}
+
+/// The longest frame read before the peer's `open` (SASL frames, the `open` itself). Real ones
+/// are under 1 KiB; anything longer is passed to the engine unchanged, which judges it.
+const INBOUND_SCAN_BYTES_MAX: usize = 64 * 1024;
+
+/// The peer's `open` frame, adjusted for the engine (see the module docs); `None` if `frame` is
+/// not an `open` or does not decode (then it passes unchanged and the engine judges it).
+pub(crate) fn adjust_open(frame: &[u8]) -> Option<Vec<u8>> {
+    let doff = usize::from(*frame.get(4)?) * 4;
+    if doff < 8 || frame.len() <= doff || frame[5] != 0 {
+        return None;
+    }
+    let body = &frame[doff..];
+    if !body.starts_with(&[0x00, 0x53, 0x10]) {
+        return None;
+    }
+    let mut open: Open = serde_amqp::from_slice(body).ok()?;
+    let peer_max = usize::try_from(open.max_frame_size.0).ok()?;
+    let room = peer_max
+        .saturating_sub(PAD_BYTES_MAX)
+        .max(MIN_MAX_FRAME_SIZE);
+    open.max_frame_size = MaxFrameSize(u32::try_from(room).ok()?);
+    open.idle_time_out = open
+        .idle_time_out
+        .map(|ms| if ms > 1 { ms / 2 } else { ms });
+    let body = serde_amqp::to_vec(&open).ok()?;
+    let mut out = Vec::with_capacity(8 + body.len());
+    let size = u32::try_from(8 + body.len()).ok()?;
+    out.extend_from_slice(&size.to_be_bytes());
+    out.extend_from_slice(&[2, 0]);
+    out.extend_from_slice(&frame[6..8]);
+    out.extend_from_slice(&body);
     Some(out)
 }
 
@@ -103,35 +162,36 @@ fn read_list(body: &[u8], at: usize) -> Option<(usize, &[u8], usize)> {
     }
 }
 
-/// A stream whose outgoing frames get their performatives padded; reads pass through.
-#[derive(Debug)]
-pub(crate) struct PaddedStream<S> {
-    inner: S,
+/// The engine's outgoing bytes, cut into headers and frames and padded.
+#[derive(Debug, Default)]
+pub(crate) struct Framer {
     /// Bytes written by the engine, not yet a complete frame or header.
     pending: Vec<u8>,
-    /// Bytes ready for the socket.
-    out: Vec<u8>,
-    /// How much of `out` the socket took already.
-    written: usize,
 }
 
-impl<S> PaddedStream<S> {
-    pub(crate) fn new(inner: S) -> Self {
-        PaddedStream {
-            inner,
-            pending: Vec::new(),
-            out: Vec::new(),
-            written: 0,
+impl Framer {
+    /// Appends every complete header or frame of `pending` + `bytes` to `out`, padded; keeps
+    /// the incomplete rest.
+    pub(crate) fn push(&mut self, bytes: &[u8], out: &mut Vec<u8>) {
+        if self.pending.is_empty() {
+            // The engine writes whole frames: nothing is copied twice.
+            let used = Self::frames(bytes, out);
+            self.pending.extend_from_slice(&bytes[used..]);
+        } else {
+            self.pending.extend_from_slice(bytes);
+            let used = Self::frames(&self.pending, out);
+            self.pending.drain(..used);
         }
     }
 
-    /// Moves every complete header or frame from `pending` to `out`, padded.
-    fn process(&mut self) {
+    /// Moves the complete headers and frames at the start of `bytes` to `out`; returns how many
+    /// bytes they took.
+    fn frames(bytes: &[u8], out: &mut Vec<u8>) -> usize {
         let mut at = 0;
         loop {
-            let rest = &self.pending[at..];
+            let rest = &bytes[at..];
             if rest.len() < 8 {
-                break;
+                return at;
             }
             let len = if rest.starts_with(b"AMQP") {
                 8
@@ -141,72 +201,113 @@ impl<S> PaddedStream<S> {
                 (usize::try_from(size).unwrap_or(usize::MAX)).max(8)
             };
             if rest.len() < len {
-                break;
+                return at;
             }
             let frame = &rest[..len];
-            match pad_frame(frame) {
-                Some(padded) => self.out.extend_from_slice(&padded),
-                None => self.out.extend_from_slice(frame),
+            if !pad_frame_into(frame, out) {
+                out.extend_from_slice(frame);
             }
             at += len;
         }
-        self.pending.drain(..at);
     }
 }
 
-impl<S: AsyncWrite + Unpin> PaddedStream<S> {
-    /// Writes `out` to the socket until it is empty or the socket would block.
-    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.written < self.out.len() {
-            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.out[self.written..]))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+/// The peer's incoming bytes until its `open` has passed: headers and frames are cut out and
+/// the `open` adjusted (see the module docs); afterwards everything passes unchanged.
+#[derive(Debug)]
+pub(crate) struct Inbound {
+    /// Whether incoming bytes are still scanned for the peer's `open`.
+    pub(crate) scanning: bool,
+    /// Incoming bytes read but not yet scanned (an incomplete header or frame).
+    scan: Vec<u8>,
+    /// Incoming bytes scanned, not yet handed to the engine.
+    ready: Vec<u8>,
+    /// How much of `ready` the engine took already.
+    taken: usize,
+}
+
+impl Default for Inbound {
+    fn default() -> Self {
+        Inbound {
+            scanning: true,
+            scan: Vec::new(),
+            ready: Vec::new(),
+            taken: 0,
+        }
+    }
+}
+
+impl Inbound {
+    /// Scanned bytes not yet handed to the engine.
+    pub(crate) fn ready(&self) -> &[u8] {
+        &self.ready[self.taken..]
+    }
+
+    /// The engine took `n` of the ready bytes.
+    pub(crate) fn take(&mut self, n: usize) {
+        self.taken += n;
+        assert!(self.taken <= self.ready.len());
+        if self.taken == self.ready.len() {
+            self.ready = Vec::new();
+            self.taken = 0;
+        }
+    }
+
+    /// Bytes read from the peer while scanning.
+    pub(crate) fn push(&mut self, bytes: &[u8]) {
+        self.scan.extend_from_slice(bytes);
+        self.scan_frames();
+    }
+
+    /// The peer closed its side: whatever was read is handed over as it is.
+    pub(crate) fn end(&mut self) {
+        self.scanning = false;
+        self.ready.append(&mut self.scan);
+    }
+
+    /// Moves every complete header or frame from `scan` to `ready`, adjusting the peer's
+    /// `open`; after the `open` (or anything unexpected) the rest passes unchanged and scanning
+    /// stops.
+    fn scan_frames(&mut self) {
+        let mut at = 0;
+        while self.scanning {
+            let rest = &self.scan[at..];
+            if rest.starts_with(b"AMQP") && rest.len() >= 8 {
+                self.ready.extend_from_slice(&rest[..8]);
+                at += 8;
+                continue;
             }
-            self.written += n;
+            if rest.len() < 8 {
+                break;
+            }
+            let size = usize::try_from(u32::from_be_bytes(rest[..4].try_into().expect("4 bytes")))
+                .unwrap_or(usize::MAX);
+            if !(8..=INBOUND_SCAN_BYTES_MAX).contains(&size) {
+                self.scanning = false;
+                break;
+            }
+            if rest.len() < size {
+                break;
+            }
+            let frame = &rest[..size];
+            if frame[5] == 0 {
+                // The first AMQP frame: the peer's open (adjusted), or not (left to the engine).
+                match adjust_open(frame) {
+                    Some(adjusted) => self.ready.extend_from_slice(&adjusted),
+                    None => self.ready.extend_from_slice(frame),
+                }
+                self.scanning = false;
+            } else {
+                self.ready.extend_from_slice(frame);
+            }
+            at += size;
         }
-        self.out.clear();
-        self.written = 0;
-        Poll::Ready(Ok(()))
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for PaddedStream<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for PaddedStream<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = &mut *self;
-        if this.out.len() - this.written >= OUT_BYTES_MAX {
-            ready!(this.poll_drain(cx))?;
+        if self.scanning {
+            self.scan.drain(..at);
+        } else {
+            self.ready.extend_from_slice(&self.scan[at..]);
+            self.scan = Vec::new();
         }
-        this.pending.extend_from_slice(buf);
-        this.process();
-        // Push what is ready; the rest goes on the next write or flush.
-        if let Poll::Ready(Err(e)) = this.poll_drain(cx) {
-            return Poll::Ready(Err(e));
-        }
-        Poll::Ready(Ok(buf.len()))
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        ready!(self.poll_drain(cx))?;
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        ready!(self.poll_drain(cx))?;
-        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
@@ -266,26 +367,112 @@ mod tests {
     }
 
     #[test]
-    fn the_stream_splits_headers_and_frames() {
-        let mut stream = PaddedStream::new(Vec::<u8>::new());
+    fn the_framer_splits_headers_and_frames() {
+        let mut framer = Framer::default();
+        let mut out = Vec::new();
         let mut input = b"AMQP\x00\x01\x00\x00".to_vec();
         input.extend_from_slice(&CLOSE_EMPTY);
+        input.extend_from_slice(&CLOSE_EMPTY);
         for chunk in input.chunks(5) {
-            stream.pending.extend_from_slice(chunk);
-            stream.process();
+            framer.push(chunk, &mut out);
         }
-        assert!(stream.pending.is_empty());
-        assert_eq!(&stream.out[..8], b"AMQP\x00\x01\x00\x00");
-        assert_eq!(stream.out.len(), 8 + 21);
+        assert!(framer.pending.is_empty());
+        assert_eq!(&out[..8], b"AMQP\x00\x01\x00\x00");
+        assert_eq!(out.len(), 8 + 21 + 21);
+        let mut whole = Vec::new();
+        framer.push(&input, &mut whole);
+        assert_eq!(whole, out);
+    }
+
+    fn open_frame(max_frame_size: Option<u32>, idle_ms: Option<u32>) -> Vec<u8> {
+        let open = Open {
+            container_id: "peer".into(),
+            hostname: Some("localhost".into()),
+            max_frame_size: max_frame_size.map_or_else(MaxFrameSize::default, MaxFrameSize),
+            channel_max: Default::default(),
+            idle_time_out: idle_ms,
+            outgoing_locales: None,
+            incoming_locales: None,
+            offered_capabilities: None,
+            desired_capabilities: None,
+            properties: None,
+        };
+        let body = serde_amqp::to_vec(&open).unwrap();
+        let mut frame = ((8 + body.len()) as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&[2, 0, 0, 0]);
+        frame.extend_from_slice(&body);
+        frame
+    }
+
+    fn decoded_open(frame: &[u8]) -> Open {
+        assert_eq!(
+            u32::from_be_bytes(frame[..4].try_into().unwrap()) as usize,
+            frame.len()
+        );
+        serde_amqp::from_slice(&frame[8..]).unwrap()
+    }
+
+    #[test]
+    fn the_peers_open_leaves_room_for_padding_and_halves_the_idle_timeout() {
+        let adjusted = adjust_open(&open_frame(Some(65_536), Some(60_000))).unwrap();
+        let open = decoded_open(&adjusted);
+        assert_eq!(open.max_frame_size.0 as usize, 65_536 - PAD_BYTES_MAX);
+        assert_eq!(open.idle_time_out, Some(30_000));
+        assert_eq!(open.container_id, "peer");
+        assert_eq!(open.hostname.as_deref(), Some("localhost"));
+
+        let open = decoded_open(&adjust_open(&open_frame(None, None)).unwrap());
+        assert_eq!(
+            open.max_frame_size.0 as usize,
+            u32::MAX as usize - PAD_BYTES_MAX
+        );
+        assert_eq!(open.idle_time_out, None);
+        let open = decoded_open(&adjust_open(&open_frame(Some(512), Some(0))).unwrap());
+        assert_eq!(open.max_frame_size.0 as usize, MIN_MAX_FRAME_SIZE);
+        assert_eq!(open.idle_time_out, Some(0));
+        assert_eq!(adjust_open(&CLOSE_EMPTY), None);
+    }
+
+    #[test]
+    fn inbound_adjusts_only_the_first_open() {
+        // SASL header, a SASL frame, AMQP header, open, then an open-like frame that is data.
+        let sasl_init = [0, 0, 0, 12, 2, 1, 0, 0, 0x00, 0x53, 0x41, 0x45];
+        let open = open_frame(Some(100_000), Some(120_000));
+        let mut input = b"AMQP\x03\x01\x00\x00".to_vec();
+        input.extend_from_slice(&sasl_init);
+        input.extend_from_slice(b"AMQP\x00\x01\x00\x00");
+        input.extend_from_slice(&open);
+        input.extend_from_slice(&open);
+        let mut inbound = Inbound::default();
+        let mut read = Vec::new();
+        for chunk in input.chunks(7) {
+            if inbound.scanning {
+                inbound.push(chunk);
+                read.extend_from_slice(inbound.ready());
+                inbound.take(inbound.ready().len());
+            } else {
+                read.extend_from_slice(chunk);
+            }
+        }
+        assert_eq!(&read[..8], b"AMQP\x03\x01\x00\x00");
+        assert_eq!(&read[8..20], &sasl_init);
+        assert_eq!(&read[20..28], b"AMQP\x00\x01\x00\x00");
+        let adjusted = adjust_open(&open).unwrap();
+        assert_eq!(&read[28..28 + adjusted.len()], &adjusted[..]);
+        assert_eq!(decoded_open(&adjusted).idle_time_out, Some(60_000));
+        assert_eq!(&read[28 + adjusted.len()..], &open[..]);
     }
 
     proptest::proptest! {
         #[test]
         fn never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..64)) {
             let _ = pad_frame(&bytes);
-            let mut stream = PaddedStream::new(Vec::<u8>::new());
-            stream.pending.extend_from_slice(&bytes);
-            stream.process();
+            let mut out = Vec::new();
+            Framer::default().push(&bytes, &mut out);
+            let _ = adjust_open(&bytes);
+            let mut inbound = Inbound::default();
+            inbound.push(&bytes);
+            inbound.end();
         }
     }
 }

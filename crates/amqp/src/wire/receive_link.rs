@@ -281,44 +281,56 @@ impl ReceiveLink {
         }
     }
 
-    /// Sends the first pending event once the client gives credit, checking meanwhile that the
-    /// broker has not disconnected the receiver.
+    /// Sends the pending events as the client's credit allows, stopping the moment the broker
+    /// disconnects the receiver (checked before every event and while waiting for credit).
     async fn deliver(&mut self, pending: &mut VecDeque<ReceivedEvent>) -> Result<(), Stop> {
         // Events already fetched from the broker are not delivered once a higher epoch has taken
         // the partition: the displaced client gets at most what was already on the wire.
         if let Some(reason) = self.receiver.disconnect_reason() {
             return Err(self.receive_failed(ReceiveError::Disconnected(reason)));
         }
-        let event = pending
-            .front()
-            .expect("deliver is called with pending events");
-        let runtime = self
-            .request
-            .runtime_metric
-            .then(|| self.receiver.last_enqueued())
-            .flatten();
+        let runtime_metric = self.request.runtime_metric;
+        let outcome = tokio::select! {
+            biased;
+            reason = self.receiver.disconnected() => Err(Some(reason)),
+            sent = send_pending(&mut self.sender, &self.receiver, pending, runtime_metric) => sent,
+            () = shutting_down(&mut self.shutdown) => {
+                let refusal = Refusal::new(conditions::DETACH_FORCED, "the broker is shutting down");
+                return Err(Stop::Detach(refusal));
+            }
+        };
+        match outcome {
+            Ok(()) => Ok(()),
+            Err(Some(reason)) => Err(self.receive_failed(ReceiveError::Disconnected(reason))),
+            Err(None) => Err(Stop::Gone),
+        }
+    }
+}
+
+/// Sends `pending` in order, each once the client gives credit; stops early with the reason if
+/// the broker disconnects the receiver, or with `None` if the link is gone. Cancel-safe: an
+/// event leaves `pending` only once it was handed to the engine.
+async fn send_pending(
+    sender: &mut Sender,
+    receiver: &BrokerReceiver,
+    pending: &mut VecDeque<ReceivedEvent>,
+    runtime_metric: bool,
+) -> Result<(), Option<tributary_broker::DisconnectReason>> {
+    while let Some(event) = pending.front() {
+        if let Some(reason) = receiver.disconnect_reason() {
+            return Err(Some(reason));
+        }
+        let runtime = runtime_metric.then(|| receiver.last_enqueued()).flatten();
         let message = message_for_delivery(event, runtime.as_ref());
         let sendable: Sendable<Body<Value>> =
             Sendable::builder().message(message).settled(true).build();
-        let shutdown = Refusal::new(conditions::DETACH_FORCED, "the broker is shutting down");
-        tokio::select! {
-            biased;
-            reason = self.receiver.disconnected() => {
-                Err(self.receive_failed(ReceiveError::Disconnected(reason)))
-            }
-            sent = self.sender.send_ref(&sendable) => match sent {
-                Ok(_) => {
-                    pending.pop_front();
-                    Ok(())
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "receive link ended while sending");
-                    Err(Stop::Gone)
-                }
-            },
-            () = shutting_down(&mut self.shutdown) => Err(Stop::Detach(shutdown)),
+        if let Err(e) = sender.send_ref(&sendable).await {
+            tracing::debug!(error = %e, "receive link ended while sending");
+            return Err(None);
         }
+        pending.pop_front();
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -9,18 +9,26 @@
 //! - A delivery is settled `accepted` only after [`Broker::send`] returned, i.e. once the append
 //!   is durable; otherwise it is `rejected` with the condition of the failure. A batched
 //!   transfer is all or nothing.
-//! - Deliveries of one link are appended in the order they arrived, one at a time, so events
-//!   with one partition key keep their order.
+//! - Deliveries of one link are appended in the order they arrived, so events with one
+//!   partition key keep their order. Appends are pipelined: up to [`SEND_PIPELINE_MAX`]
+//!   deliveries of a link are in flight at once (issued to the log in arrival order, each
+//!   settled once its own append is durable, settlements in arrival order), so a client that
+//!   does not wait for each settlement shares fsyncs instead of paying one per delivery.
 //!
 //! [`Broker::send`]: tributary_broker::Broker::send
 
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use fe2o3_amqp::Receiver;
 use fe2o3_amqp::acceptor::{
     LinkAcceptor, LinkEndpoint, ListenerSessionHandle, SupportedReceiverSettleModes,
 };
-use fe2o3_amqp::link::RecvError;
+use fe2o3_amqp::link::delivery::DeliveryInfo;
+use fe2o3_amqp::link::{DispositionError, RecvError};
 use fe2o3_amqp_types::definitions::ReceiverSettleMode;
 use fe2o3_amqp_types::messaging::Body;
 use fe2o3_amqp_types::performatives::Attach;
@@ -35,7 +43,7 @@ use super::{Connection, amqp_error, now_secs, shutting_down};
 use crate::address::Node;
 use crate::auth::SEND;
 use crate::conditions::{self, Refusal};
-use crate::limits::{BATCH_EVENTS_MAX, CLOSE_TIMEOUT, MESSAGE_BYTES_MAX};
+use crate::limits::{BATCH_EVENTS_MAX, CLOSE_TIMEOUT, MESSAGE_BYTES_MAX, SEND_PIPELINE_MAX};
 
 /// The message format of an Event Hubs batch: the body's data sections are whole messages.
 pub(crate) const BATCH_FORMAT: u32 = 0x8001_3700;
@@ -111,45 +119,144 @@ fn check(node: &Node, to: &SendTo, connection: &Connection) -> Result<(), Refusa
     Ok(())
 }
 
+/// An append that was issued and is not settled yet.
+type Append<'a> = Pin<Box<dyn Future<Output = Result<(), Refusal>> + Send + 'a>>;
+
+/// One delivery between its arrival and its settlement.
+struct InFlight<'a> {
+    info: DeliveryInfo,
+    /// The append's outcome once known; `None` while it is in flight.
+    outcome: Option<Result<(), Refusal>>,
+    append: Option<Append<'a>>,
+}
+
 async fn run(mut receiver: Receiver, to: SendTo, connection: Arc<Connection>) {
     let mut shutdown = connection.ctx.shutdown.clone();
     let broker = &connection.ctx.broker;
+    let mut in_flight: VecDeque<InFlight<'_>> = VecDeque::with_capacity(SEND_PIPELINE_MAX);
     loop {
-        let delivery = tokio::select! {
-            delivery = receiver.recv::<Body<Value>>() => delivery,
-            () = shutting_down(&mut shutdown) => break,
-        };
-        let settled = match delivery {
-            Ok(delivery) => {
-                let format = delivery.message_format().unwrap_or(0);
-                let (info, message) = delivery.into_parts();
-                match append(broker, &to, format, message).await {
-                    Ok(()) => receiver.accept(info).await,
-                    Err(refusal) => {
-                        tracing::debug!(hub = %to.hub, condition = refusal.condition, description = %refusal.description, "delivery rejected");
-                        receiver.reject(info, amqp_error(&refusal)).await
+        let room = in_flight.len() < SEND_PIPELINE_MAX;
+        let busy = !in_flight.is_empty();
+        tokio::select! {
+            delivery = receiver.recv::<Body<Value>>(), if room => {
+                match delivery {
+                    Ok(delivery) => {
+                        let format = delivery.message_format().unwrap_or(0);
+                        let (info, message) = delivery.into_parts();
+                        in_flight.push_back(issue(info, append(broker, &to, format, message)).await);
+                    }
+                    Err(RecvError::MessageDecode(e)) => {
+                        let refusal = Refusal::new(conditions::DECODE_ERROR, e.source.to_string());
+                        in_flight.push_back(InFlight { info: e.info, outcome: Some(Err(refusal)), append: None });
+                    }
+                    Err(e) => {
+                        // What was issued stays in the log; the client learns nothing more.
+                        tracing::debug!(hub = %to.hub, error = %e, "send link ended");
+                        return;
                     }
                 }
             }
-            Err(RecvError::MessageDecode(e)) => {
-                let refusal = Refusal::new(conditions::DECODE_ERROR, e.source.to_string());
-                receiver.reject(e.info, amqp_error(&refusal)).await
+            () = front_done(&mut in_flight), if busy => {
+                if settle_done(&receiver, &to, &mut in_flight).await.is_err() {
+                    return;
+                }
             }
-            Err(e) => {
-                tracing::debug!(hub = %to.hub, error = %e, "send link ended");
-                return;
-            }
-        };
-        if settled.is_err() {
-            return;
+            () = shutting_down(&mut shutdown) => break,
         }
     }
+    // The broker is shutting down: settle what was issued (appended, or failed with the
+    // shutdown) before detaching.
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
+        while !in_flight.is_empty() {
+            front_done(&mut in_flight).await;
+            if settle_done(&receiver, &to, &mut in_flight).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
     let refusal = Refusal::new(conditions::DETACH_FORCED, "the broker is shutting down");
     let _ = tokio::time::timeout(
         CLOSE_TIMEOUT,
         receiver.close_with_error(amqp_error(&refusal)),
     )
     .await;
+}
+
+/// Polls a new append once, which issues it to the log (`Broker::send` appends before its first
+/// await), so appends are issued in the order the deliveries arrived.
+async fn issue<'a>(
+    info: DeliveryInfo,
+    append: impl Future<Output = Result<(), Refusal>> + Send + 'a,
+) -> InFlight<'a> {
+    let mut append: Append<'a> = Box::pin(append);
+    let first = std::future::poll_fn(|cx| Poll::Ready(append.as_mut().poll(cx))).await;
+    match first {
+        Poll::Ready(outcome) => InFlight {
+            info,
+            outcome: Some(outcome),
+            append: None,
+        },
+        Poll::Pending => InFlight {
+            info,
+            outcome: None,
+            append: Some(append),
+        },
+    }
+}
+
+/// Waits until the oldest delivery's append has an outcome. Cancel-safe: the append stays in
+/// the queue.
+async fn front_done(in_flight: &mut VecDeque<InFlight<'_>>) {
+    let Some(front) = in_flight.front_mut() else {
+        return std::future::pending().await;
+    };
+    if front.outcome.is_none() {
+        let append = front
+            .append
+            .as_mut()
+            .expect("an unsettled append is in flight");
+        let outcome = append.await;
+        front.outcome = Some(outcome);
+        front.append = None;
+    }
+}
+
+/// Settles, in arrival order, every delivery at the front whose append has an outcome: runs of
+/// accepted ones with one disposition each, rejected ones one by one.
+async fn settle_done(
+    receiver: &Receiver,
+    to: &SendTo,
+    in_flight: &mut VecDeque<InFlight<'_>>,
+) -> Result<(), DispositionError> {
+    let mut accepted = Vec::new();
+    while let Some(front) = in_flight.front_mut() {
+        if front.outcome.is_none() {
+            // Appends complete in order per partition, not across partitions: look again.
+            let Some(append) = front.append.as_mut() else {
+                break;
+            };
+            match std::future::poll_fn(|cx| Poll::Ready(append.as_mut().poll(cx))).await {
+                Poll::Ready(outcome) => front.outcome = Some(outcome),
+                Poll::Pending => break,
+            }
+        }
+        let done = in_flight.pop_front().expect("the front exists");
+        match done.outcome.expect("the outcome is known") {
+            Ok(()) => accepted.push(done.info),
+            Err(refusal) => {
+                if !accepted.is_empty() {
+                    receiver.accept_all(std::mem::take(&mut accepted)).await?;
+                }
+                tracing::debug!(hub = %to.hub, condition = refusal.condition, description = %refusal.description, "delivery rejected");
+                receiver.reject(done.info, amqp_error(&refusal)).await?;
+            }
+        }
+    }
+    if !accepted.is_empty() {
+        receiver.accept_all(accepted).await?;
+    }
+    Ok(())
 }
 
 /// Appends one delivery's events; returns once they are durable.

@@ -1,0 +1,353 @@
+//! Two Python `EventHubConsumerClient`s (azure.eventhub.aio), each in its own process, share a
+//! hub's partitions through the blob checkpoint store (`azure-eventhub-checkpointstoreblob-aio`)
+//! on Azurite; one stops and the other takes over its partitions from their checkpoints.
+//!
+//! The test starts the broker and the AMQP listener, Azurite's blob service (from
+//! `<repo>/.interop/node_modules`, in memory, on a free port; killed at the end) and two
+//! `tests/python/processor.py` processes, which report what they claim, process and checkpoint
+//! as JSON lines. Install the clients with `scripts/setup-python-interop` and
+//! `scripts/setup-js-interop`; a missing client FAILS this test, it never skips it.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use common::{Fixture, JsonLines};
+use serde_json::{Value, json};
+
+const PARTITIONS: u32 = 8;
+const FIRST_ROUND: i64 = 22;
+const SECOND_ROUND: i64 = 10;
+const CHECKPOINT_EVERY: i64 = 5;
+const STEP_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The well-known development account every Azurite serves.
+const AZURITE_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// Azurite's blob service, in memory, on a free loopback port; killed when dropped.
+struct Azurite {
+    child: tokio::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Azurite {
+    async fn start() -> Azurite {
+        let bin = common::node_modules().join(".bin/azurite-blob");
+        assert!(
+            bin.exists(),
+            "Azurite is not installed: run scripts/setup-js-interop (expected {})",
+            bin.display()
+        );
+        // A free port: bound, read and released; Azurite binds it a moment later.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let child = tokio::process::Command::new(&bin)
+            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
+            .args([
+                "--inMemoryPersistence",
+                "--skipApiVersionCheck",
+                "--disableTelemetry",
+                "--silent",
+            ])
+            // In memory, so no --location (Azurite refuses both); its working directory is a
+            // temporary one for whatever else it writes.
+            .current_dir(dir.path())
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("Azurite ({}) did not start: {e}", bin.display()));
+        let mut azurite = Azurite {
+            child,
+            port,
+            _dir: dir,
+        };
+        azurite.wait_listening().await;
+        azurite
+    }
+
+    async fn wait_listening(&mut self) {
+        let until = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < until {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("Azurite exited at start: {status}");
+            }
+            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("Azurite is not listening on {} after 30 s", self.port);
+    }
+
+    fn connection_string(&self) -> String {
+        format!(
+            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={AZURITE_KEY};BlobEndpoint=http://127.0.0.1:{}/devstoreaccount1;",
+            self.port
+        )
+    }
+
+    async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// What one processor process reported.
+#[derive(Default, Debug)]
+struct Seen {
+    owned: BTreeSet<String>,
+    /// Sequence numbers processed, per partition, in processing order.
+    events: BTreeMap<String, Vec<i64>>,
+    /// The last checkpoint written, per partition: (sequence number, offset).
+    checkpoints: BTreeMap<String, (i64, String)>,
+    errors: Vec<Value>,
+    stopped: Option<Value>,
+}
+
+impl Seen {
+    fn apply(&mut self, doc: &Value) {
+        let partition = doc["partition"].as_str().unwrap_or_default().to_owned();
+        match doc["kind"].as_str().unwrap_or_default() {
+            "init" => {
+                self.owned.insert(partition);
+            }
+            "close" => {
+                self.owned.remove(&partition);
+            }
+            "event" => self
+                .events
+                .entry(partition)
+                .or_default()
+                .push(doc["seq"].as_i64().unwrap()),
+            "checkpoint" => {
+                let seq = doc["seq"].as_i64().unwrap();
+                let offset = doc["offset"].as_str().unwrap().to_owned();
+                self.checkpoints.insert(partition, (seq, offset));
+            }
+            "error" => self.errors.push(doc.clone()),
+            "stopped" => self.stopped = Some(doc.clone()),
+            _ => {}
+        }
+    }
+
+    fn processed(&self, partition: &str, seq: i64) -> bool {
+        self.events
+            .get(partition)
+            .is_some_and(|seqs| seqs.contains(&seq))
+    }
+}
+
+struct Processor {
+    lines: JsonLines,
+    seen: Seen,
+}
+
+impl Processor {
+    fn spawn(name: &str, args: &Value) -> Processor {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/processor.py");
+        let mut cmd = tokio::process::Command::new(common::python());
+        cmd.arg(script).arg(args.to_string());
+        Processor {
+            lines: JsonLines::spawn(name, cmd),
+            seen: Seen::default(),
+        }
+    }
+}
+
+/// Reads both processes' reports until `done` holds; panics after [`STEP_TIMEOUT`].
+async fn until(
+    what: &str,
+    a: &mut Processor,
+    b: &mut Processor,
+    done: impl Fn(&Seen, &Seen) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + STEP_TIMEOUT;
+    while !done(&a.seen, &b.seen) {
+        let next = tokio::time::timeout_at(deadline, async {
+            tokio::select! {
+                Some(doc) = a.lines.lines.recv() => (true, doc),
+                Some(doc) = b.lines.lines.recv() => (false, doc),
+            }
+        })
+        .await;
+        match next {
+            Ok((true, doc)) => a.seen.apply(&doc),
+            Ok((false, doc)) => b.seen.apply(&doc),
+            Err(_) => panic!(
+                "timed out waiting for {what}\nA: {:?}\nB: {:?}\nA stderr:\n{}\nB stderr:\n{}",
+                a.seen,
+                b.seen,
+                a.lines.stderr(),
+                b.lines.stderr()
+            ),
+        }
+    }
+}
+
+fn balanced(a: &Seen, b: &Seen) -> bool {
+    let half = (PARTITIONS / 2) as usize;
+    a.owned.len() == half && b.owned.len() == half && a.owned.is_disjoint(&b.owned)
+}
+
+async fn send_round(f: &Fixture, round: &str, count: i64) {
+    for p in 0..PARTITIONS {
+        for i in 0..count {
+            f.send("shared", &p.to_string(), &format!("{round}-{p}-{i}"))
+                .await;
+        }
+    }
+}
+
+/// Waits for a stable 4/4 split: balanced now and still so after three load-balancing rounds.
+async fn wait_balanced(a: &mut Processor, b: &mut Processor) {
+    loop {
+        until("a balanced 4/4 split", a, b, balanced).await;
+        let settle = tokio::time::sleep(Duration::from_secs(3));
+        tokio::pin!(settle);
+        loop {
+            tokio::select! {
+                () = &mut settle => break,
+                Some(doc) = a.lines.lines.recv() => a.seen.apply(&doc),
+                Some(doc) = b.lines.lines.recv() => b.seen.apply(&doc),
+            }
+        }
+        if balanced(&a.seen, &b.seen) {
+            return;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_processors_share_partitions_and_take_over_from_checkpoints() {
+    let f = Fixture::start(&[("shared", PARTITIONS)]).await;
+    let azurite = Azurite::start().await;
+    let args = json!({
+        "conn": f.conn(&f.root),
+        "hub": "shared",
+        "storage": azurite.connection_string(),
+        "container": "checkpoints",
+        "checkpoint_every": CHECKPOINT_EVERY,
+        "load_balancing_interval": 1.0,
+    });
+    let mut a = Processor::spawn("processor A", &args);
+    let mut b = Processor::spawn("processor B", &args);
+    wait_balanced(&mut a, &mut b).await;
+    // While they balanced, partitions may have changed hands (even back and forth): the
+    // processors use owner level 0, so each loser's receiver was detached with amqp:link:stolen
+    // and reported it. Nothing else may have gone wrong.
+    for seen in [&mut a.seen, &mut b.seen] {
+        for error in seen.errors.drain(..) {
+            let text = error["error"].as_str().unwrap();
+            assert!(text.contains("amqp:link:stolen"), "{error}");
+        }
+    }
+    let owned_a = a.seen.owned.clone();
+    let owned_b = b.seen.owned.clone();
+
+    // Round one: everything is processed, each partition by its owner.
+    send_round(&f, "one", FIRST_ROUND).await;
+    until("round one processed", &mut a, &mut b, |a, b| {
+        (0..PARTITIONS).all(|p| {
+            let p = p.to_string();
+            a.processed(&p, FIRST_ROUND - 1) || b.processed(&p, FIRST_ROUND - 1)
+        })
+    })
+    .await;
+
+    // A stops (releasing its partitions); B takes them over from A's checkpoints.
+    a.lines.write_line("stop").await;
+    while a.seen.stopped.is_none() {
+        let doc = a.lines.next(STEP_TIMEOUT).await;
+        a.seen.apply(&doc);
+    }
+    a.lines.wait_success(STEP_TIMEOUT).await;
+    send_round(&f, "two", SECOND_ROUND).await;
+    let last = FIRST_ROUND + SECOND_ROUND - 1;
+    until("B processing everything", &mut a, &mut b, |_, b| {
+        (0..PARTITIONS).all(|p| b.processed(&p.to_string(), last))
+    })
+    .await;
+    b.lines.write_line("stop").await;
+    while b.seen.stopped.is_none() {
+        let doc = b.lines.next(STEP_TIMEOUT).await;
+        b.seen.apply(&doc);
+    }
+    b.lines.wait_success(STEP_TIMEOUT).await;
+    azurite.stop().await;
+
+    check_takeover(&f, &a.seen, &b.seen, &owned_a, &owned_b).await;
+    f.stop().await;
+}
+
+async fn check_takeover(
+    f: &Fixture,
+    a: &Seen,
+    b: &Seen,
+    owned_a: &BTreeSet<String>,
+    owned_b: &BTreeSet<String>,
+) {
+    assert_eq!(a.errors, Vec::<Value>::new(), "A reported errors");
+    assert_eq!(b.errors, Vec::<Value>::new(), "B reported errors");
+    let all: BTreeSet<String> = (0..PARTITIONS).map(|p| p.to_string()).collect();
+    assert_eq!(
+        owned_a.union(owned_b).cloned().collect::<BTreeSet<_>>(),
+        all
+    );
+    let last = FIRST_ROUND + SECOND_ROUND - 1;
+    // The last checkpoint of round one: the last n < FIRST_ROUND with n % k == k - 1.
+    let last_checkpoint = (FIRST_ROUND / CHECKPOINT_EVERY) * CHECKPOINT_EVERY - 1;
+    for p in owned_b {
+        assert_eq!(a.events.get(p), None, "A processed B's partition {p}");
+        assert_eq!(
+            b.events[p],
+            (0..=last).collect::<Vec<_>>(),
+            "B's own partition {p}: each event once, in order"
+        );
+    }
+    for p in owned_a {
+        assert_eq!(
+            a.events[p],
+            (0..FIRST_ROUND).collect::<Vec<_>>(),
+            "A's partition {p} in round one"
+        );
+        let (seq, offset) = &a.checkpoints[p];
+        assert_eq!(*seq, last_checkpoint, "A's last checkpoint on {p}");
+        let stored = f.read_all("shared", p.parse().unwrap()).await;
+        assert_eq!(
+            offset,
+            &stored[*seq as usize].offset.to_string(),
+            "the checkpoint's offset is the event's"
+        );
+        // B resumes right after A's last checkpoint: it re-processes only what A processed
+        // after that checkpoint, then goes on.
+        assert_eq!(
+            b.events[p],
+            ((last_checkpoint + 1)..=last).collect::<Vec<_>>(),
+            "B's takeover of {p}"
+        );
+    }
+    // The store, as B saw it after stopping: every partition checkpointed at its last multiple,
+    // every ownership released.
+    let stopped = b.stopped.as_ref().unwrap();
+    let final_checkpoint = ((last + 1) / CHECKPOINT_EVERY) * CHECKPOINT_EVERY - 1;
+    for p in &all {
+        assert_eq!(
+            stopped["checkpoints"][p]["seq"], final_checkpoint,
+            "{stopped}"
+        );
+        // Released: the store reads back an empty owner id as none.
+        let owner = &stopped["ownership"][p];
+        assert!(owner.is_null() || owner == "", "{stopped}");
+    }
+}
