@@ -39,7 +39,7 @@ use crate::error::ApiError;
 struct KeyFile {
     path: PathBuf,
     modified: Option<SystemTime>,
-    keys: HashMap<String, Arc<RsaKey>>,
+    keys: KeyMap,
 }
 
 /// Verifies request signatures.
@@ -50,9 +50,7 @@ pub(crate) struct Verifier {
     skew_ms_max: i64,
 }
 
-fn read_key_file(
-    path: &Path,
-) -> Result<(Option<SystemTime>, HashMap<String, Arc<RsaKey>>), String> {
+fn read_key_file(path: &Path) -> Result<(Option<SystemTime>, KeyMap), String> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         format!(
             "read the API key file {}: {e} (register keys there, or run in development mode)",
@@ -80,6 +78,9 @@ fn read_key_file(
     }
     Ok((modified, keys))
 }
+
+/// The registered keys by keyId.
+type KeyMap = HashMap<String, Arc<RsaKey>>;
 
 /// A registered public key, in the form `ring` verifies with: RSASSA-PKCS1-v1_5 with SHA-256 is
 /// an order of magnitude cheaper in `ring` than in the `rsa` crate, which is used only to parse
