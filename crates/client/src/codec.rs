@@ -227,9 +227,15 @@ pub(crate) fn encode_message(message: &Message<Batch<Data>>) -> Result<Vec<u8>, 
 pub(crate) struct Outgoing {
     pub(crate) message: Message<Batch<Data>>,
     pub(crate) message_format: u32,
-    /// The encoded size of what the hub will count: the message, or the sum of the envelope's
-    /// sections.
-    pub(crate) size_bytes: u64,
+}
+
+impl Outgoing {
+    /// The encoded size the hub counts against its message size: the message, or the sum of
+    /// the envelope's sections. Encodes the message, so it is computed only when the link did
+    /// not advertise a maximum (the engine checks an advertised one on the bytes it sends).
+    pub(crate) fn encoded_len(&self) -> Result<u64, ClientError> {
+        Ok(encode_message(&self.message)?.len() as u64)
+    }
 }
 
 /// The transfer for `events`: the message itself for one event, a batch envelope for more.
@@ -238,12 +244,9 @@ pub(crate) fn outgoing(
     partition_key: Option<&str>,
 ) -> Result<Outgoing, ClientError> {
     if let [event] = events {
-        let message = event_to_message(event, partition_key);
-        let size_bytes = encode_message(&message)?.len() as u64;
         return Ok(Outgoing {
-            message,
+            message: event_to_message(event, partition_key),
             message_format: 0,
-            size_bytes,
         });
     }
     let messages: Vec<Message<Batch<Data>>> = events
@@ -266,11 +269,9 @@ pub(crate) fn outgoing(
         body: Batch::from(sections),
         footer: None,
     };
-    let size_bytes = encode_message(&envelope)?.len() as u64;
     Ok(Outgoing {
         message: envelope,
         message_format: BATCH_MESSAGE_FORMAT,
-        size_bytes,
     })
 }
 
@@ -518,10 +519,13 @@ mod tests {
             assert_eq!(event.data.body, Bytes::from(format!("e{i}")));
             assert_eq!(event.data.partition_key.as_deref(), Some("k"));
         }
-        assert_eq!(
-            batch.size_bytes,
-            encode_message(&batch.message).unwrap().len() as u64
-        );
+        let sections: usize = batch
+            .message
+            .body
+            .iter()
+            .map(|section| serde_amqp::to_vec(section).unwrap().len())
+            .sum();
+        assert!(batch.encoded_len().unwrap() > sections as u64);
     }
 
     #[test]

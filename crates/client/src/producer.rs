@@ -10,14 +10,17 @@
 //!   failed after the transfer left (a lost connection, a timeout) the events may or may not have
 //!   been stored. The next call reconnects if the connection dropped.
 //!
-//! One sender link is kept per target address and reused; sends to the same address are
-//! serialized, sends to different addresses run concurrently.
+//! One sender link is kept per target address and reused. Concurrent sends pipeline: each
+//! call's transfer leaves on the link in the order the calls reached it, and the hub's
+//! settlement is awaited without holding the link, so a producer keeps as many batches in
+//! flight per partition as it has concurrent `send` calls (the hub appends them in transfer
+//! order). Sends to different addresses run concurrently.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use fe2o3_amqp::link::Sender;
-use fe2o3_amqp::link::delivery::Sendable;
+use fe2o3_amqp::link::delivery::{DeliveryFut, Sendable};
+use fe2o3_amqp::link::{SendError, Sender};
 use fe2o3_amqp::types::definitions::SenderSettleMode;
 use fe2o3_amqp::types::messaging::Outcome;
 use tokio::sync::Mutex;
@@ -34,6 +37,8 @@ use crate::management::{self, EventHubProperties, PartitionProperties};
 #[derive(Default)]
 struct SenderSlot {
     generation: u64,
+    /// Counts attaches, so a failed settlement drops only the link it was sent on.
+    attached: u64,
     sender: Option<Sender>,
 }
 
@@ -41,7 +46,8 @@ impl std::fmt::Debug for SenderSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SenderSlot")
             .field("generation", &self.generation)
-            .field("attached", &self.sender.is_some())
+            .field("attached", &self.attached)
+            .field("live", &self.sender.is_some())
             .finish()
     }
 }
@@ -96,18 +102,37 @@ impl ProducerClient {
         let (address, partition_key) = self.route(events, &target)?;
         let outgoing = outgoing(events, partition_key.as_deref())?;
         let slot = self.slot(&address).await;
-        let mut slot = slot.lock().await;
         let connector = &self.connector;
         connector
             .target
             .timed("sending events", async {
-                let sender = attached(connector, &mut slot, &address).await?;
-                let result = transfer(sender, &address, outgoing).await;
-                if result.is_err() {
-                    // The link may be dead; attaching a fresh one next time costs one round trip.
-                    slot.sender = None;
+                // The transfer leaves under the slot's lock, so concurrent sends to one address
+                // keep their order; the settlement is awaited without it, so they pipeline.
+                let (settlement, attached_as) = {
+                    let mut slot = slot.lock().await;
+                    let sender = attached(connector, &mut slot, &address).await?;
+                    match start_transfer(sender, &address, outgoing).await {
+                        Ok(settlement) => (settlement, slot.attached),
+                        Err(failed) => {
+                            if failed.link_is_dead {
+                                // Attaching a fresh link next time costs one round trip.
+                                slot.sender = None;
+                            }
+                            return Err(failed.error);
+                        }
+                    }
+                };
+                let result = settled(settlement, &address).await;
+                if let Err(failed) = &result
+                    && failed.link_is_dead
+                {
+                    // Only the link this send used: a newer one may carry other sends.
+                    let mut slot = slot.lock().await;
+                    if slot.attached == attached_as {
+                        slot.sender = None;
+                    }
                 }
-                result
+                result.map_err(|failed| failed.error)
             })
             .await
     }
@@ -213,6 +238,7 @@ async fn attached<'a>(
             .await
             .map_err(|e| attach_sender_error(address, e))?;
         slot.generation = live.generation;
+        slot.attached += 1;
         slot.sender = Some(sender);
     }
     slot.sender
@@ -220,50 +246,91 @@ async fn attached<'a>(
         .ok_or_else(|| unreachable!("the sender was just attached"))
 }
 
-async fn transfer(
+/// A failed send, and whether its link is unusable for the sends after it. A local refusal
+/// (too large, not encodable) or a refused outcome leaves the link as it was, and dropping it
+/// would fail the other sends in flight on it.
+struct SendFailure {
+    error: ClientError,
+    link_is_dead: bool,
+}
+
+impl SendFailure {
+    fn refused(error: ClientError) -> Self {
+        SendFailure {
+            error,
+            link_is_dead: false,
+        }
+    }
+
+    fn from_engine(address: &str, error: SendError) -> Self {
+        let link_is_dead = !matches!(
+            error,
+            SendError::MessageSizeExceeded(_) | SendError::MessageEncodeError
+        );
+        SendFailure {
+            error: send_error(address, error),
+            link_is_dead,
+        }
+    }
+}
+
+/// Puts `outgoing` on the link; the returned future resolves with the hub's settlement.
+async fn start_transfer(
     sender: &mut Sender,
     address: &str,
     outgoing: Outgoing,
-) -> Result<(), ClientError> {
-    let max_bytes = sender
-        .max_message_size()
-        .unwrap_or(MESSAGE_BYTES_MAX_DEFAULT);
-    if outgoing.size_bytes > max_bytes {
-        return Err(ClientError::MessageTooLarge {
-            description: format!(
-                "the events encode to {} bytes; the hub accepts at most {max_bytes} bytes per send on {address}; send fewer or smaller events per call",
-                outgoing.size_bytes
-            ),
-        });
+) -> Result<DeliveryFut<Result<Outcome, SendError>>, SendFailure> {
+    // An advertised maximum is checked by the engine on the encoded bytes (one encoding); a
+    // hub that advertises none is held to the Event Hubs default here.
+    if sender.max_message_size().is_none() {
+        let size = outgoing.encoded_len().map_err(SendFailure::refused)?;
+        if size > MESSAGE_BYTES_MAX_DEFAULT {
+            return Err(SendFailure::refused(ClientError::MessageTooLarge {
+                description: format!(
+                    "the events encode to {size} bytes; the hub accepts at most {MESSAGE_BYTES_MAX_DEFAULT} bytes per send on {address}; send fewer or smaller events per call"
+                ),
+            }));
+        }
     }
     let sendable = Sendable::builder()
         .message(outgoing.message)
         .message_format(outgoing.message_format)
         .build();
-    let outcome = sender
-        .send(sendable)
+    sender
+        .send_batchable(sendable)
         .await
-        .map_err(|e| send_error(address, e))?;
-    match outcome {
-        Outcome::Accepted(_) => Ok(()),
-        Outcome::Rejected(rejected) => Err(match rejected.error {
+        .map_err(|e| SendFailure::from_engine(address, e))
+}
+
+/// Waits for the hub's settlement of a transfer and maps its outcome.
+async fn settled(
+    settlement: DeliveryFut<Result<Outcome, SendError>>,
+    address: &str,
+) -> Result<(), SendFailure> {
+    let outcome = settlement
+        .await
+        .map_err(|e| SendFailure::from_engine(address, e))?;
+    let refusal = match outcome {
+        Outcome::Accepted(_) => return Ok(()),
+        Outcome::Rejected(rejected) => match rejected.error {
             Some(error) => ClientError::from_amqp(&error),
             None => ClientError::Refused {
                 condition: "rejected".to_owned(),
                 description: format!("the hub rejected the events sent to {address}"),
             },
-        }),
-        Outcome::Released(_) | Outcome::Modified(_) => Err(ClientError::ServerBusy {
+        },
+        Outcome::Released(_) | Outcome::Modified(_) => ClientError::ServerBusy {
             condition: "released".to_owned(),
             description: format!(
                 "the hub released the events sent to {address} without storing them"
             ),
-        }),
+        },
         #[allow(unreachable_patterns)]
-        _ => Err(ClientError::Protocol {
+        _ => ClientError::Protocol {
             description: format!("the hub settled a send to {address} with an unexpected outcome"),
-        }),
-    }
+        },
+    };
+    Err(SendFailure::refused(refusal))
 }
 
 #[cfg(test)]

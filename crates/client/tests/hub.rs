@@ -786,3 +786,51 @@ async fn tls_to_a_plain_endpoint_fails_with_a_clear_error() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_sends_to_one_partition_pipeline_and_land_whole() {
+    let hub = TestHub::start(&[("orders", 2)]).await;
+    within("the test", async {
+        let producer = ProducerClient::connect(&hub.connection_string, "orders")
+            .await
+            .unwrap();
+        // 32 batches of 10 sent at once on one link, with oversize sends mixed in: those fail
+        // alone and the others still land.
+        let mut sends = tokio::task::JoinSet::new();
+        for b in 0..32 {
+            let producer = producer.clone();
+            sends.spawn(async move {
+                let events: Vec<EventData> = (0..10).map(|i| event(&format!("b{b}-{i}"))).collect();
+                let to_0 = SendTarget::Partition("0".to_owned());
+                if b % 8 == 3 {
+                    let big = EventData::new(vec![b'x'; 2 * 1024 * 1024]);
+                    let refused = producer.send(&[big], to_0.clone()).await.unwrap_err();
+                    assert!(matches!(refused, ClientError::MessageTooLarge { .. }));
+                }
+                producer.send(&events, to_0).await.map(|()| b)
+            });
+        }
+        let mut sent = 0;
+        while let Some(outcome) = sends.join_next().await {
+            outcome.unwrap().unwrap();
+            sent += 1;
+        }
+        assert_eq!(sent, 32);
+        let consumer = ConsumerClient::connect(&hub.connection_string, "orders")
+            .await
+            .unwrap();
+        let events = read_everything(&consumer, "0").await;
+        assert_eq!(events.len(), 320);
+        // Each batch landed whole: ten consecutive events, in the order given.
+        let bodies = bodies(&events);
+        let mut batches = std::collections::BTreeSet::new();
+        for chunk in bodies.chunks(10) {
+            let batch = chunk[0].split('-').next().unwrap().to_owned();
+            let expected: Vec<String> = (0..10).map(|i| format!("{batch}-{i}")).collect();
+            assert_eq!(chunk, expected.as_slice());
+            assert!(batches.insert(batch), "a batch landed twice");
+        }
+        assert_eq!(batches.len(), 32);
+    })
+    .await;
+}
