@@ -8,9 +8,10 @@
 //!   (this binary re-run with `--connections-child`), so the figure is this server process's
 //!   own resident memory (`VmRSS`, `VmHWM` from `/proc/self/status`), before and with them.
 //! - **ingest**: producers (one connection each) sending batches of 100-byte events, each
-//!   keeping one batch in flight per partition; events/s and MB/s of bodies acknowledged.
-//! - **ingest, pipelined**: the same with a bare engine sender that keeps several batches in
-//!   flight per link (as the JavaScript SDK can), which the server pipelines.
+//!   with `--in-flight` concurrent `send` calls per partition (default 16; the client pipelines
+//!   them on one link); events/s and MB/s of bodies acknowledged.
+//! - **ingest, pipelined**: the same with a bare engine sender that keeps 16 batches in flight
+//!   per link: the engine's ceiling, without the client's event encoding.
 //! - **deliver**: receivers on every partition reading the ingested backlog from the start.
 //! - **latency**: p50/p99/p999 from the send call to the receive (a timestamp in the body) at
 //!   a fixed offered rate, with receivers tailing every partition.
@@ -20,7 +21,7 @@
 //! run, default 10), `--warm-memory-gib N` (default 4: memory allocated and touched by a child
 //! process first, because first touch of fresh memory is slow on the VMs this runs on; 0 skips
 //! it), `--only ingest,ingest-pipelined,deliver,latency,connections`, `--producers`,
-//! `--partitions`, `--consumer-connections`, `--prefetch`, `--durability fsync|none`.
+//! `--partitions`, `--consumer-connections`, `--prefetch`, `--in-flight`, `--durability fsync|none`.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -60,6 +61,8 @@ struct Options {
     partitions: u32,
     consumer_connections: usize,
     prefetch: u32,
+    /// Concurrent `send` calls per producer and partition in the ingest run.
+    in_flight: usize,
     durability: Durability,
     /// Events per second offered in the latency run.
     latency_rate: u64,
@@ -77,6 +80,7 @@ impl Options {
             partitions: 8,
             consumer_connections: 4,
             prefetch: 3000,
+            in_flight: 16,
             durability: Durability::Fsync,
             latency_rate: 50_000,
             connections: 1000,
@@ -97,6 +101,7 @@ impl Options {
                         value().parse().expect("--consumer-connections N")
                 }
                 "--prefetch" => options.prefetch = value().parse().expect("--prefetch N"),
+                "--in-flight" => options.in_flight = value().parse().expect("--in-flight N"),
                 "--latency-rate" => {
                     options.latency_rate = value().parse().expect("--latency-rate N")
                 }
@@ -271,11 +276,11 @@ fn batch(tag: usize) -> Vec<EventData> {
         .collect()
 }
 
-/// Producers each keep one batch in flight per partition until `seconds` have passed; returns
-/// the events acknowledged.
+/// Producers each keep `in_flight` batches in flight per partition (that many concurrent
+/// `send` calls) until `seconds` have passed; returns the events acknowledged.
 async fn ingest(server: &Server, o: &Options) -> u64 {
     let (seconds, n_producers, n_partitions) = (o.seconds, o.producers, o.partitions);
-    let durability = o.durability;
+    let (durability, in_flight) = (o.durability, o.in_flight);
     let conn = server.conn();
     let mut producers = Vec::new();
     for _ in 0..n_producers {
@@ -289,7 +294,7 @@ async fn ingest(server: &Server, o: &Options) -> u64 {
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for (p, producer) in producers.iter().enumerate() {
-        for partition in 0..n_partitions {
+        for (partition, _) in (0..n_partitions).flat_map(|n| (0..in_flight).map(move |i| (n, i))) {
             let producer = producer.clone();
             let (acked, stop) = (acked.clone(), stop.clone());
             let events = batch(p);
@@ -315,7 +320,7 @@ async fn ingest(server: &Server, o: &Options) -> u64 {
     }
     let rate = (end_count - start_count) as f64 / elapsed.as_secs_f64();
     println!(
-        "ingest: {} events/s, {:.1} MB/s of event bodies (durability {durability}, {EVENT_BYTES}-byte events, batches of {BATCH_EVENTS}, {n_producers} producers (one connection each) with one batch in flight per partition, {n_partitions} partitions, {seconds} s; {cpu})",
+        "ingest: {} events/s, {:.1} MB/s of event bodies (durability {durability}, {EVENT_BYTES}-byte events, batches of {BATCH_EVENTS}, {n_producers} producers (one connection each) with {in_flight} concurrent sends per partition, {n_partitions} partitions, {seconds} s; {cpu})",
         thousands(rate),
         rate * EVENT_BYTES as f64 / 1e6
     );
@@ -344,8 +349,8 @@ fn raw_batch() -> Message<Batch<Data>> {
     Message::builder().body(Batch::from(sections)).build()
 }
 
-/// Like [`ingest`], but each producer's links keep [`PIPELINE_WINDOW`] batches in flight (the
-/// Rust client waits for each send; the JavaScript SDK and this bare engine sender do not).
+/// Like [`ingest`], but with a bare engine sender per link keeping [`PIPELINE_WINDOW`] batches
+/// in flight, sending one pre-encoded batch again and again: the engine's ceiling.
 async fn ingest_pipelined(server: &Server, o: &Options) -> u64 {
     let (seconds, n_producers, n_partitions) = (o.seconds, o.producers, o.partitions);
     let durability = o.durability;
@@ -390,7 +395,7 @@ async fn ingest_pipelined(server: &Server, o: &Options) -> u64 {
     }
     let rate = (end_count - start_count) as f64 / elapsed.as_secs_f64();
     println!(
-        "ingest, pipelined: {} events/s, {:.1} MB/s of event bodies (durability {durability}, {EVENT_BYTES}-byte events, batches of {BATCH_EVENTS}, {n_producers} producers (one connection each) with {PIPELINE_WINDOW} batches in flight per partition on one link each (a bare engine sender: the Rust client does not pipeline), {n_partitions} partitions, {seconds} s; {cpu})",
+        "ingest, pipelined: {} events/s, {:.1} MB/s of event bodies (durability {durability}, {EVENT_BYTES}-byte events, batches of {BATCH_EVENTS}, {n_producers} producers (one connection each) with {PIPELINE_WINDOW} batches in flight per partition on one link each (a bare engine sender, no client encoding), {n_partitions} partitions, {seconds} s; {cpu})",
         thousands(rate),
         rate * EVENT_BYTES as f64 / 1e6
     );
@@ -555,9 +560,10 @@ async fn latency(server: &Server, o: &Options) {
     let interval = Duration::from_nanos(1_000_000_000 / batches_per_s);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds + 1);
     let sent = Arc::new(AtomicU64::new(0));
+    let acks = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut pacers = Vec::new();
     for (p, producer) in producers.iter().enumerate() {
-        let (producer, sent) = (producer.clone(), sent.clone());
+        let (producer, sent, acks) = (producer.clone(), sent.clone(), acks.clone());
         pacers.push(tokio::spawn(async move {
             let mut ticks = tokio::time::interval(interval);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
@@ -569,8 +575,12 @@ async fn latency(server: &Server, o: &Options) {
                 let events = stamped_batch(stamp);
                 let target = SendTarget::Partition((n % n_partitions as usize).to_string());
                 n += n_producers;
-                let producer = producer.clone();
-                in_flight.spawn(async move { producer.send(&events, target).await.expect("send") });
+                let (producer, acks) = (producer.clone(), acks.clone());
+                in_flight.spawn(async move {
+                    producer.send(&events, target).await.expect("send");
+                    let acked = base.elapsed().as_nanos() as u64;
+                    acks.lock().expect("acks").push(acked.saturating_sub(stamp));
+                });
                 sent.fetch_add(BATCH_EVENTS as u64, Ordering::Relaxed);
                 while in_flight.try_join_next().is_some() {}
             }
@@ -586,7 +596,8 @@ async fn latency(server: &Server, o: &Options) {
     for receiver in receivers {
         samples.extend(receiver.await.expect("receiver task"));
     }
-    report_latency(o, samples, sent.load(Ordering::Relaxed));
+    let acks = std::mem::take(&mut *acks.lock().expect("acks"));
+    report_latency(o, samples, acks, sent.load(Ordering::Relaxed));
     for producer in &producers {
         producer.close().await;
     }
@@ -653,14 +664,25 @@ async fn spawn_latency_receivers(
     tasks
 }
 
-fn report_latency(o: &Options, mut samples: Vec<u64>, sent: u64) {
+/// Quantile `q` of sorted nanosecond samples, in milliseconds.
+fn quantile_ms(sorted: &[u64], q: f64) -> f64 {
+    let i = ((sorted.len() as f64 * q) as usize).min(sorted.len().saturating_sub(1));
+    sorted.get(i).copied().unwrap_or(0) as f64 / 1e6
+}
+
+fn report_latency(o: &Options, mut samples: Vec<u64>, mut acks: Vec<u64>, sent: u64) {
     let (seconds, n_producers, n_partitions) = (o.seconds, o.producers, o.partitions);
     let (n_consumers, prefetch, durability) = (o.consumer_connections, o.prefetch, o.durability);
     samples.sort_unstable();
-    let at = |q: f64| {
-        let i = ((samples.len() as f64 * q) as usize).min(samples.len().saturating_sub(1));
-        samples.get(i).copied().unwrap_or(0) as f64 / 1e6
-    };
+    acks.sort_unstable();
+    let at = |q: f64| quantile_ms(&samples, q);
+    println!(
+        "acknowledgement: p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms, send call to its return ({} sends of {BATCH_EVENTS} events)",
+        quantile_ms(&acks, 0.50),
+        quantile_ms(&acks, 0.99),
+        quantile_ms(&acks, 0.999),
+        acks.len()
+    );
     println!(
         "latency: p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms, max {:.2} ms, send call to receive, at {} events/s offered ({} events sent, {} received; durability {durability}, {EVENT_BYTES}-byte events, batches of {BATCH_EVENTS}, {n_producers} producers, {n_partitions} partitions, {n_partitions} tailing receivers on {n_consumers} connections, prefetch {prefetch}, {seconds} s + 1 s)",
         at(0.50),

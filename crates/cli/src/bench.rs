@@ -94,20 +94,23 @@ pub async fn run(global: &GlobalArgs, args: &BenchArgs) -> Result<()> {
             .data_dir
             .join(format!("bench-{}", std::process::id()))
     });
-    if args.scenario == Scenario::Processor {
+    if args.scenario != Scenario::Processor {
+        let args_root = (args.clone_for_thread(), root.clone());
+        tokio::task::spawn_blocking(move || {
+            let (args, root) = args_root;
+            let outcome = run_blocking(&args, &root);
+            let _ = std::fs::remove_dir_all(&root);
+            outcome
+        })
+        .await
+        .context("the benchmark thread panicked")??;
+    }
+    if matches!(args.scenario, Scenario::Processor | Scenario::All) {
         let outcome = crate::bench_processor::run(&root).await;
         let _ = std::fs::remove_dir_all(&root);
-        return outcome;
+        outcome?;
     }
-    let args_root = (args.clone_for_thread(), root.clone());
-    tokio::task::spawn_blocking(move || {
-        let (args, root) = args_root;
-        let outcome = run_blocking(&args, &root);
-        let _ = std::fs::remove_dir_all(&root);
-        outcome
-    })
-    .await
-    .context("the benchmark thread panicked")?
+    Ok(())
 }
 
 impl BenchArgs {
@@ -400,6 +403,8 @@ fn recover(args: &BenchArgs, dir: &Path) -> Result<()> {
 
 fn memory(args: &BenchArgs, dir: &Path) -> Result<()> {
     let logs = open_logs(dir, 4, Durability::None)?;
+    // Reset the peak (VmHWM) so it covers this scenario only, not the warm-up or earlier runs.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
     let before = resident_kib();
     let per_partition = (args.memory_gib << 30) / 4;
     std::thread::scope(|s| {
