@@ -128,22 +128,9 @@ impl ConnectionGrants {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policies::AccessPolicy;
 
     fn policies() -> AccessPolicies {
-        AccessPolicies::new(vec![
-            AccessPolicy {
-                name: "root".into(),
-                key: "root-key".into(),
-                rights: vec![Right::Manage],
-            },
-            AccessPolicy {
-                name: "listener".into(),
-                key: "listen-key".into(),
-                rights: vec![Right::Listen],
-            },
-        ])
-        .unwrap()
+        crate::policies::test_policies()
     }
 
     #[test]
@@ -180,7 +167,7 @@ mod tests {
             grants.authorize("hub", LISTEN, now + 60).is_err(),
             "expired"
         );
-        let root = sas::sign("sb://localhost/", "root", "root-key", now + 60);
+        let root = sas::sign("sb://localhost/", "root", "c2VjcmV0LWtleQ==", now + 60);
         grants.put_token(&root, &policies(), now).unwrap();
         assert!(grants.authorize("other/partitions/1", SEND, now).is_ok());
     }

@@ -227,6 +227,25 @@ pub fn connection_string(host: &str, port: u16, policy: &AccessPolicy) -> String
     )
 }
 
+/// Policies for unit tests: `root` (Manage, key `c2VjcmV0LWtleQ==`, base64 of `secret-key`
+/// as the Azure samples use) and `listener` (Listen, key `listen-key`).
+#[cfg(test)]
+pub(crate) fn test_policies() -> AccessPolicies {
+    AccessPolicies::new(vec![
+        AccessPolicy {
+            name: "root".into(),
+            key: "c2VjcmV0LWtleQ==".into(),
+            rights: vec![Right::Manage],
+        },
+        AccessPolicy {
+            name: "listener".into(),
+            key: "listen-key".into(),
+            rights: vec![Right::Listen],
+        },
+    ])
+    .expect("the test policies are valid")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

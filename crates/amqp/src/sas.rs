@@ -265,19 +265,7 @@ mod tests {
     use crate::policies::AccessPolicy;
 
     fn policies() -> AccessPolicies {
-        AccessPolicies::new(vec![
-            AccessPolicy {
-                name: "root".into(),
-                key: "c2VjcmV0LWtleQ==".into(),
-                rights: vec![Right::Manage],
-            },
-            AccessPolicy {
-                name: "listen".into(),
-                key: "listen-key".into(),
-                rights: vec![Right::Listen],
-            },
-        ])
-        .unwrap()
+        crate::policies::test_policies()
     }
 
     #[test]
@@ -324,7 +312,7 @@ mod tests {
             let sig = base64::engine::general_purpose::STANDARD
                 .encode(mac("listen-key", encoded, "50").finalize().into_bytes());
             let token = format!(
-                "SharedAccessSignature sr=sb%3A%2F%2Flocalhost%2Fhub&sig={}&se=50&skn=listen",
+                "SharedAccessSignature sr=sb%3A%2F%2Flocalhost%2Fhub&sig={}&se=50&skn=listener",
                 utf8_percent_encode(&sig, QUOTE_PLUS)
             );
             assert!(verify(&token, &policies(), 10).is_ok(), "{encoded}");
