@@ -9,7 +9,9 @@
 //! - [`sas`]: shared access signature tokens, signed as the Azure SDKs sign them; a background
 //!   task renews the token on `$cbs` before it expires.
 //! - [`ProducerClient`]: sends events to a partition, by partition key, or round-robin; one call
-//!   is one transfer (a batch for more than one event) and returns once the hub accepted it.
+//!   is one transfer (a batch for more than one event) and returns once the hub accepted it;
+//!   concurrent calls pipeline on one link, which is how a producer gets past one round trip
+//!   per batch.
 //! - [`ConsumerClient`] and [`EventReceiver`]: read a partition from any [`EventPosition`], with
 //!   an owner level (epoch) or without, with credit-based prefetch and the runtime metric.
 //! - Hub and partition properties through `$management`.
