@@ -100,20 +100,25 @@ impl ConnectionGrants {
     }
 
     /// Whether some grant lets this connection do an operation needing `needed` on
-    /// `entity_path`. The error is the description the service gives.
+    /// `entity_path`, and until when (Unix seconds: the latest expiry among the grants that
+    /// do). The error is the description the service gives.
     pub(crate) fn authorize(
         &self,
         entity_path: &str,
         needed: Needed,
         now_secs: i64,
-    ) -> Result<(), String> {
+    ) -> Result<i64, String> {
         let grants = self.grants.lock().expect("grants");
         let mut last_error = None;
+        let mut until = None;
         for grant in grants.iter() {
             match check(grant, entity_path, needed, now_secs) {
-                Ok(()) => return Ok(()),
+                Ok(()) => until = until.max(Some(grant.expiry)),
                 Err(e) => last_error = Some(e),
             }
+        }
+        if let Some(until) = until {
+            return Ok(until);
         }
         Err(match last_error {
             Some(e) if grants.len() == 1 => e,

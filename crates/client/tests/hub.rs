@@ -678,13 +678,46 @@ async fn tokens_are_renewed_before_they_expire() {
             token.value
         );
         let short_lived = ConsumerClient::connect(&fixed, "orders").await.unwrap();
+        // Links attached while the token was valid do not outlive it.
+        let mut attached = short_lived
+            .open_receiver("0", "$Default", EventPosition::Latest, None, 10)
+            .await
+            .unwrap();
+        let short_producer = ProducerClient::connect(&fixed, "orders").await.unwrap();
+        let to_0 = || SendTarget::Partition("0".to_owned());
+        short_producer
+            .send(&[event("before")], to_0())
+            .await
+            .unwrap();
+        assert_eq!(bodies(&receive_all(&mut attached, 1).await), ["before"]);
         // A client signing its own two-second tokens renews them on the connection.
         let options = ClientOptions::default().with_token_lifetime(Duration::from_secs(2));
         let renewing =
             ConsumerClient::connect_with_options(&hub.connection_string, Some("orders"), options)
                 .await
                 .unwrap();
+        let mut renewed = renewing
+            .open_receiver("0", "$Default", EventPosition::Latest, None, 10)
+            .await
+            .unwrap();
         tokio::time::sleep(Duration::from_secs(4)).await;
+
+        let cut = attached.receive(10, WAIT).await.unwrap_err();
+        assert!(matches!(cut, ClientError::Unauthorized { .. }), "{cut}");
+        let refused = short_producer
+            .send(&[event("after expiry")], to_0())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(refused, ClientError::Unauthorized { .. }),
+            "{refused}"
+        );
+        // The renewing client's link lived on through its renewals.
+        let producer = ProducerClient::connect(&hub.connection_string, "orders")
+            .await
+            .unwrap();
+        producer.send(&[event("renewed")], to_0()).await.unwrap();
+        assert_eq!(bodies(&receive_all(&mut renewed, 1).await), ["renewed"]);
 
         let expired = refusal(
             short_lived

@@ -5,6 +5,9 @@
 //!   position comes from the selector filter (none: the end of the stream); the epoch from
 //!   `com.microsoft:epoch`; the broker's epoch rules decide, and a refusal is the service's
 //!   condition (`amqp:link:stolen`, `amqp:resource-limit-exceeded`, `amqp:not-found`, …).
+//!   The grant is checked again before every batch the link delivers and when the grant's
+//!   expiry passes while the link waits for events: once the token behind it expires without
+//!   a renewal on `$cbs`, the link is closed with `amqp:unauthorized-access`.
 //! - Deliveries are pre-settled (the link's sender settle mode is `settled`), sent only within
 //!   the client's credit, in partition order, each stamped with `x-opt-sequence-number` (long),
 //!   `x-opt-offset` (string), `x-opt-enqueued-time` (timestamp) and `x-opt-partition-key`; with
@@ -52,6 +55,18 @@ pub(crate) struct Names {
     pub(crate) hub: String,
     pub(crate) group: String,
     pub(crate) partition: String,
+}
+
+impl Names {
+    /// The entity path the link's `Listen` claim must cover.
+    fn entity_path(&self) -> String {
+        Node::ConsumerPartition {
+            hub: self.hub.clone(),
+            group: self.group.clone(),
+            partition: self.partition.clone(),
+        }
+        .entity_path()
+    }
 }
 
 /// What a receive link asked for in its attach.
@@ -171,6 +186,8 @@ pub(crate) async fn attach(
                 sender,
                 receiver,
                 request,
+                entity: names.entity_path(),
+                connection: connection.clone(),
                 shutdown: connection.ctx.shutdown.clone(),
             };
             links.spawn(link.run());
@@ -183,21 +200,34 @@ pub(crate) async fn attach(
     Ok(())
 }
 
+/// Whether the connection still holds a grant to listen on `entity`, and until when (Unix
+/// seconds).
+fn authorized(entity: &str, connection: &Connection) -> Result<i64, Refusal> {
+    connection
+        .grants
+        .authorize(entity, LISTEN, now_secs())
+        .map_err(|e| Refusal::new(conditions::UNAUTHORIZED, e))
+}
+
+/// Resolves once the grant valid until `until_secs` (Unix seconds) has expired.
+async fn grant_expired(until_secs: i64) {
+    let left = until_secs.saturating_sub(now_secs()).max(0);
+    // Grants from SASL PLAIN never expire (i64::MAX): wait forever rather than overflow.
+    match u64::try_from(left) {
+        Ok(left) if left < u64::from(u32::MAX) => {
+            tokio::time::sleep(std::time::Duration::from_secs(left)).await;
+        }
+        _ => std::future::pending().await,
+    }
+}
+
 /// Authorizes the link and opens its broker receiver (which applies the epoch rules).
 fn open(
     names: &Names,
     attach: &Attach,
     connection: &Connection,
 ) -> Result<(Request, BrokerReceiver), Refusal> {
-    let entity = Node::ConsumerPartition {
-        hub: names.hub.clone(),
-        group: names.group.clone(),
-        partition: names.partition.clone(),
-    };
-    connection
-        .grants
-        .authorize(&entity.entity_path(), LISTEN, now_secs())
-        .map_err(|e| Refusal::new(conditions::UNAUTHORIZED, e))?;
+    authorized(&names.entity_path(), connection)?;
     let request = request(attach)?;
     let spec = ReceiverSpec {
         hub: names.hub.clone(),
@@ -219,6 +249,9 @@ struct ReceiveLink {
     sender: Sender,
     receiver: BrokerReceiver,
     request: Request,
+    /// The entity path, whose grant is checked again while the link lives.
+    entity: String,
+    connection: Arc<Connection>,
     shutdown: tokio::sync::watch::Receiver<bool>,
 }
 
@@ -254,8 +287,12 @@ impl ReceiveLink {
     async fn pump(&mut self) -> Stop {
         let mut pending: VecDeque<ReceivedEvent> = VecDeque::new();
         loop {
+            let authorized_until = match authorized(&self.entity, &self.connection) {
+                Ok(until) => until,
+                Err(refusal) => return Stop::Detach(refusal),
+            };
             let step = if pending.is_empty() {
-                self.fill(&mut pending).await
+                self.fill(&mut pending, authorized_until).await
             } else {
                 self.deliver(&mut pending).await
             };
@@ -265,8 +302,13 @@ impl ReceiveLink {
         }
     }
 
-    /// Waits for events (or a displacement, a detach, shutdown).
-    async fn fill(&mut self, pending: &mut VecDeque<ReceivedEvent>) -> Result<(), Stop> {
+    /// Waits for events (or a displacement, a detach, shutdown, or the expiry of the grant
+    /// valid until `authorized_until`, after which the caller checks the grants again).
+    async fn fill(
+        &mut self,
+        pending: &mut VecDeque<ReceivedEvent>,
+        authorized_until: i64,
+    ) -> Result<(), Stop> {
         let shutdown = Refusal::new(conditions::DETACH_FORCED, "the broker is shutting down");
         tokio::select! {
             received = self.receiver.receive(RECEIVE_BATCH_EVENTS, RECEIVE_WAIT) => match received {
@@ -278,6 +320,7 @@ impl ReceiveLink {
             },
             _ = self.sender.on_detach() => Err(Stop::Gone),
             () = shutting_down(&mut self.shutdown) => Err(Stop::Detach(shutdown)),
+            () = grant_expired(authorized_until) => Ok(()),
         }
     }
 

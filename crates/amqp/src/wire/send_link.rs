@@ -3,7 +3,9 @@
 //! # Guarantees
 //! - A link attaches only with a grant for `Send` (or `Manage`) on its entity, to an existing
 //!   hub and a valid partition; otherwise it is refused (`amqp:unauthorized-access`,
-//!   `amqp:not-found`, `com.microsoft:argument-out-of-range`).
+//!   `amqp:not-found`, `com.microsoft:argument-out-of-range`). The grant is checked again for
+//!   every delivery: once the token behind it expires without a renewal on `$cbs`, the next
+//!   delivery is not appended and the link is closed with `amqp:unauthorized-access`.
 //! - `max-message-size` is 1 MiB; a larger message detaches the link with
 //!   `amqp:link:message-size-exceeded` (done by the engine).
 //! - A delivery is settled `accepted` only after [`Broker::send`] returned, i.e. once the append
@@ -53,6 +55,8 @@ pub(crate) const BATCH_FORMAT: u32 = 0x8001_3700;
 struct SendTo {
     hub: String,
     partition: Option<String>,
+    /// The entity path the link's `Send` claim must cover, on attach and on every delivery.
+    entity: String,
 }
 
 /// Checks and attaches a client's send link to `node` (a hub or one of its partitions).
@@ -67,17 +71,19 @@ pub(crate) async fn attach(
         Node::Hub { hub } => SendTo {
             hub: hub.clone(),
             partition: None,
+            entity: node.entity_path(),
         },
         Node::HubPartition { hub, partition } => SendTo {
             hub: hub.clone(),
             partition: Some(partition.clone()),
+            entity: node.entity_path(),
         },
         _ => {
             let refusal = Refusal::new(conditions::NOT_ALLOWED, "not a send entity");
             return Err((attach, refusal));
         }
     };
-    if let Err(e) = check(&node, &to, connection) {
+    if let Err(e) = check(&to, connection) {
         return Err((attach, e));
     }
     // Python asks for rcv-settle-mode `second`, yet waits for a settled disposition: settle
@@ -102,11 +108,8 @@ pub(crate) async fn attach(
 
 /// Authorization first (so an unauthorized client learns nothing about entities), then the
 /// entity.
-fn check(node: &Node, to: &SendTo, connection: &Connection) -> Result<(), Refusal> {
-    connection
-        .grants
-        .authorize(&node.entity_path(), SEND, now_secs())
-        .map_err(|e| Refusal::new(conditions::UNAUTHORIZED, e))?;
+fn check(to: &SendTo, connection: &Connection) -> Result<(), Refusal> {
+    authorized(to, connection)?;
     let definition = connection
         .ctx
         .broker
@@ -117,6 +120,16 @@ fn check(node: &Node, to: &SendTo, connection: &Connection) -> Result<(), Refusa
             .map_err(|e| Refusal::new(conditions::ARGUMENT_OUT_OF_RANGE, e.to_string()))?;
     }
     Ok(())
+}
+
+/// Whether the connection still holds a grant to send to the link's entity: checked on attach
+/// and again for every delivery, so a link outlives its token only until the next message.
+fn authorized(to: &SendTo, connection: &Connection) -> Result<(), Refusal> {
+    connection
+        .grants
+        .authorize(&to.entity, SEND, now_secs())
+        .map(|_| ())
+        .map_err(|e| Refusal::new(conditions::UNAUTHORIZED, e))
 }
 
 /// An append that was issued and is not settled yet.
@@ -134,13 +147,18 @@ async fn run(mut receiver: Receiver, to: SendTo, connection: Arc<Connection>) {
     let mut shutdown = connection.ctx.shutdown.clone();
     let broker = &connection.ctx.broker;
     let mut in_flight: VecDeque<InFlight<'_>> = VecDeque::with_capacity(SEND_PIPELINE_MAX);
-    loop {
+    let refusal = loop {
         let room = in_flight.len() < SEND_PIPELINE_MAX;
         let busy = !in_flight.is_empty();
         tokio::select! {
             delivery = receiver.recv::<Body<Value>>(), if room => {
                 match delivery {
                     Ok(delivery) => {
+                        if let Err(refusal) = authorized(&to, &connection) {
+                            // The token expired (or was never renewed): nothing of this delivery
+                            // is appended; the link is closed with the reason.
+                            break refusal;
+                        }
                         let format = delivery.message_format().unwrap_or(0);
                         let (info, message) = delivery.into_parts();
                         in_flight.push_back(issue(info, append(broker, &to, format, message)).await);
@@ -161,11 +179,13 @@ async fn run(mut receiver: Receiver, to: SendTo, connection: Arc<Connection>) {
                     return;
                 }
             }
-            () = shutting_down(&mut shutdown) => break,
+            () = shutting_down(&mut shutdown) => {
+                break Refusal::new(conditions::DETACH_FORCED, "the broker is shutting down");
+            }
         }
-    }
-    // The broker is shutting down: settle what was issued (appended, or failed with the
-    // shutdown) before detaching.
+    };
+    // The broker is shutting down or the link lost its grant: settle what was issued
+    // (appended, or failed with the shutdown) before detaching.
     let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
         while !in_flight.is_empty() {
             front_done(&mut in_flight).await;
@@ -175,7 +195,7 @@ async fn run(mut receiver: Receiver, to: SendTo, connection: Arc<Connection>) {
         }
     })
     .await;
-    let refusal = Refusal::new(conditions::DETACH_FORCED, "the broker is shutting down");
+    tracing::debug!(hub = %to.hub, condition = refusal.condition, description = %refusal.description, "closing send link");
     let _ = tokio::time::timeout(
         CLOSE_TIMEOUT,
         receiver.close_with_error(amqp_error(&refusal)),
