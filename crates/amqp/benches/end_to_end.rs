@@ -43,6 +43,10 @@ use tributary_broker::{Broker, BrokerConfig, Durability, HubSpec};
 use tributary_client::{ConsumerClient, ProducerClient};
 use tributary_event::{EventData, EventPosition, SendTarget};
 
+/// The allocator `tributary` ships with, so the server's figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const EVENT_BYTES: usize = 100;
 /// The message format of an Event Hubs batch.
 const BATCH_FORMAT: u32 = 0x8001_3700;

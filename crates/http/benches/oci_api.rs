@@ -51,6 +51,10 @@ use tributary_broker::{Broker, BrokerConfig, Durability, HubSpec, SendTarget};
 use tributary_event::EventData;
 use tributary_http::{AuthConfig, HttpConfig, RunningHttpServer};
 
+/// The allocator `tributary` ships with, so the server's figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const KEY_ID: &str = "ocid1.tenancy.oc1..aaaabench/ocid1.user.oc1..aaaabench/12:34:56:78:9a:bc:de:f0:12:34:56:78:9a:bc:de:f0";
 
 /// Messages pre-filled for the GetMessages scenario, and their size.
