@@ -209,16 +209,14 @@ fn authorized(entity: &str, connection: &Connection) -> Result<i64, Refusal> {
         .map_err(|e| Refusal::new(conditions::UNAUTHORIZED, e))
 }
 
-/// Resolves once the grant valid until `until_secs` (Unix seconds) has expired.
+/// Resolves once the grant valid until `until_secs` (Unix seconds) has expired, or after a day
+/// at most (the caller checks again either way; SASL PLAIN grants never expire).
 async fn grant_expired(until_secs: i64) {
-    let left = until_secs.saturating_sub(now_secs()).max(0);
-    // Grants from SASL PLAIN never expire (i64::MAX): wait forever rather than overflow.
-    match u64::try_from(left) {
-        Ok(left) if left < u64::from(u32::MAX) => {
-            tokio::time::sleep(std::time::Duration::from_secs(left)).await;
-        }
-        _ => std::future::pending().await,
-    }
+    const CHECK_AT_LEAST_EVERY_S: i64 = 24 * 60 * 60;
+    let left = until_secs
+        .saturating_sub(now_secs())
+        .clamp(0, CHECK_AT_LEAST_EVERY_S);
+    tokio::time::sleep(std::time::Duration::from_secs(left.unsigned_abs())).await;
 }
 
 /// Authorizes the link and opens its broker receiver (which applies the epoch rules).
