@@ -11,7 +11,8 @@
 //! A stream is an event hub (stream id = hub name); offsets are sequence numbers; a message key
 //! routes like a partition key (a UTF-8 key *is* the event's partition key, so AMQP consumers see
 //! it), a null key spreads round-robin. The paths and JSON shapes are OCI's, so the official
-//! `oci` SDK's `StreamClient` works unmodified; see [`routes`] for the list.
+//! `oci` SDK's `StreamClient` works unmodified, and so does its `StreamAdminClient` for
+//! creating, getting, listing and deleting streams; see [`routes`] for the list.
 //!
 //! # Guarantees
 //! - PutMessages answers per message in request order; messages with the same key keep their

@@ -12,6 +12,14 @@
 //! | POST | `/20180418/streams/{streamId}/commit?cursor=…` | ConsumerCommit | 200 `Cursor` |
 //! | POST | `/20180418/streams/{streamId}/heartbeat?cursor=…` | ConsumerHeartbeat | 200 `Cursor` |
 //!
+//! # OCI Streaming stream administration (signed; JSON)
+//! | Method | Path | OCI operation | Answer |
+//! |---|---|---|---|
+//! | POST | `/20180418/streams` | CreateStream | 200 `Stream` (`ACTIVE` at once; its id is the hub name) |
+//! | GET | `/20180418/streams?compartmentId=…&name=…&limit=…&page=…&sortBy=…&sortOrder=…` | ListStreams | 200 `[StreamSummary]`, header `opc-next-page` while more remain |
+//! | GET | `/20180418/streams/{streamId}` | GetStream | 200 `Stream` |
+//! | DELETE | `/20180418/streams/{streamId}` | DeleteStream | 202, no body |
+//!
 //! # Admin API (signed; JSON)
 //! | Method | Path | Does |
 //! |---|---|---|

@@ -91,6 +91,14 @@ impl Shared {
 pub(crate) fn router(state: AppState) -> Router {
     let api = Router::new()
         .route(
+            "/20180418/streams",
+            get(oci::streams::list_streams).post(oci::streams::create_stream),
+        )
+        .route(
+            "/20180418/streams/{stream}",
+            get(oci::streams::get_stream).delete(oci::streams::delete_stream),
+        )
+        .route(
             "/20180418/streams/{stream}/messages",
             post(oci::messages::put_messages).get(oci::messages::get_messages),
         )

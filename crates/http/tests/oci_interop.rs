@@ -21,6 +21,13 @@ async fn put_get_and_every_partition_cursor_type() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_are_created_listed_used_and_deleted_with_the_admin_client() {
+    let server = start(Setup::default()).await;
+    run_python(&server, "streams.py", &[], &[]).await;
+    server.http.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_groups_and_the_seed_scenario() {
     let server = start(Setup::default()).await;
     run_python(&server, "groups.py", &[], &[]).await;

@@ -259,18 +259,7 @@ pub(crate) async fn get_messages(
 ) -> Result<Response, ApiError> {
     let query = Query::parse(uri.query(), &["cursor", "limit"])?;
     let cursor = query.required("cursor")?;
-    let limit = match query.get("limit") {
-        None => GET_LIMIT_MAX,
-        Some(l) => l
-            .parse::<u32>()
-            .ok()
-            .filter(|l| (1..=GET_LIMIT_MAX).contains(l))
-            .ok_or_else(|| {
-                ApiError::invalid(format!(
-                    "limit {l:?} must be a number from 1 to {GET_LIMIT_MAX}"
-                ))
-            })?,
-    };
+    let limit = query.count("limit", GET_LIMIT_MAX, GET_LIMIT_MAX)?;
     let now_ms = state.broker.clock().now_ms();
     match decode_cursor(&state, &path.stream, cursor, now_ms)? {
         Cursor::Partition(c) => get_partition(&state, c, limit, now_ms).await,

@@ -5,6 +5,7 @@ mod encode;
 pub(crate) mod groups;
 pub(crate) mod messages;
 mod model;
+pub(crate) mod streams;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
@@ -111,6 +112,20 @@ impl Query {
         self.get(name)
             .filter(|v| !v.is_empty())
             .ok_or_else(|| ApiError::missing(format!("the query parameter {name} is required")))
+    }
+
+    /// A count parameter such as `limit`: `default` when absent, else a number from 1 to `max`.
+    pub(crate) fn count(&self, name: &str, default: u32, max: u32) -> Result<u32, ApiError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(text) => text
+                .parse::<u32>()
+                .ok()
+                .filter(|n| (1..=max).contains(n))
+                .ok_or_else(|| {
+                    ApiError::invalid(format!("{name} {text:?} must be a number from 1 to {max}"))
+                }),
+        }
     }
 }
 

@@ -37,6 +37,13 @@ def client(key_file=None):
     )
 
 
+def admin_client(key_file=None):
+    """A StreamAdminClient (the control plane) exactly as a user makes one, without retries."""
+    return oci.streaming.StreamAdminClient(
+        config(key_file), service_endpoint=url(), retry_strategy=oci.retry.NoneRetryStrategy()
+    )
+
+
 def signer(key_file=None):
     return oci.signer.Signer(
         TENANCY, USER, FINGERPRINT, private_key_file_location=key_file or os.environ["OCI_KEY_FILE"]
