@@ -568,8 +568,11 @@ async fn latency(server: &Server, o: &Options) {
     let mut pacers = Vec::new();
     for (p, producer) in producers.iter().enumerate() {
         let (producer, sent, acks) = (producer.clone(), sent.clone(), acks.clone());
+        // Producers are independent: each paces from its own phase instead of all four sending
+        // at the same instants.
+        let phase = interval.mul_f64(p as f64 / n_producers as f64);
         pacers.push(tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(interval);
+            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + phase, interval);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
             let mut n = p;
             let mut in_flight = tokio::task::JoinSet::new();
