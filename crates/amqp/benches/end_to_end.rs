@@ -311,18 +311,7 @@ async fn ingest(server: &Server, o: &Options) -> u64 {
             }));
         }
     }
-    // One second of warm-up (links attach, segments grow), then the timed run.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let (start_count, started) = (acked.load(Ordering::Relaxed), Instant::now());
-    let cpu = cpu_seconds();
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let (end_count, elapsed) = (acked.load(Ordering::Relaxed), started.elapsed());
-    let cpu = cpu_note(cpu, end_count - start_count);
-    stop.store(true, Ordering::Relaxed);
-    for task in tasks {
-        task.await.expect("producer task");
-    }
-    let rate = (end_count - start_count) as f64 / elapsed.as_secs_f64();
+    let (rate, cpu) = timed_window(seconds, &acked, &stop, tasks).await;
     println!(
         "ingest: {} events/s, {:.1} MB/s of event bodies (durability {durability}, {EVENT_BYTES}-byte events, batches of {BATCH_EVENTS}, {n_producers} producers (one connection each) with {in_flight} concurrent sends per partition, {n_partitions} partitions, {seconds} s; {cpu})",
         thousands(rate),
@@ -332,6 +321,31 @@ async fn ingest(server: &Server, o: &Options) -> u64 {
         producer.close().await;
     }
     acked.load(Ordering::Relaxed)
+}
+
+/// One second of warm-up (links attach, segments grow), then `seconds` timed: the rate of
+/// `acked` over the timed window and a note of the CPU it took; then `stop` and wait for
+/// `tasks`.
+async fn timed_window(
+    seconds: u64,
+    acked: &AtomicU64,
+    stop: &AtomicBool,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+) -> (f64, String) {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (start_count, started) = (acked.load(Ordering::Relaxed), Instant::now());
+    let cpu = cpu_seconds();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let (end_count, elapsed) = (acked.load(Ordering::Relaxed), started.elapsed());
+    let cpu = cpu_note(cpu, end_count - start_count);
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.expect("sending task");
+    }
+    (
+        (end_count - start_count) as f64 / elapsed.as_secs_f64(),
+        cpu,
+    )
 }
 
 /// Batches in flight per link in the pipelined ingest run.
@@ -387,17 +401,7 @@ async fn ingest_pipelined(server: &Server, o: &Options) -> u64 {
         }
         connections.push((connection, session));
     }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let (start_count, started) = (acked.load(Ordering::Relaxed), Instant::now());
-    let cpu = cpu_seconds();
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
-    let (end_count, elapsed) = (acked.load(Ordering::Relaxed), started.elapsed());
-    let cpu = cpu_note(cpu, end_count - start_count);
-    stop.store(true, Ordering::Relaxed);
-    for task in tasks {
-        task.await.expect("sender task");
-    }
-    let rate = (end_count - start_count) as f64 / elapsed.as_secs_f64();
+    let (rate, cpu) = timed_window(seconds, &acked, &stop, tasks).await;
     println!(
         "ingest, pipelined: {} events/s, {:.1} MB/s of event bodies (durability {durability}, {EVENT_BYTES}-byte events, batches of {BATCH_EVENTS}, {n_producers} producers (one connection each) with {PIPELINE_WINDOW} batches in flight per partition on one link each (a bare engine sender, no client encoding), {n_partitions} partitions, {seconds} s; {cpu})",
         thousands(rate),
