@@ -331,12 +331,16 @@ fn acknowledged_events_survive_kill_9() {
 
 /// Waits until `condition` holds (polling), failing after 30 s.
 fn wait_until(what: &str, condition: impl Fn() -> bool) {
+    wait_until_explained(what, condition, String::new);
+}
+
+/// Waits until `condition` holds (polling), failing after 30 s with what `explain` says then.
+fn wait_until_explained(what: &str, condition: impl Fn() -> bool, explain: impl Fn() -> String) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !condition() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not reached within 30 s: {what}"
-        );
+        if std::time::Instant::now() >= deadline {
+            panic!("not reached within 30 s: {what}\n{}", explain());
+        }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
@@ -535,17 +539,21 @@ fn send_and_receive_through_the_amqp_front_door() {
 }
 
 /// A `tributary process` instance of the multi-process test, writing to `out`.
-fn spawn_processor(client: &Path, cs: &str, store: &str, out: &Path, name: &str) -> Reaped {
+/// A `tributary process` writing events to files in `out`; what it logs goes to `log`.
+fn spawn_processor(
+    client: &Path,
+    cs: &str,
+    store: &str,
+    out: &Path,
+    name: &str,
+    log: &Path,
+) -> Reaped {
     let args = ["process", "h", "--connection-string", cs, "--store", store];
     let output = ["--action", "file", "--output-dir", out.to_str().unwrap()];
     let mut cmd = tributary(client, &args);
     cmd.args(output).args(["--host-name", name]);
-    Reaped(
-        cmd.stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
+    let log = std::fs::File::create(log).unwrap();
+    Reaped(cmd.stdout(Stdio::null()).stderr(log).spawn().unwrap())
 }
 
 /// Owner → the partitions it owns, from `tributary ownership`.
@@ -628,19 +636,33 @@ fn five_processes_share_a_hub_and_survive_a_kill_9() {
         d.join("checkpoints.sqlite"),
     );
     let store = store.to_str().unwrap();
+    let log_of = |name: &str| d.join(format!("{name}.log"));
     let mut instances: Vec<(String, Reaped)> = (0..5)
         .map(|i| {
-            (
-                format!("p{i}"),
-                spawn_processor(&client, &cs, store, &out, &format!("p{i}")),
-            )
+            let name = format!("p{i}");
+            let child = spawn_processor(&client, &cs, store, &out, &name, &log_of(&name));
+            (name, child)
         })
         .collect();
     let owners = || owners_of(&client, &cs, store);
-    wait_until("five instances sharing 16 partitions", || {
-        let o = owners();
-        o.len() == 5 && o.values().all(|p| p.len() == 3 || p.len() == 4)
-    });
+    // On failure: who owns what, and what each instance logged.
+    let explain = || {
+        let mut said = format!("owners: {:?}\n", owners());
+        for i in 0..5 {
+            let name = format!("p{i}");
+            let log = std::fs::read_to_string(log_of(&name)).unwrap_or_default();
+            said += &format!("--- {name} logged:\n{log}\n");
+        }
+        said
+    };
+    wait_until_explained(
+        "five instances sharing 16 partitions",
+        || {
+            let o = owners();
+            o.len() == 5 && o.values().all(|p| p.len() == 3 || p.len() == 4)
+        },
+        explain,
+    );
     let mut trickle = Trickle::start(&client, &cs);
     trickle.send(300);
     let (victim, mut victim_child) = instances.remove(2);
@@ -649,9 +671,11 @@ fn five_processes_share_a_hub_and_survive_a_kill_9() {
     victim_child.0.wait().unwrap();
     let killed_at = std::time::Instant::now();
     trickle.send(300);
-    wait_until("the victim's partitions owned by the others", || {
-        !owners().contains_key(&victim)
-    });
+    wait_until_explained(
+        "the victim's partitions owned by the others",
+        || !owners().contains_key(&victim),
+        explain,
+    );
     eprintln!(
         "partitions of the killed instance owned elsewhere after {:?}",
         killed_at.elapsed()

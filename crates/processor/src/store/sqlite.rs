@@ -148,9 +148,7 @@ fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     connection
         .busy_timeout(SQLITE_BUSY_TIMEOUT)
         .map_err(with_path)?;
-    let journal_mode: String = connection
-        .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-        .map_err(with_path)?;
+    let journal_mode = switch_to_wal(&connection).map_err(with_path)?;
     if !journal_mode.eq_ignore_ascii_case("wal") {
         return Err(StoreError::Backend {
             operation: opening,
@@ -172,6 +170,27 @@ fn open_connection(path: &Path) -> Result<Connection, StoreError> {
         other => other,
     })?;
     Ok(connection)
+}
+
+/// Puts the file in WAL mode (a no-op when it already is); returns the journal mode after.
+///
+/// SQLite answers `PRAGMA journal_mode = WAL` with `SQLITE_BUSY` at once, without calling the
+/// busy handler, while another connection holds the file's lock to switch it itself; so
+/// processes opening one fresh file together would fail. The switch is retried instead until
+/// [`SQLITE_BUSY_TIMEOUT`] has passed.
+fn switch_to_wal(connection: &Connection) -> Result<String, rusqlite::Error> {
+    let deadline = std::time::Instant::now() + SQLITE_BUSY_TIMEOUT;
+    loop {
+        match connection.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)) {
+            Err(rusqlite::Error::SqliteFailure(failure, _))
+                if failure.code == rusqlite::ErrorCode::DatabaseBusy
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            result => return result,
+        }
+    }
 }
 
 fn create_schema(connection: &mut Connection) -> Result<(), StoreError> {
@@ -586,5 +605,30 @@ mod tests {
             error.to_string().contains("newer than this program"),
             "{error}"
         );
+    }
+
+    /// Several processes starting together open one fresh file at once: every one of them
+    /// gets a working store (WAL mode, schema) — none fails because another is mid-setup.
+    #[test]
+    fn many_first_opens_at_once_all_succeed() {
+        for round in 0..50 {
+            let directory = tempfile::tempdir().unwrap();
+            let path = directory.path().join("together.db");
+            let start = std::sync::Arc::new(std::sync::Barrier::new(6));
+            let openers: Vec<_> = (0..6)
+                .map(|_| {
+                    let (path, start) = (path.clone(), start.clone());
+                    std::thread::spawn(move || {
+                        start.wait();
+                        open_connection(&path).map(drop)
+                    })
+                })
+                .collect();
+            for opener in openers {
+                if let Err(error) = opener.join().unwrap() {
+                    panic!("round {round}: {error}");
+                }
+            }
+        }
     }
 }
