@@ -90,6 +90,16 @@ impl<'a> Fields<'a> {
         })
     }
 
+    /// [`Fields::close`] for a performative that may not be followed by a payload.
+    fn close_without_payload(self, reason: &'static str) -> Result<(), CodecError> {
+        let end = self.end;
+        if self.close()?.is_empty() {
+            Ok(())
+        } else {
+            Err(CodecError { at: end, reason })
+        }
+    }
+
     /// Skips fields beyond the known ones and checks the list ends where its size says;
     /// returns what follows the performative (a transfer's payload).
     fn close(mut self) -> Result<&'a [u8], CodecError> {
@@ -216,12 +226,7 @@ impl<'a> FlowFields<'a> {
             echo: f.next(|r| r.optional_bool())?.unwrap_or(false),
             properties: f.next(|r| r.optional_raw())?,
         };
-        if !f.close()?.is_empty() {
-            return Err(CodecError {
-                at: 0,
-                reason: "a flow carries no payload",
-            });
-        }
+        f.close_without_payload("a flow carries no payload")?;
         Ok(flow)
     }
 
@@ -272,12 +277,7 @@ impl<'a> DispositionFields<'a> {
             state: f.next(|r| r.optional_raw())?,
             batchable: f.next(|r| r.optional_bool())?.unwrap_or(false),
         };
-        if !f.close()?.is_empty() {
-            return Err(CodecError {
-                at: 0,
-                reason: "a disposition carries no payload",
-            });
-        }
+        f.close_without_payload("a disposition carries no payload")?;
         Ok(disposition)
     }
 
