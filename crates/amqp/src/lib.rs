@@ -20,10 +20,12 @@
 //!   positions, epochs, the five-receiver limit, runtime metrics, credit-based flow.
 //!
 //! # Structure
-//! [`start`] binds the listener (the private `server` module); the engine (`fe2o3-amqp`) is used
-//! only by the private `wire` module, so a fix or a fork of it stays local. The dialect's rules — link
-//! addresses, selector filters, tokens, grants, error conditions, strict message scanning — live
-//! in engine-free modules. Limits and their reasons are in [`limits`].
+//! [`start`] binds the listener (the private `server` module). Connections run on Tributary's
+//! own AMQP engine (`tributary-amqp-engine`: a sans-IO connection state machine and its tokio
+//! driver), used only by the private `wire` module; messages and the rare performatives keep the
+//! `fe2o3-amqp-types` types. The dialect's rules — link addresses, selector filters, tokens,
+//! grants, error conditions, strict message scanning — live in engine-free modules. Limits and
+//! their reasons are in [`limits`].
 //!
 //! # Guarantees
 //! - Nothing a peer sends can panic the server: peer errors become AMQP errors (a rejected

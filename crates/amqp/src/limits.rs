@@ -16,10 +16,9 @@ pub const FRAME_BYTES_MAX: u32 = 1024 * 1024;
 /// legitimately fit and bounds the work one transfer causes.
 pub const BATCH_EVENTS_MAX: usize = 32 * 1024;
 
-/// Credit given to a client's send link, topped up (to this again) once half of it has been
-/// settled. It is the engine's fixed default for accepted links (`fe2o3-amqp` `DEFAULT_CREDIT`,
-/// not configurable on its acceptor). What waits in memory per send link — in the engine's
-/// queue or in flight (see [`SEND_PIPELINE_MAX`]) — is bounded by this many messages of at most
+/// Credit given to a client's send link, topped up once credit and unsettled deliveries
+/// together fall to half of it. What waits in memory per send link — queued for its task or in
+/// flight (see [`SEND_PIPELINE_MAX`]) — is bounded by this many messages of at most
 /// [`MESSAGE_BYTES_MAX`] each.
 pub const SEND_LINK_CREDIT: u32 = 200;
 
@@ -39,7 +38,7 @@ pub const RECEIVE_BATCH_EVENTS: usize = 300;
 /// Appends wake it at once; this only bounds how long a quiet link sleeps.
 pub const RECEIVE_WAIT: Duration = Duration::from_secs(30);
 
-/// How long the connection handshake (protocol header, SASL, open) may take.
+/// How long the start of a connection (protocol header and SASL exchange) may take.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long a refused link stays attached before it is detached with the error. The Python SDK

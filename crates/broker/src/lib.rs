@@ -38,6 +38,6 @@ pub use catalog::{ConsumerGroupDefinition, HubDefinition};
 pub use config::BrokerConfig;
 pub use coordinator::{CoordinatorConfig, CoordinatorError, GroupCoordinator};
 pub use error::{BrokerError, DisconnectReason, ReceiveError};
-pub use receiver::{LastEnqueuedEvent, Receiver};
+pub use receiver::{DisconnectWatch, LastEnqueuedEvent, Receiver};
 pub use tributary_event::SendTarget;
 pub use tributary_log::{Durability, LogConfig, LogError, PartitionProperties};

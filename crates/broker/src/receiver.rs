@@ -57,6 +57,18 @@ async fn disconnected(control: &ReceiverControl) -> DisconnectReason {
     }
 }
 
+/// Whether a [`Receiver`] was disconnected, readable without the receiver
+/// ([`Receiver::disconnect_watch`]).
+#[derive(Debug, Clone)]
+pub struct DisconnectWatch(Arc<ReceiverControl>);
+
+impl DisconnectWatch {
+    /// Why the broker disconnected the receiver, if it has.
+    pub fn reason(&self) -> Option<DisconnectReason> {
+        self.0.reason()
+    }
+}
+
 /// The newest event of a partition as a receiver last saw it (the runtime metric Event Hubs
 /// receivers can ask for).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,6 +163,12 @@ impl Receiver {
     /// the partition.
     pub fn disconnect_reason(&self) -> Option<DisconnectReason> {
         self.control.reason()
+    }
+
+    /// A handle that tells whether the broker disconnected this receiver, apart from it: a
+    /// front door that holds fetched events elsewhere checks it before sending each batch.
+    pub fn disconnect_watch(&self) -> DisconnectWatch {
+        DisconnectWatch(self.control.clone())
     }
 
     /// Resolves once the broker disconnects this receiver (cancel-safe; never resolves for a

@@ -3,8 +3,9 @@
 //!
 //! # Flow control
 //! A receiver grants the hub `prefetch` credits when it attaches and tops them up to `prefetch`
-//! again once half have been consumed by [`EventReceiver::receive`], so at most `prefetch`
-//! events wait in the client ahead of the caller.
+//! again once half have been consumed by [`EventReceiver::receive`], so at most one and a half
+//! times `prefetch` events wait in the client ahead of the caller (the top-up comes while up to
+//! half may still be buffered).
 //!
 //! # Epochs and ownership
 //! A receiver opened with `owner_level = Some(e)` sends `com.microsoft:epoch = e` (a long). When
@@ -13,7 +14,7 @@
 //! [`ClientError::OwnershipLost`], and so does every later call: the receiver is finished and
 //! never re-attaches by itself. Any other failure is also final for that receiver; open a new
 //! one (the connection underneath reconnects on its own). Events the hub had already
-//! transferred before its detach (at most `prefetch`) are still returned first, in order: AMQP
+//! transferred before its detach (at most its outstanding credit) are still returned first, in order: AMQP
 //! delivers frames in sequence, and the detach comes after them.
 //!
 //! # Refusals
@@ -103,7 +104,7 @@ impl ConsumerClient {
     }
 
     /// Opens a receiver on `partition` in `consumer_group` from `start`; an epoch receiver if
-    /// `owner_level` is given; buffering at most `prefetch` events.
+    /// `owner_level` is given; buffering at most about one and a half times `prefetch` events (see the module docs).
     pub async fn open_receiver(
         &self,
         partition: &str,

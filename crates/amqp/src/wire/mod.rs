@@ -1,61 +1,49 @@
-//! The AMQP 1.0 engine boundary: the only module that uses `fe2o3-amqp`.
+//! The AMQP 1.0 connections, on Tributary's own engine (`tributary-amqp-engine`).
 //!
-//! It accepts a TCP connection (SASL or plain AMQP header), runs its sessions and attaches each
-//! link to what it names: `$cbs` and `$management` request/response nodes ([`nodes`]), send links
-//! into the broker ([`send_link`]) and receive links out of it ([`receive_link`]). Everything
-//! the Event Hubs dialect decides — addresses, selectors, tokens, conditions — lives outside, in
-//! engine-free modules; this module translates between them and the engine's types. A fix or
-//! fork of the engine stays here.
+//! A TCP connection runs the SASL layer (or goes straight to AMQP), then one task — the
+//! engine's driver — owns the socket and the connection's protocol state and calls the
+//! [`ServerHandler`] here for every event. The handler attaches each link to what it names:
+//! `$cbs` and `$management` request/response nodes ([`nodes`]), send links into the broker
+//! ([`send_link`]) and receive links out of it ([`receive_link`]). Work that waits — appends,
+//! reads of the log, timers — runs in one task per link, which hands its results back as
+//! [`Command`]s; the handler itself never waits. Everything the Event Hubs dialect decides —
+//! addresses, selectors, tokens, conditions — lives in engine-free modules.
 //!
-//! # Engine limitations worked around here
-//! - The engine's SASL acceptor reads only the SASL protocol header, and its plain acceptor only
-//!   the AMQP one, while clients send either (rhea with token credentials skips SASL). The first
-//!   eight bytes are peeked (`TcpStream::peek`) to pick the acceptor.
-//! - A link acceptor's credit mode is fixed at the engine default (`Auto(200)`), so a client's
-//!   send link gets 200 credits, refilled as deliveries are settled.
-//! - A refused attach is answered by completing it and detaching it with the error after
-//!   [`crate::limits::REFUSAL_DETACH_DELAY`] (the engine has no attach-with-null-terminus path, and
-//!   the Python SDK reports a link's error only once it uses the link). No message on such a link
-//!   is ever read.
-//! - The engine omits trailing null fields of performatives, which the Python SDK cannot read;
-//!   [`pad`] re-encodes every outgoing performative with all its fields, and adjusts the peer's
-//!   `open` so the padded frames still fit its `max-frame-size`.
-//! - The engine flushes the socket after every frame; [`stream`] hands frames to a writer task
-//!   instead, which sends what has queued up in one write.
-//! - A sender's credit is not observable, so a receive link waiting for credit also waits on its
-//!   broker receiver's disconnect, and gives up the send the moment a higher epoch takes over.
+//! # Refusals
+//! A refused attach is answered (the peer's terminus echoed) and detached with the error
+//! after [`crate::limits::REFUSAL_DETACH_DELAY`]: the Python SDK reports a link's error only
+//! once it uses the link. A refused send link gets credit, and every message on it is rejected
+//! with the error; nothing on a refused link is ever appended or delivered.
 
+mod delivery;
 mod message;
 mod nodes;
-mod pad;
 mod receive_link;
 mod sasl;
 mod send_link;
-mod stream;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fe2o3_amqp::acceptor::{
-    ConnectionAcceptor, LinkAcceptor, LinkEndpoint, ListenerConnectionHandle,
-    ListenerSessionHandle, SessionAcceptor, SupportedReceiverSettleModes,
-};
-use fe2o3_amqp_types::definitions::{self, Role};
+use fe2o3_amqp_types::definitions::{self, ReceiverSettleMode, Role};
 use fe2o3_amqp_types::messaging::TargetArchetype;
 use fe2o3_amqp_types::performatives::Attach;
 use fe2o3_amqp_types::primitives::Symbol;
 use tokio::net::TcpStream;
-use tokio::sync::watch;
-use tokio::task::JoinSet;
+use tokio::sync::{mpsc, watch};
+use tributary_amqp_engine::connection::{Delivery, amqp_error as engine_error};
+use tributary_amqp_engine::driver::{self, Ending, Handler};
+use tributary_amqp_engine::{Config, Connection, Event, LinkId, SessionId};
 use tributary_broker::Broker;
 
 use crate::address::{self, Node};
 use crate::auth::ConnectionGrants;
 use crate::conditions::{self, Refusal};
 use crate::limits::{
-    CHANNEL_MAX, CLOSE_TIMEOUT, FRAME_BYTES_MAX, HANDLE_MAX, HANDSHAKE_TIMEOUT,
-    REFUSAL_DETACH_DELAY,
+    CHANNEL_MAX, FRAME_BYTES_MAX, HANDLE_MAX, HANDSHAKE_TIMEOUT, REFUSAL_DETACH_DELAY,
+    SEND_LINK_CREDIT,
 };
 use crate::policies::AccessPolicies;
 
@@ -68,9 +56,9 @@ pub(crate) struct Context {
     pub(crate) shutdown: watch::Receiver<bool>,
 }
 
-/// One connection's state.
+/// One connection's state, shared with its link tasks.
 #[derive(Debug)]
-pub(crate) struct Connection {
+pub(crate) struct ConnectionState {
     pub(crate) ctx: Arc<Context>,
     pub(crate) grants: ConnectionGrants,
     pub(crate) peer: SocketAddr,
@@ -84,11 +72,7 @@ pub(crate) fn now_secs() -> i64 {
 }
 
 pub(crate) fn amqp_error(refusal: &Refusal) -> definitions::Error {
-    definitions::Error::new(
-        definitions::ErrorCondition::Custom(Symbol::from(refusal.condition)),
-        Some(refusal.description.clone()),
-        None,
-    )
+    engine_error(refusal.condition, &refusal.description)
 }
 
 /// Waits until the shutdown flag is raised (or its sender is gone).
@@ -96,12 +80,45 @@ pub(crate) async fn shutting_down(shutdown: &mut watch::Receiver<bool>) {
     let _ = shutdown.wait_for(|down| *down).await;
 }
 
+/// A link is known to the handler by its id and a serial, so a command from the task of a
+/// link that is gone never reaches a newer link that reuses its handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LinkRef {
+    pub(crate) id: LinkId,
+    pub(crate) serial: u64,
+}
+
+/// What link tasks ask of the connection.
+#[derive(Debug)]
+pub(crate) enum Command {
+    /// Encoded messages for a receive link, in order: `messages[ends[i-1]..ends[i]]`.
+    Deliver {
+        link: LinkRef,
+        messages: Vec<u8>,
+        ends: Vec<usize>,
+    },
+    /// A send link's task finished `finished` deliveries: settle those of `delivery_ids` (the
+    /// ones the client did not settle itself) with this outcome.
+    Settle {
+        link: LinkRef,
+        delivery_ids: Vec<u32>,
+        finished: u32,
+        outcome: Result<(), Refusal>,
+    },
+    /// Detach a link with this error.
+    Detach { link: LinkRef, refusal: Refusal },
+    /// A refused link's delay is over: detach it with its error.
+    RefusalDue { link: LinkRef },
+}
+
 /// Serves one TCP connection until it closes or the server shuts down.
-pub(crate) async fn serve_connection(stream: TcpStream, peer: SocketAddr, ctx: Arc<Context>) {
+pub(crate) async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, ctx: Arc<Context>) {
     let _ = stream.set_nodelay(true);
-    let accepted = tokio::time::timeout(HANDSHAKE_TIMEOUT, accept(stream, &ctx)).await;
-    let (handle, grants) = match accepted {
-        Ok(Ok(accepted)) => accepted,
+    let grants = ConnectionGrants::default();
+    let mut buffered = Vec::new();
+    let handshake = sasl::accept(&mut stream, &mut buffered, &ctx.policies, &grants);
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+        Ok(Ok(())) => {}
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "AMQP handshake failed");
             return;
@@ -110,127 +127,399 @@ pub(crate) async fn serve_connection(stream: TcpStream, peer: SocketAddr, ctx: A
             tracing::debug!(%peer, "AMQP handshake timed out");
             return;
         }
+    }
+    let mut config = Config::new("tributary");
+    config.max_frame_size = FRAME_BYTES_MAX;
+    config.channel_max = CHANNEL_MAX;
+    config.handle_max = HANDLE_MAX;
+    config.idle_timeout_ms = Some(u32::try_from(ctx.idle_timeout.as_millis()).unwrap_or(u32::MAX));
+    let connection = Connection::server(config);
+    let (commands_tx, mut commands) = mpsc::unbounded_channel();
+    let state = Arc::new(ConnectionState {
+        ctx: ctx.clone(),
+        grants,
+        peer,
+    });
+    let mut handler = ServerHandler {
+        state,
+        commands: commands_tx,
+        links: HashMap::new(),
+        next_serial: 0,
     };
+    let mut shutdown = ctx.shutdown.clone();
+    let shutdown = async move { shutting_down(&mut shutdown).await };
     tracing::debug!(%peer, "AMQP connection open");
-    let connection = Arc::new(Connection { ctx, grants, peer });
-    run_connection(handle, connection).await;
-    tracing::debug!(%peer, "AMQP connection closed");
-}
-
-/// Reads the protocol header without consuming it, so the right acceptor can answer it.
-async fn peek_header(stream: &TcpStream) -> std::io::Result<[u8; 8]> {
-    let mut header = [0u8; 8];
-    loop {
-        let n = stream.peek(&mut header).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        if n == header.len() {
-            return Ok(header);
-        }
-        // Fewer than eight bytes are in; wait for more instead of spinning.
-        tokio::time::sleep(Duration::from_millis(5)).await;
+    let (_, ending) = driver::run(
+        stream,
+        buffered,
+        connection,
+        &mut handler,
+        &mut commands,
+        shutdown,
+    )
+    .await;
+    match ending {
+        Ending::Closed => tracing::debug!(%peer, "AMQP connection closed"),
+        other => tracing::debug!(%peer, ending = ?other, "AMQP connection ended"),
     }
 }
 
-async fn accept(
-    stream: TcpStream,
-    ctx: &Context,
-) -> Result<(ListenerConnectionHandle, ConnectionGrants), String> {
-    let header = peek_header(&stream).await.map_err(|e| e.to_string())?;
-    // Every outgoing performative is padded to its full field list (see `pad`).
-    let stream = stream::PaddedStream::new(stream);
-    let idle_ms = u32::try_from(ctx.idle_timeout.as_millis()).unwrap_or(u32::MAX);
-    let builder = ConnectionAcceptor::builder()
-        .container_id("tributary")
-        .max_frame_size(FRAME_BYTES_MAX)
-        .channel_max(CHANNEL_MAX)
-        .idle_time_out(idle_ms);
-    let grants = ConnectionGrants::default();
-    if header[4] == 3 {
-        let mechanisms = sasl::Mechanisms {
-            policies: ctx.policies.clone(),
-            plain: sasl::PlainGrant::default(),
-        };
-        let acceptor = builder.sasl_acceptor(mechanisms.clone()).build();
-        let handle = acceptor.accept(stream).await.map_err(|e| e.to_string())?;
-        let plain = mechanisms.plain.lock().expect("sasl outcome").take();
-        if let Some((policy, rights)) = plain {
-            grants.grant_namespace(policy, rights);
-        }
-        Ok((handle, grants))
-    } else {
-        // The plain AMQP header; any other header is answered by the acceptor with its own and
-        // the connection fails.
-        let handle = builder
-            .build()
-            .accept(stream)
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok((handle, grants))
+/// What the handler keeps per link.
+#[derive(Debug)]
+struct LinkEntry {
+    serial: u64,
+    kind: LinkKind,
+}
+
+#[derive(Debug)]
+enum LinkKind {
+    /// The client's requests to `$cbs` or `$management`.
+    Requests(nodes::NodeKind),
+    /// Responses of `$cbs` or `$management` to the client.
+    Replies(nodes::ReplyLink),
+    /// Messages into the broker.
+    Send(send_link::SendLinkHandle),
+    /// Events out of the broker.
+    Receive(receive_link::ReceiveLinkHandle),
+    /// Refused: detached with the refusal once its delay is over.
+    Refused(Refusal),
+}
+
+/// The Event Hubs dialect over one connection's engine (see the module docs).
+pub(crate) struct ServerHandler {
+    state: Arc<ConnectionState>,
+    commands: mpsc::UnboundedSender<Command>,
+    links: HashMap<LinkId, LinkEntry>,
+    next_serial: u64,
+}
+
+impl std::fmt::Debug for ServerHandler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerHandler")
+            .field("peer", &self.state.peer)
+            .field("links", &self.links.len())
+            .finish()
     }
 }
 
-async fn run_connection(mut handle: ListenerConnectionHandle, connection: Arc<Connection>) {
-    let mut shutdown = connection.ctx.shutdown.clone();
-    let mut sessions = JoinSet::new();
-    let session_acceptor = SessionAcceptor::builder().handle_max(HANDLE_MAX).build();
-    let mut closing_error = None;
-    loop {
-        tokio::select! {
-            incoming = handle.next_incoming_session() => {
-                let Some(incoming) = incoming else { break };
-                match session_acceptor.accept_incoming_session(incoming, &mut handle).await {
-                    Ok(session) => {
-                        sessions.spawn(run_session(session, connection.clone()));
-                    }
-                    Err(e) => {
-                        tracing::debug!(peer = %connection.peer, error = %e, "session refused");
-                        break;
-                    }
+impl Handler for ServerHandler {
+    type Command = Command;
+
+    fn on_event(&mut self, connection: &mut Connection, event: Event) {
+        match event {
+            Event::Attached {
+                link,
+                attach,
+                answer: false,
+            } => self.on_attach(connection, link, *attach),
+            Event::Delivery(delivery) => self.on_delivery(connection, delivery),
+            Event::Credit(link) => self.on_credit(connection, link),
+            Event::Detached { link, .. } => {
+                self.links.remove(&link);
+            }
+            Event::SessionEnded { session, .. } => {
+                self.links.retain(|id, _| id.session != session);
+            }
+            Event::Closed { .. } => self.links.clear(),
+            // Dispositions: receive links deliver settled, responses are not waited on.
+            Event::Opened(_)
+            | Event::SessionBegun(_)
+            | Event::Attached { answer: true, .. }
+            | Event::Disposition { .. } => {}
+        }
+    }
+
+    fn on_command(&mut self, connection: &mut Connection, command: Command) {
+        match command {
+            Command::Deliver {
+                link,
+                messages,
+                ends,
+            } => {
+                if let Some(LinkKind::Receive(receive)) = self.kind_mut(link) {
+                    receive.queue(messages, ends);
+                    receive.flush(connection, link.id);
                 }
             }
-            Some(_) = sessions.join_next() => {}
-            () = shutting_down(&mut shutdown) => {
-                closing_error = Some(Refusal::new(
-                    "amqp:connection:forced",
-                    "the broker is shutting down",
-                ));
-                break;
+            Command::Settle {
+                link,
+                delivery_ids,
+                finished,
+                outcome,
+            } => {
+                if let Some(LinkKind::Send(send)) = self.kind_mut(link) {
+                    send.settle(connection, link.id, &delivery_ids, finished, outcome);
+                }
+            }
+            Command::Detach { link, refusal } => {
+                if self.kind_mut(link).is_some() {
+                    tracing::debug!(condition = refusal.condition, description = %refusal.description, "detaching link");
+                    self.links.remove(&link.id);
+                    connection.detach(link.id, true, Some(amqp_error(&refusal)));
+                }
+            }
+            Command::RefusalDue { link } => {
+                if let Some(LinkKind::Refused(refusal)) = self.kind_mut(link) {
+                    let error = amqp_error(refusal);
+                    self.links.remove(&link.id);
+                    connection.detach(link.id, true, Some(error));
+                }
             }
         }
     }
-    let close = async {
-        match closing_error {
-            Some(refusal) => handle.close_with_error(amqp_error(&refusal)).await,
-            None => handle.close().await,
+
+    fn on_shutdown(&mut self, connection: &mut Connection) {
+        for id in self.links.keys() {
+            let refusal = Refusal::new(conditions::DETACH_FORCED, "the broker is shutting down");
+            connection.detach(*id, true, Some(amqp_error(&refusal)));
         }
-    };
-    let _ = tokio::time::timeout(CLOSE_TIMEOUT, close).await;
-    sessions.shutdown().await;
+        self.links.clear();
+        connection.close(Some(engine_error(
+            "amqp:connection:forced",
+            "the broker is shutting down",
+        )));
+    }
 }
 
-async fn run_session(mut session: ListenerSessionHandle, connection: Arc<Connection>) {
-    let routes = Arc::new(nodes::ReplyRoutes::default());
-    let mut links = JoinSet::new();
-    let mut shutdown = connection.ctx.shutdown.clone();
-    loop {
-        tokio::select! {
-            attach = session.next_incoming_attach() => {
-                let Some(attach) = attach else { break };
-                on_attach(attach, &mut session, &connection, &routes, &mut links).await;
-            }
-            Some(_) = links.join_next() => {}
-            () = shutting_down(&mut shutdown) => break,
+impl ServerHandler {
+    fn kind_mut(&mut self, link: LinkRef) -> Option<&mut LinkKind> {
+        self.links
+            .get_mut(&link.id)
+            .filter(|entry| entry.serial == link.serial)
+            .map(|entry| &mut entry.kind)
+    }
+
+    fn register(&mut self, id: LinkId, kind: LinkKind) -> LinkRef {
+        self.next_serial += 1;
+        let serial = self.next_serial;
+        self.links.insert(id, LinkEntry { serial, kind });
+        LinkRef { id, serial }
+    }
+
+    fn next_ref(&self, id: LinkId) -> LinkRef {
+        LinkRef {
+            id,
+            serial: self.next_serial + 1,
         }
     }
-    // Let the links detach (they watch the shutdown flag too) before ending the session.
-    let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
-        while links.join_next().await.is_some() {}
-    })
-    .await;
-    links.shutdown().await;
-    let _ = tokio::time::timeout(CLOSE_TIMEOUT, session.end()).await;
+
+    fn on_attach(&mut self, connection: &mut Connection, link: LinkId, attach: Attach) {
+        let node = match attached_node(&attach) {
+            Ok(node) => node,
+            Err(refusal) => return self.refuse(connection, link, &attach, refusal),
+        };
+        let client_sends = matches!(attach.role, Role::Sender);
+        let outcome = match node {
+            Node::Cbs | Node::Management => {
+                let kind = if node == Node::Cbs {
+                    nodes::NodeKind::Cbs
+                } else {
+                    nodes::NodeKind::Management
+                };
+                let answer = answer_for(&attach);
+                let entry = if client_sends {
+                    LinkKind::Requests(kind)
+                } else {
+                    LinkKind::Replies(nodes::ReplyLink::new(kind, &attach))
+                };
+                if connection.attach_answer(link, answer).is_ok() {
+                    self.register(link, entry);
+                    if client_sends {
+                        let _ = connection.flow(link, SEND_LINK_CREDIT);
+                    }
+                }
+                Ok(())
+            }
+            Node::Hub { .. } | Node::HubPartition { .. } if client_sends => {
+                let link_ref = self.next_ref(link);
+                send_link::attach(&node, link_ref, &self.state, &self.commands).map(|handle| {
+                    let mut answer = answer_for(&attach);
+                    answer.max_message_size = Some(crate::limits::MESSAGE_BYTES_MAX);
+                    if connection.attach_answer(link, answer).is_ok() {
+                        self.register(link, LinkKind::Send(handle));
+                        let _ = connection.flow(link, SEND_LINK_CREDIT);
+                    }
+                })
+            }
+            Node::ConsumerPartition {
+                hub,
+                group,
+                partition,
+            } if !client_sends => {
+                let names = receive_link::Names {
+                    hub,
+                    group,
+                    partition,
+                };
+                let link_ref = self.next_ref(link);
+                receive_link::attach(names, &attach, link_ref, &self.state, &self.commands).map(
+                    |(handle, runtime_metric)| {
+                        let mut answer = answer_for(&attach);
+                        answer.snd_settle_mode = definitions::SenderSettleMode::Settled;
+                        if runtime_metric {
+                            answer.offered_capabilities =
+                                Some(vec![Symbol::from(receive_link::RUNTIME_METRIC)].into());
+                        }
+                        if connection.attach_answer(link, answer).is_ok() {
+                            self.register(link, LinkKind::Receive(handle));
+                        }
+                    },
+                )
+            }
+            _ if client_sends => Err(Refusal::new(
+                conditions::NOT_ALLOWED,
+                "send to <hub> or <hub>/Partitions/<id>",
+            )),
+            _ => Err(Refusal::new(
+                conditions::NOT_ALLOWED,
+                "receive from <hub>/ConsumerGroups/<group>/Partitions/<id>",
+            )),
+        };
+        if let Err(refusal) = outcome {
+            self.refuse(connection, link, &attach, refusal);
+        }
+    }
+
+    /// Refuses an attach: answers it, lets a sending client send (each message is rejected
+    /// with the refusal), and detaches with the refusal after [`REFUSAL_DETACH_DELAY`].
+    fn refuse(
+        &mut self,
+        connection: &mut Connection,
+        link: LinkId,
+        attach: &Attach,
+        refusal: Refusal,
+    ) {
+        tracing::debug!(link = %attach.name, condition = refusal.condition, description = %refusal.description, "refusing link");
+        if connection.attach_answer(link, answer_for(attach)).is_err() {
+            return;
+        }
+        let link_ref = self.register(link, LinkKind::Refused(refusal));
+        if matches!(attach.role, Role::Sender) {
+            let _ = connection.flow(link, SEND_LINK_CREDIT);
+        }
+        let commands = self.commands.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(REFUSAL_DETACH_DELAY).await;
+            let _ = commands.send(Command::RefusalDue { link: link_ref });
+        });
+    }
+
+    fn on_delivery(&mut self, connection: &mut Connection, delivery: Delivery) {
+        let link = delivery.link;
+        let Some(entry) = self.links.get_mut(&link) else {
+            return;
+        };
+        match &mut entry.kind {
+            LinkKind::Requests(kind) => {
+                let kind = *kind;
+                let session = link.session;
+                let (reply_to, response) = nodes::answer(kind, &delivery.payload, &self.state);
+                settle_request(connection, session, &delivery, response.is_ok());
+                let Ok(response) = response else { return };
+                match self.reply_link(session, kind, reply_to.as_deref()) {
+                    Some((id, reply)) => reply.send(connection, id, response),
+                    None => {
+                        tracing::debug!(?kind, "no response link for a request; response dropped")
+                    }
+                }
+                let _ = connection.flow(link, SEND_LINK_CREDIT);
+            }
+            LinkKind::Send(send) => send.deliver(connection, delivery),
+            LinkKind::Refused(refusal) => {
+                if !delivery.settled {
+                    let state = nodes::rejected(refusal);
+                    let _ = connection.disposition(
+                        link.session,
+                        true,
+                        delivery.delivery_id,
+                        delivery.delivery_id,
+                        true,
+                        Some(&state),
+                    );
+                }
+            }
+            LinkKind::Replies(_) | LinkKind::Receive(_) => {}
+        }
+    }
+
+    /// The response link of `kind` on `session`: the one whose name or target address is the
+    /// request's `reply-to` (JavaScript), else the newest (Python sends no `reply-to`).
+    fn reply_link(
+        &mut self,
+        session: SessionId,
+        kind: nodes::NodeKind,
+        reply_to: Option<&str>,
+    ) -> Option<(LinkId, &mut nodes::ReplyLink)> {
+        let candidates = self
+            .links
+            .iter()
+            .filter_map(|(id, entry)| match &entry.kind {
+                LinkKind::Replies(r) if id.session == session && r.kind == kind => {
+                    Some((*id, entry.serial, r.answers(reply_to)))
+                }
+                _ => None,
+            });
+        let (id, _, _) = candidates.max_by_key(|(_, serial, named)| (*named, *serial))?;
+        match &mut self.links.get_mut(&id)?.kind {
+            LinkKind::Replies(reply) => Some((id, reply)),
+            _ => None,
+        }
+    }
+
+    fn on_credit(&mut self, connection: &mut Connection, link: LinkId) {
+        let Some(entry) = self.links.get_mut(&link) else {
+            return;
+        };
+        match &mut entry.kind {
+            LinkKind::Receive(receive) => receive.flush(connection, link),
+            LinkKind::Replies(reply) => reply.flush(connection, link),
+            _ => {}
+        }
+    }
+}
+
+/// Settles a request to a node: accepted, or rejected when it could not be read.
+fn settle_request(connection: &mut Connection, session: SessionId, delivery: &Delivery, ok: bool) {
+    if delivery.settled {
+        return;
+    }
+    let state = if ok {
+        tributary_amqp_codec::performative::ACCEPTED.to_vec()
+    } else {
+        nodes::rejected(&Refusal::new(
+            conditions::DECODE_ERROR,
+            "the request is not a valid AMQP message",
+        ))
+    };
+    let _ = connection.disposition(
+        session,
+        true,
+        delivery.delivery_id,
+        delivery.delivery_id,
+        true,
+        Some(&state),
+    );
+}
+
+/// The answer to a peer's attach: its terminus echoed, settled in mode `first` (Python asks
+/// for `second` yet waits for a settled disposition, as the service does).
+fn answer_for(attach: &Attach) -> Attach {
+    Attach {
+        name: attach.name.clone(),
+        handle: 0.into(),
+        role: attach.role.clone(),
+        snd_settle_mode: attach.snd_settle_mode.clone(),
+        rcv_settle_mode: ReceiverSettleMode::First,
+        source: attach.source.clone(),
+        target: attach.target.clone(),
+        unsettled: None,
+        incomplete_unsettled: false,
+        initial_delivery_count: None,
+        max_message_size: None,
+        offered_capabilities: None,
+        desired_capabilities: None,
+        properties: None,
+    }
 }
 
 /// The address of the node a link attaches to: the target when the client sends, the source
@@ -250,111 +539,4 @@ fn attached_node(attach: &Attach) -> Result<Node, Refusal> {
     let address = link_address(attach)
         .ok_or_else(|| Refusal::new(conditions::NOT_FOUND, "the link names no address"))?;
     address::parse(&address).map_err(|e| Refusal::new(conditions::NOT_FOUND, e))
-}
-
-async fn on_attach(
-    attach: Attach,
-    session: &mut ListenerSessionHandle,
-    connection: &Arc<Connection>,
-    routes: &Arc<nodes::ReplyRoutes>,
-    links: &mut JoinSet<()>,
-) {
-    let node = match attached_node(&attach) {
-        Ok(node) => node,
-        Err(refusal) => return refuse(attach, session, refusal, links).await,
-    };
-    let client_sends = matches!(attach.role, Role::Sender);
-    let outcome = match node {
-        Node::Cbs => {
-            let kind = nodes::NodeKind::Cbs;
-            nodes::attach(kind, attach, session, connection, routes, links).await
-        }
-        Node::Management => {
-            let kind = nodes::NodeKind::Management;
-            nodes::attach(kind, attach, session, connection, routes, links).await
-        }
-        Node::Hub { .. } | Node::HubPartition { .. } if client_sends => {
-            send_link::attach(node, attach, session, connection, links).await
-        }
-        Node::ConsumerPartition {
-            hub,
-            group,
-            partition,
-        } if !client_sends => {
-            let names = receive_link::Names {
-                hub,
-                group,
-                partition,
-            };
-            receive_link::attach(names, attach, session, connection, links).await
-        }
-        _ if client_sends => Err((
-            attach,
-            Refusal::new(
-                conditions::NOT_ALLOWED,
-                "send to <hub> or <hub>/Partitions/<id>",
-            ),
-        )),
-        _ => Err((
-            attach,
-            Refusal::new(
-                conditions::NOT_ALLOWED,
-                "receive from <hub>/ConsumerGroups/<group>/Partitions/<id>",
-            ),
-        )),
-    };
-    if let Err((attach, refusal)) = outcome {
-        refuse(attach, session, refusal, links).await;
-    }
-}
-
-/// Refuses an attach: completes it, then, after [`REFUSAL_DETACH_DELAY`], detaches it with the
-/// error, in the background. Nothing sent on the link meanwhile is read.
-pub(crate) async fn refuse(
-    attach: Attach,
-    session: &mut ListenerSessionHandle,
-    refusal: Refusal,
-    links: &mut JoinSet<()>,
-) {
-    tracing::debug!(link = %attach.name, condition = refusal.condition, description = %refusal.description, "refusing link");
-    let error = amqp_error(&refusal);
-    // Settle in mode `first` so a rejected delivery is final (see `send_link`).
-    let acceptor = LinkAcceptor::builder()
-        .supported_receiver_settle_modes(SupportedReceiverSettleModes::First)
-        .fallback_receiver_settle_mode(definitions::ReceiverSettleMode::First)
-        .build();
-    match acceptor.accept_incoming_attach(attach, session).await {
-        Ok(LinkEndpoint::Sender(sender)) => {
-            links.spawn(async move {
-                tokio::time::sleep(REFUSAL_DETACH_DELAY).await;
-                let _ = tokio::time::timeout(CLOSE_TIMEOUT, sender.close_with_error(error)).await;
-            });
-        }
-        Ok(LinkEndpoint::Receiver(receiver)) => {
-            links.spawn(refuse_sends(receiver, error));
-        }
-        Err(e) => tracing::debug!(error = %e, "the refused link could not even attach"),
-    }
-}
-
-/// A refused send link: the first delivery (if any comes before the delay is over) is rejected
-/// with the error — which is how the Python SDK learns the condition — then the link is
-/// detached with it. Nothing is ever appended.
-async fn refuse_sends(mut receiver: fe2o3_amqp::Receiver, error: definitions::Error) {
-    use fe2o3_amqp::link::RecvError;
-    use fe2o3_amqp_types::messaging::Body;
-    use fe2o3_amqp_types::primitives::Value;
-    let _ = tokio::time::timeout(REFUSAL_DETACH_DELAY, async {
-        match receiver.recv::<Body<Value>>().await {
-            Ok(delivery) => {
-                let _ = receiver.reject(&delivery, error.clone()).await;
-            }
-            Err(RecvError::MessageDecode(e)) => {
-                let _ = receiver.reject(e.info, error.clone()).await;
-            }
-            Err(_) => {}
-        }
-    })
-    .await;
-    let _ = tokio::time::timeout(CLOSE_TIMEOUT, receiver.close_with_error(error)).await;
 }

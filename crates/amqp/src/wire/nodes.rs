@@ -12,30 +12,23 @@
 //!   partition's properties as an amqp-value map with the keys and types the SDKs read (404 for an
 //!   unknown hub or partition, 401 without Listen, Send or Manage on the hub).
 
-use std::sync::Arc;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::VecDeque;
 
-use fe2o3_amqp::acceptor::{
-    LinkAcceptor, LinkEndpoint, ListenerSessionHandle, SupportedReceiverSettleModes,
-};
-use fe2o3_amqp::link::RecvError;
-use fe2o3_amqp::{Receiver, Sender};
-use fe2o3_amqp_types::definitions::{ReceiverSettleMode, Role};
+use fe2o3_amqp_types::definitions::SenderSettleMode;
+use fe2o3_amqp_types::messaging::message::__private::Serializable;
 use fe2o3_amqp_types::messaging::{
-    AmqpValue, ApplicationProperties, Body, Properties, TargetArchetype,
+    AmqpValue, ApplicationProperties, Body, Properties, Rejected, TargetArchetype,
 };
 use fe2o3_amqp_types::performatives::Attach;
 use fe2o3_amqp_types::primitives::{Array, OrderedMap, SimpleValue, Timestamp, Value};
-use tokio::sync::mpsc;
-use tokio::task::JoinSet;
+use tributary_amqp_engine::{Connection, LinkId};
 use tributary_broker::BrokerError;
 
-use super::message::{AmqpMessage, value_body};
-use super::{Connection, amqp_error, now_secs, shutting_down};
+use super::message::{AmqpMessage, decode_strict, value_body};
+use super::{ConnectionState, amqp_error, now_secs};
 use crate::auth::{self, READ};
 use crate::conditions::{self, Refusal};
-use crate::limits::{CLOSE_TIMEOUT, NODE_QUEUE_MAX};
+use crate::limits::NODE_QUEUE_MAX;
 
 /// Which request/response node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,199 +39,102 @@ pub(crate) enum NodeKind {
     Management,
 }
 
-struct Route {
-    id: u64,
-    kind: NodeKind,
+/// A client's response link from a node: responses wait here for its credit.
+#[derive(Debug)]
+pub(crate) struct ReplyLink {
+    pub(crate) kind: NodeKind,
     name: String,
     target: Option<String>,
-    tx: mpsc::Sender<AmqpMessage>,
+    /// Whether the link's sender settle mode is `settled`.
+    settled: bool,
+    /// Encoded responses waiting for credit (at most [`NODE_QUEUE_MAX`]).
+    queue: VecDeque<Vec<u8>>,
 }
 
-/// The response links of one session.
-#[derive(Default)]
-pub(crate) struct ReplyRoutes {
-    next_id: AtomicU64,
-    routes: Mutex<Vec<Route>>,
-}
-
-impl ReplyRoutes {
-    fn register(
-        &self,
-        kind: NodeKind,
-        name: String,
-        target: Option<String>,
-    ) -> (u64, mpsc::Receiver<AmqpMessage>) {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::channel(NODE_QUEUE_MAX);
-        let route = Route {
-            id,
+impl ReplyLink {
+    /// The response link `attach` asks for.
+    pub(crate) fn new(kind: NodeKind, attach: &Attach) -> Self {
+        let target = match attach.target.as_deref() {
+            Some(TargetArchetype::Target(t)) => t.address.clone(),
+            _ => None,
+        };
+        ReplyLink {
             kind,
-            name,
+            name: attach.name.clone(),
             target,
-            tx,
-        };
-        self.routes.lock().expect("routes").push(route);
-        (id, rx)
-    }
-
-    fn unregister(&self, id: u64) {
-        self.routes.lock().expect("routes").retain(|r| r.id != id);
-    }
-
-    /// Queues `response` on the right response link; false if there is none or it is full.
-    fn send(&self, kind: NodeKind, reply_to: Option<&str>, response: AmqpMessage) -> bool {
-        let routes = self.routes.lock().expect("routes");
-        let by_reply_to = reply_to.and_then(|to| {
-            routes
-                .iter()
-                .find(|r| r.kind == kind && (r.name == to || r.target.as_deref() == Some(to)))
-        });
-        match by_reply_to.or_else(|| routes.iter().rev().find(|r| r.kind == kind)) {
-            Some(route) => route.tx.try_send(response).is_ok(),
-            None => false,
+            settled: attach.snd_settle_mode == SenderSettleMode::Settled,
+            queue: VecDeque::new(),
         }
     }
-}
 
-/// Attaches a client's link to a node: a send link carries requests, a receive link responses.
-pub(crate) async fn attach(
-    kind: NodeKind,
-    attach: Attach,
-    session: &mut ListenerSessionHandle,
-    connection: &Arc<Connection>,
-    routes: &Arc<ReplyRoutes>,
-    links: &mut JoinSet<()>,
-) -> Result<(), (Attach, Refusal)> {
-    match attach.role {
-        Role::Sender => attach_requests(kind, attach, session, connection, routes, links).await,
-        Role::Receiver => attach_replies(kind, attach, session, connection, routes, links).await,
+    /// Whether this is the link a request's `reply-to` names.
+    pub(crate) fn answers(&self, reply_to: Option<&str>) -> bool {
+        reply_to.is_some_and(|to| self.name == to || self.target.as_deref() == Some(to))
     }
-}
 
-/// Attaches a client's request link to a node.
-async fn attach_requests(
-    kind: NodeKind,
-    attach: Attach,
-    session: &mut ListenerSessionHandle,
-    connection: &Arc<Connection>,
-    routes: &Arc<ReplyRoutes>,
-    links: &mut JoinSet<()>,
-) -> Result<(), (Attach, Refusal)> {
-    let acceptor = LinkAcceptor::builder()
-        .supported_receiver_settle_modes(SupportedReceiverSettleModes::First)
-        .fallback_receiver_settle_mode(ReceiverSettleMode::First)
-        .build();
-    match acceptor.accept_incoming_attach(attach, session).await {
-        Ok(LinkEndpoint::Receiver(receiver)) => {
-            links.spawn(serve_requests(
-                kind,
-                receiver,
-                connection.clone(),
-                routes.clone(),
-            ));
+    /// Sends `response` (or queues it until the client gives credit).
+    pub(crate) fn send(
+        &mut self,
+        connection: &mut Connection,
+        link: LinkId,
+        response: AmqpMessage,
+    ) {
+        if self.queue.len() >= NODE_QUEUE_MAX {
+            tracing::debug!(kind = ?self.kind, "response link full; response dropped");
+            return;
         }
-        Ok(LinkEndpoint::Sender(_)) => {
-            tracing::warn!("the engine attached a client sender as a sender; dropped");
+        match serde_amqp::to_vec(&Serializable(&response)) {
+            Ok(encoded) => self.queue.push_back(encoded),
+            Err(e) => tracing::warn!(error = %e, "a response did not encode"),
         }
-        Err(e) => tracing::debug!(error = %e, "request link failed to attach"),
+        self.flush(connection, link);
     }
-    Ok(())
-}
 
-/// Attaches a client's response link from a node.
-async fn attach_replies(
-    kind: NodeKind,
-    attach: Attach,
-    session: &mut ListenerSessionHandle,
-    connection: &Arc<Connection>,
-    routes: &Arc<ReplyRoutes>,
-    links: &mut JoinSet<()>,
-) -> Result<(), (Attach, Refusal)> {
-    let target = match attach.target.as_deref() {
-        Some(TargetArchetype::Target(t)) => t.address.clone(),
-        _ => None,
-    };
-    // Registered before the attach is answered, so no request can find it missing.
-    let (id, rx) = routes.register(kind, attach.name.clone(), target);
-    match LinkAcceptor::builder()
-        .build()
-        .accept_incoming_attach(attach, session)
-        .await
-    {
-        Ok(LinkEndpoint::Sender(sender)) => {
-            let routes = routes.clone();
-            let shutdown = connection.ctx.shutdown.clone();
-            links.spawn(async move {
-                serve_replies(sender, rx, shutdown).await;
-                routes.unregister(id);
+    /// Sends queued responses as far as the credit goes. Settlement is the client's business;
+    /// responses are not waited on.
+    pub(crate) fn flush(&mut self, connection: &mut Connection, link: LinkId) {
+        while connection.credit(link) > 0 {
+            let Some(response) = self.queue.pop_front() else {
+                return;
+            };
+            let sent = connection.send(link, self.settled, 0, |out| {
+                out.extend_from_slice(&response)
             });
-        }
-        Ok(LinkEndpoint::Receiver(_)) => {
-            routes.unregister(id);
-            tracing::warn!("the engine attached a client receiver as a receiver; dropped");
-        }
-        Err(e) => {
-            routes.unregister(id);
-            tracing::debug!(error = %e, "response link failed to attach");
-        }
-    }
-    Ok(())
-}
-
-async fn serve_replies(
-    mut sender: Sender,
-    mut rx: mpsc::Receiver<AmqpMessage>,
-    mut shutdown: tokio::sync::watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            response = rx.recv() => {
-                let Some(response) = response else { break };
-                // Settlement is the client's business; the response is not waited on.
-                if sender.send_batchable(response).await.is_err() {
-                    return;
-                }
+            if sent.is_err() {
+                return;
             }
-            _ = sender.on_detach() => return,
-            () = shutting_down(&mut shutdown) => break,
         }
     }
-    let _ = tokio::time::timeout(CLOSE_TIMEOUT, sender.close()).await;
 }
 
-async fn serve_requests(
+/// Answers one request to a node: the request's `reply-to` and the response (`Err` when the
+/// request could not be read).
+pub(crate) fn answer(
     kind: NodeKind,
-    mut receiver: Receiver,
-    connection: Arc<Connection>,
-    routes: Arc<ReplyRoutes>,
-) {
-    let mut shutdown = connection.ctx.shutdown.clone();
-    loop {
-        let delivery = tokio::select! {
-            delivery = receiver.recv::<Body<Value>>() => delivery,
-            () = shutting_down(&mut shutdown) => break,
-        };
-        match delivery {
-            Ok(delivery) => {
-                let _ = receiver.accept(&delivery).await;
-                let request = delivery.into_message();
-                let reply_to = request.properties.as_ref().and_then(|p| p.reply_to.clone());
-                let response = match kind {
-                    NodeKind::Cbs => put_token(&request, &connection),
-                    NodeKind::Management => management(&request, &connection),
-                };
-                if !routes.send(kind, reply_to.as_deref(), response) {
-                    tracing::debug!(?kind, "no response link for a request; response dropped");
-                }
-            }
-            Err(RecvError::MessageDecode(e)) => {
-                let refusal = Refusal::new(conditions::DECODE_ERROR, e.source.to_string());
-                let _ = receiver.reject(e.info, amqp_error(&refusal)).await;
-            }
-            Err(_) => return,
+    payload: &[u8],
+    connection: &ConnectionState,
+) -> (Option<String>, Result<AmqpMessage, ()>) {
+    let request = match decode_strict(payload) {
+        Ok(request) => request,
+        Err(e) => {
+            tracing::debug!(?kind, error = %e, "an unreadable request");
+            return (None, Err(()));
         }
-    }
-    let _ = tokio::time::timeout(CLOSE_TIMEOUT, receiver.close()).await;
+    };
+    let reply_to = request.properties.as_ref().and_then(|p| p.reply_to.clone());
+    let response = match kind {
+        NodeKind::Cbs => put_token(&request, connection),
+        NodeKind::Management => management(&request, connection),
+    };
+    (reply_to, Ok(response))
+}
+
+/// The `rejected` outcome carrying `refusal`, encoded for a disposition.
+pub(crate) fn rejected(refusal: &Refusal) -> Vec<u8> {
+    let outcome = Rejected {
+        error: Some(amqp_error(refusal)),
+    };
+    serde_amqp::to_vec(&outcome).expect("an outcome always encodes")
 }
 
 fn text(value: &SimpleValue) -> Option<&str> {
@@ -302,7 +198,7 @@ fn failure(request: &AmqpMessage, status: i32, condition: &str, description: &st
     message
 }
 
-fn put_token(request: &AmqpMessage, connection: &Connection) -> AmqpMessage {
+fn put_token(request: &AmqpMessage, connection: &ConnectionState) -> AmqpMessage {
     if property(request, "operation") != Some("put-token") {
         return failure(
             request,
@@ -338,7 +234,7 @@ fn put_token(request: &AmqpMessage, connection: &Connection) -> AmqpMessage {
 }
 
 /// Whether the request may read `hub`: its own `security_token`, or the connection's grants.
-fn may_read(request: &AmqpMessage, connection: &Connection, hub: &str) -> Result<(), String> {
+fn may_read(request: &AmqpMessage, connection: &ConnectionState, hub: &str) -> Result<(), String> {
     let entity = hub.to_ascii_lowercase();
     let now = now_secs();
     if let Some(token) = property(request, "security_token") {
@@ -352,7 +248,7 @@ fn may_read(request: &AmqpMessage, connection: &Connection, hub: &str) -> Result
     connection.grants.authorize(&entity, READ, now).map(|_| ())
 }
 
-fn management(request: &AmqpMessage, connection: &Connection) -> AmqpMessage {
+fn management(request: &AmqpMessage, connection: &ConnectionState) -> AmqpMessage {
     if !property(request, "operation").is_some_and(|o| o.eq_ignore_ascii_case("READ")) {
         return failure(
             request,

@@ -19,27 +19,21 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use fe2o3_amqp::Sender;
-use fe2o3_amqp::acceptor::{
-    LinkAcceptor, LinkEndpoint, ListenerSessionHandle, SupportedSenderSettleModes,
-};
-use fe2o3_amqp::link::delivery::Sendable;
-use fe2o3_amqp_types::definitions::SenderSettleMode;
-use fe2o3_amqp_types::messaging::Body;
 use fe2o3_amqp_types::performatives::Attach;
 use fe2o3_amqp_types::primitives::{Symbol, Value};
 use serde_amqp::described::Described;
 use serde_amqp::descriptor::Descriptor;
-use tokio::task::JoinSet;
-use tributary_broker::{ReceiveError, Receiver as BrokerReceiver, ReceiverSpec};
-use tributary_event::{EventPosition, ReceivedEvent};
+use tokio::sync::{mpsc, oneshot, watch};
+use tributary_amqp_engine::{Connection, LinkId};
+use tributary_broker::{DisconnectWatch, ReceiveError, Receiver as BrokerReceiver, ReceiverSpec};
+use tributary_event::EventPosition;
 
-use super::message::message_for_delivery;
-use super::{Connection, amqp_error, now_secs, shutting_down};
+use super::delivery::write_delivery_message;
+use super::{Command, ConnectionState, LinkRef, now_secs, shutting_down};
 use crate::address::Node;
 use crate::auth::LISTEN;
 use crate::conditions::{self, Refusal};
-use crate::limits::{CLOSE_TIMEOUT, RECEIVE_BATCH_EVENTS, RECEIVE_WAIT};
+use crate::limits::{RECEIVE_BATCH_EVENTS, RECEIVE_WAIT};
 use crate::selector::parse_selector;
 
 /// The capability a receiver desires to get last-enqueued-event delivery annotations.
@@ -157,52 +151,119 @@ fn request(attach: &Attach) -> Result<Request, Refusal> {
     })
 }
 
-/// Checks and attaches a client's receive link.
-pub(crate) async fn attach(
+/// Checks a client's receive link, opens its broker receiver (which applies the epoch rules)
+/// and starts the link's task; returns the connection's side of it and whether the client asked
+/// for the runtime metric.
+pub(crate) fn attach(
     names: Names,
-    attach: Attach,
-    session: &mut ListenerSessionHandle,
-    connection: &Arc<Connection>,
-    links: &mut JoinSet<()>,
-) -> Result<(), (Attach, Refusal)> {
-    let (request, receiver) = match open(&names, &attach, connection) {
-        Ok(opened) => opened,
-        Err(refusal) => return Err((attach, refusal)),
+    attach: &Attach,
+    link: LinkRef,
+    connection: &Arc<ConnectionState>,
+    commands: &mpsc::UnboundedSender<Command>,
+) -> Result<(ReceiveLinkHandle, bool), Refusal> {
+    let (request, receiver) = open(&names, attach, connection)?;
+    tracing::debug!(peer = %connection.peer, hub = %names.hub, group = %names.group, partition = %names.partition, epoch = ?request.epoch, "receive link attached");
+    let (allowed, allowed_rx) = watch::channel(0);
+    let (gone, gone_rx) = oneshot::channel();
+    let handle = ReceiveLinkHandle {
+        pending: VecDeque::new(),
+        handed: 0,
+        allowed,
+        disconnect: receiver.disconnect_watch(),
+        _gone: gone,
     };
-    let mut acceptor = LinkAcceptor::builder()
-        .supported_sender_settle_modes(SupportedSenderSettleModes::Settled)
-        .fallback_sender_settle_mode(SenderSettleMode::Settled);
-    if request.runtime_metric {
-        acceptor = acceptor.add_offered_capabilities(Symbol::from(RUNTIME_METRIC));
+    let runtime_metric = request.runtime_metric;
+    let pump = Pump {
+        receiver,
+        request,
+        entity: names.entity_path(),
+        link,
+        connection: connection.clone(),
+        commands: commands.clone(),
+        allowed: allowed_rx,
+        gone: gone_rx,
+    };
+    tokio::spawn(pump.run());
+    Ok((handle, runtime_metric))
+}
+
+/// Encoded messages the link's task fetched: `messages[ends[i-1]..ends[i]]`, sent from `next`.
+#[derive(Debug)]
+struct Fetched {
+    messages: Vec<u8>,
+    ends: Vec<usize>,
+    next: usize,
+}
+
+/// The connection's side of a receive link: what the task fetched waits here for credit, and
+/// the task learns how far it may read ahead (`allowed`: handed out + credit).
+#[derive(Debug)]
+pub(crate) struct ReceiveLinkHandle {
+    pending: VecDeque<Fetched>,
+    /// Messages handed to the engine so far.
+    handed: u64,
+    /// How many messages the task may have fetched in all.
+    allowed: watch::Sender<u64>,
+    /// Whether the broker disconnected the receiver (a higher epoch took the partition).
+    disconnect: DisconnectWatch,
+    /// Dropped with the handle: the task stops.
+    _gone: oneshot::Sender<()>,
+}
+
+impl ReceiveLinkHandle {
+    /// Messages the task fetched, in order.
+    pub(crate) fn queue(&mut self, messages: Vec<u8>, ends: Vec<usize>) {
+        if !ends.is_empty() {
+            self.pending.push_back(Fetched {
+                messages,
+                ends,
+                next: 0,
+            });
+        }
     }
-    match acceptor
-        .build()
-        .accept_incoming_attach(attach, session)
-        .await
-    {
-        Ok(LinkEndpoint::Sender(sender)) => {
-            tracing::debug!(peer = %connection.peer, hub = %names.hub, group = %names.group, partition = %names.partition, epoch = ?request.epoch, "receive link attached");
-            let link = ReceiveLink {
-                sender,
-                receiver,
-                request,
-                entity: names.entity_path(),
-                connection: connection.clone(),
-                shutdown: connection.ctx.shutdown.clone(),
+
+    /// Sends what is pending as far as the credit goes, answers a drain, and tells the task
+    /// how far it may read. Once the broker has disconnected the receiver nothing more is sent
+    /// (the task detaches the link with the reason).
+    pub(crate) fn flush(&mut self, connection: &mut Connection, link: LinkId) {
+        if self.disconnect.reason().is_some() {
+            self.pending.clear();
+            return;
+        }
+        while connection.credit(link) > 0 {
+            let Some(fetched) = self.pending.front_mut() else {
+                break;
             };
-            links.spawn(link.run());
+            let start = fetched.next.checked_sub(1).map_or(0, |i| fetched.ends[i]);
+            let end = fetched.ends[fetched.next];
+            let message = &fetched.messages[start..end];
+            if connection
+                .send(link, true, 0, |out| out.extend_from_slice(message))
+                .is_err()
+            {
+                return;
+            }
+            self.handed += 1;
+            fetched.next += 1;
+            if fetched.next == fetched.ends.len() {
+                self.pending.pop_front();
+            }
         }
-        Ok(LinkEndpoint::Receiver(_)) => {
-            tracing::warn!("a client receiver attached as a receiver; dropped")
+        if self.pending.is_empty() && connection.drain_requested(link) {
+            let _ = connection.drained(link);
         }
-        Err(e) => tracing::debug!(error = %e, "receive link failed to attach"),
+        let allowed = self.handed + u64::from(connection.credit(link));
+        self.allowed.send_if_modified(|current| {
+            let changed = *current != allowed;
+            *current = allowed;
+            changed
+        });
     }
-    Ok(())
 }
 
 /// Whether the connection still holds a grant to listen on `entity`, and until when (Unix
 /// seconds).
-fn authorized(entity: &str, connection: &Connection) -> Result<i64, Refusal> {
+fn authorized(entity: &str, connection: &ConnectionState) -> Result<i64, Refusal> {
     connection
         .grants
         .authorize(entity, LISTEN, now_secs())
@@ -223,7 +284,7 @@ async fn grant_expired(until_secs: i64) {
 fn open(
     names: &Names,
     attach: &Attach,
-    connection: &Connection,
+    connection: &ConnectionState,
 ) -> Result<(Request, BrokerReceiver), Refusal> {
     authorized(&names.entity_path(), connection)?;
     let request = request(attach)?;
@@ -243,140 +304,104 @@ fn open(
     Ok((request, receiver))
 }
 
-struct ReceiveLink {
-    sender: Sender,
+/// A receive link's task: reads the partition within the client's credit and hands the
+/// encoded messages to the connection.
+struct Pump {
     receiver: BrokerReceiver,
     request: Request,
     /// The entity path, whose grant is checked again while the link lives.
     entity: String,
-    connection: Arc<Connection>,
-    shutdown: tokio::sync::watch::Receiver<bool>,
+    link: LinkRef,
+    connection: Arc<ConnectionState>,
+    commands: mpsc::UnboundedSender<Command>,
+    allowed: watch::Receiver<u64>,
+    gone: oneshot::Receiver<()>,
 }
 
-/// Why a receive link stops.
-enum Stop {
-    /// The client detached or the connection went away: nothing to send.
-    Gone,
-    /// Detach with this error.
-    Detach(Refusal),
-}
-
-impl ReceiveLink {
+impl Pump {
     async fn run(mut self) {
-        let stop = self.pump().await;
-        if let Stop::Detach(refusal) = stop {
-            tracing::debug!(condition = refusal.condition, description = %refusal.description, "detaching receive link");
-            let close = self.sender.close_with_error(amqp_error(&refusal));
-            let _ = tokio::time::timeout(CLOSE_TIMEOUT, close).await;
+        if let Some(refusal) = self.pump().await {
+            let _ = self.commands.send(Command::Detach {
+                link: self.link,
+                refusal,
+            });
         }
     }
 
-    fn receive_failed(&self, error: ReceiveError) -> Stop {
+    fn receive_failed(&self, error: ReceiveError) -> Refusal {
         let name = self.request.name.as_deref();
-        Stop::Detach(match error {
+        match error {
             ReceiveError::Disconnected(reason) => {
                 conditions::from_disconnect(&reason, name, self.request.epoch)
             }
             ReceiveError::Broker(e) => conditions::from_broker(&e, name),
             other => Refusal::new(conditions::INTERNAL_ERROR, other.to_string()),
-        })
+        }
     }
 
-    async fn pump(&mut self) -> Stop {
-        let mut pending: VecDeque<ReceivedEvent> = VecDeque::new();
+    /// Runs until the link is gone (`None`) or must be detached with a refusal.
+    async fn pump(&mut self) -> Option<Refusal> {
+        let mut shutdown = self.connection.ctx.shutdown.clone();
+        let forced = || Refusal::new(conditions::DETACH_FORCED, "the broker is shutting down");
+        let mut fetched: u64 = 0;
         loop {
             let authorized_until = match authorized(&self.entity, &self.connection) {
                 Ok(until) => until,
-                Err(refusal) => return Stop::Detach(refusal),
+                Err(refusal) => return Some(refusal),
             };
-            let step = if pending.is_empty() {
-                self.fill(&mut pending, authorized_until).await
-            } else {
-                self.deliver(&mut pending).await
-            };
-            if let Err(stop) = step {
-                return stop;
-            }
-        }
-    }
-
-    /// Waits for events (or a displacement, a detach, shutdown, or the expiry of the grant
-    /// valid until `authorized_until`, after which the caller checks the grants again).
-    async fn fill(
-        &mut self,
-        pending: &mut VecDeque<ReceivedEvent>,
-        authorized_until: i64,
-    ) -> Result<(), Stop> {
-        let shutdown = Refusal::new(conditions::DETACH_FORCED, "the broker is shutting down");
-        tokio::select! {
-            received = self.receiver.receive(RECEIVE_BATCH_EVENTS, RECEIVE_WAIT) => match received {
-                Ok(events) => {
-                    pending.extend(events);
-                    Ok(())
+            let allowed = *self.allowed.borrow_and_update();
+            if fetched >= allowed {
+                // Waiting for credit: also for a displacement, the link's end, shutdown, or the
+                // grant's expiry (then the grants are checked again).
+                tokio::select! {
+                    changed = self.allowed.changed() => if changed.is_err() { return None },
+                    _ = &mut self.gone => return None,
+                    reason = self.receiver.disconnected() => {
+                        return Some(self.receive_failed(ReceiveError::Disconnected(reason)));
+                    }
+                    () = shutting_down(&mut shutdown) => return Some(forced()),
+                    () = grant_expired(authorized_until) => {}
                 }
-                Err(e) => Err(self.receive_failed(e)),
-            },
-            _ = self.sender.on_detach() => Err(Stop::Gone),
-            () = shutting_down(&mut self.shutdown) => Err(Stop::Detach(shutdown)),
-            () = grant_expired(authorized_until) => Ok(()),
-        }
-    }
-
-    /// Sends the pending events as the client's credit allows, stopping the moment the broker
-    /// disconnects the receiver (checked before every event and while waiting for credit).
-    async fn deliver(&mut self, pending: &mut VecDeque<ReceivedEvent>) -> Result<(), Stop> {
-        // Events already fetched from the broker are not delivered once a higher epoch has taken
-        // the partition: the displaced client gets at most what was already on the wire.
-        if let Some(reason) = self.receiver.disconnect_reason() {
-            return Err(self.receive_failed(ReceiveError::Disconnected(reason)));
-        }
-        let runtime_metric = self.request.runtime_metric;
-        let outcome = tokio::select! {
-            biased;
-            reason = self.receiver.disconnected() => Err(Some(reason)),
-            sent = send_pending(&mut self.sender, &self.receiver, pending, runtime_metric) => sent,
-            () = shutting_down(&mut self.shutdown) => {
-                let refusal = Refusal::new(conditions::DETACH_FORCED, "the broker is shutting down");
-                return Err(Stop::Detach(refusal));
+                continue;
             }
-        };
-        match outcome {
-            Ok(()) => Ok(()),
-            Err(Some(reason)) => Err(self.receive_failed(ReceiveError::Disconnected(reason))),
-            Err(None) => Err(Stop::Gone),
+            let want = usize::try_from(allowed - fetched)
+                .unwrap_or(usize::MAX)
+                .min(RECEIVE_BATCH_EVENTS);
+            tokio::select! {
+                received = self.receiver.receive(want, RECEIVE_WAIT) => match received {
+                    Ok(events) if events.is_empty() => {}
+                    Ok(events) => {
+                        let runtime = if self.request.runtime_metric {
+                            self.receiver.last_enqueued()
+                        } else {
+                            None
+                        };
+                        let mut messages = Vec::with_capacity(events.len() * 256);
+                        let mut ends = Vec::with_capacity(events.len());
+                        for event in &events {
+                            write_delivery_message(event, runtime.as_ref(), &mut messages);
+                            ends.push(messages.len());
+                        }
+                        fetched += events.len() as u64;
+                        let deliver = Command::Deliver { link: self.link, messages, ends };
+                        if self.commands.send(deliver).is_err() {
+                            return None;
+                        }
+                    }
+                    Err(e) => return Some(self.receive_failed(e)),
+                },
+                _ = &mut self.gone => return None,
+                () = shutting_down(&mut shutdown) => return Some(forced()),
+                () = grant_expired(authorized_until) => {}
+            }
         }
     }
-}
-
-/// Sends `pending` in order, each once the client gives credit; stops early with the reason if
-/// the broker disconnects the receiver, or with `None` if the link is gone. Cancel-safe: an
-/// event leaves `pending` only once it was handed to the engine.
-async fn send_pending(
-    sender: &mut Sender,
-    receiver: &BrokerReceiver,
-    pending: &mut VecDeque<ReceivedEvent>,
-    runtime_metric: bool,
-) -> Result<(), Option<tributary_broker::DisconnectReason>> {
-    while let Some(event) = pending.front() {
-        if let Some(reason) = receiver.disconnect_reason() {
-            return Err(Some(reason));
-        }
-        let runtime = runtime_metric.then(|| receiver.last_enqueued()).flatten();
-        let message = message_for_delivery(event, runtime.as_ref());
-        let sendable: Sendable<Body<Value>> =
-            Sendable::builder().message(message).settled(true).build();
-        if let Err(e) = sender.send_ref(&sendable).await {
-            tracing::debug!(error = %e, "receive link ended while sending");
-            return Err(None);
-        }
-        pending.pop_front();
-    }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fe2o3_amqp_types::definitions::SenderSettleMode;
     use fe2o3_amqp_types::messaging::Source;
     use fe2o3_amqp_types::primitives::{Array, OrderedMap};
 

@@ -5,36 +5,52 @@
 //! - `PLAIN` with a policy name and key proves the policy: the connection then holds a
 //!   namespace-wide grant with that policy's rights. A wrong name or key fails the handshake.
 //!
-//! The engine's acceptor is synchronous and cloned per negotiation, so the outcome is shared
-//! through an `Arc` the connection reads once the handshake is done.
+//! A client may also skip SASL and send the AMQP header at once (rhea with token credentials).
 
-use std::sync::{Arc, Mutex};
+use tokio::net::TcpStream;
+use tributary_amqp_engine::sasl::{self, ClientInit, SaslError};
 
-use fe2o3_amqp::acceptor::SaslAcceptor;
-use fe2o3_amqp::acceptor::sasl_acceptor::SaslServerFrame;
-use fe2o3_amqp_types::primitives::{Array, Symbol};
-use fe2o3_amqp_types::sasl::{SaslCode, SaslInit, SaslOutcome, SaslResponse};
-
+use crate::auth::ConnectionGrants;
 use crate::policies::{AccessPolicies, Right};
 
 const ANONYMOUS: &str = "ANONYMOUS";
 const MSSBCBS: &str = "MSSBCBS";
 const PLAIN: &str = "PLAIN";
 
-/// The rights a successful PLAIN exchange proved, if any.
-pub(crate) type PlainGrant = Arc<Mutex<Option<(String, Vec<Right>)>>>;
-
-#[derive(Debug, Clone)]
-pub(crate) struct Mechanisms {
-    pub(crate) policies: AccessPolicies,
-    pub(crate) plain: PlainGrant,
+/// Runs the security layer on a new connection; a proven PLAIN policy becomes a grant.
+pub(crate) async fn accept(
+    stream: &mut TcpStream,
+    buffered: &mut Vec<u8>,
+    policies: &AccessPolicies,
+    grants: &ConnectionGrants,
+) -> Result<(), SaslError> {
+    let mut proven = None;
+    sasl::accept(
+        stream,
+        buffered,
+        &[ANONYMOUS, MSSBCBS, PLAIN],
+        |init| match judge(policies, init) {
+            Some(grant) => {
+                proven = grant;
+                true
+            }
+            None => false,
+        },
+    )
+    .await?;
+    if let Some((policy, rights)) = proven {
+        grants.grant_namespace(policy, rights);
+    }
+    Ok(())
 }
 
-fn outcome(code: SaslCode) -> SaslServerFrame {
-    SaslServerFrame::Outcome(SaslOutcome {
-        code,
-        additional_data: None,
-    })
+/// `None`: refused. `Some(None)`: passed, proving nothing. `Some(Some(..))`: a policy proven.
+fn judge(policies: &AccessPolicies, init: &ClientInit) -> Option<Option<(String, Vec<Right>)>> {
+    match init.mechanism.as_str() {
+        ANONYMOUS | MSSBCBS => Some(None),
+        PLAIN => plain(policies, &init.initial_response).map(Some),
+        _ => None,
+    }
 }
 
 /// Compares two byte strings in time that depends only on their lengths.
@@ -45,55 +61,18 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-impl Mechanisms {
-    fn plain(&self, response: &[u8]) -> SaslCode {
-        let mut parts = response.split(|b| *b == 0);
-        let (Some(_authzid), Some(name), Some(key), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return SaslCode::Auth;
-        };
-        let Ok(name) = std::str::from_utf8(name) else {
-            return SaslCode::Auth;
-        };
-        match self.policies.get(name) {
-            Some(policy) if constant_time_eq(policy.key.as_bytes(), key) => {
-                *self.plain.lock().expect("sasl outcome") =
-                    Some((policy.name.clone(), policy.rights.clone()));
-                SaslCode::Ok
-            }
-            _ => SaslCode::Auth,
-        }
-    }
-}
-
-impl SaslAcceptor for Mechanisms {
-    fn mechanisms(&self) -> Array<Symbol> {
-        Array::from(vec![
-            Symbol::from(ANONYMOUS),
-            Symbol::from(MSSBCBS),
-            Symbol::from(PLAIN),
-        ])
-    }
-
-    fn on_init(&mut self, init: SaslInit) -> SaslServerFrame {
-        match init.mechanism.as_str() {
-            ANONYMOUS | MSSBCBS => outcome(SaslCode::Ok),
-            PLAIN => {
-                let response = init
-                    .initial_response
-                    .map(|b| b.into_vec())
-                    .unwrap_or_default();
-                outcome(self.plain(&response))
-            }
-            _ => outcome(SaslCode::Auth),
-        }
-    }
-
-    fn on_response(&mut self, _response: SaslResponse) -> SaslServerFrame {
-        // No mechanism here sends a challenge, so a response is a protocol error.
-        outcome(SaslCode::Sys)
-    }
+/// The policy a PLAIN response (`authzid \0 name \0 key`) proves, if any.
+fn plain(policies: &AccessPolicies, response: &[u8]) -> Option<(String, Vec<Right>)> {
+    let mut parts = response.split(|b| *b == 0);
+    let (Some(_authzid), Some(name), Some(key), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    let name = std::str::from_utf8(name).ok()?;
+    let policy = policies.get(name)?;
+    constant_time_eq(policy.key.as_bytes(), key)
+        .then(|| (policy.name.clone(), policy.rights.clone()))
 }
 
 #[cfg(test)]
@@ -101,27 +80,22 @@ mod tests {
     use super::*;
     use crate::policies::AccessPolicy;
 
-    fn mechanisms() -> Mechanisms {
-        Mechanisms {
-            policies: AccessPolicies::new(vec![AccessPolicy {
-                name: "sender".into(),
-                key: "secret".into(),
-                rights: vec![Right::Send],
-            }])
-            .unwrap(),
-            plain: PlainGrant::default(),
-        }
+    fn policies() -> AccessPolicies {
+        AccessPolicies::new(vec![AccessPolicy {
+            name: "sender".into(),
+            key: "secret".into(),
+            rights: vec![Right::Send],
+        }])
+        .unwrap()
     }
 
     #[test]
     fn plain_checks_the_policy_key() {
-        let m = mechanisms();
-        assert_eq!(m.plain(b"\0sender\0secret"), SaslCode::Ok);
+        let p = policies();
         assert_eq!(
-            m.plain.lock().unwrap().clone(),
+            plain(&p, b"\0sender\0secret"),
             Some(("sender".to_owned(), vec![Right::Send]))
         );
-        let m = mechanisms();
         for bad in [
             &b"\0sender\0wrong"[..],
             b"\0nobody\0secret",
@@ -129,8 +103,15 @@ mod tests {
             b"\0sender\0secret\0x",
             b"",
         ] {
-            assert_eq!(m.plain(bad), SaslCode::Auth, "{bad:?}");
+            assert_eq!(plain(&p, bad), None, "{bad:?}");
         }
-        assert_eq!(*m.plain.lock().unwrap(), None);
+        let init = |mechanism: &str| ClientInit {
+            mechanism: mechanism.into(),
+            initial_response: Vec::new(),
+        };
+        assert_eq!(judge(&p, &init("ANONYMOUS")), Some(None));
+        assert_eq!(judge(&p, &init("MSSBCBS")), Some(None));
+        assert_eq!(judge(&p, &init("PLAIN")), None);
+        assert_eq!(judge(&p, &init("EXTERNAL")), None);
     }
 }

@@ -25,27 +25,22 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 
-use fe2o3_amqp::Receiver;
-use fe2o3_amqp::acceptor::{
-    LinkAcceptor, LinkEndpoint, ListenerSessionHandle, SupportedReceiverSettleModes,
-};
-use fe2o3_amqp::link::delivery::DeliveryInfo;
-use fe2o3_amqp::link::{DispositionError, RecvError};
-use fe2o3_amqp_types::definitions::ReceiverSettleMode;
-use fe2o3_amqp_types::messaging::Body;
-use fe2o3_amqp_types::performatives::Attach;
-use fe2o3_amqp_types::primitives::Value;
-use tokio::task::JoinSet;
+use tokio::sync::mpsc;
+use tributary_amqp_codec::performative::ACCEPTED;
+use tributary_amqp_engine::connection::Delivery;
+use tributary_amqp_engine::{Connection, LinkId};
 use tributary_broker::{Broker, SendTarget};
 use tributary_event::EventData;
 use tributary_event::names::parse_partition_id;
 
 use super::message::{AmqpMessage, decode_strict, event_from_message, partition_key};
-use super::{Connection, amqp_error, now_secs, shutting_down};
+use super::nodes::rejected;
+use super::{Command, ConnectionState, LinkRef, now_secs};
 use crate::address::Node;
 use crate::auth::SEND;
 use crate::conditions::{self, Refusal};
-use crate::limits::{BATCH_EVENTS_MAX, CLOSE_TIMEOUT, MESSAGE_BYTES_MAX, SEND_PIPELINE_MAX};
+use crate::limits::{BATCH_EVENTS_MAX, SEND_LINK_CREDIT, SEND_PIPELINE_MAX};
+use fe2o3_amqp_types::messaging::Body;
 
 /// The message format of an Event Hubs batch: the body's data sections are whole messages.
 pub(crate) const BATCH_FORMAT: u32 = 0x8001_3700;
@@ -59,15 +54,86 @@ struct SendTo {
     entity: String,
 }
 
-/// Checks and attaches a client's send link to `node` (a hub or one of its partitions).
-pub(crate) async fn attach(
-    node: Node,
-    attach: Attach,
-    session: &mut ListenerSessionHandle,
-    connection: &Arc<Connection>,
-    links: &mut JoinSet<()>,
-) -> Result<(), (Attach, Refusal)> {
-    let to = match &node {
+/// One message from the client, on its way to the link's task.
+#[derive(Debug)]
+struct Incoming {
+    delivery_id: u32,
+    settled: bool,
+    format: u32,
+    payload: Vec<u8>,
+}
+
+/// The connection's side of a send link: deliveries go to the link's task, settlements come
+/// back as [`Command::Settle`].
+#[derive(Debug)]
+pub(crate) struct SendLinkHandle {
+    deliveries: mpsc::UnboundedSender<Incoming>,
+    /// Deliveries handed to the task and not finished yet.
+    in_task: u32,
+}
+
+impl SendLinkHandle {
+    /// A message arrived on the link.
+    pub(crate) fn deliver(&mut self, connection: &mut Connection, delivery: Delivery) {
+        let incoming = Incoming {
+            delivery_id: delivery.delivery_id,
+            settled: delivery.settled,
+            format: delivery.message_format,
+            payload: delivery.payload,
+        };
+        if self.deliveries.send(incoming).is_ok() {
+            self.in_task += 1;
+        }
+        self.top_up(connection, delivery.link);
+    }
+
+    /// The task finished `finished` deliveries; those of `delivery_ids` (the unsettled ones)
+    /// are settled with `outcome`, in runs of consecutive ids.
+    pub(crate) fn settle(
+        &mut self,
+        connection: &mut Connection,
+        link: LinkId,
+        delivery_ids: &[u32],
+        finished: u32,
+        outcome: Result<(), Refusal>,
+    ) {
+        let state = match &outcome {
+            Ok(()) => ACCEPTED.to_vec(),
+            Err(refusal) => {
+                tracing::debug!(condition = refusal.condition, description = %refusal.description, "delivery rejected");
+                rejected(refusal)
+            }
+        };
+        let mut runs = delivery_ids.iter().copied().peekable();
+        while let Some(first) = runs.next() {
+            let mut last = first;
+            while runs.peek() == Some(&last.wrapping_add(1)) {
+                last = runs.next().expect("peeked");
+            }
+            let _ = connection.disposition(link.session, true, first, last, true, Some(&state));
+        }
+        self.in_task = self.in_task.saturating_sub(finished);
+        self.top_up(connection, link);
+    }
+
+    /// Keeps credit plus deliveries in the task at [`SEND_LINK_CREDIT`], topped up once half
+    /// is used: a client can keep that many deliveries in flight, and no more wait here.
+    fn top_up(&mut self, connection: &mut Connection, link: LinkId) {
+        let granted = connection.granted(link);
+        if granted + self.in_task <= SEND_LINK_CREDIT / 2 {
+            let _ = connection.flow(link, SEND_LINK_CREDIT.saturating_sub(self.in_task));
+        }
+    }
+}
+
+/// Checks a client's send link to `node` (a hub or one of its partitions) and starts its task.
+pub(crate) fn attach(
+    node: &Node,
+    link: LinkRef,
+    connection: &Arc<ConnectionState>,
+    commands: &mpsc::UnboundedSender<Command>,
+) -> Result<SendLinkHandle, Refusal> {
+    let to = match node {
         Node::Hub { hub } => SendTo {
             hub: hub.clone(),
             partition: None,
@@ -78,37 +144,21 @@ pub(crate) async fn attach(
             partition: Some(partition.clone()),
             entity: node.entity_path(),
         },
-        _ => {
-            let refusal = Refusal::new(conditions::NOT_ALLOWED, "not a send entity");
-            return Err((attach, refusal));
-        }
+        _ => return Err(Refusal::new(conditions::NOT_ALLOWED, "not a send entity")),
     };
-    if let Err(e) = check(&to, connection) {
-        return Err((attach, e));
-    }
-    // Python asks for rcv-settle-mode `second`, yet waits for a settled disposition: settle
-    // in mode `first`, as the service does.
-    let acceptor = LinkAcceptor::builder()
-        .max_message_size(MESSAGE_BYTES_MAX)
-        .supported_receiver_settle_modes(SupportedReceiverSettleModes::First)
-        .fallback_receiver_settle_mode(ReceiverSettleMode::First)
-        .build();
-    match acceptor.accept_incoming_attach(attach, session).await {
-        Ok(LinkEndpoint::Receiver(receiver)) => {
-            tracing::debug!(peer = %connection.peer, hub = %to.hub, partition = ?to.partition, "send link attached");
-            links.spawn(run(receiver, to, connection.clone()));
-        }
-        Ok(LinkEndpoint::Sender(_)) => {
-            tracing::warn!("a client sender attached as a sender; dropped")
-        }
-        Err(e) => tracing::debug!(error = %e, "send link failed to attach"),
-    }
-    Ok(())
+    check(&to, connection)?;
+    tracing::debug!(peer = %connection.peer, hub = %to.hub, partition = ?to.partition, "send link attached");
+    let (deliveries, rx) = mpsc::unbounded_channel();
+    tokio::spawn(run(rx, to, link, connection.clone(), commands.clone()));
+    Ok(SendLinkHandle {
+        deliveries,
+        in_task: 0,
+    })
 }
 
 /// Authorization first (so an unauthorized client learns nothing about entities), then the
 /// entity.
-fn check(to: &SendTo, connection: &Connection) -> Result<(), Refusal> {
+fn check(to: &SendTo, connection: &ConnectionState) -> Result<(), Refusal> {
     authorized(to, connection)?;
     let definition = connection
         .ctx
@@ -124,7 +174,7 @@ fn check(to: &SendTo, connection: &Connection) -> Result<(), Refusal> {
 
 /// Whether the connection still holds a grant to send to the link's entity: checked on attach
 /// and again for every delivery, so a link outlives its token only until the next message.
-fn authorized(to: &SendTo, connection: &Connection) -> Result<(), Refusal> {
+fn authorized(to: &SendTo, connection: &ConnectionState) -> Result<(), Refusal> {
     connection
         .grants
         .authorize(&to.entity, SEND, now_secs())
@@ -137,91 +187,69 @@ type Append<'a> = Pin<Box<dyn Future<Output = Result<(), Refusal>> + Send + 'a>>
 
 /// One delivery between its arrival and its settlement.
 struct InFlight<'a> {
-    info: DeliveryInfo,
+    delivery_id: u32,
+    settled: bool,
     /// The append's outcome once known; `None` while it is in flight.
     outcome: Option<Result<(), Refusal>>,
     append: Option<Append<'a>>,
 }
 
-async fn run(mut receiver: Receiver, to: SendTo, connection: Arc<Connection>) {
-    let mut shutdown = connection.ctx.shutdown.clone();
+async fn run(
+    mut deliveries: mpsc::UnboundedReceiver<Incoming>,
+    to: SendTo,
+    link: LinkRef,
+    connection: Arc<ConnectionState>,
+    commands: mpsc::UnboundedSender<Command>,
+) {
     let broker = &connection.ctx.broker;
     let mut in_flight: VecDeque<InFlight<'_>> = VecDeque::with_capacity(SEND_PIPELINE_MAX);
-    let refusal = loop {
+    loop {
         let room = in_flight.len() < SEND_PIPELINE_MAX;
         let busy = !in_flight.is_empty();
         tokio::select! {
-            delivery = receiver.recv::<Body<Value>>(), if room => {
-                match delivery {
-                    Ok(delivery) => {
-                        if let Err(refusal) = authorized(&to, &connection) {
-                            // The token expired (or was never renewed): nothing of this delivery
-                            // is appended; the link is closed with the reason.
-                            break refusal;
-                        }
-                        let format = delivery.message_format().unwrap_or(0);
-                        let (info, message) = delivery.into_parts();
-                        in_flight.push_back(issue(info, append(broker, &to, format, message)).await);
-                    }
-                    Err(RecvError::MessageDecode(e)) => {
-                        let refusal = Refusal::new(conditions::DECODE_ERROR, e.source.to_string());
-                        in_flight.push_back(InFlight { info: e.info, outcome: Some(Err(refusal)), append: None });
-                    }
-                    Err(e) => {
-                        // What was issued stays in the log; the client learns nothing more.
-                        tracing::debug!(hub = %to.hub, error = %e, "send link ended");
-                        return;
-                    }
+            incoming = deliveries.recv(), if room => {
+                let Some(incoming) = incoming else { break };
+                if let Err(refusal) = authorized(&to, &connection) {
+                    // The token expired (or was never renewed): nothing of this delivery is
+                    // appended; the link is closed with the reason.
+                    let _ = commands.send(Command::Detach { link, refusal });
+                    break;
                 }
+                let Incoming { delivery_id, settled, format, payload } = incoming;
+                let append = append(broker, &to, format, payload);
+                in_flight.push_back(issue(delivery_id, settled, append).await);
             }
             () = front_done(&mut in_flight), if busy => {
-                if settle_done(&receiver, &to, &mut in_flight).await.is_err() {
-                    return;
-                }
-            }
-            () = shutting_down(&mut shutdown) => {
-                break Refusal::new(conditions::DETACH_FORCED, "the broker is shutting down");
+                settle_done(link, &commands, &mut in_flight).await;
             }
         }
-    };
-    // The broker is shutting down or the link lost its grant: settle what was issued
-    // (appended, or failed with the shutdown) before detaching.
-    let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
-        while !in_flight.is_empty() {
-            front_done(&mut in_flight).await;
-            if settle_done(&receiver, &to, &mut in_flight).await.is_err() {
-                return;
-            }
-        }
-    })
-    .await;
-    tracing::debug!(hub = %to.hub, condition = refusal.condition, description = %refusal.description, "closing send link");
-    let _ = tokio::time::timeout(
-        CLOSE_TIMEOUT,
-        receiver.close_with_error(amqp_error(&refusal)),
-    )
-    .await;
+    }
+    // The link is gone or lost its grant: what was issued is finished (its events stay in
+    // the log) and settled if the link still stands.
+    while !in_flight.is_empty() {
+        front_done(&mut in_flight).await;
+        settle_done(link, &commands, &mut in_flight).await;
+    }
 }
 
 /// Polls a new append once, which issues it to the log (`Broker::send` appends before its first
 /// await), so appends are issued in the order the deliveries arrived.
 async fn issue<'a>(
-    info: DeliveryInfo,
+    delivery_id: u32,
+    settled: bool,
     append: impl Future<Output = Result<(), Refusal>> + Send + 'a,
 ) -> InFlight<'a> {
     let mut append: Append<'a> = Box::pin(append);
     let first = std::future::poll_fn(|cx| Poll::Ready(append.as_mut().poll(cx))).await;
-    match first {
-        Poll::Ready(outcome) => InFlight {
-            info,
-            outcome: Some(outcome),
-            append: None,
-        },
-        Poll::Pending => InFlight {
-            info,
-            outcome: None,
-            append: Some(append),
-        },
+    let (outcome, append) = match first {
+        Poll::Ready(outcome) => (Some(outcome), None),
+        Poll::Pending => (None, Some(append)),
+    };
+    InFlight {
+        delivery_id,
+        settled,
+        outcome,
+        append,
     }
 }
 
@@ -243,13 +271,24 @@ async fn front_done(in_flight: &mut VecDeque<InFlight<'_>>) {
 }
 
 /// Settles, in arrival order, every delivery at the front whose append has an outcome: runs of
-/// accepted ones with one disposition each, rejected ones one by one.
+/// accepted ones with one command, rejected ones one by one.
 async fn settle_done(
-    receiver: &Receiver,
-    to: &SendTo,
+    link: LinkRef,
+    commands: &mpsc::UnboundedSender<Command>,
     in_flight: &mut VecDeque<InFlight<'_>>,
-) -> Result<(), DispositionError> {
+) {
+    let settle = |delivery_ids: Vec<u32>, finished: u32, outcome: Result<(), Refusal>| {
+        let _ = commands.send(Command::Settle {
+            link,
+            delivery_ids,
+            finished,
+            outcome,
+        });
+    };
+    // The run of accepted deliveries not settled yet: the unsettled ones' ids, and how many
+    // deliveries it covers (pre-settled ones included).
     let mut accepted = Vec::new();
+    let mut finished = 0u32;
     while let Some(front) = in_flight.front_mut() {
         if front.outcome.is_none() {
             // Appends complete in order per partition, not across partitions: look again.
@@ -263,20 +302,29 @@ async fn settle_done(
         }
         let done = in_flight.pop_front().expect("the front exists");
         match done.outcome.expect("the outcome is known") {
-            Ok(()) => accepted.push(done.info),
-            Err(refusal) => {
-                if !accepted.is_empty() {
-                    receiver.accept_all(std::mem::take(&mut accepted)).await?;
+            Ok(()) => {
+                finished += 1;
+                if !done.settled {
+                    accepted.push(done.delivery_id);
                 }
-                tracing::debug!(hub = %to.hub, condition = refusal.condition, description = %refusal.description, "delivery rejected");
-                receiver.reject(done.info, amqp_error(&refusal)).await?;
+            }
+            Err(refusal) => {
+                if finished > 0 {
+                    settle(std::mem::take(&mut accepted), finished, Ok(()));
+                    finished = 0;
+                }
+                let ids = if done.settled {
+                    vec![]
+                } else {
+                    vec![done.delivery_id]
+                };
+                settle(ids, 1, Err(refusal));
             }
         }
     }
-    if !accepted.is_empty() {
-        receiver.accept_all(accepted).await?;
+    if finished > 0 {
+        settle(accepted, finished, Ok(()));
     }
-    Ok(())
 }
 
 /// Appends one delivery's events; returns once they are durable.
@@ -284,8 +332,10 @@ async fn append(
     broker: &Broker,
     to: &SendTo,
     format: u32,
-    message: AmqpMessage,
+    payload: Vec<u8>,
 ) -> Result<(), Refusal> {
+    let message = decode_strict(&payload).map_err(|e| Refusal::new(conditions::DECODE_ERROR, e))?;
+    drop(payload);
     let route_by_key = to.partition.is_none();
     let (key, events) = events_of(message, format, route_by_key)?;
     let target = match (&to.partition, key) {
@@ -353,7 +403,7 @@ mod tests {
     use super::*;
     use fe2o3_amqp_types::messaging::annotations::OwnedKey;
     use fe2o3_amqp_types::messaging::{Data, MessageAnnotations};
-    use fe2o3_amqp_types::primitives::{Binary, OrderedMap};
+    use fe2o3_amqp_types::primitives::{Binary, OrderedMap, Value};
 
     fn encoded(body: &[u8], key: Option<&str>) -> Vec<u8> {
         let mut message = AmqpMessage {

@@ -1,0 +1,510 @@
+//! The engine against itself: a client and a server connection wired back to back, every
+//! byte passed by hand, so each test is a replayable sequence of frames.
+
+use super::*;
+use fe2o3_amqp_types::messaging::{Source, Target};
+use proptest::prelude::*;
+
+fn config(name: &str) -> Config {
+    Config::new(name)
+}
+
+/// Moves bytes both ways until neither side has anything to say. `chunk` cuts every hand-over
+/// into pieces of that many bytes (0: whole), to show frames may arrive split anywhere.
+fn pump_chunked(a: &mut Connection, b: &mut Connection, chunk: usize) {
+    let mut to_b = Vec::new();
+    let mut to_a = Vec::new();
+    for _ in 0..10_000 {
+        a.move_output_to(&mut to_b);
+        b.move_output_to(&mut to_a);
+        if to_a.is_empty() && to_b.is_empty() {
+            return;
+        }
+        feed(b, &mut to_b, chunk);
+        feed(a, &mut to_a, chunk);
+    }
+    panic!("the connections never went quiet");
+}
+
+fn feed(c: &mut Connection, input: &mut Vec<u8>, chunk: usize) {
+    let mut buffer = Vec::new();
+    let pieces: Vec<Vec<u8>> = if chunk == 0 {
+        vec![std::mem::take(input)]
+    } else {
+        std::mem::take(input)
+            .chunks(chunk)
+            .map(<[u8]>::to_vec)
+            .collect()
+    };
+    for piece in pieces {
+        buffer.extend_from_slice(&piece);
+        match c.receive(&buffer) {
+            Ok(used) => {
+                buffer.drain(..used);
+            }
+            Err(_) => return,
+        }
+    }
+    assert!(buffer.is_empty(), "{} bytes left unread", buffer.len());
+}
+
+fn pump(a: &mut Connection, b: &mut Connection) {
+    pump_chunked(a, b, 0);
+}
+
+fn events(c: &mut Connection) -> Vec<Event> {
+    std::iter::from_fn(|| c.poll_event()).collect()
+}
+
+fn receiver_attach(name: &str, address: &str) -> Attach {
+    let mut attach = attach_frame(name, Role::Receiver, SenderSettleMode::Settled);
+    attach.source = Some(Box::new(Source::builder().address(address).build()));
+    attach.target = Some(Box::new(Target::builder().build().into()));
+    attach
+}
+
+fn sender_attach(name: &str, address: &str) -> Attach {
+    let mut attach = attach_frame(name, Role::Sender, SenderSettleMode::Unsettled);
+    attach.source = Some(Box::new(Source::builder().build()));
+    attach.target = Some(Box::new(Target::builder().address(address).build().into()));
+    attach
+}
+
+/// A client and a server with one session; returns them and the client's and server's
+/// session ids.
+fn connected(
+    client_config: Config,
+    server_config: Config,
+) -> (Connection, Connection, SessionId, SessionId) {
+    let mut client = Connection::client(client_config);
+    let mut server = Connection::server(server_config);
+    let session = client.begin().unwrap();
+    pump(&mut client, &mut server);
+    let server_events = events(&mut server);
+    assert!(matches!(server_events[0], Event::Opened(_)));
+    let Event::SessionBegun(server_session) = server_events[1] else {
+        panic!("{server_events:?}")
+    };
+    let client_events = events(&mut client);
+    assert!(matches!(client_events[0], Event::Opened(_)));
+    assert_eq!(client_events[1], Event::SessionBegun(session));
+    (client, server, session, server_session)
+}
+
+/// The client attaches `attach`; the server answers it as is. Returns (client link, server link).
+fn attached(
+    client: &mut Connection,
+    server: &mut Connection,
+    session: SessionId,
+    attach: Attach,
+) -> (LinkId, LinkId) {
+    let client_link = client.attach(session, attach).unwrap();
+    pump(client, server);
+    let mut server_events = events(server);
+    let Some(Event::Attached {
+        link,
+        attach,
+        answer: false,
+    }) = server_events.pop()
+    else {
+        panic!("no attach")
+    };
+    server.attach_answer(link, *attach).unwrap();
+    pump(client, server);
+    let client_events = events(client);
+    assert!(
+        matches!(
+            client_events.as_slice(),
+            [Event::Attached { answer: true, .. }]
+        ),
+        "{client_events:?}"
+    );
+    (client_link, link)
+}
+
+fn deliveries(c: &mut Connection) -> Vec<Delivery> {
+    events(c)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Delivery(d) => Some(d),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn messages_flow_within_credit_and_no_further() {
+    let (mut client, mut server, session, _) = connected(config("c"), config("s"));
+    let (client_link, server_link) = attached(
+        &mut client,
+        &mut server,
+        session,
+        receiver_attach("r", "hub/p/0"),
+    );
+    assert_eq!(
+        server.send(server_link, true, 0, |_| ()),
+        Err(SendError::NoCredit)
+    );
+    client.flow(client_link, 3).unwrap();
+    pump(&mut client, &mut server);
+    assert_eq!(events(&mut server), vec![Event::Credit(server_link)]);
+    assert_eq!(server.credit(server_link), 3);
+    for i in 0..3u8 {
+        server
+            .send(server_link, true, 0, |out| out.extend_from_slice(&[i; 10]))
+            .unwrap();
+    }
+    assert_eq!(
+        server.send(server_link, true, 0, |_| ()),
+        Err(SendError::NoCredit)
+    );
+    pump(&mut client, &mut server);
+    let got = deliveries(&mut client);
+    assert_eq!(got.len(), 3);
+    for (i, d) in got.iter().enumerate() {
+        assert_eq!(d.payload, vec![i as u8; 10]);
+        assert_eq!(d.delivery_id, i as u32);
+        assert!(d.settled);
+        assert_eq!(d.link, client_link);
+    }
+    assert_eq!(client.granted(client_link), 0);
+    // More credit: the delivery count carries on.
+    client.flow(client_link, 2).unwrap();
+    pump(&mut client, &mut server);
+    events(&mut server);
+    assert_eq!(server.credit(server_link), 2);
+}
+
+#[test]
+fn the_client_sends_and_the_server_settles() {
+    let (mut client, mut server, session, server_session) = connected(config("c"), config("s"));
+    let (client_link, server_link) =
+        attached(&mut client, &mut server, session, sender_attach("s", "hub"));
+    server.flow(server_link, 100).unwrap();
+    pump(&mut client, &mut server);
+    assert_eq!(events(&mut client), vec![Event::Credit(client_link)]);
+    let first = client
+        .send(client_link, false, 0x8001_3700, |o| {
+            o.extend_from_slice(b"one")
+        })
+        .unwrap();
+    let second = client
+        .send(client_link, false, 0, |o| o.extend_from_slice(b"two"))
+        .unwrap();
+    pump(&mut client, &mut server);
+    let got = deliveries(&mut server);
+    assert_eq!(
+        got.iter().map(|d| d.payload.as_slice()).collect::<Vec<_>>(),
+        [b"one", b"two"]
+    );
+    assert_eq!(got[0].message_format, 0x8001_3700);
+    assert!(!got[0].settled);
+    assert_eq!(server.granted(server_link), 98);
+    let accepted = tributary_amqp_codec::performative::ACCEPTED;
+    server
+        .disposition(
+            server_session,
+            true,
+            got[0].delivery_id,
+            got[1].delivery_id,
+            true,
+            Some(accepted),
+        )
+        .unwrap();
+    pump(&mut client, &mut server);
+    assert_eq!(
+        events(&mut client),
+        vec![Event::Disposition {
+            session,
+            role_is_receiver: true,
+            first,
+            last: second,
+            settled: true,
+            state: Some(accepted.to_vec()),
+        }]
+    );
+}
+
+#[test]
+fn messages_larger_than_a_frame_are_split_and_joined() {
+    let mut small = config("c");
+    small.max_frame_size = 512;
+    let (mut client, mut server, session, _) = connected(small, config("s"));
+    let (client_link, server_link) =
+        attached(&mut client, &mut server, session, receiver_attach("r", "a"));
+    client.flow(client_link, 2).unwrap();
+    pump(&mut client, &mut server);
+    events(&mut server);
+    let big: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+    server
+        .send(server_link, true, 0, |o| o.extend_from_slice(&big))
+        .unwrap();
+    server
+        .send(server_link, true, 0, |o| o.extend_from_slice(b"small"))
+        .unwrap();
+    let output = server.take_output();
+    let mut at = 0;
+    let mut frames = 0;
+    while at < output.len() {
+        let size = u32::from_be_bytes(output[at..at + 4].try_into().unwrap()) as usize;
+        assert!(size <= 512, "a frame of {size} bytes");
+        at += size;
+        frames += 1;
+    }
+    assert!(frames >= 11, "{frames} frames");
+    feed(&mut client, &mut output.clone(), 7);
+    let got = deliveries(&mut client);
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].payload, big);
+    assert_eq!(got[1].payload, b"small");
+}
+
+#[test]
+fn transfers_wait_for_the_peer_window_and_keep_their_order() {
+    let mut narrow = config("c");
+    narrow.session_window = 4;
+    let (mut client, mut server, session, _) = connected(narrow, config("s"));
+    let (client_link, server_link) =
+        attached(&mut client, &mut server, session, receiver_attach("r", "a"));
+    client.flow(client_link, 50).unwrap();
+    pump(&mut client, &mut server);
+    events(&mut server);
+    for i in 0..50u32 {
+        server
+            .send(server_link, true, 0, |o| {
+                o.extend_from_slice(&i.to_be_bytes())
+            })
+            .unwrap();
+    }
+    assert!(
+        server.blocked_bytes() > 0,
+        "beyond a window of 4 frames, transfers wait"
+    );
+    pump(&mut client, &mut server);
+    let got = deliveries(&mut client);
+    let ids: Vec<u32> = got
+        .iter()
+        .map(|d| u32::from_be_bytes(d.payload[..].try_into().unwrap()))
+        .collect();
+    assert_eq!(ids, (0..50).collect::<Vec<_>>());
+    assert_eq!(server.blocked_bytes(), 0);
+}
+
+#[test]
+fn a_peer_beyond_our_window_is_a_window_violation() {
+    let mut narrow = config("s");
+    narrow.session_window = 2;
+    let (mut client, mut server, session, _) = connected(config("c"), narrow);
+    let (client_link, server_link) =
+        attached(&mut client, &mut server, session, sender_attach("s", "hub"));
+    server.flow(server_link, 10).unwrap();
+    pump(&mut client, &mut server);
+    // Pretend the server had opened a wide window: the client sends 3 frames at once.
+    client.sessions[session.0 as usize]
+        .as_mut()
+        .unwrap()
+        .remote_incoming_window = 10;
+    for _ in 0..3 {
+        client.send(client_link, false, 0, |o| o.push(1)).unwrap();
+    }
+    let mut bytes = client.take_output();
+    let error = server.receive(&bytes).unwrap_err();
+    assert_eq!(error.condition, condition::WINDOW_VIOLATION);
+    assert!(server.is_closed());
+    // Nothing more is read after the close.
+    bytes.truncate(0);
+    assert_eq!(server.receive(&[0, 0, 0, 8, 2, 0, 0, 0]).unwrap(), 0);
+}
+
+#[test]
+fn transfers_beyond_credit_detach_the_link() {
+    let (mut client, mut server, session, _) = connected(config("c"), config("s"));
+    let (client_link, server_link) =
+        attached(&mut client, &mut server, session, sender_attach("s", "hub"));
+    server.flow(server_link, 1).unwrap();
+    pump(&mut client, &mut server);
+    events(&mut client);
+    client.send(client_link, false, 0, |o| o.push(1)).unwrap();
+    // The client forgets its credit is spent.
+    client.sessions[session.0 as usize].as_mut().unwrap().links[client_link.handle as usize]
+        .as_mut()
+        .unwrap()
+        .credit = 1;
+    client.send(client_link, false, 0, |o| o.push(2)).unwrap();
+    pump(&mut client, &mut server);
+    let server_events = events(&mut server);
+    assert!(matches!(&server_events[0], Event::Delivery(_)));
+    let Event::Detached {
+        error: Some(error), ..
+    } = &server_events[1]
+    else {
+        panic!("{server_events:?}")
+    };
+    assert_eq!(
+        error.condition,
+        ErrorCondition::Custom(Symbol::from(condition::TRANSFER_LIMIT_EXCEEDED))
+    );
+    let client_events = events(&mut client);
+    assert!(
+        matches!(&client_events[0], Event::Detached { link, error: Some(_), .. } if *link == client_link),
+        "{client_events:?}"
+    );
+    // Both sides detached: the handles are free for a new link.
+    let (again, _) = attached(
+        &mut client,
+        &mut server,
+        session,
+        sender_attach("s2", "hub"),
+    );
+    assert_eq!(again.handle, client_link.handle);
+}
+
+#[test]
+fn messages_beyond_max_message_size_detach_the_link() {
+    let (mut client, mut server, session, _) = connected(config("c"), config("s"));
+    let client_link = client.attach(session, sender_attach("s", "hub")).unwrap();
+    pump(&mut client, &mut server);
+    let Some(Event::Attached { link, attach, .. }) = events(&mut server).pop() else {
+        panic!()
+    };
+    let mut answer = *attach;
+    answer.max_message_size = Some(100);
+    server.attach_answer(link, answer).unwrap();
+    server.flow(link, 5).unwrap();
+    pump(&mut client, &mut server);
+    events(&mut client);
+    client
+        .send(client_link, false, 0, |o| o.extend_from_slice(&[0; 100]))
+        .unwrap();
+    client
+        .send(client_link, false, 0, |o| o.extend_from_slice(&[0; 101]))
+        .unwrap();
+    pump(&mut client, &mut server);
+    let server_events = events(&mut server);
+    assert!(matches!(&server_events[0], Event::Delivery(d) if d.payload.len() == 100));
+    let Event::Detached {
+        error: Some(error), ..
+    } = &server_events[1]
+    else {
+        panic!("{server_events:?}")
+    };
+    assert_eq!(
+        error.condition,
+        ErrorCondition::Custom(Symbol::from(condition::MESSAGE_SIZE_EXCEEDED))
+    );
+}
+
+#[test]
+fn detach_end_and_close_are_answered() {
+    let (mut client, mut server, session, server_session) = connected(config("c"), config("s"));
+    let (client_link, server_link) =
+        attached(&mut client, &mut server, session, receiver_attach("r", "a"));
+    let error = amqp_error("com.example:displaced", "a higher epoch");
+    server.detach(server_link, true, Some(error.clone()));
+    pump(&mut client, &mut server);
+    assert_eq!(
+        events(&mut client),
+        vec![Event::Detached {
+            link: client_link,
+            closed: true,
+            error: Some(error)
+        }]
+    );
+    assert!(
+        events(&mut server).is_empty(),
+        "the answer to our detach is not an event"
+    );
+    client.end(session, None);
+    pump(&mut client, &mut server);
+    assert_eq!(
+        events(&mut server),
+        vec![Event::SessionEnded {
+            session: server_session,
+            error: None
+        }]
+    );
+    assert!(events(&mut client).is_empty());
+    assert_eq!(client.begin(), Ok(session), "the channel is free again");
+    client.close(None);
+    pump(&mut client, &mut server);
+    let server_events = events(&mut server);
+    assert_eq!(
+        server_events.last(),
+        Some(&Event::Closed { error: None }),
+        "{server_events:?}"
+    );
+    assert!(server.is_finished());
+    assert_eq!(
+        events(&mut client),
+        vec![Event::SessionBegun(session), Event::Closed { error: None }]
+    );
+    assert!(client.is_finished());
+    assert_eq!(
+        client.send(client_link, true, 0, |_| ()),
+        Err(SendError::Closed)
+    );
+}
+
+#[test]
+fn a_wrong_header_or_a_first_frame_other_than_open_is_refused() {
+    let mut server = Connection::server(config("s"));
+    let error = server.receive(b"HTTP/1.1 200").unwrap_err();
+    assert_eq!(error.condition, condition::NOT_ALLOWED);
+    let mut server = Connection::server(config("s"));
+    let mut client = Connection::client(config("c"));
+    client.take_output();
+    let mut bytes = AMQP_HEADER.to_vec();
+    client.begin().unwrap();
+    bytes.extend(client.take_output());
+    assert_eq!(
+        server.receive(&bytes).unwrap_err().description,
+        "the first frame must be open"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Whatever a peer sends after the handshake, the engine neither panics nor reads on
+    /// after failing.
+    #[test]
+    fn arbitrary_frames_never_panic(garbage in proptest::collection::vec(any::<u8>(), 0..600)) {
+        let (mut client, mut server, session, _) = connected(config("c"), config("s"));
+        let _ = attached(&mut client, &mut server, session, sender_attach("s", "hub"));
+        let mut bytes = garbage.clone();
+        let _ = server.receive(&bytes);
+        // With a valid frame header around it too.
+        bytes = ((garbage.len() + 8) as u32).to_be_bytes().to_vec();
+        bytes.extend_from_slice(&[2, 0, 0, 0]);
+        bytes.extend_from_slice(&garbage);
+        let mut server2 = Connection::server(config("s"));
+        let mut start = AMQP_HEADER.to_vec();
+        let mut c = Connection::client(config("c"));
+        start.clear();
+        start.extend(c.take_output());
+        let _ = server2.receive(&start);
+        let _ = server2.receive(&bytes);
+        let _ = server.receive(&bytes);
+    }
+
+    /// Frames split at any byte give the same deliveries.
+    #[test]
+    fn frames_split_anywhere_read_the_same(chunk in 1usize..64, sizes in proptest::collection::vec(0usize..2000, 1..12)) {
+        let mut small = config("c");
+        small.max_frame_size = 700;
+        let (mut client, mut server, session, _) = connected(small, config("s"));
+        let (client_link, server_link) = attached(&mut client, &mut server, session, receiver_attach("r", "a"));
+        client.flow(client_link, sizes.len() as u32).unwrap();
+        pump(&mut client, &mut server);
+        events(&mut server);
+        for (i, size) in sizes.iter().enumerate() {
+            server.send(server_link, true, 0, |o| o.extend(std::iter::repeat_n(i as u8, *size))).unwrap();
+        }
+        pump_chunked(&mut client, &mut server, chunk);
+        let got = deliveries(&mut client);
+        prop_assert_eq!(got.len(), sizes.len());
+        for (i, (d, size)) in got.iter().zip(&sizes).enumerate() {
+            prop_assert_eq!(&d.payload, &vec![i as u8; *size]);
+        }
+    }
+}
