@@ -28,9 +28,6 @@
 //! front door stores one; an AMQP map cannot hold one — the general path keeps the key once,
 //! where it first appears, with its last value).
 
-// Called only by its tests until the receive link sends what it writes.
-#![cfg_attr(not(test), allow(dead_code))]
-
 use std::collections::HashSet;
 
 use fe2o3_amqp_types::messaging::message::__private::Serializable;
