@@ -103,6 +103,7 @@ pub mod limits;
 mod link_errors;
 mod management;
 mod producer;
+mod received;
 mod remote;
 mod request_response;
 pub mod sas;
