@@ -1,15 +1,15 @@
 //! AMQP 1.0 frames and the per-message performatives, parsed strictly and encoded by hand.
 //!
-//! This crate is the hot path of the AMQP connection engine Tributary is growing to replace
-//! `fe2o3-amqp` on the data path. Delivering a 100-byte event through that engine costs about
-//! 13 µs of CPU (client and server together; BENCHMARKS.md): a serde pass that sizes every
-//! message before it writes it, frames moved through three channels per direction, and every
-//! annotation decoded into a generic value. The target — 500,000 events/s delivered on
-//! two cores — leaves 4 µs. The frames a stream of events consists of are few and simple:
-//! `transfer` (one per event), `flow` and `disposition`. This crate reads and writes exactly
-//! those, splits a byte stream into frames, and writes a message's map and data sections
-//! straight into the buffer they are sent from; everything rarer (`open`, `attach`, …) stays
-//! with a general AMQP type codec.
+//! This crate is the hot path of Tributary's own AMQP engine (`tributary-amqp-engine`), which
+//! both the hub's front door and the Rust client run on. It replaced `fe2o3-amqp` on the data
+//! path, where delivering a 100-byte event cost about 13 µs of CPU (client and server together;
+//! BENCHMARKS.md): a serde pass that sized every message before writing it, frames moved
+//! through three channels per direction, and every annotation decoded into a generic value.
+//! The frames a stream of events consists of are few and simple: `transfer` (one per event),
+//! `flow` and `disposition`. This crate reads and writes exactly those, splits a byte stream
+//! into frames, reads AMQP values strictly, and writes a message's sections straight into the
+//! buffer they are sent from; everything rarer (`open`, `attach`, …) stays with a general AMQP
+//! type codec.
 //!
 //! # Guarantees
 //! - **Strict and total on untrusted bytes.** Every function that reads bytes returns a

@@ -50,6 +50,11 @@ pub trait Handler {
     /// One of the handler's tasks sent a command.
     fn on_command(&mut self, connection: &mut Connection, command: Self::Command);
 
+    /// Everything that arrived in one read and every command taken in one wake-up has been
+    /// handled; what the handler gathered across them (replies, acknowledgements) can go out
+    /// together now, before the output is written.
+    fn on_turn_end(&mut self, _connection: &mut Connection) {}
+
     /// The shutdown future passed to [`run`] resolved: by default the connection is closed
     /// with `amqp:connection:forced`.
     fn on_shutdown(&mut self, connection: &mut Connection) {
@@ -120,6 +125,7 @@ where
         while let Some(event) = connection.poll_event() {
             handler.on_event(&mut connection, event);
         }
+        handler.on_turn_end(&mut connection);
         connection.move_output_to(&mut out);
         if connection.is_closed() && close_deadline.is_none() {
             close_deadline = Some(Instant::now() + CLOSE_WAIT);

@@ -123,15 +123,9 @@ pub async fn connect<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut out = SASL_HEADER.to_vec();
-    let init = SaslInit {
-        mechanism: Symbol::from(mechanism),
-        initial_response: initial_response.map(|r| Binary::from(r.to_vec())),
-        hostname: hostname.map(str::to_owned),
-    };
-    // The init may go before the server's mechanisms arrive (pipelined, as other clients do).
-    write_sasl_frame(&init, &mut out);
-    stream.write_all(&out).await?;
+    // The init waits for the server's mechanisms (specification 5.3.2): one round trip, and
+    // no server has to take an init it did not offer yet.
+    stream.write_all(&SASL_HEADER).await?;
     read_at_least(stream, buffer, 8).await?;
     if buffer[..8] != SASL_HEADER {
         return Err(SaslError::Protocol(
@@ -152,6 +146,14 @@ where
             "the server does not offer {mechanism}"
         )));
     }
+    let init = SaslInit {
+        mechanism: Symbol::from(mechanism),
+        initial_response: initial_response.map(|r| Binary::from(r.to_vec())),
+        hostname: hostname.map(str::to_owned),
+    };
+    let mut out = Vec::new();
+    write_sasl_frame(&init, &mut out);
+    stream.write_all(&out).await?;
     let body = read_sasl_frame(stream, buffer).await?;
     let outcome: SaslOutcome = serde_amqp::from_slice(&body)
         .map_err(|e| SaslError::Protocol(format!("expected sasl-outcome: {e}")))?;
@@ -273,6 +275,8 @@ mod tests {
         let mut buffer = Vec::new();
         let result = connect(&mut a, &mut buffer, "EXTERNAL", None, None).await;
         assert!(result.is_err());
+        // The client never sent an init; the server sees the connection end.
+        drop(a);
         assert!(!server.await.unwrap());
     }
 }

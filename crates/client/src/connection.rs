@@ -18,23 +18,18 @@
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use fe2o3_amqp::connection::ConnectionHandle;
-use fe2o3_amqp::sasl_profile::SaslProfile;
-use fe2o3_amqp::session::SessionHandle;
-use fe2o3_amqp::types::definitions::Fields;
-use fe2o3_amqp::types::messaging::{AmqpValue, ApplicationProperties, Body};
-use fe2o3_amqp::types::primitives::{SimpleValue, Symbol, Timestamp, Value};
-use fe2o3_amqp::{Connection, Session};
-use tokio::net::TcpStream;
+use fe2o3_amqp_types::definitions::Fields;
+use fe2o3_amqp_types::messaging::{AmqpValue, ApplicationProperties, Body};
+use fe2o3_amqp_types::primitives::{SimpleValue, Timestamp, Value};
 use tokio::sync::{Mutex, MutexGuard};
+use tributary_amqp_engine::SessionId;
 
+use crate::amqp::{AmqpConnection, Endpoint, string_property};
 use crate::connection_string::{ConnectionString, Credential};
 use crate::error::ClientError;
 use crate::limits::{
-    CLOSE_TIMEOUT, OPERATION_TIMEOUT_DEFAULT, SAS_TOKEN_LIFETIME, SESSIONS_MAX,
-    TOKEN_CHECK_INTERVAL_MAX, TOKEN_RENEW_AT_PERCENT,
+    OPERATION_TIMEOUT_DEFAULT, SAS_TOKEN_LIFETIME, TOKEN_CHECK_INTERVAL_MAX, TOKEN_RENEW_AT_PERCENT,
 };
-use crate::link_errors::{begin_error, open_error};
 use crate::request_response::RequestResponseLink;
 use crate::sas::{SAS_TOKEN_TYPE, Token, now_s, token_for};
 
@@ -117,14 +112,6 @@ impl Target {
         })
     }
 
-    pub(crate) fn endpoint(&self) -> String {
-        format!(
-            "{}:{}",
-            self.connection_string.host(),
-            self.connection_string.port()
-        )
-    }
-
     /// The CBS audience every link of this client is authorized under.
     pub(crate) fn audience(&self) -> String {
         format!("sb://{}/{}", self.connection_string.host(), self.hub)
@@ -156,8 +143,9 @@ impl Target {
 #[derive(Debug)]
 pub(crate) struct Live {
     pub(crate) generation: u64,
-    connection: ConnectionHandle<()>,
-    pub(crate) session: SessionHandle<()>,
+    pub(crate) connection: AmqpConnection,
+    /// The control session: `$cbs`, `$management` and the producer's sender links.
+    pub(crate) session: SessionId,
     cbs: RequestResponseLink,
     management: Option<RequestResponseLink>,
     token: Token,
@@ -166,13 +154,14 @@ pub(crate) struct Live {
 
 impl Live {
     fn is_usable(&self) -> bool {
-        !self.connection.is_closed() && !self.session.is_ended()
+        self.connection.is_usable(self.session)
     }
 
     /// The management link, attached on first use.
     pub(crate) async fn management(&mut self) -> Result<&mut RequestResponseLink, ClientError> {
         if self.management.is_none() {
-            let link = RequestResponseLink::attach(&mut self.session, "$management").await?;
+            let link =
+                RequestResponseLink::attach(&self.connection, self.session, "$management").await?;
             self.management = Some(link);
         }
         self.management
@@ -183,13 +172,6 @@ impl Live {
     /// The current token text, for requests that carry it (`security_token`).
     pub(crate) fn token(&self) -> &str {
         &self.token.value
-    }
-
-    /// Begins another session on this connection (one per receiver).
-    pub(crate) async fn begin_session(&mut self) -> Result<SessionHandle<()>, ClientError> {
-        Session::begin(&mut self.connection)
-            .await
-            .map_err(begin_error)
     }
 
     fn renew_at_s(&self) -> u64 {
@@ -265,13 +247,10 @@ impl Connector {
     /// Closes the connection, if open. Later operations reconnect.
     pub(crate) async fn close(&self) {
         let mut state = self.state.lock().await;
-        if let Some(mut live) = state.live.take() {
-            if let Some(management) = live.management.take() {
-                management.close().await;
-            }
-            live.cbs.close().await;
-            let _ = tokio::time::timeout(CLOSE_TIMEOUT, live.session.end()).await;
-            let _ = tokio::time::timeout(CLOSE_TIMEOUT, live.connection.close()).await;
+        if let Some(live) = state.live.take() {
+            // The links detach as they drop; the connection's task then closes the
+            // connection, waiting a bounded time for the hub's answer.
+            live.connection.close();
         }
     }
 }
@@ -303,12 +282,9 @@ impl std::ops::DerefMut for LiveGuard<'_> {
 }
 
 async fn open_live(target: &Target, generation: u64) -> Result<Live, ClientError> {
-    let mut connection = open_connection(target).await?;
-    let mut session = Session::builder()
-        .begin(&mut connection)
-        .await
-        .map_err(begin_error)?;
-    let mut cbs = RequestResponseLink::attach(&mut session, "$cbs").await?;
+    let connection = open_connection(target).await?;
+    let session = connection.begin().await?;
+    let mut cbs = RequestResponseLink::attach(&connection, session, "$cbs").await?;
     let issued_at_s = now_s();
     let token = token_for(
         target.connection_string.credential(),
@@ -329,16 +305,8 @@ async fn open_live(target: &Target, generation: u64) -> Result<Live, ClientError
     })
 }
 
-async fn open_connection(target: &Target) -> Result<ConnectionHandle<()>, ClientError> {
+async fn open_connection(target: &Target) -> Result<AmqpConnection, ClientError> {
     let cs = &target.connection_string;
-    let endpoint = target.endpoint();
-    let tcp = TcpStream::connect((cs.host(), cs.port()))
-        .await
-        .map_err(|e| ClientError::Connect {
-            endpoint: endpoint.clone(),
-            description: e.to_string(),
-        })?;
-    let _ = tcp.set_nodelay(true);
     let container_id = format!(
         "{}-{}",
         target
@@ -348,35 +316,20 @@ async fn open_connection(target: &Target) -> Result<ConnectionHandle<()>, Client
             .unwrap_or("tributary-client"),
         uuid::Uuid::new_v4().simple()
     );
-    let mut properties = Fields::new();
-    properties.insert(
-        Symbol::from("product"),
-        Value::String("tributary-client".to_owned()),
-    );
-    properties.insert(
-        Symbol::from("version"),
-        Value::String(env!("CARGO_PKG_VERSION").to_owned()),
-    );
-    let builder = Connection::builder()
-        .container_id(container_id)
-        .hostname(cs.host())
-        .sasl_hostname(cs.host())
-        .scheme("amqp")
-        .sasl_profile(SaslProfile::Anonymous)
-        .channel_max(SESSIONS_MAX)
-        .properties(properties);
-    let opened = if cs.uses_tls() {
-        let stream = crate::tls::connect(tcp, cs.host())
-            .await
-            .map_err(|description| ClientError::Connect {
-                endpoint: endpoint.clone(),
-                description,
-            })?;
-        builder.open_with_stream(stream).await
-    } else {
-        builder.open_with_stream(tcp).await
-    };
-    opened.map_err(|e| open_error(&endpoint, e))
+    let properties: Fields = [
+        string_property("product", "tributary-client"),
+        string_property("version", env!("CARGO_PKG_VERSION")),
+    ]
+    .into_iter()
+    .collect();
+    AmqpConnection::open(Endpoint {
+        host: cs.host(),
+        port: cs.port(),
+        tls: cs.uses_tls(),
+        container_id,
+        properties: Some(properties),
+    })
+    .await
 }
 
 async fn put_token(
@@ -501,6 +454,6 @@ mod tests {
         ));
         let target = Target::new(cs, Some("orders"), ClientOptions::default()).unwrap();
         assert_eq!(target.audience(), "sb://h/orders");
-        assert_eq!(target.endpoint(), "h:5672");
+        assert_eq!(target.connection_string.port(), 5672);
     }
 }

@@ -2,10 +2,10 @@
 //! or without an owner level (epoch).
 //!
 //! # Flow control
-//! A receiver grants the hub `prefetch` credits when it attaches and tops them up to `prefetch`
-//! again once half have been consumed by [`EventReceiver::receive`], so at most one and a half
-//! times `prefetch` events wait in the client ahead of the caller (the top-up comes while up to
-//! half may still be buffered).
+//! A receiver grants the hub `prefetch` credits when it attaches. [`EventReceiver::receive`]
+//! grants back what it took once that reaches half of `prefetch`, or whenever it has taken
+//! everything that had arrived, so the events waiting in the client plus the hub's credit
+//! never exceed `prefetch`: at most `prefetch` events are ever buffered ahead of the caller.
 //!
 //! # Epochs and ownership
 //! A receiver opened with `owner_level = Some(e)` sends `com.microsoft:epoch = e` (a long). When
@@ -29,30 +29,31 @@
 //! delivery.
 //!
 //! # Cancellation
-//! Dropping a `receive` future part-way may lose events it had already taken off the link; after
-//! that, reopen from the last event seen (the processor host does exactly this).
+//! Dropping a `receive` future part-way loses nothing: events that arrived stay buffered in
+//! the receiver for the next call.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fe2o3_amqp::link::{CreditMode, Receiver};
-use fe2o3_amqp::session::SessionHandle;
-use fe2o3_amqp::types::definitions::{Fields, ReceiverSettleMode};
-use fe2o3_amqp::types::messaging::{Body, Source};
-use fe2o3_amqp::types::primitives::{Symbol, Value};
+use fe2o3_amqp_types::definitions::{Fields, Role, SenderSettleMode};
+use fe2o3_amqp_types::messaging::{Source, Target as TargetTerminus};
+use fe2o3_amqp_types::primitives::{Array, Symbol, Value};
+use tributary_amqp_engine::connection::attach_frame;
 use tributary_event::{Clock, EventPosition, ReceivedEvent, SystemClock};
 use tributary_processor::{LastEnqueuedEventProperties, ReceiverOptions};
 
+use crate::amqp::{ReceiverEvent, ReceiverLink};
 use crate::codec::{
     EPOCH_PROPERTY, RECEIVER_NAME_PROPERTY, RUNTIME_METRIC_CAPABILITY, SELECTOR_FILTER_KEY,
-    decode_received, last_enqueued, receiver_address, selector_filter,
+    receiver_address, selector_filter,
 };
 use crate::connection::{ClientOptions, Connector, Target};
 use crate::error::ClientError;
-use crate::limits::{CLOSE_TIMEOUT, PREFETCH_MAX};
-use crate::link_errors::{attach_receiver_error, recv_error};
+use crate::limits::PREFETCH_MAX;
 use crate::management::{self, EventHubProperties, PartitionProperties};
 use crate::producer::check_partition_id;
+use crate::received::decode_received_bytes;
 
 /// Reads partitions of one event hub. Cheap to clone; clones share the connection.
 #[derive(Debug, Clone)]
@@ -104,7 +105,7 @@ impl ConsumerClient {
     }
 
     /// Opens a receiver on `partition` in `consumer_group` from `start`; an epoch receiver if
-    /// `owner_level` is given; buffering at most about one and a half times `prefetch` events (see the module docs).
+    /// `owner_level` is given; buffering at most `prefetch` events (see the module docs).
     pub async fn open_receiver(
         &self,
         partition: &str,
@@ -144,7 +145,7 @@ impl ConsumerClient {
             &options.partition_id,
         );
         let target = &self.connector.target;
-        let (session, receiver) = target
+        let link = target
             .timed(
                 "opening a receiver",
                 attach(&self.connector, &address, options),
@@ -153,8 +154,11 @@ impl ConsumerClient {
         Ok(EventReceiver {
             address,
             partition_id: options.partition_id.clone(),
-            session: Some(session),
-            receiver: Some(receiver),
+            link: Some(link),
+            prefetch: options.prefetch,
+            arrived: VecDeque::new(),
+            taken: 0,
+            ended: None,
             last_enqueued: None,
             failure: None,
         })
@@ -166,53 +170,59 @@ impl ConsumerClient {
     }
 }
 
+/// Attaches a receiver for `address` on a session of its own, as the Azure SDKs do.
 async fn attach(
     connector: &Connector,
     address: &str,
     options: &ReceiverOptions,
-) -> Result<(SessionHandle<()>, Receiver), ClientError> {
-    let mut session = connector.live().await?.begin_session().await?;
+) -> Result<ReceiverLink, ClientError> {
+    let connection = connector.live().await?.connection.clone();
+    let session = connection.begin().await?;
     let name = format!("receiver-{}", uuid::Uuid::new_v4().simple());
-    let source = Source::builder()
-        .address(address)
-        .add_to_filter(SELECTOR_FILTER_KEY, Some(selector_filter(&options.start)))
-        .build();
+    let mut attach = attach_frame(name.clone(), Role::Receiver, SenderSettleMode::Mixed);
+    attach.source = Some(Box::new(
+        Source::builder()
+            .address(address.to_owned())
+            .add_to_filter(SELECTOR_FILTER_KEY, Some(selector_filter(&options.start)))
+            .build(),
+    ));
+    attach.target = Some(Box::new(
+        TargetTerminus::builder()
+            .address(name.clone())
+            .build()
+            .into(),
+    ));
     let mut properties = Fields::new();
     if let Some(epoch) = options.owner_level {
         properties.insert(Symbol::from(EPOCH_PROPERTY), Value::Long(epoch));
     }
-    properties.insert(
-        Symbol::from(RECEIVER_NAME_PROPERTY),
-        Value::String(name.clone()),
-    );
-    let mut builder = Receiver::builder()
-        .name(name.clone())
-        .source(source)
-        .target(name)
-        .receiver_settle_mode(ReceiverSettleMode::First)
-        .credit_mode(CreditMode::Auto(options.prefetch))
-        .auto_accept(true)
-        .verify_incoming_source(false)
-        .properties(properties);
+    properties.insert(Symbol::from(RECEIVER_NAME_PROPERTY), Value::String(name));
+    attach.properties = Some(properties);
     if options.track_last_enqueued {
-        builder = builder.add_desired_capabilities(Symbol::from(RUNTIME_METRIC_CAPABILITY));
+        attach.desired_capabilities =
+            Some(Array::from(vec![Symbol::from(RUNTIME_METRIC_CAPABILITY)]));
     }
-    match builder.attach(&mut session).await {
-        Ok(receiver) => Ok((session, receiver)),
-        Err(error) => {
-            let error = attach_receiver_error(address, error);
-            let _ = tokio::time::timeout(CLOSE_TIMEOUT, session.end()).await;
-            Err(error)
-        }
+    let attached = connection
+        .attach_receiver(session, attach, address, options.prefetch, true)
+        .await;
+    if attached.is_err() {
+        connection.end(session);
     }
+    attached
 }
 
 /// A reader of one partition, from [`ConsumerClient::open_receiver`]; see the module docs.
 pub struct EventReceiver {
     address: String,
     partition_id: String,
-    session: Option<SessionHandle<()>>,
-    receiver: Option<Receiver>,
+    link: Option<ReceiverLink>,
+    prefetch: u32,
+    /// Messages that arrived and were not taken yet, oldest first.
+    arrived: VecDeque<Vec<u8>>,
+    /// Messages taken since credit was last granted back.
+    taken: u32,
+    /// How the link ended, once it has; reported after the messages before it.
+    ended: Option<ClientError>,
     last_enqueued: Option<LastEnqueuedEventProperties>,
     /// The error that finished this receiver, returned by every later call.
     failure: Option<ClientError>,
@@ -222,7 +232,8 @@ impl std::fmt::Debug for EventReceiver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventReceiver")
             .field("address", &self.address)
-            .field("open", &self.receiver.is_some())
+            .field("open", &self.link.is_some())
+            .field("buffered", &self.arrived.len())
             .field("last_enqueued", &self.last_enqueued)
             .field("failure", &self.failure)
             .finish()
@@ -250,46 +261,58 @@ impl EventReceiver {
                 "max_events must be at least 1".to_owned(),
             ));
         }
-        let mut events = Vec::new();
-        let mut wait = wait;
-        while events.len() < max_events {
-            match self.next(wait).await {
-                Ok(Some(event)) => events.push(event),
-                Ok(None) => break,
-                Err(error) => {
-                    self.failure = Some(error.clone());
-                    if events.is_empty() {
-                        return Err(error);
-                    }
-                    // Hand over what arrived first; the failure comes with the next call.
-                    break;
-                }
-            }
-            // After the first event, take only what is already here.
-            wait = Duration::ZERO;
-        }
-        assert!(events.len() <= max_events);
-        Ok(events)
-    }
-
-    /// The next event if one arrives within `wait`.
-    async fn next(&mut self, wait: Duration) -> Result<Option<ReceivedEvent>, ClientError> {
-        let Some(receiver) = self.receiver.as_mut() else {
+        let Some(link) = self.link.as_mut() else {
             return Err(ClientError::InvalidArgument(
                 "the receiver is closed".to_owned(),
             ));
         };
-        let delivery = match tokio::time::timeout(wait, receiver.recv::<Body<Value>>()).await {
-            Err(_elapsed) => return Ok(None),
-            Ok(received) => received.map_err(|e| recv_error(&self.address, e))?,
-        };
-        let message = delivery.into_message();
-        if let Some(latest) =
-            last_enqueued(message.delivery_annotations.as_ref(), SystemClock.now_ms())
-        {
-            self.last_enqueued = Some(latest);
+        while self.ended.is_none() {
+            match link.try_next() {
+                Some(event) => take(event, &mut self.arrived, &mut self.ended),
+                None => break,
+            }
         }
-        decode_received(message).map(Some)
+        if self.arrived.is_empty()
+            && self.ended.is_none()
+            && let Ok(event) = tokio::time::timeout(wait, link.next()).await
+        {
+            take(event, &mut self.arrived, &mut self.ended);
+        }
+        let mut events = Vec::with_capacity(max_events.min(self.arrived.len()));
+        let now_ms = SystemClock.now_ms();
+        while events.len() < max_events {
+            let Some(payload) = self.arrived.pop_front() else {
+                break;
+            };
+            self.taken += 1;
+            match decode_received_bytes(&payload, now_ms) {
+                Ok((event, last)) => {
+                    if last.is_some() {
+                        self.last_enqueued = last;
+                    }
+                    events.push(event);
+                }
+                Err(error) => {
+                    self.failure = Some(error.clone());
+                    break;
+                }
+            }
+        }
+        // Credit back what was taken: at half the prefetch, or when nothing is left to take
+        // (so a receiver about to wait never waits on credit it owes the hub).
+        if self.taken > 0 && (self.taken * 2 >= self.prefetch || self.arrived.is_empty()) {
+            link.grant(self.taken);
+            self.taken = 0;
+        }
+        if self.failure.is_none() && self.arrived.is_empty() {
+            self.failure = self.ended.take();
+        }
+        assert!(events.len() <= max_events);
+        match (&self.failure, events.is_empty()) {
+            // Hand over what arrived first; the failure comes with the next call.
+            (Some(failure), true) => Err(failure.clone()),
+            _ => Ok(events),
+        }
     }
 
     /// The partition's last enqueued event as of the latest delivery, when opened with
@@ -300,12 +323,15 @@ impl EventReceiver {
 
     /// Detaches the link and ends its session.
     pub async fn close(mut self) {
-        if let Some(receiver) = self.receiver.take() {
-            let _ = tokio::time::timeout(CLOSE_TIMEOUT, receiver.close()).await;
-        }
-        if let Some(mut session) = self.session.take() {
-            let _ = tokio::time::timeout(CLOSE_TIMEOUT, session.end()).await;
-        }
+        self.link = None;
+    }
+}
+
+/// Files a link event: messages to take, or the link's end.
+fn take(event: ReceiverEvent, arrived: &mut VecDeque<Vec<u8>>, ended: &mut Option<ClientError>) {
+    match event {
+        ReceiverEvent::Messages(messages) => arrived.extend(messages),
+        ReceiverEvent::Ended(error) => *ended = Some(error),
     }
 }
 

@@ -8,8 +8,8 @@
 //! ([`ClientError::ConnectionLost`], [`ClientError::ServerBusy`], [`ClientError::Timeout`],
 //! [`ClientError::Connect`]), or a peer that broke the protocol ([`ClientError::Protocol`]).
 
-use fe2o3_amqp::types::definitions::{self, ErrorCondition};
-use fe2o3_amqp::types::primitives::Symbol;
+use fe2o3_amqp_types::definitions::{self, ErrorCondition};
+use fe2o3_amqp_types::primitives::Symbol;
 use thiserror::Error;
 use tributary_processor::SourceError;
 

@@ -18,8 +18,8 @@
 //! - [`RemoteHub`]: a [`tributary_processor::PartitionSource`], so the event processor host
 //!   runs against a remote hub.
 //!
-//! It delegates the AMQP protocol engine to `fe2o3-amqp`, TLS to rustls, and the data model to
-//! `tributary-event`.
+//! The AMQP protocol runs on Tributary's own engine (`tributary-amqp-engine`, one task per
+//! connection; see `amqp.rs`), TLS on rustls, and the data model is `tributary-event`'s.
 //!
 //! # Guarantees
 //!
@@ -94,13 +94,13 @@
 
 #![forbid(unsafe_code)]
 
+mod amqp;
 pub mod codec;
 mod connection;
 pub mod connection_string;
 mod consumer;
 mod error;
 pub mod limits;
-mod link_errors;
 mod management;
 mod producer;
 mod received;

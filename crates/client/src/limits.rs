@@ -54,6 +54,25 @@ pub const PREFETCH_DEFAULT: u32 = 300;
 /// 1024-partition hub needs 1024 plus the control session; twice that leaves room.
 pub const SESSIONS_MAX: u16 = 2048;
 
+/// The largest frame this client reads (the AMQP `max-frame-size` it proposes): 256 KiB, so a
+/// batch of deliveries fills few frames while one frame's buffer stays small. Larger messages
+/// arrive split across frames.
+pub const FRAME_BYTES_MAX: u32 = 256 * 1024;
+
+/// The largest message a receiver link accepts (its `max-message-size`): 64 MiB, above every
+/// Event Hubs tier's event size (1 MiB standard, 20 MiB dedicated), so no real event is refused,
+/// while a broken or hostile hub cannot make a receiver assemble an unbounded message.
+pub const DELIVERY_BYTES_MAX: u64 = 64 * 1024 * 1024;
+
+/// How long the hub may be silent before the connection is given up (the AMQP `idle-time-out`
+/// this client proposes; the hub sends empty frames at half of it). Two minutes, as the Azure
+/// SDKs propose: a half-open TCP connection is noticed without a busy keep-alive.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How many responses a `$cbs` or `$management` reply link may have in flight (its credit).
+/// One request is outstanding at a time; the rest absorbs stray responses.
+pub const RESPONSE_CREDIT: u32 = 8;
+
 /// The longest text kept from a description the hub sends (errors, status descriptions). The
 /// text ends up in logs and error messages; a hostile or broken peer must not fill them.
 pub const DESCRIPTION_CHARS_MAX: usize = 1024;

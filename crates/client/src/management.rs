@@ -7,8 +7,8 @@
 //! or a value of the wrong type is a [`ClientError::Protocol`], a status of 404 a
 //! [`ClientError::NotFound`].
 
-use fe2o3_amqp::types::messaging::{ApplicationProperties, Body};
-use fe2o3_amqp::types::primitives::{OrderedMap, SimpleValue, Value};
+use fe2o3_amqp_types::messaging::{ApplicationProperties, Body};
+use fe2o3_amqp_types::primitives::{OrderedMap, SimpleValue, Value};
 
 use crate::connection::Connector;
 use crate::error::ClientError;
@@ -238,7 +238,7 @@ impl Fields<'_> {
 
 #[cfg(test)]
 mod tests {
-    use fe2o3_amqp::types::primitives::{Array, Timestamp};
+    use fe2o3_amqp_types::primitives::{Array, Timestamp};
 
     use super::*;
 

@@ -19,18 +19,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use fe2o3_amqp::link::delivery::{DeliveryFut, Sendable};
-use fe2o3_amqp::link::{SendError, Sender};
-use fe2o3_amqp::types::definitions::SenderSettleMode;
-use fe2o3_amqp::types::messaging::Outcome;
+use fe2o3_amqp_types::messaging::Outcome;
 use tokio::sync::Mutex;
 use tributary_event::{EventData, SendTarget};
 
-use crate::codec::{Outgoing, outgoing, sender_address};
+use crate::amqp::{SenderLink, Settlement};
+use crate::codec::{encode_outgoing, sender_address};
 use crate::connection::{ClientOptions, Connector, Target};
 use crate::error::ClientError;
-use crate::limits::{CLOSE_TIMEOUT, MESSAGE_BYTES_MAX_DEFAULT, SEND_EVENTS_MAX};
-use crate::link_errors::{attach_sender_error, send_error};
+use crate::limits::{MESSAGE_BYTES_MAX_DEFAULT, SEND_EVENTS_MAX};
 use crate::management::{self, EventHubProperties, PartitionProperties};
 
 /// A sender link and the connection generation it was attached on.
@@ -39,7 +36,7 @@ struct SenderSlot {
     generation: u64,
     /// Counts attaches, so a failed settlement drops only the link it was sent on.
     attached: u64,
-    sender: Option<Sender>,
+    sender: Option<SenderLink>,
 }
 
 impl std::fmt::Debug for SenderSlot {
@@ -100,18 +97,20 @@ impl ProducerClient {
     /// an unknown hub or partition.
     pub async fn send(&self, events: &[EventData], target: SendTarget) -> Result<(), ClientError> {
         let (address, partition_key) = self.route(events, &target)?;
-        let outgoing = outgoing(events, partition_key.as_deref())?;
+        // Encoded in the caller's task, before any lock: concurrent sends encode in parallel.
+        let (payload, format) = encode_outgoing(events, partition_key.as_deref())?;
         let slot = self.slot(&address).await;
         let connector = &self.connector;
         connector
             .target
             .timed("sending events", async {
-                // The transfer leaves under the slot's lock, so concurrent sends to one address
-                // keep their order; the settlement is awaited without it, so they pipeline.
+                // The transfer is queued under the slot's lock, so concurrent sends to one
+                // address keep their order; the settlement is awaited without it, so they
+                // pipeline.
                 let (settlement, attached_as) = {
                     let mut slot = slot.lock().await;
                     let sender = attached(connector, &mut slot, &address).await?;
-                    match start_transfer(sender, &address, outgoing).await {
+                    match start_transfer(sender, &address, payload, format) {
                         Ok(settlement) => (settlement, slot.attached),
                         Err(failed) => {
                             if failed.link_is_dead {
@@ -161,9 +160,8 @@ impl ProducerClient {
             .map(|(_, slot)| slot)
             .collect();
         for slot in slots {
-            if let Some(sender) = slot.lock().await.sender.take() {
-                let _ = tokio::time::timeout(CLOSE_TIMEOUT, sender.close()).await;
-            }
+            // Dropping the link detaches it.
+            slot.lock().await.sender = None;
         }
         self.connector.close().await;
     }
@@ -226,29 +224,27 @@ async fn attached<'a>(
     connector: &Connector,
     slot: &'a mut SenderSlot,
     address: &str,
-) -> Result<&'a mut Sender, ClientError> {
-    let mut live = connector.live().await?;
-    if slot.generation != live.generation || slot.sender.is_none() {
+) -> Result<&'a SenderLink, ClientError> {
+    let (generation, connection, session) = {
+        let live = connector.live().await?;
+        (live.generation, live.connection.clone(), live.session)
+    };
+    if slot.generation != generation || slot.sender.is_none() {
         slot.sender = None;
-        let sender = Sender::builder()
-            .name(format!("sender-{}", uuid::Uuid::new_v4().simple()))
-            .target(address)
-            .sender_settle_mode(SenderSettleMode::Unsettled)
-            .attach(&mut live.session)
-            .await
-            .map_err(|e| attach_sender_error(address, e))?;
-        slot.generation = live.generation;
+        let name = format!("sender-{}", uuid::Uuid::new_v4().simple());
+        let sender = connection.attach_sender(session, name, address).await?;
+        slot.generation = generation;
         slot.attached += 1;
         slot.sender = Some(sender);
     }
     slot.sender
-        .as_mut()
+        .as_ref()
         .ok_or_else(|| unreachable!("the sender was just attached"))
 }
 
 /// A failed send, and whether its link is unusable for the sends after it. A local refusal
-/// (too large, not encodable) or a refused outcome leaves the link as it was, and dropping it
-/// would fail the other sends in flight on it.
+/// (too large) or a refused outcome leaves the link as it was, and dropping it would fail the
+/// other sends in flight on it.
 struct SendFailure {
     error: ClientError,
     link_is_dead: bool,
@@ -262,54 +258,39 @@ impl SendFailure {
         }
     }
 
-    fn from_engine(address: &str, error: SendError) -> Self {
-        let link_is_dead = !matches!(
-            error,
-            SendError::MessageSizeExceeded(_) | SendError::MessageEncodeError
-        );
+    fn dead(error: ClientError) -> Self {
         SendFailure {
-            error: send_error(address, error),
-            link_is_dead,
+            error,
+            link_is_dead: true,
         }
     }
 }
 
-/// Puts `outgoing` on the link; the returned future resolves with the hub's settlement.
-async fn start_transfer(
-    sender: &mut Sender,
+/// Puts the payload on the link; the returned settlement resolves with the hub's outcome.
+fn start_transfer(
+    sender: &SenderLink,
     address: &str,
-    outgoing: Outgoing,
-) -> Result<DeliveryFut<Result<Outcome, SendError>>, SendFailure> {
-    // An advertised maximum is checked by the engine on the encoded bytes (one encoding); a
-    // hub that advertises none is held to the Event Hubs default here.
-    if sender.max_message_size().is_none() {
-        let size = outgoing.encoded_len().map_err(SendFailure::refused)?;
-        if size > MESSAGE_BYTES_MAX_DEFAULT {
-            return Err(SendFailure::refused(ClientError::MessageTooLarge {
-                description: format!(
-                    "the events encode to {size} bytes; the hub accepts at most {MESSAGE_BYTES_MAX_DEFAULT} bytes per send on {address}; send fewer or smaller events per call"
-                ),
-            }));
-        }
+    payload: Vec<u8>,
+    format: u32,
+) -> Result<Settlement, SendFailure> {
+    // The hub's advertised maximum, or the Event Hubs default when it advertises none.
+    let max = sender
+        .max_message_size()
+        .unwrap_or(MESSAGE_BYTES_MAX_DEFAULT);
+    let size = payload.len() as u64;
+    if size > max {
+        return Err(SendFailure::refused(ClientError::MessageTooLarge {
+            description: format!(
+                "the events encode to {size} bytes; the hub accepts at most {max} bytes per send on {address}; send fewer or smaller events per call"
+            ),
+        }));
     }
-    let sendable = Sendable::builder()
-        .message(outgoing.message)
-        .message_format(outgoing.message_format)
-        .build();
-    sender
-        .send_batchable(sendable)
-        .await
-        .map_err(|e| SendFailure::from_engine(address, e))
+    sender.send(payload, format).map_err(SendFailure::dead)
 }
 
 /// Waits for the hub's settlement of a transfer and maps its outcome.
-async fn settled(
-    settlement: DeliveryFut<Result<Outcome, SendError>>,
-    address: &str,
-) -> Result<(), SendFailure> {
-    let outcome = settlement
-        .await
-        .map_err(|e| SendFailure::from_engine(address, e))?;
+async fn settled(settlement: Settlement, address: &str) -> Result<(), SendFailure> {
+    let outcome = settlement.outcome().await.map_err(SendFailure::dead)?;
     let refusal = match outcome {
         Outcome::Accepted(_) => return Ok(()),
         Outcome::Rejected(rejected) => match rejected.error {

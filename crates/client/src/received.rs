@@ -43,15 +43,12 @@
 //! `fe2o3-amqp` fails on or misreads (of lists, maps, arrays or described values, or empty
 //! with an element constructor).
 
-// Called only by its tests until the receiver reads transfers itself.
-#![cfg_attr(not(test), allow(dead_code))]
-
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use fe2o3_amqp::types::messaging::Body;
-use fe2o3_amqp::types::messaging::message::DecodeIntoMessage;
-use fe2o3_amqp::types::primitives::Value;
+use fe2o3_amqp_types::messaging::message::DecodeIntoMessage;
+use fe2o3_amqp_types::messaging::{Body, Message};
+use fe2o3_amqp_types::primitives::Value;
 use serde_amqp::read::SliceReader;
 use tributary_amqp_codec::CodecError;
 use tributary_amqp_codec::value::{ArrayRule, Primitive, Reader};
@@ -104,21 +101,32 @@ pub(crate) fn decode_received_bytes(payload: &[u8], now_ms: i64) -> Result<Recei
 /// The general path: the bytes checked to be well-formed, decoded by `fe2o3-amqp`, converted
 /// by [`decode_received`] and [`last_enqueued`].
 fn general(payload: &[u8], now_ms: i64) -> Result<Received, ClientError> {
-    let mut reader = Reader::new(payload);
-    while !reader.is_at_end() {
-        reader
-            .skip_checked_with(0, ArrayRule::Primitive)
-            .map_err(|e| ClientError::Protocol {
-                description: format!("the hub sent a malformed message: {e}"),
-            })?;
-    }
-    let message =
-        <Body<Value> as DecodeIntoMessage>::decode_message_from_reader(SliceReader::new(payload))
-            .map_err(|e| ClientError::Protocol {
-            description: format!("the hub sent a message that could not be decoded: {e}"),
-        })?;
+    let message = decode_message(payload)?;
     let last = last_enqueued(message.delivery_annotations.as_ref(), now_ms);
     Ok((decode_received(message)?, last))
+}
+
+/// Checks that `bytes` are well-formed AMQP values all the way down, in the sense `serde_amqp`
+/// can decode without misreading (see the module docs): what must pass before untrusted bytes
+/// reach it.
+pub(crate) fn check_well_formed(bytes: &[u8]) -> Result<(), CodecError> {
+    let mut reader = Reader::new(bytes);
+    while !reader.is_at_end() {
+        reader.skip_checked_with(0, ArrayRule::Primitive)?;
+    }
+    Ok(())
+}
+
+/// Decodes a message the hub sent (a delivery, a `$cbs` or `$management` response) into
+/// `fe2o3-amqp`'s generic message, after [`check_well_formed`].
+pub(crate) fn decode_message(payload: &[u8]) -> Result<Message<Body<Value>>, ClientError> {
+    check_well_formed(payload).map_err(|e| ClientError::Protocol {
+        description: format!("the hub sent a malformed message: {e}"),
+    })?;
+    <Body<Value> as DecodeIntoMessage>::decode_message_from_reader(SliceReader::new(payload))
+        .map_err(|e| ClientError::Protocol {
+            description: format!("the hub sent a message that could not be decoded: {e}"),
+        })
 }
 
 /// The fast path cannot decode this message exactly as the general path would; take that.
@@ -478,12 +486,12 @@ fn property(value: Primitive<'_>) -> Result<PropertyValue, Fallback> {
 
 #[cfg(test)]
 mod tests {
-    use fe2o3_amqp::types::messaging::annotations::{Annotations, OwnedKey};
-    use fe2o3_amqp::types::messaging::{
+    use fe2o3_amqp_types::messaging::annotations::{Annotations, OwnedKey};
+    use fe2o3_amqp_types::messaging::{
         AmqpSequence, AmqpValue, ApplicationProperties, Data, DeliveryAnnotations, Footer, Header,
         MessageAnnotations, MessageId, Priority, Properties,
     };
-    use fe2o3_amqp::types::primitives::{
+    use fe2o3_amqp_types::primitives::{
         Binary, Dec32, SimpleValue, Symbol, Timestamp, Uuid, Value,
     };
     use proptest::collection::vec;
@@ -494,7 +502,7 @@ mod tests {
     use tributary_amqp_codec::message::{MapSection, ValueWriter, section, write_data_section};
 
     use super::*;
-    use crate::codec::event_to_message;
+    use crate::codec::serde_reference::event_to_message;
 
     const NOW: i64 = 1_700_000_000_999;
 

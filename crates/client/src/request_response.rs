@@ -10,19 +10,22 @@
 //!
 //! One request is in flight at a time (the caller holds `&mut`).
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
-use fe2o3_amqp::link::{Receiver, RecvError, Sender};
-use fe2o3_amqp::session::SessionHandle;
-use fe2o3_amqp::types::definitions::ReceiverSettleMode;
-use fe2o3_amqp::types::messaging::{
-    ApplicationProperties, Body, Message, MessageId, Outcome, Properties,
+use fe2o3_amqp_types::definitions::{Role, SenderSettleMode};
+use fe2o3_amqp_types::messaging::message::__private::Serializable;
+use fe2o3_amqp_types::messaging::{
+    ApplicationProperties, Body, Message, MessageId, Outcome, Properties, Source, Target,
 };
-use fe2o3_amqp::types::primitives::{SimpleValue, Uuid, Value};
+use fe2o3_amqp_types::primitives::{SimpleValue, Uuid, Value};
+use tributary_amqp_engine::SessionId;
+use tributary_amqp_engine::connection::attach_frame;
 
+use crate::amqp::{AmqpConnection, ReceiverEvent, ReceiverLink, SenderLink};
 use crate::error::{ClientError, clean_description};
-use crate::limits::CLOSE_TIMEOUT;
-use crate::link_errors::{attach_receiver_error, attach_sender_error, recv_error, send_error};
+use crate::limits::RESPONSE_CREDIT;
+use crate::received::decode_message;
 
 /// A response from a node.
 #[derive(Debug)]
@@ -48,51 +51,46 @@ impl Response {
     }
 }
 
-/// A sender/receiver pair bound to one node.
+/// A sender/receiver pair bound to one node. Dropping it detaches both.
+#[derive(Debug)]
 pub(crate) struct RequestResponseLink {
     node: String,
     reply_to: String,
-    sender: Sender,
-    receiver: Receiver,
-}
-
-impl std::fmt::Debug for RequestResponseLink {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RequestResponseLink")
-            .field("node", &self.node)
-            .field("reply_to", &self.reply_to)
-            .finish_non_exhaustive()
-    }
+    sender: SenderLink,
+    receiver: ReceiverLink,
+    /// Responses that arrived and were not looked at yet.
+    responses: VecDeque<Vec<u8>>,
 }
 
 impl RequestResponseLink {
     /// Attaches the pair on `session`.
     pub(crate) async fn attach(
-        session: &mut SessionHandle<()>,
+        connection: &AmqpConnection,
+        session: SessionId,
         node: &str,
     ) -> Result<RequestResponseLink, ClientError> {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let client_node = format!("{}-{id}", node.trim_start_matches('$'));
-        let sender = Sender::builder()
-            .name(format!("{client_node}-sender"))
-            .target(node)
-            .attach(session)
-            .await
-            .map_err(|e| attach_sender_error(node, e))?;
-        let receiver = Receiver::builder()
-            .name(client_node.clone())
-            .source(node)
-            .target(client_node.clone())
-            .receiver_settle_mode(ReceiverSettleMode::First)
-            .auto_accept(true)
-            .attach(session)
-            .await
-            .map_err(|e| attach_receiver_error(node, e))?;
+        let sender = connection
+            .attach_sender(session, format!("{client_node}-sender"), node)
+            .await?;
+        let mut attach = attach_frame(client_node.clone(), Role::Receiver, SenderSettleMode::Mixed);
+        attach.source = Some(Box::new(Source::builder().address(node.to_owned()).build()));
+        attach.target = Some(Box::new(
+            Target::builder()
+                .address(client_node.clone())
+                .build()
+                .into(),
+        ));
+        let receiver = connection
+            .attach_receiver(session, attach, node, RESPONSE_CREDIT, false)
+            .await?;
         Ok(RequestResponseLink {
             node: node.to_owned(),
             reply_to: client_node,
             sender,
             receiver,
+            responses: VecDeque::new(),
         })
     }
 
@@ -133,42 +131,44 @@ impl RequestResponseLink {
             body,
             footer: None,
         };
-        let outcome = self
-            .sender
-            .send(message)
-            .await
-            .map_err(|e| send_error(&self.node, e))?;
-        if let Outcome::Rejected(rejected) = &outcome {
-            return Err(match &rejected.error {
-                Some(error) => ClientError::from_amqp(error),
-                None => ClientError::Refused {
-                    condition: "rejected".to_owned(),
-                    description: format!("the {} node rejected the request", self.node),
-                },
-            });
-        }
+        let payload = serde_amqp::to_vec(&Serializable(message)).map_err(|e| {
+            ClientError::InvalidArgument(format!("the request could not be encoded: {e}"))
+        })?;
+        let outcome = self.sender.send(payload, 0)?.outcome();
+        tokio::pin!(outcome);
+        let mut settled = false;
         loop {
-            let delivery = self
-                .receiver
-                .recv::<Body<Value>>()
-                .await
-                .map_err(|e: RecvError| recv_error(&self.node, e))?;
-            let message = delivery.into_message();
-            let correlation = message
-                .properties
-                .as_ref()
-                .and_then(|p| p.correlation_id.as_ref());
-            if correlation == Some(&message_id) {
-                return Ok(read_response(message));
+            while let Some(payload) = self.responses.pop_front() {
+                self.receiver.grant(1);
+                let message = decode_message(&payload)?;
+                let correlation = message
+                    .properties
+                    .as_ref()
+                    .and_then(|p| p.correlation_id.as_ref());
+                if correlation == Some(&message_id) {
+                    return Ok(read_response(message));
+                }
+                tracing::debug!(node = %self.node, "dropping a response to another request");
             }
-            tracing::debug!(node = %self.node, "dropping a response to another request");
+            tokio::select! {
+                result = &mut outcome, if !settled => {
+                    settled = true;
+                    if let Outcome::Rejected(rejected) = result? {
+                        return Err(match &rejected.error {
+                            Some(error) => ClientError::from_amqp(error),
+                            None => ClientError::Refused {
+                                condition: "rejected".to_owned(),
+                                description: format!("the {} node rejected the request", self.node),
+                            },
+                        });
+                    }
+                }
+                event = self.receiver.next() => match event {
+                    ReceiverEvent::Messages(batch) => self.responses.extend(batch),
+                    ReceiverEvent::Ended(error) => return Err(error),
+                },
+            }
         }
-    }
-
-    /// Detaches both links.
-    pub(crate) async fn close(self) {
-        let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.sender.close()).await;
-        let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.receiver.close()).await;
     }
 }
 
