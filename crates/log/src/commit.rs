@@ -1,24 +1,32 @@
-//! Group commit: one thread that makes appends durable in rounds.
+//! Group commit: appends made durable by `fdatasync`, one chain of syncs per partition.
 //!
 //! Appenders write their batch into the page cache themselves and then hand the committer a
-//! [`PendingSync`]. The committer takes everything queued, calls `fdatasync` once per file that
-//! has pending bytes, and then publishes each partition's new committed state and acknowledges
-//! every append of the round. While a round's syncs are in flight, new appends queue up for the
-//! next round, so one sync covers every append that was waiting on it — across all partitions
-//! that share the committer.
+//! [`PendingSync`]. If the partition has no sync in flight, a sync thread takes the append at
+//! once: it calls `fdatasync` on the file and acknowledges. If a sync is in flight, the append
+//! waits with the others that arrive meanwhile; when the sync returns and its appends are
+//! acknowledged, everything that waited goes to the sync threads as the chain's next link, one
+//! sync for all of them (behind the other partitions' links queued by then, so partitions
+//! beyond the number of sync threads take turns). So each partition
+//! has at most one sync in flight, one sync covers every append that waited on it, and the
+//! partitions' chains are independent: an append waits for its own partition's sync in flight
+//! and then its own, never for a slower file of another partition (which a shared round would
+//! make it do — on a disk with a long `fdatasync` tail, the round's slowest file).
 //!
-//! Partitions in `interval:<ms>` mode are acknowledged on write; the committer syncs their files
-//! when their interval has passed. Partitions in `none` mode never reach the committer.
+//! Partitions in `interval:<ms>` mode are acknowledged on write; the committer thread syncs
+//! their files when their interval has passed. Partitions in `none` mode never reach it.
 //!
 //! # Guarantees
 //! - An append in `fsync` mode is acknowledged, and becomes visible to readers, only after a sync
 //!   that started after its bytes were written has returned successfully.
-//! - Within a partition, appends are acknowledged and published in append order.
+//! - Within a partition, appends are acknowledged and published in append order (one chain per
+//!   partition; an append joins it in the order the partition's writer enqueues them).
 //! - A failed sync poisons the partition: what is on disk is unknown (the kernel may have dropped
-//!   the dirty pages), so the appends of that round fail and later appends are refused until the
-//!   partition is reopened and recovered.
+//!   the dirty pages), so the appends it covered fail, and so do those waiting behind it; later
+//!   appends are refused until the partition is reopened and recovered.
+//! - Dropping the last [`GroupCommitter`] waits until every append handed to it is acknowledged
+//!   or failed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, Weak, mpsc};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
@@ -44,20 +52,44 @@ struct DirtyPartition {
     due: Instant,
 }
 
+/// A partition's identity in the chains: its shared state's address (the `Arc` is held by every
+/// pending append, so the address is not reused while the partition has any).
+type PartitionKey = usize;
+
+fn key_of(partition: &Arc<PartitionShared>) -> PartitionKey {
+    Arc::as_ptr(partition) as PartitionKey
+}
+
 #[derive(Default)]
 struct Queue {
-    pending: Vec<PendingSync>,
+    /// Partitions whose chain is running on a sync thread.
+    in_flight: HashSet<PartitionKey>,
+    /// Appends waiting for their partition's sync in flight, in append order.
+    waiting: HashMap<PartitionKey, Vec<PendingSync>>,
     dirty: Vec<DirtyPartition>,
     shutdown: bool,
 }
 
 struct Shared {
     queue: Mutex<Queue>,
+    /// Wakes the committer thread: an interval partition was marked dirty, a chain ended, or
+    /// shutdown began.
     wake: Condvar,
+    /// Where chains are started; taken (closing the channel, ending the sync threads) when the
+    /// committer thread stops.
+    jobs: Mutex<Option<mpsc::Sender<Chain>>>,
 }
 
-/// The group committer shared by the partitions of one data directory. Cheap to clone; the
-/// thread stops when the last clone is dropped, after finishing the appends still queued.
+/// A link of a partition's chain: the appends one sync covers.
+struct Chain {
+    key: PartitionKey,
+    appends: Vec<PendingSync>,
+    /// A failed sync earlier in the chain: these appends fail without one.
+    failure: Option<String>,
+}
+
+/// The group committer shared by the partitions of one data directory. Cheap to clone; its
+/// threads stop when the last clone is dropped, after finishing the appends still queued.
 #[derive(Clone)]
 pub struct GroupCommitter {
     handle: Arc<CommitterHandle>,
@@ -66,7 +98,9 @@ pub struct GroupCommitter {
 struct CommitterHandle {
     shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
-    thread_id: ThreadId,
+    /// The committer thread and the sync threads: a completion running on one of them may drop
+    /// the last handle, and a thread cannot wait for itself.
+    own_threads: Vec<ThreadId>,
 }
 
 impl std::fmt::Debug for GroupCommitter {
@@ -82,33 +116,62 @@ impl Default for GroupCommitter {
 }
 
 impl GroupCommitter {
-    /// Starts the committer thread.
+    /// Starts the committer thread and the sync threads.
     pub fn start() -> GroupCommitter {
+        let (jobs, chains) = mpsc::channel::<Chain>();
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
+            jobs: Mutex::new(Some(jobs)),
         });
+        let chains = Arc::new(Mutex::new(chains));
+        let mut own_threads = Vec::new();
+        for i in 0..crate::limits::SYNC_THREADS {
+            let (shared, chains) = (shared.clone(), chains.clone());
+            let thread = std::thread::Builder::new()
+                .name(format!("tributary-sync-{i}"))
+                .spawn(move || {
+                    loop {
+                        let next = chains.lock().expect("chain queue").recv();
+                        let Ok(chain) = next else { return };
+                        run_chain(&shared, chain);
+                    }
+                })
+                .expect("spawn a sync thread");
+            own_threads.push(thread.thread().id());
+        }
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("tributary-commit".into())
             .spawn(move || run(&thread_shared))
             .expect("spawn the group-commit thread");
-        let thread_id = thread.thread().id();
+        own_threads.push(thread.thread().id());
         GroupCommitter {
             handle: Arc::new(CommitterHandle {
                 shared,
                 thread: Mutex::new(Some(thread)),
-                thread_id,
+                own_threads,
             }),
         }
     }
 
     pub(crate) fn enqueue(&self, pending: PendingSync) {
-        let mut queue = self.handle.shared.queue.lock().expect("commit queue");
+        let shared = &self.handle.shared;
+        let key = key_of(&pending.partition);
+        let mut queue = shared.queue.lock().expect("commit queue");
         assert!(!queue.shutdown, "append after the committer stopped");
-        queue.pending.push(pending);
+        if queue.in_flight.contains(&key) {
+            queue.waiting.entry(key).or_default().push(pending);
+            return;
+        }
+        queue.in_flight.insert(key);
         drop(queue);
-        self.handle.shared.wake.notify_one();
+        let chain = Chain {
+            key,
+            appends: vec![pending],
+            failure: None,
+        };
+        submit(shared, chain);
     }
 
     /// Registers an interval-mode partition as having unsynced bytes (once per interval).
@@ -141,9 +204,9 @@ impl Drop for CommitterHandle {
     fn drop(&mut self) {
         self.shared.queue.lock().expect("commit queue").shutdown = true;
         self.shared.wake.notify_one();
-        // The last handle may be dropped by a completion running on the committer thread
-        // itself; it cannot join itself, and it exits on its own once it sees `shutdown`.
-        if std::thread::current().id() != self.thread_id
+        // The last handle may be dropped by a completion running on one of the committer's own
+        // threads; it cannot join, and the threads exit on their own once they see `shutdown`.
+        if !self.own_threads.contains(&std::thread::current().id())
             && let Some(thread) = self.thread.lock().expect("thread handle").take()
         {
             let _ = thread.join();
@@ -151,13 +214,96 @@ impl Drop for CommitterHandle {
     }
 }
 
-fn run(shared: &Shared) {
-    let pool = SyncPool::start(crate::limits::SYNC_THREADS);
-    loop {
-        let (pending, dirty, stop) = next_round(shared);
-        if !pending.is_empty() {
-            complete_round(&pool, pending);
+/// A sync thread's work on one partition: sync and acknowledge the chain's appends; then, if
+/// more waited meanwhile, put the chain back at the end of the queue with them, so partitions
+/// beyond the number of sync threads take turns instead of waiting behind a busy one. After a
+/// failed sync, whatever waited behind it fails too without another sync: what reached the
+/// disk is unknown.
+fn run_chain(shared: &Shared, chain: Chain) {
+    let Chain {
+        key,
+        appends,
+        failure,
+    } = chain;
+    assert!(!appends.is_empty(), "a link of a chain holds appends");
+    let failure = failure.or_else(|| sync_files(&appends));
+    complete(appends, failure.as_deref());
+    let mut queue = shared.queue.lock().expect("commit queue");
+    match queue.waiting.remove(&key) {
+        Some(more) => {
+            drop(queue);
+            let next = Chain {
+                key,
+                appends: more,
+                failure,
+            };
+            submit(shared, next);
         }
+        None => {
+            queue.in_flight.remove(&key);
+            drop(queue);
+            shared.wake.notify_one();
+        }
+    }
+}
+
+/// Queues a link of a chain for the sync threads.
+fn submit(shared: &Shared, chain: Chain) {
+    shared
+        .jobs
+        .lock()
+        .expect("chain sender")
+        .as_ref()
+        .expect("the sync threads run while a chain is in flight")
+        .send(chain)
+        .unwrap_or_else(|_| unreachable!("the sync threads outlive the sender"));
+}
+
+/// Syncs each file the appends were written to (after a roll, the old segment and the new);
+/// the first failure, if any.
+fn sync_files(appends: &[PendingSync]) -> Option<String> {
+    let mut synced: Vec<&Arc<Segment>> = Vec::new();
+    for append in appends {
+        if synced.iter().any(|s| Arc::ptr_eq(s, &append.segment)) {
+            continue;
+        }
+        synced.push(&append.segment);
+        if let Err(e) = append.segment.file.sync_data() {
+            return Some(e.to_string());
+        }
+    }
+    None
+}
+
+/// Publishes and acknowledges appends in order, or fails them all with the partition poisoned.
+fn complete(appends: Vec<PendingSync>, failure: Option<&str>) {
+    for append in appends {
+        let PendingSync {
+            partition,
+            segment,
+            committed,
+            receipt,
+            completion,
+        } = append;
+        let outcome = match failure {
+            None => {
+                partition.publish(committed);
+                Ok(receipt)
+            }
+            Some(cause) => Err(partition.poison(&format!("fdatasync failed: {cause}"))),
+        };
+        // Let go of the partition before acknowledging, so a caller that closes the log as soon
+        // as its append is acknowledged really closes it (and can reopen it at once).
+        drop((partition, segment));
+        completion(outcome);
+    }
+}
+
+/// The committer thread: syncs interval-mode partitions when due, and at shutdown waits for
+/// every chain to end before closing the sync threads' queue.
+fn run(shared: &Shared) {
+    loop {
+        let (dirty, stop) = next_round(shared);
         for d in dirty {
             if let Err(e) = d.segment.file.sync_data()
                 && let Some(partition) = d.partition.upgrade()
@@ -166,26 +312,34 @@ fn run(shared: &Shared) {
             }
         }
         if stop {
+            shared.jobs.lock().expect("chain sender").take();
             return;
         }
     }
 }
 
-/// Waits for work: pending appends, or an interval-mode partition whose sync is due.
-fn next_round(shared: &Shared) -> (Vec<PendingSync>, Vec<DirtyPartition>, bool) {
+/// Waits for an interval-mode partition whose sync is due, or for shutdown with nothing left.
+fn next_round(shared: &Shared) -> (Vec<DirtyPartition>, bool) {
     let mut queue = shared.queue.lock().expect("commit queue");
     loop {
         let now = Instant::now();
         let due_dirty = queue.dirty.iter().any(|d| d.due <= now);
-        if !queue.pending.is_empty() || due_dirty || queue.shutdown {
-            let pending = std::mem::take(&mut queue.pending);
+        if due_dirty || queue.shutdown {
+            let shutdown = queue.shutdown;
             let (due, later): (Vec<_>, Vec<_>) = std::mem::take(&mut queue.dirty)
                 .into_iter()
-                .partition(|d| d.due <= now || queue.shutdown);
+                .partition(|d| d.due <= now || shutdown);
             queue.dirty = later;
-            // Stop only once nothing is left; a shutdown round drains everything first.
-            let stop = queue.shutdown && queue.pending.is_empty() && queue.dirty.is_empty();
-            return (pending, due, stop);
+            // Stop only once nothing is left; a shutdown drains every chain first.
+            let stop = shutdown && queue.dirty.is_empty() && queue.in_flight.is_empty();
+            if !due.is_empty() || stop {
+                return (due, stop);
+            }
+            if shutdown {
+                // Chains still running: wait for them to end (each notifies).
+                queue = shared.wake.wait(queue).expect("commit queue");
+                continue;
+            }
         }
         queue = match queue.dirty.iter().map(|d| d.due).min() {
             Some(due) => {
@@ -197,101 +351,5 @@ fn next_round(shared: &Shared) -> (Vec<PendingSync>, Vec<DirtyPartition>, bool) 
             }
             None => shared.wake.wait(queue).expect("commit queue"),
         };
-    }
-}
-
-/// Syncs every file the round touched once, then publishes and acknowledges in queue order.
-fn complete_round(pool: &SyncPool, pending: Vec<PendingSync>) {
-    let mut files: Vec<Arc<Segment>> = Vec::new();
-    for p in &pending {
-        if !files.iter().any(|f| Arc::ptr_eq(f, &p.segment)) {
-            files.push(p.segment.clone());
-        }
-    }
-    let synced: HashMap<*const Segment, Result<(), String>> = files
-        .iter()
-        .map(Arc::as_ptr)
-        .zip(pool.sync(&files))
-        .collect();
-    for p in pending {
-        let PendingSync {
-            partition,
-            segment,
-            committed,
-            receipt,
-            completion,
-        } = p;
-        let outcome = match &synced[&Arc::as_ptr(&segment)] {
-            Ok(()) => {
-                partition.publish(committed);
-                Ok(receipt)
-            }
-            Err(cause) => Err(partition.poison(&format!("fdatasync failed: {cause}"))),
-        };
-        // Let go of the partition before acknowledging, so a caller that closes the log as soon
-        // as its append is acknowledged really closes it (and can reopen it at once).
-        drop((partition, segment));
-        completion(outcome);
-    }
-}
-
-/// Threads that run one round's `fdatasync`s in parallel, so the syncs of different files
-/// proceed together on the device instead of one after another (four files: about one sync's
-/// latency instead of four). Workers end when the pool is dropped.
-struct SyncPool {
-    jobs: mpsc::Sender<SyncJob>,
-}
-
-struct SyncJob {
-    segment: Arc<Segment>,
-    index: usize,
-    done: mpsc::Sender<(usize, Result<(), String>)>,
-}
-
-impl SyncPool {
-    fn start(workers: usize) -> SyncPool {
-        assert!(workers > 0);
-        let (jobs, queue) = mpsc::channel::<SyncJob>();
-        let queue = Arc::new(Mutex::new(queue));
-        for i in 0..workers {
-            let queue = queue.clone();
-            std::thread::Builder::new()
-                .name(format!("tributary-sync-{i}"))
-                .spawn(move || {
-                    loop {
-                        let next = queue.lock().expect("sync queue").recv();
-                        let Ok(job) = next else { return };
-                        let result = job.segment.file.sync_data().map_err(|e| e.to_string());
-                        let _ = job.done.send((job.index, result));
-                    }
-                })
-                .expect("spawn a sync thread");
-        }
-        SyncPool { jobs }
-    }
-
-    /// Syncs every file (in parallel when there are several); the results in the same order.
-    fn sync(&self, files: &[Arc<Segment>]) -> Vec<Result<(), String>> {
-        if let [only] = files {
-            return vec![only.file.sync_data().map_err(|e| e.to_string())];
-        }
-        let (done, results) = mpsc::channel();
-        for (index, segment) in files.iter().enumerate() {
-            let job = SyncJob {
-                segment: segment.clone(),
-                index,
-                done: done.clone(),
-            };
-            self.jobs
-                .send(job)
-                .expect("the sync threads live as long as the pool");
-        }
-        drop(done);
-        let mut out: Vec<Result<(), String>> = vec![Ok(()); files.len()];
-        for (index, result) in results.iter() {
-            out[index] = result;
-        }
-        assert_eq!(results.try_recv().ok(), None, "every file reported once");
-        out
     }
 }

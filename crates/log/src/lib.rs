@@ -8,8 +8,8 @@
 //!
 //! # Durability
 //! [`Durability::Fsync`] (the default) acknowledges an append only after `fdatasync` has covered
-//! it. One [`GroupCommitter`] serves every partition of a data directory: appends that wait at the
-//! same time share one round of syncs. `Interval` and `None` acknowledge on write. Readers see
+//! it. One [`GroupCommitter`] serves every partition of a data directory: each partition has at
+//! most one sync in flight, and the appends that wait on it share the next. `Interval` and `None` acknowledge on write. Readers see
 //! only acknowledged events, so no reader ever sees an event a crash could take back.
 //!
 //! # Recovery

@@ -40,9 +40,9 @@ pub const PREALLOCATE_BYTES_MIN: u64 = 1024 * 1024;
 /// See [`PREALLOCATE_BYTES_MIN`].
 pub const PREALLOCATE_BYTES_MAX: u64 = 64 * 1024 * 1024;
 
-/// Threads that sync a group-commit round's files in parallel. `fdatasync` waits on the device,
-/// not the CPU, so threads are cheap; eight lets eight partitions' files sync at once, and a
-/// round with more files queues the rest behind them.
+/// Threads that run the partitions' sync chains (group commit). `fdatasync` waits on the
+/// device, not the CPU, so threads are cheap; eight lets eight partitions sync at once, and the
+/// chains of more partitions take turns, one sync each.
 pub const SYNC_THREADS: usize = 8;
 
 const _: () = assert!(EVENT_BYTES_MAX_DEFAULT <= EVENT_BYTES_MAX_LIMIT);

@@ -366,6 +366,50 @@ fn concurrent_appenders_across_partitions_are_all_acknowledged_in_order() {
     }
 }
 
+/// More partitions than sync threads, each with many appends in flight at once: every
+/// partition's chain of syncs makes progress (a busy partition does not keep a sync thread from
+/// the others), and each partition acknowledges its appends in append order.
+#[test]
+fn more_partitions_than_sync_threads_all_acknowledge_in_append_order() {
+    let committer = GroupCommitter::start();
+    let root = tempfile::tempdir().unwrap();
+    let partitions = tributary_log::limits::SYNC_THREADS * 2 + 3;
+    let logs: Vec<PartitionLog> = (0..partitions)
+        .map(|p| {
+            PartitionLog::open(
+                &root.path().join(p.to_string()),
+                LogConfig::default(),
+                committer.clone(),
+                Arc::new(tributary_log::SystemClock),
+            )
+            .unwrap()
+        })
+        .collect();
+    let (tx, rx) = std::sync::mpsc::channel();
+    const APPENDS: usize = 60;
+    for round in 0..APPENDS {
+        for (p, log) in logs.iter().enumerate() {
+            let tx = tx.clone();
+            log.append_with(
+                &[EventData::new(format!("{p}-{round}"))],
+                Box::new(move |outcome| {
+                    let _ = tx.send((p, outcome.map(|r| r.base_sequence)));
+                }),
+            )
+            .unwrap();
+        }
+    }
+    drop(tx);
+    let mut acknowledged: Vec<Vec<i64>> = vec![Vec::new(); partitions];
+    for (p, outcome) in rx.iter() {
+        acknowledged[p].push(outcome.unwrap());
+    }
+    for (p, sequences) in acknowledged.iter().enumerate() {
+        let expected: Vec<i64> = (0..APPENDS as i64).collect();
+        assert_eq!(sequences, &expected, "partition {p}");
+    }
+}
+
 #[test]
 fn the_commit_listener_sees_every_advance() {
     let f = Fixture::new(Durability::Fsync, 1 << 20);
