@@ -1,5 +1,5 @@
 //! What one delivery costs to write and to read: the hand codec against the reference
-//! (`serde_amqp` with the `fe2o3-amqp` types, which the current engine uses).
+//! (`serde_amqp` with the `fe2o3-amqp` types, which this codec replaced on the data path).
 //!
 //! `cargo bench -p tributary-amqp-codec --bench codec` prints the nanoseconds to write the
 //! message of a 100-byte event with the three `x-opt-*` annotations Event Hubs stamps on every
