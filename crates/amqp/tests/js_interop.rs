@@ -135,18 +135,10 @@ async fn js_consumer_receives_from_every_start_position() {
             vec![4],
         ),
     ];
-    // In waves of two: a partition takes at most five non-epoch receivers per consumer group,
-    // and the receivers of one wave may still be closing when the next starts.
-    let mut results = Vec::new();
-    for wave in cases.chunks(2) {
-        results.extend(
-            common::join_all(
-                wave.iter()
-                    .map(|(args, _)| run_node("receive", args.clone())),
-            )
-            .await,
-        );
-    }
+    let results = common::join_in_waves(cases.iter().map(|(args, _)| args.clone()), |args| {
+        run_node("receive", args)
+    })
+    .await;
     for ((args, expected), result) in cases.iter().zip(&results) {
         assert_eq!(&sequence_numbers(result), expected, "{args} -> {result}");
         assert_eq!(result["errors"], json!([]), "{result}");

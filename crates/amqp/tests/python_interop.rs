@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Fixture, bodies, join_all as futures_join_all, wait_for_receivers};
+use common::{Fixture, bodies, join_all as futures_join_all, join_in_waves, wait_for_receivers};
 use serde_json::{Value, json};
 use tributary_event::{PropertyValue, partition_for_key};
 
@@ -175,10 +175,10 @@ async fn python_consumes_from_every_start_position() {
         (at("sequence", json!(2), false, 2), vec![3, 4]),
         (at("sequence", json!(2), true, 3), vec![2, 3, 4]),
     ];
-    let runs = cases
-        .iter()
-        .map(|(args, _)| run_python("consume", args.clone()));
-    let results = futures_join_all(runs).await;
+    let results = join_in_waves(cases.iter().map(|(args, _)| args.clone()), |args| {
+        run_python("consume", args)
+    })
+    .await;
     for ((args, expected), result) in cases.iter().zip(&results) {
         assert_eq!(&sequence_numbers(result), expected, "{args} -> {result}");
         assert_eq!(result["errors"], json!([]), "{result}");
@@ -195,10 +195,11 @@ async fn python_consumes_from_every_start_position() {
         (at("time", time3.clone(), false, 1), vec![4]),
         (at("time", time3, true, 2), vec![3, 4]),
     ];
-    let runs = time_cases
-        .iter()
-        .map(|(args, _)| run_python("consume", args.clone()));
-    for ((args, expected), result) in time_cases.iter().zip(futures_join_all(runs).await) {
+    let results = join_in_waves(time_cases.iter().map(|(args, _)| args.clone()), |args| {
+        run_python("consume", args)
+    })
+    .await;
+    for ((args, expected), result) in time_cases.iter().zip(results) {
         assert_eq!(&sequence_numbers(&result), expected, "{args} -> {result}");
     }
 
