@@ -25,8 +25,8 @@
 //!
 //! Nothing here panics on what a peer sends: every field is checked and a bad one is an error.
 
+use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
 use fe2o3_amqp_types::messaging::annotations::{Annotations, OwnedKey};
@@ -35,7 +35,9 @@ use fe2o3_amqp_types::primitives::{SimpleValue, Value};
 use serde_amqp::described::Described;
 use serde_amqp::descriptor::Descriptor;
 use tributary_amqp_codec::message::{ValueWriter, section};
-use tributary_event::{EventData, EventPosition, PropertyValue, ReceivedEvent};
+use tributary_event::{
+    EventData, EventPosition, PropertyValue, ReceivedEvent, repeats_a_property_key,
+};
 use tributary_processor::LastEnqueuedEventProperties;
 
 use crate::error::ClientError;
@@ -169,10 +171,6 @@ const SHORT_MAX: usize = 254;
 
 /// The most bytes `serde_amqp` encodes behind a four-byte length; it refuses more.
 const LONG_MAX: u32 = u32::MAX - 4;
-
-/// Up to this many application properties, repeated keys are looked for pairwise; beyond, with
-/// a set.
-const PAIRWISE_KEY_CHECK_MAX: usize = 16;
 
 /// For reserving capacity: about what a message takes beyond its body, ids and properties
 /// (section descriptors and headers, the four null fields of `properties`, the batch's `data`
@@ -368,7 +366,7 @@ fn write_application_properties(
         return Ok(());
     }
     let map = Compound::start(out, section::APPLICATION_PROPERTIES, MAP8);
-    let entries = if has_repeated_keys(properties) {
+    let entries = if repeats_a_property_key(properties) {
         let merged = merge_repeated_keys(properties);
         for (key, value) in &merged {
             write_property(out, key, value)?;
@@ -406,19 +404,6 @@ fn write_property(out: &mut Vec<u8>, key: &str, value: &PropertyValue) -> Result
         }
     }
     Ok(())
-}
-
-/// Whether a key appears twice among the application properties.
-fn has_repeated_keys(properties: &[(String, PropertyValue)]) -> bool {
-    if properties.len() <= PAIRWISE_KEY_CHECK_MAX {
-        properties
-            .iter()
-            .enumerate()
-            .any(|(i, (key, _))| properties[..i].iter().any(|(earlier, _)| earlier == key))
-    } else {
-        let mut seen = HashSet::with_capacity(properties.len());
-        !properties.iter().all(|(key, _)| seen.insert(key.as_str()))
-    }
 }
 
 /// The application properties as inserting them in turn into `ApplicationProperties` (an
@@ -1299,7 +1284,11 @@ mod tests {
         /// holds it: each key once, in its first place, with its last value.
         #[test]
         fn repeated_property_keys_keep_their_first_place_and_last_value() {
-            for count in [2, PAIRWISE_KEY_CHECK_MAX, PAIRWISE_KEY_CHECK_MAX + 5] {
+            for count in [
+                2,
+                tributary_event::PAIRWISE_KEY_CHECK_MAX,
+                tributary_event::PAIRWISE_KEY_CHECK_MAX + 5,
+            ] {
                 let mut event = EventData::new("body");
                 for i in 0..count {
                     event = event.with_property(format!("k{i}"), PropertyValue::Int64(i as i64));
@@ -1308,7 +1297,7 @@ mod tests {
                     .with_property("k1", PropertyValue::Bool(true))
                     .with_property("k0", PropertyValue::Null)
                     .with_property("k1", PropertyValue::String("last".to_owned()));
-                assert!(has_repeated_keys(&event.properties));
+                assert!(repeats_a_property_key(&event.properties));
                 let (bytes, _) = check(std::slice::from_ref(&event), None);
                 let decoded = decode(&bytes).application_properties.unwrap().0;
                 assert_eq!(decoded.len(), count);
@@ -1321,10 +1310,10 @@ mod tests {
                 );
                 check(&[event.clone(), event], Some("k"));
             }
-            let distinct: Vec<_> = (0..PAIRWISE_KEY_CHECK_MAX + 5)
+            let distinct: Vec<_> = (0..tributary_event::PAIRWISE_KEY_CHECK_MAX + 5)
                 .map(|i| (format!("k{i}"), PropertyValue::Null))
                 .collect();
-            assert!(!has_repeated_keys(&distinct));
+            assert!(!repeats_a_property_key(&distinct));
         }
 
         /// No events: an envelope of no data sections, as the serde path makes it (the

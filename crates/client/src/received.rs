@@ -81,10 +81,6 @@ const PROPERTIES_FIELDS: u32 = 13;
 /// is an error there, so it is left to the general path to refuse.
 const REFERENCE_COUNT_MAX: u32 = 65_536;
 
-/// Up to this many application properties a repeated key is looked for pairwise; beyond,
-/// through an index.
-const PAIRWISE_KEY_CHECK_MAX: usize = 16;
-
 /// Decodes a delivered message's bytes (a transfer's payload) into its event and, when the
 /// delivery annotations carry it complete, the partition's last-enqueued event; `now_ms`
 /// stands in for a missing `runtime_info_retrieval_time_utc`, as in [`last_enqueued`].
@@ -431,7 +427,7 @@ fn application_properties(
     for _ in 0..entries {
         let key = reader.string()?;
         let value = property(reader.primitive()?)?;
-        if properties.len() < PAIRWISE_KEY_CHECK_MAX {
+        if properties.len() < tributary_event::PAIRWISE_KEY_CHECK_MAX {
             match properties.iter_mut().find(|(existing, _)| existing == key) {
                 Some((_, slot)) => *slot = value,
                 None => properties.push((key.to_owned(), value)),

@@ -119,3 +119,21 @@ pub struct ReceivedEvent {
     /// What the producer sent.
     pub data: EventData,
 }
+
+/// Up to this many application properties, [`repeats_a_property_key`] compares keys pairwise;
+/// beyond, it uses a set.
+pub const PAIRWISE_KEY_CHECK_MAX: usize = 16;
+
+/// Whether a key appears twice among `properties`: an event breaking [`EventData`]'s "keys
+/// are unique", which an AMQP map (what the AMQP front door and client write) cannot say.
+pub fn repeats_a_property_key(properties: &[(String, PropertyValue)]) -> bool {
+    if properties.len() <= PAIRWISE_KEY_CHECK_MAX {
+        properties
+            .iter()
+            .enumerate()
+            .any(|(i, (key, _))| properties[..i].iter().any(|(earlier, _)| earlier == key))
+    } else {
+        let mut seen = std::collections::HashSet::with_capacity(properties.len());
+        !properties.iter().all(|(key, _)| seen.insert(key.as_str()))
+    }
+}

@@ -17,6 +17,8 @@ mod partition_key;
 mod position;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use event::{EventData, PropertyValue, ReceivedEvent};
+pub use event::{
+    EventData, PAIRWISE_KEY_CHECK_MAX, PropertyValue, ReceivedEvent, repeats_a_property_key,
+};
 pub use partition_key::{partition_for_key, partition_key_hash};
 pub use position::{EventPosition, SendTarget};

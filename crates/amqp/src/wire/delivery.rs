@@ -28,25 +28,19 @@
 //! front door stores one; an AMQP map cannot hold one — the general path keeps the key once,
 //! where it first appears, with its last value).
 
-use std::collections::HashSet;
-
 use fe2o3_amqp_types::messaging::message::__private::Serializable;
 use serde::Serialize;
 use tributary_amqp_codec::message::{
     ListSection, MapSection, ValueWriter, section, write_data_section,
 };
 use tributary_broker::LastEnqueuedEvent;
-use tributary_event::{EventData, PropertyValue, ReceivedEvent};
+use tributary_event::{EventData, PropertyValue, ReceivedEvent, repeats_a_property_key};
 
 use super::message::{PARTITION_KEY, message_for_delivery};
 
 const SEQUENCE_NUMBER: &str = "x-opt-sequence-number";
 const OFFSET: &str = "x-opt-offset";
 const ENQUEUED_TIME: &str = "x-opt-enqueued-time";
-
-/// Up to this many application properties, repeated keys are looked for pairwise; beyond, with
-/// a set.
-const PAIRWISE_KEY_CHECK_MAX: usize = 16;
 
 /// Appends to `out` the encoded AMQP message (the transfer payload) a receiver gets for `event`.
 /// `runtime` adds the last-enqueued delivery annotations (see [`message_for_delivery`]).
@@ -61,7 +55,7 @@ pub(crate) fn write_delivery_message(
     runtime: Option<&LastEnqueuedEvent>,
     out: &mut Vec<u8>,
 ) {
-    if event.data.protocol_sections.is_some() || has_repeated_keys(&event.data.properties) {
+    if event.data.protocol_sections.is_some() || repeats_a_property_key(&event.data.properties) {
         write_through_engine(event, runtime, out);
     } else {
         write_plain(event, runtime, out);
@@ -183,20 +177,6 @@ fn write_property(v: ValueWriter<'_>, value: &PropertyValue) {
     }
 }
 
-/// Whether a key appears twice among the application properties (an event breaking the
-/// `EventData` invariant; an AMQP map cannot say it).
-fn has_repeated_keys(properties: &[(String, PropertyValue)]) -> bool {
-    if properties.len() <= PAIRWISE_KEY_CHECK_MAX {
-        properties
-            .iter()
-            .enumerate()
-            .any(|(i, (key, _))| properties[..i].iter().any(|(earlier, _)| earlier == key))
-    } else {
-        let mut seen = HashSet::with_capacity(properties.len());
-        !properties.iter().all(|(key, _)| seen.insert(key.as_str()))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
@@ -294,7 +274,7 @@ mod tests {
             1 => proptest::collection::vec((text(), property_value()), 120..140),
         ];
         entries.prop_map(|mut entries| {
-            let mut seen = HashSet::new();
+            let mut seen = std::collections::HashSet::new();
             entries.retain(|(key, _)| seen.insert(key.clone()));
             entries
         })
@@ -362,7 +342,7 @@ mod tests {
             event in plain_event(),
             runtime in proptest::option::of(last_enqueued()),
         ) {
-            prop_assert!(!has_repeated_keys(&event.data.properties));
+            prop_assert!(!repeats_a_property_key(&event.data.properties));
             let expected = message_for_delivery(&event, runtime.as_ref());
             let ours = written(&event, runtime.as_ref());
             prop_assert_eq!(&ours, &expected);
@@ -487,23 +467,23 @@ mod tests {
 
     #[test]
     fn repeated_property_keys_take_the_general_path() {
-        for count in [3, PAIRWISE_KEY_CHECK_MAX + 5] {
+        for count in [3, tributary_event::PAIRWISE_KEY_CHECK_MAX + 5] {
             let mut data = EventData::new(&b"body"[..]);
             for i in 0..count {
                 data = data.with_property(format!("k{i}"), PropertyValue::UInt32(i as u32));
             }
             data = data.with_property("k1", PropertyValue::Bool(true));
-            assert!(has_repeated_keys(&data.properties));
+            assert!(repeats_a_property_key(&data.properties));
             let event = received(data);
             check(&event, None);
             let application = written(&event, None).application_properties.unwrap().0;
             assert_eq!(application.len(), count);
             assert_eq!(application.get("k1"), Some(&SimpleValue::Bool(true)));
         }
-        let distinct: Vec<_> = (0..PAIRWISE_KEY_CHECK_MAX + 5)
+        let distinct: Vec<_> = (0..tributary_event::PAIRWISE_KEY_CHECK_MAX + 5)
             .map(|i| (format!("k{i}"), PropertyValue::Null))
             .collect();
-        assert!(!has_repeated_keys(&distinct));
+        assert!(!repeats_a_property_key(&distinct));
     }
 
     #[test]

@@ -27,13 +27,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fe2o3_amqp_types::definitions::{self, ReceiverSettleMode, Role};
+use fe2o3_amqp_types::definitions::{self, Role};
 use fe2o3_amqp_types::messaging::TargetArchetype;
 use fe2o3_amqp_types::performatives::Attach;
 use fe2o3_amqp_types::primitives::Symbol;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
-use tributary_amqp_engine::connection::{Delivery, amqp_error as engine_error};
+use tributary_amqp_engine::connection::{Delivery, amqp_error as engine_error, attach_frame};
 use tributary_amqp_engine::driver::{self, Ending, Handler};
 use tributary_amqp_engine::{Config, Connection, Event, LinkId, SessionId};
 use tributary_broker::Broker;
@@ -504,22 +504,14 @@ fn settle_request(connection: &mut Connection, session: SessionId, delivery: &De
 /// The answer to a peer's attach: its terminus echoed, settled in mode `first` (Python asks
 /// for `second` yet waits for a settled disposition, as the service does).
 fn answer_for(attach: &Attach) -> Attach {
-    Attach {
-        name: attach.name.clone(),
-        handle: 0.into(),
-        role: attach.role.clone(),
-        snd_settle_mode: attach.snd_settle_mode.clone(),
-        rcv_settle_mode: ReceiverSettleMode::First,
-        source: attach.source.clone(),
-        target: attach.target.clone(),
-        unsettled: None,
-        incomplete_unsettled: false,
-        initial_delivery_count: None,
-        max_message_size: None,
-        offered_capabilities: None,
-        desired_capabilities: None,
-        properties: None,
-    }
+    let mut answer = attach_frame(
+        attach.name.clone(),
+        attach.role.clone(),
+        attach.snd_settle_mode.clone(),
+    );
+    answer.source = attach.source.clone();
+    answer.target = attach.target.clone();
+    answer
 }
 
 /// The address of the node a link attaches to: the target when the client sends, the source
