@@ -39,7 +39,7 @@ use fe2o3_amqp_types::messaging::{Batch, Data, Message, Outcome};
 use fe2o3_amqp_types::primitives::Binary;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tributary_amqp::{AccessPolicies, AccessPolicy, AmqpConfig, Right};
-use tributary_broker::{Broker, BrokerConfig, Durability, HubSpec};
+use tributary_broker::{Broker, BrokerConfig, Durability, HubSpec, SyncTimes};
 use tributary_client::{ConsumerClient, ProducerClient};
 use tributary_event::{EventData, EventPosition, SendTarget};
 
@@ -296,6 +296,7 @@ async fn ingest(server: &Server, o: &Options) -> u64 {
     }
     let acked = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
+    let syncs_before = server.broker.sync_times();
     let mut tasks = Vec::new();
     for (p, producer) in producers.iter().enumerate() {
         for (partition, _) in (0..n_partitions).flat_map(|n| (0..in_flight).map(move |i| (n, i))) {
@@ -316,6 +317,10 @@ async fn ingest(server: &Server, o: &Options) -> u64 {
         "ingest: {} events/s, {:.1} MB/s of event bodies (durability {durability}, {EVENT_BYTES}-byte events, batches of {BATCH_EVENTS}, {n_producers} producers (one connection each) with {in_flight} concurrent sends per partition, {n_partitions} partitions, {seconds} s; {cpu})",
         thousands(rate),
         rate * EVENT_BYTES as f64 / 1e6
+    );
+    println!(
+        "{}",
+        sync_note(&server.broker.sync_times().since(&syncs_before))
     );
     for producer in &producers {
         producer.close().await;
@@ -536,6 +541,12 @@ fn cpu_note(since: f64, events: u64) -> String {
     )
 }
 
+/// The log's `fdatasync` calls during a run, and the appends' waits for them, as the broker's
+/// group committer timed them: the disk's share of every acknowledgement.
+fn sync_note(times: &SyncTimes) -> String {
+    format!("disk: {times} (the log's own timing; quantiles are bucket bounds)")
+}
+
 fn thousands(value: f64) -> String {
     let digits = format!("{:.0}", value);
     let mut out = String::new();
@@ -556,6 +567,7 @@ async fn latency(server: &Server, o: &Options) {
     let base = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let receivers = spawn_latency_receivers(o, &conn, base, stop.clone()).await;
+    let syncs_before = server.broker.sync_times();
     let mut producers = Vec::new();
     for _ in 0..n_producers {
         producers.push(
@@ -613,6 +625,10 @@ async fn latency(server: &Server, o: &Options) {
     }
     let acks = std::mem::take(&mut *acks.lock().expect("acks"));
     report_latency(o, samples, acks, sent.load(Ordering::Relaxed));
+    println!(
+        "{}",
+        sync_note(&server.broker.sync_times().since(&syncs_before))
+    );
     for producer in &producers {
         producer.close().await;
     }

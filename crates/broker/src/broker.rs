@@ -12,7 +12,7 @@ use tributary_event::names::{
     validate_hub_name,
 };
 use tributary_event::{Clock, EventData, EventPosition, SendTarget, SystemClock};
-use tributary_log::{GroupCommitter, PartitionProperties, ReadCursor, Retention};
+use tributary_log::{GroupCommitter, PartitionProperties, ReadCursor, Retention, SyncTimes};
 
 use crate::catalog::{Catalog, ConsumerGroupDefinition, HubDefinition};
 use crate::config::{BrokerConfig, PARTITIONS_MAX};
@@ -182,6 +182,12 @@ impl Broker {
     /// The broker's configuration.
     pub fn config(&self) -> &BrokerConfig {
         &self.inner.config
+    }
+
+    /// How long the log's `fdatasync` calls have taken since the broker opened, and how many
+    /// `fsync` appends they covered: the disk's share of every acknowledgement.
+    pub fn sync_times(&self) -> SyncTimes {
+        self.inner.committer.sync_times()
     }
 
     fn hub(&self, name: &str) -> Result<Arc<Hub>, BrokerError> {

@@ -40,4 +40,6 @@ pub use coordinator::{CoordinatorConfig, CoordinatorError, GroupCoordinator};
 pub use error::{BrokerError, DisconnectReason, ReceiveError};
 pub use receiver::{DisconnectWatch, LastEnqueuedEvent, Receiver};
 pub use tributary_event::SendTarget;
-pub use tributary_log::{Durability, LogConfig, LogError, PartitionProperties};
+pub use tributary_log::{
+    Durability, DurationCounts, LogConfig, LogError, PartitionProperties, SyncTimes,
+};

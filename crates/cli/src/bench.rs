@@ -180,9 +180,13 @@ fn warm_memory(gib: u64) {
     );
 }
 
-fn open_logs(dir: &Path, partitions: usize, durability: Durability) -> Result<Vec<PartitionLog>> {
+fn open_logs(
+    dir: &Path,
+    partitions: usize,
+    durability: Durability,
+) -> Result<(GroupCommitter, Vec<PartitionLog>)> {
     let committer = GroupCommitter::start();
-    (0..partitions)
+    let logs = (0..partitions)
         .map(|p| {
             let config = LogConfig {
                 durability,
@@ -196,7 +200,8 @@ fn open_logs(dir: &Path, partitions: usize, durability: Durability) -> Result<Ve
             )
             .with_context(|| format!("cannot open a partition under {}", dir.display()))
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    Ok((committer, logs))
 }
 
 fn batch_of(events: usize, size: usize) -> Vec<EventData> {
@@ -317,7 +322,7 @@ fn run_appenders(logs: &[PartitionLog], args: &BenchArgs, size: usize) -> Result
 }
 
 fn append_and_read(args: &BenchArgs, dir: &Path, mode: Durability, size: usize) -> Result<()> {
-    let logs = open_logs(dir, args.partitions, mode)?;
+    let (committer, logs) = open_logs(dir, args.partitions, mode)?;
     let outcome = run_appenders(&logs, args, size)?;
     let secs = outcome.elapsed.as_secs_f64();
     let h = &outcome.latency_us;
@@ -333,6 +338,7 @@ fn append_and_read(args: &BenchArgs, dir: &Path, mode: Durability, size: usize) 
         h.value_at_quantile(0.99) as f64 / 1000.0,
         h.value_at_quantile(0.999) as f64 / 1000.0,
     );
+    println!("        disk: {}", committer.sync_times());
     read_back(&logs, size)
 }
 
@@ -402,7 +408,7 @@ fn recover(args: &BenchArgs, dir: &Path) -> Result<()> {
 }
 
 fn memory(args: &BenchArgs, dir: &Path) -> Result<()> {
-    let logs = open_logs(dir, 4, Durability::None)?;
+    let (_committer, logs) = open_logs(dir, 4, Durability::None)?;
     // Reset the peak (VmHWM) so it covers this scenario only, not the warm-up or earlier runs.
     let _ = std::fs::write("/proc/self/clear_refs", "5");
     let before = resident_kib();

@@ -5,17 +5,21 @@
 //! messages and key+value bytes the HTTP front door put and got, by hub and partition. Read from
 //! the broker and the coordinator at each scrape (so they cover every front door): each
 //! partition's next sequence number (events ever appended), open receivers per hub, and each
-//! server-side group's lag per partition (messages after its committed offset).
+//! server-side group's lag per partition (messages after its committed offset), and the
+//! log's disk time: `tributary_log_sync_duration_seconds` (each `fdatasync` the group committer
+//! made) and `tributary_log_append_sync_wait_seconds` (each `fsync` append's wait for the sync
+//! that made it durable — the disk's share of its acknowledgement).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
-use tributary_broker::{Broker, GroupCoordinator};
+use tributary_broker::{Broker, DurationCounts, GroupCoordinator};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -47,6 +51,41 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
 }
 
+/// A histogram counted elsewhere — by the log's group committer, in its own buckets — and
+/// copied in at each scrape.
+#[derive(Debug, Clone, Default)]
+struct CountedHistogram(Arc<Mutex<DurationCounts>>);
+
+impl CountedHistogram {
+    fn set(&self, counts: DurationCounts) {
+        *self.0.lock().expect("histogram") = counts;
+    }
+}
+
+impl TypedMetric for CountedHistogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for CountedHistogram {
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let counts = self.0.lock().expect("histogram").clone();
+        let buckets: Vec<(f64, u64)> = counts
+            .buckets()
+            .map(|(bound, n)| (bound.map_or(f64::INFINITY, |b| b.as_secs_f64()), n))
+            .collect();
+        encoder.encode_histogram::<NoLabelSet>(
+            counts.total.as_secs_f64(),
+            counts.count,
+            &buckets,
+            None,
+        )
+    }
+
+    fn metric_type(&self) -> MetricType {
+        Self::TYPE
+    }
+}
+
 /// The front door's metrics.
 #[derive(Debug)]
 pub(crate) struct Metrics {
@@ -60,6 +99,8 @@ pub(crate) struct Metrics {
     next_sequence: Family<PartitionLabels, Gauge>,
     receivers: Family<HubLabels, Gauge>,
     lag: Family<GroupLabels, Gauge>,
+    log_syncs: CountedHistogram,
+    log_sync_waits: CountedHistogram,
     scrape: Mutex<()>,
 }
 
@@ -76,6 +117,8 @@ impl Metrics {
             next_sequence: Family::default(),
             receivers: Family::default(),
             lag: Family::default(),
+            log_syncs: CountedHistogram::default(),
+            log_sync_waits: CountedHistogram::default(),
             scrape: Mutex::new(()),
             registry: Registry::default(),
         };
@@ -119,6 +162,16 @@ impl Metrics {
             "group_lag_events",
             "Messages after the server-side consumer group's committed offset",
             m.lag.clone(),
+        );
+        registry.register(
+            "log_sync_duration_seconds",
+            "Each fdatasync the log made for fsync appends",
+            m.log_syncs.clone(),
+        );
+        registry.register(
+            "log_append_sync_wait_seconds",
+            "Each fsync append's wait from its write to the return of the sync that made it durable",
+            m.log_sync_waits.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -196,6 +249,9 @@ impl Metrics {
                     .set((next - committed).max(0));
             }
         }
+        let sync_times = broker.sync_times();
+        self.log_syncs.set(sync_times.syncs);
+        self.log_sync_waits.set(sync_times.waits);
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String does not fail");

@@ -51,7 +51,12 @@ async fn health_and_the_admin_api() {
 
 #[tokio::test]
 async fn metrics_cover_traffic_groups_and_partitions() {
-    let s = dev_server().await;
+    let s = start(Setup {
+        signed: false,
+        durability: tributary_broker::Durability::Fsync,
+        ..Setup::default()
+    })
+    .await;
     s.broker
         .create_hub(tributary_broker::HubSpec::new("orders", 3))
         .await
@@ -96,6 +101,21 @@ async fn metrics_cover_traffic_groups_and_partitions() {
         "tributary_hub_open_receivers{hub=\"orders\"}",
     ] {
         assert!(text.contains(name), "{name} missing from:\n{text}");
+    }
+    // The put was synced: one fdatasync, one append waiting for it, each in some bucket.
+    let value = |line: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(line)?.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{line} missing from:\n{text}"))
+    };
+    for histogram in [
+        "tributary_log_sync_duration_seconds",
+        "tributary_log_append_sync_wait_seconds",
+    ] {
+        let count = value(&format!("{histogram}_count "));
+        assert!(count >= 1, "{histogram}: {count}");
+        assert_eq!(value(&format!("{histogram}_bucket{{le=\"+Inf\"}} ")), count);
+        assert!(text.contains(&format!("{histogram}_bucket{{le=\"0.001\"}} ")));
     }
     let deleted = request(&s, "DELETE", "/admin/v1/hubs/orders/groups/g", &[], b"").await;
     assert_eq!(deleted.status, 204);

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use crate::partition::{AppendCompletion, AppendReceipt, Committed, PartitionShared};
 use crate::segment::Segment;
+use crate::sync_times::{SyncTimeRecorder, SyncTimes};
 
 /// An append written to its segment and waiting to be synced.
 pub(crate) struct PendingSync {
@@ -42,6 +43,8 @@ pub(crate) struct PendingSync {
     pub committed: Committed,
     pub receipt: AppendReceipt,
     pub completion: AppendCompletion,
+    /// When its bytes were written and it was handed to the committer.
+    pub handed_over: Instant,
 }
 
 /// A partition in interval mode with bytes not yet synced. The partition is held weakly: a log
@@ -78,6 +81,8 @@ struct Shared {
     /// Where chains are started; taken (closing the channel, ending the sync threads) when the
     /// committer thread stops.
     jobs: Mutex<Option<mpsc::Sender<Chain>>>,
+    /// How long the chains' syncs take.
+    times: SyncTimeRecorder,
 }
 
 /// A link of a partition's chain: the appends one sync covers.
@@ -123,6 +128,7 @@ impl GroupCommitter {
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
             jobs: Mutex::new(Some(jobs)),
+            times: SyncTimeRecorder::default(),
         });
         let chains = Arc::new(Mutex::new(chains));
         let mut own_threads = Vec::new();
@@ -172,6 +178,12 @@ impl GroupCommitter {
             failure: None,
         };
         submit(shared, chain);
+    }
+
+    /// The `fdatasync` calls made so far for `fsync` appends, and how long those appends waited
+    /// for them.
+    pub fn sync_times(&self) -> SyncTimes {
+        self.handle.shared.times.snapshot()
     }
 
     /// Registers an interval-mode partition as having unsynced bytes (once per interval).
@@ -226,7 +238,10 @@ fn run_chain(shared: &Shared, chain: Chain) {
         failure,
     } = chain;
     assert!(!appends.is_empty(), "a link of a chain holds appends");
-    let failure = failure.or_else(|| sync_files(&appends));
+    let failure = failure.or_else(|| sync_files(&shared.times, &appends));
+    for append in &appends {
+        shared.times.waits.record(append.handed_over.elapsed());
+    }
     complete(appends, failure.as_deref());
     let mut queue = shared.queue.lock().expect("commit queue");
     match queue.waiting.remove(&key) {
@@ -260,15 +275,18 @@ fn submit(shared: &Shared, chain: Chain) {
 }
 
 /// Syncs each file the appends were written to (after a roll, the old segment and the new);
-/// the first failure, if any.
-fn sync_files(appends: &[PendingSync]) -> Option<String> {
+/// the first failure, if any. Each sync's duration is recorded.
+fn sync_files(times: &SyncTimeRecorder, appends: &[PendingSync]) -> Option<String> {
     let mut synced: Vec<&Arc<Segment>> = Vec::new();
     for append in appends {
         if synced.iter().any(|s| Arc::ptr_eq(s, &append.segment)) {
             continue;
         }
         synced.push(&append.segment);
-        if let Err(e) = append.segment.file.sync_data() {
+        let started = Instant::now();
+        let synced = append.segment.file.sync_data();
+        times.syncs.record(started.elapsed());
+        if let Err(e) = synced {
             return Some(e.to_string());
         }
     }
@@ -284,6 +302,7 @@ fn complete(appends: Vec<PendingSync>, failure: Option<&str>) {
             committed,
             receipt,
             completion,
+            handed_over: _,
         } = append;
         let outcome = match failure {
             None => {

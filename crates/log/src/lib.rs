@@ -11,6 +11,8 @@
 //! it. One [`GroupCommitter`] serves every partition of a data directory: each partition has at
 //! most one sync in flight, and the appends that wait on it share the next. `Interval` and `None` acknowledge on write. Readers see
 //! only acknowledged events, so no reader ever sees an event a crash could take back.
+//! [`GroupCommitter::sync_times`] tells how long the syncs took and how long appends waited for
+//! them: the disk's share of every acknowledgement.
 //!
 //! # Recovery
 //! [`PartitionLog::open`] verifies what is on disk: every batch carries a CRC32C, and the scan of
@@ -30,6 +32,7 @@ mod partition;
 mod record;
 mod recovery;
 mod segment;
+mod sync_times;
 
 pub use commit::GroupCommitter;
 pub use config::{Durability, LogConfig, Retention};
@@ -39,4 +42,5 @@ pub use partition::{
     RetentionOutcome,
 };
 pub use record::DecodeError;
+pub use sync_times::{DurationCounts, SYNC_TIME_BOUNDS_MICROS, SyncTimes};
 pub use tributary_event::{Clock, ManualClock, SystemClock};

@@ -344,6 +344,7 @@ impl PartitionLog {
                     committed,
                     receipt,
                     completion,
+                    handed_over: std::time::Instant::now(),
                 });
             }
             Durability::Interval(interval) => {

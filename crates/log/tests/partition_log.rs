@@ -458,3 +458,28 @@ fn interval_durability_acknowledges_on_write_and_syncs_in_the_background() {
     drop(log);
     assert_eq!(read_all(&f.open(), 0).len(), 5);
 }
+
+#[test]
+fn the_committer_counts_its_syncs_and_the_appends_they_cover() {
+    let f = Fixture::new(Durability::Fsync, 1 << 20);
+    let log = f.open();
+    let before = f.committer.sync_times();
+    for i in 0..5 {
+        log.append(&events(&format!("a{i}"), 2)).unwrap();
+    }
+    let window = f.committer.sync_times().since(&before);
+    // One append at a time: each waits for its own sync, and no less than the sync took.
+    assert_eq!(window.waits.count, 5);
+    assert_eq!(window.syncs.count, 5);
+    assert!(window.syncs.total > std::time::Duration::ZERO);
+    assert!(window.waits.total >= window.syncs.total);
+    assert_eq!(
+        window.syncs.buckets().map(|(_, n)| n).sum::<u64>(),
+        5,
+        "every sync is in a bucket"
+    );
+    // Appends that never sync are not counted.
+    let none = Fixture::new(Durability::None, 1 << 20);
+    none.open().append(&events("n", 2)).unwrap();
+    assert_eq!(none.committer.sync_times(), Default::default());
+}

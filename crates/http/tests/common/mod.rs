@@ -45,6 +45,8 @@ pub struct Setup {
     pub rate_limits: RateLimits,
     pub event_bytes_max: Option<u32>,
     pub clock_skew_ms_max: i64,
+    /// `None` unless a test is about syncs: fsync is slow on a busy CI disk.
+    pub durability: Durability,
 }
 
 impl Default for Setup {
@@ -55,6 +57,7 @@ impl Default for Setup {
             rate_limits: RateLimits::default(),
             event_bytes_max: None,
             clock_skew_ms_max: 300_000,
+            durability: Durability::None,
         }
     }
 }
@@ -69,7 +72,7 @@ pub struct Server {
 
 pub async fn open_broker(dir: &Path, setup: &Setup) -> Broker {
     let mut config = BrokerConfig::new(dir);
-    config.log.durability = Durability::None;
+    config.log.durability = setup.durability;
     if let Some(max) = setup.event_bytes_max {
         config.log.event_bytes_max = max;
     }
