@@ -39,6 +39,19 @@ pub enum ArrayRule {
     Primitive,
 }
 
+/// Checks that `bytes` are a sequence of well-formed AMQP values all the way down, with only
+/// the arrays [`ArrayRule::Primitive`] allows: what untrusted bytes must pass before they reach
+/// `serde_amqp` (0.18), which trusts the sizes and counts it reads. On bytes that lie it can
+/// panic (an odd map count), or misframe an array and read a binary's contents as values nested
+/// deeply enough to overflow the stack. Bytes that pass it reads as the specification does.
+pub fn check_well_formed(bytes: &[u8]) -> Result<(), CodecError> {
+    let mut reader = Reader::new(bytes);
+    while !reader.is_at_end() {
+        reader.skip_checked_with(0, ArrayRule::Primitive)?;
+    }
+    Ok(())
+}
+
 /// One primitive value — anything but a list, map, array or described value — as
 /// [`Reader::primitive`] reads it. Variable-width values are borrowed from the input.
 #[derive(Debug, Clone, Copy, PartialEq)]

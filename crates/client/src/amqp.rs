@@ -786,7 +786,7 @@ fn delivery_outcome(state: Option<&[u8]>) -> Result<Outcome, ClientError> {
     if state.starts_with(&ACCEPTED[..3]) {
         return Ok(Outcome::Accepted(fe2o3_amqp_types::messaging::Accepted {}));
     }
-    crate::received::check_well_formed(state).map_err(|e| ClientError::Protocol {
+    tributary_amqp_codec::value::check_well_formed(state).map_err(|e| ClientError::Protocol {
         description: format!("the hub sent a malformed delivery state: {e}"),
     })?;
     match serde_amqp::from_slice::<DeliveryState>(state) {

@@ -51,7 +51,7 @@ use fe2o3_amqp_types::messaging::{Body, Message};
 use fe2o3_amqp_types::primitives::Value;
 use serde_amqp::read::SliceReader;
 use tributary_amqp_codec::CodecError;
-use tributary_amqp_codec::value::{ArrayRule, Primitive, Reader};
+use tributary_amqp_codec::value::{Primitive, Reader, check_well_formed};
 use tributary_event::{EventData, PropertyValue, ReceivedEvent};
 use tributary_processor::LastEnqueuedEventProperties;
 
@@ -100,17 +100,6 @@ fn general(payload: &[u8], now_ms: i64) -> Result<Received, ClientError> {
     let message = decode_message(payload)?;
     let last = last_enqueued(message.delivery_annotations.as_ref(), now_ms);
     Ok((decode_received(message)?, last))
-}
-
-/// Checks that `bytes` are well-formed AMQP values all the way down, in the sense `serde_amqp`
-/// can decode without misreading (see the module docs): what must pass before untrusted bytes
-/// reach it.
-pub(crate) fn check_well_formed(bytes: &[u8]) -> Result<(), CodecError> {
-    let mut reader = Reader::new(bytes);
-    while !reader.is_at_end() {
-        reader.skip_checked_with(0, ArrayRule::Primitive)?;
-    }
-    Ok(())
 }
 
 /// Decodes a message the hub sent (a delivery, a `$cbs` or `$management` response) into
@@ -499,6 +488,7 @@ mod tests {
 
     use super::*;
     use crate::codec::serde_reference::event_to_message;
+    use tributary_amqp_codec::value::ArrayRule;
 
     const NOW: i64 = 1_700_000_000_999;
 

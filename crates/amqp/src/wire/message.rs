@@ -53,7 +53,8 @@ pub(crate) const PARTITION_KEY: &str = "x-opt-partition-key";
 const SEQUENCE_NUMBER: &str = "x-opt-sequence-number";
 const OFFSET: &str = "x-opt-offset";
 const ENQUEUED_TIME: &str = "x-opt-enqueued-time";
-const SYSTEM_ANNOTATIONS: [&str; 3] = [SEQUENCE_NUMBER, OFFSET, ENQUEUED_TIME];
+/// The annotations the broker sets on delivery; dropped from what a producer sends.
+pub(crate) const SYSTEM_ANNOTATIONS: [&str; 3] = [SEQUENCE_NUMBER, OFFSET, ENQUEUED_TIME];
 
 fn symbol_key(key: &OwnedKey) -> Option<&str> {
     match key {
@@ -121,6 +122,17 @@ impl Kept {
         }
         Ok((!out.is_empty()).then(|| Bytes::from(out)))
     }
+}
+
+/// What [`event_from_message`] stores as [`EventData::protocol_sections`] for a message whose
+/// header is the only thing it keeps: the fast path in `ingest` asks here, so the encoding of
+/// what is kept stays in one place.
+pub(crate) fn kept_header(header: Header) -> Result<Option<Bytes>, String> {
+    Kept {
+        header: Some(header),
+        ..Kept::default()
+    }
+    .encode()
 }
 
 /// Converts a decoded message into an event. With `route_by_key`, `x-opt-partition-key`
@@ -278,10 +290,14 @@ fn map_body(body: Body<Value>, event: &mut EventData, kept: &mut Kept) {
 }
 
 /// Decodes an encoded message (or the kept sections of an event) after checking its shape
-/// strictly with [`crate::scan::scan_message`].
+/// strictly with [`crate::scan::scan_message`], and every value in it with
+/// [`check_well_formed`](tributary_amqp_codec::value::check_well_formed): `serde_amqp` trusts
+/// the sizes and counts inside, and bytes that lie could otherwise panic it or overflow the
+/// stack — from any peer, before it has authenticated (`$cbs` messages come here too).
 pub(crate) fn decode_strict(sections: &[u8]) -> Result<AmqpMessage, String> {
     use fe2o3_amqp_types::messaging::message::DecodeIntoMessage;
     crate::scan::scan_message(sections).map_err(|e| e.to_string())?;
+    tributary_amqp_codec::value::check_well_formed(sections).map_err(|e| e.to_string())?;
     let reader = serde_amqp::read::SliceReader::new(sections);
     <Body<Value> as DecodeIntoMessage>::decode_message_from_reader(reader)
         .map_err(|e| e.to_string())

@@ -16,6 +16,7 @@
 //! with the error; nothing on a refused link is ever appended or delivered.
 
 mod delivery;
+mod ingest;
 mod message;
 mod nodes;
 mod receive_link;

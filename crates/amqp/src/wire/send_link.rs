@@ -33,14 +33,14 @@ use tributary_broker::{Broker, SendTarget};
 use tributary_event::EventData;
 use tributary_event::names::parse_partition_id;
 
-use super::message::{AmqpMessage, decode_strict, event_from_message, partition_key};
+use super::ingest::{Envelope, event_of};
+use super::message::decode_strict;
 use super::nodes::rejected;
 use super::{Command, ConnectionState, LinkRef, now_secs};
 use crate::address::Node;
 use crate::auth::SEND;
 use crate::conditions::{self, Refusal};
 use crate::limits::{BATCH_EVENTS_MAX, SEND_LINK_CREDIT, SEND_PIPELINE_MAX};
-use fe2o3_amqp_types::messaging::Body;
 
 /// The message format of an Event Hubs batch: the body's data sections are whole messages.
 pub(crate) const BATCH_FORMAT: u32 = 0x8001_3700;
@@ -334,10 +334,9 @@ async fn append(
     format: u32,
     payload: Vec<u8>,
 ) -> Result<(), Refusal> {
-    let message = decode_strict(&payload).map_err(|e| Refusal::new(conditions::DECODE_ERROR, e))?;
-    drop(payload);
     let route_by_key = to.partition.is_none();
-    let (key, events) = events_of(message, format, route_by_key)?;
+    let (key, events) = events_of(&payload, format, route_by_key)?;
+    drop(payload);
     let target = match (&to.partition, key) {
         (Some(partition), _) => SendTarget::Partition(partition.clone()),
         (None, Some(key)) => SendTarget::PartitionKey(key),
@@ -350,65 +349,77 @@ async fn append(
         .map_err(|e| conditions::from_broker(&e, None))
 }
 
-/// The events of one delivery and the partition key to route them by: a plain message is one
-/// event; a batch (format `0x80013700`) is one event per data section, each decoded strictly,
-/// routed by the envelope's key or else the first inner key.
+/// The events of one delivery's payload and the partition key to route them by: a plain message
+/// is one event; a batch (format `0x80013700`) is one event per data section, each decoded
+/// strictly, routed by the envelope's key or else the first inner key. Messages and envelopes in
+/// the common shapes take the fast path ([`super::ingest`]), with the same outcome.
 pub(crate) fn events_of(
-    message: AmqpMessage,
+    payload: &[u8],
     format: u32,
     route_by_key: bool,
 ) -> Result<(Option<String>, Vec<EventData>), Refusal> {
     let decode = |e: String| Refusal::new(conditions::DECODE_ERROR, e);
     match format {
         0 => {
-            let event = event_from_message(message, route_by_key).map_err(decode)?;
+            let event = event_of(payload, route_by_key).map_err(decode)?;
             Ok((event.partition_key.clone(), vec![event]))
         }
         BATCH_FORMAT => {
-            let envelope_key = if route_by_key {
-                partition_key(&message).map_err(|e| Refusal::new(conditions::ARGUMENT_ERROR, e))?
-            } else {
-                None
+            // The envelope decoded by the general path, when it must be, for `envelope` to
+            // borrow its messages from.
+            let decoded;
+            let envelope = match Envelope::fast(payload, route_by_key) {
+                Some(envelope) => envelope,
+                None => {
+                    decoded = decode_strict(payload).map_err(decode)?;
+                    Envelope::decoded(&decoded, route_by_key)?
+                }
             };
-            let Body::Data(sections) = message.body else {
-                return Err(decode("a batch's body must be data sections".into()));
-            };
-            let sections: Vec<_> = sections.into();
-            if sections.is_empty() || sections.len() > BATCH_EVENTS_MAX {
+            let count = envelope.messages.len();
+            if count == 0 || count > BATCH_EVENTS_MAX {
                 return Err(decode(format!(
-                    "a batch holds 1 to {BATCH_EVENTS_MAX} messages, not {}",
-                    sections.len()
+                    "a batch holds 1 to {BATCH_EVENTS_MAX} messages, not {count}"
                 )));
             }
-            let mut events = Vec::with_capacity(sections.len());
-            for (index, data) in sections.iter().enumerate() {
-                let inner = decode_strict(&data.0)
-                    .map_err(|e| decode(format!("batched message {index}: {e}")))?;
-                let event = event_from_message(inner, route_by_key)
+            let mut events = Vec::with_capacity(count);
+            for (index, message) in envelope.messages.iter().enumerate() {
+                let event = event_of(message, route_by_key)
                     .map_err(|e| decode(format!("batched message {index}: {e}")))?;
                 events.push(event);
             }
-            let key = envelope_key.or_else(|| events.iter().find_map(|e| e.partition_key.clone()));
+            let key = envelope
+                .key
+                .or_else(|| events.iter().find_map(|e| e.partition_key.clone()));
             Ok((key, events))
         }
-        other => Err(Refusal::new(
-            conditions::NOT_IMPLEMENTED,
-            format!("message format {other:#x} is not supported"),
-        )),
+        other => {
+            // A malformed message is a decode error whatever its format, as it always was.
+            decode_strict(payload).map_err(decode)?;
+            Err(Refusal::new(
+                conditions::NOT_IMPLEMENTED,
+                format!("message format {other:#x} is not supported"),
+            ))
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::message::{AmqpMessage, empty_message};
     use fe2o3_amqp_types::messaging::annotations::OwnedKey;
-    use fe2o3_amqp_types::messaging::{Data, MessageAnnotations};
+    use fe2o3_amqp_types::messaging::message::__private::Serializable;
+    use fe2o3_amqp_types::messaging::{Body, Data, MessageAnnotations};
     use fe2o3_amqp_types::primitives::{Binary, OrderedMap, Value};
+
+    fn to_bytes(message: AmqpMessage) -> Vec<u8> {
+        serde_amqp::to_vec(&Serializable(message)).unwrap()
+    }
 
     fn encoded(body: &[u8], key: Option<&str>) -> Vec<u8> {
         let mut message = AmqpMessage {
             body: Body::Data(vec![Data(Binary::from(body.to_vec()))].into()),
-            ..crate::wire::message::empty_message()
+            ..empty_message()
         };
         if let Some(key) = key {
             let mut ma = OrderedMap::new();
@@ -418,12 +429,11 @@ mod tests {
             );
             message.message_annotations = Some(MessageAnnotations(ma));
         }
-        serde_amqp::to_vec(&fe2o3_amqp_types::messaging::message::__private::Serializable(message))
-            .unwrap()
+        to_bytes(message)
     }
 
-    fn batch(sections: Vec<Vec<u8>>) -> AmqpMessage {
-        AmqpMessage {
+    fn batch(sections: Vec<Vec<u8>>) -> Vec<u8> {
+        to_bytes(AmqpMessage {
             body: Body::Data(
                 sections
                     .into_iter()
@@ -431,14 +441,14 @@ mod tests {
                     .collect::<Vec<_>>()
                     .into(),
             ),
-            ..crate::wire::message::empty_message()
-        }
+            ..empty_message()
+        })
     }
 
     #[test]
     fn a_batch_becomes_one_event_per_message() {
-        let message = batch(vec![encoded(b"a", Some("k")), encoded(b"b", Some("k"))]);
-        let (key, events) = events_of(message, BATCH_FORMAT, true).unwrap();
+        let payload = batch(vec![encoded(b"a", Some("k")), encoded(b"b", Some("k"))]);
+        let (key, events) = events_of(&payload, BATCH_FORMAT, true).unwrap();
         assert_eq!(key.as_deref(), Some("k"));
         assert_eq!(events.len(), 2);
         assert_eq!(&events[1].body[..], b"b");
@@ -448,13 +458,14 @@ mod tests {
     fn malformed_batches_are_rejected_with_decode_error() {
         let mut trailing = encoded(b"a", None);
         trailing.push(0x40);
-        for message in [
+        for payload in [
             batch(vec![]),
             batch(vec![vec![0x00, 0x53]]),
             batch(vec![trailing]),
-            crate::wire::message::empty_message(),
+            to_bytes(empty_message()),
+            vec![0x00, 0x53],
         ] {
-            let refusal = events_of(message, BATCH_FORMAT, true).unwrap_err();
+            let refusal = events_of(&payload, BATCH_FORMAT, true).unwrap_err();
             assert_eq!(
                 refusal.condition,
                 conditions::DECODE_ERROR,
@@ -462,7 +473,10 @@ mod tests {
                 refusal.description
             );
         }
-        let refusal = events_of(crate::wire::message::empty_message(), 7, true).unwrap_err();
+        let refusal = events_of(&to_bytes(empty_message()), 7, true).unwrap_err();
         assert_eq!(refusal.condition, conditions::NOT_IMPLEMENTED);
+        // A malformed message is a decode error whatever its format.
+        let refusal = events_of(&[0x00, 0x53], 7, true).unwrap_err();
+        assert_eq!(refusal.condition, conditions::DECODE_ERROR);
     }
 }
