@@ -18,18 +18,43 @@
 //! bytes has no AMQP encoding at all; writing one panics (no frame, and no stored event, can be
 //! that large: the broker refuses events far smaller).
 
-/// Descriptor codes of the message sections this module writes.
-pub mod section {
+/// A message's sections as a reader meets them: their descriptor codes as
+/// [`Reader::descriptor`](crate::value::Reader::descriptor) reads them, in the order the
+/// specification puts the sections in, and the fields of the two list sections.
+pub mod section_code {
+    /// `header`.
+    pub const HEADER: u64 = 0x70;
     /// `delivery-annotations`.
-    pub const DELIVERY_ANNOTATIONS: u8 = 0x71;
+    pub const DELIVERY_ANNOTATIONS: u64 = 0x71;
     /// `message-annotations`.
-    pub const MESSAGE_ANNOTATIONS: u8 = 0x72;
-    /// `properties` (a list, written with [`super::ListSection`]).
-    pub const PROPERTIES: u8 = 0x73;
+    pub const MESSAGE_ANNOTATIONS: u64 = 0x72;
+    /// `properties`.
+    pub const PROPERTIES: u64 = 0x73;
     /// `application-properties`.
-    pub const APPLICATION_PROPERTIES: u8 = 0x74;
+    pub const APPLICATION_PROPERTIES: u64 = 0x74;
     /// `data`.
-    pub const DATA: u8 = 0x75;
+    pub const DATA: u64 = 0x75;
+    /// Fields in a `header` list.
+    pub const HEADER_FIELDS: u32 = 5;
+    /// Fields in a `properties` list.
+    pub const PROPERTIES_FIELDS: u32 = 13;
+}
+
+/// Descriptor codes of the message sections this module writes (the small-ulong form of
+/// [`section_code`]'s).
+pub mod section {
+    use super::section_code as code;
+
+    /// `delivery-annotations`.
+    pub const DELIVERY_ANNOTATIONS: u8 = code::DELIVERY_ANNOTATIONS as u8;
+    /// `message-annotations`.
+    pub const MESSAGE_ANNOTATIONS: u8 = code::MESSAGE_ANNOTATIONS as u8;
+    /// `properties` (a list, written with [`super::ListSection`]).
+    pub const PROPERTIES: u8 = code::PROPERTIES as u8;
+    /// `application-properties`.
+    pub const APPLICATION_PROPERTIES: u8 = code::APPLICATION_PROPERTIES as u8;
+    /// `data`.
+    pub const DATA: u8 = code::DATA as u8;
 }
 
 /// Appends a `data` section holding `body`.

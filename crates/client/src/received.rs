@@ -51,6 +51,10 @@ use fe2o3_amqp_types::messaging::{Body, Message};
 use fe2o3_amqp_types::primitives::Value;
 use serde_amqp::read::SliceReader;
 use tributary_amqp_codec::CodecError;
+use tributary_amqp_codec::message::section_code::{
+    APPLICATION_PROPERTIES, DATA, DELIVERY_ANNOTATIONS, HEADER, HEADER_FIELDS, MESSAGE_ANNOTATIONS,
+    PROPERTIES, PROPERTIES_FIELDS,
+};
 use tributary_amqp_codec::value::{Primitive, Reader, check_well_formed};
 use tributary_event::{EventData, PropertyValue, ReceivedEvent};
 use tributary_processor::LastEnqueuedEventProperties;
@@ -64,18 +68,6 @@ use crate::error::ClientError;
 /// A delivered event, and the partition's last-enqueued event when the delivery carried the
 /// runtime-metric annotations complete.
 pub(crate) type Received = (ReceivedEvent, Option<LastEnqueuedEventProperties>);
-
-/// Section descriptor codes.
-const HEADER: u64 = 0x70;
-const DELIVERY_ANNOTATIONS: u64 = 0x71;
-const MESSAGE_ANNOTATIONS: u64 = 0x72;
-const PROPERTIES: u64 = 0x73;
-const APPLICATION_PROPERTIES: u64 = 0x74;
-const DATA: u64 = 0x75;
-
-/// Fields in a `header` and a `properties` list.
-const HEADER_FIELDS: u32 = 5;
-const PROPERTIES_FIELDS: u32 = 13;
 
 /// The most elements `serde_amqp` accepts in a `map32` (its `MAX_ARRAY_COUNT`); a larger map
 /// is an error there, so it is left to the general path to refuse.

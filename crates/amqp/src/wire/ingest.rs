@@ -44,6 +44,10 @@ use std::sync::LazyLock;
 use bytes::Bytes;
 use fe2o3_amqp_types::messaging::{Body, Header, Priority};
 use tributary_amqp_codec::CodecError;
+use tributary_amqp_codec::message::section_code::{
+    APPLICATION_PROPERTIES, DATA, DELIVERY_ANNOTATIONS, HEADER, HEADER_FIELDS, MESSAGE_ANNOTATIONS,
+    PROPERTIES, PROPERTIES_FIELDS,
+};
 use tributary_amqp_codec::value::{Primitive, Reader};
 use tributary_event::{EventData, PropertyValue, repeats_a_property_key};
 
@@ -52,18 +56,6 @@ use super::message::{
     partition_key,
 };
 use crate::conditions::{self, Refusal};
-
-/// Section descriptor codes, in the order sections come.
-const HEADER: u64 = 0x70;
-const DELIVERY_ANNOTATIONS: u64 = 0x71;
-const MESSAGE_ANNOTATIONS: u64 = 0x72;
-const PROPERTIES: u64 = 0x73;
-const APPLICATION_PROPERTIES: u64 = 0x74;
-const DATA: u64 = 0x75;
-
-/// Fields in a `header` and a `properties` list.
-const HEADER_FIELDS: u32 = 5;
-const PROPERTIES_FIELDS: u32 = 13;
 
 /// `properties` fields the fast path maps: message-id, correlation-id, content-type.
 const MESSAGE_ID: u32 = 0;
