@@ -175,10 +175,9 @@ pub(crate) fn event_from_message(
         kept.properties = map_properties(properties, &mut event);
     }
     if let Some(application_properties) = message.application_properties {
+        // Keys are unique here: the decoded map keeps a repeated key once (its first place,
+        // its last value), as the fast path's fallback relies on.
         for (key, value) in application_properties.0.into_iter() {
-            if event.properties.iter().any(|(k, _)| *k == key) {
-                return Err(format!("the application property {key:?} is given twice"));
-            }
             let (typed, keep) = property_from_amqp(&value);
             if let Some(typed) = typed {
                 event.properties.push((key.clone(), typed));
