@@ -28,6 +28,8 @@
 pub mod frame;
 pub mod message;
 pub mod performative;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod value;
 
 pub use frame::{Frame, FrameError, FrameType};

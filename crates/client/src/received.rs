@@ -480,6 +480,7 @@ mod tests {
 
     use super::*;
     use crate::codec::serde_reference::event_to_message;
+    use tributary_amqp_codec::testing::{damage, text};
     use tributary_amqp_codec::value::ArrayRule;
 
     const NOW: i64 = 1_700_000_000_999;
@@ -511,10 +512,6 @@ mod tests {
             }
         }
         true
-    }
-
-    fn text() -> BoxedStrategy<String> {
-        prop_oneof![3 => "[a-z0-9-]{0,12}", 1 => ".{0,24}"].boxed()
     }
 
     fn property_value() -> BoxedStrategy<PropertyValue> {
@@ -903,43 +900,6 @@ mod tests {
         }
     }
 
-    /// A change to a message's bytes.
-    #[derive(Debug, Clone)]
-    enum Damage {
-        Truncate(prop::sample::Index),
-        Overwrite(prop::sample::Index, u8),
-        Insert(prop::sample::Index, u8),
-        Remove(prop::sample::Index),
-    }
-
-    fn damage() -> BoxedStrategy<Damage> {
-        prop_oneof![
-            any::<prop::sample::Index>().prop_map(Damage::Truncate),
-            (any::<prop::sample::Index>(), any::<u8>())
-                .prop_map(|(at, b)| Damage::Overwrite(at, b)),
-            (any::<prop::sample::Index>(), any::<u8>()).prop_map(|(at, b)| Damage::Insert(at, b)),
-            any::<prop::sample::Index>().prop_map(Damage::Remove),
-        ]
-        .boxed()
-    }
-
-    fn apply(bytes: &mut Vec<u8>, damage: &Damage) {
-        if bytes.is_empty() {
-            return;
-        }
-        match damage {
-            Damage::Truncate(at) => bytes.truncate(at.index(bytes.len())),
-            Damage::Overwrite(at, byte) => {
-                let at = at.index(bytes.len());
-                bytes[at] = *byte;
-            }
-            Damage::Insert(at, byte) => bytes.insert(at.index(bytes.len() + 1), *byte),
-            Damage::Remove(at) => {
-                bytes.remove(at.index(bytes.len()));
-            }
-        }
-    }
-
     /// The property every input must have: no panic; well-formed bytes decode as the existing
     /// path decodes them; bytes that are not are an error.
     fn check(bytes: &[u8]) -> Result<(), TestCaseError> {
@@ -1080,7 +1040,7 @@ mod tests {
         ) {
             let mut bytes = delivery.bytes;
             for damage in &damages {
-                apply(&mut bytes, damage);
+                damage.apply(&mut bytes);
             }
             check(&bytes)?;
         }
@@ -1094,7 +1054,7 @@ mod tests {
         ) {
             let mut bytes = with_raw_annotation(&raw);
             for damage in &damages {
-                apply(&mut bytes, damage);
+                damage.apply(&mut bytes);
             }
             check(&bytes)?;
         }

@@ -399,6 +399,7 @@ mod tests {
     use crate::limits::BATCH_EVENTS_MAX;
     use crate::wire::message::empty_message;
     use crate::wire::send_link::{BATCH_FORMAT, events_of};
+    use tributary_amqp_codec::testing::{damage, text};
 
     /// A delivery's outcome: the partition key and events, or the refusal.
     type Events = Result<(Option<String>, Vec<EventData>), Refusal>;
@@ -810,10 +811,6 @@ mod tests {
 
     // ---- Strategies.
 
-    fn text() -> BoxedStrategy<String> {
-        prop_oneof![3 => "[a-z0-9-]{0,12}", 1 => ".{0,24}"].boxed()
-    }
-
     fn symbol(text: String) -> Value {
         Value::Symbol(Symbol::from(text))
     }
@@ -1126,42 +1123,6 @@ mod tests {
         }
     }
 
-    /// A change to a message's bytes.
-    #[derive(Debug, Clone)]
-    enum Damage {
-        Truncate(Index),
-        Overwrite(Index, u8),
-        Insert(Index, u8),
-        Remove(Index),
-    }
-
-    fn damage() -> BoxedStrategy<Damage> {
-        prop_oneof![
-            any::<Index>().prop_map(Damage::Truncate),
-            (any::<Index>(), any::<u8>()).prop_map(|(at, b)| Damage::Overwrite(at, b)),
-            (any::<Index>(), any::<u8>()).prop_map(|(at, b)| Damage::Insert(at, b)),
-            any::<Index>().prop_map(Damage::Remove),
-        ]
-        .boxed()
-    }
-
-    fn apply(bytes: &mut Vec<u8>, damage: &Damage) {
-        if bytes.is_empty() {
-            return;
-        }
-        match damage {
-            Damage::Truncate(at) => bytes.truncate(at.index(bytes.len())),
-            Damage::Overwrite(at, byte) => {
-                let at = at.index(bytes.len());
-                bytes[at] = *byte;
-            }
-            Damage::Insert(at, byte) => bytes.insert(at.index(bytes.len() + 1), *byte),
-            Damage::Remove(at) => {
-                bytes.remove(at.index(bytes.len()));
-            }
-        }
-    }
-
     /// The property every message must have: the fast path answers only what the general path
     /// answers, and [`event_of`] always answers it (or panics where it panics).
     fn check_message(bytes: &[u8], route_by_key: bool) -> Result<Option<EventData>, TestCaseError> {
@@ -1231,7 +1192,7 @@ mod tests {
         ) {
             let mut bytes = message.encode();
             for damage in &damages {
-                apply(&mut bytes, damage);
+                damage.apply(&mut bytes);
             }
             check_message(&bytes, route_by_key)?;
         }
@@ -1253,7 +1214,7 @@ mod tests {
                 _ => envelope.encode(),
             };
             if let Some(damage) = &damage {
-                apply(&mut payload, damage);
+                damage.apply(&mut payload);
             }
             check_delivery(&payload, format, route_by_key)?;
             if format == BATCH_FORMAT && damage.is_none() {
