@@ -109,8 +109,9 @@ impl RunningAmqpServer {
         self.local_addr
     }
 
-    /// Stops accepting, detaches every link (`amqp:link:detach-forced`), closes every
-    /// connection and waits for them (at most about ten seconds).
+    /// Stops accepting; lets every send link finish and settle the appends it issued, then
+    /// detaches it and every other link (`amqp:link:detach-forced`), so nothing in the log goes
+    /// unacknowledged; closes every connection and waits for them (at most about ten seconds).
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         let _ = self.task.await;

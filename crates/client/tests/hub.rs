@@ -868,3 +868,49 @@ async fn concurrent_sends_to_one_partition_pipeline_and_land_whole() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_acknowledges_every_send_that_reached_the_log() {
+    let mut hub = TestHub::start(&[("orders", 2)]).await;
+    within("the test", async {
+        let options = ClientOptions::default().with_operation_timeout(Duration::from_secs(5));
+        let producer =
+            ProducerClient::connect_with_options(&hub.connection_string, Some("orders"), options)
+                .await
+                .unwrap();
+        // Sixteen senders keep batches in flight on both partitions until the server stops.
+        let acknowledged = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut senders = tokio::task::JoinSet::new();
+        for s in 0..16 {
+            let (producer, acknowledged) = (producer.clone(), acknowledged.clone());
+            senders.spawn(async move {
+                let to = SendTarget::Partition((s % 2).to_string());
+                for b in 0.. {
+                    let events: Vec<EventData> =
+                        (0..10).map(|i| event(&format!("s{s}-b{b}-{i}"))).collect();
+                    if producer.send(&events, to.clone()).await.is_err() {
+                        return;
+                    }
+                    acknowledged.fetch_add(10, std::sync::atomic::Ordering::SeqCst);
+                }
+            });
+        }
+        while acknowledged.load(std::sync::atomic::Ordering::SeqCst) < 200 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        hub.stop_server().await;
+        while senders.join_next().await.is_some() {}
+        // Every batch in the log was acknowledged: the links drained before they detached, so
+        // no client is left to send again what is already stored.
+        let stored: i64 = ["0", "1"]
+            .iter()
+            .map(|p| {
+                let props = hub.broker.partition_properties("orders", p).unwrap();
+                props.last_enqueued_sequence_number + 1
+            })
+            .sum();
+        let acknowledged = acknowledged.load(std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(stored as u64, acknowledged);
+    })
+    .await;
+}

@@ -146,6 +146,7 @@ pub(crate) async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, ct
         commands: commands_tx,
         links: HashMap::new(),
         next_serial: 0,
+        shutting_down: false,
     };
     let mut shutdown = ctx.shutdown.clone();
     let shutdown = async move { shutting_down(&mut shutdown).await };
@@ -192,6 +193,8 @@ pub(crate) struct ServerHandler {
     commands: mpsc::UnboundedSender<Command>,
     links: HashMap<LinkId, LinkEntry>,
     next_serial: u64,
+    /// The server is shutting down: send links drain, then the connection closes.
+    shutting_down: bool,
 }
 
 impl std::fmt::Debug for ServerHandler {
@@ -269,20 +272,50 @@ impl Handler for ServerHandler {
         }
     }
 
+    /// Send links drain first — they stop taking messages, and their tasks finish, settle and
+    /// then detach what they had issued — so an append that reached the log is acknowledged;
+    /// receive links are detached at once. The connection closes when no send link is left
+    /// (and the listener cuts off connections that take too long).
     fn on_shutdown(&mut self, connection: &mut Connection) {
-        for id in self.links.keys() {
-            let refusal = Refusal::new(conditions::DETACH_FORCED, "the broker is shutting down");
-            connection.detach(*id, true, Some(amqp_error(&refusal)));
-        }
-        self.links.clear();
-        connection.close(Some(engine_error(
-            "amqp:connection:forced",
-            "the broker is shutting down",
-        )));
+        self.shutting_down = true;
+        let refusal = Refusal::new(conditions::DETACH_FORCED, "the broker is shutting down");
+        self.links.retain(|id, entry| match &mut entry.kind {
+            LinkKind::Send(send) => {
+                send.drain();
+                true
+            }
+            // The client's `$cbs` and `$management` links stay until the close: a client may
+            // take their loss for its connection's and give up on its sends still settling.
+            LinkKind::Requests(_) | LinkKind::Replies(_) => true,
+            LinkKind::Receive(_) | LinkKind::Refused(_) => {
+                connection.detach(*id, true, Some(amqp_error(&refusal)));
+                false
+            }
+        });
+        self.close_once_drained(connection);
+    }
+
+    fn on_turn_end(&mut self, connection: &mut Connection) {
+        // Links also end by the client's detach, a session's end or the connection's close.
+        self.close_once_drained(connection);
     }
 }
 
 impl ServerHandler {
+    /// While shutting down: closes the connection once no send link is left draining.
+    fn close_once_drained(&mut self, connection: &mut Connection) {
+        let draining = self
+            .links
+            .values()
+            .any(|entry| matches!(entry.kind, LinkKind::Send(_)));
+        if self.shutting_down && !draining && !connection.is_closed() {
+            connection.close(Some(engine_error(
+                "amqp:connection:forced",
+                "the broker is shutting down",
+            )));
+        }
+    }
+
     fn kind_mut(&mut self, link: LinkRef) -> Option<&mut LinkKind> {
         self.links
             .get_mut(&link.id)
@@ -305,6 +338,14 @@ impl ServerHandler {
     }
 
     fn on_attach(&mut self, connection: &mut Connection, link: LinkId, attach: Attach) {
+        if self.shutting_down {
+            // A client re-attaching after its link drained: nothing new while shutting down.
+            let refusal = Refusal::new(conditions::DETACH_FORCED, "the broker is shutting down");
+            if connection.attach_answer(link, answer_for(&attach)).is_ok() {
+                connection.detach(link, true, Some(amqp_error(&refusal)));
+            }
+            return;
+        }
         let node = match attached_node(&attach) {
             Ok(node) => node,
             Err(refusal) => return self.refuse(connection, link, &attach, refusal),

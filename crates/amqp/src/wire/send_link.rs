@@ -67,7 +67,8 @@ struct Incoming {
 /// back as [`Command::Settle`].
 #[derive(Debug)]
 pub(crate) struct SendLinkHandle {
-    deliveries: mpsc::UnboundedSender<Incoming>,
+    /// `None` once the link drains for shutdown: the task finishes what it has and ends.
+    deliveries: Option<mpsc::UnboundedSender<Incoming>>,
     /// Deliveries handed to the task and not finished yet.
     in_task: u32,
 }
@@ -81,10 +82,23 @@ impl SendLinkHandle {
             format: delivery.message_format,
             payload: delivery.payload,
         };
-        if self.deliveries.send(incoming).is_ok() {
+        // While draining, a message that still arrives is not appended; it stays unsettled, and
+        // the detach that ends the drain tells the client to send it again.
+        if let Some(deliveries) = &self.deliveries
+            && deliveries.send(incoming).is_ok()
+        {
             self.in_task += 1;
         }
         self.top_up(connection, delivery.link);
+    }
+
+    /// The server is shutting down: no more deliveries to the task, and no more credit (what
+    /// the client holds is not revoked: a transfer it sent meanwhile would then exceed the
+    /// link's credit, and the engine would detach the link before its settlements). The task
+    /// finishes the appends it issued, settles them, and then asks for the link's detach (see
+    /// [`run`]), so nothing appended goes unacknowledged.
+    pub(crate) fn drain(&mut self) {
+        self.deliveries = None;
     }
 
     /// The task finished `finished` deliveries; those of `delivery_ids` (the unsettled ones)
@@ -120,7 +134,7 @@ impl SendLinkHandle {
     /// is used: a client can keep that many deliveries in flight, and no more wait here.
     fn top_up(&mut self, connection: &mut Connection, link: LinkId) {
         let granted = connection.granted(link);
-        if granted + self.in_task <= SEND_LINK_CREDIT / 2 {
+        if self.deliveries.is_some() && granted + self.in_task <= SEND_LINK_CREDIT / 2 {
             let _ = connection.flow(link, SEND_LINK_CREDIT.saturating_sub(self.in_task));
         }
     }
@@ -151,7 +165,7 @@ pub(crate) fn attach(
     let (deliveries, rx) = mpsc::unbounded_channel();
     tokio::spawn(run(rx, to, link, connection.clone(), commands.clone()));
     Ok(SendLinkHandle {
-        deliveries,
+        deliveries: Some(deliveries),
         in_task: 0,
     })
 }
@@ -224,11 +238,16 @@ async fn run(
             }
         }
     }
-    // The link is gone or lost its grant: what was issued is finished (its events stay in
-    // the log) and settled if the link still stands.
+    // The link is gone, lost its grant or drains for shutdown: what was issued is finished
+    // (its events stay in the log) and settled if the link still stands.
     while !in_flight.is_empty() {
         front_done(&mut in_flight).await;
         settle_done(link, &commands, &mut in_flight).await;
+    }
+    if *connection.ctx.shutdown.borrow() {
+        // Drained: the settlements above go out before this detach (one command queue).
+        let refusal = Refusal::new(conditions::DETACH_FORCED, "the broker is shutting down");
+        let _ = commands.send(Command::Detach { link, refusal });
     }
 }
 
