@@ -10,9 +10,9 @@ use crate::limits::*;
 /// When an append is acknowledged, relative to its bytes reaching stable storage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Durability {
-    /// Acknowledge only after `fdatasync` has covered the append. Appends waiting at the same
-    /// time, in any partition, share one sync round (group commit). The default: an
-    /// acknowledged event survives power loss.
+    /// Acknowledge only after `fdatasync` has covered the append. Appends to a partition that
+    /// wait while its sync is in flight share the next one (group commit; partitions sync
+    /// independently). The default: an acknowledged event survives power loss.
     #[default]
     Fsync,
     /// Acknowledge as soon as the bytes are written to the OS; sync every `Duration`. A crash of

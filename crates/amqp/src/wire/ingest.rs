@@ -1124,7 +1124,7 @@ mod tests {
     }
 
     /// The property every message must have: the fast path answers only what the general path
-    /// answers, and [`event_of`] always answers it (or panics where it panics).
+    /// answers, and [`event_of`] always answers it; neither panics.
     fn check_message(bytes: &[u8], route_by_key: bool) -> Result<Option<EventData>, TestCaseError> {
         let fast = fast_event(bytes, route_by_key);
         let theirs = outcome(|| general(bytes, route_by_key));

@@ -304,11 +304,15 @@ impl Handler for ServerHandler {
 impl ServerHandler {
     /// While shutting down: closes the connection once no send link is left draining.
     fn close_once_drained(&mut self, connection: &mut Connection) {
+        // Checked at every turn's end: the flag first, so a running connection pays nothing.
+        if !self.shutting_down || connection.is_closed() {
+            return;
+        }
         let draining = self
             .links
             .values()
             .any(|entry| matches!(entry.kind, LinkKind::Send(_)));
-        if self.shutting_down && !draining && !connection.is_closed() {
+        if !draining {
             connection.close(Some(engine_error(
                 "amqp:connection:forced",
                 "the broker is shutting down",
