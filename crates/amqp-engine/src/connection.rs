@@ -129,12 +129,16 @@ impl ConnectionError {
     }
 }
 
-/// An AMQP error with `condition` (as a symbol) and `description`.
+/// An AMQP error with `condition` (as a symbol), `description` and an empty `info` map.
+///
+/// The info map is always present, so the error is written as a full three-field list: the
+/// Python SDK's pyamqp reads `error[2]` unconditionally, and a shorter list raises `IndexError`
+/// inside its frame callback, which leaves the waiting `send` hanging until its timeout.
 pub fn amqp_error(condition: &str, description: &str) -> definitions::Error {
     definitions::Error::new(
         ErrorCondition::Custom(Symbol::from(condition)),
         Some(description.to_owned()),
-        None,
+        Some(definitions::Fields::default()),
     )
 }
 

@@ -5,7 +5,7 @@
 //! `x-opt-sequence-number` or `x-opt-enqueued-time` (also the legacy `x-opt-enqueuedtimeutc`),
 //! `<op>` is `>` or `>=` (and `=`, which the service treats as inclusive), and `<value>` a
 //! decimal number. For offsets, `-1` means the start of the stream and `@latest` its end. A link
-//! without a filter starts at the end (the service's default).
+//! without a filter starts at the beginning of the partition, as the service's does.
 //!
 //! Parsing is strict: anything else is refused with a reason, never guessed at, and never panics
 //! (a property test feeds it arbitrary text).

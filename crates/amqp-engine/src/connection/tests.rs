@@ -508,3 +508,20 @@ proptest! {
         }
     }
 }
+
+/// Every error the engine writes is the full `error` list — condition, description and an
+/// info map — since pyamqp indexes all three fields (see [`amqp_error`]).
+#[test]
+fn an_error_is_written_with_all_three_fields() {
+    let bytes = serde_amqp::to_vec(&amqp_error("amqp:decode-error", "bad")).unwrap();
+    // 0x00 0x53 0x1d: the `error` descriptor; then a list8 (size, count) or list32.
+    assert_eq!(&bytes[..3], &[0x00, 0x53, 0x1d]);
+    let count = match bytes[3] {
+        0xc0 => u32::from(bytes[5]),
+        0xd0 => u32::from_be_bytes(bytes[8..12].try_into().unwrap()),
+        other => panic!("the error is not a list: {other:#x}"),
+    };
+    assert_eq!(count, 3);
+    let decoded: definitions::Error = serde_amqp::from_slice(&bytes).unwrap();
+    assert_eq!(decoded.info.as_deref(), Some(&definitions::Fields::default()));
+}

@@ -85,15 +85,17 @@ fn is_selector(key: &Symbol, value: &Value) -> bool {
     }
 }
 
-/// The start position the link's selector filter names (none: latest).
+/// The start position the link's selector filter names. A link with no selector starts at the
+/// beginning of the partition, as Event Hubs does: the SDKs' low-level receivers attach their link
+/// only at the first receive and must still see what was sent before it.
 fn start_position(attach: &Attach) -> Result<EventPosition, Refusal> {
     let argument = |e: String| Refusal::new(conditions::ARGUMENT_ERROR, e);
     let Some(filters) = attach.source.as_ref().and_then(|s| s.filter.as_ref()) else {
-        return Ok(EventPosition::Latest);
+        return Ok(EventPosition::Earliest);
     };
     let mut selectors = filters.iter().filter(|(k, v)| is_selector(k, v));
     let Some((_, value)) = selectors.next() else {
-        return Ok(EventPosition::Latest);
+        return Ok(EventPosition::Earliest);
     };
     if selectors.next().is_some() {
         return Err(argument(
@@ -474,7 +476,7 @@ mod tests {
         );
         assert_eq!(
             request(&attach_with(None, vec![])).unwrap().start,
-            EventPosition::Latest
+            EventPosition::Earliest
         );
     }
 
