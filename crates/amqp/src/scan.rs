@@ -6,8 +6,15 @@
 //! delivery annotations, message annotations, properties, application properties, body, footer),
 //! each non-body section at most once, the body is one or more `data` sections, one or more
 //! `amqp-sequence` sections or exactly one `amqp-value`, every length stays inside the buffer,
-//! and nothing trails the last section. It returns each section's extent so the caller can
-//! decode them.
+//! and nothing trails the last section. It returns each section's extent, in the
+//! specification's order, so the caller can decode them.
+//!
+//! One departure from the specification's order is accepted because a real client writes it
+//! and the service takes it: pyamqp (the Python SDK) encodes the `delivery-annotations` section
+//! *last*, after the body and footer. A message may carry delivery annotations either at their
+//! place or as its final section, never both; [`scan_message`] returns them at their place, and
+//! [`canonical_bytes`] gives the message re-encoded in that order for a decoder that insists on
+//! it.
 //!
 //! Used for the messages inside a batched transfer (format `0x80013700`), which arrive as opaque
 //! `data` sections. It never panics and never allocates in proportion to a length field (a
@@ -98,15 +105,23 @@ pub struct Section<'a> {
     pub payload: &'a [u8],
 }
 
-/// Checks the shape of an encoded message and returns its sections in order.
+/// Checks the shape of an encoded message and returns its sections in the specification's order
+/// (delivery annotations written last, as pyamqp does, are returned second or first).
 pub fn scan_message(bytes: &[u8]) -> Result<Vec<Section<'_>>, ScanError> {
     let mut sections: Vec<Section<'_>> = Vec::new();
     let mut position = 0;
+    let mut trailing_delivery_annotations = false;
     while position < bytes.len() {
         let start = position;
         let (kind, value_start) = read_section_descriptor(bytes, position)?;
         let value_end = skip_value(bytes, value_start, 0)?;
-        check_order(&sections, kind, start)?;
+        if trailing_delivery_annotations {
+            return fail(start, "a section follows delivery annotations written last");
+        }
+        trailing_delivery_annotations = is_trailing_delivery_annotations(&sections, kind, start)?;
+        if !trailing_delivery_annotations {
+            check_order(&sections, kind, start)?;
+        }
         let payload = if kind == SectionKind::Data {
             binary_contents(bytes, value_start, value_end)?
         } else {
@@ -119,6 +134,14 @@ pub fn scan_message(bytes: &[u8]) -> Result<Vec<Section<'_>>, ScanError> {
         });
         position = value_end;
     }
+    if trailing_delivery_annotations {
+        // Put them at their place: after the header, if there is one.
+        let annotations = sections
+            .pop()
+            .expect("the trailing section was just pushed");
+        let at = usize::from(sections[0].kind == SectionKind::Header);
+        sections.insert(at, annotations);
+    }
     if !sections.iter().any(|s| s.kind.is_body()) && sections.is_empty() {
         return Err(ScanError {
             position: 0,
@@ -126,6 +149,46 @@ pub fn scan_message(bytes: &[u8]) -> Result<Vec<Section<'_>>, ScanError> {
         });
     }
     Ok(sections)
+}
+
+/// Whether a `kind` section read after `sections` is delivery annotations written after sections
+/// that come after them in the specification's order (pyamqp's order). Repeated delivery
+/// annotations are refused.
+fn is_trailing_delivery_annotations(
+    sections: &[Section<'_>],
+    kind: SectionKind,
+    position: usize,
+) -> Result<bool, ScanError> {
+    if kind != SectionKind::DeliveryAnnotations {
+        return Ok(false);
+    }
+    if sections.iter().any(|s| s.kind == kind) {
+        return fail(position, "a section is out of order or repeated");
+    }
+    Ok(sections
+        .last()
+        .is_some_and(|last| last.kind > SectionKind::DeliveryAnnotations))
+}
+
+/// The message's bytes with its sections in the specification's order: borrowed when they are
+/// already (the common case), re-assembled when delivery annotations were written last.
+/// `sections` is what [`scan_message`] returned for `bytes`.
+pub fn canonical_bytes<'a>(
+    bytes: &'a [u8],
+    sections: &[Section<'a>],
+) -> std::borrow::Cow<'a, [u8]> {
+    let in_place = sections
+        .windows(2)
+        .all(|pair| pair[0].encoded.as_ptr() < pair[1].encoded.as_ptr());
+    if in_place {
+        return std::borrow::Cow::Borrowed(bytes);
+    }
+    let mut ordered = Vec::with_capacity(bytes.len());
+    for section in sections {
+        ordered.extend_from_slice(section.encoded);
+    }
+    debug_assert_eq!(ordered.len(), bytes.len());
+    std::borrow::Cow::Owned(ordered)
 }
 
 fn fail<T>(position: usize, reason: &'static str) -> Result<T, ScanError> {
@@ -319,6 +382,58 @@ mod tests {
             &[],
         ] {
             assert!(scan_message(bad).is_err(), "{bad:x?}");
+        }
+    }
+
+    /// delivery-annotations {"k": 1}
+    const DELIVERY_ANNOTATIONS: &[u8] = &[
+        0x00, 0x53, 0x71, 0xc1, 0x06, 0x02, 0xa3, 0x01, b'k', 0x54, 0x01,
+    ];
+
+    #[test]
+    fn delivery_annotations_written_last_are_put_in_their_place() {
+        // pyamqp's order: header, message annotations, data, then delivery annotations.
+        let mut pyamqp = GOOD.to_vec();
+        pyamqp.extend_from_slice(DELIVERY_ANNOTATIONS);
+        let sections = scan_message(&pyamqp).unwrap();
+        let kinds: Vec<_> = sections.iter().map(|s| s.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                SectionKind::Header,
+                SectionKind::DeliveryAnnotations,
+                SectionKind::MessageAnnotations,
+                SectionKind::Data
+            ]
+        );
+        let mut expected = GOOD[..7].to_vec();
+        expected.extend_from_slice(DELIVERY_ANNOTATIONS);
+        expected.extend_from_slice(&GOOD[7..]);
+        assert_eq!(&*canonical_bytes(&pyamqp, &sections), &expected[..]);
+        // Already in order: the same bytes, borrowed.
+        let in_order = scan_message(&expected).unwrap();
+        assert!(matches!(
+            canonical_bytes(&expected, &in_order),
+            std::borrow::Cow::Borrowed(b) if b == &expected[..]
+        ));
+        // Without a header they go first.
+        let mut headless = GOOD[7..].to_vec();
+        headless.extend_from_slice(DELIVERY_ANNOTATIONS);
+        let sections = scan_message(&headless).unwrap();
+        assert_eq!(sections[0].kind, SectionKind::DeliveryAnnotations);
+    }
+
+    #[test]
+    fn delivery_annotations_stay_single_and_last_when_written_last() {
+        let mut twice = GOOD[..7].to_vec();
+        twice.extend_from_slice(DELIVERY_ANNOTATIONS);
+        twice.extend_from_slice(&GOOD[7..]);
+        twice.extend_from_slice(DELIVERY_ANNOTATIONS);
+        let mut then_more = GOOD.to_vec();
+        then_more.extend_from_slice(DELIVERY_ANNOTATIONS);
+        then_more.extend_from_slice(&GOOD[13..]);
+        for bad in [twice, then_more] {
+            assert!(scan_message(&bad).is_err(), "{bad:x?}");
         }
     }
 

@@ -316,3 +316,156 @@ async fn python_bad_credentials_are_refused() {
     );
     f.stop().await;
 }
+
+/// A refusal reaches the SDK as a raised error within its send timeout, and stores nothing: an
+/// event over the hub's size limit, a partition key that is not a string, a policy without the
+/// `Send` claim. (azure-eventhub 5.15.1 hung in `send_batch` when a rejection's error had two
+/// fields instead of three.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_raises_every_refusal_within_its_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Fixture::start_in(dir, &[("strict", 2)], |config| {
+        config.log.event_bytes_max = 64 * 1024;
+    })
+    .await;
+    let refused = |conn: String, kind: &str, extra: Value| {
+        let mut args = json!({"conn": conn, "hub": "strict", "kind": kind, "timeout": 20});
+        args.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        run_python("send-refused", args)
+    };
+    let runs = [
+        refused(
+            f.conn(&f.root),
+            "oversize",
+            json!({"bytes": 200_000, "partition": "0"}),
+        ),
+        refused(f.conn(&f.root), "non-string-key", json!({})),
+        refused(
+            f.conn(&f.listen),
+            "oversize",
+            json!({"bytes": 10, "partition": "1"}),
+        ),
+    ];
+    let results = futures_join_all(runs.into_iter()).await;
+    let expected = [
+        ("oversize", "LinkMessageSizeExceeded"),
+        ("non-string-key", "must be a string"),
+        ("unauthorized", "'Send' claim"),
+    ];
+    for ((name, text), result) in expected.iter().zip(&results) {
+        assert_eq!(result["sent"], false, "{name}: {result}");
+        let elapsed = result["elapsed_s"].as_f64().unwrap();
+        assert!(elapsed < 20.0, "{name} took {elapsed} s: {result}");
+        let error = result["error"].as_str().unwrap().to_lowercase();
+        assert!(error.contains(&text.to_lowercase()), "{name}: {result}");
+        assert!(
+            result["error_type"].as_str().unwrap().ends_with("Error"),
+            "{name}: {result}"
+        );
+    }
+    for partition in 0..2 {
+        assert_eq!(f.read_all("strict", partition).await.len(), 0);
+    }
+    f.stop().await;
+}
+
+/// pyamqp writes a message's delivery-annotations section after its body; the service takes
+/// such a message, and so do we, with everything but the hop-by-hop delivery annotations kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_annotated_message_with_delivery_annotations_is_stored() {
+    let f = Fixture::start(&[("annotated", 1)]).await;
+    let result = run_python(
+        "send-delivery-annotations",
+        json!({"conn": f.conn(&f.root), "hub": "annotated", "timeout": 20}),
+    )
+    .await;
+    assert_eq!(result["sent"], true, "{result}");
+    let stored = f.read_all("annotated", 0).await;
+    assert_eq!(bodies(&stored), ["annotated"]);
+    assert_eq!(
+        stored[0].data.property("source"),
+        Some(&PropertyValue::String("pyamqp".into()))
+    );
+    f.stop().await;
+}
+
+/// The SDK's low-level `ReceiveClient` attaches with no selector filter: the link starts at the
+/// beginning of the partition, as on Event Hubs, so events sent before it are received.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_low_level_receiver_without_a_filter_starts_at_the_beginning() {
+    let f = Fixture::start(&[("early", 2)]).await;
+    for body in ["first", "second", "third"] {
+        f.send("early", "1", body).await;
+    }
+    let result = run_python(
+        "low-level-receive",
+        json!({"conn": f.conn(&f.root), "hub": "early", "partition": 1, "count": 3}),
+    )
+    .await;
+    assert_eq!(
+        result["bodies"],
+        json!(["first", "second", "third"]),
+        "{result}"
+    );
+    f.stop().await;
+}
+
+/// A tmpfs of a few MiB mounted on a fresh directory, unmounted when dropped: a disk that fills
+/// up for real. Mounting needs root, which the test machines and CI run as.
+struct SmallDisk {
+    mount_point: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(mebibytes: u32) -> SmallDisk {
+        let mount_point = tempfile::tempdir().unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mebibytes}m"), "tmpfs"])
+            .arg(mount_point.path())
+            .status()
+            .expect("run mount");
+        assert!(
+            status.success(),
+            "mounting a tmpfs (needs root) failed: {status}"
+        );
+        SmallDisk { mount_point }
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.mount_point.path())
+            .status();
+    }
+}
+
+/// A full disk refuses the send that does not fit: the SDK raises within its timeout, every
+/// acknowledged batch is stored whole, and nothing of the refused one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_raises_when_the_disk_is_full() {
+    let disk = SmallDisk::mount(8);
+    let dir = tempfile::tempdir_in(disk.mount_point.path()).unwrap();
+    let f = Fixture::start_in(dir, &[("full", 1)], |_| {}).await;
+    let (events, bytes) = (8, 16_000);
+    let result = run_python(
+        "send-until-refused",
+        json!({"conn": f.conn(&f.root), "hub": "full", "events": events, "bytes": bytes,
+               "batches_max": 200, "timeout": 20}),
+    )
+    .await;
+    assert_eq!(result["refused"], true, "{result}");
+    assert!(result["elapsed_s"].as_f64().unwrap() < 20.0, "{result}");
+    let acknowledged = result["acknowledged"].as_u64().unwrap();
+    assert!(acknowledged > 0, "{result}");
+    let stored = f.read_all("full", 0).await;
+    assert_eq!(stored.len() as u64, acknowledged * events, "{result}");
+    for (i, event) in stored.iter().enumerate() {
+        assert_eq!(&event.data.body[..8], format!("{i:08}").as_bytes());
+    }
+    f.stop().await;
+    drop(disk);
+}

@@ -523,5 +523,8 @@ fn an_error_is_written_with_all_three_fields() {
     };
     assert_eq!(count, 3);
     let decoded: definitions::Error = serde_amqp::from_slice(&bytes).unwrap();
-    assert_eq!(decoded.info.as_deref(), Some(&definitions::Fields::default()));
+    assert_eq!(
+        decoded.info.as_deref(),
+        Some(&definitions::Fields::default())
+    );
 }

@@ -295,9 +295,11 @@ fn map_body(body: Body<Value>, event: &mut EventData, kept: &mut Kept) {
 /// stack — from any peer, before it has authenticated (`$cbs` messages come here too).
 pub(crate) fn decode_strict(sections: &[u8]) -> Result<AmqpMessage, String> {
     use fe2o3_amqp_types::messaging::message::DecodeIntoMessage;
-    crate::scan::scan_message(sections).map_err(|e| e.to_string())?;
+    let scanned = crate::scan::scan_message(sections).map_err(|e| e.to_string())?;
     tributary_amqp_codec::value::check_well_formed(sections).map_err(|e| e.to_string())?;
-    let reader = serde_amqp::read::SliceReader::new(sections);
+    // serde_amqp reads sections only in the specification's order.
+    let ordered = crate::scan::canonical_bytes(sections, &scanned);
+    let reader = serde_amqp::read::SliceReader::new(&ordered);
     <Body<Value> as DecodeIntoMessage>::decode_message_from_reader(reader)
         .map_err(|e| e.to_string())
 }

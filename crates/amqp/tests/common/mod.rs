@@ -29,8 +29,19 @@ pub(crate) struct Fixture {
 
 impl Fixture {
     pub(crate) async fn start(hubs: &[(&str, u32)]) -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let broker = Broker::open(BrokerConfig::new(dir.path())).await.unwrap();
+        Fixture::start_in(tempfile::tempdir().unwrap(), hubs, |_| {}).await
+    }
+
+    /// A fixture whose broker keeps its data in `dir`, with its configuration changed by
+    /// `configure`.
+    pub(crate) async fn start_in(
+        dir: tempfile::TempDir,
+        hubs: &[(&str, u32)],
+        configure: impl FnOnce(&mut BrokerConfig),
+    ) -> Fixture {
+        let mut config = BrokerConfig::new(dir.path());
+        configure(&mut config);
+        let broker = Broker::open(config).await.unwrap();
         for (name, partitions) in hubs {
             broker
                 .create_hub(HubSpec::new(*name, *partitions))

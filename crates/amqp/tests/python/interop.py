@@ -259,7 +259,99 @@ def cmd_properties_expect(args):
         return {"ok": False, **error_doc(e)}
 
 
+def refused_event(kind, args):
+    """The event a refusal scenario sends (see cmd_send_refused)."""
+    if kind == "oversize":
+        return EventData(b"x" * args["bytes"])
+    if kind == "non-string-key":
+        event = EventData("keyed-by-a-number")
+        event.raw_amqp_message.annotations = {b"x-opt-partition-key": 5}
+        return event
+    raise ValueError(f"unknown refusal kind {kind}")
+
+
+def cmd_send_refused(args):
+    """Sends one event the server refuses; reports the error the SDK raised and how long the
+    send took (a refusal must raise within the send's timeout, never hang)."""
+    started = time.monotonic()
+    try:
+        with producer(args) as client:
+            event = refused_event(args["kind"], args)
+            client.send_batch([event], partition_id=args.get("partition"), timeout=args["timeout"])
+        return {"sent": True, "elapsed_s": time.monotonic() - started}
+    except Exception as e:  # noqa: BLE001 - reported in the JSON
+        return {"sent": False, "elapsed_s": time.monotonic() - started, **error_doc(e)}
+
+
+def cmd_send_until_refused(args):
+    """Sends batches of `bytes`-sized events to partition 0 until the server refuses one (a
+    full disk); reports how many batches were acknowledged and the error of the refused one."""
+    started = time.monotonic()
+    acknowledged = 0
+    with producer(args) as client:
+        for _ in range(args["batches_max"]):
+            batch_started = time.monotonic()
+            try:
+                events = [EventData(b"%08d" % (acknowledged * args["events"] + i) + b"x" * args["bytes"])
+                          for i in range(args["events"])]
+                client.send_batch(events, partition_id="0", timeout=args["timeout"])
+                acknowledged += 1
+            except Exception as e:  # noqa: BLE001 - reported in the JSON
+                return {"refused": True, "acknowledged": acknowledged,
+                        "elapsed_s": time.monotonic() - batch_started, **error_doc(e)}
+    return {"refused": False, "acknowledged": acknowledged, "elapsed_s": time.monotonic() - started}
+
+
+def cmd_send_delivery_annotations(args):
+    """Sends an AmqpAnnotatedMessage with delivery annotations: pyamqp writes that section after
+    the body, which the service accepts."""
+    from azure.eventhub.amqp import AmqpAnnotatedMessage
+
+    message = AmqpAnnotatedMessage(
+        data_body=[b"annotated"],
+        delivery_annotations={"hop": "first"},
+        annotations={"x-opt-custom": "kept"},
+        application_properties={"source": "pyamqp"},
+    )
+    try:
+        with producer(args) as client:
+            client.send_batch([message], partition_id="0", timeout=args["timeout"])
+        return {"sent": True}
+    except Exception as e:  # noqa: BLE001 - reported in the JSON
+        return {"sent": False, **error_doc(e)}
+
+
+def cmd_low_level_receive(args):
+    """Receives with the SDK's low-level pyamqp ReceiveClient, whose link carries no selector
+    filter: the service starts such a link at the beginning of the partition."""
+    from azure.eventhub._pyamqp import ReceiveClient
+
+    client = consumer(args)
+    config = client._config
+    host = client._address.hostname
+    source = f"amqp://{host}/{args['hub']}/ConsumerGroups/$Default/Partitions/{args['partition']}"
+    receiver = ReceiveClient(
+        host, source, auth=client._create_auth(), use_tls=False, port=config.connection_port,
+        custom_endpoint_address=config.custom_endpoint_address, transport_type=config.transport_type,
+    )
+    receiver.open()
+    try:
+        bodies = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(bodies) < args["count"] and time.monotonic() < deadline:
+            for message in receiver.receive_message_batch(max_batch_size=args["count"], timeout=2):
+                bodies.append(b"".join(message.data).decode())
+        return {"bodies": bodies}
+    finally:
+        receiver.close()
+        client.close()
+
+
 COMMANDS = {
+    "send-refused": cmd_send_refused,
+    "send-until-refused": cmd_send_until_refused,
+    "send-delivery-annotations": cmd_send_delivery_annotations,
+    "low-level-receive": cmd_low_level_receive,
     "produce": cmd_produce,
     "properties": cmd_properties,
     "consume": cmd_consume,
