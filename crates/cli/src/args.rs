@@ -8,6 +8,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use tributary_event::{EventPosition, PropertyValue};
 use tributary_log::Durability;
 
+mod bench;
+mod process;
+
+pub use bench::{BenchArgs, Scenario};
+pub use process::{Action, GroupStore, OwnershipArgs, ProcessArgs, Strategy};
+
 /// Tributary: a partitioned, durable event hub with epoch receivers and consumer groups.
 #[derive(Debug, Parser)]
 #[command(name = "tributary", version, propagate_version = true)]
@@ -59,15 +65,15 @@ pub enum Command {
     Receive(ReceiveArgs),
     /// Run one event processor instance: it shares the hub's partitions with every other
     /// instance of the consumer group, checkpoints, and takes over when instances come and go.
-    Process(crate::process::ProcessArgs),
+    Process(ProcessArgs),
     /// Print the ownership and checkpoint table of a consumer group.
-    Ownership(crate::process::OwnershipArgs),
+    Ownership(OwnershipArgs),
     /// Print the connection string of a shared access policy (for the Azure SDKs and
     /// --connection-string). It contains the policy's key.
     ConnectionString(ConnectionStringArgs),
     /// Measure the partition log (append throughput and acknowledgement latency, reads,
     /// recovery, memory) and the event processor host (start-up, failover, throughput).
-    Bench(crate::bench::BenchArgs),
+    Bench(BenchArgs),
 }
 
 /// `tributary serve`.
@@ -297,7 +303,7 @@ impl PositionArg {
     }
 }
 
-fn parse_durability(s: &str) -> Result<Durability, String> {
+pub fn parse_durability(s: &str) -> Result<Durability, String> {
     s.parse()
 }
 

@@ -7,33 +7,14 @@ use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use tributary_broker::{Broker, BrokerConfig, HubSpec, SendTarget};
 use tributary_event::ReceivedEvent;
-use tributary_log::LogConfig;
 use tributary_processor::{PartitionReceiver, ReceiverOptions, SourceError};
 
 use crate::args::{
     ConnectionStringArgs, GlobalArgs, GroupCommand, HubCommand, ReceiveArgs, SendArgs, ServeArgs,
 };
-use crate::hub_handle::HubHandle;
+use crate::hub_handle::{HubHandle, open_broker};
 use crate::input::{Batch, Batcher, LineDefaults, parse_line};
 use crate::output;
-
-/// Opens the broker on the data directory with the global settings.
-pub async fn open_broker(global: &GlobalArgs) -> Result<Broker> {
-    let config = BrokerConfig {
-        log: LogConfig {
-            durability: global.durability,
-            event_bytes_max: global.event_bytes_max,
-            ..LogConfig::default()
-        },
-        ..BrokerConfig::new(&global.data_dir)
-    };
-    Broker::open(config).await.with_context(|| {
-        format!(
-            "cannot open the data directory {}",
-            global.data_dir.display()
-        )
-    })
-}
 
 /// The log's own limit while front doors run: they enforce the 1 MiB protocol limits on what
 /// clients send; the log's check counts record framing and keys too, so it needs headroom.

@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use tokio::sync::OnceCell;
-use tributary_broker::{Broker, SendReceipt};
+use tributary_broker::{Broker, BrokerConfig, SendReceipt};
 use tributary_client::{ProducerClient, RemoteHub};
 use tributary_event::{EventData, SendTarget};
+use tributary_log::LogConfig;
 use tributary_processor::{BrokerSource, PartitionSource};
 
 use crate::args::GlobalArgs;
-use crate::commands::open_broker;
 
 /// An event hub, local or remote.
 pub enum HubHandle {
@@ -140,4 +140,22 @@ impl HubHandle {
             }
         }
     }
+}
+
+/// Opens the broker on the data directory with the global settings.
+pub async fn open_broker(global: &GlobalArgs) -> Result<Broker> {
+    let config = BrokerConfig {
+        log: LogConfig {
+            durability: global.durability,
+            event_bytes_max: global.event_bytes_max,
+            ..LogConfig::default()
+        },
+        ..BrokerConfig::new(&global.data_dir)
+    };
+    Broker::open(config).await.with_context(|| {
+        format!(
+            "cannot open the data directory {}",
+            global.data_dir.display()
+        )
+    })
 }

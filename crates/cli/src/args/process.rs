@@ -1,0 +1,92 @@
+//! The flags of `tributary process` and `tributary ownership`.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use super::{PositionArg, parse_duration_ms, parse_position};
+
+/// What `process` does with each event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Action {
+    /// Print one JSON line per event (partition, sequence number, offset, body).
+    Print,
+    /// Count events per partition; print the counts every few seconds and at the end.
+    Count,
+    /// Append each event's body as a line to `<output-dir>/<partition>.events`.
+    File,
+}
+
+/// Where a consumer group's ownership and checkpoints live; shared by `process` and
+/// `ownership`.
+#[derive(Debug, Args)]
+pub struct GroupStore {
+    /// The hub.
+    pub hub: String,
+    /// The consumer group.
+    #[arg(long, short, default_value = "$Default")]
+    pub group: String,
+    /// The checkpoint store: a SQLite file that every processor on this machine may share
+    /// (default: checkpoints.sqlite in the data directory).
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// The namespace name ownership and checkpoints are recorded under (default: the host of
+    /// --connection-string, else "localhost").
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// A remote hub — a Tributary hub's AMQP front door or Azure Event Hubs — instead of the
+    /// data directory's.
+    #[arg(long, env = "TRIBUTARY_CONNECTION_STRING", hide_env_values = true)]
+    pub connection_string: Option<String>,
+}
+
+/// `tributary process`.
+#[derive(Debug, Args)]
+pub struct ProcessArgs {
+    #[command(flatten)]
+    pub at: GroupStore,
+    /// This instance's name; unique within the consumer group (default: generated).
+    #[arg(long)]
+    pub host_name: Option<String>,
+    /// What to do with events.
+    #[arg(long, value_enum, default_value_t = Action::Print)]
+    pub action: Action,
+    /// Where `--action file` writes.
+    #[arg(long, required_if_eq("action", "file"))]
+    pub output_dir: Option<PathBuf>,
+    /// Checkpoint after every this many batches (and when shutting down).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub checkpoint_every: u32,
+    /// Where a partition with no checkpoint starts.
+    #[arg(long, default_value = "earliest", value_parser = parse_position)]
+    pub initial_position: PositionArg,
+    /// The most events per batch.
+    #[arg(long, default_value_t = 100)]
+    pub batch_size: u32,
+    /// Balanced takes over one partition per cycle from busier instances; greedy all it is
+    /// short of.
+    #[arg(long, value_enum, default_value_t = Strategy::Balanced)]
+    pub strategy: Strategy,
+    /// How often ownership is renewed and balanced.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration_ms)]
+    pub interval: i64,
+    /// How long an instance that stops renewing keeps its partitions (at least 3 intervals).
+    #[arg(long, default_value = "5s", value_parser = parse_duration_ms)]
+    pub expiration: i64,
+}
+
+/// `tributary ownership`.
+#[derive(Debug, Args)]
+pub struct OwnershipArgs {
+    #[command(flatten)]
+    pub at: GroupStore,
+}
+
+/// The load-balancing strategy, as a flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Strategy {
+    /// See `LoadBalancingStrategy::Balanced`.
+    Balanced,
+    /// See `LoadBalancingStrategy::Greedy`.
+    Greedy,
+}
