@@ -33,6 +33,13 @@ async fn js_producer_sends_by_key_to_partitions_and_pipelined() {
         assert_eq!(p["offset"], "-1", "{p}");
     }
 
+    stored_by_key_partition_and_round_robin(&f).await;
+    stored_typed_and_pipelined(&f).await;
+    f.stop().await;
+}
+
+/// The keyed, per-partition and round-robin sends of the `produce` scenario, where they belong.
+async fn stored_by_key_partition_and_round_robin(f: &Fixture) {
     let alpha = f.read_all("orders", partition_for_key("alpha", 4)).await;
     let keyed: Vec<_> = alpha
         .iter()
@@ -71,7 +78,10 @@ async fn js_producer_sends_by_key_to_partitions_and_pipelined() {
         1,
         "the round-robin send is stored once"
     );
+}
 
+/// The typed properties and the 50 pipelined sends of the `produce` scenario.
+async fn stored_typed_and_pipelined(f: &Fixture) {
     let p2 = f.read_all("orders", 2).await;
     let typed = p2
         .iter()
@@ -96,7 +106,6 @@ async fn js_producer_sends_by_key_to_partitions_and_pipelined() {
     let pipelined: Vec<_> = p3.iter().filter(|b| b.contains("pipelined-")).collect();
     let expected: Vec<_> = (0..50).map(|i| js(&format!("pipelined-{i}"))).collect();
     assert_eq!(pipelined, expected.iter().collect::<Vec<_>>());
-    f.stop().await;
 }
 
 fn sequence_numbers(result: &Value) -> Vec<i64> {

@@ -718,32 +718,37 @@ async fn tokens_are_renewed_before_they_expire() {
             .unwrap();
         producer.send(&[event("renewed")], to_0()).await.unwrap();
         assert_eq!(bodies(&receive_all(&mut renewed, 1).await), ["renewed"]);
-
-        let expired = refusal(
-            short_lived
-                .open_receiver("0", "$Default", EventPosition::Latest, None, 10)
-                .await,
-        )
-        .await;
-        assert!(
-            matches!(expired, ClientError::Unauthorized { .. }),
-            "{expired}"
-        );
-
-        let mut receiver = renewing
-            .open_receiver("0", "$Default", EventPosition::Latest, None, 10)
-            .await
-            .unwrap();
-        assert!(
-            receiver
-                .receive(1, Duration::from_millis(300))
-                .await
-                .unwrap()
-                .is_empty()
-        );
-        renewing.hub_properties().await.unwrap();
+        new_links_after_expiry(&short_lived, &renewing).await;
     })
     .await;
+}
+
+/// After its token expired, `short_lived` cannot attach a link; `renewing`, which renews its
+/// own tokens, can, and its management requests work.
+async fn new_links_after_expiry(short_lived: &ConsumerClient, renewing: &ConsumerClient) {
+    let expired = refusal(
+        short_lived
+            .open_receiver("0", "$Default", EventPosition::Latest, None, 10)
+            .await,
+    )
+    .await;
+    assert!(
+        matches!(expired, ClientError::Unauthorized { .. }),
+        "{expired}"
+    );
+
+    let mut receiver = renewing
+        .open_receiver("0", "$Default", EventPosition::Latest, None, 10)
+        .await
+        .unwrap();
+    assert!(
+        receiver
+            .receive(1, Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    renewing.hub_properties().await.unwrap();
 }
 
 fn now_s() -> u64 {

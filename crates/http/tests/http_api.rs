@@ -91,6 +91,20 @@ async fn metrics_cover_traffic_groups_and_partitions() {
     let oci_groups = request(&s, "GET", "/admin/v1/hubs/orders/groups", &[], b"").await;
     assert_eq!(oci_groups.json()["groups"][0]["groupName"], "g");
     let text = request(&s, "GET", "/metrics", &[], b"").await.text();
+    assert_traffic_group_and_sync_metrics(&text);
+    let deleted = request(&s, "DELETE", "/admin/v1/hubs/orders/groups/g", &[], b"").await;
+    assert_eq!(deleted.status, 204);
+    let text = request(&s, "GET", "/metrics", &[], b"").await.text();
+    assert!(
+        !text.contains("tributary_group_lag_events{"),
+        "a deleted group's lag goes"
+    );
+    s.http.shutdown().await.unwrap();
+}
+
+/// `text` (a `/metrics` page after one put, one group read) has the traffic, group and
+/// partition series, and the put's sync in the log's histograms.
+fn assert_traffic_group_and_sync_metrics(text: &str) {
     for name in [
         "tributary_http_requests_total",
         "tributary_http_request_duration_seconds_bucket",
@@ -117,14 +131,6 @@ async fn metrics_cover_traffic_groups_and_partitions() {
         assert_eq!(value(&format!("{histogram}_bucket{{le=\"+Inf\"}} ")), count);
         assert!(text.contains(&format!("{histogram}_bucket{{le=\"0.001\"}} ")));
     }
-    let deleted = request(&s, "DELETE", "/admin/v1/hubs/orders/groups/g", &[], b"").await;
-    assert_eq!(deleted.status, 204);
-    let text = request(&s, "GET", "/metrics", &[], b"").await.text();
-    assert!(
-        !text.contains("tributary_group_lag_events{"),
-        "a deleted group's lag goes"
-    );
-    s.http.shutdown().await.unwrap();
 }
 
 #[tokio::test]
