@@ -1,13 +1,15 @@
-//! The listener: accepts TCP connections and serves each on its own task.
+//! The listener: accepts TCP connections (with a TLS handshake first when the listener has a
+//! certificate: AMQPS, the Azure SDKs' default transport) and serves each on its own task.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tributary_broker::Broker;
+use tributary_tls::{ServerTls, TlsAcceptor};
 
 use crate::AmqpError;
 use crate::limits::{CLOSE_TIMEOUT, IDLE_TIMEOUT_DEFAULT};
@@ -23,6 +25,9 @@ pub struct AmqpConfig {
     pub policies: AccessPolicies,
     /// The idle timeout advertised to clients: a silent connection is closed after it.
     pub idle_timeout: Duration,
+    /// A certificate: every connection starts with a TLS handshake (AMQPS). None: plain AMQP,
+    /// as the SDKs' emulator mode (`UseDevelopmentEmulator=true`) speaks it.
+    pub tls: Option<ServerTls>,
 }
 
 impl AmqpConfig {
@@ -32,6 +37,7 @@ impl AmqpConfig {
             bind,
             policies,
             idle_timeout: IDLE_TIMEOUT_DEFAULT,
+            tls: None,
         }
     }
 }
@@ -64,8 +70,9 @@ pub async fn start(broker: Broker, config: AmqpConfig) -> Result<RunningAmqpServ
         idle_timeout: config.idle_timeout,
         shutdown: shutdown_rx,
     });
-    tracing::info!(%local_addr, "AMQP listener started");
-    let task = tokio::spawn(accept_loop(listener, ctx));
+    let tls = config.tls.map(|tls| tls.acceptor(&[]));
+    tracing::info!(%local_addr, tls = tls.is_some(), "AMQP listener started");
+    let task = tokio::spawn(accept_loop(listener, tls, ctx));
     Ok(RunningAmqpServer {
         local_addr,
         shutdown,
@@ -73,14 +80,14 @@ pub async fn start(broker: Broker, config: AmqpConfig) -> Result<RunningAmqpServ
     })
 }
 
-async fn accept_loop(listener: TcpListener, ctx: Arc<Context>) {
+async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, ctx: Arc<Context>) {
     let mut connections = JoinSet::new();
     let mut shutdown = ctx.shutdown.clone();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    connections.spawn(wire::serve_connection(stream, peer, ctx.clone()));
+                    connections.spawn(serve(stream, peer, tls.clone(), ctx.clone()));
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
@@ -100,6 +107,18 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<Context>) {
     .await;
     if drained.is_err() {
         connections.shutdown().await;
+    }
+}
+
+/// Serves one accepted socket: after a TLS handshake when the listener has a certificate.
+async fn serve(stream: TcpStream, peer: SocketAddr, tls: Option<TlsAcceptor>, ctx: Arc<Context>) {
+    let _ = stream.set_nodelay(true);
+    let Some(acceptor) = tls else {
+        return wire::serve_connection(stream, peer, ctx).await;
+    };
+    match tributary_tls::accept(&acceptor, stream).await {
+        Ok(stream) => wire::serve_connection(stream, peer, ctx).await,
+        Err(e) => tracing::debug!(%peer, error = %e, "AMQPS handshake failed"),
     }
 }
 

@@ -324,9 +324,12 @@ async fn python_bad_credentials_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_raises_every_refusal_within_its_timeout() {
     let dir = tempfile::tempdir().unwrap();
-    let f = Fixture::start_in(dir, &[("strict", 2)], |config| {
-        config.log.event_bytes_max = 64 * 1024;
-    })
+    let f = Fixture::start_in(
+        dir,
+        &[("strict", 2)],
+        |config| config.log.event_bytes_max = 64 * 1024,
+        None,
+    )
     .await;
     let refused = |conn: String, kind: &str, extra: Value| {
         let mut args = json!({"conn": conn, "hub": "strict", "kind": kind, "timeout": 20});
@@ -449,7 +452,7 @@ impl Drop for SmallDisk {
 async fn python_sdk_raises_when_the_disk_is_full() {
     let disk = SmallDisk::mount(8);
     let dir = tempfile::tempdir_in(disk.mount_point.path()).unwrap();
-    let f = Fixture::start_in(dir, &[("full", 1)], |_| {}).await;
+    let f = Fixture::start_in(dir, &[("full", 1)], |_| {}, None).await;
     let (events, bytes) = (8, 16_000);
     let result = run_python(
         "send-until-refused",
@@ -468,4 +471,64 @@ async fn python_sdk_raises_when_the_disk_is_full() {
     }
     f.stop().await;
     drop(disk);
+}
+
+/// AMQPS, as the SDK speaks it without `UseDevelopmentEmulator`: a producer and a consumer that
+/// trust the development authority (`connection_verify`) send and receive; one that trusts
+/// another authority is refused, and nothing it sent arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_over_amqps_trusts_our_authority_and_no_other() {
+    let certificates = tempfile::tempdir().unwrap();
+    let hosts = ["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let ours = tributary_tls::write_development_certificates(certificates.path(), &hosts).unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let theirs = tributary_tls::write_development_certificates(other.path(), &hosts).unwrap();
+    let tls =
+        tributary_tls::ServerTls::from_pem_files(&ours.server_cert, &ours.server_key).unwrap();
+    let f = Fixture::start_in(
+        tempfile::tempdir().unwrap(),
+        &[("secure", 2)],
+        |_| {},
+        Some(tls),
+    )
+    .await;
+    // The SDK's own form: the namespace host in the connection string, the port (not 5671
+    // in a test) in `custom_endpoint_address`.
+    let conn = format!(
+        "Endpoint=sb://localhost/;SharedAccessKeyName={};SharedAccessKey={}",
+        f.root.name, f.root.key
+    );
+    let endpoint = format!("sb://localhost:{}", f.port());
+    let verify = |ca: &std::path::Path| ca.to_str().unwrap().to_owned();
+    let sent = run_python(
+        "send-expect",
+        json!({"conn": conn, "hub": "secure", "endpoint": endpoint, "verify": verify(&ours.ca_cert)}),
+    )
+    .await;
+    assert_eq!(sent["sent"], true, "{sent}");
+    let consumed = run_python(
+        "consume",
+        json!({"conn": conn, "hub": "secure", "partition": 0, "position": "earliest", "count": 1,
+               "endpoint": endpoint, "verify": verify(&ours.ca_cert)}),
+    )
+    .await;
+    assert_eq!(
+        consumed["events"][0]["body"], "should-not-arrive",
+        "{consumed}"
+    );
+    let refused = run_python(
+        "send-expect",
+        json!({"conn": conn, "hub": "secure", "endpoint": endpoint, "verify": verify(&theirs.ca_cert)}),
+    )
+    .await;
+    assert_eq!(refused["sent"], false, "{refused}");
+    assert!(
+        refused.to_string().contains("CERTIFICATE_VERIFY_FAILED"),
+        "{refused}"
+    );
+    assert_eq!(
+        bodies(&f.read_all("secure", 0).await),
+        ["should-not-arrive"]
+    );
+    f.stop().await;
 }

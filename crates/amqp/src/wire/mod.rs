@@ -32,7 +32,7 @@ use fe2o3_amqp_types::definitions::{self, Role};
 use fe2o3_amqp_types::messaging::TargetArchetype;
 use fe2o3_amqp_types::performatives::Attach;
 use fe2o3_amqp_types::primitives::Symbol;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch};
 use tributary_amqp_engine::connection::{Delivery, amqp_error as engine_error, attach_frame};
 use tributary_amqp_engine::driver::{self, Ending, Handler};
@@ -112,9 +112,11 @@ pub(crate) enum Command {
     RefusalDue { link: LinkRef },
 }
 
-/// Serves one TCP connection until it closes or the server shuts down.
-pub(crate) async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, ctx: Arc<Context>) {
-    let _ = stream.set_nodelay(true);
+/// Serves one connection (TCP, or TLS over TCP) until it closes or the server shuts down.
+pub(crate) async fn serve_connection<S>(mut stream: S, peer: SocketAddr, ctx: Arc<Context>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let grants = ConnectionGrants::default();
     let mut buffered = Vec::new();
     let handshake = sasl::accept(&mut stream, &mut buffered, &ctx.policies, &grants);

@@ -7,7 +7,7 @@
 //!
 //! A client may also skip SASL and send the AMQP header at once (rhea with token credentials).
 
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tributary_amqp_engine::sasl::{self, ClientInit, SaslError};
 
 use crate::auth::ConnectionGrants;
@@ -18,8 +18,8 @@ const MSSBCBS: &str = "MSSBCBS";
 const PLAIN: &str = "PLAIN";
 
 /// Runs the security layer on a new connection; a proven PLAIN policy becomes a grant.
-pub(crate) async fn accept(
-    stream: &mut TcpStream,
+pub(crate) async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
     buffered: &mut Vec<u8>,
     policies: &AccessPolicies,
     grants: &ConnectionGrants,

@@ -29,15 +29,16 @@ pub(crate) struct Fixture {
 
 impl Fixture {
     pub(crate) async fn start(hubs: &[(&str, u32)]) -> Fixture {
-        Fixture::start_in(tempfile::tempdir().unwrap(), hubs, |_| {}).await
+        Fixture::start_in(tempfile::tempdir().unwrap(), hubs, |_| {}, None).await
     }
 
     /// A fixture whose broker keeps its data in `dir`, with its configuration changed by
-    /// `configure`.
+    /// `configure`, and whose listener speaks AMQPS with `tls`.
     pub(crate) async fn start_in(
         dir: tempfile::TempDir,
         hubs: &[(&str, u32)],
         configure: impl FnOnce(&mut BrokerConfig),
+        tls: Option<tributary_tls::ServerTls>,
     ) -> Fixture {
         let mut config = BrokerConfig::new(dir.path());
         configure(&mut config);
@@ -54,7 +55,8 @@ impl Fixture {
         let send = AccessPolicy::generate("send-only", vec![Right::Send]).unwrap();
         let policies =
             AccessPolicies::new(vec![root.clone(), listen.clone(), send.clone()]).unwrap();
-        let config = AmqpConfig::new("127.0.0.1:0".parse().unwrap(), policies);
+        let mut config = AmqpConfig::new("127.0.0.1:0".parse().unwrap(), policies);
+        config.tls = tls;
         let server = tributary_amqp::start(broker.clone(), config).await.unwrap();
         Fixture {
             _dir: dir,

@@ -18,7 +18,7 @@ import time
 import traceback
 import uuid
 
-from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
+from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient, TransportType
 
 TIMEOUT_S = 30
 
@@ -69,13 +69,31 @@ def _chain(error):
     return seen
 
 
+def transport(args):
+    """The transport options a scenario asks for: `verify`, the CA file an AMQPS server's
+    certificate is checked against (the SDK's `connection_verify`), and `endpoint`, where to
+    connect when it is not the default AMQPS port 5671 (the SDK's `custom_endpoint_address`,
+    which over plain AMQP transport takes its port from the address)."""
+    options = {}
+    if "verify" in args:
+        options["connection_verify"] = args["verify"]
+    if "endpoint" in args:
+        options["custom_endpoint_address"] = args["endpoint"]
+        options["transport_type"] = TransportType.Amqp
+    return options
+
+
 def producer(args):
-    return EventHubProducerClient.from_connection_string(args["conn"], eventhub_name=args["hub"])
+    return EventHubProducerClient.from_connection_string(args["conn"], eventhub_name=args["hub"], **transport(args))
 
 
 def consumer(args, conn=None, **kwargs):
     return EventHubConsumerClient.from_connection_string(
-        conn or args["conn"], consumer_group=args.get("group", "$Default"), eventhub_name=args["hub"], **kwargs
+        conn or args["conn"],
+        consumer_group=args.get("group", "$Default"),
+        eventhub_name=args["hub"],
+        **transport(args),
+        **kwargs,
     )
 
 
