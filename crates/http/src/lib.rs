@@ -41,6 +41,7 @@ mod oci;
 mod ratelimit;
 pub mod routes;
 mod server;
+mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -106,6 +107,8 @@ pub struct HttpConfig {
     pub rate_limits: RateLimits,
     /// The group coordinator's settings (used by [`start`], which opens one).
     pub coordinator: CoordinatorConfig,
+    /// A certificate: serve HTTPS (TLS 1.2 and 1.3, HTTP/1.1). None: plain HTTP.
+    pub tls: Option<tributary_tls::ServerTls>,
 }
 
 impl HttpConfig {
@@ -116,6 +119,7 @@ impl HttpConfig {
             auth,
             rate_limits: RateLimits::default(),
             coordinator: CoordinatorConfig::default(),
+            tls: None,
         }
     }
 }
@@ -211,14 +215,27 @@ pub async fn start_with_coordinator(
     let local_addr = listener.local_addr().map_err(HttpError::Server)?;
     let (stop, stopped) = oneshot::channel::<()>();
     let app = server::router(state);
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stopped.await;
+    let stopped = async move {
+        let _ = stopped.await;
+    };
+    let https = config.tls.is_some();
+    let task = match config.tls {
+        None => tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(stopped)
+                .await
+        }),
+        Some(tls) => {
+            let listener = tls::TlsListener::new(listener, tls.acceptor(&[b"http/1.1"]))
+                .map_err(HttpError::Server)?;
+            tokio::spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .await
             })
-            .await
-    });
-    tracing::info!(%local_addr, "HTTP front door listening (OCI Streaming API at /20180418, admin at /admin/v1)");
+        }
+    };
+    tracing::info!(%local_addr, https, "HTTP front door listening (OCI Streaming API at /20180418, admin at /admin/v1)");
     Ok(RunningHttpServer {
         local_addr,
         stop,

@@ -49,3 +49,9 @@ const _: () = assert!(REQUEST_BODY_BYTES_MAX as u64 >= PUT_REQUEST_BYTES_MAX * 4
 const _: () = assert!(GET_RESPONSE_BYTES_MAX >= PUT_REQUEST_BYTES_MAX);
 const _: () = assert!(BODY_DRAIN_BYTES_MAX > REQUEST_BODY_BYTES_MAX);
 const _: () = assert!(CURSOR_TAG_BYTES * 2 <= CURSOR_KEY_BYTES);
+
+/// TLS handshakes run at once on the HTTPS port. A handshake costs a few hundred microseconds
+/// of CPU and waits on its peer for the rest; 256 at once keeps a burst of reconnecting
+/// clients moving while a crowd of stalled peers (each held at most the handshake deadline)
+/// cannot hold more sockets than this.
+pub const HANDSHAKES_IN_FLIGHT_MAX: usize = 256;

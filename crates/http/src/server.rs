@@ -34,6 +34,8 @@ pub(crate) struct Shared {
     pub put_limit: Option<Buckets>,
     /// Where null-key messages go next.
     pub round_robin: AtomicU64,
+    /// Whether this door serves TLS (the scheme of the endpoints it reports).
+    pub https: bool,
 }
 
 pub(crate) type AppState = Arc<Shared>;
@@ -83,6 +85,7 @@ impl Shared {
                 .filter(|r| *r > 0)
                 .map(Buckets::new),
             round_robin: AtomicU64::new(0),
+            https: config.tls.is_some(),
         }))
     }
 }

@@ -110,3 +110,20 @@ async fn groups_and_committed_offsets_survive_a_restart() {
     run_python(&server, "groups.py", &["after_restart"], &env).await;
     server.http.shutdown().await.unwrap();
 }
+
+/// HTTPS with the development authority: the SDK's admin and stream clients work with the
+/// certificate checked, and a client trusting another authority is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_over_https_checks_the_certificate() {
+    let server = start(Setup {
+        tls: true,
+        ..Setup::default()
+    })
+    .await;
+    let other = tempfile::tempdir().unwrap();
+    let hosts = ["localhost".to_owned()];
+    let stranger = tributary_tls::write_development_certificates(other.path(), &hosts).unwrap();
+    let wrong = stranger.ca_cert.to_str().unwrap();
+    run_python(&server, "https.py", &[], &[("WRONG_CA", wrong)]).await;
+    server.http.shutdown().await.unwrap();
+}

@@ -68,12 +68,15 @@ impl Placement {
 }
 
 /// The URL the message API is served at: this server, as the client reached it.
-fn messages_endpoint(headers: &HeaderMap) -> String {
+/// Where this server takes message requests, as the client reached it: the request's `Host`
+/// with this door's scheme (`https` when it serves TLS).
+fn messages_endpoint(state: &AppState, headers: &HeaderMap) -> String {
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("localhost");
-    format!("http://{host}")
+    let scheme = if state.https { "https" } else { "http" };
+    format!("{scheme}://{host}")
 }
 
 /// A `StreamSummary`; [`stream_json`] adds what a `Stream` has more.
@@ -162,7 +165,7 @@ pub(crate) async fn create_stream(
     let details: CreateStreamDetails = parse_json(&body)?;
     let (spec, placement) = hub_spec(details)?;
     let hub = state.broker.create_hub(spec).await?;
-    let body = stream_json(&hub, &placement, &messages_endpoint(&headers));
+    let body = stream_json(&hub, &placement, &messages_endpoint(&state, &headers));
     Ok(([(header::ETAG, etag(&hub))], Json(body)).into_response())
 }
 
@@ -176,7 +179,7 @@ pub(crate) async fn get_stream(
     let body = stream_json(
         &hub,
         &Placement::new(None, None),
-        &messages_endpoint(&headers),
+        &messages_endpoint(&state, &headers),
     );
     Ok(([(header::ETAG, etag(&hub))], Json(body)).into_response())
 }
@@ -253,7 +256,7 @@ pub(crate) async fn list_streams(
         query.get("compartmentId").map(str::to_owned),
         query.get("streamPoolId").map(str::to_owned),
     );
-    let endpoint = messages_endpoint(&headers);
+    let endpoint = messages_endpoint(&state, &headers);
     let page: Vec<Value> = hubs
         .iter()
         .skip(start)

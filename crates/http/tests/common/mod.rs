@@ -47,6 +47,8 @@ pub struct Setup {
     pub clock_skew_ms_max: i64,
     /// `None` unless a test is about syncs: fsync is slow on a busy CI disk.
     pub durability: Durability,
+    /// Serve HTTPS with a development authority's certificate, made in `<dir>/tls`.
+    pub tls: bool,
 }
 
 impl Default for Setup {
@@ -58,6 +60,7 @@ impl Default for Setup {
             event_bytes_max: None,
             clock_skew_ms_max: 300_000,
             durability: Durability::None,
+            tls: false,
         }
     }
 }
@@ -98,6 +101,15 @@ pub async fn start_http(broker: &Broker, setup: &Setup) -> RunningHttpServer {
     };
     let mut config = HttpConfig::new("127.0.0.1:0".parse().unwrap(), auth);
     config.rate_limits = setup.rate_limits.clone();
+    if setup.tls {
+        let hosts = ["localhost".to_owned(), "127.0.0.1".to_owned()];
+        let certs =
+            tributary_tls::write_development_certificates(&dir.join("tls"), &hosts).unwrap();
+        config.tls = Some(
+            tributary_tls::ServerTls::from_pem_files(&certs.server_cert, &certs.server_key)
+                .unwrap(),
+        );
+    }
     tributary_http::start(broker.clone(), config).await.unwrap()
 }
 
@@ -105,7 +117,11 @@ pub async fn start(setup: Setup) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let broker = open_broker(dir.path(), &setup).await;
     let http = start_http(&broker, &setup).await;
-    let url = format!("http://{}", http.local_addr());
+    let url = if setup.tls {
+        format!("https://localhost:{}", http.local_addr().port())
+    } else {
+        format!("http://{}", http.local_addr())
+    };
     if setup.signed {
         std::fs::write(dir.path().join("client-key.pem"), &key_pair().private_pem).unwrap();
     }
@@ -151,6 +167,11 @@ pub async fn run_python(
         .env("WORK_DIR", server.dir.path())
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .kill_on_drop(true);
+    let authority = server.dir.path().join("tls/ca.pem");
+    if authority.exists() {
+        // What the SDK's HTTP session (requests) trusts: our development authority.
+        command.env("REQUESTS_CA_BUNDLE", authority);
+    }
     for (k, v) in env {
         command.env(k, v);
     }
