@@ -196,7 +196,8 @@ impl Session {
         }
         self.incoming_window -= 1;
         self.next_incoming_id = self.next_incoming_id.wrapping_add(1);
-        if self.incoming_window < window / 2 {
+        // Half used: top it up (rounded up, so that a window of one frame is topped up too).
+        if self.incoming_window < window.div_ceil(2) {
             self.window_low = true;
         }
         Ok(())
