@@ -11,9 +11,12 @@
 //!   `channel-max` and `idle-time-out`), `close`, reading frames and dispatching them by
 //!   performative, and the output buffer. The clock is the driver's: it sends keep-alives at
 //!   [`Connection::remote_idle_timeout_ms`] and judges the peer's silence.
-//! - **Sessions** ([`session`]): channels mapped both ways; transfer ids and windows (2.5.6).
-//! - **Links** ([`link`]): handles mapped both ways; delivery counts, credit and drain (2.6.7).
-//! - **Deliveries** ([`transfer`]): transfers out and in, split and joined; dispositions.
+//! - **Sessions** (`connection/session.rs`): channels mapped both ways; transfer ids and
+//!   windows (2.5.6).
+//! - **Links** (`connection/link.rs`): handles mapped both ways; delivery counts, credit and
+//!   drain (2.6.7).
+//! - **Deliveries** (`connection/transfer.rs`): transfers out and in, split and joined;
+//!   dispositions.
 //! - **Errors** ([`crate::error`]): what the peer or the application got wrong.
 //!
 //! Each layer's type keeps its own counters and asserts its invariants where it changes them;

@@ -3,8 +3,8 @@
 //!
 //! Sending writes the transfer frames of one message straight into the connection's output:
 //! one frame when it fits the peer's `max-frame-size`, as many as it takes otherwise. The
-//! session counts them against the peer's window ([`super::session`]); the link spends one
-//! credit per message ([`super::link`]). Receiving gathers a delivery's frames in a
+//! session counts them against the peer's window (`session.rs`); the link spends one
+//! credit per message (`link.rs`). Receiving gathers a delivery's frames in a
 //! [`Partial`] until its last frame, then hands the application one [`Delivery`].
 //!
 //! # Guarantees
@@ -15,8 +15,9 @@
 //!   of one delivery arrive one after the other, and a peer that interleaves another
 //!   delivery, exceeds the credit or the link's `max-message-size` gets an error, not a
 //!   panic.
-//! - Nothing per transfer is allocated beyond the message itself (a split message also keeps
-//!   the list of its frames).
+//! - A message that fits one frame and the peer's window is written in place: sending it
+//!   allocates nothing (a split message keeps the list of its frames; frames beyond the
+//!   window are copied out to wait).
 
 use tributary_amqp_codec::frame::{self, FrameType};
 use tributary_amqp_codec::performative::{DispositionFields, TransferFields};
