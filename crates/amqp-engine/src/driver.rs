@@ -96,119 +96,159 @@ where
     H: Handler,
 {
     let (mut reader, mut writer) = tokio::io::split(stream);
-    let mut input = buffered;
-    let mut out: Vec<u8> = Vec::new();
-    let mut written = 0usize;
-    let now = Instant::now();
-    let mut last_read = now;
-    let mut last_write = now;
-    let mut close_deadline: Option<Instant> = None;
+    let mut io = Io::new(buffered);
     let mut shutdown_asked = false;
-    let mut ending: Option<Ending> = None;
     let mut commands_open = true;
     tokio::pin!(shutdown);
-    loop {
-        if !input.is_empty() && ending.is_none() {
-            match connection.receive(&input) {
-                Ok(used) => {
-                    input.drain(..used);
-                }
-                Err(error) => {
-                    input.clear();
-                    ending = Some(Ending::Protocol(error));
-                }
-            }
-            if input.is_empty() && input.capacity() > BUFFER_KEEP_BYTES {
-                input = Vec::new();
-            }
-        }
-        while let Some(event) = connection.poll_event() {
-            handler.on_event(&mut connection, event);
-        }
-        handler.on_turn_end(&mut connection);
-        connection.move_output_to(&mut out);
-        if connection.is_closed() && close_deadline.is_none() {
-            close_deadline = Some(Instant::now() + CLOSE_WAIT);
-        }
-        if connection.is_finished() && ending.is_none() {
-            ending = Some(Ending::Closed);
-        }
-        if ending.is_some() && written == out.len() {
-            break;
-        }
+    while !io.turn(&mut connection, handler) {
         let keep_alive_at = connection
             .remote_idle_timeout_ms()
-            .map(|ms| last_write + Duration::from_millis(u64::from(ms / 2).max(1)));
+            .map(|ms| io.last_write + Duration::from_millis(u64::from(ms / 2).max(1)));
         let idle_at = connection
             .local_idle_timeout_ms()
-            .map(|ms| last_read + Duration::from_millis(u64::from(ms)));
-        let room = out.len() - written < OUT_BYTES_HIGH;
-        let reading = room && ending.is_none();
+            .map(|ms| io.last_read + Duration::from_millis(u64::from(ms)));
+        let room = io.out.len() - io.written < OUT_BYTES_HIGH;
+        let reading = room && io.ending.is_none();
+        let flushed = io.written == io.out.len();
         tokio::select! {
             biased;
-            result = writer.write(&out[written..]), if written < out.len() => match result {
+            result = writer.write(&io.out[io.written..]), if !flushed => match result {
                 Ok(0) | Err(_) => {
                     let error = result.err().unwrap_or_else(|| std::io::ErrorKind::WriteZero.into());
                     return (connection, Ending::Io(error));
                 }
-                Ok(n) => {
-                    written += n;
-                    last_write = Instant::now();
-                    if written == out.len() {
-                        out.clear();
-                        written = 0;
-                        if out.capacity() > BUFFER_KEEP_BYTES {
-                            out = Vec::new();
-                        }
-                    }
-                }
+                Ok(n) => io.wrote(n),
             },
-            result = reader.read_buf(&mut input), if reading => match result {
-                Ok(0) => {
-                    ending = Some(if connection.is_closed() { Ending::Closed } else {
-                        Ending::Io(std::io::ErrorKind::UnexpectedEof.into())
-                    });
-                    // Nothing more can reach the peer either; stop writing.
-                    out.clear();
-                    written = 0;
-                }
-                Ok(_) => last_read = Instant::now(),
+            result = reader.read_buf(&mut io.input), if reading => match result {
+                Ok(0) => io.read_ended(&connection),
+                Ok(_) => io.last_read = Instant::now(),
                 Err(error) => return (connection, Ending::Io(error)),
             },
-            command = commands.recv(), if room && commands_open && ending.is_none() => match command {
-                Some(command) => {
-                    handler.on_command(&mut connection, command);
-                    for _ in 1..COMMANDS_PER_TURN {
-                        match commands.try_recv() {
-                            Ok(command) => handler.on_command(&mut connection, command),
-                            Err(_) => break,
-                        }
-                    }
-                }
+            command = commands.recv(), if room && commands_open && io.ending.is_none() => match command {
+                Some(command) => take_commands(&mut connection, handler, command, commands),
                 None => commands_open = false,
             },
             () = &mut shutdown, if !shutdown_asked => {
                 shutdown_asked = true;
                 handler.on_shutdown(&mut connection);
             }
-            () = sleep_until(keep_alive_at), if keep_alive_at.is_some() && written == out.len() => {
+            () = sleep_until(keep_alive_at), if keep_alive_at.is_some() && flushed => {
                 connection.keep_alive();
-                last_write = Instant::now();
+                io.last_write = Instant::now();
             }
-            () = sleep_until(idle_at), if idle_at.is_some() && ending.is_none() => {
+            () = sleep_until(idle_at), if idle_at.is_some() && io.ending.is_none() => {
                 connection.close(Some(amqp_error(
                     condition::RESOURCE_LIMIT_EXCEEDED,
                     "the connection was idle beyond its idle timeout",
                 )));
-                ending = Some(Ending::IdleTimeout);
+                io.ending = Some(Ending::IdleTimeout);
             }
-            () = sleep_until(close_deadline), if close_deadline.is_some() && ending.is_none() => {
-                ending = Some(Ending::CloseUnanswered);
+            () = sleep_until(io.close_deadline), if io.close_deadline.is_some() && io.ending.is_none() => {
+                io.ending = Some(Ending::CloseUnanswered);
             }
         }
     }
     let _ = writer.shutdown().await;
-    (connection, ending.unwrap_or(Ending::Closed))
+    (connection, io.ending.unwrap_or(Ending::Closed))
+}
+
+/// What [`run`] keeps between wake-ups: the bytes read and to write, the clocks, the ending.
+struct Io {
+    input: Vec<u8>,
+    out: Vec<u8>,
+    /// Bytes of `out` written so far.
+    written: usize,
+    last_read: Instant,
+    last_write: Instant,
+    close_deadline: Option<Instant>,
+    ending: Option<Ending>,
+}
+
+impl Io {
+    fn new(buffered: Vec<u8>) -> Self {
+        let now = Instant::now();
+        Io {
+            input: buffered,
+            out: Vec::new(),
+            written: 0,
+            last_read: now,
+            last_write: now,
+            close_deadline: None,
+            ending: None,
+        }
+    }
+
+    /// The connection reads what arrived, the handler acts on the events, the output is
+    /// gathered; returns whether the run is over (it ended and everything is written).
+    fn turn<H: Handler>(&mut self, connection: &mut Connection, handler: &mut H) -> bool {
+        if !self.input.is_empty() && self.ending.is_none() {
+            match connection.receive(&self.input) {
+                Ok(used) => {
+                    self.input.drain(..used);
+                }
+                Err(error) => {
+                    self.input.clear();
+                    self.ending = Some(Ending::Protocol(error));
+                }
+            }
+            if self.input.is_empty() && self.input.capacity() > BUFFER_KEEP_BYTES {
+                self.input = Vec::new();
+            }
+        }
+        while let Some(event) = connection.poll_event() {
+            handler.on_event(connection, event);
+        }
+        handler.on_turn_end(connection);
+        connection.move_output_to(&mut self.out);
+        if connection.is_closed() && self.close_deadline.is_none() {
+            self.close_deadline = Some(Instant::now() + CLOSE_WAIT);
+        }
+        if connection.is_finished() && self.ending.is_none() {
+            self.ending = Some(Ending::Closed);
+        }
+        self.ending.is_some() && self.written == self.out.len()
+    }
+
+    /// `n` more bytes of the output reached the socket.
+    fn wrote(&mut self, n: usize) {
+        self.written += n;
+        self.last_write = Instant::now();
+        if self.written == self.out.len() {
+            self.out.clear();
+            self.written = 0;
+            if self.out.capacity() > BUFFER_KEEP_BYTES {
+                self.out = Vec::new();
+            }
+        }
+    }
+
+    /// The peer's side of the socket ended.
+    fn read_ended(&mut self, connection: &Connection) {
+        self.ending = Some(if connection.is_closed() {
+            Ending::Closed
+        } else {
+            Ending::Io(std::io::ErrorKind::UnexpectedEof.into())
+        });
+        // Nothing more can reach the peer either; stop writing.
+        self.out.clear();
+        self.written = 0;
+    }
+}
+
+/// Hands the handler `first` and up to [`COMMANDS_PER_TURN`] in all of those already waiting.
+fn take_commands<H: Handler>(
+    connection: &mut Connection,
+    handler: &mut H,
+    first: H::Command,
+    commands: &mut mpsc::UnboundedReceiver<H::Command>,
+) {
+    handler.on_command(connection, first);
+    for _ in 1..COMMANDS_PER_TURN {
+        match commands.try_recv() {
+            Ok(command) => handler.on_command(connection, command),
+            Err(_) => break,
+        }
+    }
 }
 
 async fn sleep_until(at: Option<Instant>) {
