@@ -1,4 +1,4 @@
-//! Events ↔ AMQP messages in the Event Hubs dialect, link addresses and the selector filter.
+//! Events ↔ AMQP messages in the Event Hubs dialect, and the selector filter value.
 //!
 //! # Sending
 //! An [`EventData`] becomes one AMQP message: the body as one `data` section, the application
@@ -42,77 +42,23 @@ use tributary_processor::LastEnqueuedEventProperties;
 
 use crate::error::ClientError;
 
-/// The transfer message format of a batch of events (Microsoft's, registered in the AMQP
-/// message-format space).
-pub const BATCH_MESSAGE_FORMAT: u32 = 0x8001_3700;
-
-/// The filter-set key of the selector filter.
-pub const SELECTOR_FILTER_KEY: &str = "apache.org:selector-filter:string";
-
-/// The descriptor code of the selector filter's described value.
-pub const SELECTOR_FILTER_CODE: u64 = 0x0000_468C_0000_0004;
-
-/// Message annotation: the partition key.
-pub const PARTITION_KEY_ANNOTATION: &str = "x-opt-partition-key";
-/// Message annotation: the sequence number the hub assigned.
-pub const SEQUENCE_NUMBER_ANNOTATION: &str = "x-opt-sequence-number";
-/// Message annotation: the offset the hub assigned.
-pub const OFFSET_ANNOTATION: &str = "x-opt-offset";
-/// Message annotation: when the hub enqueued the event.
-pub const ENQUEUED_TIME_ANNOTATION: &str = "x-opt-enqueued-time";
-
-/// The link property carrying the owner level.
-pub const EPOCH_PROPERTY: &str = "com.microsoft:epoch";
-/// The link property naming the receiver (shown in the hub's quota errors).
-pub const RECEIVER_NAME_PROPERTY: &str = "com.microsoft:receiver-name";
-/// The capability asking for last-enqueued-event annotations on deliveries.
-pub const RUNTIME_METRIC_CAPABILITY: &str = "com.microsoft:enable-receiver-runtime-metric";
-
-/// The sender link address for a whole hub (the hub routes) or one partition.
-pub fn sender_address(hub: &str, partition: Option<&str>) -> String {
-    match partition {
-        Some(partition) => format!("{hub}/Partitions/{partition}"),
-        None => hub.to_owned(),
-    }
-}
-
-/// The receiver link address of a partition in a consumer group.
-pub fn receiver_address(hub: &str, consumer_group: &str, partition: &str) -> String {
-    format!("{hub}/ConsumerGroups/{consumer_group}/Partitions/{partition}")
-}
-
-/// The selector-filter expression for a start position, as the Azure SDKs write it.
-pub fn selector_expression(position: &EventPosition) -> String {
-    let op = |inclusive: bool| if inclusive { ">=" } else { ">" };
-    match position {
-        EventPosition::Earliest => "amqp.annotation.x-opt-offset > '-1'".to_owned(),
-        EventPosition::Latest => "amqp.annotation.x-opt-offset > '@latest'".to_owned(),
-        EventPosition::Offset { offset, inclusive } => {
-            format!("amqp.annotation.x-opt-offset {} '{offset}'", op(*inclusive))
-        }
-        EventPosition::SequenceNumber {
-            sequence_number,
-            inclusive,
-        } => format!(
-            "amqp.annotation.x-opt-sequence-number {} '{sequence_number}'",
-            op(*inclusive)
-        ),
-        EventPosition::EnqueuedTime {
-            enqueued_time_ms,
-            inclusive,
-        } => format!(
-            "amqp.annotation.x-opt-enqueued-time {} '{enqueued_time_ms}'",
-            op(*inclusive)
-        ),
-    }
-}
+use tributary_eventhubs::names::BATCH_MESSAGE_FORMAT;
+use tributary_eventhubs::names::annotation::{
+    ENQUEUED_TIME as ENQUEUED_TIME_ANNOTATION, OFFSET as OFFSET_ANNOTATION,
+    PARTITION_KEY as PARTITION_KEY_ANNOTATION, SEQUENCE_NUMBER as SEQUENCE_NUMBER_ANNOTATION,
+};
+use tributary_eventhubs::names::link::SELECTOR_FILTER_CODE;
+use tributary_eventhubs::names::runtime_metric::{
+    LAST_ENQUEUED_OFFSET, LAST_ENQUEUED_SEQUENCE_NUMBER, LAST_ENQUEUED_TIME_UTC, RETRIEVAL_TIME_UTC,
+};
+use tributary_eventhubs::selector;
 
 /// The selector filter value for a start position: the expression described by
 /// [`SELECTOR_FILTER_CODE`].
 pub(crate) fn selector_filter(position: &EventPosition) -> Described<Value> {
     Described {
         descriptor: Descriptor::Code(SELECTOR_FILTER_CODE),
-        value: Value::String(selector_expression(position)),
+        value: Value::String(selector::write(position)),
     }
 }
 
@@ -664,11 +610,11 @@ pub(crate) fn last_enqueued(
 ) -> Option<LastEnqueuedEventProperties> {
     let annotations = &annotations?.0;
     let sequence_number =
-        annotation(annotations, "last_enqueued_sequence_number").and_then(value_as_i64)?;
-    let offset = annotation(annotations, "last_enqueued_offset").and_then(value_as_u64)?;
+        annotation(annotations, LAST_ENQUEUED_SEQUENCE_NUMBER).and_then(value_as_i64)?;
+    let offset = annotation(annotations, LAST_ENQUEUED_OFFSET).and_then(value_as_u64)?;
     let enqueued_time_ms =
-        annotation(annotations, "last_enqueued_time_utc").and_then(value_as_i64)?;
-    let retrieved_time_ms = annotation(annotations, "runtime_info_retrieval_time_utc")
+        annotation(annotations, LAST_ENQUEUED_TIME_UTC).and_then(value_as_i64)?;
+    let retrieved_time_ms = annotation(annotations, RETRIEVAL_TIME_UTC)
         .and_then(value_as_i64)
         .unwrap_or(now_ms);
     Some(LastEnqueuedEventProperties {
@@ -984,63 +930,6 @@ mod tests {
         assert_eq!(
             message_id_text(MessageId::Uuid(Uuid::from([0x11; 16]))),
             "11111111-1111-1111-1111-111111111111"
-        );
-    }
-
-    #[test]
-    fn selector_expressions_match_the_sdks() {
-        let cases = [
-            (
-                EventPosition::Earliest,
-                "amqp.annotation.x-opt-offset > '-1'",
-            ),
-            (
-                EventPosition::Latest,
-                "amqp.annotation.x-opt-offset > '@latest'",
-            ),
-            (
-                EventPosition::Offset {
-                    offset: 42,
-                    inclusive: true,
-                },
-                "amqp.annotation.x-opt-offset >= '42'",
-            ),
-            (
-                EventPosition::Offset {
-                    offset: 42,
-                    inclusive: false,
-                },
-                "amqp.annotation.x-opt-offset > '42'",
-            ),
-            (
-                EventPosition::SequenceNumber {
-                    sequence_number: 7,
-                    inclusive: true,
-                },
-                "amqp.annotation.x-opt-sequence-number >= '7'",
-            ),
-            (
-                EventPosition::EnqueuedTime {
-                    enqueued_time_ms: 1_700_000_000_000,
-                    inclusive: false,
-                },
-                "amqp.annotation.x-opt-enqueued-time > '1700000000000'",
-            ),
-        ];
-        for (position, expected) in cases {
-            assert_eq!(selector_expression(&position), expected);
-        }
-        let described = selector_filter(&EventPosition::Earliest);
-        assert_eq!(described.descriptor, Descriptor::Code(0x468C_0000_0004));
-    }
-
-    #[test]
-    fn addresses() {
-        assert_eq!(sender_address("orders", None), "orders");
-        assert_eq!(sender_address("orders", Some("3")), "orders/Partitions/3");
-        assert_eq!(
-            receiver_address("orders", "$Default", "0"),
-            "orders/ConsumerGroups/$Default/Partitions/0"
         );
     }
 

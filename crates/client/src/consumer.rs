@@ -44,10 +44,13 @@ use tributary_event::{Clock, EventPosition, ReceivedEvent, SystemClock};
 use tributary_processor::{LastEnqueuedEventProperties, ReceiverOptions};
 
 use crate::amqp::{ReceiverEvent, ReceiverLink};
-use crate::codec::{
-    EPOCH_PROPERTY, RECEIVER_NAME_PROPERTY, RUNTIME_METRIC_CAPABILITY, SELECTOR_FILTER_KEY,
-    receiver_address, selector_filter,
+use tributary_eventhubs::address::receiver_address;
+use tributary_eventhubs::names::link::{
+    EPOCH as EPOCH_PROPERTY, RECEIVER_NAME as RECEIVER_NAME_PROPERTY, RUNTIME_METRIC_CAPABILITY,
+    SELECTOR_FILTER_KEY,
 };
+
+use crate::codec::selector_filter;
 use crate::connection::{ClientOptions, Connector, Target};
 use crate::error::ClientError;
 use crate::limits::PREFETCH_MAX;

@@ -97,7 +97,7 @@
 mod amqp;
 pub mod codec;
 mod connection;
-pub mod connection_string;
+pub use tributary_eventhubs::connection_string;
 mod consumer;
 mod error;
 pub mod limits;

@@ -24,7 +24,9 @@ use tokio::sync::Mutex;
 use tributary_event::{EventData, SendTarget};
 
 use crate::amqp::{SenderLink, Settlement};
-use crate::codec::{encode_outgoing, sender_address};
+use tributary_eventhubs::address::sender_address;
+
+use crate::codec::encode_outgoing;
 use crate::connection::{ClientOptions, Connector, Target};
 use crate::error::ClientError;
 use crate::limits::{MESSAGE_BYTES_MAX_DEFAULT, SEND_EVENTS_MAX};

@@ -59,10 +59,12 @@ use tributary_amqp_codec::value::{Primitive, Reader, check_well_formed};
 use tributary_event::{EventData, PropertyValue, ReceivedEvent};
 use tributary_processor::LastEnqueuedEventProperties;
 
-use crate::codec::{
-    ENQUEUED_TIME_ANNOTATION, OFFSET_ANNOTATION, PARTITION_KEY_ANNOTATION,
-    SEQUENCE_NUMBER_ANNOTATION, decode_received, last_enqueued,
+use tributary_eventhubs::names::annotation::{
+    ENQUEUED_TIME as ENQUEUED_TIME_ANNOTATION, OFFSET as OFFSET_ANNOTATION,
+    PARTITION_KEY as PARTITION_KEY_ANNOTATION, SEQUENCE_NUMBER as SEQUENCE_NUMBER_ANNOTATION,
 };
+
+use crate::codec::{decode_received, last_enqueued};
 use crate::error::ClientError;
 
 /// A delivered event, and the partition's last-enqueued event when the delivery carried the

@@ -26,6 +26,7 @@ use crate::amqp::{AmqpConnection, ReceiverEvent, ReceiverLink, SenderLink};
 use crate::error::{ClientError, clean_description};
 use crate::limits::RESPONSE_CREDIT;
 use crate::received::decode_message;
+use tributary_eventhubs::names::management as m;
 
 /// A response from a node.
 #[derive(Debug)]
@@ -182,7 +183,7 @@ fn status_property<'a>(
 
 fn read_response(message: Message<Body<Value>>) -> Response {
     let properties = message.application_properties.as_ref();
-    let status = match status_property(properties, ["status-code", "statusCode"]) {
+    let status = match status_property(properties, [m::STATUS_CODE, m::STATUS_CODE_CAMEL]) {
         Some(SimpleValue::Int(v)) => u16::try_from(*v).unwrap_or(0),
         Some(SimpleValue::Long(v)) => u16::try_from(*v).unwrap_or(0),
         Some(SimpleValue::Uint(v)) => u16::try_from(*v).unwrap_or(0),
@@ -198,7 +199,7 @@ fn read_response(message: Message<Body<Value>>) -> Response {
         _ => None,
     };
     let description = clean_description(
-        &text(["status-description", "statusDescription"]).unwrap_or_default(),
+        &text([m::STATUS_DESCRIPTION, m::STATUS_DESCRIPTION_CAMEL]).unwrap_or_default(),
         if status == 0 {
             "the response has no status-code"
         } else {
@@ -208,7 +209,7 @@ fn read_response(message: Message<Body<Value>>) -> Response {
     Response {
         status,
         description,
-        condition: text(["error-condition", "errorCondition"]),
+        condition: text([m::ERROR_CONDITION, m::ERROR_CONDITION_CAMEL]),
         body: message.body,
     }
 }

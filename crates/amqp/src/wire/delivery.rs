@@ -38,9 +38,10 @@ use tributary_event::{EventData, PropertyValue, ReceivedEvent, repeats_a_propert
 
 use super::message::{PARTITION_KEY, message_for_delivery};
 
-const SEQUENCE_NUMBER: &str = "x-opt-sequence-number";
-const OFFSET: &str = "x-opt-offset";
-const ENQUEUED_TIME: &str = "x-opt-enqueued-time";
+use tributary_eventhubs::names::annotation::{ENQUEUED_TIME, OFFSET, SEQUENCE_NUMBER};
+use tributary_eventhubs::names::runtime_metric::{
+    LAST_ENQUEUED_OFFSET, LAST_ENQUEUED_SEQUENCE_NUMBER, LAST_ENQUEUED_TIME_UTC, RETRIEVAL_TIME_UTC,
+};
 
 /// Appends to `out` the encoded AMQP message (the transfer payload) a receiver gets for `event`.
 /// `runtime` adds the last-enqueued delivery annotations (see [`message_for_delivery`]).
@@ -108,17 +109,17 @@ fn write_plain(event: &ReceivedEvent, runtime: Option<&LastEnqueuedEvent>, out: 
 /// The runtime-metric delivery annotations, as `runtime_annotations` in `message` makes them.
 fn write_runtime_annotations(last: &LastEnqueuedEvent, out: &mut Vec<u8>) {
     let mut map = MapSection::start(out, section::DELIVERY_ANNOTATIONS);
-    map.entry("last_enqueued_sequence_number", true, |v| {
+    map.entry(LAST_ENQUEUED_SEQUENCE_NUMBER, true, |v| {
         v.long(last.sequence_number);
     });
-    map.entry("last_enqueued_offset", true, |v| match last.offset {
+    map.entry(LAST_ENQUEUED_OFFSET, true, |v| match last.offset {
         Some(offset) => v.decimal_string(offset),
         None => v.string("-1"),
     });
-    map.entry("last_enqueued_time_utc", true, |v| {
+    map.entry(LAST_ENQUEUED_TIME_UTC, true, |v| {
         v.timestamp(last.enqueued_time_ms.unwrap_or(0));
     });
-    map.entry("runtime_info_retrieval_time_utc", true, |v| {
+    map.entry(RETRIEVAL_TIME_UTC, true, |v| {
         v.timestamp(last.retrieved_time_ms);
     });
     map.finish();

@@ -49,10 +49,11 @@ pub(crate) fn empty_message() -> AmqpMessage {
 }
 
 /// The message annotation that carries a partition key.
-pub(crate) const PARTITION_KEY: &str = "x-opt-partition-key";
-const SEQUENCE_NUMBER: &str = "x-opt-sequence-number";
-const OFFSET: &str = "x-opt-offset";
-const ENQUEUED_TIME: &str = "x-opt-enqueued-time";
+pub(crate) use tributary_eventhubs::names::annotation::PARTITION_KEY;
+use tributary_eventhubs::names::annotation::{ENQUEUED_TIME, OFFSET, SEQUENCE_NUMBER};
+use tributary_eventhubs::names::runtime_metric::{
+    LAST_ENQUEUED_OFFSET, LAST_ENQUEUED_SEQUENCE_NUMBER, LAST_ENQUEUED_TIME_UTC, RETRIEVAL_TIME_UTC,
+};
 /// The annotations the broker sets on delivery; dropped from what a producer sends.
 pub(crate) const SYSTEM_ANNOTATIONS: [&str; 3] = [SEQUENCE_NUMBER, OFFSET, ENQUEUED_TIME];
 
@@ -384,22 +385,22 @@ fn runtime_annotations(last: &LastEnqueuedEvent) -> DeliveryAnnotations {
     let mut map = OrderedMap::new();
     let timestamp = |ms: i64| Value::Timestamp(Timestamp::from_milliseconds(ms));
     map.insert(
-        OwnedKey::from("last_enqueued_sequence_number"),
+        OwnedKey::from(LAST_ENQUEUED_SEQUENCE_NUMBER),
         Value::Long(last.sequence_number),
     );
     map.insert(
-        OwnedKey::from("last_enqueued_offset"),
+        OwnedKey::from(LAST_ENQUEUED_OFFSET),
         Value::String(
             last.offset
                 .map_or_else(|| "-1".to_owned(), |o| o.to_string()),
         ),
     );
     map.insert(
-        OwnedKey::from("last_enqueued_time_utc"),
+        OwnedKey::from(LAST_ENQUEUED_TIME_UTC),
         timestamp(last.enqueued_time_ms.unwrap_or(0)),
     );
     map.insert(
-        OwnedKey::from("runtime_info_retrieval_time_utc"),
+        OwnedKey::from(RETRIEVAL_TIME_UTC),
         timestamp(last.retrieved_time_ms),
     );
     DeliveryAnnotations(map)

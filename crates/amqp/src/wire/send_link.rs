@@ -37,13 +37,13 @@ use super::ingest::{Envelope, event_of};
 use super::message::decode_strict;
 use super::nodes::rejected;
 use super::{Command, ConnectionState, LinkRef, now_secs};
-use crate::address::Node;
 use crate::auth::SEND;
 use crate::conditions::{self, Refusal};
 use crate::limits::{BATCH_EVENTS_MAX, SEND_LINK_CREDIT, SEND_PIPELINE_MAX};
+use tributary_eventhubs::address::Node;
 
 /// The message format of an Event Hubs batch: the body's data sections are whole messages.
-pub(crate) const BATCH_FORMAT: u32 = 0x8001_3700;
+pub(crate) use tributary_eventhubs::names::BATCH_MESSAGE_FORMAT as BATCH_FORMAT;
 
 /// Where a send link's messages go.
 #[derive(Debug, Clone)]
