@@ -15,6 +15,8 @@ use tributary_processor::SourceError;
 
 use tributary_eventhubs::condition as c;
 
+use tributary_eventhubs::message::MessageError;
+
 use crate::connection_string::ConnectionStringError;
 use crate::limits::DESCRIPTION_CHARS_MAX;
 
@@ -205,6 +207,17 @@ impl ClientError {
         };
         let description = format!("status {status}: {}", clean_description(description, ""));
         ClientError::from_condition(condition, Some(&description))
+    }
+}
+
+/// A message the hub sent that does not decode is the hub breaking the protocol; events that
+/// cannot be encoded are the caller's.
+impl From<MessageError> for ClientError {
+    fn from(error: MessageError) -> Self {
+        match error {
+            MessageError::Malformed(description) => ClientError::Protocol { description },
+            other => ClientError::InvalidArgument(other.to_string()),
+        }
     }
 }
 

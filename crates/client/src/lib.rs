@@ -95,7 +95,6 @@
 #![forbid(unsafe_code)]
 
 mod amqp;
-pub mod codec;
 mod connection;
 pub use tributary_eventhubs::connection_string;
 mod consumer;
@@ -103,7 +102,6 @@ mod error;
 pub mod limits;
 mod management;
 mod producer;
-mod received;
 mod remote;
 mod request_response;
 pub mod sas;

@@ -25,8 +25,8 @@ use tributary_amqp_engine::connection::attach_frame;
 use crate::amqp::{AmqpConnection, ReceiverEvent, ReceiverLink, SenderLink};
 use crate::error::{ClientError, clean_description};
 use crate::limits::RESPONSE_CREDIT;
-use crate::received::decode_message;
 use tributary_eventhubs::names::management as m;
+use tributary_eventhubs::receive::decode_message;
 
 /// A response from a node.
 #[derive(Debug)]
