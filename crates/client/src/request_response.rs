@@ -14,7 +14,6 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use fe2o3_amqp_types::definitions::{Role, SenderSettleMode};
-use fe2o3_amqp_types::messaging::message::__private::Serializable;
 use fe2o3_amqp_types::messaging::{
     ApplicationProperties, Body, Message, MessageId, Outcome, Properties, Source, Target,
 };
@@ -132,7 +131,7 @@ impl RequestResponseLink {
             body,
             footer: None,
         };
-        let payload = serde_amqp::to_vec(&Serializable(message)).map_err(|e| {
+        let payload = tributary_eventhubs::message::encode_message(&message).map_err(|e| {
             ClientError::InvalidArgument(format!("the request could not be encoded: {e}"))
         })?;
         let outcome = self.sender.send(payload, 0)?.outcome();

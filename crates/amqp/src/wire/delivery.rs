@@ -28,8 +28,6 @@
 //! front door stores one; an AMQP map cannot hold one — the general path keeps the key once,
 //! where it first appears, with its last value).
 
-use fe2o3_amqp_types::messaging::message::__private::Serializable;
-use serde::Serialize;
 use tributary_amqp_codec::message::{
     ListSection, MapSection, ValueWriter, section, write_data_section,
 };
@@ -69,14 +67,11 @@ fn write_through_engine(
     runtime: Option<&LastEnqueuedEvent>,
     out: &mut Vec<u8>,
 ) {
-    let start = out.len();
     let message = message_for_delivery(event, runtime);
-    let mut serializer = serde_amqp::ser::Serializer::new(&mut *out);
-    if let Err(e) = Serializable(&message).serialize(&mut serializer) {
+    if let Err(e) = tributary_eventhubs::message::write_message(&message, out) {
         // Not seen in practice (only a value too long for any AMQP encoding fails). Deliver
-        // the event without its kept sections rather than not at all.
+        // the event without its kept sections rather than not at all; `out` is as it was.
         tracing::warn!(sequence_number = event.sequence_number, error = %e, "cannot encode a message; delivering it without its kept sections");
-        out.truncate(start);
         write_plain(event, runtime, out);
     }
 }
@@ -194,7 +189,8 @@ mod tests {
 
     /// What the engine path writes for the message.
     fn engine_bytes(message: &AmqpMessage) -> Vec<u8> {
-        serde_amqp::to_vec(&Serializable(message)).expect("the engine encodes the message")
+        tributary_eventhubs::message::encode_message(message)
+            .expect("the engine encodes the message")
     }
 
     /// Writes the message after some bytes already in the buffer, checks those are untouched,

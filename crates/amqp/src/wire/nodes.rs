@@ -15,7 +15,6 @@
 use std::collections::VecDeque;
 
 use fe2o3_amqp_types::definitions::SenderSettleMode;
-use fe2o3_amqp_types::messaging::message::__private::Serializable;
 use fe2o3_amqp_types::messaging::{
     AmqpValue, ApplicationProperties, Body, Properties, Rejected, TargetArchetype,
 };
@@ -84,7 +83,7 @@ impl ReplyLink {
             tracing::debug!(kind = ?self.kind, "response link full; response dropped");
             return;
         }
-        match serde_amqp::to_vec(&Serializable(&response)) {
+        match tributary_eventhubs::message::encode_message(&response) {
             Ok(encoded) => self.queue.push_back(encoded),
             Err(e) => tracing::warn!(error = %e, "a response did not encode"),
         }

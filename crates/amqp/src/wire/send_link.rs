@@ -427,12 +427,11 @@ mod tests {
     use super::*;
     use crate::wire::message::{AmqpMessage, empty_message};
     use fe2o3_amqp_types::messaging::annotations::OwnedKey;
-    use fe2o3_amqp_types::messaging::message::__private::Serializable;
     use fe2o3_amqp_types::messaging::{Body, Data, MessageAnnotations};
     use fe2o3_amqp_types::primitives::{Binary, OrderedMap, Value};
 
     fn to_bytes(message: AmqpMessage) -> Vec<u8> {
-        serde_amqp::to_vec(&Serializable(message)).unwrap()
+        tributary_eventhubs::message::encode_message(&message).unwrap()
     }
 
     fn encoded(body: &[u8], key: Option<&str>) -> Vec<u8> {
