@@ -10,6 +10,7 @@ use std::sync::Mutex;
 
 use tributary_eventhubs::sas::{self, SasError};
 
+use crate::conditions::{self, Refusal};
 use crate::limits::GRANTS_PER_CONNECTION_MAX;
 use crate::policies::{AccessPolicies, Right};
 
@@ -82,24 +83,32 @@ fn covers(audience: &str, entity_path: &str) -> bool {
         || (entity_path.starts_with(audience) && entity_path.as_bytes()[audience.len()] == b'/')
 }
 
+/// A refusal for a missing, expired or insufficient grant.
+fn unauthorized(description: String) -> Refusal {
+    Refusal::new(conditions::UNAUTHORIZED, description)
+}
+
 /// Checks `grant` against an entity and the rights it needs.
 pub(crate) fn check(
     grant: &Grant,
     entity_path: &str,
     needed: Needed,
     now_secs: i64,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     if grant.expiry <= now_secs {
-        return Err(format!("the token for {:?} has expired", grant.audience));
+        return Err(unauthorized(format!(
+            "the token for {:?} has expired",
+            grant.audience
+        )));
     }
     if !covers(&audience_path(&grant.audience), entity_path) {
-        return Err(format!(
+        return Err(unauthorized(format!(
             "the token for {:?} does not cover {entity_path:?}",
             grant.audience
-        ));
+        )));
     }
     if !needed.iter().any(|r| grant.allows(*r)) {
-        return Err(claims_required(needed, entity_path));
+        return Err(unauthorized(claims_required(needed, entity_path)));
     }
     Ok(())
 }
@@ -148,7 +157,7 @@ impl ConnectionGrants {
         entity_path: &str,
         needed: Needed,
         now_secs: i64,
-    ) -> Result<i64, String> {
+    ) -> Result<i64, Refusal> {
         let grants = self.grants.lock().expect("grants");
         let mut last_error = None;
         let mut until = None;
@@ -163,10 +172,10 @@ impl ConnectionGrants {
         }
         Err(match last_error {
             Some(e) if grants.len() == 1 => e,
-            _ => format!(
+            _ => unauthorized(format!(
                 "{} No valid token covers it; put one on $cbs first.",
                 claims_required(needed, entity_path)
-            ),
+            )),
         })
     }
 }
@@ -205,7 +214,7 @@ mod tests {
         assert!(grants.authorize("hub", READ, now).is_ok());
         let refused = grants.authorize("hub", SEND, now).unwrap_err();
         assert!(
-            refused.contains("'Send' claim(s) are required"),
+            refused.description.contains("'Send' claim(s) are required"),
             "{refused}"
         );
         assert!(grants.authorize("other", LISTEN, now).is_err());

@@ -187,7 +187,7 @@ impl AmqpConnection {
         if endpoint.tls {
             let stream = crate::tls::connect(tcp, endpoint.host)
                 .await
-                .map_err(connect)?;
+                .map_err(|e| connect(e.to_string()))?;
             Self::open_on(stream, &endpoint).await
         } else {
             Self::open_on(tcp, &endpoint).await

@@ -234,12 +234,12 @@ fn put_token(request: &AmqpMessage, connection: &ConnectionState) -> AmqpMessage
 }
 
 /// Whether the request may read `hub`: its own `security_token`, or the connection's grants.
-fn may_read(request: &AmqpMessage, connection: &ConnectionState, hub: &str) -> Result<(), String> {
+fn may_read(request: &AmqpMessage, connection: &ConnectionState, hub: &str) -> Result<(), Refusal> {
     let entity = hub.to_ascii_lowercase();
     let now = now_secs();
     if let Some(token) = property(request, m::SECURITY_TOKEN) {
         let verified = auth::verify(token, &connection.ctx.policies, now)
-            .map_err(|e| e.to_string())
+            .map_err(|e| Refusal::new(conditions::UNAUTHORIZED, e.to_string()))
             .and_then(|grant| auth::check(&grant, &entity, READ, now));
         if verified.is_ok() {
             return Ok(());
@@ -266,7 +266,7 @@ fn management(request: &AmqpMessage, connection: &ConnectionState) -> AmqpMessag
         );
     };
     if let Err(e) = may_read(request, connection, hub) {
-        return failure(request, 401, conditions::UNAUTHORIZED, &e);
+        return failure(request, 401, e.condition, &e.description);
     }
     let broker = &connection.ctx.broker;
     let result = match property(request, m::TYPE) {

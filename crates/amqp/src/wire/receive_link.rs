@@ -263,10 +263,7 @@ impl ReceiveLinkHandle {
 /// Whether the connection still holds a grant to listen on `entity`, and until when (Unix
 /// seconds).
 fn authorized(entity: &str, connection: &ConnectionState) -> Result<i64, Refusal> {
-    connection
-        .grants
-        .authorize(entity, LISTEN, now_secs())
-        .map_err(|e| Refusal::new(conditions::UNAUTHORIZED, e))
+    connection.grants.authorize(entity, LISTEN, now_secs())
 }
 
 /// Resolves once the grant valid until `until_secs` (Unix seconds) has expired, or after a day

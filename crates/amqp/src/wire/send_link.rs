@@ -193,7 +193,6 @@ fn authorized(to: &SendTo, connection: &ConnectionState) -> Result<(), Refusal> 
         .grants
         .authorize(&to.entity, SEND, now_secs())
         .map(|_| ())
-        .map_err(|e| Refusal::new(conditions::UNAUTHORIZED, e))
 }
 
 /// An append that was issued and is not settled yet.
