@@ -324,7 +324,7 @@ fn write_variable(out: &mut Vec<u8>, short_constructor: u8, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use fe2o3_amqp_types::messaging::annotations::OwnedKey;
-    use fe2o3_amqp_types::messaging::message::__private::Deserializable;
+    use fe2o3_amqp_types::messaging::message::DecodeIntoMessage;
     use fe2o3_amqp_types::messaging::{Body, Message};
     use fe2o3_amqp_types::primitives::{SimpleValue, Symbol, Timestamp, Value};
     use proptest::prelude::*;
@@ -332,9 +332,10 @@ mod tests {
     use super::*;
 
     fn decode(bytes: &[u8]) -> Message<Body<Value>> {
-        let decoded: Deserializable<Message<Body<Value>>> =
-            serde_amqp::from_slice(bytes).expect("the reference decodes the message");
-        decoded.0
+        <Body<Value> as DecodeIntoMessage>::decode_message_from_reader(
+            serde_amqp::read::SliceReader::new(bytes),
+        )
+        .expect("the reference decodes the message")
     }
 
     proptest! {

@@ -8,9 +8,51 @@
 
 use std::sync::Mutex;
 
+use tributary_eventhubs::sas::{self, SasError};
+
+use crate::conditions::{self, Refusal};
 use crate::limits::GRANTS_PER_CONNECTION_MAX;
 use crate::policies::{AccessPolicies, Right};
-use crate::sas::{self, Grant, SasError};
+
+/// What a verified token, or a SASL PLAIN login, grants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Grant {
+    /// The audience the token was issued for, as given (empty: the whole namespace).
+    pub(crate) audience: String,
+    /// The policy's rights.
+    pub(crate) rights: Vec<Right>,
+    /// When the grant ends, unix seconds.
+    pub(crate) expiry: i64,
+    /// The policy that signed it.
+    pub(crate) key_name: String,
+}
+
+impl Grant {
+    /// Whether the grant includes `right` (Manage includes everything).
+    pub(crate) fn allows(&self, right: Right) -> bool {
+        self.rights.contains(&right) || self.rights.contains(&Right::Manage)
+    }
+}
+
+/// Verifies `token` against `policies` at `now_secs` (unix seconds) and returns what it grants.
+pub(crate) fn verify(
+    token: &str,
+    policies: &AccessPolicies,
+    now_secs: i64,
+) -> Result<Grant, SasError> {
+    let key_of = |name: &str| policies.get(name).map(|p| p.key.as_str());
+    let verified = sas::verify(token, key_of, now_secs)?;
+    let rights = policies
+        .get(&verified.key_name)
+        .map(|p| p.rights.clone())
+        .unwrap_or_default();
+    Ok(Grant {
+        audience: verified.audience,
+        rights,
+        expiry: verified.expiry,
+        key_name: verified.key_name,
+    })
+}
 
 /// What an operation needs: any one of these rights.
 pub(crate) type Needed = &'static [Right];
@@ -31,7 +73,7 @@ pub(crate) struct ConnectionGrants {
 
 /// The audience's path, lower-cased, without scheme, host or surrounding slashes.
 pub(crate) fn audience_path(audience: &str) -> String {
-    crate::address::strip_host(audience).to_ascii_lowercase()
+    tributary_eventhubs::address::strip_host(audience).to_ascii_lowercase()
 }
 
 /// Whether a grant for `audience` covers `entity_path` (both lower-cased paths).
@@ -41,24 +83,32 @@ fn covers(audience: &str, entity_path: &str) -> bool {
         || (entity_path.starts_with(audience) && entity_path.as_bytes()[audience.len()] == b'/')
 }
 
+/// A refusal for a missing, expired or insufficient grant.
+fn unauthorized(description: String) -> Refusal {
+    Refusal::new(conditions::UNAUTHORIZED, description)
+}
+
 /// Checks `grant` against an entity and the rights it needs.
 pub(crate) fn check(
     grant: &Grant,
     entity_path: &str,
     needed: Needed,
     now_secs: i64,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     if grant.expiry <= now_secs {
-        return Err(format!("the token for {:?} has expired", grant.audience));
+        return Err(unauthorized(format!(
+            "the token for {:?} has expired",
+            grant.audience
+        )));
     }
     if !covers(&audience_path(&grant.audience), entity_path) {
-        return Err(format!(
+        return Err(unauthorized(format!(
             "the token for {:?} does not cover {entity_path:?}",
             grant.audience
-        ));
+        )));
     }
     if !needed.iter().any(|r| grant.allows(*r)) {
-        return Err(claims_required(needed, entity_path));
+        return Err(unauthorized(claims_required(needed, entity_path)));
     }
     Ok(())
 }
@@ -78,7 +128,7 @@ impl ConnectionGrants {
         policies: &AccessPolicies,
         now_secs: i64,
     ) -> Result<(), SasError> {
-        let grant = sas::verify(token, policies, now_secs)?;
+        let grant = verify(token, policies, now_secs)?;
         let mut grants = self.grants.lock().expect("grants");
         grants.retain(|g| g.expiry > now_secs && g.audience != grant.audience);
         if grants.len() >= GRANTS_PER_CONNECTION_MAX {
@@ -107,7 +157,7 @@ impl ConnectionGrants {
         entity_path: &str,
         needed: Needed,
         now_secs: i64,
-    ) -> Result<i64, String> {
+    ) -> Result<i64, Refusal> {
         let grants = self.grants.lock().expect("grants");
         let mut last_error = None;
         let mut until = None;
@@ -122,10 +172,10 @@ impl ConnectionGrants {
         }
         Err(match last_error {
             Some(e) if grants.len() == 1 => e,
-            _ => format!(
+            _ => unauthorized(format!(
                 "{} No valid token covers it; put one on $cbs first.",
                 claims_required(needed, entity_path)
-            ),
+            )),
         })
     }
 }
@@ -154,7 +204,7 @@ mod tests {
         let grants = ConnectionGrants::default();
         let now = 1_000;
         assert!(grants.authorize("hub", SEND, now).is_err(), "no token yet");
-        let token = sas::sign("sb://localhost/hub", "listener", "listen-key", now + 60);
+        let token = sas::sign("sb://localhost/hub", "listener", "listen-key", 1_060);
         grants.put_token(&token, &policies(), now).unwrap();
         assert!(
             grants
@@ -164,7 +214,7 @@ mod tests {
         assert!(grants.authorize("hub", READ, now).is_ok());
         let refused = grants.authorize("hub", SEND, now).unwrap_err();
         assert!(
-            refused.contains("'Send' claim(s) are required"),
+            refused.description.contains("'Send' claim(s) are required"),
             "{refused}"
         );
         assert!(grants.authorize("other", LISTEN, now).is_err());
@@ -172,7 +222,7 @@ mod tests {
             grants.authorize("hub", LISTEN, now + 60).is_err(),
             "expired"
         );
-        let root = sas::sign("sb://localhost/", "root", "c2VjcmV0LWtleQ==", now + 60);
+        let root = sas::sign("sb://localhost/", "root", "c2VjcmV0LWtleQ==", 1_060);
         grants.put_token(&root, &policies(), now).unwrap();
         assert!(grants.authorize("other/partitions/1", SEND, now).is_ok());
     }

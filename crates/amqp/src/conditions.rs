@@ -1,55 +1,11 @@
-//! The error conditions the Event Hubs service sends, and how broker errors map to them.
+//! How broker errors map to the error conditions the Event Hubs service sends.
 //!
-//! The SDKs decide on retries and exception types by condition (see the research notes, §7):
-//! `amqp:link:stolen` is an epoch displacement or refusal, `amqp:resource-limit-exceeded` the
-//! five-receiver limit, `amqp:not-found` an unknown entity, `com.microsoft:argument-out-of-range`
-//! a bad partition or position, `amqp:unauthorized-access` a missing claim.
+//! The conditions themselves, and [`Refusal`], are the dialect's (`tributary_eventhubs::condition`,
+//! re-exported here); this module only decides which one a broker error becomes, and in the
+//! service's words (see the research notes, §7).
 
 use tributary_broker::{BrokerError, DisconnectReason};
-
-/// An entity does not exist.
-pub const NOT_FOUND: &str = "amqp:not-found";
-/// A token is missing, bad, expired or lacks the claim.
-pub const UNAUTHORIZED: &str = "amqp:unauthorized-access";
-/// A higher epoch took the partition, or this epoch may not open.
-pub const LINK_STOLEN: &str = "amqp:link:stolen";
-/// The five non-epoch receivers limit.
-pub const RESOURCE_LIMIT: &str = "amqp:resource-limit-exceeded";
-/// A message is over the size limit.
-pub const MESSAGE_SIZE_EXCEEDED: &str = "amqp:link:message-size-exceeded";
-/// Bytes that do not decode.
-pub const DECODE_ERROR: &str = "amqp:decode-error";
-/// Something the broker does not implement.
-pub const NOT_IMPLEMENTED: &str = "amqp:not-implemented";
-/// An operation not allowed in this state or on this node.
-pub const NOT_ALLOWED: &str = "amqp:not-allowed";
-/// The broker failed.
-pub const INTERNAL_ERROR: &str = "amqp:internal-error";
-/// The broker is going away; retry elsewhere or later.
-pub const DETACH_FORCED: &str = "amqp:link:detach-forced";
-/// A value out of range (partition id, position).
-pub const ARGUMENT_OUT_OF_RANGE: &str = "com.microsoft:argument-out-of-range";
-/// A malformed argument (filter syntax, conflicting partition keys).
-pub const ARGUMENT_ERROR: &str = "com.microsoft:argument-error";
-
-/// A condition and the description to send with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    /// The AMQP error condition symbol.
-    pub condition: &'static str,
-    /// A sentence for the client.
-    pub description: String,
-}
-
-impl Refusal {
-    /// A refusal with this condition and description.
-    pub fn new(condition: &'static str, description: impl Into<String>) -> Self {
-        Refusal {
-            condition,
-            description: description.into(),
-        }
-    }
-}
+pub use tributary_eventhubs::condition::*;
 
 fn nil(name: Option<&str>) -> &str {
     name.unwrap_or("nil")

@@ -8,7 +8,7 @@
 //! # What it serves
 //! - **Connections**: plain TCP, with the SASL header (`ANONYMOUS`, `MSSBCBS`, or `PLAIN` with a
 //!   policy's name and key) or the bare AMQP header.
-//! - **Security** ([`policies`], [`sas`]): named shared access policies with Listen, Send and
+//! - **Security** ([`policies`], `tributary_eventhubs::sas`): named shared access policies with Listen, Send and
 //!   Manage rights, persisted in `<data_dir>/access-policies.json`. Clients put SAS tokens on
 //!   `$cbs`; each verified token grants its audience on that connection. No link attaches
 //!   without a grant covering its entity with the needed right.
@@ -23,9 +23,10 @@
 //! [`start`] binds the listener (the private `server` module). Connections run on Tributary's
 //! own AMQP engine (`tributary-amqp-engine`: a sans-IO connection state machine and its tokio
 //! driver), used only by the private `wire` module; messages and the rare performatives keep the
-//! `fe2o3-amqp-types` types. The dialect's rules — link addresses, selector filters, tokens,
-//! grants, error conditions, strict message scanning — live in engine-free modules. Limits and
-//! their reasons are in [`limits`].
+//! `fe2o3-amqp-types` types. The dialect itself — names, link addresses, selector filters,
+//! tokens, error conditions — is `tributary-eventhubs`, shared with the client; grants, the
+//! mapping of broker errors to conditions and strict message scanning live in engine-free
+//! modules here. Limits and their reasons are in [`limits`].
 //!
 //! # Guarantees
 //! - Nothing a peer sends can panic the server: peer errors become AMQP errors (a rejected
@@ -34,15 +35,12 @@
 
 #![forbid(unsafe_code)]
 
-mod address;
 mod auth;
 pub mod conditions;
 mod error;
 pub mod limits;
 pub mod policies;
-pub mod sas;
 pub mod scan;
-pub mod selector;
 mod server;
 mod wire;
 

@@ -1,20 +1,17 @@
 //! Every limit of the AMQP front door in one place, each with its reason.
+//!
+//! The dialect's own limits — message and batch size, selector and token length — are
+//! `tributary_eventhubs::limits`, shared with the client and re-exported here.
 
 use std::time::Duration;
 
-/// The largest message (one transfer, batch or not) a client may send: 1 MiB, the Event Hubs limit
-/// for an event or a batch. Advertised as `max-message-size` on every link a client sends on;
-/// the engine detaches a link that exceeds it with `amqp:link:message-size-exceeded`.
-pub const MESSAGE_BYTES_MAX: u64 = 1024 * 1024;
+pub use tributary_eventhubs::limits::{
+    BATCH_EVENTS_MAX, MESSAGE_BYTES_MAX, SELECTOR_BYTES_MAX, TOKEN_BYTES_MAX,
+};
 
 /// The largest AMQP frame: 1 MiB, what the Python SDK (`MAX_FRAME_SIZE_BYTES`) asks for. Larger
 /// messages span frames, so this bounds memory per frame, not message size.
 pub const FRAME_BYTES_MAX: u32 = 1024 * 1024;
-
-/// The most events one batched transfer (format `0x80013700`) may carry. A 1 MiB batch of empty
-/// events is about 40 bytes each, so 1 MiB / 40 ≈ 26 Ki; 32 Ki rejects nothing a client can
-/// legitimately fit and bounds the work one transfer causes.
-pub const BATCH_EVENTS_MAX: usize = 32 * 1024;
 
 /// Credit given to a client's send link, topped up once credit and unsettled deliveries
 /// together fall to half of it. What waits in memory per send link — queued for its task or in
@@ -56,14 +53,6 @@ pub const CHANNEL_MAX: u16 = 255;
 
 /// The most links a session may attach. The SDKs use a handful per session.
 pub const HANDLE_MAX: u32 = 1023;
-
-/// The longest SAS token accepted in a put-token or management request. Real tokens are about
-/// 200 bytes; 4 KiB leaves room for long audiences and bounds the parsing work.
-pub const TOKEN_BYTES_MAX: usize = 4096;
-
-/// The longest selector filter expression accepted on a receive link. The SDKs' filters are
-/// under 100 bytes.
-pub const SELECTOR_BYTES_MAX: usize = 1024;
 
 /// How deeply described types may nest inside a message the strict scanner walks. AMQP messages
 /// from the SDKs nest at most two levels; 32 bounds recursion on hostile input.

@@ -221,9 +221,11 @@ fn open_private(path: &Path) -> std::io::Result<std::fs::File> {
 /// The connection string the official SDKs take for `policy` on `host:port`, with
 /// `UseDevelopmentEmulator=true` so they speak plain TCP (no TLS).
 pub fn connection_string(host: &str, port: u16, policy: &AccessPolicy) -> String {
-    format!(
-        "Endpoint=sb://{host}:{port};SharedAccessKeyName={};SharedAccessKey={};UseDevelopmentEmulator=true",
-        policy.name, policy.key
+    tributary_eventhubs::connection_string::emulator_connection_string(
+        host,
+        port,
+        &policy.name,
+        &policy.key,
     )
 }
 

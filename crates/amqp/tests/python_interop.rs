@@ -261,9 +261,13 @@ async fn python_bad_credentials_are_refused() {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
-        .as_secs() as i64;
-    let expired =
-        tributary_amqp::sas::sign("sb://127.0.0.1/secure", &f.root.name, &f.root.key, now - 60);
+        .as_secs();
+    let expired = tributary_eventhubs::sas::sign(
+        "sb://127.0.0.1/secure",
+        &f.root.name,
+        &f.root.key,
+        now - 60,
+    );
     let expired_conn = format!(
         "Endpoint=sb://127.0.0.1:{};SharedAccessSignature={expired};UseDevelopmentEmulator=true",
         f.port()

@@ -187,7 +187,7 @@ impl AmqpConnection {
         if endpoint.tls {
             let stream = crate::tls::connect(tcp, endpoint.host)
                 .await
-                .map_err(connect)?;
+                .map_err(|e| connect(e.to_string()))?;
             Self::open_on(stream, &endpoint).await
         } else {
             Self::open_on(tcp, &endpoint).await
@@ -857,7 +857,7 @@ impl Handler for ClientHandler {
                     link,
                     true,
                     Some(amqp_error(
-                        "amqp:not-allowed",
+                        tributary_eventhubs::condition::NOT_ALLOWED,
                         "this client does not accept links from the hub",
                     )),
                 );
@@ -881,7 +881,7 @@ impl Handler for ClientHandler {
                     .map(|slot| slot.address.clone())
                     .unwrap_or_default();
                 let error = ended_error(error.as_ref(), || ClientError::ServerBusy {
-                    condition: "amqp:link:detach-forced".to_owned(),
+                    condition: tributary_eventhubs::condition::DETACH_FORCED.to_owned(),
                     description: format!(
                         "the hub detached the link to {address} without saying why"
                     ),

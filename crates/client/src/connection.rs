@@ -25,6 +25,9 @@ use tokio::sync::{Mutex, MutexGuard};
 use tributary_amqp_engine::SessionId;
 
 use crate::amqp::{AmqpConnection, Endpoint, string_property};
+use tributary_eventhubs::address;
+use tributary_eventhubs::names::management as m;
+
 use crate::connection_string::{ConnectionString, Credential};
 use crate::error::ClientError;
 use crate::limits::{
@@ -161,7 +164,8 @@ impl Live {
     pub(crate) async fn management(&mut self) -> Result<&mut RequestResponseLink, ClientError> {
         if self.management.is_none() {
             let link =
-                RequestResponseLink::attach(&self.connection, self.session, "$management").await?;
+                RequestResponseLink::attach(&self.connection, self.session, address::MANAGEMENT)
+                    .await?;
             self.management = Some(link);
         }
         self.management
@@ -284,7 +288,7 @@ impl std::ops::DerefMut for LiveGuard<'_> {
 async fn open_live(target: &Target, generation: u64) -> Result<Live, ClientError> {
     let connection = open_connection(target).await?;
     let session = connection.begin().await?;
-    let mut cbs = RequestResponseLink::attach(&connection, session, "$cbs").await?;
+    let mut cbs = RequestResponseLink::attach(&connection, session, address::CBS).await?;
     let issued_at_s = now_s();
     let token = token_for(
         target.connection_string.credential(),
@@ -342,18 +346,18 @@ async fn put_token(
         .saturating_mul(1000);
     let mut properties = ApplicationProperties::default();
     properties.0.insert(
-        "operation".to_owned(),
-        SimpleValue::String("put-token".to_owned()),
+        m::OPERATION.to_owned(),
+        SimpleValue::String(m::PUT_TOKEN.to_owned()),
     );
     properties.0.insert(
-        "type".to_owned(),
+        m::TYPE.to_owned(),
         SimpleValue::String(SAS_TOKEN_TYPE.to_owned()),
     );
     properties
         .0
-        .insert("name".to_owned(), SimpleValue::String(target.audience()));
+        .insert(m::NAME.to_owned(), SimpleValue::String(target.audience()));
     properties.0.insert(
-        "expiration".to_owned(),
+        m::EXPIRATION.to_owned(),
         SimpleValue::Timestamp(Timestamp::from_milliseconds(expiration_ms)),
     );
     let body = Body::Value(AmqpValue(Value::String(token.value.clone())));

@@ -44,16 +44,20 @@ use tributary_event::{Clock, EventPosition, ReceivedEvent, SystemClock};
 use tributary_processor::{LastEnqueuedEventProperties, ReceiverOptions};
 
 use crate::amqp::{ReceiverEvent, ReceiverLink};
-use crate::codec::{
-    EPOCH_PROPERTY, RECEIVER_NAME_PROPERTY, RUNTIME_METRIC_CAPABILITY, SELECTOR_FILTER_KEY,
-    receiver_address, selector_filter,
+use serde_amqp::described::Described;
+use serde_amqp::descriptor::Descriptor;
+use tributary_eventhubs::address::receiver_address;
+use tributary_eventhubs::names::link::{
+    EPOCH as EPOCH_PROPERTY, RECEIVER_NAME as RECEIVER_NAME_PROPERTY, RUNTIME_METRIC_CAPABILITY,
+    SELECTOR_FILTER_CODE, SELECTOR_FILTER_KEY,
 };
+
 use crate::connection::{ClientOptions, Connector, Target};
 use crate::error::ClientError;
 use crate::limits::PREFETCH_MAX;
 use crate::management::{self, EventHubProperties, PartitionProperties};
 use crate::producer::check_partition_id;
-use crate::received::decode_received_bytes;
+use tributary_eventhubs::receive::decode_received_bytes;
 
 /// Reads partitions of one event hub. Cheap to clone; clones share the connection.
 #[derive(Debug, Clone)]
@@ -287,13 +291,18 @@ impl EventReceiver {
             self.taken += 1;
             match decode_received_bytes(&payload, now_ms) {
                 Ok((event, last)) => {
-                    if last.is_some() {
-                        self.last_enqueued = last;
+                    if let Some(last) = last {
+                        self.last_enqueued = Some(LastEnqueuedEventProperties {
+                            sequence_number: last.sequence_number,
+                            offset: last.offset,
+                            enqueued_time_ms: last.enqueued_time_ms,
+                            retrieved_time_ms: last.retrieved_time_ms,
+                        });
                     }
                     events.push(event);
                 }
                 Err(error) => {
-                    self.failure = Some(error.clone());
+                    self.failure = Some(ClientError::from(error));
                     break;
                 }
             }
@@ -353,5 +362,14 @@ impl tributary_processor::PartitionReceiver for EventReceiver {
 
     async fn close(self: Box<Self>) {
         EventReceiver::close(*self).await;
+    }
+}
+
+/// The selector filter value for a start position: the expression
+/// ([`tributary_eventhubs::selector::write`]) described by [`SELECTOR_FILTER_CODE`].
+fn selector_filter(position: &EventPosition) -> Described<Value> {
+    Described {
+        descriptor: Descriptor::Code(SELECTOR_FILTER_CODE),
+        value: Value::String(tributary_eventhubs::selector::write(position)),
     }
 }

@@ -13,6 +13,10 @@ use fe2o3_amqp_types::primitives::Symbol;
 use thiserror::Error;
 use tributary_processor::SourceError;
 
+use tributary_eventhubs::condition as c;
+
+use tributary_eventhubs::message::MessageError;
+
 use crate::connection_string::ConnectionStringError;
 use crate::limits::DESCRIPTION_CHARS_MAX;
 
@@ -136,42 +140,34 @@ impl ClientError {
     pub fn from_condition(condition: &str, description: Option<&str>) -> ClientError {
         let description = clean_description(description.unwrap_or(""), condition);
         match condition {
-            "amqp:link:stolen" => ClientError::OwnershipLost { description },
-            "amqp:unauthorized-access" | "com.microsoft:auth-failed" => {
-                ClientError::Unauthorized { description }
-            }
-            "amqp:not-found" | "com.microsoft:entity-not-found" => {
-                ClientError::NotFound { description }
-            }
-            "amqp:link:message-size-exceeded" => ClientError::MessageTooLarge { description },
-            "amqp:resource-limit-exceeded" | "com.microsoft:quota-exceeded" => {
-                ClientError::QuotaExceeded { description }
-            }
-            "com.microsoft:server-busy"
-            | "com.microsoft:timeout"
-            | "com.microsoft:container-close"
-            | "com.microsoft:operation-cancelled"
-            | "amqp:link:detach-forced"
-            | "amqp:connection:forced"
-            | "amqp:internal-error" => ClientError::ServerBusy {
+            c::LINK_STOLEN => ClientError::OwnershipLost { description },
+            c::UNAUTHORIZED | c::AUTH_FAILED => ClientError::Unauthorized { description },
+            c::NOT_FOUND | c::ENTITY_NOT_FOUND => ClientError::NotFound { description },
+            c::MESSAGE_SIZE_EXCEEDED => ClientError::MessageTooLarge { description },
+            c::RESOURCE_LIMIT | c::QUOTA_EXCEEDED => ClientError::QuotaExceeded { description },
+            c::SERVER_BUSY
+            | c::TIMEOUT
+            | c::CONTAINER_CLOSE
+            | c::OPERATION_CANCELLED
+            | c::DETACH_FORCED
+            | c::CONNECTION_FORCED
+            | c::INTERNAL_ERROR => ClientError::ServerBusy {
                 condition: condition.to_owned(),
                 description,
             },
-            "amqp:connection:framing-error" | "amqp:session:window-violation" => {
-                ClientError::Protocol {
-                    description: format!("{condition}: {description}"),
-                }
-            }
-            "com.microsoft:argument-out-of-range"
-            | "com.microsoft:argument-error"
-            | "com.microsoft:entity-disabled"
-            | "com.microsoft:precondition-failed"
-            | "amqp:invalid-field"
-            | "amqp:decode-error"
-            | "amqp:not-allowed"
-            | "amqp:not-implemented"
-            | "amqp:precondition-failed"
-            | "amqp:illegal-state" => ClientError::Refused {
+            c::FRAMING_ERROR | c::WINDOW_VIOLATION => ClientError::Protocol {
+                description: format!("{condition}: {description}"),
+            },
+            c::ARGUMENT_OUT_OF_RANGE
+            | c::ARGUMENT_ERROR
+            | c::ENTITY_DISABLED
+            | c::MICROSOFT_PRECONDITION_FAILED
+            | c::INVALID_FIELD
+            | c::DECODE_ERROR
+            | c::NOT_ALLOWED
+            | c::NOT_IMPLEMENTED
+            | c::PRECONDITION_FAILED
+            | c::ILLEGAL_STATE => ClientError::Refused {
                 condition: condition.to_owned(),
                 description,
             },
@@ -200,17 +196,28 @@ impl ClientError {
             return ClientError::from_condition(condition, Some(description));
         }
         let condition = match status {
-            401 | 403 => "amqp:unauthorized-access",
-            404 => "amqp:not-found",
-            400 => "com.microsoft:argument-error",
-            408 => "com.microsoft:timeout",
-            409 | 412 => "com.microsoft:precondition-failed",
-            413 => "amqp:link:message-size-exceeded",
-            429 | 503 => "com.microsoft:server-busy",
-            _ => "amqp:internal-error",
+            401 | 403 => c::UNAUTHORIZED,
+            404 => c::NOT_FOUND,
+            400 => c::ARGUMENT_ERROR,
+            408 => c::TIMEOUT,
+            409 | 412 => c::MICROSOFT_PRECONDITION_FAILED,
+            413 => c::MESSAGE_SIZE_EXCEEDED,
+            429 | 503 => c::SERVER_BUSY,
+            _ => c::INTERNAL_ERROR,
         };
         let description = format!("status {status}: {}", clean_description(description, ""));
         ClientError::from_condition(condition, Some(&description))
+    }
+}
+
+/// A message the hub sent that does not decode is the hub breaking the protocol; events that
+/// cannot be encoded are the caller's.
+impl From<MessageError> for ClientError {
+    fn from(error: MessageError) -> Self {
+        match error {
+            MessageError::Malformed(description) => ClientError::Protocol { description },
+            other => ClientError::InvalidArgument(other.to_string()),
+        }
     }
 }
 
@@ -223,7 +230,7 @@ pub(crate) fn condition_symbol(condition: &ErrorCondition) -> String {
         ErrorCondition::LinkError(e) => Symbol::from(e),
         ErrorCondition::Custom(symbol) => symbol.clone(),
         #[allow(unreachable_patterns)]
-        _ => Symbol::from("amqp:internal-error"),
+        _ => Symbol::from(c::INTERNAL_ERROR),
     };
     symbol.0
 }

@@ -95,15 +95,13 @@
 #![forbid(unsafe_code)]
 
 mod amqp;
-pub mod codec;
 mod connection;
-pub mod connection_string;
+pub use tributary_eventhubs::connection_string;
 mod consumer;
 mod error;
 pub mod limits;
 mod management;
 mod producer;
-mod received;
 mod remote;
 mod request_response;
 pub mod sas;

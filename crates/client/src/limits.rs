@@ -1,13 +1,15 @@
 //! Every limit and default of the client in one place, each with its reason.
+//!
+//! The dialect's own limits, which the hub holds to as well, are `tributary_eventhubs::limits`;
+//! those the client checks are re-exported here under the client's names.
 
 use std::time::Duration;
 
-/// The AMQP port when TLS is off (`UseDevelopmentEmulator=true`, `amqp://`): the emulator's and a
-/// local Tributary hub's.
-pub const PORT_PLAIN: u16 = 5672;
-
-/// The AMQP port with TLS (`sb://`, `amqps://`): Azure Event Hubs'.
-pub const PORT_TLS: u16 = 5671;
+pub use tributary_eventhubs::connection_string::{PORT_PLAIN, PORT_TLS};
+pub use tributary_eventhubs::limits::{
+    BATCH_EVENTS_MAX as SEND_EVENTS_MAX, CONNECTION_STRING_BYTES_MAX,
+    MESSAGE_BYTES_MAX as MESSAGE_BYTES_MAX_DEFAULT,
+};
 
 /// How long a SAS token this client signs stays valid: one hour, the Azure SDKs' default. Long
 /// enough that renewal traffic is negligible, short enough that a leaked token soon expires.
@@ -30,17 +32,6 @@ pub const OPERATION_TIMEOUT_DEFAULT: Duration = Duration::from_secs(60);
 /// is a courtesy (the hub cleans up after a dropped connection too), so a hub that does not
 /// answer must not hold up the caller's shutdown.
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The message size assumed when the hub does not say (`max-message-size` absent or 0 on the
-/// attach): 1 MiB, Event Hubs' limit for one event or one batch on the basic and standard tiers
-/// and the emulator's.
-pub const MESSAGE_BYTES_MAX_DEFAULT: u64 = 1024 * 1024;
-
-/// The most events one `send` takes: the most messages Tributary's AMQP front door accepts in one
-/// batch. Event Hubs itself counts only bytes, and a 1 MiB batch of realistic events (a few dozen
-/// bytes of framing and body each) holds fewer than this anyway; checking here turns what would
-/// be a decode error from the hub into a clear argument error before anything is encoded.
-pub const SEND_EVENTS_MAX: usize = 32 * 1024;
 
 /// The most events a receiver buffers ahead of `receive` (its link credit). Matches the
 /// processor host's own prefetch limit, so every prefetch the host accepts can be honoured.
@@ -76,10 +67,6 @@ pub const RESPONSE_CREDIT: u32 = 8;
 /// The longest text kept from a description the hub sends (errors, status descriptions). The
 /// text ends up in logs and error messages; a hostile or broken peer must not fill them.
 pub const DESCRIPTION_CHARS_MAX: usize = 1024;
-
-/// The longest connection string accepted. Real ones are a few hundred bytes; the cap keeps a
-/// mistaken argument (a file's contents) from being echoed in full in an error.
-pub const CONNECTION_STRING_BYTES_MAX: usize = 16 * 1024;
 
 const _: () = assert!(TOKEN_RENEW_AT_PERCENT > 0 && TOKEN_RENEW_AT_PERCENT < 100);
 const _: () = assert!(PREFETCH_DEFAULT <= PREFETCH_MAX);

@@ -10,6 +10,8 @@
 use fe2o3_amqp_types::messaging::{ApplicationProperties, Body};
 use fe2o3_amqp_types::primitives::{OrderedMap, SimpleValue, Value};
 
+use tributary_eventhubs::names::management as m;
+
 use crate::connection::Connector;
 use crate::error::ClientError;
 
@@ -50,13 +52,13 @@ fn request(kind: &str, hub: &str, partition: Option<&str>, token: &str) -> Appli
             .0
             .insert(key.to_owned(), SimpleValue::String(value.to_owned()));
     };
-    put("operation", "READ");
-    put("type", kind);
-    put("name", hub);
+    put(m::OPERATION, m::READ);
+    put(m::TYPE, kind);
+    put(m::NAME, hub);
     if let Some(partition) = partition {
-        put("partition", partition);
+        put(m::PARTITION, partition);
     }
-    put("security_token", token);
+    put(m::SECURITY_TOKEN, token);
     properties
 }
 
@@ -107,15 +109,15 @@ fn value_kind(value: &Value) -> &'static str {
 pub(crate) async fn hub_properties(
     connector: &Connector,
 ) -> Result<EventHubProperties, ClientError> {
-    let map = read(connector, "com.microsoft:eventhub", None).await?;
+    let map = read(connector, m::EVENTHUB_TYPE, None).await?;
     let fields = Fields {
         map: &map,
-        kind: "com.microsoft:eventhub",
+        kind: m::EVENTHUB_TYPE,
     };
     Ok(EventHubProperties {
-        name: fields.string("name")?,
-        created_at_ms: fields.time("created_at")?,
-        partition_ids: fields.strings("partition_ids")?,
+        name: fields.string(m::NAME)?,
+        created_at_ms: fields.time(m::CREATED_AT)?,
+        partition_ids: fields.strings(m::PARTITION_IDS)?,
     })
 }
 
@@ -129,29 +131,29 @@ pub(crate) async fn partition_properties(
             "the partition id is empty".to_owned(),
         ));
     }
-    let map = read(connector, "com.microsoft:partition", Some(partition)).await?;
+    let map = read(connector, m::PARTITION_TYPE, Some(partition)).await?;
     let fields = Fields {
         map: &map,
-        kind: "com.microsoft:partition",
+        kind: m::PARTITION_TYPE,
     };
-    let offset = fields.string("last_enqueued_offset")?;
+    let offset = fields.string(m::LAST_ENQUEUED_OFFSET)?;
     let last_enqueued_offset = match offset.as_str() {
         "-1" | "" => None,
         text => Some(text.parse::<u64>().map_err(|_| {
             fields.bad(
-                "last_enqueued_offset",
+                m::LAST_ENQUEUED_OFFSET,
                 &format!("{text:?} is not a decimal offset"),
             )
         })?),
     };
     Ok(PartitionProperties {
-        event_hub_name: fields.string("name")?,
-        id: fields.string("partition")?,
-        beginning_sequence_number: fields.integer("begin_sequence_number")?,
-        last_enqueued_sequence_number: fields.integer("last_enqueued_sequence_number")?,
+        event_hub_name: fields.string(m::NAME)?,
+        id: fields.string(m::PARTITION)?,
+        beginning_sequence_number: fields.integer(m::BEGIN_SEQUENCE_NUMBER)?,
+        last_enqueued_sequence_number: fields.integer(m::LAST_ENQUEUED_SEQUENCE_NUMBER)?,
         last_enqueued_offset,
-        last_enqueued_time_ms: fields.time("last_enqueued_time_utc")?,
-        is_empty: fields.boolean("is_partition_empty")?,
+        last_enqueued_time_ms: fields.time(m::LAST_ENQUEUED_TIME_UTC)?,
+        is_empty: fields.boolean(m::IS_PARTITION_EMPTY)?,
     })
 }
 

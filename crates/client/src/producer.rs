@@ -24,11 +24,13 @@ use tokio::sync::Mutex;
 use tributary_event::{EventData, SendTarget};
 
 use crate::amqp::{SenderLink, Settlement};
-use crate::codec::{encode_outgoing, sender_address};
+use tributary_eventhubs::address::sender_address;
+
 use crate::connection::{ClientOptions, Connector, Target};
 use crate::error::ClientError;
 use crate::limits::{MESSAGE_BYTES_MAX_DEFAULT, SEND_EVENTS_MAX};
 use crate::management::{self, EventHubProperties, PartitionProperties};
+use tributary_eventhubs::send::encode_outgoing;
 
 /// A sender link and the connection generation it was attached on.
 #[derive(Default)]

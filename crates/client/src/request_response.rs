@@ -14,7 +14,6 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use fe2o3_amqp_types::definitions::{Role, SenderSettleMode};
-use fe2o3_amqp_types::messaging::message::__private::Serializable;
 use fe2o3_amqp_types::messaging::{
     ApplicationProperties, Body, Message, MessageId, Outcome, Properties, Source, Target,
 };
@@ -25,7 +24,8 @@ use tributary_amqp_engine::connection::attach_frame;
 use crate::amqp::{AmqpConnection, ReceiverEvent, ReceiverLink, SenderLink};
 use crate::error::{ClientError, clean_description};
 use crate::limits::RESPONSE_CREDIT;
-use crate::received::decode_message;
+use tributary_eventhubs::names::management as m;
+use tributary_eventhubs::receive::decode_message;
 
 /// A response from a node.
 #[derive(Debug)]
@@ -131,7 +131,7 @@ impl RequestResponseLink {
             body,
             footer: None,
         };
-        let payload = serde_amqp::to_vec(&Serializable(message)).map_err(|e| {
+        let payload = tributary_eventhubs::message::encode_message(&message).map_err(|e| {
             ClientError::InvalidArgument(format!("the request could not be encoded: {e}"))
         })?;
         let outcome = self.sender.send(payload, 0)?.outcome();
@@ -182,7 +182,7 @@ fn status_property<'a>(
 
 fn read_response(message: Message<Body<Value>>) -> Response {
     let properties = message.application_properties.as_ref();
-    let status = match status_property(properties, ["status-code", "statusCode"]) {
+    let status = match status_property(properties, [m::STATUS_CODE, m::STATUS_CODE_CAMEL]) {
         Some(SimpleValue::Int(v)) => u16::try_from(*v).unwrap_or(0),
         Some(SimpleValue::Long(v)) => u16::try_from(*v).unwrap_or(0),
         Some(SimpleValue::Uint(v)) => u16::try_from(*v).unwrap_or(0),
@@ -198,7 +198,7 @@ fn read_response(message: Message<Body<Value>>) -> Response {
         _ => None,
     };
     let description = clean_description(
-        &text(["status-description", "statusDescription"]).unwrap_or_default(),
+        &text([m::STATUS_DESCRIPTION, m::STATUS_DESCRIPTION_CAMEL]).unwrap_or_default(),
         if status == 0 {
             "the response has no status-code"
         } else {
@@ -208,7 +208,7 @@ fn read_response(message: Message<Body<Value>>) -> Response {
     Response {
         status,
         description,
-        condition: text(["error-condition", "errorCondition"]),
+        condition: text([m::ERROR_CONDITION, m::ERROR_CONDITION_CAMEL]),
         body: message.body,
     }
 }

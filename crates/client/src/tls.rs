@@ -4,8 +4,14 @@
 //! Event Hubs expects TLS straight away on port 5671 (no AMQP TLS protocol header), so the AMQP
 //! connection is opened as plain `amqp` over the TLS stream.
 
+/// Why a TLS connection could not be set up: a sentence for the caller.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct TlsError(String);
+
 #[cfg(feature = "tls")]
 mod enabled {
+    use super::TlsError;
     use std::sync::{Arc, OnceLock};
 
     use tokio::net::TcpStream;
@@ -14,8 +20,8 @@ mod enabled {
     use tokio_rustls::rustls::pki_types::ServerName;
     use tokio_rustls::rustls::{ClientConfig, RootCertStore, crypto};
 
-    fn config() -> Result<Arc<ClientConfig>, String> {
-        static CONFIG: OnceLock<Result<Arc<ClientConfig>, String>> = OnceLock::new();
+    fn config() -> Result<Arc<ClientConfig>, TlsError> {
+        static CONFIG: OnceLock<Result<Arc<ClientConfig>, TlsError>> = OnceLock::new();
         CONFIG
             .get_or_init(|| {
                 let mut roots = RootCertStore::empty();
@@ -28,7 +34,7 @@ mod enabled {
                     .map(|builder| {
                         Arc::new(builder.with_root_certificates(roots).with_no_client_auth())
                     })
-                    .map_err(|e| format!("TLS could not be configured: {e}"))
+                    .map_err(|e| TlsError(format!("TLS could not be configured: {e}")))
             })
             .clone()
     }
@@ -37,16 +43,16 @@ mod enabled {
     pub(crate) async fn connect(
         tcp: TcpStream,
         host: &str,
-    ) -> Result<TlsStream<TcpStream>, String> {
+    ) -> Result<TlsStream<TcpStream>, TlsError> {
         let name = ServerName::try_from(host.to_owned())
-            .map_err(|e| format!("{host:?} is not a valid TLS server name: {e}"))?;
+            .map_err(|e| TlsError(format!("{host:?} is not a valid TLS server name: {e}")))?;
         TlsConnector::from(config()?)
             .connect(name, tcp)
             .await
             .map_err(|e| {
-                format!(
+                TlsError(format!(
                     "TLS handshake failed: {e}; if the hub speaks plain AMQP (a local Tributary hub, the emulator), add UseDevelopmentEmulator=true to the connection string"
-                )
+                ))
             })
     }
 }
@@ -59,6 +65,6 @@ pub(crate) use enabled::connect;
 pub(crate) async fn connect(
     _tcp: tokio::net::TcpStream,
     _host: &str,
-) -> Result<tokio::net::TcpStream, String> {
-    Err("this build of tributary-client has no TLS support (the `tls` feature is off); use UseDevelopmentEmulator=true or an amqp:// endpoint for plain TCP".to_owned())
+) -> Result<tokio::net::TcpStream, TlsError> {
+    Err(TlsError("this build of tributary-client has no TLS support (the `tls` feature is off); use UseDevelopmentEmulator=true or an amqp:// endpoint for plain TCP".to_owned()))
 }

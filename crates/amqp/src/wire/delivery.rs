@@ -28,8 +28,6 @@
 //! front door stores one; an AMQP map cannot hold one — the general path keeps the key once,
 //! where it first appears, with its last value).
 
-use fe2o3_amqp_types::messaging::message::__private::Serializable;
-use serde::Serialize;
 use tributary_amqp_codec::message::{
     ListSection, MapSection, ValueWriter, section, write_data_section,
 };
@@ -38,9 +36,10 @@ use tributary_event::{EventData, PropertyValue, ReceivedEvent, repeats_a_propert
 
 use super::message::{PARTITION_KEY, message_for_delivery};
 
-const SEQUENCE_NUMBER: &str = "x-opt-sequence-number";
-const OFFSET: &str = "x-opt-offset";
-const ENQUEUED_TIME: &str = "x-opt-enqueued-time";
+use tributary_eventhubs::names::annotation::{ENQUEUED_TIME, OFFSET, SEQUENCE_NUMBER};
+use tributary_eventhubs::names::runtime_metric::{
+    LAST_ENQUEUED_OFFSET, LAST_ENQUEUED_SEQUENCE_NUMBER, LAST_ENQUEUED_TIME_UTC, RETRIEVAL_TIME_UTC,
+};
 
 /// Appends to `out` the encoded AMQP message (the transfer payload) a receiver gets for `event`.
 /// `runtime` adds the last-enqueued delivery annotations (see [`message_for_delivery`]).
@@ -68,14 +67,11 @@ fn write_through_engine(
     runtime: Option<&LastEnqueuedEvent>,
     out: &mut Vec<u8>,
 ) {
-    let start = out.len();
     let message = message_for_delivery(event, runtime);
-    let mut serializer = serde_amqp::ser::Serializer::new(&mut *out);
-    if let Err(e) = Serializable(&message).serialize(&mut serializer) {
+    if let Err(e) = tributary_eventhubs::message::write_message(&message, out) {
         // Not seen in practice (only a value too long for any AMQP encoding fails). Deliver
-        // the event without its kept sections rather than not at all.
+        // the event without its kept sections rather than not at all; `out` is as it was.
         tracing::warn!(sequence_number = event.sequence_number, error = %e, "cannot encode a message; delivering it without its kept sections");
-        out.truncate(start);
         write_plain(event, runtime, out);
     }
 }
@@ -108,17 +104,17 @@ fn write_plain(event: &ReceivedEvent, runtime: Option<&LastEnqueuedEvent>, out: 
 /// The runtime-metric delivery annotations, as `runtime_annotations` in `message` makes them.
 fn write_runtime_annotations(last: &LastEnqueuedEvent, out: &mut Vec<u8>) {
     let mut map = MapSection::start(out, section::DELIVERY_ANNOTATIONS);
-    map.entry("last_enqueued_sequence_number", true, |v| {
+    map.entry(LAST_ENQUEUED_SEQUENCE_NUMBER, true, |v| {
         v.long(last.sequence_number);
     });
-    map.entry("last_enqueued_offset", true, |v| match last.offset {
+    map.entry(LAST_ENQUEUED_OFFSET, true, |v| match last.offset {
         Some(offset) => v.decimal_string(offset),
         None => v.string("-1"),
     });
-    map.entry("last_enqueued_time_utc", true, |v| {
+    map.entry(LAST_ENQUEUED_TIME_UTC, true, |v| {
         v.timestamp(last.enqueued_time_ms.unwrap_or(0));
     });
-    map.entry("runtime_info_retrieval_time_utc", true, |v| {
+    map.entry(RETRIEVAL_TIME_UTC, true, |v| {
         v.timestamp(last.retrieved_time_ms);
     });
     map.finish();
@@ -193,7 +189,8 @@ mod tests {
 
     /// What the engine path writes for the message.
     fn engine_bytes(message: &AmqpMessage) -> Vec<u8> {
-        serde_amqp::to_vec(&Serializable(message)).expect("the engine encodes the message")
+        tributary_eventhubs::message::encode_message(message)
+            .expect("the engine encodes the message")
     }
 
     /// Writes the message after some bytes already in the buffer, checks those are untouched,

@@ -382,7 +382,6 @@ mod tests {
     use std::panic::{AssertUnwindSafe, catch_unwind};
 
     use fe2o3_amqp_types::messaging::annotations::OwnedKey;
-    use fe2o3_amqp_types::messaging::message::__private::Serializable;
     use fe2o3_amqp_types::messaging::{
         ApplicationProperties, Data, MessageAnnotations, MessageId, Properties,
     };
@@ -1268,7 +1267,7 @@ mod tests {
                     .collect::<OrderedMap<_, _>>();
                 message.application_properties = Some(ApplicationProperties(map));
             }
-            let bytes = serde_amqp::to_vec(&Serializable(message)).unwrap();
+            let bytes = tributary_eventhubs::message::encode_message(&message).unwrap();
             let fast = check_message(&bytes, route_by_key)?;
             prop_assert_eq!(fast.is_some(), route_by_key || key.is_none());
             if let Some(event) = fast {

@@ -26,11 +26,10 @@ use fe2o3_amqp_types::messaging::{
     AmqpValue, ApplicationProperties, Body, Data, DeliveryAnnotations, Header, Message,
     MessageAnnotations, MessageId, Properties,
 };
-use fe2o3_amqp_types::primitives::{
-    Binary, OrderedMap, SimpleValue, Symbol, Timestamp, Uuid, Value,
-};
+use fe2o3_amqp_types::primitives::{Binary, OrderedMap, SimpleValue, Symbol, Timestamp, Value};
 use tributary_broker::LastEnqueuedEvent;
 use tributary_event::{EventData, PropertyValue, ReceivedEvent};
+use tributary_eventhubs::property::to_amqp as property_to_amqp;
 
 /// A whole AMQP message as the engine decodes it.
 pub(crate) type AmqpMessage = Message<Body<Value>>;
@@ -49,10 +48,11 @@ pub(crate) fn empty_message() -> AmqpMessage {
 }
 
 /// The message annotation that carries a partition key.
-pub(crate) const PARTITION_KEY: &str = "x-opt-partition-key";
-const SEQUENCE_NUMBER: &str = "x-opt-sequence-number";
-const OFFSET: &str = "x-opt-offset";
-const ENQUEUED_TIME: &str = "x-opt-enqueued-time";
+pub(crate) use tributary_eventhubs::names::annotation::PARTITION_KEY;
+use tributary_eventhubs::names::annotation::{ENQUEUED_TIME, OFFSET, SEQUENCE_NUMBER};
+use tributary_eventhubs::names::runtime_metric::{
+    LAST_ENQUEUED_OFFSET, LAST_ENQUEUED_SEQUENCE_NUMBER, LAST_ENQUEUED_TIME_UTC, RETRIEVAL_TIME_UTC,
+};
 /// The annotations the broker sets on delivery; dropped from what a producer sends.
 pub(crate) const SYSTEM_ANNOTATIONS: [&str; 3] = [SEQUENCE_NUMBER, OFFSET, ENQUEUED_TIME];
 
@@ -232,43 +232,16 @@ fn map_properties(mut p: Properties, event: &mut EventData) -> Option<Properties
     (p != Properties::default()).then_some(p)
 }
 
-/// The typed value of an application property, and whether the AMQP value must also be kept.
+/// The typed value of an application property, and whether the AMQP value must also be kept:
+/// the twin alone for the twin types ([`tributary_eventhubs::property::twin`]); a symbol as a
+/// string and kept, so AMQP receivers get a symbol back; any other type kept only.
 fn property_from_amqp(value: &SimpleValue) -> (Option<PropertyValue>, bool) {
-    let typed = match value {
-        SimpleValue::Null => PropertyValue::Null,
-        SimpleValue::Bool(b) => PropertyValue::Bool(*b),
-        SimpleValue::Int(n) => PropertyValue::Int32(*n),
-        SimpleValue::Long(n) => PropertyValue::Int64(*n),
-        SimpleValue::Uint(n) => PropertyValue::UInt32(*n),
-        SimpleValue::Ulong(n) => PropertyValue::UInt64(*n),
-        SimpleValue::Float(f) => PropertyValue::Float32(f.into_inner()),
-        SimpleValue::Double(f) => PropertyValue::Float64(f.into_inner()),
-        SimpleValue::String(s) => PropertyValue::String(s.clone()),
-        SimpleValue::Binary(b) => PropertyValue::Bytes(Bytes::copy_from_slice(b)),
-        SimpleValue::Timestamp(t) => PropertyValue::Timestamp(t.milliseconds()),
-        SimpleValue::Uuid(u) => PropertyValue::Uuid(*u.as_inner()),
-        SimpleValue::Symbol(s) => {
-            return (Some(PropertyValue::String(s.as_str().to_owned())), true);
-        }
-        _ => return (None, true),
-    };
-    (Some(typed), false)
-}
-
-fn property_to_amqp(value: &PropertyValue) -> SimpleValue {
     match value {
-        PropertyValue::Null => SimpleValue::Null,
-        PropertyValue::Bool(b) => SimpleValue::Bool(*b),
-        PropertyValue::Int32(n) => SimpleValue::Int(*n),
-        PropertyValue::Int64(n) => SimpleValue::Long(*n),
-        PropertyValue::UInt32(n) => SimpleValue::Uint(*n),
-        PropertyValue::UInt64(n) => SimpleValue::Ulong(*n),
-        PropertyValue::Float32(f) => SimpleValue::Float((*f).into()),
-        PropertyValue::Float64(f) => SimpleValue::Double((*f).into()),
-        PropertyValue::String(s) => SimpleValue::String(s.clone()),
-        PropertyValue::Bytes(b) => SimpleValue::Binary(Binary::from(b.to_vec())),
-        PropertyValue::Timestamp(ms) => SimpleValue::Timestamp(Timestamp::from_milliseconds(*ms)),
-        PropertyValue::Uuid(u) => SimpleValue::Uuid(Uuid::from(*u)),
+        SimpleValue::Symbol(s) => (Some(PropertyValue::String(s.as_str().to_owned())), true),
+        other => match tributary_eventhubs::property::twin(other) {
+            Some(typed) => (Some(typed), false),
+            None => (None, true),
+        },
     }
 }
 
@@ -386,22 +359,22 @@ fn runtime_annotations(last: &LastEnqueuedEvent) -> DeliveryAnnotations {
     let mut map = OrderedMap::new();
     let timestamp = |ms: i64| Value::Timestamp(Timestamp::from_milliseconds(ms));
     map.insert(
-        OwnedKey::from("last_enqueued_sequence_number"),
+        OwnedKey::from(LAST_ENQUEUED_SEQUENCE_NUMBER),
         Value::Long(last.sequence_number),
     );
     map.insert(
-        OwnedKey::from("last_enqueued_offset"),
+        OwnedKey::from(LAST_ENQUEUED_OFFSET),
         Value::String(
             last.offset
                 .map_or_else(|| "-1".to_owned(), |o| o.to_string()),
         ),
     );
     map.insert(
-        OwnedKey::from("last_enqueued_time_utc"),
+        OwnedKey::from(LAST_ENQUEUED_TIME_UTC),
         timestamp(last.enqueued_time_ms.unwrap_or(0)),
     );
     map.insert(
-        OwnedKey::from("runtime_info_retrieval_time_utc"),
+        OwnedKey::from(RETRIEVAL_TIME_UTC),
         timestamp(last.retrieved_time_ms),
     );
     DeliveryAnnotations(map)
@@ -416,6 +389,7 @@ pub(crate) fn value_body(value: Value) -> Body<Value> {
 mod tests {
     use super::*;
     use fe2o3_amqp_types::messaging::AmqpSequence;
+    use fe2o3_amqp_types::primitives::Uuid;
 
     fn received(data: EventData) -> ReceivedEvent {
         ReceivedEvent {

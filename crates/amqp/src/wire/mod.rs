@@ -39,7 +39,6 @@ use tributary_amqp_engine::driver::{self, Ending, Handler};
 use tributary_amqp_engine::{Config, Connection, Event, LinkId, SessionId};
 use tributary_broker::Broker;
 
-use crate::address::{self, Node};
 use crate::auth::ConnectionGrants;
 use crate::conditions::{self, Refusal};
 use crate::limits::{
@@ -47,6 +46,7 @@ use crate::limits::{
     SEND_LINK_CREDIT,
 };
 use crate::policies::AccessPolicies;
+use tributary_eventhubs::address::{self, Node};
 
 /// What every connection shares.
 #[derive(Debug)]
@@ -316,7 +316,7 @@ impl ServerHandler {
             .any(|entry| matches!(entry.kind, LinkKind::Send(_)));
         if !draining {
             connection.close(Some(engine_error(
-                "amqp:connection:forced",
+                conditions::CONNECTION_FORCED,
                 "the broker is shutting down",
             )));
         }
@@ -405,8 +405,12 @@ impl ServerHandler {
                         let mut answer = answer_for(&attach);
                         answer.snd_settle_mode = definitions::SenderSettleMode::Settled;
                         if runtime_metric {
-                            answer.offered_capabilities =
-                                Some(vec![Symbol::from(receive_link::RUNTIME_METRIC)].into());
+                            answer.offered_capabilities = Some(
+                                vec![Symbol::from(
+                                    tributary_eventhubs::names::link::RUNTIME_METRIC_CAPABILITY,
+                                )]
+                                .into(),
+                            );
                         }
                         if connection.attach_answer(link, answer).is_ok() {
                             self.register(link, LinkKind::Receive(handle));
@@ -578,5 +582,5 @@ fn link_address(attach: &Attach) -> Option<String> {
 fn attached_node(attach: &Attach) -> Result<Node, Refusal> {
     let address = link_address(attach)
         .ok_or_else(|| Refusal::new(conditions::NOT_FOUND, "the link names no address"))?;
-    address::parse(&address).map_err(|e| Refusal::new(conditions::NOT_FOUND, e))
+    address::parse(&address).map_err(|e| Refusal::new(conditions::NOT_FOUND, e.to_string()))
 }

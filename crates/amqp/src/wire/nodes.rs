@@ -15,7 +15,6 @@
 use std::collections::VecDeque;
 
 use fe2o3_amqp_types::definitions::SenderSettleMode;
-use fe2o3_amqp_types::messaging::message::__private::Serializable;
 use fe2o3_amqp_types::messaging::{
     AmqpValue, ApplicationProperties, Body, Properties, Rejected, TargetArchetype,
 };
@@ -29,6 +28,7 @@ use super::{ConnectionState, amqp_error, now_secs};
 use crate::auth::{self, READ};
 use crate::conditions::{self, Refusal};
 use crate::limits::NODE_QUEUE_MAX;
+use tributary_eventhubs::names::management as m;
 
 /// Which request/response node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +83,7 @@ impl ReplyLink {
             tracing::debug!(kind = ?self.kind, "response link full; response dropped");
             return;
         }
-        match serde_amqp::to_vec(&Serializable(&response)) {
+        match tributary_eventhubs::message::encode_message(&response) {
             Ok(encoded) => self.queue.push_back(encoded),
             Err(e) => tracing::warn!(error = %e, "a response did not encode"),
         }
@@ -166,9 +166,9 @@ fn response(
         .as_ref()
         .and_then(|p| p.message_id.clone());
     let mut application_properties = OrderedMap::new();
-    application_properties.insert("status-code".to_owned(), SimpleValue::Int(status));
+    application_properties.insert(m::STATUS_CODE.to_owned(), SimpleValue::Int(status));
     application_properties.insert(
-        "status-description".to_owned(),
+        m::STATUS_DESCRIPTION.to_owned(),
         SimpleValue::String(description.to_owned()),
     );
     AmqpMessage {
@@ -191,7 +191,7 @@ fn failure(request: &AmqpMessage, status: i32, condition: &str, description: &st
     );
     if let Some(ap) = message.application_properties.as_mut() {
         ap.0.insert(
-            "error-condition".to_owned(),
+            m::ERROR_CONDITION.to_owned(),
             SimpleValue::String(condition.to_owned()),
         );
     }
@@ -199,7 +199,7 @@ fn failure(request: &AmqpMessage, status: i32, condition: &str, description: &st
 }
 
 fn put_token(request: &AmqpMessage, connection: &ConnectionState) -> AmqpMessage {
-    if property(request, "operation") != Some("put-token") {
+    if property(request, m::OPERATION) != Some(m::PUT_TOKEN) {
         return failure(
             request,
             400,
@@ -234,12 +234,12 @@ fn put_token(request: &AmqpMessage, connection: &ConnectionState) -> AmqpMessage
 }
 
 /// Whether the request may read `hub`: its own `security_token`, or the connection's grants.
-fn may_read(request: &AmqpMessage, connection: &ConnectionState, hub: &str) -> Result<(), String> {
+fn may_read(request: &AmqpMessage, connection: &ConnectionState, hub: &str) -> Result<(), Refusal> {
     let entity = hub.to_ascii_lowercase();
     let now = now_secs();
-    if let Some(token) = property(request, "security_token") {
-        let verified = crate::sas::verify(token, &connection.ctx.policies, now)
-            .map_err(|e| e.to_string())
+    if let Some(token) = property(request, m::SECURITY_TOKEN) {
+        let verified = auth::verify(token, &connection.ctx.policies, now)
+            .map_err(|e| Refusal::new(conditions::UNAUTHORIZED, e.to_string()))
             .and_then(|grant| auth::check(&grant, &entity, READ, now));
         if verified.is_ok() {
             return Ok(());
@@ -249,7 +249,7 @@ fn may_read(request: &AmqpMessage, connection: &ConnectionState, hub: &str) -> R
 }
 
 fn management(request: &AmqpMessage, connection: &ConnectionState) -> AmqpMessage {
-    if !property(request, "operation").is_some_and(|o| o.eq_ignore_ascii_case("READ")) {
+    if !property(request, m::OPERATION).is_some_and(|o| o.eq_ignore_ascii_case(m::READ)) {
         return failure(
             request,
             400,
@@ -257,7 +257,7 @@ fn management(request: &AmqpMessage, connection: &ConnectionState) -> AmqpMessag
             "the only $management operation is READ",
         );
     }
-    let Some(hub) = property(request, "name") else {
+    let Some(hub) = property(request, m::NAME) else {
         return failure(
             request,
             400,
@@ -266,13 +266,13 @@ fn management(request: &AmqpMessage, connection: &ConnectionState) -> AmqpMessag
         );
     };
     if let Err(e) = may_read(request, connection, hub) {
-        return failure(request, 401, conditions::UNAUTHORIZED, &e);
+        return failure(request, 401, e.condition, &e.description);
     }
     let broker = &connection.ctx.broker;
-    let result = match property(request, "type") {
-        Some("com.microsoft:eventhub") => broker.describe_hub(hub).map(|d| hub_map(&d)),
-        Some("com.microsoft:partition") => {
-            let Some(partition) = property(request, "partition") else {
+    let result = match property(request, m::TYPE) {
+        Some(m::EVENTHUB_TYPE) => broker.describe_hub(hub).map(|d| hub_map(&d)),
+        Some(m::PARTITION_TYPE) => {
+            let Some(partition) = property(request, m::PARTITION) else {
                 return failure(
                     request,
                     400,
@@ -314,17 +314,17 @@ fn hub_map(definition: &tributary_broker::HubDefinition) -> OrderedMap<Value, Va
         .map(|p| Value::String(p.to_string()))
         .collect();
     let mut map = OrderedMap::new();
-    map.insert(key("name"), Value::String(definition.name.clone()));
-    map.insert(key("type"), key("com.microsoft:eventhub"));
+    map.insert(key(m::NAME), Value::String(definition.name.clone()));
+    map.insert(key(m::TYPE), key(m::EVENTHUB_TYPE));
     map.insert(
-        key("created_at"),
+        key(m::CREATED_AT),
         Value::Timestamp(Timestamp::from_milliseconds(definition.created_at_ms)),
     );
     map.insert(
-        key("partition_count"),
+        key(m::PARTITION_COUNT),
         Value::Int(i32::try_from(definition.partition_count).unwrap_or(i32::MAX)),
     );
-    map.insert(key("partition_ids"), Value::Array(Array::from(ids)));
+    map.insert(key(m::PARTITION_IDS), Value::Array(Array::from(ids)));
     map
 }
 
@@ -334,30 +334,30 @@ fn partition_map(
     p: &tributary_broker::PartitionProperties,
 ) -> OrderedMap<Value, Value> {
     let mut map = OrderedMap::new();
-    map.insert(key("name"), Value::String(hub.to_owned()));
-    map.insert(key("type"), key("com.microsoft:partition"));
-    map.insert(key("partition"), Value::String(partition.to_owned()));
+    map.insert(key(m::NAME), Value::String(hub.to_owned()));
+    map.insert(key(m::TYPE), key(m::PARTITION_TYPE));
+    map.insert(key(m::PARTITION), Value::String(partition.to_owned()));
     map.insert(
-        key("begin_sequence_number"),
+        key(m::BEGIN_SEQUENCE_NUMBER),
         Value::Long(p.begin_sequence_number),
     );
     map.insert(
-        key("last_enqueued_sequence_number"),
+        key(m::LAST_ENQUEUED_SEQUENCE_NUMBER),
         Value::Long(p.last_enqueued_sequence_number),
     );
     map.insert(
-        key("last_enqueued_offset"),
+        key(m::LAST_ENQUEUED_OFFSET),
         Value::String(
             p.last_enqueued_offset
                 .map_or_else(|| "-1".to_owned(), |o| o.to_string()),
         ),
     );
     map.insert(
-        key("last_enqueued_time_utc"),
+        key(m::LAST_ENQUEUED_TIME_UTC),
         Value::Timestamp(Timestamp::from_milliseconds(
             p.last_enqueued_time_ms.unwrap_or(0),
         )),
     );
-    map.insert(key("is_partition_empty"), Value::Bool(p.is_empty));
+    map.insert(key(m::IS_PARTITION_EMPTY), Value::Bool(p.is_empty));
     map
 }

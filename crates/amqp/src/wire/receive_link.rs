@@ -30,18 +30,15 @@ use tributary_event::EventPosition;
 
 use super::delivery::write_delivery_message;
 use super::{Command, ConnectionState, LinkRef, now_secs, shutting_down};
-use crate::address::Node;
 use crate::auth::LISTEN;
 use crate::conditions::{self, Refusal};
 use crate::limits::{RECEIVE_BATCH_EVENTS, RECEIVE_WAIT};
-use crate::selector::parse_selector;
-
-/// The capability a receiver desires to get last-enqueued-event delivery annotations.
-pub(crate) const RUNTIME_METRIC: &str = "com.microsoft:enable-receiver-runtime-metric";
-const EPOCH: &str = "com.microsoft:epoch";
-const RECEIVER_NAME: &str = "com.microsoft:receiver-name";
-const SELECTOR_NAME: &str = "apache.org:selector-filter:string";
-const SELECTOR_CODE: u64 = 0x0000_468C_0000_0004;
+use tributary_eventhubs::address::Node;
+use tributary_eventhubs::names::link::{
+    EPOCH, RECEIVER_NAME, RUNTIME_METRIC_CAPABILITY as RUNTIME_METRIC,
+    SELECTOR_FILTER_CODE as SELECTOR_CODE, SELECTOR_FILTER_KEY as SELECTOR_NAME,
+};
+use tributary_eventhubs::selector;
 
 /// The entity a receive link names.
 #[derive(Debug, Clone)]
@@ -113,7 +110,7 @@ fn start_position(attach: &Attach) -> Result<EventPosition, Refusal> {
         Value::String(s) => s.as_str(),
         _ => return Err(argument("the selector filter must hold a string".into())),
     };
-    parse_selector(expression).map_err(argument)
+    selector::parse(expression).map_err(|e| argument(e.to_string()))
 }
 
 fn request(attach: &Attach) -> Result<Request, Refusal> {
@@ -131,7 +128,7 @@ fn request(attach: &Attach) -> Result<Request, Refusal> {
         Some(_) => {
             let refusal = Refusal::new(
                 conditions::ARGUMENT_ERROR,
-                "com.microsoft:epoch must be a long",
+                format!("{EPOCH} must be a long"),
             );
             return Err(refusal);
         }
@@ -266,10 +263,7 @@ impl ReceiveLinkHandle {
 /// Whether the connection still holds a grant to listen on `entity`, and until when (Unix
 /// seconds).
 fn authorized(entity: &str, connection: &ConnectionState) -> Result<i64, Refusal> {
-    connection
-        .grants
-        .authorize(entity, LISTEN, now_secs())
-        .map_err(|e| Refusal::new(conditions::UNAUTHORIZED, e))
+    connection.grants.authorize(entity, LISTEN, now_secs())
 }
 
 /// Resolves once the grant valid until `until_secs` (Unix seconds) has expired, or after a day

@@ -37,13 +37,13 @@ use super::ingest::{Envelope, event_of};
 use super::message::decode_strict;
 use super::nodes::rejected;
 use super::{Command, ConnectionState, LinkRef, now_secs};
-use crate::address::Node;
 use crate::auth::SEND;
 use crate::conditions::{self, Refusal};
 use crate::limits::{BATCH_EVENTS_MAX, SEND_LINK_CREDIT, SEND_PIPELINE_MAX};
+use tributary_eventhubs::address::Node;
 
 /// The message format of an Event Hubs batch: the body's data sections are whole messages.
-pub(crate) const BATCH_FORMAT: u32 = 0x8001_3700;
+pub(crate) use tributary_eventhubs::names::BATCH_MESSAGE_FORMAT as BATCH_FORMAT;
 
 /// Where a send link's messages go.
 #[derive(Debug, Clone)]
@@ -193,7 +193,6 @@ fn authorized(to: &SendTo, connection: &ConnectionState) -> Result<(), Refusal> 
         .grants
         .authorize(&to.entity, SEND, now_secs())
         .map(|_| ())
-        .map_err(|e| Refusal::new(conditions::UNAUTHORIZED, e))
 }
 
 /// An append that was issued and is not settled yet.
@@ -427,12 +426,11 @@ mod tests {
     use super::*;
     use crate::wire::message::{AmqpMessage, empty_message};
     use fe2o3_amqp_types::messaging::annotations::OwnedKey;
-    use fe2o3_amqp_types::messaging::message::__private::Serializable;
     use fe2o3_amqp_types::messaging::{Body, Data, MessageAnnotations};
     use fe2o3_amqp_types::primitives::{Binary, OrderedMap, Value};
 
     fn to_bytes(message: AmqpMessage) -> Vec<u8> {
-        serde_amqp::to_vec(&Serializable(message)).unwrap()
+        tributary_eventhubs::message::encode_message(&message).unwrap()
     }
 
     fn encoded(body: &[u8], key: Option<&str>) -> Vec<u8> {

@@ -1,146 +1,28 @@
-//! Events ↔ AMQP messages in the Event Hubs dialect, link addresses and the selector filter.
+//! Send: events → the bytes of one transfer, as a producer sends them.
 //!
-//! # Sending
 //! An [`EventData`] becomes one AMQP message: the body as one `data` section, the application
-//! properties with their AMQP types ([`PropertyValue`] ↔ AMQP simple type, one to one), message
-//! id, correlation id (as strings) and content type (a symbol) in `properties`, and the partition
+//! properties with their AMQP types (the [`property`](crate::property) twins), message id,
+//! correlation id (as strings) and content type (a symbol) in `properties`, and the partition
 //! key as the `x-opt-partition-key` message annotation (with `header.durable = true`, as the
 //! Python SDK sends it). More than one event travel as one batch: a transfer with message format
-//! `0x80013700` whose `data` sections each hold one complete encoded message, with the partition
-//! key also on the envelope. The hub stores a batch all or nothing. `encode_outgoing` writes
-//! these bytes directly, section by section, byte for byte what `serde_amqp` makes of the same
-//! `fe2o3-amqp` message: building and serializing that message cost the producer one to two
-//! microseconds of CPU per event, some twenty times what writing the bytes takes.
+//! [`BATCH_MESSAGE_FORMAT`] whose `data` sections each hold one complete encoded message, with
+//! the partition key also on the envelope. The hub stores a batch all or nothing.
+//! [`encode_outgoing`] writes these bytes directly, section by section, byte for byte what
+//! `serde_amqp` makes of the same `fe2o3-amqp` message: building and serializing that message
+//! cost the producer one to two microseconds of CPU per event, some twenty times what writing
+//! the bytes takes.
 //!
-//! # Receiving
-//! A delivered message becomes a [`ReceivedEvent`]: `x-opt-sequence-number` (long),
-//! `x-opt-offset` (decimal string), `x-opt-enqueued-time` (timestamp) and `x-opt-partition-key`
-//! (string) from the message annotations; a hub that leaves out any of the first three is
-//! misbehaving ([`ClientError::Protocol`]). Bodies made of `data` sections are concatenated; an
-//! `amqp-value` holding binary or a string gives those bytes; any other body (a sequence, another
-//! value) is kept as its AMQP encoding. Application-property types with no [`PropertyValue`]
-//! twin widen: `ubyte`/`ushort` to `UInt32`, `byte`/`short` to `Int32`, `char`/`symbol` to
-//! `String`, decimals and described values to `Bytes` holding their AMQP encoding. Message ids
-//! that are not strings arrive as text (`ulong` in decimal, `uuid` hyphenated, `binary` in hex).
-//!
-//! Nothing here panics on what a peer sends: every field is checked and a bad one is an error.
+//! Nothing here panics: a value too long for AMQP is a [`MessageError::TooLong`].
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
-use bytes::Bytes;
-use fe2o3_amqp_types::messaging::annotations::{Annotations, OwnedKey};
-use fe2o3_amqp_types::messaging::{Body, Data, DeliveryAnnotations, Message, MessageId};
-use fe2o3_amqp_types::primitives::{SimpleValue, Value};
-use serde_amqp::described::Described;
-use serde_amqp::descriptor::Descriptor;
 use tributary_amqp_codec::message::{ValueWriter, section};
-use tributary_event::{
-    EventData, EventPosition, PropertyValue, ReceivedEvent, repeats_a_property_key,
-};
-use tributary_processor::LastEnqueuedEventProperties;
+use tributary_event::{EventData, PropertyValue, repeats_a_property_key};
 
-use crate::error::ClientError;
-
-/// The transfer message format of a batch of events (Microsoft's, registered in the AMQP
-/// message-format space).
-pub const BATCH_MESSAGE_FORMAT: u32 = 0x8001_3700;
-
-/// The filter-set key of the selector filter.
-pub const SELECTOR_FILTER_KEY: &str = "apache.org:selector-filter:string";
-
-/// The descriptor code of the selector filter's described value.
-pub const SELECTOR_FILTER_CODE: u64 = 0x0000_468C_0000_0004;
-
-/// Message annotation: the partition key.
-pub const PARTITION_KEY_ANNOTATION: &str = "x-opt-partition-key";
-/// Message annotation: the sequence number the hub assigned.
-pub const SEQUENCE_NUMBER_ANNOTATION: &str = "x-opt-sequence-number";
-/// Message annotation: the offset the hub assigned.
-pub const OFFSET_ANNOTATION: &str = "x-opt-offset";
-/// Message annotation: when the hub enqueued the event.
-pub const ENQUEUED_TIME_ANNOTATION: &str = "x-opt-enqueued-time";
-
-/// The link property carrying the owner level.
-pub const EPOCH_PROPERTY: &str = "com.microsoft:epoch";
-/// The link property naming the receiver (shown in the hub's quota errors).
-pub const RECEIVER_NAME_PROPERTY: &str = "com.microsoft:receiver-name";
-/// The capability asking for last-enqueued-event annotations on deliveries.
-pub const RUNTIME_METRIC_CAPABILITY: &str = "com.microsoft:enable-receiver-runtime-metric";
-
-/// The sender link address for a whole hub (the hub routes) or one partition.
-pub fn sender_address(hub: &str, partition: Option<&str>) -> String {
-    match partition {
-        Some(partition) => format!("{hub}/Partitions/{partition}"),
-        None => hub.to_owned(),
-    }
-}
-
-/// The receiver link address of a partition in a consumer group.
-pub fn receiver_address(hub: &str, consumer_group: &str, partition: &str) -> String {
-    format!("{hub}/ConsumerGroups/{consumer_group}/Partitions/{partition}")
-}
-
-/// The selector-filter expression for a start position, as the Azure SDKs write it.
-pub fn selector_expression(position: &EventPosition) -> String {
-    let op = |inclusive: bool| if inclusive { ">=" } else { ">" };
-    match position {
-        EventPosition::Earliest => "amqp.annotation.x-opt-offset > '-1'".to_owned(),
-        EventPosition::Latest => "amqp.annotation.x-opt-offset > '@latest'".to_owned(),
-        EventPosition::Offset { offset, inclusive } => {
-            format!("amqp.annotation.x-opt-offset {} '{offset}'", op(*inclusive))
-        }
-        EventPosition::SequenceNumber {
-            sequence_number,
-            inclusive,
-        } => format!(
-            "amqp.annotation.x-opt-sequence-number {} '{sequence_number}'",
-            op(*inclusive)
-        ),
-        EventPosition::EnqueuedTime {
-            enqueued_time_ms,
-            inclusive,
-        } => format!(
-            "amqp.annotation.x-opt-enqueued-time {} '{enqueued_time_ms}'",
-            op(*inclusive)
-        ),
-    }
-}
-
-/// The selector filter value for a start position: the expression described by
-/// [`SELECTOR_FILTER_CODE`].
-pub(crate) fn selector_filter(position: &EventPosition) -> Described<Value> {
-    Described {
-        descriptor: Descriptor::Code(SELECTOR_FILTER_CODE),
-        value: Value::String(selector_expression(position)),
-    }
-}
-
-/// An AMQP simple value as the property value it maps to (widening types with no twin; see the
-/// module docs).
-pub(crate) fn property_from_amqp(value: SimpleValue) -> PropertyValue {
-    match value {
-        SimpleValue::Null => PropertyValue::Null,
-        SimpleValue::Bool(v) => PropertyValue::Bool(v),
-        SimpleValue::Ubyte(v) => PropertyValue::UInt32(u32::from(v)),
-        SimpleValue::Ushort(v) => PropertyValue::UInt32(u32::from(v)),
-        SimpleValue::Uint(v) => PropertyValue::UInt32(v),
-        SimpleValue::Ulong(v) => PropertyValue::UInt64(v),
-        SimpleValue::Byte(v) => PropertyValue::Int32(i32::from(v)),
-        SimpleValue::Short(v) => PropertyValue::Int32(i32::from(v)),
-        SimpleValue::Int(v) => PropertyValue::Int32(v),
-        SimpleValue::Long(v) => PropertyValue::Int64(v),
-        SimpleValue::Float(v) => PropertyValue::Float32(v.0),
-        SimpleValue::Double(v) => PropertyValue::Float64(v.0),
-        SimpleValue::Char(v) => PropertyValue::String(v.to_string()),
-        SimpleValue::Timestamp(v) => PropertyValue::Timestamp(v.milliseconds()),
-        SimpleValue::Uuid(v) => PropertyValue::Uuid(v.into_inner()),
-        SimpleValue::Binary(v) => PropertyValue::Bytes(Bytes::from(v.into_vec())),
-        SimpleValue::String(v) => PropertyValue::String(v),
-        SimpleValue::Symbol(v) => PropertyValue::String(v.0),
-        other => PropertyValue::Bytes(Bytes::from(serde_amqp::to_vec(&other).unwrap_or_default())),
-    }
-}
+use crate::message::MessageError;
+use crate::names::BATCH_MESSAGE_FORMAT;
+use crate::names::annotation::PARTITION_KEY as PARTITION_KEY_ANNOTATION;
 
 /// The descriptor code of the `header` section (the codec's [`section`] codes are those the
 /// server writes, and it writes no header).
@@ -199,12 +81,12 @@ const PROPERTY_ESTIMATE: usize = 32;
 /// holds them: each key once, where it first appears, with its last value.
 ///
 /// # Errors
-/// [`ClientError::InvalidArgument`] where the serde path fails too: a string, body, section or
+/// [`MessageError::TooLong`] where the serde path fails too: a string, body, section or
 /// batched message longer than `u32::MAX - 4` bytes, which no AMQP encoding holds. Never panics.
-pub(crate) fn encode_outgoing(
+pub fn encode_outgoing(
     events: &[EventData],
     partition_key: Option<&str>,
-) -> Result<(Vec<u8>, u32), ClientError> {
+) -> Result<(Vec<u8>, u32), MessageError> {
     let prefix_estimate = partition_key.map_or(0, |key| {
         key.len()
             .saturating_add(DURABLE_HEADER.len())
@@ -266,7 +148,7 @@ fn reserve(out: &mut Vec<u8>, estimate: usize) {
 
 /// The sections every message for `partition_key` starts with, the batch envelope too: the
 /// durable header and the partition-key annotation, or nothing without a key.
-fn write_prefix(out: &mut Vec<u8>, partition_key: Option<&str>) -> Result<(), ClientError> {
+fn write_prefix(out: &mut Vec<u8>, partition_key: Option<&str>) -> Result<(), MessageError> {
     let Some(key) = partition_key else {
         return Ok(());
     };
@@ -284,7 +166,7 @@ fn write_prefix(out: &mut Vec<u8>, partition_key: Option<&str>) -> Result<(), Cl
 
 /// Appends `event`'s message after its prefix: `properties` and `application-properties` when
 /// it has any, and its body as one `data` section.
-fn write_message(out: &mut Vec<u8>, event: &EventData) -> Result<(), ClientError> {
+fn write_message(out: &mut Vec<u8>, event: &EventData) -> Result<(), MessageError> {
     write_properties(out, event)?;
     write_application_properties(out, &event.properties)?;
     out.extend_from_slice(&[0x00, 0x53, section::DATA]);
@@ -297,7 +179,7 @@ fn write_batched(
     out: &mut Vec<u8>,
     event: &EventData,
     prefix_len: usize,
-) -> Result<(), ClientError> {
+) -> Result<(), MessageError> {
     // Room for a vbin32 header; moved down to a vbin8 one if the message is short enough.
     out.extend_from_slice(&[0x00, 0x53, section::DATA, VBIN8 + WIDE, 0, 0, 0, 0]);
     let message_at = out.len();
@@ -320,7 +202,7 @@ fn write_batched(
 /// The `properties` section, if the event has a message id, correlation id or content type: a
 /// list ending at the last field set — message-id (0) and correlation-id (5) strings,
 /// content-type (6) a symbol — as `serde_amqp` writes `Properties`.
-fn write_properties(out: &mut Vec<u8>, event: &EventData) -> Result<(), ClientError> {
+fn write_properties(out: &mut Vec<u8>, event: &EventData) -> Result<(), MessageError> {
     let fields = if event.content_type.is_some() {
         7
     } else if event.correlation_id.is_some() {
@@ -346,7 +228,7 @@ fn write_optional_string(
     out: &mut Vec<u8>,
     value: Option<&str>,
     what: &'static str,
-) -> Result<(), ClientError> {
+) -> Result<(), MessageError> {
     match value {
         Some(text) => write_variable(out, STR8, text.as_bytes(), what),
         None => {
@@ -357,11 +239,11 @@ fn write_optional_string(
 }
 
 /// The `application-properties` section, if the event has any: string keys, each value of the
-/// AMQP type [`property_to_amqp`] gives it.
+/// AMQP twin [`crate::property::to_amqp`] gives it.
 fn write_application_properties(
     out: &mut Vec<u8>,
     properties: &[(String, PropertyValue)],
-) -> Result<(), ClientError> {
+) -> Result<(), MessageError> {
     if properties.is_empty() {
         return Ok(());
     }
@@ -382,8 +264,8 @@ fn write_application_properties(
 }
 
 /// One application property: its key (a string) and its value, of the AMQP type
-/// [`property_to_amqp`] gives it.
-fn write_property(out: &mut Vec<u8>, key: &str, value: &PropertyValue) -> Result<(), ClientError> {
+/// [`crate::property::to_amqp`] gives it.
+fn write_property(out: &mut Vec<u8>, key: &str, value: &PropertyValue) -> Result<(), MessageError> {
     write_variable(out, STR8, key.as_bytes(), "an application property's key")?;
     match value {
         PropertyValue::Null => ValueWriter::new(out).null(),
@@ -431,7 +313,7 @@ fn write_variable(
     constructor8: u8,
     bytes: &[u8],
     what: &'static str,
-) -> Result<(), ClientError> {
+) -> Result<(), MessageError> {
     match u8::try_from(bytes.len()) {
         Ok(length) if usize::from(length) <= SHORT_MAX => {
             out.extend_from_slice(&[constructor8, length]);
@@ -447,15 +329,14 @@ fn write_variable(
 }
 
 /// A length for a four-byte length field, or the error the serde path gives for one too long.
-fn long_length(length: usize, what: &'static str) -> Result<u32, ClientError> {
+fn long_length(length: usize, what: &'static str) -> Result<u32, MessageError> {
     u32::try_from(length)
         .ok()
         .filter(|length| *length <= LONG_MAX)
-        .ok_or_else(|| {
-            ClientError::InvalidArgument(format!(
-                "an event could not be encoded: {what} takes {length} bytes, more than the \
-                 {LONG_MAX} AMQP can encode"
-            ))
+        .ok_or(MessageError::TooLong {
+            what,
+            length,
+            max: LONG_MAX,
         })
 }
 
@@ -500,7 +381,7 @@ impl Compound {
         out: &mut Vec<u8>,
         count: usize,
         what: &'static str,
-    ) -> Result<(), ClientError> {
+    ) -> Result<(), MessageError> {
         let header_at = self.header_at;
         let elements_at = header_at + 9;
         let elements = out.len() - elements_at;
@@ -523,162 +404,6 @@ impl Compound {
     }
 }
 
-fn annotation<'a>(annotations: &'a Annotations, name: &str) -> Option<&'a Value> {
-    annotations
-        .iter()
-        .find(|(key, _)| matches!(key, OwnedKey::Symbol(symbol) if symbol.0 == name))
-        .map(|(_, value)| value)
-}
-
-fn value_as_i64(value: &Value) -> Option<i64> {
-    match value {
-        Value::Long(v) => Some(*v),
-        Value::Int(v) => Some(i64::from(*v)),
-        Value::Uint(v) => Some(i64::from(*v)),
-        Value::Ulong(v) => i64::try_from(*v).ok(),
-        Value::Timestamp(v) => Some(v.milliseconds()),
-        Value::String(v) => v.parse().ok(),
-        _ => None,
-    }
-}
-
-fn value_as_u64(value: &Value) -> Option<u64> {
-    match value {
-        Value::String(v) => v.parse().ok(),
-        Value::Ulong(v) => Some(*v),
-        Value::Long(v) => u64::try_from(*v).ok(),
-        Value::Int(v) => u64::try_from(*v).ok(),
-        Value::Uint(v) => Some(u64::from(*v)),
-        _ => None,
-    }
-}
-
-fn required<T>(
-    annotations: &Annotations,
-    name: &str,
-    read: fn(&Value) -> Option<T>,
-) -> Result<T, ClientError> {
-    match annotation(annotations, name) {
-        Some(value) => read(value).ok_or_else(|| ClientError::Protocol {
-            description: format!("the hub sent annotation {name} with an unusable value {value:?}"),
-        }),
-        None => Err(ClientError::Protocol {
-            description: format!("the hub sent an event without the {name} annotation"),
-        }),
-    }
-}
-
-/// The event a delivered message carries.
-pub(crate) fn decode_received(message: Message<Body<Value>>) -> Result<ReceivedEvent, ClientError> {
-    let empty = Annotations::new();
-    let annotations = message
-        .message_annotations
-        .as_ref()
-        .map_or(&empty, |a| &a.0);
-    let sequence_number = required(annotations, SEQUENCE_NUMBER_ANNOTATION, value_as_i64)?;
-    let offset = required(annotations, OFFSET_ANNOTATION, value_as_u64)?;
-    let enqueued_time_ms = required(annotations, ENQUEUED_TIME_ANNOTATION, value_as_i64)?;
-    let partition_key = match annotation(annotations, PARTITION_KEY_ANNOTATION) {
-        Some(Value::String(key)) => Some(key.clone()),
-        Some(Value::Symbol(key)) => Some(key.0.clone()),
-        _ => None,
-    };
-    let (message_id, correlation_id, content_type) = match message.properties {
-        Some(p) => (
-            p.message_id.map(message_id_text),
-            p.correlation_id.map(message_id_text),
-            p.content_type.map(|s| s.0),
-        ),
-        None => (None, None, None),
-    };
-    let properties = message
-        .application_properties
-        .map(|p| {
-            p.0.into_iter()
-                .map(|(key, value)| (key, property_from_amqp(value)))
-                .collect()
-        })
-        .unwrap_or_default();
-    let data = EventData {
-        body: body_bytes(message.body),
-        properties,
-        partition_key,
-        content_type,
-        correlation_id,
-        message_id,
-        protocol_sections: None,
-    };
-    Ok(ReceivedEvent {
-        sequence_number,
-        offset,
-        enqueued_time_ms,
-        data,
-    })
-}
-
-fn message_id_text(id: MessageId) -> String {
-    match id {
-        MessageId::String(s) => s,
-        MessageId::Ulong(n) => n.to_string(),
-        MessageId::Uuid(uuid) => uuid::Uuid::from_bytes(uuid.into_inner())
-            .hyphenated()
-            .to_string(),
-        MessageId::Binary(bytes) => bytes.iter().map(|b| format!("{b:02x}")).collect(),
-    }
-}
-
-fn body_bytes(body: Body<Value>) -> Bytes {
-    match body {
-        Body::Data(sections) => {
-            let mut sections: Vec<Data> = sections.into_inner();
-            if sections.len() == 1 {
-                return Bytes::from(sections.pop().map(|d| d.0.into_vec()).unwrap_or_default());
-            }
-            let mut out = Vec::new();
-            for section in sections {
-                out.extend_from_slice(&section.0);
-            }
-            Bytes::from(out)
-        }
-        Body::Value(value) => match value.0 {
-            Value::Binary(bytes) => Bytes::from(bytes.into_vec()),
-            Value::String(text) => Bytes::from(text.into_bytes()),
-            other => Bytes::from(serde_amqp::to_vec(&other).unwrap_or_default()),
-        },
-        Body::Sequence(sequences) => {
-            let mut out = Vec::new();
-            for sequence in sequences.into_inner() {
-                out.extend(serde_amqp::to_vec(&sequence).unwrap_or_default());
-            }
-            Bytes::from(out)
-        }
-        Body::Empty => Bytes::new(),
-    }
-}
-
-/// The partition's last-enqueued event from a delivery's annotations (the runtime metric),
-/// when the hub sent it complete.
-pub(crate) fn last_enqueued(
-    annotations: Option<&DeliveryAnnotations>,
-    now_ms: i64,
-) -> Option<LastEnqueuedEventProperties> {
-    let annotations = &annotations?.0;
-    let sequence_number =
-        annotation(annotations, "last_enqueued_sequence_number").and_then(value_as_i64)?;
-    let offset = annotation(annotations, "last_enqueued_offset").and_then(value_as_u64)?;
-    let enqueued_time_ms =
-        annotation(annotations, "last_enqueued_time_utc").and_then(value_as_i64)?;
-    let retrieved_time_ms = annotation(annotations, "runtime_info_retrieval_time_utc")
-        .and_then(value_as_i64)
-        .unwrap_or(now_ms);
-    Some(LastEnqueuedEventProperties {
-        sequence_number,
-        offset,
-        enqueued_time_ms,
-        retrieved_time_ms,
-    })
-}
-
 /// The reference encoding the producer's writer is checked against: the events built as
 /// `fe2o3-amqp` messages and serialized by `serde_amqp` (what the producer sent before
 /// [`encode_outgoing`]; about 20 times slower).
@@ -690,25 +415,7 @@ pub(crate) mod serde_reference {
         ApplicationProperties, Batch, Data, Header, Message, MessageAnnotations, MessageId,
         Properties,
     };
-    use fe2o3_amqp_types::primitives::{Binary, SimpleValue, Symbol, Timestamp, Uuid, Value};
-
-    /// A property value as the AMQP simple type it maps to.
-    pub(crate) fn property_to_amqp(value: &PropertyValue) -> SimpleValue {
-        match value {
-            PropertyValue::Null => SimpleValue::Null,
-            PropertyValue::Bool(v) => SimpleValue::Bool(*v),
-            PropertyValue::Int32(v) => SimpleValue::Int(*v),
-            PropertyValue::Int64(v) => SimpleValue::Long(*v),
-            PropertyValue::UInt32(v) => SimpleValue::Uint(*v),
-            PropertyValue::UInt64(v) => SimpleValue::Ulong(*v),
-            PropertyValue::Float32(v) => SimpleValue::Float((*v).into()),
-            PropertyValue::Float64(v) => SimpleValue::Double((*v).into()),
-            PropertyValue::String(v) => SimpleValue::String(v.clone()),
-            PropertyValue::Bytes(v) => SimpleValue::Binary(Binary::from(v.to_vec())),
-            PropertyValue::Timestamp(v) => SimpleValue::Timestamp(Timestamp::from_milliseconds(*v)),
-            PropertyValue::Uuid(v) => SimpleValue::Uuid(Uuid::from(*v)),
-        }
-    }
+    use fe2o3_amqp_types::primitives::{Binary, Symbol, Value};
 
     /// The AMQP message for one event, carrying `partition_key` if given.
     pub(crate) fn event_to_message(
@@ -727,7 +434,7 @@ pub(crate) mod serde_reference {
         let application_properties = (!event.properties.is_empty()).then(|| {
             let mut map = ApplicationProperties::default();
             for (key, value) in &event.properties {
-                map.0.insert(key.clone(), property_to_amqp(value));
+                map.0.insert(key.clone(), crate::property::to_amqp(value));
             }
             map
         });
@@ -755,10 +462,8 @@ pub(crate) mod serde_reference {
     }
 
     /// Encodes a message section by section, as it travels in a transfer.
-    pub(crate) fn encode_message(message: &Message<Batch<Data>>) -> Result<Vec<u8>, ClientError> {
-        let fail = |e: serde_amqp::Error| {
-            ClientError::InvalidArgument(format!("an event could not be encoded: {e}"))
-        };
+    pub(crate) fn encode_message(message: &Message<Batch<Data>>) -> Result<Vec<u8>, MessageError> {
+        let fail = |e: serde_amqp::Error| MessageError::Encode(e.to_string());
         let mut out = Vec::new();
         if let Some(header) = &message.header {
             out.extend(serde_amqp::to_vec(header).map_err(fail)?);
@@ -789,7 +494,7 @@ pub(crate) mod serde_reference {
         /// The encoded size the hub counts against its message size: the message, or the sum of
         /// the envelope's sections. Encodes the message, so it is computed only when the link did
         /// not advertise a maximum (the engine checks an advertised one on the bytes it sends).
-        pub(crate) fn encoded_len(&self) -> Result<u64, ClientError> {
+        pub(crate) fn encoded_len(&self) -> Result<u64, MessageError> {
             Ok(encode_message(&self.message)?.len() as u64)
         }
     }
@@ -798,7 +503,7 @@ pub(crate) mod serde_reference {
     pub(crate) fn outgoing(
         events: &[EventData],
         partition_key: Option<&str>,
-    ) -> Result<Outgoing, ClientError> {
+    ) -> Result<Outgoing, MessageError> {
         if let [event] = events {
             return Ok(Outgoing {
                 message: event_to_message(event, partition_key),
@@ -834,14 +539,24 @@ pub(crate) mod serde_reference {
 
 #[cfg(test)]
 mod tests {
+    use fe2o3_amqp_types::messaging::MessageAnnotations;
     use fe2o3_amqp_types::messaging::annotations::{Annotations, OwnedKey};
     use fe2o3_amqp_types::messaging::message::DecodeIntoMessage;
-    use fe2o3_amqp_types::messaging::{Batch, MessageAnnotations};
-    use fe2o3_amqp_types::primitives::{Binary, Symbol, Timestamp, Uuid};
+    use fe2o3_amqp_types::primitives::Timestamp;
     use serde_amqp::read::SliceReader;
+
+    use bytes::Bytes;
+    use fe2o3_amqp_types::messaging::{Body, Message};
+    use fe2o3_amqp_types::primitives::Value;
+    use tributary_event::PropertyValue;
 
     use super::serde_reference::*;
     use super::*;
+    use crate::names::annotation::{
+        ENQUEUED_TIME as ENQUEUED_TIME_ANNOTATION, OFFSET as OFFSET_ANNOTATION,
+        SEQUENCE_NUMBER as SEQUENCE_NUMBER_ANNOTATION,
+    };
+    use crate::receive::general::{annotation, decode_received};
 
     fn decode(bytes: &[u8]) -> Message<Body<Value>> {
         <Body<Value> as DecodeIntoMessage>::decode_message_from_reader(SliceReader::new(bytes))
@@ -933,154 +648,6 @@ mod tests {
         assert!(batch.encoded_len().unwrap() > sections as u64);
     }
 
-    #[test]
-    fn missing_system_annotations_are_a_protocol_error() {
-        let message =
-            decode(&encode_message(&event_to_message(&EventData::new("x"), None)).unwrap());
-        let err = decode_received(message).unwrap_err();
-        assert!(matches!(err, ClientError::Protocol { .. }), "{err}");
-    }
-
-    #[test]
-    fn bodies_of_every_kind_become_bytes() {
-        use fe2o3_amqp_types::messaging::{AmqpSequence, AmqpValue};
-        assert_eq!(body_bytes(Body::Empty), Bytes::new());
-        assert_eq!(
-            body_bytes(Body::Value(AmqpValue(Value::String("text".to_owned())))),
-            Bytes::from_static(b"text")
-        );
-        assert_eq!(
-            body_bytes(Body::Data(Batch::from(vec![
-                Data(Binary::from(b"ab".to_vec())),
-                Data(Binary::from(b"cd".to_vec())),
-            ]))),
-            Bytes::from_static(b"abcd")
-        );
-        let sequence = body_bytes(Body::Sequence(Batch::from(vec![AmqpSequence(vec![
-            Value::Int(1),
-        ])])));
-        assert!(!sequence.is_empty());
-    }
-
-    #[test]
-    fn received_types_without_a_twin_widen() {
-        assert_eq!(
-            property_from_amqp(SimpleValue::Ubyte(3)),
-            PropertyValue::UInt32(3)
-        );
-        assert_eq!(
-            property_from_amqp(SimpleValue::Short(-3)),
-            PropertyValue::Int32(-3)
-        );
-        assert_eq!(
-            property_from_amqp(SimpleValue::Symbol(Symbol::from("s"))),
-            PropertyValue::String("s".to_owned())
-        );
-        assert_eq!(
-            property_from_amqp(SimpleValue::Char('x')),
-            PropertyValue::String("x".to_owned())
-        );
-        assert_eq!(message_id_text(MessageId::Ulong(42)), "42");
-        assert_eq!(
-            message_id_text(MessageId::Uuid(Uuid::from([0x11; 16]))),
-            "11111111-1111-1111-1111-111111111111"
-        );
-    }
-
-    #[test]
-    fn selector_expressions_match_the_sdks() {
-        let cases = [
-            (
-                EventPosition::Earliest,
-                "amqp.annotation.x-opt-offset > '-1'",
-            ),
-            (
-                EventPosition::Latest,
-                "amqp.annotation.x-opt-offset > '@latest'",
-            ),
-            (
-                EventPosition::Offset {
-                    offset: 42,
-                    inclusive: true,
-                },
-                "amqp.annotation.x-opt-offset >= '42'",
-            ),
-            (
-                EventPosition::Offset {
-                    offset: 42,
-                    inclusive: false,
-                },
-                "amqp.annotation.x-opt-offset > '42'",
-            ),
-            (
-                EventPosition::SequenceNumber {
-                    sequence_number: 7,
-                    inclusive: true,
-                },
-                "amqp.annotation.x-opt-sequence-number >= '7'",
-            ),
-            (
-                EventPosition::EnqueuedTime {
-                    enqueued_time_ms: 1_700_000_000_000,
-                    inclusive: false,
-                },
-                "amqp.annotation.x-opt-enqueued-time > '1700000000000'",
-            ),
-        ];
-        for (position, expected) in cases {
-            assert_eq!(selector_expression(&position), expected);
-        }
-        let described = selector_filter(&EventPosition::Earliest);
-        assert_eq!(described.descriptor, Descriptor::Code(0x468C_0000_0004));
-    }
-
-    #[test]
-    fn addresses() {
-        assert_eq!(sender_address("orders", None), "orders");
-        assert_eq!(sender_address("orders", Some("3")), "orders/Partitions/3");
-        assert_eq!(
-            receiver_address("orders", "$Default", "0"),
-            "orders/ConsumerGroups/$Default/Partitions/0"
-        );
-    }
-
-    #[test]
-    fn runtime_metric_annotations() {
-        let mut annotations = Annotations::new();
-        annotations.insert(
-            OwnedKey::from("last_enqueued_sequence_number"),
-            Value::Long(9),
-        );
-        annotations.insert(
-            OwnedKey::from("last_enqueued_offset"),
-            Value::String("900".to_owned()),
-        );
-        annotations.insert(
-            OwnedKey::from("last_enqueued_time_utc"),
-            Value::Timestamp(Timestamp::from_milliseconds(5)),
-        );
-        let props = last_enqueued(Some(&DeliveryAnnotations(annotations)), 77).unwrap();
-        assert_eq!(
-            props,
-            LastEnqueuedEventProperties {
-                sequence_number: 9,
-                offset: 900,
-                enqueued_time_ms: 5,
-                retrieved_time_ms: 77
-            }
-        );
-        assert_eq!(last_enqueued(None, 0), None);
-    }
-
-    #[test]
-    fn decoding_arbitrary_messages_never_panics() {
-        proptest::proptest!(|(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256))| {
-            if let Ok(message) = <Body<Value> as DecodeIntoMessage>::decode_message_from_reader(SliceReader::new(&bytes)) {
-                let _ = decode_received(message);
-            }
-        });
-    }
-
     /// `encode_outgoing` against the serde path it replaces.
     mod encode_outgoing {
         use super::super::serde_reference::{encode_message, outgoing};
@@ -1090,6 +657,9 @@ mod tests {
 
         use super::super::*;
         use super::decode;
+        use bytes::Bytes;
+        use fe2o3_amqp_types::messaging::Body;
+        use fe2o3_amqp_types::primitives::SimpleValue;
 
         /// What the serde path sends for the same arguments: the oracle.
         fn serde_path(events: &[EventData], partition_key: Option<&str>) -> (Vec<u8>, u32) {
@@ -1357,7 +927,13 @@ mod tests {
             for length in [LONG_MAX as usize + 1, u32::MAX as usize, usize::MAX] {
                 let err = long_length(length, "the body").unwrap_err();
                 assert!(
-                    matches!(&err, ClientError::InvalidArgument(m) if m.contains("the body")),
+                    matches!(
+                        &err,
+                        MessageError::TooLong {
+                            what: "the body",
+                            ..
+                        }
+                    ),
                     "{err}"
                 );
             }

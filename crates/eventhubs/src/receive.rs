@@ -1,4 +1,4 @@
-//! A delivered message's bytes straight into a [`ReceivedEvent`], without building
+//! Receive: a delivered message's bytes straight into a [`ReceivedEvent`], without building
 //! `fe2o3-amqp`'s generic message first.
 //!
 //! [`decode_received_bytes`] gives what decoding the bytes into a `Message<Body<Value>>` and
@@ -17,7 +17,7 @@
 //! - optional `properties`: every field checked, message id, correlation id (of any of the four
 //!   message-id types) and content type kept;
 //! - optional `application-properties`: string keys, values of any primitive type but the
-//!   decimals, mapped as [`property_from_amqp`](crate::codec::property_from_amqp) maps them (a
+//!   decimals, mapped as [`widen`](crate::property::widen) maps them (a
 //!   repeated key keeps its first place and its last value, as the general path's map does);
 //! - zero or more `data` sections, concatenated; then the end of the payload.
 //!
@@ -36,7 +36,7 @@
 //! sizes and counts it reads and frames some arrays differently from the specification: on
 //! bytes that lie it can panic (an odd map count underflows in debug builds) or, once
 //! misframed, read a binary's contents as values nested deeply enough to overflow the stack.
-//! Bytes that fail the check are a [`ClientError::Protocol`], as bytes `fe2o3-amqp` cannot
+//! Bytes that fail the check are a [`MessageError::Malformed`], as bytes `fe2o3-amqp` cannot
 //! decode are. Besides bytes that are not AMQP (sizes and counts that disagree, which
 //! `fe2o3-amqp` may read anyway by the counts), the check refuses only values nested more than
 //! [`NESTING_DEPTH_MAX`](tributary_amqp_codec::value::NESTING_DEPTH_MAX) deep and arrays
@@ -57,17 +57,22 @@ use tributary_amqp_codec::message::section_code::{
 };
 use tributary_amqp_codec::value::{Primitive, Reader, check_well_formed};
 use tributary_event::{EventData, PropertyValue, ReceivedEvent};
-use tributary_processor::LastEnqueuedEventProperties;
 
-use crate::codec::{
-    ENQUEUED_TIME_ANNOTATION, OFFSET_ANNOTATION, PARTITION_KEY_ANNOTATION,
-    SEQUENCE_NUMBER_ANNOTATION, decode_received, last_enqueued,
+pub(crate) mod general;
+
+use self::general::{decode_received, last_enqueued};
+use crate::message::{LastEnqueued, MessageError};
+use crate::names::annotation::{
+    ENQUEUED_TIME as ENQUEUED_TIME_ANNOTATION, OFFSET as OFFSET_ANNOTATION,
+    PARTITION_KEY as PARTITION_KEY_ANNOTATION, SEQUENCE_NUMBER as SEQUENCE_NUMBER_ANNOTATION,
 };
-use crate::error::ClientError;
+use crate::names::runtime_metric::{
+    LAST_ENQUEUED_OFFSET, LAST_ENQUEUED_SEQUENCE_NUMBER, LAST_ENQUEUED_TIME_UTC, RETRIEVAL_TIME_UTC,
+};
 
 /// A delivered event, and the partition's last-enqueued event when the delivery carried the
 /// runtime-metric annotations complete.
-pub(crate) type Received = (ReceivedEvent, Option<LastEnqueuedEventProperties>);
+pub type Received = (ReceivedEvent, Option<LastEnqueued>);
 
 /// The most elements `serde_amqp` accepts in a `map32` (its `MAX_ARRAY_COUNT`); a larger map
 /// is an error there, so it is left to the general path to refuse.
@@ -79,7 +84,7 @@ const REFERENCE_COUNT_MAX: u32 = 65_536;
 ///
 /// Equals decoding the bytes with `fe2o3-amqp` and calling [`decode_received`] and
 /// [`last_enqueued`]; see the module docs for which messages take the fast path.
-pub(crate) fn decode_received_bytes(payload: &[u8], now_ms: i64) -> Result<Received, ClientError> {
+pub fn decode_received_bytes(payload: &[u8], now_ms: i64) -> Result<Received, MessageError> {
     match fast(payload, now_ms) {
         Ok(received) => Ok(received),
         Err(Fallback) => general(payload, now_ms),
@@ -88,7 +93,7 @@ pub(crate) fn decode_received_bytes(payload: &[u8], now_ms: i64) -> Result<Recei
 
 /// The general path: the bytes checked to be well-formed, decoded by `fe2o3-amqp`, converted
 /// by [`decode_received`] and [`last_enqueued`].
-fn general(payload: &[u8], now_ms: i64) -> Result<Received, ClientError> {
+fn general(payload: &[u8], now_ms: i64) -> Result<Received, MessageError> {
     let message = decode_message(payload)?;
     let last = last_enqueued(message.delivery_annotations.as_ref(), now_ms);
     Ok((decode_received(message)?, last))
@@ -96,13 +101,14 @@ fn general(payload: &[u8], now_ms: i64) -> Result<Received, ClientError> {
 
 /// Decodes a message the hub sent (a delivery, a `$cbs` or `$management` response) into
 /// `fe2o3-amqp`'s generic message, after [`check_well_formed`].
-pub(crate) fn decode_message(payload: &[u8]) -> Result<Message<Body<Value>>, ClientError> {
-    check_well_formed(payload).map_err(|e| ClientError::Protocol {
-        description: format!("the hub sent a malformed message: {e}"),
-    })?;
+pub fn decode_message(payload: &[u8]) -> Result<Message<Body<Value>>, MessageError> {
+    check_well_formed(payload)
+        .map_err(|e| MessageError::Malformed(format!("the hub sent a malformed message: {e}")))?;
     <Body<Value> as DecodeIntoMessage>::decode_message_from_reader(SliceReader::new(payload))
-        .map_err(|e| ClientError::Protocol {
-            description: format!("the hub sent a message that could not be decoded: {e}"),
+        .map_err(|e| {
+            MessageError::Malformed(format!(
+                "the hub sent a message that could not be decoded: {e}"
+            ))
         })
 }
 
@@ -247,17 +253,17 @@ fn annotations<'a>(
 fn delivery_annotations(
     reader: &mut Reader<'_>,
     now_ms: i64,
-) -> Result<Option<LastEnqueuedEventProperties>, Fallback> {
+) -> Result<Option<LastEnqueued>, Fallback> {
     let (mut sequence, mut offset, mut enqueued, mut retrieved) = (None, None, None, None);
     annotations(reader, |key, value| match key {
-        "last_enqueued_sequence_number" => sequence = Some(value),
-        "last_enqueued_offset" => offset = Some(value),
-        "last_enqueued_time_utc" => enqueued = Some(value),
-        "runtime_info_retrieval_time_utc" => retrieved = Some(value),
+        LAST_ENQUEUED_SEQUENCE_NUMBER => sequence = Some(value),
+        LAST_ENQUEUED_OFFSET => offset = Some(value),
+        LAST_ENQUEUED_TIME_UTC => enqueued = Some(value),
+        RETRIEVAL_TIME_UTC => retrieved = Some(value),
         _ => {}
     })?;
     let last = (|| {
-        Some(LastEnqueuedEventProperties {
+        Some(LastEnqueued {
             sequence_number: as_i64(sequence?)?,
             offset: as_u64(offset?)?,
             enqueued_time_ms: as_i64(enqueued?)?,
@@ -377,7 +383,7 @@ fn message_id_text(reader: &mut Reader<'_>) -> Result<String, Fallback> {
     Ok(match reader.primitive()? {
         Primitive::String(id) => id.to_owned(),
         Primitive::Ulong(id) => id.to_string(),
-        Primitive::Uuid(id) => uuid::Uuid::from_bytes(id).hyphenated().to_string(),
+        Primitive::Uuid(id) => general::uuid_text(&id),
         Primitive::Binary(id) => {
             use std::fmt::Write as _;
             let mut text = String::with_capacity(id.len() * 2);
@@ -479,19 +485,21 @@ mod tests {
     use tributary_amqp_codec::message::{MapSection, ValueWriter, section, write_data_section};
 
     use super::*;
-    use crate::codec::serde_reference::event_to_message;
+    use crate::send::serde_reference::event_to_message;
     use tributary_amqp_codec::testing::{damage, text};
     use tributary_amqp_codec::value::ArrayRule;
 
     const NOW: i64 = 1_700_000_000_999;
 
     /// The existing path: `fe2o3-amqp` decodes, `decode_received` and `last_enqueued` convert.
-    fn existing(payload: &[u8]) -> Result<Received, ClientError> {
+    fn existing(payload: &[u8]) -> Result<Received, MessageError> {
         let message = <Body<Value> as DecodeIntoMessage>::decode_message_from_reader(
             SliceReader::new(payload),
         )
-        .map_err(|e| ClientError::Protocol {
-            description: format!("the hub sent a message that could not be decoded: {e}"),
+        .map_err(|e| {
+            MessageError::Malformed(format!(
+                "the hub sent a message that could not be decoded: {e}"
+            ))
         })?;
         let last = last_enqueued(message.delivery_annotations.as_ref(), NOW);
         Ok((decode_received(message)?, last))
@@ -499,7 +507,10 @@ mod tests {
 
     /// Results compared through `Debug`, which tells every value apart but lets a NaN equal
     /// itself.
-    fn same(ours: &Result<Received, ClientError>, theirs: &Result<Received, ClientError>) -> bool {
+    fn same(
+        ours: &Result<Received, MessageError>,
+        theirs: &Result<Received, MessageError>,
+    ) -> bool {
         format!("{ours:?}") == format!("{theirs:?}")
     }
 
@@ -909,7 +920,7 @@ mod tests {
             prop_assert!(same(&ours, &theirs), "ours {:?}\ntheirs {:?}", ours, theirs);
         } else {
             prop_assert!(
-                matches!(ours, Err(ClientError::Protocol { .. })),
+                matches!(ours, Err(MessageError::Malformed(_))),
                 "{:?}",
                 ours
             );
@@ -1143,7 +1154,7 @@ mod tests {
         for bytes in cases {
             let ours = decode_received_bytes(&bytes, NOW).unwrap_err();
             let theirs = existing(&bytes).unwrap_err();
-            assert!(matches!(ours, ClientError::Protocol { .. }), "{ours}");
+            assert!(matches!(ours, MessageError::Malformed(_)), "{ours}");
             assert_eq!(ours.to_string(), theirs.to_string());
         }
         // And the complete message decodes on the fast path.
@@ -1222,7 +1233,7 @@ mod tests {
         assert!(same(&Ok(ours.clone()), &existing(&out)));
         assert_eq!(
             ours.1,
-            Some(LastEnqueuedEventProperties {
+            Some(LastEnqueued {
                 sequence_number: 9,
                 offset: 900,
                 enqueued_time_ms: 5,
@@ -1249,7 +1260,7 @@ mod tests {
             let bytes = with_raw_annotation(raw);
             let ours = decode_received_bytes(&bytes, NOW);
             assert!(
-                matches!(ours, Err(ClientError::Protocol { .. })),
+                matches!(ours, Err(MessageError::Malformed(_))),
                 "{raw:x?}: {ours:?}"
             );
             // The existing path fails on them too (or panics: it is not asked here).

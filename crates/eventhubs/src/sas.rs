@@ -1,10 +1,12 @@
-//! Shared access signature (SAS) tokens: parsing, verification and signing.
+//! Shared access signature (SAS) tokens: signing (the client), parsing and verification (the
+//! server), with one signer for both.
 //!
 //! A token is `SharedAccessSignature sr=<audience>&sig=<signature>&se=<expiry>&skn=<key name>`,
 //! every value URL-encoded. The signature is `base64(HMAC-SHA256(key, encode(audience) + "\n" +
 //! expiry))` where `key` is the policy key's UTF-8 text (not base64-decoded) and `encode` is
 //! URL-encoding — which differs between SDKs (Python `quote_plus`, JavaScript
-//! `encodeURIComponent`, older .NET lower-case hex), so [`verify`] accepts any of them.
+//! `encodeURIComponent`, older .NET lower-case hex), so [`verify`] accepts any of them. [`sign`]
+//! signs exactly as the Python SDK does (`quote_plus`).
 //!
 //! # Guarantees
 //! - Parsing is strict: the prefix, every field (`sr`, `sig`, `se`, `skn`, each once), the
@@ -12,18 +14,18 @@
 //!   by [`crate::limits::TOKEN_BYTES_MAX`].
 //! - The signature is compared in constant time.
 //! - An expired token (`se` ≤ now) is refused.
-//! - No key or token ever appears in an error message.
+//! - No key or token ever appears in an error message or a `Debug` output.
+
+use std::time::Duration;
 
 use base64::Engine;
 use hmac::{Hmac, Mac};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use sha2::Sha256;
 
+use crate::connection_string::Credential;
 use crate::limits::TOKEN_BYTES_MAX;
-use crate::policies::{AccessPolicies, Right};
-
-/// The token type the SDKs put on a SAS token in a CBS put-token.
-pub const SAS_TOKEN_TYPE: &str = "servicebus.windows.net:sastoken";
+pub use crate::names::management::SAS_TOKEN_TYPE;
 
 const PREFIX: &str = "SharedAccessSignature ";
 
@@ -86,24 +88,15 @@ impl std::fmt::Debug for SasToken {
     }
 }
 
-/// What a verified token grants.
+/// A token whose signature and expiry were verified.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
+pub struct Verified {
     /// The audience the token was issued for, as given.
     pub audience: String,
-    /// The policy's rights.
-    pub rights: Vec<Right>,
-    /// When the grant ends, unix seconds.
+    /// When the token expires, unix seconds.
     pub expiry: i64,
     /// The policy that signed it.
     pub key_name: String,
-}
-
-impl Grant {
-    /// Whether the grant includes `right` (Manage includes everything).
-    pub fn allows(&self, right: Right) -> bool {
-        self.rights.contains(&right) || self.rights.contains(&Right::Manage)
-    }
 }
 
 /// Parses a token strictly, without checking its signature or expiry.
@@ -214,16 +207,19 @@ fn mac(key: &str, encoded_audience: &str, expiry: &str) -> Hmac<Sha256> {
     mac
 }
 
-/// Verifies `token` against `policies` at `now_secs` (unix seconds) and returns what it grants.
-pub fn verify(token: &str, policies: &AccessPolicies, now_secs: i64) -> Result<Grant, SasError> {
+/// Verifies `token` at `now_secs` (unix seconds) with the key `key_of` gives for its key name.
+pub fn verify<K: AsRef<str>>(
+    token: &str,
+    key_of: impl FnOnce(&str) -> Option<K>,
+    now_secs: i64,
+) -> Result<Verified, SasError> {
     let parsed = parse(token)?;
-    let policy = policies
-        .get(&parsed.key_name)
+    let key = key_of(&parsed.key_name)
         .ok_or_else(|| SasError::UnknownKeyName(parsed.key_name.clone()))?;
     let mut matched = false;
     for encoded in encoded_audiences(&parsed.audience) {
         // `verify_slice` compares in constant time.
-        matched |= mac(&policy.key, &encoded, &parsed.expiry_text)
+        matched |= mac(key.as_ref(), &encoded, &parsed.expiry_text)
             .verify_slice(&parsed.signature)
             .is_ok();
     }
@@ -235,37 +231,97 @@ pub fn verify(token: &str, policies: &AccessPolicies, now_secs: i64) -> Result<G
             expiry: parsed.expiry,
         });
     }
-    Ok(Grant {
+    Ok(Verified {
         audience: parsed.audience,
-        rights: policy.rights.clone(),
         expiry: parsed.expiry,
         key_name: parsed.key_name,
     })
 }
 
-/// Signs a token for `audience` with the policy `key_name`/`key`, valid until `expiry` (unix
-/// seconds), exactly as the Python SDK does.
-pub fn sign(audience: &str, key_name: &str, key: &str, expiry: i64) -> String {
-    let encoded = encoded_audiences(audience)[0].clone();
+/// URL-encodes `text` as Python's `urllib.parse.quote_plus` does: letters, digits and `_.-~`
+/// stay, a space becomes `+`, every other byte of the UTF-8 text becomes `%XX` (upper-case hex).
+pub fn quote_plus(text: &str) -> String {
+    utf8_percent_encode(text, QUOTE_PLUS)
+        .to_string()
+        .replace("%20", "+")
+}
+
+/// Signs a token for `audience` (e.g. `sb://myns.servicebus.windows.net/orders`) with the policy
+/// `key_name`/`key`, valid until `expiry` (unix seconds), exactly as the Python SDK does. The key
+/// is used as written, not base64-decoded, as every SDK does.
+pub fn sign(audience: &str, key_name: &str, key: &str, expiry: u64) -> String {
+    let encoded = quote_plus(audience);
     let expiry = expiry.to_string();
     let signature = mac(key, &encoded, &expiry).finalize().into_bytes();
     let sig = base64::engine::general_purpose::STANDARD.encode(signature);
-    let enc = |s: &str| utf8_percent_encode(s, QUOTE_PLUS).to_string();
     format!(
-        "{PREFIX}sr={}&sig={}&se={expiry}&skn={}",
-        enc(audience),
-        enc(&sig),
-        enc(key_name)
+        "{PREFIX}sr={encoded}&sig={}&se={expiry}&skn={}",
+        quote_plus(&sig),
+        quote_plus(key_name)
     )
+}
+
+/// The `se` (expiry, unix seconds) field of a ready-made token, if it has a readable one. Unlike
+/// [`parse`], lenient: a client only needs to know when to renew a token it was given.
+pub fn token_expiry(token: &str) -> Option<u64> {
+    let fields = token.strip_prefix(PREFIX).unwrap_or(token);
+    fields
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(key, _)| key.trim() == "se")
+        .and_then(|(_, value)| value.trim().parse().ok())
+}
+
+/// A token ready to be put on `$cbs`, with when it stops being valid.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token {
+    /// The token text (`SharedAccessSignature sr=…`).
+    pub value: String,
+    /// When it expires, in unix seconds.
+    pub expires_at_s: u64,
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Token")
+            .field("value", &"<redacted>")
+            .field("expires_at_s", &self.expires_at_s)
+            .finish()
+    }
+}
+
+/// A token for `audience` from `credential`, valid from `now_s` for `lifetime`: signed fresh for
+/// a key, or the connection string's own signature (with its `se`, or `lifetime` from now when
+/// it has none).
+pub fn token_for(credential: &Credential, audience: &str, now_s: u64, lifetime: Duration) -> Token {
+    match credential {
+        Credential::SharedAccessKey { key_name, key } => {
+            let expires_at_s = now_s.saturating_add(lifetime.as_secs().max(1));
+            Token {
+                value: sign(audience, key_name, key, expires_at_s),
+                expires_at_s,
+            }
+        }
+        Credential::SharedAccessSignature(value) => Token {
+            value: value.clone(),
+            expires_at_s: token_expiry(value)
+                .unwrap_or_else(|| now_s.saturating_add(lifetime.as_secs().max(1))),
+        },
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policies::AccessPolicy;
 
-    fn policies() -> AccessPolicies {
-        crate::policies::test_policies()
+    /// The keys of the policies `root` (`c2VjcmV0LWtleQ==`, base64 of `secret-key` as the Azure
+    /// samples use) and `listener` (`listen-key`).
+    fn policies() -> impl Fn(&str) -> Option<&'static str> {
+        |name| match name {
+            "root" => Some("c2VjcmV0LWtleQ=="),
+            "listener" => Some("listen-key"),
+            _ => None,
+        }
     }
 
     #[test]
@@ -278,9 +334,9 @@ mod tests {
             1_700_000_000,
         );
         assert!(token.starts_with("SharedAccessSignature sr=sb%3A%2F%2Flocalhost%2Fhub&sig="));
-        let grant = verify(&token, &policies(), 1_699_999_999).unwrap();
+        let grant = verify(&token, policies(), 1_699_999_999).unwrap();
         assert_eq!(grant.audience, "sb://localhost/hub");
-        assert!(grant.allows(Right::Send));
+        assert_eq!(grant.key_name, "root");
         assert_eq!(grant.expiry, 1_700_000_000);
     }
 
@@ -294,16 +350,8 @@ mod tests {
             "SharedAccessSignature sr=sb%3A%2F%2Fh%2Fe+h&sig={}&se=100&skn=p",
             utf8_percent_encode(&sig, QUOTE_PLUS)
         );
-        let policies = AccessPolicies::new(vec![AccessPolicy {
-            name: "p".into(),
-            key: "k".into(),
-            rights: vec![Right::Send],
-        }])
-        .unwrap();
-        assert_eq!(
-            verify(&token, &policies, 99).unwrap().audience,
-            "sb://h/e h"
-        );
+        let policies = |name: &str| (name == "p").then_some("k");
+        assert_eq!(verify(&token, policies, 99).unwrap().audience, "sb://h/e h");
     }
 
     #[test]
@@ -315,7 +363,7 @@ mod tests {
                 "SharedAccessSignature sr=sb%3A%2F%2Flocalhost%2Fhub&sig={}&se=50&skn=listener",
                 utf8_percent_encode(&sig, QUOTE_PLUS)
             );
-            assert!(verify(&token, &policies(), 10).is_ok(), "{encoded}");
+            assert!(verify(&token, policies(), 10).is_ok(), "{encoded}");
         }
     }
 
@@ -323,26 +371,91 @@ mod tests {
     fn wrong_key_expired_and_unknown_names_are_refused() {
         let forged = sign("sb://localhost/hub", "root", "not-the-key", 1000);
         assert_eq!(
-            verify(&forged, &policies(), 10),
+            verify(&forged, policies(), 10),
             Err(SasError::BadSignature("root".into()))
         );
         let expired = sign("sb://localhost/hub", "root", "c2VjcmV0LWtleQ==", 1000);
         assert_eq!(
-            verify(&expired, &policies(), 1000),
+            verify(&expired, policies(), 1000),
             Err(SasError::Expired { expiry: 1000 })
         );
         let unknown = sign("sb://localhost/hub", "nobody", "x", 1000);
         assert!(matches!(
-            verify(&unknown, &policies(), 10),
+            verify(&unknown, policies(), 10),
             Err(SasError::UnknownKeyName(_))
         ));
         // A tampered audience breaks the signature.
         let token = sign("sb://localhost/hub", "root", "c2VjcmV0LWtleQ==", 1000);
         let tampered = token.replace("%2Fhub", "%2Fother");
         assert!(matches!(
-            verify(&tampered, &policies(), 10),
+            verify(&tampered, policies(), 10),
             Err(SasError::BadSignature(_))
         ));
+    }
+
+    #[test]
+    fn quote_plus_matches_python() {
+        // Values from Python 3: urllib.parse.quote_plus(...)
+        assert_eq!(
+            quote_plus("sb://myns.servicebus.windows.net/orders"),
+            "sb%3A%2F%2Fmyns.servicebus.windows.net%2Forders"
+        );
+        assert_eq!(quote_plus("a b+c/d=e~f_g.h-i"), "a+b%2Bc%2Fd%3De~f_g.h-i");
+        assert_eq!(quote_plus("ü"), "%C3%BC");
+        assert_eq!(quote_plus("%20"), "%2520");
+        assert_eq!(quote_plus(""), "");
+    }
+
+    #[test]
+    fn signs_like_the_azure_sdks() {
+        // Python: azure.eventhub._pyamqp.utils.generate_sas_token(
+        //   "sb://myns.servicebus.windows.net/orders", "RootManageSharedAccessKey",
+        //   "c2VjcmV0", expiry=1700000000)
+        let token = sign(
+            "sb://myns.servicebus.windows.net/orders",
+            "RootManageSharedAccessKey",
+            "c2VjcmV0",
+            1_700_000_000,
+        );
+        // Computed with Python's hmac/hashlib/base64 and urllib.parse.urlencode, as pyamqp does.
+        assert_eq!(
+            token,
+            "SharedAccessSignature sr=sb%3A%2F%2Fmyns.servicebus.windows.net%2Forders&sig=D7yggqm71NqKXGYypfDiTj8YRvUSdYsKHtSxlCjaldo%3D&se=1700000000&skn=RootManageSharedAccessKey"
+        );
+        assert_eq!(token_expiry(&token), Some(1_700_000_000));
+    }
+
+    #[test]
+    fn tokens_from_credentials() {
+        let lifetime = Duration::from_secs(3600);
+        let key = Credential::SharedAccessKey {
+            key_name: "k".to_owned(),
+            key: "s".to_owned(),
+        };
+        let token = token_for(&key, "sb://h/e", 1000, lifetime);
+        assert_eq!(token.expires_at_s, 1000 + 3600);
+        assert_eq!(
+            token_for(&key, "sb://h/e", 1000, Duration::from_secs(5)).expires_at_s,
+            1005
+        );
+        assert!(
+            token
+                .value
+                .starts_with("SharedAccessSignature sr=sb%3A%2F%2Fh%2Fe&sig=")
+        );
+        assert!(!format!("{token:?}").contains("sig="));
+        let given = Credential::SharedAccessSignature(
+            "SharedAccessSignature sr=x&sig=y&se=42&skn=k".to_owned(),
+        );
+        assert_eq!(
+            token_for(&given, "sb://h/e", 1000, lifetime).expires_at_s,
+            42
+        );
+        let odd = Credential::SharedAccessSignature("opaque".to_owned());
+        assert_eq!(
+            token_for(&odd, "sb://h/e", 1000, lifetime).expires_at_s,
+            4600
+        );
     }
 
     #[test]
@@ -365,7 +478,7 @@ mod tests {
         let long = format!("SharedAccessSignature sr={}", "a".repeat(TOKEN_BYTES_MAX));
         assert!(parse(&long).is_err());
         let token = sign("sb://localhost/hub", "root", "c2VjcmV0LWtleQ==", 10);
-        let err = verify(&token, &policies(), 20).unwrap_err().to_string();
+        let err = verify(&token, policies(), 20).unwrap_err().to_string();
         assert!(!err.contains("c2VjcmV0") && !err.contains("sig="), "{err}");
     }
 

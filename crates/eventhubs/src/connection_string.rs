@@ -14,13 +14,30 @@
 //! `SharedAccessSignature`.
 //!
 //! The secret never leaves this module in text: `Debug` and `Display` print `<redacted>` in its
-//! place, and no error message quotes it.
+//! place, and no error message quotes it. [`emulator_connection_string`] writes the form a local
+//! hub hands out (the server prints it for its policies).
 
 use std::fmt;
 
 use thiserror::Error;
 
-use crate::limits::{CONNECTION_STRING_BYTES_MAX, PORT_PLAIN, PORT_TLS};
+use crate::limits::CONNECTION_STRING_BYTES_MAX;
+
+/// The AMQP port when TLS is off (`UseDevelopmentEmulator=true`, `amqp://`): the emulator's and a
+/// local Tributary hub's.
+pub const PORT_PLAIN: u16 = 5672;
+
+/// The AMQP port with TLS (`sb://`, `amqps://`): Azure Event Hubs'.
+pub const PORT_TLS: u16 = 5671;
+
+/// The connection string the official SDKs take for the policy `key_name`/`key` on `host:port`,
+/// with `UseDevelopmentEmulator=true` so they speak plain TCP (no TLS). It holds the key: print
+/// it only where the key may be shown.
+pub fn emulator_connection_string(host: &str, port: u16, key_name: &str, key: &str) -> String {
+    format!(
+        "Endpoint=sb://{host}:{port};SharedAccessKeyName={key_name};SharedAccessKey={key};UseDevelopmentEmulator=true"
+    )
+}
 
 /// What is wrong with a connection string: which part, and why, in words a person can act on.
 /// Never contains the shared access key or signature.
@@ -51,7 +68,7 @@ pub enum Credential {
         key: String,
     },
     /// A ready-made token (`SharedAccessSignature sr=…&sig=…&se=…&skn=…`). It cannot be renewed:
-    /// once it expires, operations fail with [`ClientError::Unauthorized`](crate::ClientError).
+    /// once it expires, a client's operations fail as unauthorized.
     SharedAccessSignature(String),
 }
 
@@ -404,6 +421,23 @@ mod tests {
 
     fn parse(text: &str) -> Result<ConnectionString, ConnectionStringError> {
         ConnectionString::parse(text)
+    }
+
+    #[test]
+    fn the_emulator_form_parses() {
+        let cs = parse(&emulator_connection_string("127.0.0.1", 5999, "root", KEY)).unwrap();
+        assert_eq!(
+            (cs.host(), cs.port(), cs.uses_tls()),
+            ("127.0.0.1", 5999, false)
+        );
+        assert!(cs.use_development_emulator());
+        assert_eq!(
+            cs.credential(),
+            &Credential::SharedAccessKey {
+                key_name: "root".into(),
+                key: KEY.into()
+            }
+        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The Event Hubs selector filter: where a receive link starts.
+//! The Event Hubs selector filter: where a receive link starts, parsed (the server) and
+//! written (the client) in one place.
 //!
 //! The SDKs put an `apache.org:selector-filter:string` filter on the link's source whose text is
 //! one comparison: `amqp.annotation.<field> <op> '<value>'`, where `<field>` is `x-opt-offset`,
@@ -8,27 +9,64 @@
 //! without a filter starts at the beginning of the partition, as the service's does.
 //!
 //! Parsing is strict: anything else is refused with a reason, never guessed at, and never panics
-//! (a property test feeds it arbitrary text).
+//! (a property test feeds it arbitrary text). [`write`] writes what the Azure SDKs write, and
+//! every expression it writes parses back to its position (property-tested).
 
 use tributary_event::EventPosition;
 
 use crate::limits::SELECTOR_BYTES_MAX;
+use crate::names::annotation::{ENQUEUED_TIME, ENQUEUED_TIME_LEGACY, OFFSET, SEQUENCE_NUMBER};
 
-/// Parses a selector expression into a start position. The error is a sentence for the client.
-pub fn parse_selector(expression: &str) -> Result<EventPosition, String> {
-    if expression.len() > SELECTOR_BYTES_MAX {
-        return Err(format!(
-            "the selector filter is longer than {SELECTOR_BYTES_MAX} bytes"
-        ));
+/// What the selector references its fields by.
+const FIELD_PREFIX: &str = "amqp.annotation.";
+
+/// Why a selector expression was refused: a sentence for the client.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SelectorError(String);
+
+/// The selector expression for a start position, as the Azure SDKs write it.
+pub fn write(position: &EventPosition) -> String {
+    let op = |inclusive: bool| if inclusive { ">=" } else { ">" };
+    match position {
+        EventPosition::Earliest => format!("{FIELD_PREFIX}{OFFSET} > '-1'"),
+        EventPosition::Latest => format!("{FIELD_PREFIX}{OFFSET} > '@latest'"),
+        EventPosition::Offset { offset, inclusive } => {
+            format!("{FIELD_PREFIX}{OFFSET} {} '{offset}'", op(*inclusive))
+        }
+        EventPosition::SequenceNumber {
+            sequence_number,
+            inclusive,
+        } => format!(
+            "{FIELD_PREFIX}{SEQUENCE_NUMBER} {} '{sequence_number}'",
+            op(*inclusive)
+        ),
+        EventPosition::EnqueuedTime {
+            enqueued_time_ms,
+            inclusive,
+        } => format!(
+            "{FIELD_PREFIX}{ENQUEUED_TIME} {} '{enqueued_time_ms}'",
+            op(*inclusive)
+        ),
     }
-    let invalid = |why: &str| format!("invalid selector filter {expression:?}: {why}");
+}
+
+/// Parses a selector expression into a start position.
+pub fn parse(expression: &str) -> Result<EventPosition, SelectorError> {
+    if expression.len() > SELECTOR_BYTES_MAX {
+        return Err(SelectorError(format!(
+            "the selector filter is longer than {SELECTOR_BYTES_MAX} bytes"
+        )));
+    }
+    let invalid =
+        |why: &str| SelectorError(format!("invalid selector filter {expression:?}: {why}"));
     let text = expression.trim();
     let field_end = text
         .find(|c: char| c.is_whitespace() || c == '>' || c == '=' || c == '<')
         .ok_or_else(|| invalid("expected `amqp.annotation.<field> <op> '<value>'`"))?;
     let (field, rest) = text.split_at(field_end);
     let field = field
-        .strip_prefix("amqp.annotation.")
+        .strip_prefix(FIELD_PREFIX)
         .ok_or_else(|| invalid("the field must start with `amqp.annotation.`"))?;
     let rest = rest.trim_start();
     let (inclusive, rest) = if let Some(r) = rest.strip_prefix(">=") {
@@ -42,10 +80,10 @@ pub fn parse_selector(expression: &str) -> Result<EventPosition, String> {
     };
     let value = unquote(rest.trim()).ok_or_else(|| invalid("the value must be one quoted word"))?;
     match field.to_ascii_lowercase().as_str() {
-        "x-opt-offset" => offset_position(value, inclusive).ok_or_else(|| {
+        OFFSET => offset_position(value, inclusive).ok_or_else(|| {
             invalid("an offset is a non-negative decimal number, `-1` or `@latest`")
         }),
-        "x-opt-sequence-number" => {
+        SEQUENCE_NUMBER => {
             let sequence_number =
                 parse_i64(value).ok_or_else(|| invalid("a sequence number is a decimal number"))?;
             Ok(EventPosition::SequenceNumber {
@@ -53,7 +91,7 @@ pub fn parse_selector(expression: &str) -> Result<EventPosition, String> {
                 inclusive,
             })
         }
-        "x-opt-enqueued-time" | "x-opt-enqueuedtimeutc" => {
+        ENQUEUED_TIME | ENQUEUED_TIME_LEGACY => {
             let enqueued_time_ms = parse_i64(value)
                 .ok_or_else(|| invalid("an enqueued time is milliseconds since the Unix epoch"))?;
             Ok(EventPosition::EnqueuedTime {
@@ -146,7 +184,7 @@ mod tests {
             ),
         ];
         for (text, expected) in cases {
-            assert_eq!(parse_selector(text), Ok(expected), "{text}");
+            assert_eq!(parse(text), Ok(expected), "{text}");
         }
     }
 
@@ -183,8 +221,68 @@ mod tests {
             ),
         ];
         for (text, expected) in cases {
-            assert_eq!(parse_selector(text), Ok(expected), "{text}");
+            assert_eq!(parse(text), Ok(expected), "{text}");
         }
+    }
+
+    #[test]
+    fn written_expressions_match_the_sdks() {
+        let cases = [
+            (
+                EventPosition::Earliest,
+                "amqp.annotation.x-opt-offset > '-1'",
+            ),
+            (
+                EventPosition::Latest,
+                "amqp.annotation.x-opt-offset > '@latest'",
+            ),
+            (
+                EventPosition::Offset {
+                    offset: 42,
+                    inclusive: true,
+                },
+                "amqp.annotation.x-opt-offset >= '42'",
+            ),
+            (
+                EventPosition::SequenceNumber {
+                    sequence_number: 7,
+                    inclusive: false,
+                },
+                "amqp.annotation.x-opt-sequence-number > '7'",
+            ),
+            (
+                EventPosition::EnqueuedTime {
+                    enqueued_time_ms: 1_700_000_000_000,
+                    inclusive: false,
+                },
+                "amqp.annotation.x-opt-enqueued-time > '1700000000000'",
+            ),
+        ];
+        for (position, text) in cases {
+            assert_eq!(write(&position), text);
+        }
+    }
+
+    fn position() -> impl proptest::strategy::Strategy<Value = EventPosition> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just(EventPosition::Earliest),
+            Just(EventPosition::Latest),
+            (any::<u64>(), any::<bool>())
+                .prop_map(|(offset, inclusive)| EventPosition::Offset { offset, inclusive }),
+            (any::<i64>(), any::<bool>()).prop_map(|(sequence_number, inclusive)| {
+                EventPosition::SequenceNumber {
+                    sequence_number,
+                    inclusive,
+                }
+            }),
+            (any::<i64>(), any::<bool>()).prop_map(|(enqueued_time_ms, inclusive)| {
+                EventPosition::EnqueuedTime {
+                    enqueued_time_ms,
+                    inclusive,
+                }
+            }),
+        ]
     }
 
     #[test]
@@ -203,16 +301,21 @@ mod tests {
             "amqp.annotation.x-opt-partition-key > 'a'",
             "amqp.annotation.x-opt-offset",
         ] {
-            assert!(parse_selector(bad).is_err(), "{bad}");
+            assert!(parse(bad).is_err(), "{bad}");
         }
-        assert!(parse_selector(&"a".repeat(SELECTOR_BYTES_MAX + 1)).is_err());
+        assert!(parse(&"a".repeat(SELECTOR_BYTES_MAX + 1)).is_err());
     }
 
     proptest::proptest! {
         #[test]
         fn never_panics_on_arbitrary_text(s in "\\PC{0,200}") {
-            let _ = parse_selector(&s);
-            let _ = parse_selector(&format!("amqp.annotation.x-opt-offset {s}"));
+            let _ = parse(&s);
+            let _ = parse(&format!("amqp.annotation.x-opt-offset {s}"));
+        }
+
+        #[test]
+        fn written_positions_parse_back(position in position()) {
+            proptest::prop_assert_eq!(parse(&write(&position)), Ok(position));
         }
 
         #[test]
@@ -220,7 +323,7 @@ mod tests {
             let op = if inclusive { ">=" } else { ">" };
             let text = format!("amqp.annotation.x-opt-sequence-number {op} '{n}'");
             proptest::prop_assert_eq!(
-                parse_selector(&text),
+                parse(&text),
                 Ok(EventPosition::SequenceNumber { sequence_number: n, inclusive })
             );
         }

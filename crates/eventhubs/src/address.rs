@@ -1,14 +1,31 @@
-//! Link addresses of the Event Hubs dialect, parsed into the node they name.
+//! Link addresses of the Event Hubs dialect: parsed into the node they name (the server) and
+//! written for a node (the client).
 //!
 //! Clients name nodes as `<hub>`, `<hub>/Partitions/<id>`,
 //! `<hub>/ConsumerGroups/<group>/Partitions/<id>`, `$cbs`, `$management` or
 //! `<hub>/$management`, optionally prefixed by `amqp://host/`, `amqps://host/` or `sb://host/`
 //! (Python sends `amqps://host/...`). The keywords compare case-insensitively; names keep their
-//! case (the broker compares them case-insensitively).
+//! case (the broker compares them case-insensitively). [`Node`]'s `Display` writes the form the
+//! SDKs use (`<hub>/ConsumerGroups/<group>/Partitions/<id>`), which parses back to the same node.
+
+use std::fmt;
+
+/// The claims-based-security node's address.
+pub const CBS: &str = "$cbs";
+/// The management node's address.
+pub const MANAGEMENT: &str = "$management";
+
+/// An address that names no Event Hubs entity.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the address {address:?} names no Event Hubs entity")]
+pub struct AddressError {
+    /// The address, as given.
+    pub address: String,
+}
 
 /// The node a link address names.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Node {
+pub enum Node {
     /// The claims-based-security node.
     Cbs,
     /// The management node (`$management` or `<hub>/$management`).
@@ -38,10 +55,10 @@ pub(crate) enum Node {
 
 impl Node {
     /// The entity path a token's audience must cover, lower-cased, without host.
-    pub(crate) fn entity_path(&self) -> String {
+    pub fn entity_path(&self) -> String {
         let path = match self {
-            Node::Cbs => "$cbs".to_owned(),
-            Node::Management => "$management".to_owned(),
+            Node::Cbs => CBS.to_owned(),
+            Node::Management => MANAGEMENT.to_owned(),
             Node::Hub { hub } => hub.clone(),
             Node::HubPartition { hub, partition } => format!("{hub}/partitions/{partition}"),
             Node::ConsumerPartition {
@@ -54,8 +71,38 @@ impl Node {
     }
 }
 
+/// The address the SDKs write for `node`.
+impl fmt::Display for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Node::Cbs => f.write_str(CBS),
+            Node::Management => f.write_str(MANAGEMENT),
+            Node::Hub { hub } => f.write_str(hub),
+            Node::HubPartition { hub, partition } => write!(f, "{hub}/Partitions/{partition}"),
+            Node::ConsumerPartition {
+                hub,
+                group,
+                partition,
+            } => write!(f, "{hub}/ConsumerGroups/{group}/Partitions/{partition}"),
+        }
+    }
+}
+
+/// The sender link address for a whole hub (the hub routes) or one partition.
+pub fn sender_address(hub: &str, partition: Option<&str>) -> String {
+    match partition {
+        Some(partition) => format!("{hub}/Partitions/{partition}"),
+        None => hub.to_owned(),
+    }
+}
+
+/// The receiver link address of a partition in a consumer group.
+pub fn receiver_address(hub: &str, consumer_group: &str, partition: &str) -> String {
+    format!("{hub}/ConsumerGroups/{consumer_group}/Partitions/{partition}")
+}
+
 /// Strips an optional `scheme://host/` prefix and surrounding slashes.
-pub(crate) fn strip_host(address: &str) -> &str {
+pub fn strip_host(address: &str) -> &str {
     let rest = match address.split_once("://") {
         Some((_, after_scheme)) => after_scheme.split_once('/').map_or("", |(_, path)| path),
         None => address,
@@ -64,18 +111,20 @@ pub(crate) fn strip_host(address: &str) -> &str {
 }
 
 /// Parses a link address. The error says what is wrong in words for the client.
-pub(crate) fn parse(address: &str) -> Result<Node, String> {
+pub fn parse(address: &str) -> Result<Node, AddressError> {
     let path = strip_host(address);
     let segments: Vec<&str> = path.split('/').collect();
     let keyword = |s: &str, k: &str| s.eq_ignore_ascii_case(k);
-    let bad = || format!("the address {address:?} names no Event Hubs entity");
+    let bad = || AddressError {
+        address: address.to_owned(),
+    };
     if segments.iter().any(|s| s.is_empty()) {
         return Err(bad());
     }
     match segments.as_slice() {
-        [node] if keyword(node, "$cbs") => Ok(Node::Cbs),
-        [node] if keyword(node, "$management") => Ok(Node::Management),
-        [_, node] if keyword(node, "$management") => Ok(Node::Management),
+        [node] if keyword(node, CBS) => Ok(Node::Cbs),
+        [node] if keyword(node, MANAGEMENT) => Ok(Node::Management),
+        [_, node] if keyword(node, MANAGEMENT) => Ok(Node::Management),
         [hub] => Ok(Node::Hub {
             hub: (*hub).to_owned(),
         }),
@@ -131,6 +180,33 @@ mod tests {
                 .unwrap()
                 .entity_path(),
             "orders/consumergroups/g/partitions/1"
+        );
+    }
+
+    #[test]
+    fn written_addresses_parse_back() {
+        let nodes = [
+            Node::Cbs,
+            Node::Management,
+            Node::Hub { hub: "h".into() },
+            Node::HubPartition {
+                hub: "h".into(),
+                partition: "2".into(),
+            },
+            Node::ConsumerPartition {
+                hub: "h".into(),
+                group: "$Default".into(),
+                partition: "7".into(),
+            },
+        ];
+        for node in nodes {
+            assert_eq!(parse(&node.to_string()), Ok(node));
+        }
+        assert_eq!(sender_address("h", Some("1")), "h/Partitions/1");
+        assert_eq!(sender_address("h", None), "h");
+        assert_eq!(
+            receiver_address("h", "g", "0"),
+            "h/ConsumerGroups/g/Partitions/0"
         );
     }
 

@@ -1,0 +1,48 @@
+//! The Azure Event Hubs AMQP dialect, written once for Tributary's server and its client.
+//!
+//! `tributary-amqp` (the server) and `tributary-client` both speak Event Hubs over AMQP 1.0; what
+//! makes that dialect — names, conditions, limits, addresses, filters, tokens — lives here, so
+//! the two ends cannot drift apart. Neither defines a dialect constant of its own.
+//!
+//! # What it owns
+//! - **Names** ([`names`]): the `x-opt-*` message annotations, the runtime-metric delivery
+//!   annotations, the receive link's properties, capability and filter, the `$cbs` and
+//!   `$management` request and answer fields, and the batch message format `0x80013700`.
+//! - **Conditions** ([`condition`]): the `amqp:*` and `com.microsoft:*` error symbols, and
+//!   [`Refusal`], a condition with its description.
+//! - **Addresses** ([`address`]): `$cbs`, `$management`, `<hub>`, `<hub>/Partitions/<id>`,
+//!   `<hub>/ConsumerGroups/<group>/Partitions/<id>`, parsed and written.
+//! - **Limits** ([`limits`]): batch size, message size, selector and token length, each with its
+//!   reason, related by compile-time assertions where they relate.
+//! - **Selectors** ([`selector`]): the start-position filter, parsed and written.
+//! - **SAS tokens** ([`sas`]) and **connection strings** ([`connection_string`]).
+//! - **Messages**, one module per direction, failing with one [`MessageError`]: [`send`]
+//!   (events → a producer's transfer bytes) and [`receive`] (a delivery's bytes → the client's
+//!   event), each a fast path checked byte for byte against a general `fe2o3-amqp` path; the
+//!   [`PropertyValue`](tributary_event::PropertyValue) ↔ AMQP mapping they share is
+//!   [`property`].
+//!
+//! # Guarantees
+//! - Nothing a peer sends can panic a parser here: every error is a typed value with a sentence
+//!   for the peer or the caller.
+//! - No key or token is ever logged, printed by `Debug` or echoed in an error.
+//! - What one end writes, the other parses back: addresses, selectors and tokens are
+//!   round-trip tested.
+
+#![forbid(unsafe_code)]
+
+pub mod address;
+pub mod condition;
+pub mod connection_string;
+pub mod limits;
+pub mod message;
+pub mod names;
+pub mod property;
+pub mod receive;
+pub mod sas;
+pub mod selector;
+pub mod send;
+
+pub use condition::Refusal;
+pub use connection_string::{ConnectionString, ConnectionStringError, Credential};
+pub use message::{LastEnqueued, MessageError};
