@@ -45,5 +45,5 @@ mod server;
 mod wire;
 
 pub use error::AmqpError;
-pub use policies::{AccessPolicies, AccessPolicy, Right, connection_string};
+pub use policies::{AccessPolicies, AccessPolicy, Right, connection_string, tls_connection_string};
 pub use server::{AmqpConfig, RunningAmqpServer, start};

@@ -229,6 +229,17 @@ pub fn connection_string(host: &str, port: u16, policy: &AccessPolicy) -> String
     )
 }
 
+/// The connection string for `policy` on an AMQPS listener at `host:port` (no emulator mode:
+/// the SDKs speak TLS).
+pub fn tls_connection_string(host: &str, port: u16, policy: &AccessPolicy) -> String {
+    tributary_eventhubs::connection_string::tls_connection_string(
+        host,
+        port,
+        &policy.name,
+        &policy.key,
+    )
+}
+
 /// Policies for unit tests: `root` (Manage, key `c2VjcmV0LWtleQ==`, base64 of `secret-key`
 /// as the Azure samples use) and `listener` (Listen, key `listen-key`).
 #[cfg(test)]

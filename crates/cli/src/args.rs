@@ -45,6 +45,11 @@ pub struct GlobalArgs {
     /// Log level for diagnostics on stderr (error, warn, info, debug, trace), or a tracing filter.
     #[arg(long, global = true, env = "TRIBUTARY_LOG", default_value = "warn")]
     pub log: String,
+    /// A PEM file of certificate authorities to trust, besides the usual roots, when connecting
+    /// to a hub over TLS (`--connection-string` without UseDevelopmentEmulator): a local hub's
+    /// development authority from `tributary cert`, for instance.
+    #[arg(long, global = true, env = "TRIBUTARY_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
 }
 
 /// The commands.
@@ -68,6 +73,9 @@ pub enum Command {
     Process(ProcessArgs),
     /// Print the ownership and checkpoint table of a consumer group.
     Ownership(OwnershipArgs),
+    /// Make a development certificate authority and a server certificate it signs, for
+    /// `serve --tls-cert/--tls-key` and for clients to trust.
+    Cert(CertArgs),
     /// Print the connection string of a shared access policy (for the Azure SDKs and
     /// --connection-string). It contains the policy's key.
     ConnectionString(ConnectionStringArgs),
@@ -106,6 +114,38 @@ pub struct ServeArgs {
     /// per partition; beyond that, 429).
     #[arg(long)]
     pub http_oci_rate_limits: bool,
+    /// The server's certificate chain (PEM; `tributary cert` makes one for development). With
+    /// --tls-key it turns on AMQPS (--amqps-port) and HTTPS (--https-port) and turns the plain
+    /// ports off unless --plain is given. The files are re-read when they change.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// The AMQPS port (AMQP over TLS, what the Azure SDKs use without
+    /// UseDevelopmentEmulator), with --tls-cert.
+    #[arg(long, default_value_t = 5671)]
+    pub amqps_port: u16,
+    /// The HTTPS port of the HTTP front door, with --tls-cert.
+    #[arg(long, default_value_t = 8443)]
+    pub https_port: u16,
+    /// With --tls-cert, keep the plain AMQP and HTTP ports open as well (for the SDKs'
+    /// emulator mode on this machine).
+    #[arg(long, requires = "tls_cert")]
+    pub plain: bool,
+}
+
+/// `tributary cert`.
+#[derive(Debug, Args)]
+pub struct CertArgs {
+    /// Where to write ca.pem, ca-key.pem, server.pem and server-key.pem (default: tls/ in the
+    /// data directory). An authority already there signs the new server certificate.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Host names and IP addresses the server certificate is valid for, besides localhost,
+    /// 127.0.0.1 and ::1.
+    #[arg(long = "host")]
+    pub hosts: Vec<String>,
 }
 
 /// `tributary connection-string`.

@@ -5,91 +5,16 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
-use tributary_broker::{Broker, BrokerConfig, HubSpec, SendTarget};
+use tributary_broker::{HubSpec, SendTarget};
 use tributary_event::ReceivedEvent;
 use tributary_processor::{PartitionReceiver, ReceiverOptions, SourceError};
 
 use crate::args::{
-    ConnectionStringArgs, GlobalArgs, GroupCommand, HubCommand, ReceiveArgs, SendArgs, ServeArgs,
+    ConnectionStringArgs, GlobalArgs, GroupCommand, HubCommand, ReceiveArgs, SendArgs,
 };
 use crate::hub_handle::{HubHandle, open_broker};
 use crate::input::{Batch, Batcher, LineDefaults, parse_line};
 use crate::output;
-
-/// The log's own limit while front doors run: they enforce the 1 MiB protocol limits on what
-/// clients send; the log's check counts record framing and keys too, so it needs headroom.
-const FRONT_DOOR_EVENT_BYTES_MAX: u32 = 1024 * 1024 + 16 * 1024;
-
-/// `tributary serve`.
-pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
-    let mut config = BrokerConfig::new(&global.data_dir);
-    config.log.durability = global.durability;
-    config.log.event_bytes_max = global.event_bytes_max.max(FRONT_DOOR_EVENT_BYTES_MAX);
-    config.retention_check_interval = Duration::from_millis(args.retention_check as u64);
-    let broker = Broker::open(config).await.with_context(|| {
-        format!(
-            "cannot open the data directory {}",
-            global.data_dir.display()
-        )
-    })?;
-    if broker.list_hubs().is_empty() {
-        broker
-            .create_hub(HubSpec::new(&args.hub, args.partitions))
-            .await
-            .context("cannot create the default hub")?;
-    }
-    let auth = if args.http_unauthenticated {
-        tributary_http::AuthConfig::DevelopmentUnauthenticated
-    } else {
-        // An empty key file on first start: every request is refused until a key is added
-        // (the file is re-read when it changes, no restart needed).
-        let keys = global.data_dir.join("oci-api-keys.json");
-        if !keys.exists() {
-            std::fs::write(&keys, "{}\n")
-                .with_context(|| format!("cannot create {}", keys.display()))?;
-        }
-        tributary_http::AuthConfig::signatures()
-    };
-    let mut http_config =
-        tributary_http::HttpConfig::new((args.listen, args.http_port).into(), auth);
-    if args.http_oci_rate_limits {
-        http_config.rate_limits = tributary_http::RateLimits::oci();
-    }
-    let http = tributary_http::start(broker.clone(), http_config)
-        .await
-        .context("cannot start the HTTP front door")?;
-    let (policies, created) = tributary_amqp::AccessPolicies::load_or_create(&global.data_dir)
-        .context("cannot load the shared access policies")?;
-    let root = created.and_then(|_| policies.policies().first().cloned());
-    let amqp_config =
-        tributary_amqp::AmqpConfig::new((args.listen, args.amqp_port).into(), policies);
-    let amqp = tributary_amqp::start(broker.clone(), amqp_config)
-        .await
-        .context("cannot start the AMQP front door")?;
-    print_banner(global, args, &broker, amqp.local_addr(), http.local_addr())?;
-    if let Some(root) = root {
-        let addr = amqp.local_addr();
-        let host = if addr.ip().is_unspecified() {
-            "localhost".to_owned()
-        } else {
-            addr.ip().to_string()
-        };
-        eprintln!(
-            "created the shared access policy {:?}; its connection string (shown once; `tributary connection-string` prints it again):\n  {}",
-            root.name,
-            tributary_amqp::connection_string(&host, addr.port(), &root)
-        );
-    }
-    eprintln!("press Ctrl-C to stop");
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
-    eprintln!("stopping: closing listeners, syncing partitions");
-    amqp.shutdown().await;
-    http.shutdown().await?;
-    broker.shutdown().await?;
-    Ok(())
-}
 
 /// `tributary connection-string`.
 pub fn connection_string(global: &GlobalArgs, args: &ConnectionStringArgs) -> Result<()> {
@@ -111,56 +36,6 @@ pub fn connection_string(global: &GlobalArgs, args: &ConnectionStringArgs) -> Re
         "{}",
         tributary_amqp::connection_string(&args.host, args.port, policy)
     );
-    Ok(())
-}
-
-fn print_banner(
-    global: &GlobalArgs,
-    args: &ServeArgs,
-    broker: &Broker,
-    amqp: std::net::SocketAddr,
-    http: std::net::SocketAddr,
-) -> Result<()> {
-    let mut err = std::io::stderr().lock();
-    writeln!(
-        err,
-        "tributary {} serving {}",
-        env!("CARGO_PKG_VERSION"),
-        global.data_dir.display()
-    )?;
-    writeln!(err, "  durability: {}", global.durability)?;
-    for hub in broker.list_hubs() {
-        let groups: Vec<_> = hub
-            .consumer_groups
-            .iter()
-            .map(|g| g.name.as_str())
-            .collect();
-        writeln!(
-            err,
-            "  hub {:?}: {} partitions, consumer groups {}",
-            hub.name,
-            hub.partition_count,
-            groups.join(", ")
-        )?;
-    }
-    let auth = if args.http_unauthenticated {
-        "UNAUTHENTICATED (development mode)".to_owned()
-    } else {
-        format!(
-            "OCI request signatures, keys in {}",
-            global.data_dir.join("oci-api-keys.json").display()
-        )
-    };
-    let policies = global.data_dir.join("access-policies.json");
-    writeln!(
-        err,
-        "  amqp: amqp://{amqp} (Azure Event Hubs SDKs; SAS policies in {})",
-        policies.display()
-    )?;
-    writeln!(
-        err,
-        "  http: http://{http}/20180418 (OCI Streaming), /admin/v1, /health, /metrics; {auth}"
-    )?;
     Ok(())
 }
 

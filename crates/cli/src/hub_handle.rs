@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use tokio::sync::OnceCell;
 use tributary_broker::{Broker, BrokerConfig, SendReceipt};
-use tributary_client::{ProducerClient, RemoteHub};
+use tributary_client::{ClientOptions, ProducerClient, RemoteHub};
 use tributary_event::{EventData, SendTarget};
 use tributary_log::LogConfig;
 use tributary_processor::{BrokerSource, PartitionSource};
@@ -33,6 +33,8 @@ pub enum HubHandle {
         connection_string: String,
         /// The hub's name.
         name: String,
+        /// How the producer connects.
+        options: ClientOptions,
     },
 }
 
@@ -53,7 +55,7 @@ impl HubHandle {
                 })
             }
             Some(cs) => {
-                let remote = RemoteHub::connect(cs, hub)
+                let remote = RemoteHub::connect_with_options(cs, Some(hub), client_options(global))
                     .await
                     .with_context(|| format!("cannot connect to event hub {hub:?}"))?;
                 Ok(HubHandle::Remote {
@@ -61,6 +63,7 @@ impl HubHandle {
                     producer: OnceCell::new(),
                     connection_string: cs.to_owned(),
                     name: hub.to_owned(),
+                    options: client_options(global),
                 })
             }
         }
@@ -130,15 +133,31 @@ impl HubHandle {
                 producer,
                 connection_string,
                 name,
+                options,
                 ..
             } => {
                 let producer = producer
-                    .get_or_try_init(|| ProducerClient::connect(connection_string, name))
+                    .get_or_try_init(|| {
+                        ProducerClient::connect_with_options(
+                            connection_string,
+                            Some(name),
+                            options.clone(),
+                        )
+                    })
                     .await?;
                 producer.send(&events, target).await?;
                 Ok(None)
             }
         }
+    }
+}
+
+/// The options of the clients the CLI connects to a remote hub with.
+pub fn client_options(global: &GlobalArgs) -> ClientOptions {
+    let options = ClientOptions::default().with_application_id("tributary-cli");
+    match &global.ca_file {
+        Some(path) => options.with_trusted_certificates(path),
+        None => options,
     }
 }
 

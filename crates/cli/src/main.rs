@@ -15,6 +15,7 @@ mod hub_handle;
 mod input;
 mod output;
 mod process;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -53,13 +54,14 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let global = &cli.global;
     match &cli.command {
-        Command::Serve(args) => commands::serve(global, args).await,
+        Command::Serve(args) => serve::serve(global, args).await,
         Command::Hub(command) => commands::hub(global, command).await,
         Command::Group(command) => commands::group(global, command).await,
         Command::Send(args) => commands::send(global, args).await,
         Command::Receive(args) => commands::receive(global, args).await,
         Command::Process(args) => process::process(global, args).await,
         Command::Ownership(args) => process::ownership(global, args).await,
+        Command::Cert(args) => serve::cert(global, args),
         Command::ConnectionString(args) => commands::connection_string(global, args),
         Command::Bench(args) => bench::run(global, args).await,
     }

@@ -442,7 +442,12 @@ struct Served {
 
 impl Served {
     fn start(d: &Path, hub: &str, partitions: &str) -> Served {
-        let args = [
+        Served::start_with(d, hub, partitions, &[])
+    }
+
+    /// `serve` on free ports with `extra` flags; its first start's connection string.
+    fn start_with(d: &Path, hub: &str, partitions: &str, extra: &[&str]) -> Served {
+        let mut args = vec![
             "serve",
             "--hub",
             hub,
@@ -453,6 +458,7 @@ impl Served {
             "--http-port",
             "0",
         ];
+        args.extend_from_slice(extra);
         let mut child = tributary(d, &args).stderr(Stdio::piped()).spawn().unwrap();
         let mut stderr = BufReader::new(child.stderr.take().unwrap());
         let mut banner = String::new();
@@ -482,6 +488,63 @@ impl Drop for Served {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `tributary cert` makes an authority and a server certificate; `serve` with them speaks TLS
+/// only, and prints a connection string without emulator mode; the CLI's client connects when
+/// told to trust the authority (`--ca-file`) and is refused, with what to do, when not.
+#[test]
+fn serve_with_a_development_certificate_speaks_tls_to_clients_that_trust_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    assert!(run_ok(d, &["cert", "--host", "hub.test"]).contains("a new development authority"));
+    let tls = d.join("tls");
+    let (cert, key, ca) = (
+        tls.join("server.pem"),
+        tls.join("server-key.pem"),
+        tls.join("ca.pem"),
+    );
+    let flags = [
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+        "--amqps-port",
+        "0",
+        "--https-port",
+        "0",
+    ];
+    let served = Served::start_with(d, "events", "1", &flags);
+    let cs = served.connection_string.as_str();
+    assert!(!cs.contains("UseDevelopmentEmulator"), "{cs}");
+    let client_dir = d.join("client");
+    let ca = ca.to_str().unwrap();
+    let send = ["--ca-file", ca, "send", "events", "--connection-string", cs];
+    let out = send_stdin(&client_dir, &send, "over tls\n");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let receive = [
+        "--ca-file",
+        ca,
+        "receive",
+        "events",
+        "--connection-string",
+        cs,
+    ];
+    assert_eq!(run_ok(&client_dir, &receive), "over tls\n");
+    let refused = run_err(
+        &client_dir,
+        &["receive", "events", "--connection-string", cs],
+    );
+    assert!(
+        refused.contains("UnknownIssuer") && refused.contains("--ca-file"),
+        "{refused}"
+    );
+    // A second certificate is signed by the same authority.
+    assert!(run_ok(d, &["cert"]).contains("the development authority already there"));
 }
 
 #[test]

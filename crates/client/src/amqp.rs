@@ -57,6 +57,8 @@ pub(crate) struct Endpoint<'a> {
     pub(crate) host: &'a str,
     pub(crate) port: u16,
     pub(crate) tls: bool,
+    /// Certificate authorities trusted besides the Mozilla roots (a PEM file).
+    pub(crate) trusted_certificates: Option<&'a std::path::Path>,
     pub(crate) container_id: String,
     pub(crate) properties: Option<definitions::Fields>,
 }
@@ -185,7 +187,7 @@ impl AmqpConnection {
             .map_err(|e| connect(e.to_string()))?;
         let _ = tcp.set_nodelay(true);
         if endpoint.tls {
-            let stream = crate::tls::connect(tcp, endpoint.host)
+            let stream = crate::tls::connect(tcp, endpoint.host, endpoint.trusted_certificates)
                 .await
                 .map_err(|e| connect(e.to_string()))?;
             Self::open_on(stream, &endpoint).await

@@ -48,6 +48,9 @@ pub struct ClientOptions {
     /// How long the SAS tokens this client signs stay valid (at least one second). The token
     /// is renewed on the connection once 90 % of this has passed.
     pub token_lifetime: Duration,
+    /// A PEM file of certificate authorities to trust besides the Mozilla roots: a local hub's
+    /// development authority (`tributary cert`), or a company's own.
+    pub trusted_certificates: Option<std::path::PathBuf>,
 }
 
 impl Default for ClientOptions {
@@ -56,6 +59,7 @@ impl Default for ClientOptions {
             operation_timeout: OPERATION_TIMEOUT_DEFAULT,
             application_id: None,
             token_lifetime: SAS_TOKEN_LIFETIME,
+            trusted_certificates: None,
         }
     }
 }
@@ -76,6 +80,12 @@ impl ClientOptions {
     /// With an application id.
     pub fn with_application_id(mut self, id: impl Into<String>) -> Self {
         self.application_id = Some(id.into());
+        self
+    }
+
+    /// Trusting the certificate authorities in the PEM file `path` too.
+    pub fn with_trusted_certificates(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.trusted_certificates = Some(path.into());
         self
     }
 }
@@ -330,6 +340,7 @@ async fn open_connection(target: &Target) -> Result<AmqpConnection, ClientError>
         host: cs.host(),
         port: cs.port(),
         tls: cs.uses_tls(),
+        trusted_certificates: target.options.trusted_certificates.as_deref(),
         container_id,
         properties: Some(properties),
     })

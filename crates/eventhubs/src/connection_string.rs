@@ -39,6 +39,18 @@ pub fn emulator_connection_string(host: &str, port: u16, key_name: &str, key: &s
     )
 }
 
+/// The connection string the official SDKs take for the policy `key_name`/`key` on `host:port`
+/// over TLS (AMQPS), as Azure Event Hubs gives them; the port is left out when it is 5671, the
+/// SDKs' default. It holds the key: print it only where the key may be shown.
+pub fn tls_connection_string(host: &str, port: u16, key_name: &str, key: &str) -> String {
+    let endpoint = if port == PORT_TLS {
+        host.to_owned()
+    } else {
+        format!("{host}:{port}")
+    };
+    format!("Endpoint=sb://{endpoint}/;SharedAccessKeyName={key_name};SharedAccessKey={key}")
+}
+
 /// What is wrong with a connection string: which part, and why, in words a person can act on.
 /// Never contains the shared access key or signature.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

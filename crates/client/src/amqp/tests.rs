@@ -37,6 +37,7 @@ impl Hub {
             host: "hub.test",
             port: 5672,
             tls: false,
+            trusted_certificates: None,
             container_id: "client".to_owned(),
             properties: None,
         };

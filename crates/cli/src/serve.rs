@@ -1,0 +1,267 @@
+//! `tributary serve` (the hub and its front doors until Ctrl-C) and `tributary cert` (a
+//! development authority and server certificate for its TLS doors).
+//!
+//! Without a certificate the doors are plain: AMQP on --amqp-port (the SDKs' emulator mode) and
+//! HTTP on --http-port. With --tls-cert/--tls-key they are AMQPS on --amqps-port and HTTPS on
+//! --https-port, and the plain ones open only with --plain.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use tributary_amqp::{AccessPolicies, AccessPolicy, AmqpConfig, RunningAmqpServer};
+use tributary_broker::{Broker, BrokerConfig, HubSpec};
+use tributary_http::{HttpConfig, RunningHttpServer};
+use tributary_tls::ServerTls;
+
+use crate::args::{CertArgs, GlobalArgs, ServeArgs};
+
+/// The log's own limit while front doors run: they enforce the 1 MiB protocol limits on what
+/// clients send; the log's check counts record framing and keys too, so it needs headroom.
+const FRONT_DOOR_EVENT_BYTES_MAX: u32 = 1024 * 1024 + 16 * 1024;
+
+/// The listeners `serve` runs, each with the URL scheme clients reach it by.
+struct Doors {
+    amqp: Vec<(&'static str, RunningAmqpServer)>,
+    http: Vec<(&'static str, RunningHttpServer)>,
+}
+
+/// `tributary serve`.
+pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
+    let broker = open_with_default_hub(global, args).await?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            Some(ServerTls::from_pem_files(cert, key).context("cannot use the TLS certificate")?)
+        }
+        _ => None,
+    };
+    let (policies, created) = AccessPolicies::load_or_create(&global.data_dir)
+        .context("cannot load the shared access policies")?;
+    let root = created.and_then(|_| policies.policies().first().cloned());
+    let doors = start_doors(global, args, &broker, policies, tls).await?;
+    print_banner(global, args, &broker, &doors)?;
+    if let Some(root) = root {
+        print_root_connection_string(&doors, &root);
+    }
+    eprintln!("press Ctrl-C to stop");
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
+    eprintln!("stopping: closing listeners, syncing partitions");
+    for (_, amqp) in doors.amqp {
+        amqp.shutdown().await;
+    }
+    for (_, http) in doors.http {
+        http.shutdown().await?;
+    }
+    broker.shutdown().await?;
+    Ok(())
+}
+
+async fn open_with_default_hub(global: &GlobalArgs, args: &ServeArgs) -> Result<Broker> {
+    let mut config = BrokerConfig::new(&global.data_dir);
+    config.log.durability = global.durability;
+    config.log.event_bytes_max = global.event_bytes_max.max(FRONT_DOOR_EVENT_BYTES_MAX);
+    config.retention_check_interval = Duration::from_millis(args.retention_check as u64);
+    let broker = Broker::open(config).await.with_context(|| {
+        format!(
+            "cannot open the data directory {}",
+            global.data_dir.display()
+        )
+    })?;
+    if broker.list_hubs().is_empty() {
+        broker
+            .create_hub(HubSpec::new(&args.hub, args.partitions))
+            .await
+            .context("cannot create the default hub")?;
+    }
+    Ok(broker)
+}
+
+/// Starts the HTTP doors, then the AMQP doors: TLS ones with a certificate, plain ones without
+/// (or with --plain).
+async fn start_doors(
+    global: &GlobalArgs,
+    args: &ServeArgs,
+    broker: &Broker,
+    policies: AccessPolicies,
+    tls: Option<ServerTls>,
+) -> Result<Doors> {
+    let plain = tls.is_none() || args.plain;
+    let mut doors = Doors {
+        amqp: Vec::new(),
+        http: Vec::new(),
+    };
+    let mut http_listeners = Vec::new();
+    if let Some(tls) = &tls {
+        http_listeners.push(("https", args.https_port, Some(tls.clone())));
+    }
+    if plain {
+        http_listeners.push(("http", args.http_port, None));
+    }
+    for (scheme, port, tls) in http_listeners {
+        let mut config = HttpConfig::new((args.listen, port).into(), http_auth(global, args)?);
+        if args.http_oci_rate_limits {
+            config.rate_limits = tributary_http::RateLimits::oci();
+        }
+        config.tls = tls;
+        // Every HTTP listener serves the same server-side consumer groups.
+        let http = match doors.http.first() {
+            None => tributary_http::start(broker.clone(), config).await,
+            Some((_, first)) => {
+                let coordinator = first.coordinator().clone();
+                tributary_http::start_with_coordinator(broker.clone(), coordinator, config).await
+            }
+        };
+        let http = http.with_context(|| format!("cannot start the {scheme} front door"))?;
+        doors.http.push((scheme, http));
+    }
+    let mut amqp_listeners = Vec::new();
+    if let Some(tls) = tls {
+        amqp_listeners.push(("amqps", args.amqps_port, Some(tls)));
+    }
+    if plain {
+        amqp_listeners.push(("amqp", args.amqp_port, None));
+    }
+    for (scheme, port, tls) in amqp_listeners {
+        let mut config = AmqpConfig::new((args.listen, port).into(), policies.clone());
+        config.tls = tls;
+        let amqp = tributary_amqp::start(broker.clone(), config)
+            .await
+            .with_context(|| format!("cannot start the {scheme} front door"))?;
+        doors.amqp.push((scheme, amqp));
+    }
+    Ok(doors)
+}
+
+fn http_auth(global: &GlobalArgs, args: &ServeArgs) -> Result<tributary_http::AuthConfig> {
+    if args.http_unauthenticated {
+        return Ok(tributary_http::AuthConfig::DevelopmentUnauthenticated);
+    }
+    // An empty key file on first start: every request is refused until a key is added (the
+    // file is re-read when it changes, no restart needed).
+    let keys = global.data_dir.join("oci-api-keys.json");
+    if !keys.exists() {
+        std::fs::write(&keys, "{}\n")
+            .with_context(|| format!("cannot create {}", keys.display()))?;
+    }
+    Ok(tributary_http::AuthConfig::signatures())
+}
+
+/// The host clients on this machine reach a listener by.
+fn client_host(addr: SocketAddr) -> String {
+    if addr.ip().is_unspecified() {
+        "localhost".to_owned()
+    } else {
+        addr.ip().to_string()
+    }
+}
+
+fn print_root_connection_string(doors: &Doors, root: &AccessPolicy) {
+    let Some((scheme, amqp)) = doors.amqp.first() else {
+        return;
+    };
+    let addr = amqp.local_addr();
+    let text = if *scheme == "amqps" {
+        // The certificate names the host, so the string names it too: localhost here.
+        tributary_amqp::tls_connection_string("localhost", addr.port(), root)
+    } else {
+        tributary_amqp::connection_string(&client_host(addr), addr.port(), root)
+    };
+    eprintln!(
+        "created the shared access policy {:?}; its connection string (shown once; `tributary connection-string` prints it again):\n  {text}",
+        root.name
+    );
+}
+
+fn print_banner(
+    global: &GlobalArgs,
+    args: &ServeArgs,
+    broker: &Broker,
+    doors: &Doors,
+) -> Result<()> {
+    let mut err = std::io::stderr().lock();
+    writeln!(
+        err,
+        "tributary {} serving {}",
+        env!("CARGO_PKG_VERSION"),
+        global.data_dir.display()
+    )?;
+    writeln!(err, "  durability: {}", global.durability)?;
+    for hub in broker.list_hubs() {
+        let groups: Vec<_> = hub
+            .consumer_groups
+            .iter()
+            .map(|g| g.name.as_str())
+            .collect();
+        writeln!(
+            err,
+            "  hub {:?}: {} partitions, consumer groups {}",
+            hub.name,
+            hub.partition_count,
+            groups.join(", ")
+        )?;
+    }
+    let auth = if args.http_unauthenticated {
+        "UNAUTHENTICATED (development mode)".to_owned()
+    } else {
+        format!(
+            "OCI request signatures, keys in {}",
+            global.data_dir.join("oci-api-keys.json").display()
+        )
+    };
+    let policies = global.data_dir.join("access-policies.json");
+    for (scheme, amqp) in &doors.amqp {
+        writeln!(
+            err,
+            "  {scheme}: {scheme}://{} (Azure Event Hubs SDKs; SAS policies in {})",
+            amqp.local_addr(),
+            policies.display()
+        )?;
+    }
+    for (scheme, http) in &doors.http {
+        writeln!(
+            err,
+            "  {scheme}: {scheme}://{}/20180418 (OCI Streaming), /admin/v1, /health, /metrics; {auth}",
+            http.local_addr()
+        )?;
+    }
+    Ok(())
+}
+
+/// `tributary cert`.
+pub fn cert(global: &GlobalArgs, args: &CertArgs) -> Result<()> {
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| global.data_dir.join("tls"));
+    let mut hosts = vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "::1".to_owned(),
+    ];
+    for host in &args.hosts {
+        if !hosts.contains(host) {
+            hosts.push(host.clone());
+        }
+    }
+    let made = tributary_tls::write_development_certificates(&dir, &hosts)
+        .with_context(|| format!("cannot make certificates in {}", dir.display()))?;
+    let authority = if made.created_authority {
+        "a new development authority"
+    } else {
+        "the development authority already there"
+    };
+    println!(
+        "server certificate for {} signed by {authority}:\n  authority (what clients trust): {}\n  certificate: {}\n  key:         {}\n\nserve with it:\n  tributary serve --tls-cert {} --tls-key {}\nclients: trust {} (Python: connection_verify=…; Node: NODE_EXTRA_CA_CERTS=…; tributary: --ca-file …)",
+        hosts.join(", "),
+        made.ca_cert.display(),
+        made.server_cert.display(),
+        made.server_key.display(),
+        made.server_cert.display(),
+        made.server_key.display(),
+        made.ca_cert.display(),
+    );
+    Ok(())
+}
