@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Fixture, bodies, run_node};
+use common::{Fixture, bodies, run_node, run_node_with};
 use serde_json::{Value, json};
 use tributary_event::{PropertyValue, partition_for_key};
 
@@ -216,5 +216,45 @@ async fn js_large_event_round_trips() {
     let stored = f.read_all("large", 0).await;
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0].data.body.len(), size);
+    f.stop().await;
+}
+
+/// AMQPS: the JS SDK, trusting our development authority through Node's NODE_EXTRA_CA_CERTS,
+/// sends and receives with a connection string without emulator mode; trusting another
+/// authority, it is refused and nothing arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_sdk_over_amqps_trusts_our_authority_and_no_other() {
+    let hosts = ["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let (ours, theirs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let ours = tributary_tls::write_development_certificates(ours.path(), &hosts).unwrap();
+    let theirs = tributary_tls::write_development_certificates(theirs.path(), &hosts).unwrap();
+    let tls =
+        tributary_tls::ServerTls::from_pem_files(&ours.server_cert, &ours.server_key).unwrap();
+    let f = Fixture::start_in(
+        tempfile::tempdir().unwrap(),
+        &[("secure", 1)],
+        |_| {},
+        Some(tls),
+    )
+    .await;
+    let conn = tributary_amqp::tls_connection_string("localhost", f.port(), &f.root);
+    let round_trip = |ca: &std::path::Path, bodies: Value| {
+        let args = json!({"conn": conn, "hub": "secure", "bodies": bodies});
+        let ca = ca.to_str().unwrap().to_owned();
+        async move { run_node_with("round-trip", args, &[("NODE_EXTRA_CA_CERTS", &ca)]).await }
+    };
+    let trusted = round_trip(&ours.ca_cert, json!(["a", "b"])).await;
+    assert_eq!(trusted["sent"], true, "{trusted}");
+    let got: Vec<&Value> = trusted["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["body"])
+        .collect();
+    assert_eq!(got, [&json!("a"), &json!("b")], "{trusted}");
+    let refused = round_trip(&theirs.ca_cert, json!(["never"])).await;
+    assert_eq!(refused["sent"], false, "{refused}");
+    assert!(refused.to_string().contains("certificate"), "{refused}");
+    assert_eq!(bodies(&f.read_all("secure", 0).await).len(), 2);
     f.stop().await;
 }

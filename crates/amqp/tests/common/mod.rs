@@ -165,8 +165,14 @@ pub(crate) async fn run_python(script: &str, command: &str, args: Value) -> Valu
 
 /// Runs one scenario of `tests/js/interop.js` with Node and returns the JSON it printed.
 pub(crate) async fn run_node(command: &str, args: Value) -> Value {
+    run_node_with(command, args, &[]).await
+}
+
+/// [`run_node`] with more environment variables (`NODE_EXTRA_CA_CERTS`, say).
+pub(crate) async fn run_node_with(command: &str, args: Value, env: &[(&str, &str)]) -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/js/interop.js");
     let mut cmd = tokio::process::Command::new("node");
+    cmd.envs(env.iter().copied());
     cmd.env("NODE_PATH", node_modules())
         .arg(&path)
         .arg(command)

@@ -260,7 +260,38 @@ async function cmdLarge(args) {
   };
 }
 
-const COMMANDS = { produce: cmdProduce, receive: cmdReceive, steal: cmdSteal, large: cmdLarge };
+/**
+ * Sends `bodies` to partition 0 and receives them back from the start; an error (a refused
+ * certificate, say) is reported, not thrown. Over TLS the SDK trusts what NODE_EXTRA_CA_CERTS
+ * names, as Node does for every TLS client.
+ */
+async function cmdRoundTrip(args) {
+  const retryOptions = { maxRetries: 1, retryDelayInMs: 100, timeoutInMs: 10000 };
+  const producer = new EventHubProducerClient(args.conn, args.hub, { retryOptions });
+  try {
+    const batch = await producer.createBatch({ partitionId: "0" });
+    for (const body of args.bodies) batch.tryAdd({ body });
+    await producer.sendBatch(batch);
+  } catch (error) {
+    return { sent: false, ...errorDoc(error) };
+  } finally {
+    await producer.close();
+  }
+  const client = new EventHubConsumerClient("$default", args.conn, args.hub, { retryOptions });
+  const collector = new Collector(client, { ...args, position: "earliest", partition: 0 });
+  await waitFor(() => collector.events.length >= args.bodies.length || collector.errors.length > 0);
+  await collector.subscription.close();
+  await client.close();
+  return { sent: true, ...collector.result() };
+}
+
+const COMMANDS = {
+  produce: cmdProduce,
+  receive: cmdReceive,
+  steal: cmdSteal,
+  large: cmdLarge,
+  "round-trip": cmdRoundTrip,
+};
 
 async function main() {
   const [command, raw] = process.argv.slice(2);
