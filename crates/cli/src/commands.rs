@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tributary_broker::{Broker, BrokerConfig, HubSpec, SendTarget};
 use tributary_event::ReceivedEvent;
 use tributary_log::LogConfig;
-use tributary_processor::{PartitionReceiver, ReceiverOptions, SourceError};
+use tributary_source::{PartitionReceiver, ReceiverOptions, SourceError};
 
 use crate::args::{
     ConnectionStringArgs, GlobalArgs, GroupCommand, HubCommand, ReceiveArgs, SendArgs, ServeArgs,

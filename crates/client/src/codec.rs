@@ -38,7 +38,7 @@ use tributary_amqp_codec::message::{ValueWriter, section};
 use tributary_event::{
     EventData, EventPosition, PropertyValue, ReceivedEvent, repeats_a_property_key,
 };
-use tributary_processor::LastEnqueuedEventProperties;
+use tributary_source::LastEnqueuedEventProperties;
 
 use crate::error::ClientError;
 

@@ -57,7 +57,7 @@ use tributary_amqp_codec::message::section_code::{
 };
 use tributary_amqp_codec::value::{Primitive, Reader, check_well_formed};
 use tributary_event::{EventData, PropertyValue, ReceivedEvent};
-use tributary_processor::LastEnqueuedEventProperties;
+use tributary_source::LastEnqueuedEventProperties;
 
 use crate::codec::{
     ENQUEUED_TIME_ANNOTATION, OFFSET_ANNOTATION, PARTITION_KEY_ANNOTATION,
