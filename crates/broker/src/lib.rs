@@ -30,7 +30,6 @@
 mod broker;
 mod catalog;
 pub mod config;
-pub mod coordinator;
 pub mod epochs;
 mod error;
 mod hub;
@@ -40,7 +39,6 @@ mod source;
 pub use broker::{Broker, HubSpec, ReceiverSpec, SendReceipt};
 pub use catalog::{ConsumerGroupDefinition, HubDefinition};
 pub use config::BrokerConfig;
-pub use coordinator::{CoordinatorConfig, CoordinatorError, GroupCoordinator};
 pub use error::{BrokerError, DisconnectReason, ReceiveError};
 pub use receiver::{DisconnectWatch, LastEnqueuedEvent, Receiver};
 pub use source::BrokerSource;
