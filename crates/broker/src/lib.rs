@@ -18,6 +18,9 @@
 //! makes it visible, never by polling. A receiver displaced by a higher epoch gets the distinct
 //! [`ReceiveError::Disconnected`] with [`DisconnectReason::Stolen`].
 //!
+//! [`BrokerSource`] offers a hub of the broker as a `tributary_source::PartitionSource`, so an
+//! event processor host (`tributary-processor`) reads it in process.
+//!
 //! # What it does not do
 //! It knows no protocol: the AMQP and HTTP front doors translate to this API. Reads of the log
 //! are synchronous file reads (from the page cache in the common case of a tailing reader),
@@ -27,18 +30,18 @@
 mod broker;
 mod catalog;
 pub mod config;
-pub mod coordinator;
 pub mod epochs;
 mod error;
 mod hub;
 pub mod receiver;
+mod source;
 
 pub use broker::{Broker, HubSpec, ReceiverSpec, SendReceipt};
 pub use catalog::{ConsumerGroupDefinition, HubDefinition};
 pub use config::BrokerConfig;
-pub use coordinator::{CoordinatorConfig, CoordinatorError, GroupCoordinator};
 pub use error::{BrokerError, DisconnectReason, ReceiveError};
 pub use receiver::{DisconnectWatch, LastEnqueuedEvent, Receiver};
+pub use source::BrokerSource;
 pub use tributary_event::SendTarget;
 pub use tributary_log::{
     Durability, DurationCounts, LogConfig, LogError, PartitionProperties, SyncTimes,

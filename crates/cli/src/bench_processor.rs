@@ -15,11 +15,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use tributary_broker::{Broker, BrokerConfig, Durability, HubSpec, SendTarget};
+use tributary_broker::{Broker, BrokerConfig, BrokerSource, Durability, HubSpec, SendTarget};
 use tributary_event::{EventData, ReceivedEvent};
 use tributary_processor::{
-    BrokerSource, CheckpointStore, EventProcessor, EventProcessorHost, InMemoryCheckpointStore,
-    PartitionContext, ProcessorOptions, RunningHost,
+    CheckpointStore, EventProcessor, EventProcessorHost, InMemoryCheckpointStore, PartitionContext,
+    ProcessorOptions, RunningHost,
 };
 
 /// When each (host, partition) last delivered a batch, and how many events were counted.

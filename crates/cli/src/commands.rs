@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use tributary_broker::{HubSpec, SendTarget};
 use tributary_event::ReceivedEvent;
-use tributary_processor::{PartitionReceiver, ReceiverOptions, SourceError};
+use tributary_source::{PartitionReceiver, ReceiverOptions, SourceError};
 
 use crate::args::{
     ConnectionStringArgs, GlobalArgs, GroupCommand, HubCommand, ReceiveArgs, SendArgs,

@@ -1,16 +1,16 @@
 //! One event hub as the commands see it: in this process (the data directory) or remote (a
 //! connection string to a Tributary hub or to Azure Event Hubs). Reading goes through the
-//! processor's `PartitionSource` in both cases, so `receive` and `process` have one code path.
+//! `tributary_source::PartitionSource` in both cases, so `receive` and `process` have one code path.
 
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use tokio::sync::OnceCell;
-use tributary_broker::{Broker, BrokerConfig, SendReceipt};
+use tributary_broker::{Broker, BrokerConfig, BrokerSource, SendReceipt};
 use tributary_client::{ClientOptions, ProducerClient, RemoteHub};
 use tributary_event::{EventData, SendTarget};
 use tributary_log::LogConfig;
-use tributary_processor::{BrokerSource, PartitionSource};
+use tributary_source::PartitionSource;
 
 use crate::args::GlobalArgs;
 

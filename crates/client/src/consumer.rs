@@ -41,7 +41,7 @@ use fe2o3_amqp_types::messaging::{Source, Target as TargetTerminus};
 use fe2o3_amqp_types::primitives::{Array, Symbol, Value};
 use tributary_amqp_engine::connection::attach_frame;
 use tributary_event::{Clock, EventPosition, ReceivedEvent, SystemClock};
-use tributary_processor::{LastEnqueuedEventProperties, ReceiverOptions};
+use tributary_source::{LastEnqueuedEventProperties, ReceiverOptions};
 
 use crate::amqp::{ReceiverEvent, ReceiverLink};
 use serde_amqp::described::Described;
@@ -345,12 +345,12 @@ fn take(event: ReceiverEvent, arrived: &mut VecDeque<Vec<u8>>, ended: &mut Optio
 }
 
 #[async_trait::async_trait]
-impl tributary_processor::PartitionReceiver for EventReceiver {
+impl tributary_source::PartitionReceiver for EventReceiver {
     async fn receive(
         &mut self,
         max_events: usize,
         wait: Duration,
-    ) -> Result<Vec<ReceivedEvent>, tributary_processor::SourceError> {
+    ) -> Result<Vec<ReceivedEvent>, tributary_source::SourceError> {
         EventReceiver::receive(self, max_events, wait)
             .await
             .map_err(Into::into)

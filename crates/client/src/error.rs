@@ -11,7 +11,7 @@
 use fe2o3_amqp_types::definitions::{self, ErrorCondition};
 use fe2o3_amqp_types::primitives::Symbol;
 use thiserror::Error;
-use tributary_processor::SourceError;
+use tributary_source::SourceError;
 
 use tributary_eventhubs::condition as c;
 

@@ -15,8 +15,9 @@
 //! - [`ConsumerClient`] and [`EventReceiver`]: read a partition from any [`EventPosition`], with
 //!   an owner level (epoch) or without, with credit-based prefetch and the runtime metric.
 //! - Hub and partition properties through `$management`.
-//! - [`RemoteHub`]: a [`tributary_processor::PartitionSource`], so the event processor host
-//!   runs against a remote hub.
+//! - [`RemoteHub`]: a [`tributary_source::PartitionSource`], so the event processor host
+//!   (`tributary-processor`) runs against a remote hub. The client depends on the source traits
+//!   only, not on the processor host, the broker or SQLite.
 //!
 //! The AMQP protocol runs on Tributary's own engine (`tributary-amqp-engine`, one task per
 //! connection; see `amqp.rs`), TLS on rustls, and the data model is `tributary-event`'s.
@@ -28,7 +29,7 @@
 //!   partition, in order.
 //! - **Ownership loss is loud.** A receiver taken over by a higher owner level fails with
 //!   [`ClientError::OwnershipLost`] (never a silent reconnect), which [`RemoteHub`] passes to the
-//!   processor host as [`SourceError::OwnershipLost`](tributary_processor::SourceError).
+//!   processor host as [`SourceError::OwnershipLost`](tributary_source::SourceError).
 //! - **Nothing is retried behind the caller's back.** A dropped connection surfaces as
 //!   [`ClientError::ConnectionLost`] on the operations that were using it; the next operation
 //!   reconnects.
@@ -116,4 +117,4 @@ pub use producer::ProducerClient;
 pub use remote::RemoteHub;
 pub use tributary_event::SendTarget;
 pub use tributary_event::{EventData, EventPosition, PropertyValue, ReceivedEvent};
-pub use tributary_processor::{LastEnqueuedEventProperties, ReceiverOptions};
+pub use tributary_source::{LastEnqueuedEventProperties, ReceiverOptions};

@@ -72,6 +72,6 @@ const _: () = assert!(TOKEN_RENEW_AT_PERCENT > 0 && TOKEN_RENEW_AT_PERCENT < 100
 const _: () = assert!(PREFETCH_DEFAULT <= PREFETCH_MAX);
 const _: () = assert!(SAS_TOKEN_LIFETIME.as_secs() > TOKEN_CHECK_INTERVAL_MAX.as_secs());
 const _: () = assert!(
-    PREFETCH_MAX == tributary_processor::limits::PREFETCH_COUNT_LIMIT,
-    "the client must honour every prefetch the processor host accepts"
+    PREFETCH_MAX == tributary_source::PREFETCH_LIMIT,
+    "the client must honour every prefetch a source may be asked for"
 );

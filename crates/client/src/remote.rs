@@ -1,6 +1,6 @@
 //! [`RemoteHub`]: a hub reached over AMQP as a [`PartitionSource`] for the processor host.
 //!
-//! This is what runs an [`EventProcessorHost`](tributary_processor::EventProcessorHost) against
+//! This is what runs an event processor host (`tributary_processor::EventProcessorHost`) against
 //! a Tributary server or Azure Event Hubs. Each `open_receiver` opens an [`EventReceiver`] (an
 //! epoch receiver at the owner level the host passes); errors map to [`SourceError`] by meaning:
 //!
@@ -16,7 +16,7 @@
 //! the next `open_receiver` reconnects.
 
 use async_trait::async_trait;
-use tributary_processor::{PartitionReceiver, PartitionSource, ReceiverOptions, SourceError};
+use tributary_source::{PartitionReceiver, PartitionSource, ReceiverOptions, SourceError};
 
 use crate::connection::ClientOptions;
 use crate::consumer::{ConsumerClient, EventReceiver};

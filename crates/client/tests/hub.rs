@@ -361,7 +361,7 @@ async fn a_higher_epoch_steals_the_partition_with_a_typed_error() {
         let remote = tributary_client::RemoteHub::connect(&hub.connection_string, "orders")
             .await
             .unwrap();
-        use tributary_processor::PartitionSource;
+        use tributary_source::PartitionSource;
         let options = |owner_level| ReceiverOptions {
             partition_id: "1".to_owned(),
             consumer_group: "$Default".to_owned(),
@@ -632,7 +632,7 @@ async fn a_dropped_connection_is_transient_and_the_next_call_reconnects() {
         hub.stop_server().await;
         let lost = receiver.receive(10, WAIT).await.unwrap_err();
         assert!(lost.is_transient(), "{lost}");
-        let source_error: tributary_processor::SourceError = lost.into();
+        let source_error: tributary_source::SourceError = lost.into();
         assert!(source_error.is_transient());
         let down = producer
             .send(&[event("while down")], SendTarget::RoundRobin)

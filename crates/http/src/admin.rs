@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tributary_broker::coordinator::GroupSummary;
 use tributary_broker::{HubDefinition, HubSpec};
+use tributary_groups::GroupSummary;
 
 use crate::error::ApiError;
 use crate::oci::{StreamPath, parse_json};

@@ -23,7 +23,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use tributary_broker::coordinator::Session;
+use tributary_groups::Session;
 
 use crate::limits::{CURSOR_KEY_BYTES, CURSOR_TAG_BYTES};
 

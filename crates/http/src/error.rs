@@ -9,7 +9,8 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use tributary_broker::{BrokerError, CoordinatorError};
+use tributary_broker::BrokerError;
+use tributary_groups::CoordinatorError;
 
 /// An error answer.
 #[derive(Debug, Clone, PartialEq, Eq)]

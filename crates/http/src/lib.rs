@@ -2,8 +2,8 @@
 //! an admin API, health and Prometheus metrics, over one [`tributary_broker::Broker`].
 //!
 //! [`start`] binds a listener and serves until [`RunningHttpServer::shutdown`]. It owns no data:
-//! messages go to and come from the broker, groups live in the broker's
-//! [`GroupCoordinator`], and the only files it keeps are the cursor key
+//! messages go to and come from the broker, groups live in the [`GroupCoordinator`]
+//! (`tributary-groups`, opened by [`start`] over the broker), and the only files it keeps are the cursor key
 //! (`<data_dir>/http-cursor.key`) and, when signatures are required, the API key file it reads
 //! (`<data_dir>/oci-api-keys.json`).
 //!
@@ -49,7 +49,8 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tributary_broker::{Broker, CoordinatorConfig, CoordinatorError, GroupCoordinator};
+use tributary_broker::Broker;
+use tributary_groups::{CoordinatorConfig, CoordinatorError, GroupCoordinator};
 
 /// How requests are authenticated.
 #[derive(Debug, Clone, PartialEq, Eq)]

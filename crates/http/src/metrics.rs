@@ -19,7 +19,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
-use tributary_broker::{Broker, DurationCounts, GroupCoordinator};
+use tributary_broker::{Broker, DurationCounts};
+use tributary_groups::GroupCoordinator;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {

@@ -12,7 +12,8 @@ use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use tributary_broker::{Broker, GroupCoordinator};
+use tributary_broker::Broker;
+use tributary_groups::GroupCoordinator;
 
 use crate::auth::Verifier;
 use crate::cursor::CursorKey;

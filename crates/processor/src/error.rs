@@ -2,8 +2,8 @@
 
 use thiserror::Error;
 
-use crate::source::SourceError;
 use crate::store::StoreError;
+use tributary_source::SourceError;
 
 /// An option that cannot work, with what to change.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

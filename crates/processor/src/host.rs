@@ -36,8 +36,8 @@ use crate::limits::PARTITION_IDS_REFRESH_INTERVAL;
 use crate::options::ProcessorOptions;
 use crate::processor::{CloseReason, ContextScope, EventProcessorFactory, PartitionContext};
 use crate::pump::{PumpConfig, PumpStart, run_pump};
-use crate::source::{PartitionSource, SourceError};
 use crate::store::{Checkpoint, CheckpointStore, Ownership, StoreError};
+use tributary_source::{PartitionSource, SourceError};
 
 /// A configured host, not yet running. See the [crate docs](crate) for an example.
 pub struct EventProcessorHost {

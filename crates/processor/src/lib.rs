@@ -10,12 +10,13 @@
 //!   hands partitions over on shutdown.
 //! - [`EventProcessor`] (made per partition by an [`EventProcessorFactory`], or from a closure
 //!   with [`processor_fn`]) and its [`PartitionContext`]: the user's side.
-//! - [`CheckpointStore`] with [`InMemoryCheckpointStore`] and [`SqliteCheckpointStore`]: the
-//!   ownership and checkpoint records the hosts share.
+//! - [`CheckpointStore`] with [`InMemoryCheckpointStore`] and, with the `sqlite` feature (on by
+//!   default), `SqliteCheckpointStore`: the ownership and checkpoint records the hosts share.
 //! - [`balance`]: the pure load-balancing function the host calls every cycle.
-//! - [`PartitionSource`] / [`PartitionReceiver`]: how events are read. This crate delegates all
-//!   reading to them; [`BrokerSource`] reads an in-process broker, the AMQP client a remote hub,
-//!   and [`testing::InMemoryPartitionSource`] is a test double.
+//! - [`PartitionSource`] / [`PartitionReceiver`] (from `tributary-source`, re-exported here): how
+//!   events are read. This crate delegates all reading to them and knows no hub: the broker's
+//!   `BrokerSource` reads an in-process broker, the AMQP client's `RemoteHub` a remote hub, and
+//!   `tributary_source::testing::InMemoryPartitionSource` is a test double.
 //!
 //! # Delivery guarantees
 //!
@@ -60,7 +61,7 @@
 //! use std::time::Duration;
 //!
 //! use tributary_event::EventData;
-//! use tributary_processor::testing::InMemoryPartitionSource;
+//! use tributary_source::testing::InMemoryPartitionSource;
 //! use tributary_processor::{
 //!     CheckpointStore, EventProcessorHost, InMemoryCheckpointStore, ProcessorOptions,
 //!     processor_fn,
@@ -110,18 +111,14 @@
 //! ```
 
 pub mod balance;
-mod broker_source;
 mod error;
 mod host;
 pub mod limits;
 mod options;
 mod processor;
 mod pump;
-mod source;
 pub mod store;
-pub mod testing;
 
-pub use broker_source::BrokerSource;
 pub use error::{HostError, InvalidOption};
 pub use host::{EventProcessorHost, EventProcessorHostBuilder, RunningHost};
 pub use options::{
@@ -131,10 +128,11 @@ pub use processor::{
     CloseReason, EventProcessor, EventProcessorFactory, PartitionContext, PartitionError,
     ProcessorFn, processor_fn,
 };
-pub use source::{
-    LastEnqueuedEventProperties, PartitionReceiver, PartitionSource, ReceiverOptions, SourceError,
-};
+#[cfg(feature = "sqlite")]
+pub use store::SqliteCheckpointStore;
 pub use store::{
-    Checkpoint, CheckpointStore, InMemoryCheckpointStore, Ownership, OwnershipFence,
-    SqliteCheckpointStore, StoreError,
+    Checkpoint, CheckpointStore, InMemoryCheckpointStore, Ownership, OwnershipFence, StoreError,
+};
+pub use tributary_source::{
+    LastEnqueuedEventProperties, PartitionReceiver, PartitionSource, ReceiverOptions, SourceError,
 };

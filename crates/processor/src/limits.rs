@@ -7,9 +7,10 @@ use std::time::Duration;
 /// 10 GiB, so larger batches are a configuration mistake.
 pub const BATCH_EVENTS_LIMIT: u32 = 10_000;
 
-/// The most events a receiver may buffer ahead of the processor. Ten times
-/// [`BATCH_EVENTS_LIMIT`]: room for a few batches of prefetch at the largest batch size.
-pub const PREFETCH_COUNT_LIMIT: u32 = 100_000;
+/// The most events a receiver may buffer ahead of the processor: what every source honours
+/// ([`tributary_source::PREFETCH_LIMIT`]), ten times [`BATCH_EVENTS_LIMIT`] — room for a few
+/// batches of prefetch at the largest batch size.
+pub const PREFETCH_COUNT_LIMIT: u32 = tributary_source::PREFETCH_LIMIT;
 
 /// The longest host name: the name is stored in every ownership record and written into logs,
 /// and Azure blob metadata keeps values well under this.

@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use thiserror::Error;
 use tributary_event::ReceivedEvent;
 
-use crate::source::{LastEnqueuedEventProperties, SourceError};
 use crate::store::{Checkpoint, CheckpointStore, OwnershipFence, StoreError};
+use tributary_source::{LastEnqueuedEventProperties, SourceError};
 
 /// Why a processor is closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use tributary_event::EventPosition;
 
 use crate::limits::{RECEIVE_RETRY_BACKOFF_MAX, RECEIVE_RETRY_BACKOFF_MIN};
 use crate::processor::{CloseReason, EventProcessor, PartitionContext, PartitionError};
-use crate::source::{PartitionReceiver, PartitionSource, ReceiverOptions, SourceError};
+use tributary_source::{PartitionReceiver, PartitionSource, ReceiverOptions, SourceError};
 
 /// What every pump of a host shares.
 pub(crate) struct PumpConfig {

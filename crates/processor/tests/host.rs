@@ -9,13 +9,14 @@ use std::time::Duration;
 
 use tokio::time::{Instant, sleep};
 use tributary_event::{EventData, EventPosition, ReceivedEvent};
-use tributary_processor::testing::InMemoryPartitionSource;
+#[cfg(feature = "sqlite")]
+use tributary_processor::SqliteCheckpointStore;
 use tributary_processor::{
     Checkpoint, CheckpointStore, CloseReason, EventProcessor, EventProcessorHost, HostError,
     InMemoryCheckpointStore, LoadBalancingStrategy, Ownership, OwnershipFence, PartitionContext,
-    PartitionError, PartitionSource, ProcessorOptions, RunningHost, SourceError,
-    SqliteCheckpointStore, StoreError,
+    PartitionError, PartitionSource, ProcessorOptions, RunningHost, SourceError, StoreError,
 };
+use tributary_source::testing::InMemoryPartitionSource;
 
 const NAMESPACE: &str = "ns.test";
 const HUB: &str = "orders";
@@ -789,6 +790,7 @@ async fn a_panicking_processor_is_reported_and_its_partition_restarts_from_the_c
 }
 
 /// Waits (on real time) until `condition` holds; fails the test after 30 s.
+#[cfg(feature = "sqlite")]
 async fn eventually(what: &str, condition: impl Fn() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !condition() {
@@ -802,6 +804,7 @@ async fn eventually(what: &str, condition: impl Fn() -> bool) {
 
 /// Runs on real time: the SQLite store does real blocking I/O, and a paused clock auto-advances
 /// while the runtime waits for it, which would make the timeline depend on machine load.
+#[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn hosts_sharing_a_sqlite_file_balance_and_hand_over() {
     let directory = tempfile::tempdir().unwrap();

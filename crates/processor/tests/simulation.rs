@@ -24,12 +24,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::sleep;
-use tributary_broker::{Broker, BrokerConfig, Durability, HubSpec, SendTarget};
+use tributary_broker::{Broker, BrokerConfig, BrokerSource, Durability, HubSpec, SendTarget};
 use tributary_event::{EventData, ManualClock, ReceivedEvent};
 use tributary_processor::store::{Checkpoint, Ownership, OwnershipFence, StoreError};
 use tributary_processor::{
-    BrokerSource, CheckpointStore, CloseReason, EventProcessor, EventProcessorHost,
-    InMemoryCheckpointStore, PartitionContext, ProcessorOptions, RunningHost,
+    CheckpointStore, CloseReason, EventProcessor, EventProcessorHost, InMemoryCheckpointStore,
+    PartitionContext, ProcessorOptions, RunningHost,
 };
 
 const HUB: &str = "sim";

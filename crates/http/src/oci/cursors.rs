@@ -5,11 +5,9 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::Uri;
 use axum::response::{IntoResponse, Response};
-use tributary_broker::coordinator::{
-    INSTANCE_TIMEOUT_MS_DEFAULT, JoinRequest, Session, StartPosition,
-};
 use tributary_event::EventPosition;
 use tributary_event::names::parse_partition_id;
+use tributary_groups::{INSTANCE_TIMEOUT_MS_DEFAULT, JoinRequest, Session, StartPosition};
 
 use super::messages::decode_cursor;
 use super::model::{CreateCursorDetails, CreateGroupCursorDetails, CursorBody};

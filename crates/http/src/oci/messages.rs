@@ -7,10 +7,10 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
-use tributary_broker::coordinator::Session;
 use tributary_broker::{BrokerError, HubDefinition, SendReceipt, SendTarget};
 use tributary_event::names::name_key;
 use tributary_event::{EventData, PropertyValue, ReceivedEvent, partition_for_key};
+use tributary_groups::Session;
 
 use super::encode::{MessagesWriter, PutOutcome, put_result};
 use super::model::PutMessagesDetails;

@@ -13,6 +13,7 @@ use super::{Checkpoint, CheckpointStore, Ownership, OwnershipFence, StoreError};
 pub(crate) const SCOPE: (&str, &str, &str) = ("ns.example.test", "hub", "$Default");
 
 /// A claim for a partition nobody has claimed yet, under [`SCOPE`].
+#[cfg(feature = "sqlite")]
 pub(crate) fn new_claim(partition_id: &str, owner_id: &str) -> Ownership {
     claim_in(SCOPE.1, partition_id, owner_id, None)
 }
@@ -31,6 +32,7 @@ fn claim_in(hub: &str, partition_id: &str, owner_id: &str, etag: Option<&str>) -
 }
 
 /// A checkpoint under [`SCOPE`].
+#[cfg(feature = "sqlite")]
 pub(crate) fn checkpoint(
     partition_id: &str,
     offset: Option<u64>,

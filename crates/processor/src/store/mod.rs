@@ -21,10 +21,12 @@
 //! compare case-insensitively, as they do in Event Hubs; stores keep and return them in
 //! lowercase (the blob layout of the Azure SDKs does the same).
 //!
-//! Stores: [`InMemoryCheckpointStore`] (one process) and [`SqliteCheckpointStore`] (one file that
-//! several processes on a machine share). Both pass one conformance suite.
+//! Stores: [`InMemoryCheckpointStore`] (one process) and, with the `sqlite` feature,
+//! `SqliteCheckpointStore` (one file that several processes on a machine share). Both pass one
+//! conformance suite.
 
 mod memory;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 
 #[cfg(test)]
@@ -33,6 +35,7 @@ mod conformance;
 use thiserror::Error;
 
 pub use memory::InMemoryCheckpointStore;
+#[cfg(feature = "sqlite")]
 pub use sqlite::SqliteCheckpointStore;
 
 /// Who owns one partition for one consumer group, as the store last recorded it.

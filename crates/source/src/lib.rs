@@ -1,8 +1,15 @@
-//! Where events come from: the two traits the host reads partitions through.
+//! Where events come from: the two traits an event processor host reads partitions through.
 //!
-//! This module owns the boundary between the processor host and an event hub. A
-//! [`PartitionSource`] names one event hub and opens [`PartitionReceiver`]s on its partitions; the
-//! host never learns whether the hub is the in-process broker, a Tributary server reached over
+//! This crate owns the boundary between the processor host and an event hub: [`PartitionSource`]
+//! and [`PartitionReceiver`], what a receiver is opened with ([`ReceiverOptions`]), what it reports
+//! about the partition's newest event ([`LastEnqueuedEventProperties`]) and how it fails
+//! ([`SourceError`]). It depends on the event data model only, so each side compiles without the
+//! other: `tributary-processor` consumes these traits, `tributary-broker` implements them for an
+//! in-process hub, `tributary-client` for a remote one (Tributary or Azure Event Hubs), and the
+//! `testing` feature adds `testing::InMemoryPartitionSource`, a test double.
+//!
+//! A [`PartitionSource`] names one event hub and opens [`PartitionReceiver`]s on its partitions;
+//! the host never learns whether the hub is the in-process broker, a Tributary server reached over
 //! AMQP, or Azure Event Hubs. What the host relies on, and every implementation must provide:
 //!
 //! - **Epochs.** A receiver opened with `owner_level = Some(e2)` disconnects the receiver with
@@ -12,6 +19,9 @@
 //! - **Positions.** `start` is resolved when the receiver opens; events then arrive in partition
 //!   order, each at most once per receiver.
 //! - **Bounded buffering.** A receiver buffers at most `prefetch` events ahead of the caller.
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 use std::time::Duration;
 
@@ -32,12 +42,18 @@ pub trait PartitionSource: Send + Sync + 'static {
     /// partitions added to a hub are picked up.
     async fn partition_ids(&self) -> Result<Vec<String>, SourceError>;
 
-    /// Opens a receiver on one partition (see the module docs for the epoch rules).
+    /// Opens a receiver on one partition (see the crate docs for the epoch rules).
     async fn open_receiver(
         &self,
         options: ReceiverOptions,
     ) -> Result<Box<dyn PartitionReceiver>, SourceError>;
 }
+
+/// The most events a receiver may be asked to buffer ([`ReceiverOptions::prefetch`]): every
+/// source honours at least this much, and the processor host never asks for more. 100,000
+/// events is ten batches of the processor's largest; at 1 MiB per event (the Event Hubs
+/// maximum) that is already far beyond any sensible memory budget.
+pub const PREFETCH_LIMIT: u32 = 100_000;
 
 /// What a receiver reads and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +67,8 @@ pub struct ReceiverOptions {
     /// The epoch. The host passes the version of the ownership record it won, so every new owner
     /// of a partition has a higher owner level than every former one.
     pub owner_level: Option<i64>,
-    /// How many events the receiver may buffer ahead of `receive` calls.
+    /// How many events the receiver may buffer ahead of `receive` calls (at most
+    /// [`PREFETCH_LIMIT`]).
     pub prefetch: u32,
     /// Whether to ask the hub for the partition's last-enqueued-event properties with each
     /// delivery (see [`PartitionReceiver::last_enqueued`]).

@@ -1,19 +1,18 @@
 //! [`BrokerSource`]: a [`PartitionSource`] over an in-process [`Broker`].
 //!
+//! This is how an event processor host (`tributary-processor`) reads a hub of this process.
 //! Receivers are the broker's own, so the epoch rules are the broker's: a pump's receiver opened
 //! with its ownership version as owner level disconnects any former owner's receiver, which then
 //! sees [`SourceError::OwnershipLost`].
 
 use std::time::Duration;
 
-use tributary_broker::{
-    Broker, BrokerError, DisconnectReason, ReceiveError, Receiver, ReceiverSpec,
-};
 use tributary_event::ReceivedEvent;
-
-use crate::source::{
+use tributary_source::{
     LastEnqueuedEventProperties, PartitionReceiver, PartitionSource, ReceiverOptions, SourceError,
 };
+
+use crate::{Broker, BrokerError, DisconnectReason, ReceiveError, Receiver, ReceiverSpec};
 
 /// One event hub of an in-process broker, as a [`PartitionSource`].
 #[derive(Debug, Clone)]
@@ -111,9 +110,6 @@ impl PartitionReceiver for BrokerReceiver {
                     }
                 }
                 ReceiveError::Broker(error) => source_error(error),
-                other => SourceError::Other {
-                    description: other.to_string(),
-                },
             })
     }
 

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tributary_broker::{BrokerConfig, Durability, HubSpec, SendTarget};
 use tributary_event::{EventData, ManualClock};
 
 use super::*;
-use crate::{BrokerConfig, Durability, HubSpec, SendTarget};
 
 async fn open_broker(dir: &std::path::Path, clock: Arc<ManualClock>) -> Broker {
     let mut config = BrokerConfig::new(dir);

@@ -1,5 +1,10 @@
 //! The group coordinator: server-side consumer groups, as OCI Streaming has them.
 //!
+//! This crate owns the groups the OCI Streaming API of the HTTP front door (`tributary-http`)
+//! serves: membership, partition assignment, cursors' fencing and committed offsets, with their
+//! own SQLite database. It reads through the broker's public API and the broker knows nothing of
+//! it: whoever serves these groups opens the coordinator over a [`Broker`].
+//!
 //! A [`GroupCoordinator`] runs over a [`Broker`] and keeps, per stream (event hub), up to
 //! [`CoordinatorConfig::groups_per_stream_max`] groups. A group is created by the first
 //! [`GroupCoordinator::join`] that names it, starting every partition at the trim horizon, the
@@ -48,9 +53,9 @@ use tokio::time::Instant;
 use tributary_event::names::name_key;
 use tributary_event::{EventPosition, ReceivedEvent};
 
-use crate::{Broker, BrokerError, HubDefinition};
 use state::{CursorAge, Delivered, GroupState};
 use store::{Store, StoredGroup};
+use tributary_broker::{Broker, BrokerError, HubDefinition};
 
 /// At most this many groups read one stream by default (OCI's limit).
 pub const GROUPS_PER_STREAM_MAX_DEFAULT: u32 = 50;
@@ -134,7 +139,7 @@ pub struct JoinRequest {
 }
 
 /// What an instance's cursor stands for. The front door makes it tamper-proof; the coordinator
-/// trusts its fields only as far as the rules in the module docs allow.
+/// trusts its fields only as far as the rules in the crate docs allow.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Session {
     /// The stream.
@@ -789,7 +794,7 @@ impl Inner {
         let id = partition.to_string();
         match self.broker.read(hub, &id, from, events_max, bytes_max) {
             Err(BrokerError::Log {
-                source: tributary_log::LogError::Expired { begin, .. },
+                source: tributary_broker::LogError::Expired { begin, .. },
                 ..
             }) => {
                 tracing::warn!(

@@ -22,7 +22,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tributary_event::{Clock, EventData, EventPosition, ReceivedEvent, SystemClock};
 
-use crate::source::{
+use crate::{
     LastEnqueuedEventProperties, PartitionReceiver, PartitionSource, ReceiverOptions, SourceError,
 };
 
