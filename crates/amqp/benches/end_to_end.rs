@@ -15,13 +15,16 @@
 //! - **deliver**: receivers on every partition reading the ingested backlog from the start.
 //! - **latency**: p50/p99/p999 from the send call to the receive (a timestamp in the body) at
 //!   a fixed offered rate, with receivers tailing every partition.
+//! - **handshake** (with `--tls`): TLS handshakes one after another for `--seconds`, each a new
+//!   TCP connection to the AMQPS listener; p50/p99/max of connect + handshake.
 //!
 //! Client and server share the machine (and, but for the connections run, the process); every
 //! figure is printed on its own line with its conditions. Options: `--seconds N` (each timed
 //! run, default 10), `--warm-memory-gib N` (default 4: memory allocated and touched by a child
 //! process first, because first touch of fresh memory is slow on the VMs this runs on; 0 skips
 //! it), `--only ingest,ingest-pipelined,deliver,latency,connections`, `--producers`,
-//! `--partitions`, `--consumer-connections`, `--prefetch`, `--in-flight`, `--durability fsync|none`.
+//! `--partitions`, `--consumer-connections`, `--prefetch`, `--in-flight`, `--durability fsync|none`,
+//! `--tls` (AMQPS with a development certificate; the connections run stays plain).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -38,9 +41,11 @@ use fe2o3_amqp_types::messaging::message::__private::Serializable;
 use fe2o3_amqp_types::messaging::{Batch, Data, Message, Outcome};
 use fe2o3_amqp_types::primitives::Binary;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 use tributary_amqp::{AccessPolicies, AccessPolicy, AmqpConfig, Right};
 use tributary_broker::{Broker, BrokerConfig, Durability, HubSpec, SyncTimes};
-use tributary_client::{ConsumerClient, ProducerClient};
+use tributary_client::{ClientOptions, ConsumerClient, ProducerClient};
 use tributary_event::{EventData, EventPosition, SendTarget};
 
 /// The allocator `tributary` ships with, so the server's figures are the binary's.
@@ -72,6 +77,8 @@ struct Options {
     latency_rate: u64,
     /// Connections in the connections run.
     connections: usize,
+    /// AMQPS: the listener has a development certificate and the clients trust its authority.
+    tls: bool,
 }
 
 impl Options {
@@ -88,6 +95,7 @@ impl Options {
             durability: Durability::Fsync,
             latency_rate: 50_000,
             connections: 1000,
+            tls: false,
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -110,6 +118,7 @@ impl Options {
                     options.latency_rate = value().parse().expect("--latency-rate N")
                 }
                 "--connections" => options.connections = value().parse().expect("--connections N"),
+                "--tls" => options.tls = true,
                 "--durability" => {
                     options.durability = match value().as_str() {
                         "fsync" => Durability::Fsync,
@@ -195,11 +204,13 @@ struct Server {
     broker: Broker,
     server: tributary_amqp::RunningAmqpServer,
     root: AccessPolicy,
+    /// The development authority the clients trust, when the listener speaks TLS.
+    authority: Option<PathBuf>,
     _dir: tempfile::TempDir,
 }
 
 impl Server {
-    async fn start(durability: Durability) -> Server {
+    async fn start(durability: Durability, tls: bool) -> Server {
         let base = std::env::var_os("TRIBUTARY_BENCH_DIR").map_or_else(
             || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/bench-tmp"),
             PathBuf::from,
@@ -212,24 +223,54 @@ impl Server {
         let root = AccessPolicy::generate("RootManageSharedAccessKey", vec![Right::Manage])
             .expect("policy");
         let policies = AccessPolicies::new(vec![root.clone()]).expect("policies");
-        let config = AmqpConfig::new("127.0.0.1:0".parse().expect("address"), policies);
+        let mut config = AmqpConfig::new("127.0.0.1:0".parse().expect("address"), policies);
+        let mut authority = None;
+        if tls {
+            let hosts = ["localhost".to_owned(), "127.0.0.1".to_owned()];
+            let made =
+                tributary_tls::write_development_certificates(&dir.path().join("tls"), &hosts)
+                    .expect("development certificates");
+            config.tls = Some(
+                tributary_tls::ServerTls::from_pem_files(&made.server_cert, &made.server_key)
+                    .expect("certificate"),
+            );
+            authority = Some(made.ca_cert);
+        }
         let server = tributary_amqp::start(broker.clone(), config)
             .await
             .expect("listener");
         println!(
-            "# data directory {} (durability {durability})",
-            dir.path().display()
+            "# data directory {} (durability {durability}, {})",
+            dir.path().display(),
+            if tls {
+                "AMQPS: TLS 1.3 with rustls"
+            } else {
+                "plain AMQP"
+            }
         );
         Server {
             broker,
             server,
             root,
+            authority,
             _dir: dir,
         }
     }
 
     fn conn(&self) -> String {
-        tributary_amqp::connection_string("127.0.0.1", self.server.local_addr().port(), &self.root)
+        let port = self.server.local_addr().port();
+        match self.authority {
+            Some(_) => tributary_amqp::tls_connection_string("localhost", port, &self.root),
+            None => tributary_amqp::connection_string("127.0.0.1", port, &self.root),
+        }
+    }
+
+    /// How the bench's clients connect: trusting the development authority over TLS.
+    fn options(&self) -> ClientOptions {
+        match &self.authority {
+            Some(ca) => ClientOptions::default().with_trusted_certificates(ca),
+            None => ClientOptions::default(),
+        }
     }
 
     async fn stop(self) {
@@ -239,7 +280,10 @@ impl Server {
 }
 
 async fn run(options: Options) {
-    let server = Server::start(options.durability).await;
+    let server = Server::start(options.durability, options.tls).await;
+    if options.runs("handshake") && options.tls {
+        handshakes(&server, options.seconds).await;
+    }
     if options.runs("connections") {
         connections(&server, options.connections).await;
     }
@@ -270,6 +314,42 @@ async fn run(options: Options) {
     server.stop().await;
 }
 
+/// New TCP connections with a TLS handshake each, one after another, for `seconds`: what a
+/// client pays to connect over AMQPS, before AMQP's own open.
+async fn handshakes(server: &Server, seconds: u64) {
+    let ca = server.authority.as_ref().expect("a TLS listener");
+    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).expect("authority") {
+        roots.add(cert.expect("certificate")).expect("trusted");
+    }
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let config = tokio_rustls::rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let addr = server.server.local_addr();
+    let mut samples = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while Instant::now() < deadline {
+        let started = Instant::now();
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let name = ServerName::try_from("localhost").expect("name");
+        let tls = connector.connect(name, tcp).await.expect("handshake");
+        samples.push(started.elapsed().as_nanos() as u64);
+        drop(tls);
+    }
+    samples.sort_unstable();
+    println!(
+        "handshake: {} TLS handshakes (TCP connect + TLS 1.3, rustls both ends, loopback): p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+        samples.len(),
+        quantile_ms(&samples, 0.50),
+        quantile_ms(&samples, 0.99),
+        quantile_ms(&samples, 1.0),
+    );
+}
+
 fn batch(tag: usize) -> Vec<EventData> {
     (0..BATCH_EVENTS)
         .map(|i| {
@@ -289,7 +369,7 @@ async fn ingest(server: &Server, o: &Options) -> u64 {
     let mut producers = Vec::new();
     for _ in 0..n_producers {
         producers.push(
-            ProducerClient::connect(&conn, "bench")
+            ProducerClient::connect_with_options(&conn, Some("bench"), server.options())
                 .await
                 .expect("producer"),
         );
@@ -451,7 +531,7 @@ async fn deliver(server: &Server, o: &Options, total: u64) {
     let mut consumers = Vec::new();
     for _ in 0..n_consumers {
         consumers.push(
-            ConsumerClient::connect(&conn, "bench")
+            ConsumerClient::connect_with_options(&conn, Some("bench"), server.options())
                 .await
                 .expect("consumer"),
         );
@@ -566,12 +646,12 @@ async fn latency(server: &Server, o: &Options) {
     let conn = server.conn();
     let base = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
-    let receivers = spawn_latency_receivers(o, &conn, base, stop.clone()).await;
+    let receivers = spawn_latency_receivers(o, (&conn, server.options()), base, stop.clone()).await;
     let syncs_before = server.broker.sync_times();
     let mut producers = Vec::new();
     for _ in 0..n_producers {
         producers.push(
-            ProducerClient::connect(&conn, "bench")
+            ProducerClient::connect_with_options(&conn, Some("bench"), server.options())
                 .await
                 .expect("producer"),
         );
@@ -651,7 +731,7 @@ fn stamped_batch(called_ns: u64, scheduled_ns: u64) -> Vec<EventData> {
 /// and from the scheduled time) once `stop` is set.
 async fn spawn_latency_receivers(
     o: &Options,
-    conn: &str,
+    (conn, options): (&str, ClientOptions),
     base: Instant,
     stop: Arc<AtomicBool>,
 ) -> Vec<tokio::task::JoinHandle<Vec<(u64, u64)>>> {
@@ -659,7 +739,7 @@ async fn spawn_latency_receivers(
     let mut consumers = Vec::new();
     for _ in 0..n_consumers {
         consumers.push(
-            ConsumerClient::connect(conn, "bench")
+            ConsumerClient::connect_with_options(conn, Some("bench"), options.clone())
                 .await
                 .expect("consumer"),
         );
