@@ -8,15 +8,13 @@
 //! as JSON lines. Install the clients with `scripts/setup-python-interop` and
 //! `scripts/setup-js-interop`; a missing client FAILS this test, it never skips it.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{Fixture, JsonLines};
 use serde_json::{Value, json};
+use tributary_testkit::{JsonLines, TestHub};
 
 const PARTITIONS: u32 = 8;
 const FIRST_ROUND: i64 = 22;
@@ -37,7 +35,7 @@ struct Azurite {
 
 impl Azurite {
     async fn start() -> Azurite {
-        let bin = common::node_modules().join(".bin/azurite-blob");
+        let bin = tributary_testkit::node_modules().join(".bin/azurite-blob");
         assert!(
             bin.exists(),
             "Azurite is not installed: run scripts/setup-js-interop (expected {})",
@@ -156,7 +154,7 @@ struct Processor {
 impl Processor {
     fn spawn(name: &str, args: &Value) -> Processor {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/processor.py");
-        let mut cmd = tokio::process::Command::new(common::python());
+        let mut cmd = tokio::process::Command::new(tributary_testkit::python());
         cmd.arg(script).arg(args.to_string());
         Processor {
             lines: JsonLines::spawn(name, cmd),
@@ -200,7 +198,7 @@ fn balanced(a: &Seen, b: &Seen) -> bool {
     a.owned.len() == half && b.owned.len() == half && a.owned.is_disjoint(&b.owned)
 }
 
-async fn send_round(f: &Fixture, round: &str, count: i64) {
+async fn send_round(f: &TestHub, round: &str, count: i64) {
     for p in 0..PARTITIONS {
         for i in 0..count {
             f.send("shared", &p.to_string(), &format!("{round}-{p}-{i}"))
@@ -230,7 +228,7 @@ async fn wait_balanced(a: &mut Processor, b: &mut Processor) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_processors_share_partitions_and_take_over_from_checkpoints() {
-    let f = Fixture::start(&[("shared", PARTITIONS)]).await;
+    let f = TestHub::start(&[("shared", PARTITIONS)]).await;
     let azurite = Azurite::start().await;
     let args = json!({
         "conn": f.conn(&f.root),
@@ -291,7 +289,7 @@ async fn python_processors_share_partitions_and_take_over_from_checkpoints() {
 }
 
 async fn check_takeover(
-    f: &Fixture,
+    f: &TestHub,
     a: &Seen,
     b: &Seen,
     owned_a: &BTreeSet<String>,

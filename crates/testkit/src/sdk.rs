@@ -1,8 +1,7 @@
-//! What the interop tests share: a broker with the AMQP listener on 127.0.0.1, and running the
-//! official SDKs' scenario scripts (Python from `<repo>/.venv`, JavaScript with the modules in
-//! `<repo>/.interop/node_modules`). A missing client FAILS a test, it never skips it.
-
-#![allow(dead_code)] // each test binary uses its own part
+//! Running the official SDKs' scenario scripts: Python from `<repo>/.venv` (or
+//! `$TRIBUTARY_PYTHON`), JavaScript with the modules in `<repo>/.interop/node_modules`. Each
+//! script prints one JSON document (or one per line, [`JsonLines`]); a missing client FAILS a
+//! test, it never skips it.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -11,104 +10,20 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
-use tributary_amqp::{AccessPolicies, AccessPolicy, AmqpConfig, Right, RunningAmqpServer};
-use tributary_broker::{Broker, BrokerConfig, HubSpec, ReceiverSpec, SendReceipt, SendTarget};
-use tributary_event::{EventData, EventPosition, ReceivedEvent};
+use tributary_broker::Broker;
+use tributary_event::ReceivedEvent;
 
 /// How long one scenario script may run.
-pub(crate) const SCRIPT_TIMEOUT: Duration = Duration::from_secs(180);
+pub const SCRIPT_TIMEOUT: Duration = Duration::from_secs(180);
 
-pub(crate) struct Fixture {
-    _dir: tempfile::TempDir,
-    pub(crate) broker: Broker,
-    server: Option<RunningAmqpServer>,
-    pub(crate) root: AccessPolicy,
-    pub(crate) listen: AccessPolicy,
-    pub(crate) send: AccessPolicy,
-}
-
-impl Fixture {
-    pub(crate) async fn start(hubs: &[(&str, u32)]) -> Fixture {
-        Fixture::start_in(tempfile::tempdir().unwrap(), hubs, |_| {}, None).await
-    }
-
-    /// A fixture whose broker keeps its data in `dir`, with its configuration changed by
-    /// `configure`, and whose listener speaks AMQPS with `tls`.
-    pub(crate) async fn start_in(
-        dir: tempfile::TempDir,
-        hubs: &[(&str, u32)],
-        configure: impl FnOnce(&mut BrokerConfig),
-        tls: Option<tributary_tls::ServerTls>,
-    ) -> Fixture {
-        let mut config = BrokerConfig::new(dir.path());
-        configure(&mut config);
-        let broker = Broker::open(config).await.unwrap();
-        for (name, partitions) in hubs {
-            broker
-                .create_hub(HubSpec::new(*name, *partitions))
-                .await
-                .unwrap();
-        }
-        let root =
-            AccessPolicy::generate("RootManageSharedAccessKey", vec![Right::Manage]).unwrap();
-        let listen = AccessPolicy::generate("listen-only", vec![Right::Listen]).unwrap();
-        let send = AccessPolicy::generate("send-only", vec![Right::Send]).unwrap();
-        let policies =
-            AccessPolicies::new(vec![root.clone(), listen.clone(), send.clone()]).unwrap();
-        let mut config = AmqpConfig::new("127.0.0.1:0".parse().unwrap(), policies);
-        config.tls = tls;
-        let server = tributary_amqp::start(broker.clone(), config).await.unwrap();
-        Fixture {
-            _dir: dir,
-            broker,
-            server: Some(server),
-            root,
-            listen,
-            send,
-        }
-    }
-
-    pub(crate) fn port(&self) -> u16 {
-        self.server.as_ref().unwrap().local_addr().port()
-    }
-
-    pub(crate) fn conn(&self, policy: &AccessPolicy) -> String {
-        tributary_amqp::connection_string("127.0.0.1", self.port(), policy)
-    }
-
-    pub(crate) async fn send(&self, hub: &str, partition: &str, body: &str) -> SendReceipt {
-        let target = SendTarget::Partition(partition.to_owned());
-        let events = vec![EventData::new(body.as_bytes().to_vec())];
-        self.broker.send(hub, target, events).await.unwrap()
-    }
-
-    pub(crate) async fn read_all(&self, hub: &str, partition: u32) -> Vec<ReceivedEvent> {
-        let spec = ReceiverSpec::new(hub, partition.to_string(), EventPosition::Earliest);
-        let mut receiver = self.broker.open_receiver(spec).unwrap();
-        let mut all = Vec::new();
-        loop {
-            let batch = receiver
-                .receive(1000, Duration::from_millis(200))
-                .await
-                .unwrap();
-            if batch.is_empty() {
-                return all;
-            }
-            all.extend(batch);
-        }
-    }
-
-    pub(crate) async fn stop(mut self) {
-        self.server.take().unwrap().shutdown().await;
-        self.broker.shutdown().await.unwrap();
-    }
-}
-
-pub(crate) fn repo() -> PathBuf {
+/// The repository's root directory.
+pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-pub(crate) fn python() -> PathBuf {
+/// The Python with the official SDKs: `$TRIBUTARY_PYTHON`, else `<repo>/.venv/bin/python`
+/// (installed by `scripts/setup-python-interop`); missing is a failure, never a skip.
+pub fn python() -> PathBuf {
     if let Some(p) = std::env::var_os("TRIBUTARY_PYTHON") {
         return PathBuf::from(p);
     }
@@ -123,7 +38,7 @@ pub(crate) fn python() -> PathBuf {
 
 /// `<repo>/.interop/node_modules`, where scripts/setup-js-interop installs the JavaScript SDK
 /// and Azurite.
-pub(crate) fn node_modules() -> PathBuf {
+pub fn node_modules() -> PathBuf {
     let modules = repo().join(".interop/node_modules");
     assert!(
         modules.join("@azure/event-hubs/package.json").exists(),
@@ -134,7 +49,7 @@ pub(crate) fn node_modules() -> PathBuf {
 }
 
 /// Runs `program args…` to completion and returns the JSON document it printed last.
-pub(crate) async fn run_json(mut command: tokio::process::Command, what: &str) -> Value {
+pub async fn run_json(mut command: tokio::process::Command, what: &str) -> Value {
     let output = command.kill_on_drop(true).output();
     let output = tokio::time::timeout(SCRIPT_TIMEOUT, output)
         .await
@@ -154,7 +69,7 @@ pub(crate) async fn run_json(mut command: tokio::process::Command, what: &str) -
 }
 
 /// Runs one scenario of `tests/python/<script>` and returns the JSON it printed.
-pub(crate) async fn run_python(script: &str, command: &str, args: Value) -> Value {
+pub async fn run_python(script: &str, command: &str, args: Value) -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/python")
         .join(script);
@@ -164,12 +79,12 @@ pub(crate) async fn run_python(script: &str, command: &str, args: Value) -> Valu
 }
 
 /// Runs one scenario of `tests/js/interop.js` with Node and returns the JSON it printed.
-pub(crate) async fn run_node(command: &str, args: Value) -> Value {
+pub async fn run_node(command: &str, args: Value) -> Value {
     run_node_with(command, args, &[]).await
 }
 
 /// [`run_node`] with more environment variables (`NODE_EXTRA_CA_CERTS`, say).
-pub(crate) async fn run_node_with(command: &str, args: Value, env: &[(&str, &str)]) -> Value {
+pub async fn run_node_with(command: &str, args: Value, env: &[(&str, &str)]) -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/js/interop.js");
     let mut cmd = tokio::process::Command::new("node");
     cmd.envs(env.iter().copied());
@@ -181,16 +96,20 @@ pub(crate) async fn run_node_with(command: &str, args: Value, env: &[(&str, &str
 }
 
 /// A long-running child that prints one JSON document per line; its lines arrive on `lines`.
-pub(crate) struct JsonLines {
-    pub(crate) name: String,
+#[derive(Debug)]
+pub struct JsonLines {
+    /// What the child is, for messages.
+    pub name: String,
     child: tokio::process::Child,
     stdin: Option<tokio::process::ChildStdin>,
-    pub(crate) lines: mpsc::UnboundedReceiver<Value>,
+    /// The documents it printed, in order.
+    pub lines: mpsc::UnboundedReceiver<Value>,
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl JsonLines {
-    pub(crate) fn spawn(name: &str, mut command: tokio::process::Command) -> JsonLines {
+    /// Starts `command` with piped standard streams.
+    pub fn spawn(name: &str, mut command: tokio::process::Command) -> JsonLines {
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -232,12 +151,13 @@ impl JsonLines {
         }
     }
 
-    pub(crate) fn stderr(&self) -> String {
+    /// What the child wrote on standard error so far.
+    pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
 
     /// The next document, or a panic naming the child after `wait`.
-    pub(crate) async fn next(&mut self, wait: Duration) -> Value {
+    pub async fn next(&mut self, wait: Duration) -> Value {
         match tokio::time::timeout(wait, self.lines.recv()).await {
             Ok(Some(doc)) => doc,
             Ok(None) => panic!(
@@ -253,7 +173,8 @@ impl JsonLines {
         }
     }
 
-    pub(crate) async fn write_line(&mut self, line: &str) {
+    /// Writes one line to the child's standard input.
+    pub async fn write_line(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         stdin.write_all(line.as_bytes()).await.unwrap();
         stdin.write_all(b"\n").await.unwrap();
@@ -261,7 +182,7 @@ impl JsonLines {
     }
 
     /// Waits for the child to exit and asserts it succeeded.
-    pub(crate) async fn wait_success(&mut self, wait: Duration) {
+    pub async fn wait_success(&mut self, wait: Duration) {
         self.stdin = None;
         let status = tokio::time::timeout(wait, self.child.wait())
             .await
@@ -276,7 +197,8 @@ impl JsonLines {
     }
 }
 
-pub(crate) async fn wait_for_receivers(broker: &Broker, hub: &str, count: usize) {
+/// Waits (30 s at most) until `count` receivers are open on `hub`.
+pub async fn wait_for_receivers(broker: &Broker, hub: &str, count: usize) {
     for _ in 0..600 {
         if broker.open_receiver_count(hub).unwrap() >= count {
             // The attach reply may still be on its way; the receiver's position is fixed.
@@ -288,7 +210,7 @@ pub(crate) async fn wait_for_receivers(broker: &Broker, hub: &str, count: usize)
 }
 
 /// Runs futures concurrently and returns their outputs in order (no `futures` dependency).
-pub(crate) async fn join_all<F: std::future::Future<Output = Value> + Send + 'static>(
+pub async fn join_all<F: std::future::Future<Output = Value> + Send + 'static>(
     futures: impl Iterator<Item = F>,
 ) -> Vec<Value> {
     let handles: Vec<_> = futures.map(tokio::spawn).collect();
@@ -302,11 +224,11 @@ pub(crate) async fn join_all<F: std::future::Future<Output = Value> + Send + 'st
 /// How many SDK receivers on one partition and consumer group a test runs at once: the hub
 /// takes at most five non-epoch receivers there, and the receivers of one wave may still be
 /// closing when the next starts, so two waves together stay under the quota.
-pub(crate) const RECEIVER_WAVE: usize = 2;
+pub const RECEIVER_WAVE: usize = 2;
 
 /// Runs `run` on each of `args`, [`RECEIVER_WAVE`] at a time (a wave concurrently); the results
 /// in the order of `args`.
-pub(crate) async fn join_in_waves<A, F>(
+pub async fn join_in_waves<A, F>(
     args: impl IntoIterator<Item = A>,
     run: impl Fn(A) -> F,
 ) -> Vec<Value>
@@ -322,7 +244,8 @@ where
     out
 }
 
-pub(crate) fn bodies(events: &[ReceivedEvent]) -> Vec<String> {
+/// The events' bodies as text.
+pub fn bodies(events: &[ReceivedEvent]) -> Vec<String> {
     events
         .iter()
         .map(|e| String::from_utf8_lossy(&e.data.body).into_owned())

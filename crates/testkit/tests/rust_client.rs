@@ -2,11 +2,8 @@
 //! client, and a bare engine sender that pipelines deliveries without waiting for each
 //! settlement.
 
-mod common;
-
 use std::time::Duration;
 
-use common::Fixture;
 use fe2o3_amqp::connection::Connection;
 use fe2o3_amqp::link::Sender;
 use fe2o3_amqp::sasl_profile::SaslProfile;
@@ -16,13 +13,14 @@ use fe2o3_amqp_types::messaging::{Data, Message, MessageAnnotations, Outcome};
 use fe2o3_amqp_types::primitives::{Binary, OrderedMap, Value};
 use tributary_client::{ConsumerClient, ProducerClient};
 use tributary_event::{EventData, EventPosition, SendTarget, partition_for_key};
+use tributary_testkit::TestHub;
 
 /// The server splits a large event into frames sized to the client's `max-frame-size` (the
 /// Rust client's is the engine's default, 256 KiB) and pads each performative; the padded
 /// frames must still fit, or the client's decoder drops the connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_larger_than_the_clients_frame_size_arrive_whole() {
-    let f = Fixture::start(&[("large", 1)]).await;
+    let f = TestHub::start(&[("large", 1)]).await;
     let conn = f.conn(&f.root);
     let producer = ProducerClient::connect(&conn, "large").await.unwrap();
     let sizes = [300 * 1024, 256 * 1024 - 100, 900 * 1024];
@@ -80,7 +78,7 @@ fn keyed(key: &str, body: String) -> Message<Data> {
 /// partition keys: every one is accepted, and each key's events are stored in send order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pipelining_sender_keeps_per_key_order() {
-    let f = Fixture::start(&[("piped", 4)]).await;
+    let f = TestHub::start(&[("piped", 4)]).await;
     let url = format!("amqp://127.0.0.1:{}", f.port());
     let mut connection = Connection::builder()
         .container_id("pipelining-test")
@@ -115,7 +113,7 @@ async fn a_pipelining_sender_keeps_per_key_order() {
     }
     for key in keys {
         let partition = partition_for_key(key, 4);
-        let stored: Vec<String> = common::bodies(&f.read_all("piped", partition).await)
+        let stored: Vec<String> = tributary_testkit::bodies(&f.read_all("piped", partition).await)
             .into_iter()
             .filter(|b| b.starts_with(key))
             .collect();

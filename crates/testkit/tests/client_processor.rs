@@ -1,18 +1,16 @@
 //! The event processor host over a remote hub: `RemoteHub` as its `PartitionSource`.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{TestHub, within};
 use tributary_client::{ProducerClient, RemoteHub, SendTarget};
 use tributary_event::EventData;
 use tributary_processor::{
     CheckpointStore, EventProcessorHost, InMemoryCheckpointStore, PartitionSource,
     ProcessorOptions, processor_fn,
 };
+use tributary_testkit::{TestHub, within};
 
 const PARTITIONS: u32 = 3;
 const EVENTS: usize = 60;

@@ -1,10 +1,9 @@
-//! What the HTTP front door's integration tests share: a broker on a temporary directory with the
-//! server on 127.0.0.1:0, an RSA key pair registered with it, the Python interop runner, and a
-//! minimal HTTP/1.1 client for raw requests.
+//! The HTTP front door under test: a broker on a temporary directory with the server on
+//! 127.0.0.1:0 (HTTPS with a development certificate when asked), an RSA key pair registered
+//! with it, the runner of the `oci` SDK scripts (`tests/oci/`), and a minimal HTTP/1.1 client
+//! for raw requests.
 
-#![allow(dead_code, unreachable_pub)]
-
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use rsa::RsaPrivateKey;
@@ -18,8 +17,11 @@ use tributary_http::{AuthConfig, HttpConfig, RateLimits, RunningHttpServer};
 pub const KEY_ID: &str = "ocid1.tenancy.oc1..aaaatributarytest/ocid1.user.oc1..aaaatributarytest/11:22:33:44:55:66:77:88:99:aa:bb:cc:dd:ee:ff:00";
 
 /// A generated key pair in PEM (PKCS#8 private, SPKI public).
+#[derive(Debug)]
 pub struct KeyPair {
+    /// The private key, for the client (`OCI_KEY_FILE`).
     pub private_pem: String,
+    /// The public key, registered with the server.
     pub public_pem: String,
 }
 
@@ -39,11 +41,17 @@ pub fn key_pair() -> &'static KeyPair {
 }
 
 /// How a test server is set up.
+#[derive(Debug)]
 pub struct Setup {
+    /// Requests must be signed (with [`key_pair`]); false: development mode.
     pub signed: bool,
+    /// The broker's clock (default: the system's).
     pub clock: Option<Arc<dyn Clock>>,
+    /// Throttling.
     pub rate_limits: RateLimits,
+    /// The log's event size limit (default: the log's).
     pub event_bytes_max: Option<u32>,
+    /// How far a request's date may be from the server's clock.
     pub clock_skew_ms_max: i64,
     /// `None` unless a test is about syncs: fsync is slow on a busy CI disk.
     pub durability: Durability,
@@ -66,13 +74,19 @@ impl Default for Setup {
 }
 
 /// A running broker and server on a temporary directory.
+#[derive(Debug)]
 pub struct Server {
+    /// The data directory (and the client key, the TLS files).
     pub dir: tempfile::TempDir,
+    /// The broker.
     pub broker: Broker,
+    /// The HTTP front door.
     pub http: RunningHttpServer,
+    /// Where clients reach it (`https://localhost:…` with TLS).
     pub url: String,
 }
 
+/// Opens a broker on `dir` as `setup` says.
 pub async fn open_broker(dir: &Path, setup: &Setup) -> Broker {
     let mut config = BrokerConfig::new(dir);
     config.log.durability = setup.durability;
@@ -87,6 +101,8 @@ pub async fn open_broker(dir: &Path, setup: &Setup) -> Broker {
     }
 }
 
+/// Starts the HTTP front door over `broker` as `setup` says (the client's public key
+/// registered when signing is on).
 pub async fn start_http(broker: &Broker, setup: &Setup) -> RunningHttpServer {
     let dir = broker.config().data_dir.clone();
     let auth = if setup.signed {
@@ -113,6 +129,7 @@ pub async fn start_http(broker: &Broker, setup: &Setup) -> RunningHttpServer {
     tributary_http::start(broker.clone(), config).await.unwrap()
 }
 
+/// A broker and its HTTP front door on a fresh temporary directory.
 pub async fn start(setup: Setup) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let broker = open_broker(dir.path(), &setup).await;
@@ -133,31 +150,16 @@ pub async fn start(setup: Setup) -> Server {
     }
 }
 
-/// The Python with the `oci` SDK: `$TRIBUTARY_PYTHON`, else `<repo>/.venv/bin/python`. Missing
-/// is a failure, never a skip.
-pub fn python() -> PathBuf {
-    if let Ok(p) = std::env::var("TRIBUTARY_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
-    assert!(
-        venv.exists(),
-        "no Python for the OCI interop tests at {}: run scripts/setup-oci-interop (or set TRIBUTARY_PYTHON)",
-        venv.display()
-    );
-    venv
-}
-
-/// Runs `tests/python/<script>` with the server's URL and the client key; panics with its output
+/// Runs `tests/oci/<script>` with the server's URL and the client key; panics with its output
 /// unless it exits 0. Returns its standard output.
-pub async fn run_python(
+pub async fn run_oci_script(
     server: &Server,
     script: &str,
     args: &[&str],
     env: &[(&str, &str)],
 ) -> String {
-    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python");
-    let mut command = tokio::process::Command::new(python());
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oci");
+    let mut command = tokio::process::Command::new(crate::sdk::python());
     command
         .arg(scripts.join(script))
         .args(args)
@@ -203,12 +205,16 @@ pub fn printed(stdout: &str, name: &str) -> String {
 /// A raw HTTP answer.
 #[derive(Debug)]
 pub struct Answer {
+    /// The status code.
     pub status: u16,
+    /// The headers, in order.
     pub headers: Vec<(String, String)>,
+    /// The body.
     pub body: Vec<u8>,
 }
 
 impl Answer {
+    /// A header's value (names compare case-insensitively).
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -216,11 +222,13 @@ impl Answer {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The body as JSON (panics when it is not).
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
     }
 
+    /// The body as text.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }

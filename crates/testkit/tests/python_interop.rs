@@ -5,21 +5,21 @@
 //! asserts on the JSON it prints. Install the client first with `scripts/setup-python-interop`;
 //! a missing client FAILS these tests, it never skips them.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{Fixture, bodies, join_all as futures_join_all, join_in_waves, wait_for_receivers};
 use serde_json::{Value, json};
 use tributary_event::{PropertyValue, partition_for_key};
+use tributary_testkit::{
+    TestHub, bodies, join_all as futures_join_all, join_in_waves, wait_for_receivers,
+};
 
 async fn run_python(command: &str, args: Value) -> Value {
-    common::run_python("interop.py", command, args).await
+    tributary_testkit::run_python("interop.py", command, args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_producer_keys_partitions_batches_and_typed_properties() {
-    let f = Fixture::start(&[("orders", 4)]).await;
+    let f = TestHub::start(&[("orders", 4)]).await;
     let result = run_python("produce", json!({"conn": f.conn(&f.root), "hub": "orders"})).await;
     assert_eq!(result["ok"], true, "{result}");
     assert_eq!(result["partition_ids"], json!(["0", "1", "2", "3"]));
@@ -83,7 +83,7 @@ async fn python_producer_keys_partitions_batches_and_typed_properties() {
 }
 
 /// The properties come back to a Python consumer with their types.
-async fn python_gets_typed_properties_back(f: &Fixture, sequence_number: i64) {
+async fn python_gets_typed_properties_back(f: &TestHub, sequence_number: i64) {
     let args = json!({"conn": f.conn(&f.root), "hub": "orders", "partition": 2, "position": "sequence",
                       "value": sequence_number, "inclusive": true, "count": 1});
     let consumed = run_python("consume", args).await;
@@ -109,7 +109,7 @@ async fn python_gets_typed_properties_back(f: &Fixture, sequence_number: i64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_reads_hub_and_partition_properties() {
-    let f = Fixture::start(&[("props", 3)]).await;
+    let f = TestHub::start(&[("props", 3)]).await;
     f.send("props", "1", "a").await;
     let last = f.send("props", "1", "b").await;
     let result = run_python(
@@ -155,7 +155,7 @@ fn sequence_numbers(result: &Value) -> Vec<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_consumes_from_every_start_position() {
-    let f = Fixture::start(&[("positions", 1)]).await;
+    let f = TestHub::start(&[("positions", 1)]).await;
     let mut receipts = Vec::new();
     for i in 0..5 {
         receipts.push(f.send("positions", "0", &format!("e{i}")).await);
@@ -215,7 +215,7 @@ async fn python_consumes_from_every_start_position() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_owner_level_receiver_steals_from_a_lower_one() {
-    let f = Fixture::start(&[("epochs", 1)]).await;
+    let f = TestHub::start(&[("epochs", 1)]).await;
     f.send("epochs", "0", "first").await;
     let result = run_python(
         "steal",
@@ -234,7 +234,7 @@ async fn python_owner_level_receiver_steals_from_a_lower_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sixth_non_epoch_receiver_is_refused() {
-    let f = Fixture::start(&[("crowd", 1)]).await;
+    let f = TestHub::start(&[("crowd", 1)]).await;
     f.send("crowd", "0", "first").await;
     let result = run_python(
         "sixth",
@@ -255,7 +255,7 @@ async fn python_sixth_non_epoch_receiver_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_bad_credentials_are_refused() {
-    let f = Fixture::start(&[("secure", 2)]).await;
+    let f = TestHub::start(&[("secure", 2)]).await;
     let mut wrong = f.root.clone();
     wrong.key = "not-the-key".into();
     let now = std::time::SystemTime::now()
@@ -328,7 +328,7 @@ async fn python_bad_credentials_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_raises_every_refusal_within_its_timeout() {
     let dir = tempfile::tempdir().unwrap();
-    let f = Fixture::start_in(
+    let f = TestHub::start_in(
         dir,
         &[("strict", 2)],
         |config| config.log.event_bytes_max = 64 * 1024,
@@ -382,7 +382,7 @@ async fn python_sdk_raises_every_refusal_within_its_timeout() {
 /// such a message, and so do we, with everything but the hop-by-hop delivery annotations kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_annotated_message_with_delivery_annotations_is_stored() {
-    let f = Fixture::start(&[("annotated", 1)]).await;
+    let f = TestHub::start(&[("annotated", 1)]).await;
     let result = run_python(
         "send-delivery-annotations",
         json!({"conn": f.conn(&f.root), "hub": "annotated", "timeout": 20}),
@@ -402,7 +402,7 @@ async fn python_annotated_message_with_delivery_annotations_is_stored() {
 /// beginning of the partition, as on Event Hubs, so events sent before it are received.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_low_level_receiver_without_a_filter_starts_at_the_beginning() {
-    let f = Fixture::start(&[("early", 2)]).await;
+    let f = TestHub::start(&[("early", 2)]).await;
     for body in ["first", "second", "third"] {
         f.send("early", "1", body).await;
     }
@@ -456,7 +456,7 @@ impl Drop for SmallDisk {
 async fn python_sdk_raises_when_the_disk_is_full() {
     let disk = SmallDisk::mount(8);
     let dir = tempfile::tempdir_in(disk.mount_point.path()).unwrap();
-    let f = Fixture::start_in(dir, &[("full", 1)], |_| {}, None).await;
+    let f = TestHub::start_in(dir, &[("full", 1)], |_| {}, None).await;
     let (events, bytes) = (8, 16_000);
     let result = run_python(
         "send-until-refused",
@@ -489,7 +489,7 @@ async fn python_sdk_over_amqps_trusts_our_authority_and_no_other() {
     let theirs = tributary_tls::write_development_certificates(other.path(), &hosts).unwrap();
     let tls =
         tributary_tls::ServerTls::from_pem_files(&ours.server_cert, &ours.server_key).unwrap();
-    let f = Fixture::start_in(
+    let f = TestHub::start_in(
         tempfile::tempdir().unwrap(),
         &[("secure", 2)],
         |_| {},

@@ -1,9 +1,7 @@
 //! The front door over raw HTTP in development mode: health, metrics, the admin API, request
 //! ids, error shapes, limits, and that no request can break it.
 
-mod common;
-
-use common::{Server, Setup, request, start};
+use tributary_testkit::oci::{Server, Setup, request, start};
 
 async fn dev_server() -> Server {
     start(Setup {

@@ -1,13 +1,11 @@
 //! The official `oci` Python SDK (StreamClient with a real request signer) against Tributary.
 //! Needs `scripts/setup-oci-interop`; a missing SDK fails these tests, it never skips them.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::{Setup, printed, run_python, start};
 use tributary_event::{Clock, ManualClock, SystemClock};
 use tributary_http::RateLimits;
+use tributary_testkit::oci::{Setup, printed, run_oci_script, start};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn put_get_and_every_partition_cursor_type() {
@@ -16,28 +14,28 @@ async fn put_get_and_every_partition_cursor_type() {
         ..Setup::default()
     })
     .await;
-    run_python(&server, "messages.py", &[], &[]).await;
+    run_oci_script(&server, "messages.py", &[], &[]).await;
     server.http.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_are_created_listed_used_and_deleted_with_the_admin_client() {
     let server = start(Setup::default()).await;
-    run_python(&server, "streams.py", &[], &[]).await;
+    run_oci_script(&server, "streams.py", &[], &[]).await;
     server.http.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_groups_and_the_seed_scenario() {
     let server = start(Setup::default()).await;
-    run_python(&server, "groups.py", &[], &[]).await;
+    run_oci_script(&server, "groups.py", &[], &[]).await;
     server.http.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_requests_get_their_documented_errors_and_write_nothing() {
     let server = start(Setup::default()).await;
-    run_python(&server, "errors.py", &[], &[]).await;
+    run_oci_script(&server, "errors.py", &[], &[]).await;
     server.http.shutdown().await.unwrap();
 }
 
@@ -52,7 +50,7 @@ async fn an_expired_cursor_is_refused() {
         ..Setup::default()
     })
     .await;
-    let out = run_python(&server, "errors.py", &["make_cursor"], &[("PHASE", "1")]).await;
+    let out = run_oci_script(&server, "errors.py", &["make_cursor"], &[("PHASE", "1")]).await;
     let (stream, cursor) = (printed(&out, "STREAM"), printed(&out, "CURSOR"));
     clock.advance_ms(5 * 60 * 1000 + 1000);
     let env = [
@@ -60,7 +58,7 @@ async fn an_expired_cursor_is_refused() {
         ("STREAM", stream.as_str()),
         ("CURSOR", cursor.as_str()),
     ];
-    run_python(&server, "errors.py", &["expired_cursor"], &env).await;
+    run_oci_script(&server, "errors.py", &["expired_cursor"], &env).await;
     server.http.shutdown().await.unwrap();
 }
 
@@ -74,7 +72,7 @@ async fn rates_beyond_the_configured_limits_get_429() {
         ..Setup::default()
     })
     .await;
-    run_python(&server, "throttle.py", &[], &[]).await;
+    run_oci_script(&server, "throttle.py", &[], &[]).await;
     server.http.shutdown().await.unwrap();
 }
 
@@ -83,9 +81,9 @@ async fn groups_and_committed_offsets_survive_a_restart() {
     let setup = Setup::default();
     let server = start(Setup::default()).await;
     let env = [("PHASE", "1"), ("STREAM", "durable")];
-    let out = run_python(&server, "groups.py", &["before_restart"], &env).await;
+    let out = run_oci_script(&server, "groups.py", &["before_restart"], &env).await;
     let cursor = printed(&out, "CURSOR");
-    let common::Server {
+    let tributary_testkit::oci::Server {
         dir, broker, http, ..
     } = server;
     http.shutdown().await.unwrap();
@@ -93,10 +91,10 @@ async fn groups_and_committed_offsets_survive_a_restart() {
     drop(broker);
     // Let the coordinator's background task notice, then reopen everything on the same directory.
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    let broker = common::open_broker(dir.path(), &setup).await;
-    let http = common::start_http(&broker, &setup).await;
+    let broker = tributary_testkit::oci::open_broker(dir.path(), &setup).await;
+    let http = tributary_testkit::oci::start_http(&broker, &setup).await;
     let url = format!("http://{}", http.local_addr());
-    let server = common::Server {
+    let server = tributary_testkit::oci::Server {
         dir,
         broker,
         http,
@@ -107,7 +105,7 @@ async fn groups_and_committed_offsets_survive_a_restart() {
         ("STREAM", "durable"),
         ("CURSOR", cursor.as_str()),
     ];
-    run_python(&server, "groups.py", &["after_restart"], &env).await;
+    run_oci_script(&server, "groups.py", &["after_restart"], &env).await;
     server.http.shutdown().await.unwrap();
 }
 
@@ -124,6 +122,6 @@ async fn the_sdk_over_https_checks_the_certificate() {
     let hosts = ["localhost".to_owned()];
     let stranger = tributary_tls::write_development_certificates(other.path(), &hosts).unwrap();
     let wrong = stranger.ca_cert.to_str().unwrap();
-    run_python(&server, "https.py", &[], &[("WRONG_CA", wrong)]).await;
+    run_oci_script(&server, "https.py", &[], &[("WRONG_CA", wrong)]).await;
     server.http.shutdown().await.unwrap();
 }

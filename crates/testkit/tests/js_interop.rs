@@ -5,11 +5,9 @@
 //! on the JSON it prints. Install the client first with `scripts/setup-js-interop`; a missing
 //! client FAILS these tests, it never skips them.
 
-mod common;
-
-use common::{Fixture, bodies, run_node, run_node_with};
 use serde_json::{Value, json};
 use tributary_event::{PropertyValue, partition_for_key};
+use tributary_testkit::{TestHub, bodies, run_node, run_node_with};
 
 /// The JS SDK sends a string body as its JSON text (and parses it back on receipt).
 fn js(text: &str) -> String {
@@ -20,7 +18,7 @@ fn js(text: &str) -> String {
 /// sends on one link (rhea pipelines them); reads hub and partition properties.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_producer_sends_by_key_to_partitions_and_pipelined() {
-    let f = Fixture::start(&[("orders", 4)]).await;
+    let f = TestHub::start(&[("orders", 4)]).await;
     let result = run_node("produce", json!({"conn": f.conn(&f.root), "hub": "orders"})).await;
     assert_eq!(result["ok"], true, "{result}");
     assert_eq!(result["name"], "orders");
@@ -39,7 +37,7 @@ async fn js_producer_sends_by_key_to_partitions_and_pipelined() {
 }
 
 /// The keyed, per-partition and round-robin sends of the `produce` scenario, where they belong.
-async fn stored_by_key_partition_and_round_robin(f: &Fixture) {
+async fn stored_by_key_partition_and_round_robin(f: &TestHub) {
     let alpha = f.read_all("orders", partition_for_key("alpha", 4)).await;
     let keyed: Vec<_> = alpha
         .iter()
@@ -81,7 +79,7 @@ async fn stored_by_key_partition_and_round_robin(f: &Fixture) {
 }
 
 /// The typed properties and the 50 pipelined sends of the `produce` scenario.
-async fn stored_typed_and_pipelined(f: &Fixture) {
+async fn stored_typed_and_pipelined(f: &TestHub) {
     let p2 = f.read_all("orders", 2).await;
     let typed = p2
         .iter()
@@ -121,7 +119,7 @@ fn sequence_numbers(result: &Value) -> Vec<i64> {
 /// the start, a sequence number, an offset and an enqueued time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_consumer_receives_from_every_start_position() {
-    let f = Fixture::start(&[("positions", 2)]).await;
+    let f = TestHub::start(&[("positions", 2)]).await;
     let mut receipts = Vec::new();
     for i in 0..5 {
         receipts.push(f.send("positions", "1", &format!("e{i}")).await);
@@ -144,10 +142,11 @@ async fn js_consumer_receives_from_every_start_position() {
             vec![4],
         ),
     ];
-    let results = common::join_in_waves(cases.iter().map(|(args, _)| args.clone()), |args| {
-        run_node("receive", args)
-    })
-    .await;
+    let results =
+        tributary_testkit::join_in_waves(cases.iter().map(|(args, _)| args.clone()), |args| {
+            run_node("receive", args)
+        })
+        .await;
     for ((args, expected), result) in cases.iter().zip(&results) {
         assert_eq!(&sequence_numbers(result), expected, "{args} -> {result}");
         assert_eq!(result["errors"], json!([]), "{result}");
@@ -164,7 +163,7 @@ async fn js_consumer_receives_from_every_start_position() {
 /// a lower level is refused the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_higher_owner_level_takes_over() {
-    let f = Fixture::start(&[("epochs", 2)]).await;
+    let f = TestHub::start(&[("epochs", 2)]).await;
     f.send("epochs", "0", "first").await;
     let result = run_node(
         "steal",
@@ -202,7 +201,7 @@ async fn js_higher_owner_level_takes_over() {
 /// A 1,000,000-byte event each way: rhea splits its transfer at the server's frame size.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_large_event_round_trips() {
-    let f = Fixture::start(&[("large", 1)]).await;
+    let f = TestHub::start(&[("large", 1)]).await;
     let size = 1_000_000;
     let result = run_node(
         "large",
@@ -230,7 +229,7 @@ async fn js_sdk_over_amqps_trusts_our_authority_and_no_other() {
     let theirs = tributary_tls::write_development_certificates(theirs.path(), &hosts).unwrap();
     let tls =
         tributary_tls::ServerTls::from_pem_files(&ours.server_cert, &ours.server_key).unwrap();
-    let f = Fixture::start_in(
+    let f = TestHub::start_in(
         tempfile::tempdir().unwrap(),
         &[("secure", 1)],
         |_| {},

@@ -1,16 +1,14 @@
 //! The client against a real Tributary hub (broker + AMQP front door on 127.0.0.1).
 
-mod common;
-
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{TestHub, within};
 use tributary_client::{
     ClientError, ClientOptions, ConsumerClient, EventReceiver, ProducerClient, ReceiverOptions,
     SendTarget,
 };
 use tributary_event::{EventData, EventPosition, PropertyValue, ReceivedEvent, partition_for_key};
+use tributary_testkit::{TestHub, within};
 
 const WAIT: Duration = Duration::from_secs(5);
 

@@ -1,0 +1,23 @@
+//! The integration-test harness: what the tests of several crates share, in one place.
+//!
+//! - [`hub`]: a real hub on a free port — a broker on a temporary directory and its AMQP front
+//!   door (AMQPS when given a certificate) with root, listen-only and send-only policies.
+//! - [`sdk`]: running the official SDKs' scenario scripts (Python `azure-eventhub`, JavaScript
+//!   `@azure/event-hubs`) and reading the JSON they print.
+//! - [`oci`]: the HTTP front door under test, the `oci` SDK's scripts, a raw HTTP client.
+//!
+//! The tests that need both ends of the wire — the server's doors and the Rust client, the
+//! official SDKs, the processor over AMQP — live in this crate's `tests/` and its scripts in
+//! `tests/python`, `tests/js` and `tests/oci`, so no library crate needs another's as a
+//! dev-dependency (the front door and the client used to depend on each other that way).
+//! Nothing here is published; a missing SDK fails a test, it never skips it.
+
+pub mod hub;
+pub mod oci;
+pub mod sdk;
+
+pub use hub::{TestHub, within};
+pub use sdk::{
+    JsonLines, bodies, join_all, join_in_waves, node_modules, python, repo, run_json, run_node,
+    run_node_with, run_python, wait_for_receivers,
+};
