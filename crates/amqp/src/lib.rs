@@ -40,7 +40,6 @@ pub mod conditions;
 mod error;
 pub mod limits;
 pub mod policies;
-pub mod scan;
 mod server;
 mod wire;
 

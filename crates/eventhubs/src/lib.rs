@@ -40,6 +40,7 @@ pub mod names;
 pub mod property;
 pub mod receive;
 pub mod sas;
+pub mod scan;
 pub mod selector;
 pub mod send;
 

@@ -262,16 +262,16 @@ fn map_body(body: Body<Value>, event: &mut EventData, kept: &mut Kept) {
 }
 
 /// Decodes an encoded message (or the kept sections of an event) after checking its shape
-/// strictly with [`crate::scan::scan_message`], and every value in it with
+/// strictly with [`tributary_eventhubs::scan::scan_message`], and every value in it with
 /// [`check_well_formed`](tributary_amqp_codec::value::check_well_formed): `serde_amqp` trusts
 /// the sizes and counts inside, and bytes that lie could otherwise panic it or overflow the
 /// stack — from any peer, before it has authenticated (`$cbs` messages come here too).
 pub(crate) fn decode_strict(sections: &[u8]) -> Result<AmqpMessage, String> {
     use fe2o3_amqp_types::messaging::message::DecodeIntoMessage;
-    let scanned = crate::scan::scan_message(sections).map_err(|e| e.to_string())?;
+    let scanned = tributary_eventhubs::scan::scan_message(sections).map_err(|e| e.to_string())?;
     tributary_amqp_codec::value::check_well_formed(sections).map_err(|e| e.to_string())?;
     // serde_amqp reads sections only in the specification's order.
-    let ordered = crate::scan::canonical_bytes(sections, &scanned);
+    let ordered = tributary_eventhubs::scan::canonical_bytes(sections, &scanned);
     let reader = serde_amqp::read::SliceReader::new(&ordered);
     <Body<Value> as DecodeIntoMessage>::decode_message_from_reader(reader)
         .map_err(|e| e.to_string())
