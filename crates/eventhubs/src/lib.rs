@@ -34,6 +34,8 @@
 pub mod address;
 pub mod condition;
 pub mod connection_string;
+pub mod deliver;
+pub mod ingest;
 pub mod limits;
 pub mod message;
 pub mod names;

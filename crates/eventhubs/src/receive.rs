@@ -265,8 +265,8 @@ fn delivery_annotations(
     let last = (|| {
         Some(LastEnqueued {
             sequence_number: as_i64(sequence?)?,
-            offset: as_u64(offset?)?,
-            enqueued_time_ms: as_i64(enqueued?)?,
+            offset: Some(as_u64(offset?)?),
+            enqueued_time_ms: Some(as_i64(enqueued?)?),
             retrieved_time_ms: retrieved.and_then(as_i64).unwrap_or(now_ms),
         })
     })();
@@ -1235,8 +1235,8 @@ mod tests {
             ours.1,
             Some(LastEnqueued {
                 sequence_number: 9,
-                offset: 900,
-                enqueued_time_ms: 5,
+                offset: Some(900),
+                enqueued_time_ms: Some(5),
                 retrieved_time_ms: NOW,
             })
         );

@@ -15,9 +15,6 @@
 //! once it uses the link. A refused send link gets credit, and every message on it is rejected
 //! with the error; nothing on a refused link is ever appended or delivered.
 
-mod delivery;
-mod ingest;
-mod message;
 mod nodes;
 mod receive_link;
 mod sasl;

@@ -51,20 +51,78 @@ use tributary_amqp_codec::message::section_code::{
 use tributary_amqp_codec::value::{Primitive, Reader};
 use tributary_event::{EventData, PropertyValue, repeats_a_property_key};
 
-use super::message::{
-    AmqpMessage, PARTITION_KEY, SYSTEM_ANNOTATIONS, decode_strict, event_from_message, kept_header,
-    partition_key,
-};
-use crate::conditions::{self, Refusal};
+pub(crate) mod general;
+
+use self::general::{SYSTEM_ANNOTATIONS, kept_header, partition_key};
+pub use self::general::{decode_strict, event_from_message};
+use crate::condition::{self as conditions, Refusal};
+use crate::limits::BATCH_EVENTS_MAX;
+use crate::message::{AmqpMessage, MessageError};
+use crate::names::BATCH_MESSAGE_FORMAT;
+use crate::names::annotation::PARTITION_KEY;
 
 /// `properties` fields the fast path maps: message-id, correlation-id, content-type.
 const MESSAGE_ID: u32 = 0;
 const CORRELATION_ID: u32 = 5;
 const CONTENT_TYPE: u32 = 6;
 
+/// The events of one delivery's payload and the partition key to route them by: a plain message
+/// is one event; a batch (format `0x80013700`) is one event per data section, each decoded
+/// strictly, routed by the envelope's key or else the first inner key. Messages and envelopes in
+/// the common shapes take the fast path (see the module docs), with the same outcome.
+pub fn events_of(
+    payload: &[u8],
+    format: u32,
+    route_by_key: bool,
+) -> Result<(Option<String>, Vec<EventData>), Refusal> {
+    let decode = |e: String| Refusal::new(conditions::DECODE_ERROR, e);
+    match format {
+        0 => {
+            let event = event_of(payload, route_by_key).map_err(|e| decode(e.to_string()))?;
+            Ok((event.partition_key.clone(), vec![event]))
+        }
+        BATCH_MESSAGE_FORMAT => {
+            // The envelope decoded by the general path, when it must be, for `envelope` to
+            // borrow its messages from.
+            let decoded;
+            let envelope = match Envelope::fast(payload, route_by_key) {
+                Some(envelope) => envelope,
+                None => {
+                    decoded = decode_strict(payload).map_err(|e| decode(e.to_string()))?;
+                    Envelope::decoded(&decoded, route_by_key)?
+                }
+            };
+            let count = envelope.messages.len();
+            if count == 0 || count > BATCH_EVENTS_MAX {
+                return Err(decode(format!(
+                    "a batch holds 1 to {BATCH_EVENTS_MAX} messages, not {count}"
+                )));
+            }
+            let mut events = Vec::with_capacity(count);
+            for (index, message) in envelope.messages.iter().enumerate() {
+                let event = event_of(message, route_by_key)
+                    .map_err(|e| decode(format!("batched message {index}: {e}")))?;
+                events.push(event);
+            }
+            let key = envelope
+                .key
+                .or_else(|| events.iter().find_map(|e| e.partition_key.clone()));
+            Ok((key, events))
+        }
+        other => {
+            // A malformed message is a decode error whatever its format, as it always was.
+            decode_strict(payload).map_err(|e| decode(e.to_string()))?;
+            Err(Refusal::new(
+                conditions::NOT_IMPLEMENTED,
+                format!("message format {other:#x} is not supported"),
+            ))
+        }
+    }
+}
+
 /// One message's event: the fast path's when it applies, else the general path's
 /// ([`decode_strict`], then [`event_from_message`]), errors included.
-pub(crate) fn event_of(bytes: &[u8], route_by_key: bool) -> Result<EventData, String> {
+pub fn event_of(bytes: &[u8], route_by_key: bool) -> Result<EventData, MessageError> {
     match fast_event(bytes, route_by_key) {
         Some(event) => Ok(event),
         None => event_from_message(decode_strict(bytes)?, route_by_key),
@@ -199,7 +257,8 @@ impl<'a> Envelope<'a> {
     /// `decode-error`).
     pub(crate) fn decoded(message: &'a AmqpMessage, route_by_key: bool) -> Result<Self, Refusal> {
         let key = if route_by_key {
-            partition_key(message).map_err(|e| Refusal::new(conditions::ARGUMENT_ERROR, e))?
+            partition_key(message)
+                .map_err(|e| Refusal::new(conditions::ARGUMENT_ERROR, e.to_string()))?
         } else {
             None
         };
@@ -395,34 +454,33 @@ mod tests {
     use tributary_amqp_codec::message::{ListSection, MapSection, section, write_data_section};
 
     use super::*;
-    use crate::limits::BATCH_EVENTS_MAX;
-    use crate::wire::message::empty_message;
-    use crate::wire::send_link::{BATCH_FORMAT, events_of};
+    use crate::message::empty_message;
+    use crate::names::BATCH_MESSAGE_FORMAT as BATCH_FORMAT;
     use tributary_amqp_codec::testing::{damage, text};
 
     /// A delivery's outcome: the partition key and events, or the refusal.
     type Events = Result<(Option<String>, Vec<EventData>), Refusal>;
 
     /// The general path alone: what [`event_of`] must equal, and the fast path when it answers.
-    fn general(bytes: &[u8], route_by_key: bool) -> Result<EventData, String> {
+    fn general(bytes: &[u8], route_by_key: bool) -> Result<EventData, MessageError> {
         event_from_message(decode_strict(bytes)?, route_by_key)
     }
 
     /// `append`'s decoding and `events_of` as they were before the fast path, verbatim: what the
     /// new `events_of` must equal for every delivery.
     fn reference_events_of(payload: &[u8], format: u32, route_by_key: bool) -> Events {
-        let message =
-            decode_strict(payload).map_err(|e| Refusal::new(conditions::DECODE_ERROR, e))?;
         let decode = |e: String| Refusal::new(conditions::DECODE_ERROR, e);
+        let message = decode_strict(payload).map_err(|e| decode(e.to_string()))?;
         match format {
             0 => {
-                let event = event_from_message(message, route_by_key).map_err(decode)?;
+                let event =
+                    event_from_message(message, route_by_key).map_err(|e| decode(e.to_string()))?;
                 Ok((event.partition_key.clone(), vec![event]))
             }
             BATCH_FORMAT => {
                 let envelope_key = if route_by_key {
                     partition_key(&message)
-                        .map_err(|e| Refusal::new(conditions::ARGUMENT_ERROR, e))?
+                        .map_err(|e| Refusal::new(conditions::ARGUMENT_ERROR, e.to_string()))?
                 } else {
                     None
                 };
@@ -500,7 +558,7 @@ mod tests {
             annotations.entry("x-hostile", true, |v| v.encoded(&value));
             annotations.finish();
             write_data_section(&mut message, b"body");
-            let error = event_of(&message, true).unwrap_err();
+            let error = event_of(&message, true).unwrap_err().to_string();
             assert!(
                 error.contains("empty array") || error.contains("nested too deeply"),
                 "{error}"
@@ -1267,7 +1325,7 @@ mod tests {
                     .collect::<OrderedMap<_, _>>();
                 message.application_properties = Some(ApplicationProperties(map));
             }
-            let bytes = tributary_eventhubs::message::encode_message(&message).unwrap();
+            let bytes = crate::message::encode_message(&message).unwrap();
             let fast = check_message(&bytes, route_by_key)?;
             prop_assert_eq!(fast.is_some(), route_by_key || key.is_none());
             if let Some(event) = fast {
@@ -1456,5 +1514,83 @@ mod tests {
             let theirs = outcome(|| general(&bytes, true));
             assert!(same(&ours, &theirs), "{bytes:x?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod events_of_tests {
+    use super::*;
+    use crate::message::{AmqpMessage, empty_message};
+    use crate::names::BATCH_MESSAGE_FORMAT as BATCH_FORMAT;
+    use fe2o3_amqp_types::messaging::annotations::OwnedKey;
+    use fe2o3_amqp_types::messaging::{Body, Data, MessageAnnotations};
+    use fe2o3_amqp_types::primitives::{Binary, OrderedMap, Value};
+
+    fn to_bytes(message: AmqpMessage) -> Vec<u8> {
+        crate::message::encode_message(&message).unwrap()
+    }
+
+    fn encoded(body: &[u8], key: Option<&str>) -> Vec<u8> {
+        let mut message = AmqpMessage {
+            body: Body::Data(vec![Data(Binary::from(body.to_vec()))].into()),
+            ..empty_message()
+        };
+        if let Some(key) = key {
+            let mut ma = OrderedMap::new();
+            ma.insert(
+                OwnedKey::from("x-opt-partition-key"),
+                Value::String(key.into()),
+            );
+            message.message_annotations = Some(MessageAnnotations(ma));
+        }
+        to_bytes(message)
+    }
+
+    fn batch(sections: Vec<Vec<u8>>) -> Vec<u8> {
+        to_bytes(AmqpMessage {
+            body: Body::Data(
+                sections
+                    .into_iter()
+                    .map(|s| Data(Binary::from(s)))
+                    .collect::<Vec<_>>()
+                    .into(),
+            ),
+            ..empty_message()
+        })
+    }
+
+    #[test]
+    fn a_batch_becomes_one_event_per_message() {
+        let payload = batch(vec![encoded(b"a", Some("k")), encoded(b"b", Some("k"))]);
+        let (key, events) = events_of(&payload, BATCH_FORMAT, true).unwrap();
+        assert_eq!(key.as_deref(), Some("k"));
+        assert_eq!(events.len(), 2);
+        assert_eq!(&events[1].body[..], b"b");
+    }
+
+    #[test]
+    fn malformed_batches_are_rejected_with_decode_error() {
+        let mut trailing = encoded(b"a", None);
+        trailing.push(0x40);
+        for payload in [
+            batch(vec![]),
+            batch(vec![vec![0x00, 0x53]]),
+            batch(vec![trailing]),
+            to_bytes(empty_message()),
+            vec![0x00, 0x53],
+        ] {
+            let refusal = events_of(&payload, BATCH_FORMAT, true).unwrap_err();
+            assert_eq!(
+                refusal.condition,
+                conditions::DECODE_ERROR,
+                "{}",
+                refusal.description
+            );
+        }
+        let refusal = events_of(&to_bytes(empty_message()), 7, true).unwrap_err();
+        assert_eq!(refusal.condition, conditions::NOT_IMPLEMENTED);
+        // A malformed message is a decode error whatever its format.
+        let refusal = events_of(&[0x00, 0x53], 7, true).unwrap_err();
+        assert_eq!(refusal.condition, conditions::DECODE_ERROR);
     }
 }
