@@ -1157,7 +1157,13 @@ mod tests {
             assert!(matches!(ours, MessageError::Malformed(_)), "{ours}");
             assert_eq!(ours.to_string(), theirs.to_string());
         }
-        // And the complete message decodes on the fast path.
+    }
+
+    #[test]
+    fn received_bytes_complete_system_annotations_take_the_fast_path() {
+        let sequence = |v: ValueWriter<'_>| v.long(5);
+        let offset = |v: ValueWriter<'_>| v.string("4096");
+        let time = |v: ValueWriter<'_>| v.timestamp(7);
         let complete = hub_message(&[
             (PARTITION_KEY_ANNOTATION, &|v| v.string("device-1")),
             (SEQUENCE_NUMBER_ANNOTATION, &sequence),
