@@ -691,6 +691,80 @@ impl ClientHandler {
         }
     }
 
+    /// A link the client asked the engine to attach: kept until the hub answers.
+    fn attaching(
+        &mut self,
+        link: LinkId,
+        address: String,
+        receiver: Option<ReceiverSetup>,
+        reply: oneshot::Sender<Result<Attached, ClientError>>,
+    ) {
+        self.next_serial += 1;
+        let kind = match receiver {
+            Some(setup) => LinkKind::Receiver {
+                credit: setup.credit,
+                events: setup.events,
+                batch: Vec::new(),
+            },
+            None => LinkKind::Sender {
+                waiting: std::collections::VecDeque::new(),
+            },
+        };
+        self.links.insert(
+            link,
+            LinkSlot {
+                serial: self.next_serial,
+                address,
+                attach_reply: Some(reply),
+                kind,
+            },
+        );
+    }
+
+    /// A message to send: now if the link has credit and nothing waits, else queued.
+    fn send_or_wait(&mut self, connection: &mut Connection, link: LinkRef, send: WaitingSend) {
+        let Some(slot) = self.slot(link) else {
+            let _ = send.reply.send(Err(lost("the link is closed")));
+            return;
+        };
+        let LinkKind::Sender { waiting } = &mut slot.kind else {
+            return;
+        };
+        if waiting.is_empty() && connection.credit(link.id) > 0 {
+            Self::send_now(connection, link.id, send, &mut self.unsettled);
+        } else {
+            waiting.push_back(send);
+        }
+    }
+
+    fn on_detached(&mut self, link: LinkId, error: Option<&definitions::Error>) {
+        let address = self
+            .links
+            .get(&link)
+            .map(|slot| slot.address.clone())
+            .unwrap_or_default();
+        let error = ended_error(error, || ClientError::ServerBusy {
+            condition: tributary_eventhubs::condition::DETACH_FORCED.to_owned(),
+            description: format!("the hub detached the link to {address} without saying why"),
+        });
+        self.fail_link(link, &error);
+    }
+
+    fn on_closed(&mut self, error: Option<&definitions::Error>) {
+        let error = match error.map(ClientError::from_amqp) {
+            Some(ClientError::Other {
+                condition,
+                description,
+            }) => lost(format!(
+                "the hub closed the connection ({condition}): {description}"
+            )),
+            Some(mapped) => mapped,
+            None => lost("the hub closed the connection"),
+        };
+        self.close_error = Some(error.clone());
+        self.fail_all(&error);
+    }
+
     fn on_attached(&mut self, connection: &mut Connection, link: LinkId, answer: Box<Attach>) {
         let Some(slot) = self.links.get_mut(&link) else {
             return;
@@ -768,6 +842,26 @@ impl ClientHandler {
 }
 
 /// A send the engine refused to put on the wire.
+/// The hub attaching a link to this client: nothing here serves one.
+fn refuse_hub_link(connection: &mut Connection, link: LinkId, attach: Attach) {
+    let role = match attach.role {
+        Role::Sender => Role::Receiver,
+        Role::Receiver => Role::Sender,
+    };
+    let _ = connection.attach_answer(
+        link,
+        attach_frame(attach.name, role, SenderSettleMode::Unsettled),
+    );
+    connection.detach(
+        link,
+        true,
+        Some(amqp_error(
+            tributary_eventhubs::condition::NOT_ALLOWED,
+            "this client does not accept links from the hub",
+        )),
+    );
+}
+
 fn engine_refusal(error: SendError) -> ClientError {
     match error {
         SendError::Exhausted => ClientError::QuotaExceeded {
@@ -843,25 +937,7 @@ impl Handler for ClientHandler {
                 link,
                 attach,
                 answer: false,
-            } => {
-                // The hub attaching a link to this client: nothing here serves one.
-                let role = match attach.role {
-                    Role::Sender => Role::Receiver,
-                    Role::Receiver => Role::Sender,
-                };
-                let _ = connection.attach_answer(
-                    link,
-                    attach_frame(attach.name, role, SenderSettleMode::Unsettled),
-                );
-                connection.detach(
-                    link,
-                    true,
-                    Some(amqp_error(
-                        tributary_eventhubs::condition::NOT_ALLOWED,
-                        "this client does not accept links from the hub",
-                    )),
-                );
-            }
+            } => refuse_hub_link(connection, link, *attach),
             Event::Delivery(delivery) => self.on_delivery(delivery),
             Event::Credit(link) => self.flush_sends(connection, link),
             Event::Disposition {
@@ -874,38 +950,12 @@ impl Handler for ClientHandler {
             } => self.on_disposition(session, first, last, state.as_deref()),
             // Not final yet, or about deliveries the hub sent (settled here on arrival).
             Event::Disposition { .. } => {}
-            Event::Detached { link, error, .. } => {
-                let address = self
-                    .links
-                    .get(&link)
-                    .map(|slot| slot.address.clone())
-                    .unwrap_or_default();
-                let error = ended_error(error.as_ref(), || ClientError::ServerBusy {
-                    condition: tributary_eventhubs::condition::DETACH_FORCED.to_owned(),
-                    description: format!(
-                        "the hub detached the link to {address} without saying why"
-                    ),
-                });
-                self.fail_link(link, &error);
-            }
+            Event::Detached { link, error, .. } => self.on_detached(link, error.as_ref()),
             Event::SessionEnded { session, error } => {
                 let error = ended_error(error.as_ref(), || lost("the hub ended the session"));
                 self.fail_session(session, &error);
             }
-            Event::Closed { error } => {
-                let error = match error.as_ref().map(ClientError::from_amqp) {
-                    Some(ClientError::Other {
-                        condition,
-                        description,
-                    }) => lost(format!(
-                        "the hub closed the connection ({condition}): {description}"
-                    )),
-                    Some(mapped) => mapped,
-                    None => lost("the hub closed the connection"),
-                };
-                self.close_error = Some(error.clone());
-                self.fail_all(&error);
-            }
+            Event::Closed { error } => self.on_closed(error.as_ref()),
         }
     }
 
@@ -930,28 +980,7 @@ impl Handler for ClientHandler {
                 receiver,
                 reply,
             } => match connection.attach(session, *attach) {
-                Ok(link) => {
-                    self.next_serial += 1;
-                    let kind = match receiver {
-                        Some(setup) => LinkKind::Receiver {
-                            credit: setup.credit,
-                            events: setup.events,
-                            batch: Vec::new(),
-                        },
-                        None => LinkKind::Sender {
-                            waiting: std::collections::VecDeque::new(),
-                        },
-                    };
-                    self.links.insert(
-                        link,
-                        LinkSlot {
-                            serial: self.next_serial,
-                            address,
-                            attach_reply: Some(reply),
-                            kind,
-                        },
-                    );
-                }
+                Ok(link) => self.attaching(link, address, receiver, reply),
                 Err(error) => {
                     let _ = reply.send(Err(engine_refusal(error)));
                 }
@@ -967,18 +996,7 @@ impl Handler for ClientHandler {
                     format,
                     reply,
                 };
-                let Some(slot) = self.slot(link) else {
-                    let _ = send.reply.send(Err(lost("the link is closed")));
-                    return;
-                };
-                let LinkKind::Sender { waiting } = &mut slot.kind else {
-                    return;
-                };
-                if waiting.is_empty() && connection.credit(link.id) > 0 {
-                    Self::send_now(connection, link.id, send, &mut self.unsettled);
-                } else {
-                    waiting.push_back(send);
-                }
+                self.send_or_wait(connection, link, send);
             }
             Command::Credit { link, add } => {
                 if self.slot(link).is_some() {

@@ -355,36 +355,12 @@ impl ServerHandler {
         };
         let client_sends = matches!(attach.role, Role::Sender);
         let outcome = match node {
-            Node::Cbs | Node::Management => {
-                let kind = if node == Node::Cbs {
-                    nodes::NodeKind::Cbs
-                } else {
-                    nodes::NodeKind::Management
-                };
-                let answer = answer_for(&attach);
-                let entry = if client_sends {
-                    LinkKind::Requests(kind)
-                } else {
-                    LinkKind::Replies(nodes::ReplyLink::new(kind, &attach))
-                };
-                if connection.attach_answer(link, answer).is_ok() {
-                    self.register(link, entry);
-                    if client_sends {
-                        let _ = connection.flow(link, SEND_LINK_CREDIT);
-                    }
-                }
-                Ok(())
+            Node::Cbs => self.attach_node(connection, link, &attach, nodes::NodeKind::Cbs),
+            Node::Management => {
+                self.attach_node(connection, link, &attach, nodes::NodeKind::Management)
             }
             Node::Hub { .. } | Node::HubPartition { .. } if client_sends => {
-                let link_ref = self.next_ref(link);
-                send_link::attach(&node, link_ref, &self.state, &self.commands).map(|handle| {
-                    let mut answer = answer_for(&attach);
-                    answer.max_message_size = Some(crate::limits::MESSAGE_BYTES_MAX);
-                    if connection.attach_answer(link, answer).is_ok() {
-                        self.register(link, LinkKind::Send(handle));
-                        let _ = connection.flow(link, SEND_LINK_CREDIT);
-                    }
-                })
+                self.attach_send(connection, link, &attach, &node)
             }
             Node::ConsumerPartition {
                 hub,
@@ -396,24 +372,7 @@ impl ServerHandler {
                     group,
                     partition,
                 };
-                let link_ref = self.next_ref(link);
-                receive_link::attach(names, &attach, link_ref, &self.state, &self.commands).map(
-                    |(handle, runtime_metric)| {
-                        let mut answer = answer_for(&attach);
-                        answer.snd_settle_mode = definitions::SenderSettleMode::Settled;
-                        if runtime_metric {
-                            answer.offered_capabilities = Some(
-                                vec![Symbol::from(
-                                    tributary_eventhubs::names::link::RUNTIME_METRIC_CAPABILITY,
-                                )]
-                                .into(),
-                            );
-                        }
-                        if connection.attach_answer(link, answer).is_ok() {
-                            self.register(link, LinkKind::Receive(handle));
-                        }
-                    },
-                )
+                self.attach_receive(connection, link, &attach, names)
             }
             _ if client_sends => Err(Refusal::new(
                 conditions::NOT_ALLOWED,
@@ -427,6 +386,75 @@ impl ServerHandler {
         if let Err(refusal) = outcome {
             self.refuse(connection, link, &attach, refusal);
         }
+    }
+
+    /// A link to `$cbs` or `$management`: requests when the client sends, replies otherwise.
+    fn attach_node(
+        &mut self,
+        connection: &mut Connection,
+        link: LinkId,
+        attach: &Attach,
+        kind: nodes::NodeKind,
+    ) -> Result<(), Refusal> {
+        let client_sends = matches!(attach.role, Role::Sender);
+        let entry = if client_sends {
+            LinkKind::Requests(kind)
+        } else {
+            LinkKind::Replies(nodes::ReplyLink::new(kind, attach))
+        };
+        if connection.attach_answer(link, answer_for(attach)).is_ok() {
+            self.register(link, entry);
+            if client_sends {
+                let _ = connection.flow(link, SEND_LINK_CREDIT);
+            }
+        }
+        Ok(())
+    }
+
+    /// A client's send link to a hub or one of its partitions.
+    fn attach_send(
+        &mut self,
+        connection: &mut Connection,
+        link: LinkId,
+        attach: &Attach,
+        node: &Node,
+    ) -> Result<(), Refusal> {
+        let link_ref = self.next_ref(link);
+        let handle = send_link::attach(node, link_ref, &self.state, &self.commands)?;
+        let mut answer = answer_for(attach);
+        answer.max_message_size = Some(crate::limits::MESSAGE_BYTES_MAX);
+        if connection.attach_answer(link, answer).is_ok() {
+            self.register(link, LinkKind::Send(handle));
+            let _ = connection.flow(link, SEND_LINK_CREDIT);
+        }
+        Ok(())
+    }
+
+    /// A client's receive link from a consumer group's partition.
+    fn attach_receive(
+        &mut self,
+        connection: &mut Connection,
+        link: LinkId,
+        attach: &Attach,
+        names: receive_link::Names,
+    ) -> Result<(), Refusal> {
+        let link_ref = self.next_ref(link);
+        let (handle, runtime_metric) =
+            receive_link::attach(names, attach, link_ref, &self.state, &self.commands)?;
+        let mut answer = answer_for(attach);
+        answer.snd_settle_mode = definitions::SenderSettleMode::Settled;
+        if runtime_metric {
+            answer.offered_capabilities = Some(
+                vec![Symbol::from(
+                    tributary_eventhubs::names::link::RUNTIME_METRIC_CAPABILITY,
+                )]
+                .into(),
+            );
+        }
+        if connection.attach_answer(link, answer).is_ok() {
+            self.register(link, LinkKind::Receive(handle));
+        }
+        Ok(())
     }
 
     /// Refuses an attach: answers it, lets a sending client send (each message is rejected
