@@ -42,11 +42,10 @@
 use std::sync::LazyLock;
 
 use bytes::Bytes;
-use fe2o3_amqp_types::messaging::{Body, Header, Priority};
-use tributary_amqp_codec::CodecError;
+use fe2o3_amqp_types::messaging::{Body, Header};
 use tributary_amqp_codec::message::section_code::{
-    APPLICATION_PROPERTIES, DATA, DELIVERY_ANNOTATIONS, HEADER, HEADER_FIELDS, MESSAGE_ANNOTATIONS,
-    PROPERTIES, PROPERTIES_FIELDS,
+    APPLICATION_PROPERTIES, DATA, DELIVERY_ANNOTATIONS, HEADER, MESSAGE_ANNOTATIONS, PROPERTIES,
+    PROPERTIES_FIELDS,
 };
 use tributary_amqp_codec::value::{Primitive, Reader};
 use tributary_event::{EventData, PropertyValue, repeats_a_property_key};
@@ -60,6 +59,7 @@ use crate::limits::BATCH_EVENTS_MAX;
 use crate::message::{AmqpMessage, MessageError};
 use crate::names::BATCH_MESSAGE_FORMAT;
 use crate::names::annotation::PARTITION_KEY;
+use crate::walk::{Fallback, header, map_entries, next_section};
 
 /// `properties` fields the fast path maps: message-id, correlation-id, content-type.
 const MESSAGE_ID: u32 = 0;
@@ -133,16 +133,6 @@ pub fn event_of(bytes: &[u8], route_by_key: bool) -> Result<EventData, MessageEr
 /// the module docs); `None` otherwise, and then nothing is decided.
 fn fast_event(bytes: &[u8], route_by_key: bool) -> Option<EventData> {
     fast(bytes, route_by_key).ok()
-}
-
-/// The fast path cannot read this message exactly as the general path would; take that.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Fallback;
-
-impl From<CodecError> for Fallback {
-    fn from(_: CodecError) -> Self {
-        Fallback
-    }
 }
 
 /// The fast path (see the module docs).
@@ -301,50 +291,6 @@ fn leading<'a>(
         section = next_section(reader)?;
     }
     Ok((kept, section))
-}
-
-/// The next section's numeric descriptor, or `None` at the end of the bytes.
-fn next_section(reader: &mut Reader<'_>) -> Result<Option<u64>, Fallback> {
-    if reader.is_at_end() {
-        return Ok(None);
-    }
-    // Symbolic section descriptors are not among those `descriptor` knows, so they fall back;
-    // a code that is no section's is never the one a caller expects next, so it falls back too.
-    Ok(Some(reader.descriptor()?))
-}
-
-/// A `header` list: durable, priority, ttl, first-acquirer, delivery-count, each null (its
-/// default) or of its type.
-fn header(reader: &mut Reader<'_>) -> Result<Header, Fallback> {
-    let (count, end) = reader.list_header()?;
-    if count > HEADER_FIELDS {
-        return Err(Fallback);
-    }
-    let mut header = Header::default();
-    for field in 0..count {
-        if reader.null()? {
-            continue;
-        }
-        match field {
-            0 => header.durable = reader.boolean()?,
-            1 => header.priority = Priority(reader.ubyte()?),
-            2 => header.ttl = Some(reader.uint()?),
-            3 => header.first_acquirer = reader.boolean()?,
-            _ => header.delivery_count = reader.uint()?,
-        }
-    }
-    reader.expect_at(end, "header fields overrun the list")?;
-    Ok(header)
-}
-
-/// A map's header, with the count `serde_amqp` accepts: a larger map is an error there, so it
-/// is left to the general path to refuse. Returns the number of entries and where they end.
-fn map_entries(reader: &mut Reader<'_>) -> Result<(u32, usize), Fallback> {
-    let (count, end) = reader.map_header()?;
-    if count as usize > serde_amqp::de::MAX_ARRAY_COUNT {
-        return Err(Fallback);
-    }
-    Ok((count / 2, end))
 }
 
 /// An annotations map: symbol keys, primitive values, each entry given to `entry` in order.

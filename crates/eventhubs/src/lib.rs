@@ -45,6 +45,7 @@ pub mod sas;
 pub mod scan;
 pub mod selector;
 pub mod send;
+mod walk;
 
 pub use condition::Refusal;
 pub use connection_string::{ConnectionString, ConnectionStringError, Credential};
