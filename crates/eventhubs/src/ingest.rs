@@ -1,9 +1,18 @@
-//! A producer's message bytes straight into an [`EventData`], without building `fe2o3-amqp`'s
-//! generic message first.
+//! Ingest: a producer's transfer bytes into [`EventData`]s — the server's half of what
+//! [`send`](crate::send) writes.
 //!
-//! [`event_of`] gives what [`decode_strict`] and [`event_from_message`] give — the same event,
-//! the same error — for every input, and [`Envelope::fast`] reads a batch's envelope as
-//! [`Envelope::decoded`] reads the decoded one. Decoding into `Message<Body<Value>>` and
+//! [`events_of`] takes one delivery's payload and message format: a plain message (format 0) is
+//! one event; a batch ([`BATCH_MESSAGE_FORMAT`]) is an envelope whose `data` sections are whole
+//! messages, one event each, routed by the envelope's partition key or else the first inner
+//! one; another format is `amqp:not-implemented`. Its errors are [`Refusal`]s with the
+//! condition the service sends (`amqp:decode-error` for bytes that are not a message of the
+//! dialect, `com.microsoft:argument-error` for an envelope's partition key that is not a
+//! string); a single message's error is a [`MessageError`].
+//!
+//! Each message goes straight into an [`EventData`], without building `fe2o3-amqp`'s generic
+//! message first when it can: [`event_of`] gives what [`decode_strict`] and [`event_from_message`] give — the same event,
+//! the same error — for every input, and `Envelope::fast` reads a batch's envelope as
+//! `Envelope::decoded` reads the decoded one. Decoding into `Message<Body<Value>>` and
 //! converting it was the ingest hot spot; the fast path reads the bytes once, borrowing, and
 //! allocates only what the event keeps.
 //!
@@ -12,7 +21,7 @@
 //! [`tributary_amqp_codec::value::Reader`]. It takes the shape the Azure SDKs and our client
 //! send:
 //! - an optional `header`, each field null or of its type: kept, encoded by
-//!   [`kept_header`] exactly as the general path keeps it (the Python SDK and our client send
+//!   `kept_header` exactly as the general path keeps it (the Python SDK and our client send
 //!   `durable` with every keyed message);
 //! - optional `delivery-annotations` with symbol keys and primitive values (dropped, as the
 //!   general path drops them);
@@ -27,7 +36,7 @@
 //! - at most one `data` section; then the end of the bytes.
 //!
 //! Section descriptors are numeric (in any `ulong` encoding); every length, count and value is
-//! checked. A batch's envelope ([`Envelope::fast`]) is an optional `header`, optional
+//! checked. A batch's envelope (`Envelope::fast`) is an optional `header`, optional
 //! `delivery-annotations`, optional `message-annotations` holding only the partition key, then
 //! one or more `data` sections and the end.
 //!
@@ -38,6 +47,14 @@
 //! not well-formed — goes to the general path, which decides and words every error. The fast
 //! path never errs: it returns only what the general path would return, or nothing. It never
 //! panics and reserves memory only in proportion to the bytes it has, whatever they hold.
+//!
+//! The general path ([`decode_strict`], [`event_from_message`]) checks a message's structure
+//! first with [`scan`](crate::scan) — which also takes the delivery annotations pyamqp writes
+//! last and puts them in their place — and every value with
+//! [`check_well_formed`](tributary_amqp_codec::value::check_well_formed), then decodes it with
+//! `serde_amqp`. The scan stays a module of its own rather than a step of the fast path: the
+//! fast path already checks everything it reads in its one pass, and a structural pass before
+//! it would walk every message twice.
 
 use std::sync::LazyLock;
 
@@ -800,7 +817,7 @@ mod tests {
         matches!(rest, [] | [Section::Data(_)])
     }
 
-    /// Whether [`Envelope::fast`] must take the envelope `message` (see the module docs).
+    /// Whether `Envelope::fast` must take the envelope `message` (see the module docs).
     fn takes_fast_envelope(message: &Message, route_by_key: bool) -> bool {
         if message.form.symbolic {
             return false;

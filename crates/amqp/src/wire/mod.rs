@@ -7,7 +7,7 @@
 //! ([`send_link`]) and receive links out of it ([`receive_link`]). Work that waits — appends,
 //! reads of the log, timers — runs in one task per link, which hands its results back as
 //! [`Command`]s; the handler itself never waits. Everything the Event Hubs dialect decides —
-//! addresses, selectors, tokens, conditions — lives in engine-free modules.
+//! addresses, selectors, tokens, conditions, messages in and out — is `tributary-eventhubs`'s.
 //!
 //! # Refusals
 //! A refused attach is answered (the peer's terminus echoed) and detached with the error
