@@ -22,11 +22,14 @@
 //! # Structure
 //! [`start`] binds the listener (the private `server` module). Connections run on Tributary's
 //! own AMQP engine (`tributary-amqp-engine`: a sans-IO connection state machine and its tokio
-//! driver), used only by the private `wire` module; messages and the rare performatives keep the
-//! `fe2o3-amqp-types` types. The dialect itself — names, link addresses, selector filters,
-//! tokens, error conditions — is `tributary-eventhubs`, shared with the client; grants, the
-//! mapping of broker errors to conditions and strict message scanning live in engine-free
-//! modules here. Limits and their reasons are in [`limits`].
+//! driver), used only by the private `wire` module; the rare performatives keep the
+//! `fe2o3-amqp-types` types. This crate only translates: it attaches links to nodes, answers
+//! `$cbs` and `$management`, checks grants, calls the broker and maps its errors to conditions
+//! ([`conditions`]). The dialect itself is `tributary-eventhubs`, shared with the client: names,
+//! link addresses, selector filters, tokens, error conditions, and both of the server's message
+//! directions — `tributary_eventhubs::ingest` (a producer's transfer, plain or batched, into
+//! events) and `tributary_eventhubs::deliver` (a stored event into a delivery's bytes). Limits
+//! and their reasons are in [`limits`].
 //!
 //! # Guarantees
 //! - Nothing a peer sends can panic the server: peer errors become AMQP errors (a rejected
@@ -40,7 +43,6 @@ pub mod conditions;
 mod error;
 pub mod limits;
 pub mod policies;
-pub mod scan;
 mod server;
 mod wire;
 

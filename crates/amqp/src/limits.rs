@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 pub use tributary_eventhubs::limits::{
-    BATCH_EVENTS_MAX, MESSAGE_BYTES_MAX, SELECTOR_BYTES_MAX, TOKEN_BYTES_MAX,
+    BATCH_EVENTS_MAX, DESCRIBED_DEPTH_MAX, MESSAGE_BYTES_MAX, SELECTOR_BYTES_MAX, TOKEN_BYTES_MAX,
 };
 
 /// The largest AMQP frame: 1 MiB, what the Python SDK (`MAX_FRAME_SIZE_BYTES`) asks for. Larger
@@ -53,10 +53,6 @@ pub const CHANNEL_MAX: u16 = 255;
 
 /// The most links a session may attach. The SDKs use a handful per session.
 pub const HANDLE_MAX: u32 = 1023;
-
-/// How deeply described types may nest inside a message the strict scanner walks. AMQP messages
-/// from the SDKs nest at most two levels; 32 bounds recursion on hostile input.
-pub const DESCRIBED_DEPTH_MAX: u32 = 32;
 
 /// The most credit-based requests ($cbs, $management) waiting for their response link at once
 /// per session. A client sends one request at a time per node.

@@ -693,6 +693,80 @@ impl ClientHandler {
         }
     }
 
+    /// A link the client asked the engine to attach: kept until the hub answers.
+    fn attaching(
+        &mut self,
+        link: LinkId,
+        address: String,
+        receiver: Option<ReceiverSetup>,
+        reply: oneshot::Sender<Result<Attached, ClientError>>,
+    ) {
+        self.next_serial += 1;
+        let kind = match receiver {
+            Some(setup) => LinkKind::Receiver {
+                credit: setup.credit,
+                events: setup.events,
+                batch: Vec::new(),
+            },
+            None => LinkKind::Sender {
+                waiting: std::collections::VecDeque::new(),
+            },
+        };
+        self.links.insert(
+            link,
+            LinkSlot {
+                serial: self.next_serial,
+                address,
+                attach_reply: Some(reply),
+                kind,
+            },
+        );
+    }
+
+    /// A message to send: now if the link has credit and nothing waits, else queued.
+    fn send_or_wait(&mut self, connection: &mut Connection, link: LinkRef, send: WaitingSend) {
+        let Some(slot) = self.slot(link) else {
+            let _ = send.reply.send(Err(lost("the link is closed")));
+            return;
+        };
+        let LinkKind::Sender { waiting } = &mut slot.kind else {
+            return;
+        };
+        if waiting.is_empty() && connection.credit(link.id) > 0 {
+            Self::send_now(connection, link.id, send, &mut self.unsettled);
+        } else {
+            waiting.push_back(send);
+        }
+    }
+
+    fn on_detached(&mut self, link: LinkId, error: Option<&definitions::Error>) {
+        let address = self
+            .links
+            .get(&link)
+            .map(|slot| slot.address.clone())
+            .unwrap_or_default();
+        let error = ended_error(error, || ClientError::ServerBusy {
+            condition: tributary_eventhubs::condition::DETACH_FORCED.to_owned(),
+            description: format!("the hub detached the link to {address} without saying why"),
+        });
+        self.fail_link(link, &error);
+    }
+
+    fn on_closed(&mut self, error: Option<&definitions::Error>) {
+        let error = match error.map(ClientError::from_amqp) {
+            Some(ClientError::Other {
+                condition,
+                description,
+            }) => lost(format!(
+                "the hub closed the connection ({condition}): {description}"
+            )),
+            Some(mapped) => mapped,
+            None => lost("the hub closed the connection"),
+        };
+        self.close_error = Some(error.clone());
+        self.fail_all(&error);
+    }
+
     fn on_attached(&mut self, connection: &mut Connection, link: LinkId, answer: Box<Attach>) {
         let Some(slot) = self.links.get_mut(&link) else {
             return;
@@ -770,6 +844,26 @@ impl ClientHandler {
 }
 
 /// A send the engine refused to put on the wire.
+/// The hub attaching a link to this client: nothing here serves one.
+fn refuse_hub_link(connection: &mut Connection, link: LinkId, attach: Attach) {
+    let role = match attach.role {
+        Role::Sender => Role::Receiver,
+        Role::Receiver => Role::Sender,
+    };
+    let _ = connection.attach_answer(
+        link,
+        attach_frame(attach.name, role, SenderSettleMode::Unsettled),
+    );
+    connection.detach(
+        link,
+        true,
+        Some(amqp_error(
+            tributary_eventhubs::condition::NOT_ALLOWED,
+            "this client does not accept links from the hub",
+        )),
+    );
+}
+
 fn engine_refusal(error: SendError) -> ClientError {
     match error {
         SendError::Exhausted => ClientError::QuotaExceeded {
@@ -816,101 +910,6 @@ fn ended_error(
     }
 }
 
-/// The hub attaching a link to this client: nothing here serves one, so it is answered and
-/// detached at once.
-fn refuse_hub_attach(connection: &mut Connection, link: LinkId, attach: &Attach) {
-    let role = match attach.role {
-        Role::Sender => Role::Receiver,
-        Role::Receiver => Role::Sender,
-    };
-    let _ = connection.attach_answer(
-        link,
-        attach_frame(attach.name.clone(), role, SenderSettleMode::Unsettled),
-    );
-    connection.detach(
-        link,
-        true,
-        Some(amqp_error(
-            tributary_eventhubs::condition::NOT_ALLOWED,
-            "this client does not accept links from the hub",
-        )),
-    );
-}
-
-/// What a caller gets when the hub closed the connection with `error`.
-fn closed_error(error: Option<&definitions::Error>) -> ClientError {
-    match error.map(ClientError::from_amqp) {
-        Some(ClientError::Other {
-            condition,
-            description,
-        }) => lost(format!(
-            "the hub closed the connection ({condition}): {description}"
-        )),
-        Some(mapped) => mapped,
-        None => lost("the hub closed the connection"),
-    }
-}
-
-impl ClientHandler {
-    fn on_detached(&mut self, link: LinkId, error: Option<&definitions::Error>) {
-        let address = self
-            .links
-            .get(&link)
-            .map(|slot| slot.address.clone())
-            .unwrap_or_default();
-        let error = ended_error(error, || ClientError::ServerBusy {
-            condition: tributary_eventhubs::condition::DETACH_FORCED.to_owned(),
-            description: format!("the hub detached the link to {address} without saying why"),
-        });
-        self.fail_link(link, &error);
-    }
-
-    /// Records a link this client attached, waiting for the hub's answer.
-    fn attached(
-        &mut self,
-        link: LinkId,
-        address: String,
-        receiver: Option<ReceiverSetup>,
-        reply: oneshot::Sender<Result<Attached, ClientError>>,
-    ) {
-        self.next_serial += 1;
-        let kind = match receiver {
-            Some(setup) => LinkKind::Receiver {
-                credit: setup.credit,
-                events: setup.events,
-                batch: Vec::new(),
-            },
-            None => LinkKind::Sender {
-                waiting: std::collections::VecDeque::new(),
-            },
-        };
-        let slot = LinkSlot {
-            serial: self.next_serial,
-            address,
-            attach_reply: Some(reply),
-            kind,
-        };
-        self.links.insert(link, slot);
-    }
-
-    /// Sends at once when the link has credit and nothing is queued before it; queues it
-    /// otherwise, so sends go out in call order.
-    fn send_or_queue(&mut self, connection: &mut Connection, link: LinkRef, send: WaitingSend) {
-        let Some(slot) = self.slot(link) else {
-            let _ = send.reply.send(Err(lost("the link is closed")));
-            return;
-        };
-        let LinkKind::Sender { waiting } = &mut slot.kind else {
-            return;
-        };
-        if waiting.is_empty() && connection.credit(link.id) > 0 {
-            Self::send_now(connection, link.id, send, &mut self.unsettled);
-        } else {
-            waiting.push_back(send);
-        }
-    }
-}
-
 impl Handler for ClientHandler {
     type Command = Command;
 
@@ -940,7 +939,7 @@ impl Handler for ClientHandler {
                 link,
                 attach,
                 answer: false,
-            } => refuse_hub_attach(connection, link, &attach),
+            } => refuse_hub_link(connection, link, *attach),
             Event::Delivery(delivery) => self.on_delivery(delivery),
             Event::Credit(link) => self.flush_sends(connection, link),
             Event::Disposition {
@@ -958,11 +957,7 @@ impl Handler for ClientHandler {
                 let error = ended_error(error.as_ref(), || lost("the hub ended the session"));
                 self.fail_session(session, &error);
             }
-            Event::Closed { error } => {
-                let error = closed_error(error.as_ref());
-                self.close_error = Some(error.clone());
-                self.fail_all(&error);
-            }
+            Event::Closed { error } => self.on_closed(error.as_ref()),
         }
     }
 
@@ -987,7 +982,7 @@ impl Handler for ClientHandler {
                 receiver,
                 reply,
             } => match connection.attach(session, *attach) {
-                Ok(link) => self.attached(link, address, receiver, reply),
+                Ok(link) => self.attaching(link, address, receiver, reply),
                 Err(error) => {
                     let _ = reply.send(Err(engine_refusal(error)));
                 }
@@ -1003,7 +998,7 @@ impl Handler for ClientHandler {
                     format,
                     reply,
                 };
-                self.send_or_queue(connection, link, send);
+                self.send_or_wait(connection, link, send);
             }
             Command::Credit { link, add } => {
                 if self.slot(link).is_some() {

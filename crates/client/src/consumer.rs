@@ -291,11 +291,15 @@ impl EventReceiver {
             self.taken += 1;
             match decode_received_bytes(&payload, now_ms) {
                 Ok((event, last)) => {
-                    if let Some(last) = last {
+                    // `receive` reports a metric only with an offset and a time.
+                    if let Some(last) = last
+                        && let (Some(offset), Some(enqueued_time_ms)) =
+                            (last.offset, last.enqueued_time_ms)
+                    {
                         self.last_enqueued = Some(LastEnqueuedEventProperties {
                             sequence_number: last.sequence_number,
-                            offset: last.offset,
-                            enqueued_time_ms: last.enqueued_time_ms,
+                            offset,
+                            enqueued_time_ms,
                             retrieved_time_ms: last.retrieved_time_ms,
                         });
                     }

@@ -348,7 +348,7 @@ fn parse_endpoint(endpoint: &str) -> Result<(String, String, Option<u16>), Conne
                 .to_owned(),
         ));
     }
-    let (host, port) = split_host_port(authority).map_err(bad)?;
+    let (host, port) = split_host_port(authority)?;
     if host.is_empty() {
         return Err(bad(format!("{endpoint:?} has no host")));
     }
@@ -363,17 +363,22 @@ fn parse_endpoint(endpoint: &str) -> Result<(String, String, Option<u16>), Conne
     Ok((scheme, host.to_ascii_lowercase(), port))
 }
 
-/// Splits `host[:port]`, with `[v6]:port` for IPv6 literals.
-fn split_host_port(authority: &str) -> Result<(&str, Option<u16>), String> {
+/// Splits `host[:port]`, with `[v6]:port` for IPv6 literals; an error names the endpoint.
+fn split_host_port(authority: &str) -> Result<(&str, Option<u16>), ConnectionStringError> {
+    let bad = |reason: String| invalid("Endpoint", reason);
     let (host, port) = if let Some(inner) = authority.strip_prefix('[') {
         let Some((v6, after)) = inner.split_once(']') else {
-            return Err(format!("{authority:?}: unclosed '[' in an IPv6 address"));
+            return Err(bad(format!(
+                "{authority:?}: unclosed '[' in an IPv6 address"
+            )));
         };
         match after {
             "" => (v6, None),
             _ => match after.strip_prefix(':') {
                 Some(port) => (v6, Some(port)),
-                None => return Err(format!("{authority:?}: expected ':<port>' after ']'")),
+                None => {
+                    return Err(bad(format!("{authority:?}: expected ':<port>' after ']'")));
+                }
             },
         }
     } else {
@@ -386,7 +391,11 @@ fn split_host_port(authority: &str) -> Result<(&str, Option<u16>), String> {
         None => None,
         Some(text) => match text.parse::<u16>() {
             Ok(port) if port > 0 => Some(port),
-            _ => return Err(format!("port {text:?} is not a number from 1 to 65535")),
+            _ => {
+                return Err(bad(format!(
+                    "port {text:?} is not a number from 1 to 65535"
+                )));
+            }
         },
     };
     Ok((host, port))

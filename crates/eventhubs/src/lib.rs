@@ -16,11 +16,24 @@
 //!   reason, related by compile-time assertions where they relate.
 //! - **Selectors** ([`selector`]): the start-position filter, parsed and written.
 //! - **SAS tokens** ([`sas`]) and **connection strings** ([`connection_string`]).
-//! - **Messages**, one module per direction, failing with one [`MessageError`]: [`send`]
-//!   (events → a producer's transfer bytes) and [`receive`] (a delivery's bytes → the client's
-//!   event), each a fast path checked byte for byte against a general `fe2o3-amqp` path; the
-//!   [`PropertyValue`](tributary_event::PropertyValue) ↔ AMQP mapping they share is
-//!   [`property`].
+//! - **Messages**, one module per direction, failing with one [`MessageError`], each a fast
+//!   path checked against a general `fe2o3-amqp` path by property tests:
+//!   - the client's: [`send`] (events → a producer's transfer bytes) and [`receive`] (a
+//!     delivery's bytes → the client's event and the runtime metric);
+//!   - the server's: [`ingest`] (a producer's transfer bytes, plain or a batch of format
+//!     `0x80013700`, → [`EventData`](tributary_event::EventData)s, refusing with the service's
+//!     conditions) and [`deliver`] (a stored event → a delivery's bytes, with the runtime-metric
+//!     delivery annotations when the link asked for them).
+//!
+//!   The [`PropertyValue`](tributary_event::PropertyValue) ↔ AMQP mapping they share is
+//!   [`property`]; [`scan`] is the strict structural check of a message the general paths
+//!   run before `serde_amqp` reads it; the generic message type and its encoder are
+//!   [`message`].
+//!
+//! # What it does not own
+//! Links, sessions, nodes and the broker: the server (`tributary-amqp`) and the client
+//! (`tributary-client`) translate between the AMQP engine and these functions. Nothing here
+//! depends on the broker, the log or the processor.
 //!
 //! # Guarantees
 //! - Nothing a peer sends can panic a parser here: every error is a typed value with a sentence
@@ -34,14 +47,18 @@
 pub mod address;
 pub mod condition;
 pub mod connection_string;
+pub mod deliver;
+pub mod ingest;
 pub mod limits;
 pub mod message;
 pub mod names;
 pub mod property;
 pub mod receive;
 pub mod sas;
+pub mod scan;
 pub mod selector;
 pub mod send;
+mod walk;
 
 pub use condition::Refusal;
 pub use connection_string::{ConnectionString, ConnectionStringError, Credential};

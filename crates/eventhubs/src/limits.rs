@@ -28,6 +28,11 @@ pub const SELECTOR_BYTES_MAX: usize = 1024;
 /// leaves room for long audiences and bounds the parsing work.
 pub const TOKEN_BYTES_MAX: usize = 4096;
 
+/// How deeply described types may nest inside a message the strict scanner
+/// ([`crate::scan`]) walks. AMQP messages from the SDKs nest at most two levels; 32 bounds
+/// recursion on hostile input.
+pub const DESCRIBED_DEPTH_MAX: u32 = 32;
+
 /// The longest connection string accepted (see [`crate::connection_string`]). Real ones are a
 /// few hundred bytes; the cap keeps a mistaken argument (a file's contents) from being echoed in
 /// full in an error.

@@ -1,6 +1,7 @@
 //! What the four message directions have in common: their one error, and the runtime metric.
 //!
 //! Each direction has its module — [`send`](crate::send) (client → bytes),
+//! [`ingest`](crate::ingest) (bytes → server), [`deliver`](crate::deliver) (server → bytes),
 //! [`receive`](crate::receive) (bytes → client) — and fails with [`MessageError`]; the
 //! property-value mapping they share is [`property`](crate::property). [`write_message`]
 //! encodes a whole `fe2o3-amqp` message (requests, responses and the general paths) through
@@ -37,16 +38,43 @@ pub enum MessageError {
 
 /// The partition's last-enqueued event, as a delivery's runtime-metric annotations carry it
 /// ([`names::runtime_metric`](crate::names::runtime_metric)).
+///
+/// A partition that never had an event has sequence number -1, no offset (written `-1`) and no
+/// enqueued time (written as the epoch); [`deliver`](crate::deliver) writes that, and
+/// [`receive`](crate::receive) reports a metric only when the hub sent a numeric offset, so
+/// what it returns always has both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LastEnqueued {
-    /// Its sequence number.
+    /// Its sequence number (-1 if the partition never had an event).
     pub sequence_number: i64,
-    /// Its offset.
-    pub offset: u64,
-    /// When it was enqueued, milliseconds since the Unix epoch.
-    pub enqueued_time_ms: i64,
+    /// Its offset, if the partition ever had an event.
+    pub offset: Option<u64>,
+    /// When it was enqueued, milliseconds since the Unix epoch, if the partition ever had an
+    /// event.
+    pub enqueued_time_ms: Option<i64>,
     /// When the hub read these figures, milliseconds since the Unix epoch.
     pub retrieved_time_ms: i64,
+}
+
+/// A whole AMQP message as `fe2o3-amqp` decodes it: what the general paths build and read.
+pub type AmqpMessage = Message<Body<Value>>;
+
+/// A message with no sections but an empty body.
+pub fn empty_message() -> AmqpMessage {
+    Message {
+        header: None,
+        delivery_annotations: None,
+        message_annotations: None,
+        properties: None,
+        application_properties: None,
+        body: Body::Empty,
+        footer: None,
+    }
+}
+
+/// An `amqp-value` body holding `value`.
+pub fn value_body(value: Value) -> Body<Value> {
+    Body::Value(AmqpValue(value))
 }
 
 /// Appends `message` to `out`, its sections in the standard order: the bytes `fe2o3-amqp`'s

@@ -50,10 +50,9 @@ use fe2o3_amqp_types::messaging::message::DecodeIntoMessage;
 use fe2o3_amqp_types::messaging::{Body, Message};
 use fe2o3_amqp_types::primitives::Value;
 use serde_amqp::read::SliceReader;
-use tributary_amqp_codec::CodecError;
 use tributary_amqp_codec::message::section_code::{
-    APPLICATION_PROPERTIES, DATA, DELIVERY_ANNOTATIONS, HEADER, HEADER_FIELDS, MESSAGE_ANNOTATIONS,
-    PROPERTIES, PROPERTIES_FIELDS,
+    APPLICATION_PROPERTIES, DATA, DELIVERY_ANNOTATIONS, HEADER, MESSAGE_ANNOTATIONS, PROPERTIES,
+    PROPERTIES_FIELDS,
 };
 use tributary_amqp_codec::value::{Primitive, Reader, check_well_formed};
 use tributary_event::{EventData, PropertyValue, ReceivedEvent};
@@ -69,14 +68,11 @@ use crate::names::annotation::{
 use crate::names::runtime_metric::{
     LAST_ENQUEUED_OFFSET, LAST_ENQUEUED_SEQUENCE_NUMBER, LAST_ENQUEUED_TIME_UTC, RETRIEVAL_TIME_UTC,
 };
+use crate::walk::{Fallback, header, map_entries, next_section};
 
 /// A delivered event, and the partition's last-enqueued event when the delivery carried the
 /// runtime-metric annotations complete.
 pub type Received = (ReceivedEvent, Option<LastEnqueued>);
-
-/// The most elements `serde_amqp` accepts in a `map32` (its `MAX_ARRAY_COUNT`); a larger map
-/// is an error there, so it is left to the general path to refuse.
-const REFERENCE_COUNT_MAX: u32 = 65_536;
 
 /// Decodes a delivered message's bytes (a transfer's payload) into its event and, when the
 /// delivery annotations carry it complete, the partition's last-enqueued event; `now_ms`
@@ -110,16 +106,6 @@ pub fn decode_message(payload: &[u8]) -> Result<Message<Body<Value>>, MessageErr
                 "the hub sent a message that could not be decoded: {e}"
             ))
         })
-}
-
-/// The fast path cannot decode this message exactly as the general path would; take that.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Fallback;
-
-impl From<CodecError> for Fallback {
-    fn from(_: CodecError) -> Self {
-        Fallback
-    }
 }
 
 /// The fast path (see the module docs).
@@ -181,57 +167,14 @@ fn fast(payload: &[u8], now_ms: i64) -> Result<Received, Fallback> {
     Ok((event, last))
 }
 
-/// The next section's numeric descriptor, or `None` at the end of the payload.
-fn next_section(reader: &mut Reader<'_>) -> Result<Option<u64>, Fallback> {
-    if reader.is_at_end() {
-        return Ok(None);
-    }
-    // Symbolic descriptors of sections are not among those `descriptor` knows, so they fall
-    // back; numeric ones may be in any `ulong` encoding, as in the general path.
-    match reader.descriptor()? {
-        code @ HEADER..=DATA => Ok(Some(code)),
-        _ => Err(Fallback),
-    }
-}
-
-/// A `header` list, checked and skipped: durable, priority, ttl, first-acquirer,
-/// delivery-count, each null or of its type.
-fn header(reader: &mut Reader<'_>) -> Result<(), Fallback> {
-    let (count, end) = reader.list_header()?;
-    if count > HEADER_FIELDS {
-        return Err(Fallback);
-    }
-    for field in 0..count {
-        if reader.null()? {
-            continue;
-        }
-        match field {
-            0 | 3 => {
-                reader.boolean()?;
-            }
-            1 => {
-                reader.ubyte()?;
-            }
-            _ => {
-                reader.uint()?;
-            }
-        }
-    }
-    reader.expect_at(end, "header fields overrun the list")?;
-    Ok(())
-}
-
 /// Walks an annotations map (`delivery-annotations`, `message-annotations`): symbol or ulong
 /// keys, primitive values; calls `entry` with each symbol key and its value, in order.
 fn annotations<'a>(
     reader: &mut Reader<'a>,
     mut entry: impl FnMut(&'a str, Primitive<'a>),
 ) -> Result<(), Fallback> {
-    let (count, end) = reader.map_header()?;
-    if count > REFERENCE_COUNT_MAX {
-        return Err(Fallback);
-    }
-    for _ in 0..count / 2 {
+    let (entries, end) = map_entries(reader)?;
+    for _ in 0..entries {
         let key = match reader.rest().first() {
             Some(0xa3 | 0xb3) => Some(reader.symbol()?),
             _ => {
@@ -265,8 +208,8 @@ fn delivery_annotations(
     let last = (|| {
         Some(LastEnqueued {
             sequence_number: as_i64(sequence?)?,
-            offset: as_u64(offset?)?,
-            enqueued_time_ms: as_i64(enqueued?)?,
+            offset: Some(as_u64(offset?)?),
+            enqueued_time_ms: Some(as_i64(enqueued?)?),
             retrieved_time_ms: retrieved.and_then(as_i64).unwrap_or(now_ms),
         })
     })();
@@ -402,11 +345,8 @@ fn message_id_text(reader: &mut Reader<'_>) -> Result<String, Fallback> {
 fn application_properties(
     reader: &mut Reader<'_>,
 ) -> Result<Vec<(String, PropertyValue)>, Fallback> {
-    let (count, end) = reader.map_header()?;
-    if count > REFERENCE_COUNT_MAX {
-        return Err(Fallback);
-    }
-    let entries = (count / 2) as usize;
+    let (entries, end) = map_entries(reader)?;
+    let entries = entries as usize;
     // An entry takes at least three bytes, so the input bounds what is reserved.
     let room = end.saturating_sub(reader.position()) / 3;
     let mut properties: Vec<(String, PropertyValue)> = Vec::with_capacity(entries.min(room));
@@ -1160,7 +1100,7 @@ mod tests {
     }
 
     #[test]
-    fn a_complete_hub_message_decodes_on_the_fast_path() {
+    fn received_bytes_complete_system_annotations_take_the_fast_path() {
         let sequence = |v: ValueWriter<'_>| v.long(5);
         let offset = |v: ValueWriter<'_>| v.string("4096");
         let time = |v: ValueWriter<'_>| v.timestamp(7);
@@ -1241,8 +1181,8 @@ mod tests {
             ours.1,
             Some(LastEnqueued {
                 sequence_number: 9,
-                offset: 900,
-                enqueued_time_ms: 5,
+                offset: Some(900),
+                enqueued_time_ms: Some(5),
                 retrieved_time_ms: NOW,
             })
         );

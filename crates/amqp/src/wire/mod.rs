@@ -7,7 +7,7 @@
 //! ([`send_link`]) and receive links out of it ([`receive_link`]). Work that waits — appends,
 //! reads of the log, timers — runs in one task per link, which hands its results back as
 //! [`Command`]s; the handler itself never waits. Everything the Event Hubs dialect decides —
-//! addresses, selectors, tokens, conditions — lives in engine-free modules.
+//! addresses, selectors, tokens, conditions, messages in and out — is `tributary-eventhubs`'s.
 //!
 //! # Refusals
 //! A refused attach is answered (the peer's terminus echoed) and detached with the error
@@ -15,9 +15,6 @@
 //! once it uses the link. A refused send link gets credit, and every message on it is rejected
 //! with the error; nothing on a refused link is ever appended or delivered.
 
-mod delivery;
-mod ingest;
-mod message;
 mod nodes;
 mod receive_link;
 mod sasl;
@@ -358,12 +355,12 @@ impl ServerHandler {
         };
         let client_sends = matches!(attach.role, Role::Sender);
         let outcome = match node {
-            Node::Cbs | Node::Management => {
-                self.attach_node_link(connection, link, &attach, node == Node::Cbs);
-                Ok(())
+            Node::Cbs => self.attach_node(connection, link, &attach, nodes::NodeKind::Cbs),
+            Node::Management => {
+                self.attach_node(connection, link, &attach, nodes::NodeKind::Management)
             }
             Node::Hub { .. } | Node::HubPartition { .. } if client_sends => {
-                self.attach_send_link(connection, link, &attach, &node)
+                self.attach_send(connection, link, &attach, &node)
             }
             Node::ConsumerPartition {
                 hub,
@@ -375,7 +372,7 @@ impl ServerHandler {
                     group,
                     partition,
                 };
-                self.attach_receive_link(connection, link, &attach, names)
+                self.attach_receive(connection, link, &attach, names)
             }
             _ if client_sends => Err(Refusal::new(
                 conditions::NOT_ALLOWED,
@@ -391,20 +388,14 @@ impl ServerHandler {
         }
     }
 
-    /// Attaches a link to `$cbs` (`cbs`) or `$management`: requests from the client, or the
-    /// replies to them.
-    fn attach_node_link(
+    /// A link to `$cbs` or `$management`: requests when the client sends, replies otherwise.
+    fn attach_node(
         &mut self,
         connection: &mut Connection,
         link: LinkId,
         attach: &Attach,
-        cbs: bool,
-    ) {
-        let kind = if cbs {
-            nodes::NodeKind::Cbs
-        } else {
-            nodes::NodeKind::Management
-        };
+        kind: nodes::NodeKind,
+    ) -> Result<(), Refusal> {
         let client_sends = matches!(attach.role, Role::Sender);
         let entry = if client_sends {
             LinkKind::Requests(kind)
@@ -417,10 +408,11 @@ impl ServerHandler {
                 let _ = connection.flow(link, SEND_LINK_CREDIT);
             }
         }
+        Ok(())
     }
 
-    /// Attaches a link the client sends events on, to a hub or one of its partitions.
-    fn attach_send_link(
+    /// A client's send link to a hub or one of its partitions.
+    fn attach_send(
         &mut self,
         connection: &mut Connection,
         link: LinkId,
@@ -438,9 +430,8 @@ impl ServerHandler {
         Ok(())
     }
 
-    /// Attaches a link the client receives events on, from one partition in a consumer group:
-    /// deliveries pre-settled, the runtime metric offered back when it was asked for.
-    fn attach_receive_link(
+    /// A client's receive link from a consumer group's partition.
+    fn attach_receive(
         &mut self,
         connection: &mut Connection,
         link: LinkId,

@@ -23,11 +23,12 @@ use fe2o3_amqp_types::primitives::{Array, OrderedMap, SimpleValue, Timestamp, Va
 use tributary_amqp_engine::{Connection, LinkId};
 use tributary_broker::BrokerError;
 
-use super::message::{AmqpMessage, decode_strict, value_body};
 use super::{ConnectionState, amqp_error, now_secs};
 use crate::auth::{self, READ};
 use crate::conditions::{self, Refusal};
 use crate::limits::NODE_QUEUE_MAX;
+use tributary_eventhubs::ingest::decode_strict;
+use tributary_eventhubs::message::{AmqpMessage, empty_message, value_body};
 use tributary_eventhubs::names::management as m;
 
 /// Which request/response node.
@@ -178,7 +179,7 @@ fn response(
         }),
         application_properties: Some(ApplicationProperties(application_properties)),
         body,
-        ..super::message::empty_message()
+        ..empty_message()
     }
 }
 

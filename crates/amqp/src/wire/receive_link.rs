@@ -25,15 +25,18 @@ use serde_amqp::described::Described;
 use serde_amqp::descriptor::Descriptor;
 use tokio::sync::{mpsc, oneshot, watch};
 use tributary_amqp_engine::{Connection, LinkId};
-use tributary_broker::{DisconnectWatch, ReceiveError, Receiver as BrokerReceiver, ReceiverSpec};
+use tributary_broker::{
+    DisconnectWatch, LastEnqueuedEvent, ReceiveError, Receiver as BrokerReceiver, ReceiverSpec,
+};
 use tributary_event::EventPosition;
 
-use super::delivery::write_delivery_message;
 use super::{Command, ConnectionState, LinkRef, now_secs, shutting_down};
 use crate::auth::LISTEN;
 use crate::conditions::{self, Refusal};
 use crate::limits::{RECEIVE_BATCH_EVENTS, RECEIVE_WAIT};
+use tributary_eventhubs::LastEnqueued;
 use tributary_eventhubs::address::Node;
+use tributary_eventhubs::deliver::write_delivery_message;
 use tributary_eventhubs::names::link::{
     EPOCH, RECEIVER_NAME, RUNTIME_METRIC_CAPABILITY as RUNTIME_METRIC,
     SELECTOR_FILTER_CODE as SELECTOR_CODE, SELECTOR_FILTER_KEY as SELECTOR_NAME,
@@ -368,7 +371,7 @@ impl Pump {
                     Ok(events) if events.is_empty() => {}
                     Ok(events) => {
                         let runtime = if self.request.runtime_metric {
-                            self.receiver.last_enqueued()
+                            self.receiver.last_enqueued().map(runtime_metric)
                         } else {
                             None
                         };
@@ -391,6 +394,16 @@ impl Pump {
                 () = grant_expired(authorized_until) => {}
             }
         }
+    }
+}
+
+/// The broker's last-enqueued event as the runtime-metric annotations carry it.
+fn runtime_metric(last: LastEnqueuedEvent) -> LastEnqueued {
+    LastEnqueued {
+        sequence_number: last.sequence_number,
+        offset: last.offset,
+        enqueued_time_ms: last.enqueued_time_ms,
+        retrieved_time_ms: last.retrieved_time_ms,
     }
 }
 

@@ -30,20 +30,15 @@ use tributary_amqp_codec::performative::ACCEPTED;
 use tributary_amqp_engine::connection::Delivery;
 use tributary_amqp_engine::{Connection, LinkId};
 use tributary_broker::{Broker, SendTarget};
-use tributary_event::EventData;
 use tributary_event::names::parse_partition_id;
 
-use super::ingest::{Envelope, event_of};
-use super::message::decode_strict;
 use super::nodes::rejected;
 use super::{Command, ConnectionState, LinkRef, now_secs};
 use crate::auth::SEND;
 use crate::conditions::{self, Refusal};
-use crate::limits::{BATCH_EVENTS_MAX, SEND_LINK_CREDIT, SEND_PIPELINE_MAX};
+use crate::limits::{SEND_LINK_CREDIT, SEND_PIPELINE_MAX};
 use tributary_eventhubs::address::Node;
-
-/// The message format of an Event Hubs batch: the body's data sections are whole messages.
-pub(crate) use tributary_eventhubs::names::BATCH_MESSAGE_FORMAT as BATCH_FORMAT;
+use tributary_eventhubs::ingest::events_of;
 
 /// Where a send link's messages go.
 #[derive(Debug, Clone)]
@@ -365,135 +360,4 @@ async fn append(
         .await
         .map(|_| ())
         .map_err(|e| conditions::from_broker(&e, None))
-}
-
-/// The events of one delivery's payload and the partition key to route them by: a plain message
-/// is one event; a batch (format `0x80013700`) is one event per data section, each decoded
-/// strictly, routed by the envelope's key or else the first inner key. Messages and envelopes in
-/// the common shapes take the fast path ([`super::ingest`]), with the same outcome.
-pub(crate) fn events_of(
-    payload: &[u8],
-    format: u32,
-    route_by_key: bool,
-) -> Result<(Option<String>, Vec<EventData>), Refusal> {
-    let decode = |e: String| Refusal::new(conditions::DECODE_ERROR, e);
-    match format {
-        0 => {
-            let event = event_of(payload, route_by_key).map_err(decode)?;
-            Ok((event.partition_key.clone(), vec![event]))
-        }
-        BATCH_FORMAT => {
-            // The envelope decoded by the general path, when it must be, for `envelope` to
-            // borrow its messages from.
-            let decoded;
-            let envelope = match Envelope::fast(payload, route_by_key) {
-                Some(envelope) => envelope,
-                None => {
-                    decoded = decode_strict(payload).map_err(decode)?;
-                    Envelope::decoded(&decoded, route_by_key)?
-                }
-            };
-            let count = envelope.messages.len();
-            if count == 0 || count > BATCH_EVENTS_MAX {
-                return Err(decode(format!(
-                    "a batch holds 1 to {BATCH_EVENTS_MAX} messages, not {count}"
-                )));
-            }
-            let mut events = Vec::with_capacity(count);
-            for (index, message) in envelope.messages.iter().enumerate() {
-                let event = event_of(message, route_by_key)
-                    .map_err(|e| decode(format!("batched message {index}: {e}")))?;
-                events.push(event);
-            }
-            let key = envelope
-                .key
-                .or_else(|| events.iter().find_map(|e| e.partition_key.clone()));
-            Ok((key, events))
-        }
-        other => {
-            // A malformed message is a decode error whatever its format, as it always was.
-            decode_strict(payload).map_err(decode)?;
-            Err(Refusal::new(
-                conditions::NOT_IMPLEMENTED,
-                format!("message format {other:#x} is not supported"),
-            ))
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::wire::message::{AmqpMessage, empty_message};
-    use fe2o3_amqp_types::messaging::annotations::OwnedKey;
-    use fe2o3_amqp_types::messaging::{Body, Data, MessageAnnotations};
-    use fe2o3_amqp_types::primitives::{Binary, OrderedMap, Value};
-
-    fn to_bytes(message: AmqpMessage) -> Vec<u8> {
-        tributary_eventhubs::message::encode_message(&message).unwrap()
-    }
-
-    fn encoded(body: &[u8], key: Option<&str>) -> Vec<u8> {
-        let mut message = AmqpMessage {
-            body: Body::Data(vec![Data(Binary::from(body.to_vec()))].into()),
-            ..empty_message()
-        };
-        if let Some(key) = key {
-            let mut ma = OrderedMap::new();
-            ma.insert(
-                OwnedKey::from("x-opt-partition-key"),
-                Value::String(key.into()),
-            );
-            message.message_annotations = Some(MessageAnnotations(ma));
-        }
-        to_bytes(message)
-    }
-
-    fn batch(sections: Vec<Vec<u8>>) -> Vec<u8> {
-        to_bytes(AmqpMessage {
-            body: Body::Data(
-                sections
-                    .into_iter()
-                    .map(|s| Data(Binary::from(s)))
-                    .collect::<Vec<_>>()
-                    .into(),
-            ),
-            ..empty_message()
-        })
-    }
-
-    #[test]
-    fn a_batch_becomes_one_event_per_message() {
-        let payload = batch(vec![encoded(b"a", Some("k")), encoded(b"b", Some("k"))]);
-        let (key, events) = events_of(&payload, BATCH_FORMAT, true).unwrap();
-        assert_eq!(key.as_deref(), Some("k"));
-        assert_eq!(events.len(), 2);
-        assert_eq!(&events[1].body[..], b"b");
-    }
-
-    #[test]
-    fn malformed_batches_are_rejected_with_decode_error() {
-        let mut trailing = encoded(b"a", None);
-        trailing.push(0x40);
-        for payload in [
-            batch(vec![]),
-            batch(vec![vec![0x00, 0x53]]),
-            batch(vec![trailing]),
-            to_bytes(empty_message()),
-            vec![0x00, 0x53],
-        ] {
-            let refusal = events_of(&payload, BATCH_FORMAT, true).unwrap_err();
-            assert_eq!(
-                refusal.condition,
-                conditions::DECODE_ERROR,
-                "{}",
-                refusal.description
-            );
-        }
-        let refusal = events_of(&to_bytes(empty_message()), 7, true).unwrap_err();
-        assert_eq!(refusal.condition, conditions::NOT_IMPLEMENTED);
-        // A malformed message is a decode error whatever its format.
-        let refusal = events_of(&[0x00, 0x53], 7, true).unwrap_err();
-        assert_eq!(refusal.condition, conditions::DECODE_ERROR);
-    }
 }

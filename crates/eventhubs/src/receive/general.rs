@@ -179,8 +179,8 @@ pub(crate) fn last_enqueued(
         .unwrap_or(now_ms);
     Some(LastEnqueued {
         sequence_number,
-        offset,
-        enqueued_time_ms,
+        offset: Some(offset),
+        enqueued_time_ms: Some(enqueued_time_ms),
         retrieved_time_ms,
     })
 }
@@ -287,8 +287,8 @@ mod tests {
             props,
             LastEnqueued {
                 sequence_number: 9,
-                offset: 900,
-                enqueued_time_ms: 5,
+                offset: Some(900),
+                enqueued_time_ms: Some(5),
                 retrieved_time_ms: 77
             }
         );

@@ -1,4 +1,5 @@
-//! The message a receiver gets for a stored event, written straight into a byte buffer.
+//! Deliver: the message a receiver gets for a stored event, written straight into a byte
+//! buffer — the server's half of what [`receive`](crate::receive) reads.
 //!
 //! [`write_delivery_message`] produces the bytes of the message [`message_for_delivery`] builds —
 //! the same sections with the same values of the same AMQP types, in the order the
@@ -31,13 +32,14 @@
 use tributary_amqp_codec::message::{
     ListSection, MapSection, ValueWriter, section, write_data_section,
 };
-use tributary_broker::LastEnqueuedEvent;
 use tributary_event::{EventData, PropertyValue, ReceivedEvent, repeats_a_property_key};
 
-use super::message::{PARTITION_KEY, message_for_delivery};
+pub(crate) mod general;
 
-use tributary_eventhubs::names::annotation::{ENQUEUED_TIME, OFFSET, SEQUENCE_NUMBER};
-use tributary_eventhubs::names::runtime_metric::{
+pub use self::general::message_for_delivery;
+use crate::message::LastEnqueued;
+use crate::names::annotation::{ENQUEUED_TIME, OFFSET, PARTITION_KEY, SEQUENCE_NUMBER};
+use crate::names::runtime_metric::{
     LAST_ENQUEUED_OFFSET, LAST_ENQUEUED_SEQUENCE_NUMBER, LAST_ENQUEUED_TIME_UTC, RETRIEVAL_TIME_UTC,
 };
 
@@ -49,9 +51,9 @@ use tributary_eventhubs::names::runtime_metric::{
 /// # Panics
 /// Never for an event the broker can store: a string or body longer than `u32::MAX` bytes,
 /// which has no AMQP encoding, would panic.
-pub(crate) fn write_delivery_message(
+pub fn write_delivery_message(
     event: &ReceivedEvent,
-    runtime: Option<&LastEnqueuedEvent>,
+    runtime: Option<&LastEnqueued>,
     out: &mut Vec<u8>,
 ) {
     if event.data.protocol_sections.is_some() || repeats_a_property_key(&event.data.properties) {
@@ -62,13 +64,9 @@ pub(crate) fn write_delivery_message(
 }
 
 /// The general path: builds the message with [`message_for_delivery`] and serializes it.
-fn write_through_engine(
-    event: &ReceivedEvent,
-    runtime: Option<&LastEnqueuedEvent>,
-    out: &mut Vec<u8>,
-) {
+fn write_through_engine(event: &ReceivedEvent, runtime: Option<&LastEnqueued>, out: &mut Vec<u8>) {
     let message = message_for_delivery(event, runtime);
-    if let Err(e) = tributary_eventhubs::message::write_message(&message, out) {
+    if let Err(e) = crate::message::write_message(&message, out) {
         // Not seen in practice (only a value too long for any AMQP encoding fails). Deliver
         // the event without its kept sections rather than not at all; `out` is as it was.
         tracing::warn!(sequence_number = event.sequence_number, error = %e, "cannot encode a message; delivering it without its kept sections");
@@ -77,7 +75,7 @@ fn write_through_engine(
 }
 
 /// The fast path: every section written by hand, the kept protocol sections (if any) ignored.
-fn write_plain(event: &ReceivedEvent, runtime: Option<&LastEnqueuedEvent>, out: &mut Vec<u8>) {
+fn write_plain(event: &ReceivedEvent, runtime: Option<&LastEnqueued>, out: &mut Vec<u8>) {
     let data = &event.data;
     if let Some(last) = runtime {
         write_runtime_annotations(last, out);
@@ -101,8 +99,8 @@ fn write_plain(event: &ReceivedEvent, runtime: Option<&LastEnqueuedEvent>, out: 
     write_data_section(out, &data.body);
 }
 
-/// The runtime-metric delivery annotations, as `runtime_annotations` in `message` makes them.
-fn write_runtime_annotations(last: &LastEnqueuedEvent, out: &mut Vec<u8>) {
+/// The runtime-metric delivery annotations, as `runtime_annotations` in [`general`] makes them.
+fn write_runtime_annotations(last: &LastEnqueued, out: &mut Vec<u8>) {
     let mut map = MapSection::start(out, section::DELIVERY_ANNOTATIONS);
     map.entry(LAST_ENQUEUED_SEQUENCE_NUMBER, true, |v| {
         v.long(last.sequence_number);
@@ -155,7 +153,7 @@ fn optional_string(v: ValueWriter<'_>, value: Option<&str>) {
     }
 }
 
-/// An application property's value, of the AMQP type `property_to_amqp` in `message` gives it.
+/// An application property's value, of the AMQP type [`crate::property::to_amqp`] gives it.
 fn write_property(v: ValueWriter<'_>, value: &PropertyValue) {
     match value {
         PropertyValue::Null => v.null(),
@@ -185,17 +183,17 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::wire::message::{AmqpMessage, decode_strict, event_from_message, value_body};
+    use crate::ingest::{decode_strict, event_from_message};
+    use crate::message::{AmqpMessage, value_body};
 
     /// What the engine path writes for the message.
     fn engine_bytes(message: &AmqpMessage) -> Vec<u8> {
-        tributary_eventhubs::message::encode_message(message)
-            .expect("the engine encodes the message")
+        crate::message::encode_message(message).expect("the engine encodes the message")
     }
 
     /// Writes the message after some bytes already in the buffer, checks those are untouched,
     /// and decodes what was appended — strictly, as a received message is decoded.
-    fn written(event: &ReceivedEvent, runtime: Option<&LastEnqueuedEvent>) -> AmqpMessage {
+    fn written(event: &ReceivedEvent, runtime: Option<&LastEnqueued>) -> AmqpMessage {
         let prefix = [0xde, 0xad, 0xbe, 0xef];
         let mut out = prefix.to_vec();
         write_delivery_message(event, runtime, &mut out);
@@ -209,7 +207,7 @@ mod tests {
 
     /// Checks that what [`write_delivery_message`] writes decodes to [`message_for_delivery`],
     /// and to what the engine's own encoding of it decodes to.
-    fn check(event: &ReceivedEvent, runtime: Option<&LastEnqueuedEvent>) {
+    fn check(event: &ReceivedEvent, runtime: Option<&LastEnqueued>) {
         let expected = message_for_delivery(event, runtime);
         let ours = written(event, runtime);
         assert_eq!(ours, expected);
@@ -277,7 +275,7 @@ mod tests {
         })
     }
 
-    fn last_enqueued() -> impl Strategy<Value = LastEnqueuedEvent> {
+    fn last_enqueued() -> impl Strategy<Value = LastEnqueued> {
         (
             prop_oneof![any::<i64>(), Just(-1), 0i64..200],
             proptest::option::of(prop_oneof![any::<u64>(), Just(0), Just(u64::MAX)]),
@@ -285,13 +283,11 @@ mod tests {
             any::<i64>(),
         )
             .prop_map(
-                |(sequence_number, offset, enqueued_time_ms, retrieved_time_ms)| {
-                    LastEnqueuedEvent {
-                        sequence_number,
-                        offset,
-                        enqueued_time_ms,
-                        retrieved_time_ms,
-                    }
+                |(sequence_number, offset, enqueued_time_ms, retrieved_time_ms)| LastEnqueued {
+                    sequence_number,
+                    offset,
+                    enqueued_time_ms,
+                    retrieved_time_ms,
                 },
             )
     }
@@ -390,7 +386,7 @@ mod tests {
         }
     }
 
-    const LAST: LastEnqueuedEvent = LastEnqueuedEvent {
+    const LAST: LastEnqueued = LastEnqueued {
         sequence_number: 99,
         offset: Some(123_456),
         enqueued_time_ms: Some(1_700_000_000_999),
@@ -447,7 +443,7 @@ mod tests {
         ] {
             let sent = AmqpMessage {
                 body: body.clone(),
-                ..crate::wire::message::empty_message()
+                ..crate::message::empty_message()
             };
             let event = received(event_from_message(sent, false).unwrap());
             check(&event, Some(&LAST));

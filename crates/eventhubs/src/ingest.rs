@@ -1,9 +1,18 @@
-//! A producer's message bytes straight into an [`EventData`], without building `fe2o3-amqp`'s
-//! generic message first.
+//! Ingest: a producer's transfer bytes into [`EventData`]s — the server's half of what
+//! [`send`](crate::send) writes.
 //!
-//! [`event_of`] gives what [`decode_strict`] and [`event_from_message`] give — the same event,
-//! the same error — for every input, and [`Envelope::fast`] reads a batch's envelope as
-//! [`Envelope::decoded`] reads the decoded one. Decoding into `Message<Body<Value>>` and
+//! [`events_of`] takes one delivery's payload and message format: a plain message (format 0) is
+//! one event; a batch ([`BATCH_MESSAGE_FORMAT`]) is an envelope whose `data` sections are whole
+//! messages, one event each, routed by the envelope's partition key or else the first inner
+//! one; another format is `amqp:not-implemented`. Its errors are [`Refusal`]s with the
+//! condition the service sends (`amqp:decode-error` for bytes that are not a message of the
+//! dialect, `com.microsoft:argument-error` for an envelope's partition key that is not a
+//! string); a single message's error is a [`MessageError`].
+//!
+//! Each message goes straight into an [`EventData`], without building `fe2o3-amqp`'s generic
+//! message first when it can: [`event_of`] gives what [`decode_strict`] and [`event_from_message`] give — the same event,
+//! the same error — for every input, and `Envelope::fast` reads a batch's envelope as
+//! `Envelope::decoded` reads the decoded one. Decoding into `Message<Body<Value>>` and
 //! converting it was the ingest hot spot; the fast path reads the bytes once, borrowing, and
 //! allocates only what the event keeps.
 //!
@@ -12,7 +21,7 @@
 //! [`tributary_amqp_codec::value::Reader`]. It takes the shape the Azure SDKs and our client
 //! send:
 //! - an optional `header`, each field null or of its type: kept, encoded by
-//!   [`kept_header`] exactly as the general path keeps it (the Python SDK and our client send
+//!   `kept_header` exactly as the general path keeps it (the Python SDK and our client send
 //!   `durable` with every keyed message);
 //! - optional `delivery-annotations` with symbol keys and primitive values (dropped, as the
 //!   general path drops them);
@@ -27,7 +36,7 @@
 //! - at most one `data` section; then the end of the bytes.
 //!
 //! Section descriptors are numeric (in any `ulong` encoding); every length, count and value is
-//! checked. A batch's envelope ([`Envelope::fast`]) is an optional `header`, optional
+//! checked. A batch's envelope (`Envelope::fast`) is an optional `header`, optional
 //! `delivery-annotations`, optional `message-annotations` holding only the partition key, then
 //! one or more `data` sections and the end.
 //!
@@ -38,33 +47,99 @@
 //! not well-formed — goes to the general path, which decides and words every error. The fast
 //! path never errs: it returns only what the general path would return, or nothing. It never
 //! panics and reserves memory only in proportion to the bytes it has, whatever they hold.
+//!
+//! The general path ([`decode_strict`], [`event_from_message`]) checks a message's structure
+//! first with [`scan`](crate::scan) — which also takes the delivery annotations pyamqp writes
+//! last and puts them in their place — and every value with
+//! [`check_well_formed`](tributary_amqp_codec::value::check_well_formed), then decodes it with
+//! `serde_amqp`. The scan stays a module of its own rather than a step of the fast path: the
+//! fast path already checks everything it reads in its one pass, and a structural pass before
+//! it would walk every message twice.
 
 use std::sync::LazyLock;
 
 use bytes::Bytes;
-use fe2o3_amqp_types::messaging::{Body, Header, Priority};
-use tributary_amqp_codec::CodecError;
+use fe2o3_amqp_types::messaging::{Body, Header};
 use tributary_amqp_codec::message::section_code::{
-    APPLICATION_PROPERTIES, DATA, DELIVERY_ANNOTATIONS, HEADER, HEADER_FIELDS, MESSAGE_ANNOTATIONS,
-    PROPERTIES, PROPERTIES_FIELDS,
+    APPLICATION_PROPERTIES, DATA, DELIVERY_ANNOTATIONS, HEADER, MESSAGE_ANNOTATIONS, PROPERTIES,
+    PROPERTIES_FIELDS,
 };
 use tributary_amqp_codec::value::{Primitive, Reader};
 use tributary_event::{EventData, PropertyValue, repeats_a_property_key};
 
-use super::message::{
-    AmqpMessage, PARTITION_KEY, SYSTEM_ANNOTATIONS, decode_strict, event_from_message, kept_header,
-    partition_key,
-};
-use crate::conditions::{self, Refusal};
+pub(crate) mod general;
+
+use self::general::{SYSTEM_ANNOTATIONS, kept_header, partition_key};
+pub use self::general::{decode_strict, event_from_message};
+use crate::condition::{self as conditions, Refusal};
+use crate::limits::BATCH_EVENTS_MAX;
+use crate::message::{AmqpMessage, MessageError};
+use crate::names::BATCH_MESSAGE_FORMAT;
+use crate::names::annotation::PARTITION_KEY;
+use crate::walk::{Fallback, header, map_entries, next_section};
 
 /// `properties` fields the fast path maps: message-id, correlation-id, content-type.
 const MESSAGE_ID: u32 = 0;
 const CORRELATION_ID: u32 = 5;
 const CONTENT_TYPE: u32 = 6;
 
+/// The events of one delivery's payload and the partition key to route them by: a plain message
+/// is one event; a batch (format `0x80013700`) is one event per data section, each decoded
+/// strictly, routed by the envelope's key or else the first inner key. Messages and envelopes in
+/// the common shapes take the fast path (see the module docs), with the same outcome.
+pub fn events_of(
+    payload: &[u8],
+    format: u32,
+    route_by_key: bool,
+) -> Result<(Option<String>, Vec<EventData>), Refusal> {
+    let decode = |e: String| Refusal::new(conditions::DECODE_ERROR, e);
+    match format {
+        0 => {
+            let event = event_of(payload, route_by_key).map_err(|e| decode(e.to_string()))?;
+            Ok((event.partition_key.clone(), vec![event]))
+        }
+        BATCH_MESSAGE_FORMAT => {
+            // The envelope decoded by the general path, when it must be, for `envelope` to
+            // borrow its messages from.
+            let decoded;
+            let envelope = match Envelope::fast(payload, route_by_key) {
+                Some(envelope) => envelope,
+                None => {
+                    decoded = decode_strict(payload).map_err(|e| decode(e.to_string()))?;
+                    Envelope::decoded(&decoded, route_by_key)?
+                }
+            };
+            let count = envelope.messages.len();
+            if count == 0 || count > BATCH_EVENTS_MAX {
+                return Err(decode(format!(
+                    "a batch holds 1 to {BATCH_EVENTS_MAX} messages, not {count}"
+                )));
+            }
+            let mut events = Vec::with_capacity(count);
+            for (index, message) in envelope.messages.iter().enumerate() {
+                let event = event_of(message, route_by_key)
+                    .map_err(|e| decode(format!("batched message {index}: {e}")))?;
+                events.push(event);
+            }
+            let key = envelope
+                .key
+                .or_else(|| events.iter().find_map(|e| e.partition_key.clone()));
+            Ok((key, events))
+        }
+        other => {
+            // A malformed message is a decode error whatever its format, as it always was.
+            decode_strict(payload).map_err(|e| decode(e.to_string()))?;
+            Err(Refusal::new(
+                conditions::NOT_IMPLEMENTED,
+                format!("message format {other:#x} is not supported"),
+            ))
+        }
+    }
+}
+
 /// One message's event: the fast path's when it applies, else the general path's
 /// ([`decode_strict`], then [`event_from_message`]), errors included.
-pub(crate) fn event_of(bytes: &[u8], route_by_key: bool) -> Result<EventData, String> {
+pub fn event_of(bytes: &[u8], route_by_key: bool) -> Result<EventData, MessageError> {
     match fast_event(bytes, route_by_key) {
         Some(event) => Ok(event),
         None => event_from_message(decode_strict(bytes)?, route_by_key),
@@ -75,16 +150,6 @@ pub(crate) fn event_of(bytes: &[u8], route_by_key: bool) -> Result<EventData, St
 /// the module docs); `None` otherwise, and then nothing is decided.
 fn fast_event(bytes: &[u8], route_by_key: bool) -> Option<EventData> {
     fast(bytes, route_by_key).ok()
-}
-
-/// The fast path cannot read this message exactly as the general path would; take that.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Fallback;
-
-impl From<CodecError> for Fallback {
-    fn from(_: CodecError) -> Self {
-        Fallback
-    }
 }
 
 /// The fast path (see the module docs).
@@ -199,7 +264,8 @@ impl<'a> Envelope<'a> {
     /// `decode-error`).
     pub(crate) fn decoded(message: &'a AmqpMessage, route_by_key: bool) -> Result<Self, Refusal> {
         let key = if route_by_key {
-            partition_key(message).map_err(|e| Refusal::new(conditions::ARGUMENT_ERROR, e))?
+            partition_key(message)
+                .map_err(|e| Refusal::new(conditions::ARGUMENT_ERROR, e.to_string()))?
         } else {
             None
         };
@@ -242,50 +308,6 @@ fn leading<'a>(
         section = next_section(reader)?;
     }
     Ok((kept, section))
-}
-
-/// The next section's numeric descriptor, or `None` at the end of the bytes.
-fn next_section(reader: &mut Reader<'_>) -> Result<Option<u64>, Fallback> {
-    if reader.is_at_end() {
-        return Ok(None);
-    }
-    // Symbolic section descriptors are not among those `descriptor` knows, so they fall back;
-    // a code that is no section's is never the one a caller expects next, so it falls back too.
-    Ok(Some(reader.descriptor()?))
-}
-
-/// A `header` list: durable, priority, ttl, first-acquirer, delivery-count, each null (its
-/// default) or of its type.
-fn header(reader: &mut Reader<'_>) -> Result<Header, Fallback> {
-    let (count, end) = reader.list_header()?;
-    if count > HEADER_FIELDS {
-        return Err(Fallback);
-    }
-    let mut header = Header::default();
-    for field in 0..count {
-        if reader.null()? {
-            continue;
-        }
-        match field {
-            0 => header.durable = reader.boolean()?,
-            1 => header.priority = Priority(reader.ubyte()?),
-            2 => header.ttl = Some(reader.uint()?),
-            3 => header.first_acquirer = reader.boolean()?,
-            _ => header.delivery_count = reader.uint()?,
-        }
-    }
-    reader.expect_at(end, "header fields overrun the list")?;
-    Ok(header)
-}
-
-/// A map's header, with the count `serde_amqp` accepts: a larger map is an error there, so it
-/// is left to the general path to refuse. Returns the number of entries and where they end.
-fn map_entries(reader: &mut Reader<'_>) -> Result<(u32, usize), Fallback> {
-    let (count, end) = reader.map_header()?;
-    if count as usize > serde_amqp::de::MAX_ARRAY_COUNT {
-        return Err(Fallback);
-    }
-    Ok((count / 2, end))
 }
 
 /// An annotations map: symbol keys, primitive values, each entry given to `entry` in order.
@@ -395,34 +417,33 @@ mod tests {
     use tributary_amqp_codec::message::{ListSection, MapSection, section, write_data_section};
 
     use super::*;
-    use crate::limits::BATCH_EVENTS_MAX;
-    use crate::wire::message::empty_message;
-    use crate::wire::send_link::{BATCH_FORMAT, events_of};
+    use crate::message::empty_message;
+    use crate::names::BATCH_MESSAGE_FORMAT as BATCH_FORMAT;
     use tributary_amqp_codec::testing::{damage, text};
 
     /// A delivery's outcome: the partition key and events, or the refusal.
     type Events = Result<(Option<String>, Vec<EventData>), Refusal>;
 
     /// The general path alone: what [`event_of`] must equal, and the fast path when it answers.
-    fn general(bytes: &[u8], route_by_key: bool) -> Result<EventData, String> {
+    fn general(bytes: &[u8], route_by_key: bool) -> Result<EventData, MessageError> {
         event_from_message(decode_strict(bytes)?, route_by_key)
     }
 
     /// `append`'s decoding and `events_of` as they were before the fast path, verbatim: what the
     /// new `events_of` must equal for every delivery.
     fn reference_events_of(payload: &[u8], format: u32, route_by_key: bool) -> Events {
-        let message =
-            decode_strict(payload).map_err(|e| Refusal::new(conditions::DECODE_ERROR, e))?;
         let decode = |e: String| Refusal::new(conditions::DECODE_ERROR, e);
+        let message = decode_strict(payload).map_err(|e| decode(e.to_string()))?;
         match format {
             0 => {
-                let event = event_from_message(message, route_by_key).map_err(decode)?;
+                let event =
+                    event_from_message(message, route_by_key).map_err(|e| decode(e.to_string()))?;
                 Ok((event.partition_key.clone(), vec![event]))
             }
             BATCH_FORMAT => {
                 let envelope_key = if route_by_key {
                     partition_key(&message)
-                        .map_err(|e| Refusal::new(conditions::ARGUMENT_ERROR, e))?
+                        .map_err(|e| Refusal::new(conditions::ARGUMENT_ERROR, e.to_string()))?
                 } else {
                     None
                 };
@@ -500,7 +521,7 @@ mod tests {
             annotations.entry("x-hostile", true, |v| v.encoded(&value));
             annotations.finish();
             write_data_section(&mut message, b"body");
-            let error = event_of(&message, true).unwrap_err();
+            let error = event_of(&message, true).unwrap_err().to_string();
             assert!(
                 error.contains("empty array") || error.contains("nested too deeply"),
                 "{error}"
@@ -796,7 +817,7 @@ mod tests {
         matches!(rest, [] | [Section::Data(_)])
     }
 
-    /// Whether [`Envelope::fast`] must take the envelope `message` (see the module docs).
+    /// Whether `Envelope::fast` must take the envelope `message` (see the module docs).
     fn takes_fast_envelope(message: &Message, route_by_key: bool) -> bool {
         if message.form.symbolic {
             return false;
@@ -1267,7 +1288,7 @@ mod tests {
                     .collect::<OrderedMap<_, _>>();
                 message.application_properties = Some(ApplicationProperties(map));
             }
-            let bytes = tributary_eventhubs::message::encode_message(&message).unwrap();
+            let bytes = crate::message::encode_message(&message).unwrap();
             let fast = check_message(&bytes, route_by_key)?;
             prop_assert_eq!(fast.is_some(), route_by_key || key.is_none());
             if let Some(event) = fast {
@@ -1456,5 +1477,83 @@ mod tests {
             let theirs = outcome(|| general(&bytes, true));
             assert!(same(&ours, &theirs), "{bytes:x?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod events_of_tests {
+    use super::*;
+    use crate::message::{AmqpMessage, empty_message};
+    use crate::names::BATCH_MESSAGE_FORMAT as BATCH_FORMAT;
+    use fe2o3_amqp_types::messaging::annotations::OwnedKey;
+    use fe2o3_amqp_types::messaging::{Body, Data, MessageAnnotations};
+    use fe2o3_amqp_types::primitives::{Binary, OrderedMap, Value};
+
+    fn to_bytes(message: AmqpMessage) -> Vec<u8> {
+        crate::message::encode_message(&message).unwrap()
+    }
+
+    fn encoded(body: &[u8], key: Option<&str>) -> Vec<u8> {
+        let mut message = AmqpMessage {
+            body: Body::Data(vec![Data(Binary::from(body.to_vec()))].into()),
+            ..empty_message()
+        };
+        if let Some(key) = key {
+            let mut ma = OrderedMap::new();
+            ma.insert(
+                OwnedKey::from("x-opt-partition-key"),
+                Value::String(key.into()),
+            );
+            message.message_annotations = Some(MessageAnnotations(ma));
+        }
+        to_bytes(message)
+    }
+
+    fn batch(sections: Vec<Vec<u8>>) -> Vec<u8> {
+        to_bytes(AmqpMessage {
+            body: Body::Data(
+                sections
+                    .into_iter()
+                    .map(|s| Data(Binary::from(s)))
+                    .collect::<Vec<_>>()
+                    .into(),
+            ),
+            ..empty_message()
+        })
+    }
+
+    #[test]
+    fn a_batch_becomes_one_event_per_message() {
+        let payload = batch(vec![encoded(b"a", Some("k")), encoded(b"b", Some("k"))]);
+        let (key, events) = events_of(&payload, BATCH_FORMAT, true).unwrap();
+        assert_eq!(key.as_deref(), Some("k"));
+        assert_eq!(events.len(), 2);
+        assert_eq!(&events[1].body[..], b"b");
+    }
+
+    #[test]
+    fn malformed_batches_are_rejected_with_decode_error() {
+        let mut trailing = encoded(b"a", None);
+        trailing.push(0x40);
+        for payload in [
+            batch(vec![]),
+            batch(vec![vec![0x00, 0x53]]),
+            batch(vec![trailing]),
+            to_bytes(empty_message()),
+            vec![0x00, 0x53],
+        ] {
+            let refusal = events_of(&payload, BATCH_FORMAT, true).unwrap_err();
+            assert_eq!(
+                refusal.condition,
+                conditions::DECODE_ERROR,
+                "{}",
+                refusal.description
+            );
+        }
+        let refusal = events_of(&to_bytes(empty_message()), 7, true).unwrap_err();
+        assert_eq!(refusal.condition, conditions::NOT_IMPLEMENTED);
+        // A malformed message is a decode error whatever its format.
+        let refusal = events_of(&[0x00, 0x53], 7, true).unwrap_err();
+        assert_eq!(refusal.condition, conditions::DECODE_ERROR);
     }
 }
