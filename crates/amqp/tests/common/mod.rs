@@ -1,6 +1,8 @@
-//! What the interop tests share: a broker with the AMQP listener on 127.0.0.1, and running the
-//! official SDKs' scenario scripts (Python from `<repo>/.venv`, JavaScript with the modules in
-//! `<repo>/.interop/node_modules`). A missing client FAILS a test, it never skips it.
+//! What the interop tests share: a broker with the AMQP listener on 127.0.0.1 (and, for AMQP
+//! over WebSockets, the HTTP door handing its WebSocket connections to that listener), and
+//! running the official SDKs' scenario scripts (Python from `<repo>/.venv` or
+//! `$TRIBUTARY_PYTHON`, JavaScript with the modules in `<repo>/.interop/node_modules` or
+//! `$TRIBUTARY_INTEROP_DIR/node_modules`). A missing client FAILS a test, it never skips it.
 
 #![allow(dead_code)] // each test binary uses its own part
 
@@ -22,6 +24,7 @@ pub(crate) struct Fixture {
     _dir: tempfile::TempDir,
     pub(crate) broker: Broker,
     server: Option<RunningAmqpServer>,
+    http: Option<tributary_http::RunningHttpServer>,
     pub(crate) root: AccessPolicy,
     pub(crate) listen: AccessPolicy,
     pub(crate) send: AccessPolicy,
@@ -62,6 +65,7 @@ impl Fixture {
             _dir: dir,
             broker,
             server: Some(server),
+            http: None,
             root,
             listen,
             send,
@@ -70,6 +74,34 @@ impl Fixture {
 
     pub(crate) fn port(&self) -> u16 {
         self.server.as_ref().unwrap().local_addr().port()
+    }
+
+    /// Also starts the HTTP door on 127.0.0.1:0 (HTTPS with `tls`), handing its AMQP over
+    /// WebSockets connections to this fixture's AMQP door, as `tributary serve` wires them.
+    pub(crate) async fn with_websockets(mut self, tls: Option<tributary_tls::ServerTls>) -> Self {
+        let connections = self.server.as_ref().unwrap().connections();
+        let auth = tributary_http::AuthConfig::DevelopmentUnauthenticated;
+        let mut config = tributary_http::HttpConfig::new("127.0.0.1:0".parse().unwrap(), auth);
+        config.tls = tls;
+        config.websocket_amqp = Some(tributary_http::AmqpOverWebSockets::new(
+            move |stream, peer| {
+                let connections = connections.clone();
+                Box::pin(async move { connections.serve(stream, peer).await })
+            },
+        ));
+        let http = tributary_http::start(self.broker.clone(), config).await;
+        self.http = Some(http.unwrap());
+        self
+    }
+
+    /// The HTTP door's port (see [`Fixture::with_websockets`]).
+    pub(crate) fn http_port(&self) -> u16 {
+        self.http.as_ref().unwrap().local_addr().port()
+    }
+
+    /// Stops the AMQP door only (its WebSocket connections must close with it).
+    pub(crate) async fn stop_amqp(&mut self) {
+        self.server.take().unwrap().shutdown().await;
     }
 
     pub(crate) fn conn(&self, policy: &AccessPolicy) -> String {
@@ -99,7 +131,12 @@ impl Fixture {
     }
 
     pub(crate) async fn stop(mut self) {
-        self.server.take().unwrap().shutdown().await;
+        if let Some(server) = self.server.take() {
+            server.shutdown().await;
+        }
+        if let Some(http) = self.http.take() {
+            http.shutdown().await.unwrap();
+        }
         self.broker.shutdown().await.unwrap();
     }
 }
@@ -121,10 +158,12 @@ pub(crate) fn python() -> PathBuf {
     venv
 }
 
-/// `<repo>/.interop/node_modules`, where scripts/setup-js-interop installs the JavaScript SDK
-/// and Azurite.
+/// `<repo>/.interop/node_modules`, where scripts/setup-js-interop installs the JavaScript SDK,
+/// `ws` and Azurite; or `$TRIBUTARY_INTEROP_DIR/node_modules` (another checkout's `.interop`).
 pub(crate) fn node_modules() -> PathBuf {
-    let modules = repo().join(".interop/node_modules");
+    let interop = std::env::var_os("TRIBUTARY_INTEROP_DIR")
+        .map_or_else(|| repo().join(".interop"), PathBuf::from);
+    let modules = interop.join("node_modules");
     assert!(
         modules.join("@azure/event-hubs/package.json").exists(),
         "the JavaScript interop client is not installed: run scripts/setup-js-interop (expected {})",
