@@ -55,9 +55,6 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
     if args.http_oci_rate_limits {
         http_config.rate_limits = tributary_http::RateLimits::oci();
     }
-    let http = tributary_http::start(broker.clone(), http_config)
-        .await
-        .context("cannot start the HTTP front door")?;
     let (policies, created) = tributary_amqp::AccessPolicies::load_or_create(&global.data_dir)
         .context("cannot load the shared access policies")?;
     let root = created.and_then(|_| policies.policies().first().cloned());
@@ -66,6 +63,10 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
     let amqp = tributary_amqp::start(broker.clone(), amqp_config)
         .await
         .context("cannot start the AMQP front door")?;
+    http_config.websocket_amqp = Some(amqp_over_websockets(&amqp));
+    let http = tributary_http::start(broker.clone(), http_config)
+        .await
+        .context("cannot start the HTTP front door")?;
     print_banner(global, args, &broker, amqp.local_addr(), http.local_addr())?;
     if let Some(root) = root {
         let addr = amqp.local_addr();
@@ -89,6 +90,18 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
     http.shutdown().await?;
     broker.shutdown().await?;
     Ok(())
+}
+
+/// AMQP over WebSockets: the HTTP door hands each connection it upgrades at
+/// `/$servicebus/websocket` to the AMQP door, which authenticates and serves it as any other.
+fn amqp_over_websockets(
+    amqp: &tributary_amqp::RunningAmqpServer,
+) -> tributary_http::AmqpOverWebSockets {
+    let connections = amqp.connections();
+    tributary_http::AmqpOverWebSockets::new(move |stream, peer| {
+        let connections = connections.clone();
+        Box::pin(async move { connections.serve(stream, peer).await })
+    })
 }
 
 /// `tributary connection-string`.
