@@ -1,8 +1,9 @@
 //! Interop tests with the official JavaScript SDK (`@azure/event-hubs` 6.x, on rhea).
 //!
-//! Each test starts a broker on a temporary directory and the AMQP listener on 127.0.0.1:0, then
-//! runs `tests/js/interop.js` with `node` and `NODE_PATH=<repo>/.interop/node_modules`, and asserts
-//! on the JSON it prints. Install the client first with `scripts/setup-js-interop`; a missing
+//! Each test starts a broker on a temporary directory and the AMQP listener on 127.0.0.1:0 (and,
+//! for AMQP over WebSockets, the HTTPS door carrying them), then runs `tests/js/interop.js` with
+//! `node` and `NODE_PATH=<repo>/.interop/node_modules` (or `$TRIBUTARY_INTEROP_DIR/node_modules`),
+//! and asserts on the JSON it prints. Install the client first with `scripts/setup-js-interop`; a missing
 //! client FAILS these tests, it never skips them.
 
 mod common;

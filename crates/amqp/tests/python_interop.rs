@@ -1,8 +1,8 @@
 //! Interop tests with the official Python SDK (`azure-eventhub`).
 //!
-//! Each test starts a broker on a temporary directory and the AMQP listener on 127.0.0.1:0, then
-//! runs `tests/python/interop.py` with `<repo>/.venv/bin/python` (or `$TRIBUTARY_PYTHON`) and
-//! asserts on the JSON it prints. Install the client first with `scripts/setup-python-interop`;
+//! Each test starts a broker on a temporary directory and the AMQP listener on 127.0.0.1:0 (and,
+//! for AMQP over WebSockets, the HTTP door carrying them), then runs `tests/python/interop.py`
+//! with `<repo>/.venv/bin/python` (or `$TRIBUTARY_PYTHON`) and asserts on the JSON it prints. Install the client first with `scripts/setup-python-interop`;
 //! a missing client FAILS these tests, it never skips them.
 
 mod common;
