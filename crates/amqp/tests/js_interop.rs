@@ -289,3 +289,38 @@ async fn js_sdk_over_websockets_sends_and_receives_and_a_wrong_key_is_refused() 
     assert_eq!(f.read_all("carried", 0).await.len(), 5);
     f.stop().await;
 }
+
+/// A 1,000,000-byte event each way over AMQP over WebSockets: rhea puts each frame (at most the
+/// server's 1 MiB frame size) in its own WebSocket message, within the door's message limit;
+/// the server's frames reach it in pieces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_large_event_round_trips_over_websockets() {
+    let certificates = tempfile::tempdir().unwrap();
+    let hosts = ["localhost".to_owned()];
+    let ours = tributary_tls::write_development_certificates(certificates.path(), &hosts).unwrap();
+    let tls =
+        tributary_tls::ServerTls::from_pem_files(&ours.server_cert, &ours.server_key).unwrap();
+    let f = Fixture::start(&[("large", 1)])
+        .await
+        .with_websockets(Some(tls))
+        .await;
+    let conn = format!(
+        "Endpoint=sb://localhost/;SharedAccessKeyName={};SharedAccessKey={}",
+        f.root.name, f.root.key
+    );
+    let size = 1_000_000;
+    let result = run_node(
+        "large",
+        json!({"conn": conn, "hub": "large", "size": size, "websocket": true,
+               "endpoint": format!("sb://localhost:{}", f.http_port()),
+               "verify": ours.ca_cert.to_str().unwrap()}),
+    )
+    .await;
+    assert_eq!(result["errors"], json!([]), "{result}");
+    assert_eq!(result["received"], 1, "{result}");
+    assert_eq!(result["equal"], true, "{result}");
+    let stored = f.read_all("large", 0).await;
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].data.body.len(), size);
+    f.stop().await;
+}

@@ -243,7 +243,7 @@ async function cmdSteal(args) {
 async function cmdLarge(args) {
   // One event near the 1 MiB limit each way: rhea splits its transfer into the server's
   // max-frame-size; the server sends it back in one frame (rhea's own limit is 4 GiB).
-  const producer = new EventHubProducerClient(args.conn, args.hub);
+  const producer = new EventHubProducerClient(args.conn, args.hub, clientOptions(args));
   const body = Buffer.alloc(args.size);
   for (let i = 0; i < body.length; i++) body[i] = i % 251;
   try {
@@ -251,7 +251,7 @@ async function cmdLarge(args) {
   } finally {
     await producer.close();
   }
-  const consumer = new EventHubConsumerClient("$default", args.conn, args.hub);
+  const consumer = new EventHubConsumerClient("$default", args.conn, args.hub, clientOptions(args));
   const got = [];
   const errors = [];
   const subscription = consumer.subscribe(
