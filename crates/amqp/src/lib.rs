@@ -6,8 +6,10 @@
 //! (see [`connection_string`]).
 //!
 //! # What it serves
-//! - **Connections**: plain TCP, with the SASL header (`ANONYMOUS`, `MSSBCBS`, or `PLAIN` with a
-//!   policy's name and key) or the bare AMQP header.
+//! - **Connections**: plain TCP or TLS (AMQPS), with the SASL header (`ANONYMOUS`, `MSSBCBS`, or
+//!   `PLAIN` with a policy's name and key) or the bare AMQP header; and byte streams another
+//!   front door accepted and hands over through [`AmqpConnections`] (AMQP over WebSockets,
+//!   carried by the HTTP door), served and authenticated the same way.
 //! - **Security** ([`policies`], `tributary_eventhubs::sas`): named shared access policies with Listen, Send and
 //!   Manage rights, persisted in `<data_dir>/access-policies.json`. Clients put SAS tokens on
 //!   `$cbs`; each verified token grants its audience on that connection. No link attaches
@@ -48,4 +50,4 @@ mod wire;
 
 pub use error::AmqpError;
 pub use policies::{AccessPolicies, AccessPolicy, Right, connection_string, tls_connection_string};
-pub use server::{AmqpConfig, RunningAmqpServer, start};
+pub use server::{AmqpConfig, AmqpConnections, RunningAmqpServer, start};

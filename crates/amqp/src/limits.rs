@@ -66,6 +66,11 @@ pub const GRANTS_PER_CONNECTION_MAX: usize = 256;
 /// something (an empty frame will do) at least this often. The SDKs send heartbeats.
 pub const IDLE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(120);
 
+/// Connections another front door handed over (AMQP over WebSockets) that wait for the accept
+/// loop at once. The loop takes each at once, so a handful suffices; beyond this a handover
+/// waits, holding back only the door that hands it over.
+pub const HANDOVERS_QUEUED_MAX: usize = 64;
+
 const _: () = assert!(MESSAGE_BYTES_MAX >= FRAME_BYTES_MAX as u64);
 const _: () = assert!(SEND_LINK_CREDIT > 0);
 const _: () = assert!(SEND_PIPELINE_MAX > 0);

@@ -1,18 +1,24 @@
 //! The listener: accepts TCP connections (with a TLS handshake first when the listener has a
 //! certificate: AMQPS, the Azure SDKs' default transport) and serves each on its own task.
+//!
+//! Connections another front door has already accepted — AMQP over WebSockets, carried by the
+//! HTTP door — are handed over through [`AmqpConnections`] and served by the same loop: the same
+//! shared state, the same SASL/CBS authentication, the same shutdown (which closes them too and
+//! waits for them as for TCP connections).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tributary_broker::Broker;
 use tributary_tls::{ServerTls, TlsAcceptor};
 
 use crate::AmqpError;
-use crate::limits::{CLOSE_TIMEOUT, IDLE_TIMEOUT_DEFAULT};
+use crate::limits::{CLOSE_TIMEOUT, HANDOVERS_QUEUED_MAX, IDLE_TIMEOUT_DEFAULT};
 use crate::policies::AccessPolicies;
 use crate::wire::{self, Context};
 
@@ -49,6 +55,38 @@ pub struct RunningAmqpServer {
     local_addr: SocketAddr,
     shutdown: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
+    connections: AmqpConnections,
+}
+
+/// A byte stream another front door accepted, as the accept loop keeps it.
+trait Carried: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> Carried for T {}
+
+/// A connection handed over, and its peer.
+type Handover = (Box<dyn Carried>, SocketAddr);
+
+/// Hands connections that another front door accepted (AMQP over WebSockets) to a running AMQP
+/// door, which serves them exactly as the connections its listener accepts: SASL or the bare
+/// AMQP header first, every link authorized by CBS tokens, closed by the door's shutdown.
+/// Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AmqpConnections {
+    handovers: mpsc::Sender<Handover>,
+}
+
+impl AmqpConnections {
+    /// Serves `stream` (already through any TLS: its carrier's business) from `peer`, on the
+    /// door's own task. Returns once the door has taken it, not when the connection ends; a
+    /// door that has stopped drops it, which closes it.
+    pub async fn serve<S>(&self, stream: S, peer: SocketAddr)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        if self.handovers.send((Box::new(stream), peer)).await.is_err() {
+            tracing::debug!(%peer, "the AMQP door has stopped: a handed-over connection is closed");
+        }
+    }
 }
 
 /// Binds the listener and starts serving `broker` over AMQP 1.0 (the Event Hubs dialect).
@@ -72,19 +110,31 @@ pub async fn start(broker: Broker, config: AmqpConfig) -> Result<RunningAmqpServ
     });
     let tls = config.tls.map(|tls| tls.acceptor(&[]));
     tracing::info!(%local_addr, tls = tls.is_some(), "AMQP listener started");
-    let task = tokio::spawn(accept_loop(listener, tls, ctx));
+    let (handovers, handed) = mpsc::channel(HANDOVERS_QUEUED_MAX);
+    let task = tokio::spawn(accept_loop(listener, handed, tls, ctx));
     Ok(RunningAmqpServer {
         local_addr,
         shutdown,
         task,
+        connections: AmqpConnections { handovers },
     })
 }
 
-async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, ctx: Arc<Context>) {
+/// Serves what the listener accepts and what other doors hand over until shutdown, then
+/// drains every connection.
+async fn accept_loop(
+    listener: TcpListener,
+    mut handed: mpsc::Receiver<Handover>,
+    tls: Option<TlsAcceptor>,
+    ctx: Arc<Context>,
+) {
     let mut connections = JoinSet::new();
     let mut shutdown = ctx.shutdown.clone();
     loop {
         tokio::select! {
+            Some((stream, peer)) = handed.recv() => {
+                connections.spawn(wire::serve_connection(stream, peer, ctx.clone()));
+            }
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     connections.spawn(serve(stream, peer, tls.clone(), ctx.clone()));
@@ -100,6 +150,8 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, ctx: Arc<C
         }
     }
     drop(listener);
+    // Connections still queued for a handover are dropped: closed.
+    drop(handed);
     // Connections see the same flag and close themselves; give them time, then cut them off.
     let drained = tokio::time::timeout(CLOSE_TIMEOUT * 2, async {
         while connections.join_next().await.is_some() {}
@@ -126,6 +178,11 @@ impl RunningAmqpServer {
     /// The address the listener is bound to.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// Where other front doors hand over connections they accepted (AMQP over WebSockets).
+    pub fn connections(&self) -> AmqpConnections {
+        self.connections.clone()
     }
 
     /// Stops accepting; lets every send link finish and settle the appends it issued, then

@@ -79,8 +79,8 @@ async fn open_with_default_hub(global: &GlobalArgs, args: &ServeArgs) -> Result<
     Ok(broker)
 }
 
-/// Starts the HTTP doors, then the AMQP doors: TLS ones with a certificate, plain ones without
-/// (or with --plain).
+/// Starts the AMQP doors, then the HTTP doors (which carry AMQP over WebSockets to the first
+/// AMQP door): TLS ones with a certificate, plain ones without (or with --plain).
 async fn start_doors(
     global: &GlobalArgs,
     args: &ServeArgs,
@@ -93,6 +93,21 @@ async fn start_doors(
         amqp: Vec::new(),
         http: Vec::new(),
     };
+    let mut amqp_listeners = Vec::new();
+    if let Some(tls) = &tls {
+        amqp_listeners.push(("amqps", args.amqps_port, Some(tls.clone())));
+    }
+    if plain {
+        amqp_listeners.push(("amqp", args.amqp_port, None));
+    }
+    for (scheme, port, tls) in amqp_listeners {
+        let mut config = AmqpConfig::new((args.listen, port).into(), policies.clone());
+        config.tls = tls;
+        let amqp = tributary_amqp::start(broker.clone(), config)
+            .await
+            .with_context(|| format!("cannot start the {scheme} front door"))?;
+        doors.amqp.push((scheme, amqp));
+    }
     let mut http_listeners = Vec::new();
     if let Some(tls) = &tls {
         http_listeners.push(("https", args.https_port, Some(tls.clone())));
@@ -106,6 +121,12 @@ async fn start_doors(
             config.rate_limits = tributary_http::RateLimits::oci();
         }
         config.tls = tls;
+        // AMQP over WebSockets (`/$servicebus/websocket`): the first AMQP door serves it; TLS,
+        // if any, is the WebSocket's.
+        config.websocket_amqp = doors
+            .amqp
+            .first()
+            .map(|(_, amqp)| amqp_over_websockets(amqp));
         // Every HTTP listener serves the same server-side consumer groups.
         let http = match doors.http.first() {
             None => tributary_http::start(broker.clone(), config).await,
@@ -117,22 +138,17 @@ async fn start_doors(
         let http = http.with_context(|| format!("cannot start the {scheme} front door"))?;
         doors.http.push((scheme, http));
     }
-    let mut amqp_listeners = Vec::new();
-    if let Some(tls) = tls {
-        amqp_listeners.push(("amqps", args.amqps_port, Some(tls)));
-    }
-    if plain {
-        amqp_listeners.push(("amqp", args.amqp_port, None));
-    }
-    for (scheme, port, tls) in amqp_listeners {
-        let mut config = AmqpConfig::new((args.listen, port).into(), policies.clone());
-        config.tls = tls;
-        let amqp = tributary_amqp::start(broker.clone(), config)
-            .await
-            .with_context(|| format!("cannot start the {scheme} front door"))?;
-        doors.amqp.push((scheme, amqp));
-    }
     Ok(doors)
+}
+
+/// AMQP over WebSockets: the HTTP door hands each connection it upgrades at
+/// `/$servicebus/websocket` to the AMQP door, which authenticates and serves it as any other.
+fn amqp_over_websockets(amqp: &RunningAmqpServer) -> tributary_http::AmqpOverWebSockets {
+    let connections = amqp.connections();
+    tributary_http::AmqpOverWebSockets::new(move |stream, peer| {
+        let connections = connections.clone();
+        Box::pin(async move { connections.serve(stream, peer).await })
+    })
 }
 
 fn http_auth(global: &GlobalArgs, args: &ServeArgs) -> Result<tributary_http::AuthConfig> {
@@ -223,7 +239,7 @@ fn print_banner(
     for (scheme, http) in &doors.http {
         writeln!(
             err,
-            "  {scheme}: {scheme}://{}/20180418 (OCI Streaming), /admin/v1, /health, /metrics; {auth}",
+            "  {scheme}: {scheme}://{}/20180418 (OCI Streaming), /admin/v1, /health, /metrics; {auth}; AMQP over WebSockets at /$servicebus/websocket",
             http.local_addr()
         )?;
     }

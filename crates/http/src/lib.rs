@@ -14,6 +14,12 @@
 //! `oci` SDK's `StreamClient` works unmodified, and so does its `StreamAdminClient` for
 //! creating, getting, listing and deleting streams; see [`routes`] for the list.
 //!
+//! # AMQP over WebSockets
+//! With [`HttpConfig::websocket_amqp`] set, `GET /$servicebus/websocket` upgrades to a WebSocket
+//! with the subprotocol `AMQPWSB10` (the Azure SDKs' `AmqpOverWebsocket` transport, over HTTPS
+//! or plain HTTP) and hands the AMQP byte stream it carries to the AMQP door, which
+//! authenticates it as any AMQP connection; see [`AmqpOverWebSockets`].
+//!
 //! # Guarantees
 //! - PutMessages answers per message in request order; messages with the same key keep their
 //!   order; a request refused as a whole (bad JSON, bad base64, over 1 MiB, throttled) writes
@@ -42,6 +48,12 @@ mod ratelimit;
 pub mod routes;
 mod server;
 mod tls;
+mod websocket;
+mod ws_stream;
+
+pub use websocket::{
+    AMQP_WEBSOCKET_PATH, AMQP_WEBSOCKET_PROTOCOL, AmqpOverWebSockets, ByteStream, ServeFuture,
+};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -110,6 +122,9 @@ pub struct HttpConfig {
     pub coordinator: CoordinatorConfig,
     /// A certificate: serve HTTPS (TLS 1.2 and 1.3, HTTP/1.1). None: plain HTTP.
     pub tls: Option<tributary_tls::ServerTls>,
+    /// Where AMQP over WebSockets (`GET /$servicebus/websocket`) connections are handed; None:
+    /// that path answers 404.
+    pub websocket_amqp: Option<AmqpOverWebSockets>,
 }
 
 impl HttpConfig {
@@ -121,6 +136,7 @@ impl HttpConfig {
             rate_limits: RateLimits::default(),
             coordinator: CoordinatorConfig::default(),
             tls: None,
+            websocket_amqp: None,
         }
     }
 }
@@ -215,7 +231,7 @@ pub async fn start_with_coordinator(
         })?;
     let local_addr = listener.local_addr().map_err(HttpError::Server)?;
     let (stop, stopped) = oneshot::channel::<()>();
-    let app = server::router(state);
+    let app = server::router(state).into_make_service_with_connect_info::<server::PeerAddr>();
     let stopped = async move {
         let _ = stopped.await;
     };

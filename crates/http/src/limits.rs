@@ -45,6 +45,12 @@ pub const CURSOR_KEY_BYTES: usize = 32;
 /// half the output) and keeps cursors short in query strings.
 pub const CURSOR_TAG_BYTES: usize = 16;
 
+/// The largest WebSocket message (and frame) AMQP over WebSockets accepts: the AMQP door's
+/// largest frame (1 MiB, `tributary_amqp::limits::FRAME_BYTES_MAX`; the SDKs send one frame per
+/// message) plus 64 KiB of headroom for clients that put a few small frames beside it. A larger
+/// message closes the connection instead of being buffered.
+pub const WEBSOCKET_MESSAGE_BYTES_MAX: usize = 1024 * 1024 + 64 * 1024;
+
 const _: () = assert!(REQUEST_BODY_BYTES_MAX as u64 >= PUT_REQUEST_BYTES_MAX * 4 / 3);
 const _: () = assert!(GET_RESPONSE_BYTES_MAX >= PUT_REQUEST_BYTES_MAX);
 const _: () = assert!(BODY_DRAIN_BYTES_MAX > REQUEST_BODY_BYTES_MAX);

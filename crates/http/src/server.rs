@@ -1,17 +1,22 @@
 //! The router, the shared state, and the middleware every request passes: request ids and
-//! metrics (outermost), then body buffering and authentication for the API routes.
+//! metrics (outermost), then body buffering and authentication for the API routes. The AMQP
+//! WebSocket upgrade, like `/health`, is outside the API routes: AMQP authenticates it.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Instant as StdInstant;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
+use axum::extract::connect_info::Connected;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::IncomingStream;
+use tokio::net::TcpListener;
 use tributary_broker::Broker;
 use tributary_groups::GroupCoordinator;
 
@@ -21,6 +26,8 @@ use crate::error::ApiError;
 use crate::limits::{BODY_DRAIN_BYTES_MAX, REQUEST_BODY_BYTES_MAX, REQUEST_ID_CHARS_MAX};
 use crate::metrics::Metrics;
 use crate::ratelimit::Buckets;
+use crate::tls::TlsListener;
+use crate::websocket::{self, AMQP_WEBSOCKET_PATH, AmqpOverWebSockets};
 use crate::{AuthConfig, HttpConfig, HttpError, admin, oci};
 
 /// What every handler shares.
@@ -37,6 +44,24 @@ pub(crate) struct Shared {
     pub round_robin: AtomicU64,
     /// Whether this door serves TLS (the scheme of the endpoints it reports).
     pub https: bool,
+    /// Where AMQP over WebSockets connections go; `None`: not served.
+    pub websocket_amqp: Option<AmqpOverWebSockets>,
+}
+
+/// The peer's address, as `axum::serve` gives it for plain and TLS listeners alike.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerAddr(pub SocketAddr);
+
+impl Connected<IncomingStream<'_, TcpListener>> for PeerAddr {
+    fn connect_info(stream: IncomingStream<'_, TcpListener>) -> Self {
+        PeerAddr(*stream.remote_addr())
+    }
+}
+
+impl Connected<IncomingStream<'_, TlsListener>> for PeerAddr {
+    fn connect_info(stream: IncomingStream<'_, TlsListener>) -> Self {
+        PeerAddr(*stream.remote_addr())
+    }
 }
 
 pub(crate) type AppState = Arc<Shared>;
@@ -87,6 +112,7 @@ impl Shared {
                 .map(Buckets::new),
             round_robin: AtomicU64::new(0),
             https: config.tls.is_some(),
+            websocket_amqp: config.websocket_amqp.clone(),
         }))
     }
 }
@@ -128,7 +154,8 @@ pub(crate) fn router(state: AppState) -> Router {
         )
         .merge(admin::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
-    api.route("/health", get(health))
+    api.route(AMQP_WEBSOCKET_PATH, get(websocket::amqp_upgrade))
+        .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -10,6 +10,7 @@ use tempfile::TempDir;
 use tributary_amqp::{AccessPolicies, AccessPolicy, AmqpConfig, Right, RunningAmqpServer};
 use tributary_broker::{Broker, BrokerConfig, HubSpec, ReceiverSpec, SendReceipt, SendTarget};
 use tributary_event::{EventData, EventPosition, ReceivedEvent};
+use tributary_http::{AmqpOverWebSockets, AuthConfig, HttpConfig, RunningHttpServer};
 use tributary_tls::ServerTls;
 
 /// A running hub. Dropping it stops accepting connections; [`TestHub::stop`] also closes them
@@ -33,6 +34,8 @@ pub struct TestHub {
     pub connection_string: String,
     /// Where the front door listens.
     pub addr: SocketAddr,
+    /// The HTTP door carrying AMQP over WebSockets, once [`TestHub::with_websockets`] started it.
+    pub http: Option<RunningHttpServer>,
     tls: Option<ServerTls>,
     _dir: TempDir,
 }
@@ -82,9 +85,32 @@ impl TestHub {
             send,
             connection_string,
             addr,
+            http: None,
             tls,
             _dir: dir,
         }
+    }
+
+    /// Also starts the HTTP door on 127.0.0.1:0 (HTTPS with `tls`, no request signatures),
+    /// handing its AMQP-over-WebSockets connections to this hub's AMQP door, as `tributary
+    /// serve` wires them.
+    pub async fn with_websockets(mut self, tls: Option<ServerTls>) -> Self {
+        let connections = self.server.as_ref().expect("AMQP door").connections();
+        let auth = AuthConfig::DevelopmentUnauthenticated;
+        let mut config = HttpConfig::new("127.0.0.1:0".parse().expect("addr"), auth);
+        config.tls = tls;
+        config.websocket_amqp = Some(AmqpOverWebSockets::new(move |stream, peer| {
+            let connections = connections.clone();
+            Box::pin(async move { connections.serve(stream, peer).await })
+        }));
+        let http = tributary_http::start(self.broker.clone(), config).await;
+        self.http = Some(http.expect("HTTP door starts"));
+        self
+    }
+
+    /// The HTTP door's port (see [`TestHub::with_websockets`]).
+    pub fn http_port(&self) -> u16 {
+        self.http.as_ref().expect("HTTP door").local_addr().port()
     }
 
     /// The front door's port.
@@ -153,9 +179,12 @@ impl TestHub {
         self.server = Some(server);
     }
 
-    /// Closes the front door and shuts the broker down (every partition synced).
+    /// Closes the front doors and shuts the broker down (every partition synced).
     pub async fn stop(mut self) {
         self.stop_server().await;
+        if let Some(http) = self.http.take() {
+            http.shutdown().await.expect("HTTP door stops");
+        }
         self.broker.shutdown().await.expect("broker shuts down");
     }
 }

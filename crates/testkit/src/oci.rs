@@ -57,6 +57,8 @@ pub struct Setup {
     pub durability: Durability,
     /// Serve HTTPS with a development authority's certificate, made in `<dir>/tls`.
     pub tls: bool,
+    /// Where AMQP over WebSockets connections go.
+    pub websocket_amqp: Option<tributary_http::AmqpOverWebSockets>,
 }
 
 impl Default for Setup {
@@ -69,6 +71,7 @@ impl Default for Setup {
             clock_skew_ms_max: 300_000,
             durability: Durability::None,
             tls: false,
+            websocket_amqp: None,
         }
     }
 }
@@ -117,6 +120,7 @@ pub async fn start_http(broker: &Broker, setup: &Setup) -> RunningHttpServer {
     };
     let mut config = HttpConfig::new("127.0.0.1:0".parse().unwrap(), auth);
     config.rate_limits = setup.rate_limits.clone();
+    config.websocket_amqp = setup.websocket_amqp.clone();
     if setup.tls {
         let hosts = ["localhost".to_owned(), "127.0.0.1".to_owned()];
         let certs =

@@ -36,10 +36,12 @@ pub fn python() -> PathBuf {
     venv
 }
 
-/// `<repo>/.interop/node_modules`, where scripts/setup-js-interop installs the JavaScript SDK
-/// and Azurite.
+/// `<repo>/.interop/node_modules`, where scripts/setup-js-interop installs the JavaScript SDK,
+/// `ws` and Azurite; or `$TRIBUTARY_INTEROP_DIR/node_modules` (another checkout's `.interop`).
 pub fn node_modules() -> PathBuf {
-    let modules = repo().join(".interop/node_modules");
+    let interop = std::env::var_os("TRIBUTARY_INTEROP_DIR")
+        .map_or_else(|| repo().join(".interop"), PathBuf::from);
+    let modules = interop.join("node_modules");
     assert!(
         modules.join("@azure/event-hubs/package.json").exists(),
         "the JavaScript interop client is not installed: run scripts/setup-js-interop (expected {})",

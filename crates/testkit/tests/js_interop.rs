@@ -1,8 +1,9 @@
 //! Interop tests with the official JavaScript SDK (`@azure/event-hubs` 6.x, on rhea).
 //!
-//! Each test starts a broker on a temporary directory and the AMQP listener on 127.0.0.1:0, then
-//! runs `tests/js/interop.js` with `node` and `NODE_PATH=<repo>/.interop/node_modules`, and asserts
-//! on the JSON it prints. Install the client first with `scripts/setup-js-interop`; a missing
+//! Each test starts a broker on a temporary directory and the AMQP listener on 127.0.0.1:0 (and,
+//! for AMQP over WebSockets, the HTTPS door carrying them), then runs `tests/js/interop.js` with
+//! `node` and `NODE_PATH=<repo>/.interop/node_modules` (or `$TRIBUTARY_INTEROP_DIR/node_modules`),
+//! and asserts on the JSON it prints. Install the client first with `scripts/setup-js-interop`; a missing
 //! client FAILS these tests, it never skips them.
 
 use serde_json::{Value, json};
@@ -255,5 +256,110 @@ async fn js_sdk_over_amqps_trusts_our_authority_and_no_other() {
     assert_eq!(refused["sent"], false, "{refused}");
     assert!(refused.to_string().contains("certificate"), "{refused}");
     assert_eq!(bodies(&f.read_all("secure", 0).await).len(), 2);
+    f.stop().await;
+}
+
+/// AMQP over WebSockets with `ws` (the SDK's `webSocketOptions`; it always opens `wss://`)
+/// through the HTTPS door, trusting the development authority: a batch goes in and comes back
+/// out; a wrong key is refused by the AMQP door's CBS as over TCP — raised, not hung — and
+/// nothing it sent is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_sdk_over_websockets_sends_and_receives_and_a_wrong_key_is_refused() {
+    let certificates = tempfile::tempdir().unwrap();
+    let hosts = ["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let ours = tributary_tls::write_development_certificates(certificates.path(), &hosts).unwrap();
+    let tls =
+        tributary_tls::ServerTls::from_pem_files(&ours.server_cert, &ours.server_key).unwrap();
+    let f = TestHub::start(&[("carried", 2)])
+        .await
+        .with_websockets(Some(tls))
+        .await;
+    let conn = |policy: &tributary_amqp::AccessPolicy| {
+        format!(
+            "Endpoint=sb://localhost/;SharedAccessKeyName={};SharedAccessKey={}",
+            policy.name, policy.key
+        )
+    };
+    let over_ws = |conn: String, extra: Value| {
+        let mut args = json!({"conn": conn, "hub": "carried", "websocket": true,
+                              "endpoint": format!("sb://localhost:{}", f.http_port()),
+                              "verify": ours.ca_cert.to_str().unwrap()});
+        args.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        args
+    };
+    let batch = json!({"count": 5, "prefix": "ws"});
+    let sent = run_node("send-batch", over_ws(conn(&f.send), batch)).await;
+    assert_eq!(sent["sent"], true, "{sent}");
+    let expected: Vec<_> = (0..5).map(|i| js(&format!("ws-{i}"))).collect();
+    assert_eq!(bodies(&f.read_all("carried", 0).await), expected);
+    let receive = json!({"partition": 0, "position": "earliest", "count": 5, "timeout_ms": 20000});
+    let received = run_node("receive", over_ws(conn(&f.listen), receive)).await;
+    assert_eq!(received["errors"], json!([]), "{received}");
+    let got: Vec<_> = received["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{received}"))
+        .iter()
+        .map(|e| e["body"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(got, (0..5).map(|i| format!("ws-{i}")).collect::<Vec<_>>());
+
+    let mut wrong = f.root.clone();
+    wrong.key = "not-the-key".into();
+    let started = std::time::Instant::now();
+    // The SDK retries UnauthorizedError (credentials may have been rotated) three times, 30 s
+    // apart by default, over TCP as here: without retries the refusal is raised at once.
+    let batch = json!({"count": 1, "prefix": "wrong", "max_retries": 0});
+    let refused = run_node("send-batch", over_ws(conn(&wrong), batch)).await;
+    assert_eq!(refused["sent"], false, "{refused}");
+    assert_eq!(refused["code"], "UnauthorizedError", "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid signature"),
+        "{refused}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "{refused}"
+    );
+    assert_eq!(f.read_all("carried", 0).await.len(), 5);
+    f.stop().await;
+}
+
+/// A 1,000,000-byte event each way over AMQP over WebSockets: rhea puts each frame (at most the
+/// server's 1 MiB frame size) in its own WebSocket message, within the door's message limit;
+/// the server's frames reach it in pieces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_large_event_round_trips_over_websockets() {
+    let certificates = tempfile::tempdir().unwrap();
+    let hosts = ["localhost".to_owned()];
+    let ours = tributary_tls::write_development_certificates(certificates.path(), &hosts).unwrap();
+    let tls =
+        tributary_tls::ServerTls::from_pem_files(&ours.server_cert, &ours.server_key).unwrap();
+    let f = TestHub::start(&[("large", 1)])
+        .await
+        .with_websockets(Some(tls))
+        .await;
+    let conn = format!(
+        "Endpoint=sb://localhost/;SharedAccessKeyName={};SharedAccessKey={}",
+        f.root.name, f.root.key
+    );
+    let size = 1_000_000;
+    let result = run_node(
+        "large",
+        json!({"conn": conn, "hub": "large", "size": size, "websocket": true,
+               "endpoint": format!("sb://localhost:{}", f.http_port()),
+               "verify": ours.ca_cert.to_str().unwrap()}),
+    )
+    .await;
+    assert_eq!(result["errors"], json!([]), "{result}");
+    assert_eq!(result["received"], 1, "{result}");
+    assert_eq!(result["equal"], true, "{result}");
+    let stored = f.read_all("large", 0).await;
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].data.body.len(), size);
     f.stop().await;
 }

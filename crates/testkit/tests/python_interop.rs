@@ -1,8 +1,8 @@
 //! Interop tests with the official Python SDK (`azure-eventhub`).
 //!
-//! Each test starts a broker on a temporary directory and the AMQP listener on 127.0.0.1:0, then
-//! runs `tests/python/interop.py` with `<repo>/.venv/bin/python` (or `$TRIBUTARY_PYTHON`) and
-//! asserts on the JSON it prints. Install the client first with `scripts/setup-python-interop`;
+//! Each test starts a broker on a temporary directory and the AMQP listener on 127.0.0.1:0 (and,
+//! for AMQP over WebSockets, the HTTP door carrying them), then runs `tests/python/interop.py`
+//! with `<repo>/.venv/bin/python` (or `$TRIBUTARY_PYTHON`) and asserts on the JSON it prints. Install the client first with `scripts/setup-python-interop`;
 //! a missing client FAILS these tests, it never skips them.
 
 use std::time::Duration;
@@ -534,5 +534,114 @@ async fn python_sdk_over_amqps_trusts_our_authority_and_no_other() {
         bodies(&f.read_all("secure", 0).await),
         ["should-not-arrive"]
     );
+    f.stop().await;
+}
+
+/// The bodies `<prefix>-0` … `<prefix>-<count - 1>`.
+fn numbered(prefix: &str, count: usize) -> Vec<String> {
+    (0..count).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+/// AMQP over WebSockets through the HTTP door (`TransportType.AmqpOverWebsocket`) over plain
+/// HTTP, as the SDK speaks it with `UseDevelopmentEmulator=true` (`ws://`): a batch goes in and
+/// comes back out; a wrong key is refused by the AMQP door's CBS exactly as over TCP — raised
+/// promptly, not hung — and nothing it sent is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_over_websockets_sends_and_receives_and_a_wrong_key_is_refused() {
+    let f = TestHub::start(&[("carried", 2)])
+        .await
+        .with_websockets(None)
+        .await;
+    let endpoint = format!("sb://127.0.0.1:{}", f.http_port());
+    let sent = run_python(
+        "send-batch",
+        json!({"conn": f.conn(&f.send), "hub": "carried", "endpoint": endpoint,
+               "websocket": true, "count": 5, "prefix": "ws"}),
+    )
+    .await;
+    assert_eq!(sent["sent"], true, "{sent}");
+    assert_eq!(bodies(&f.read_all("carried", 0).await), numbered("ws", 5));
+    let consumed = run_python(
+        "consume",
+        json!({"conn": f.conn(&f.listen), "hub": "carried", "partition": 0,
+               "position": "earliest", "count": 5, "endpoint": endpoint, "websocket": true}),
+    )
+    .await;
+    let got: Vec<_> = consumed["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{consumed}"))
+        .iter()
+        .map(|e| e["body"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(got, numbered("ws", 5), "{consumed}");
+
+    let mut wrong = f.root.clone();
+    wrong.key = "not-the-key".into();
+    let started = std::time::Instant::now();
+    let refused = run_python(
+        "send-batch",
+        json!({"conn": f.conn(&wrong), "hub": "carried", "endpoint": endpoint,
+               "websocket": true, "count": 1, "prefix": "wrong", "timeout": 20}),
+    )
+    .await;
+    assert_eq!(refused["sent"], false, "{refused}");
+    let text = refused.to_string().to_lowercase();
+    assert!(
+        text.contains("unauthorized") || text.contains("authentication"),
+        "{refused}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60), "{refused}");
+    assert_eq!(f.read_all("carried", 0).await.len(), 5);
+    f.stop().await;
+}
+
+/// AMQP over secure WebSockets (`wss://`, the SDK's form without `UseDevelopmentEmulator`)
+/// through the HTTPS door: a client trusting the development authority (`connection_verify`)
+/// sends a batch and receives it; one trusting another authority is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_over_secure_websockets_trusts_our_authority_and_no_other() {
+    let certificates = tempfile::tempdir().unwrap();
+    let hosts = ["localhost".to_owned(), "127.0.0.1".to_owned()];
+    let ours = tributary_tls::write_development_certificates(certificates.path(), &hosts).unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let theirs = tributary_tls::write_development_certificates(other.path(), &hosts).unwrap();
+    let tls =
+        tributary_tls::ServerTls::from_pem_files(&ours.server_cert, &ours.server_key).unwrap();
+    let f = TestHub::start(&[("wss", 1)])
+        .await
+        .with_websockets(Some(tls))
+        .await;
+    let conn = format!(
+        "Endpoint=sb://localhost/;SharedAccessKeyName={};SharedAccessKey={}",
+        f.root.name, f.root.key
+    );
+    let endpoint = format!("sb://localhost:{}", f.http_port());
+    let args = |verify: &std::path::Path, extra: Value| {
+        let mut args = json!({"conn": conn, "hub": "wss", "endpoint": endpoint, "websocket": true,
+                              "verify": verify.to_str().unwrap()});
+        args.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        args
+    };
+    let batch = json!({"count": 3, "prefix": "secure"});
+    let sent = run_python("send-batch", args(&ours.ca_cert, batch.clone())).await;
+    assert_eq!(sent["sent"], true, "{sent}");
+    let consume = json!({"partition": 0, "position": "earliest", "count": 3});
+    let consumed = run_python("consume", args(&ours.ca_cert, consume)).await;
+    let got: Vec<_> = consumed["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{consumed}"))
+        .iter()
+        .map(|e| e["body"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(got, numbered("secure", 3), "{consumed}");
+    let refused = run_python("send-batch", args(&theirs.ca_cert, batch)).await;
+    assert_eq!(refused["sent"], false, "{refused}");
+    assert!(
+        refused.to_string().contains("CERTIFICATE_VERIFY_FAILED"),
+        "{refused}"
+    );
+    assert_eq!(bodies(&f.read_all("wss", 0).await), numbered("secure", 3));
     f.stop().await;
 }

@@ -19,6 +19,23 @@ const {
 
 const TIMEOUT_MS = 30000;
 
+/**
+ * The client options a scenario asks for: with `websocket`, AMQP over WebSockets (the SDK
+ * always opens `wss://<endpoint>/$servicebus/websocket`) through `ws` to `endpoint` (the SDK's
+ * `customEndpointAddress`), trusting the CA file `verify`; `max_retries`, the SDK's retries.
+ */
+function clientOptions(args) {
+  const options = {};
+  if (args.max_retries !== undefined) options.retryOptions = { maxRetries: args.max_retries };
+  if (!args.websocket) return options;
+  const ca = args.verify ? { ca: require("fs").readFileSync(args.verify) } : {};
+  return {
+    ...options,
+    customEndpointAddress: args.endpoint,
+    webSocketOptions: { webSocket: require("ws"), webSocketConstructorOptions: ca },
+  };
+}
+
 function describeValue(value) {
   if (Buffer.isBuffer(value)) return ["Buffer", value.toString("hex")];
   if (value instanceof Date) return ["Date", value.getTime()];
@@ -180,7 +197,8 @@ async function cmdProduce(args) {
 }
 
 async function cmdReceive(args) {
-  const client = new EventHubConsumerClient(args.group ?? "$default", args.conn, args.hub);
+  const group = args.group ?? "$default";
+  const client = new EventHubConsumerClient(group, args.conn, args.hub, clientOptions(args));
   const collector = new Collector(client, args, { trackLastEnqueuedEventProperties: true });
   await waitFor(() => collector.events.length >= args.count || collector.errors.length > 0, args.timeout_ms);
   await collector.subscription.close();
@@ -225,7 +243,7 @@ async function cmdSteal(args) {
 async function cmdLarge(args) {
   // One event near the 1 MiB limit each way: rhea splits its transfer into the server's
   // max-frame-size; the server sends it back in one frame (rhea's own limit is 4 GiB).
-  const producer = new EventHubProducerClient(args.conn, args.hub);
+  const producer = new EventHubProducerClient(args.conn, args.hub, clientOptions(args));
   const body = Buffer.alloc(args.size);
   for (let i = 0; i < body.length; i++) body[i] = i % 251;
   try {
@@ -233,7 +251,7 @@ async function cmdLarge(args) {
   } finally {
     await producer.close();
   }
-  const consumer = new EventHubConsumerClient("$default", args.conn, args.hub);
+  const consumer = new EventHubConsumerClient("$default", args.conn, args.hub, clientOptions(args));
   const got = [];
   const errors = [];
   const subscription = consumer.subscribe(
@@ -285,12 +303,28 @@ async function cmdRoundTrip(args) {
   return { sent: true, ...collector.result() };
 }
 
+/** Sends `count` events `<prefix>-<i>` in one batch to partition `partition`; the outcome. */
+async function cmdSendBatch(args) {
+  const client = new EventHubProducerClient(args.conn, args.hub, clientOptions(args));
+  try {
+    const batch = await client.createBatch({ partitionId: String(args.partition ?? "0") });
+    for (let i = 0; i < args.count; i++) batch.tryAdd({ body: `${args.prefix}-${i}` });
+    await client.sendBatch(batch);
+    return { sent: true };
+  } catch (error) {
+    return { sent: false, ...errorDoc(error) };
+  } finally {
+    await client.close();
+  }
+}
+
 const COMMANDS = {
   produce: cmdProduce,
   receive: cmdReceive,
   steal: cmdSteal,
   large: cmdLarge,
   "round-trip": cmdRoundTrip,
+  "send-batch": cmdSendBatch,
 };
 
 async function main() {

@@ -70,16 +70,18 @@ def _chain(error):
 
 
 def transport(args):
-    """The transport options a scenario asks for: `verify`, the CA file an AMQPS server's
-    certificate is checked against (the SDK's `connection_verify`), and `endpoint`, where to
-    connect when it is not the default AMQPS port 5671 (the SDK's `custom_endpoint_address`,
-    which over plain AMQP transport takes its port from the address)."""
+    """The transport options a scenario asks for: `verify`, the CA file an AMQPS (or WSS)
+    server's certificate is checked against (the SDK's `connection_verify`), `endpoint`, where
+    to connect when it is not the default port (the SDK's `custom_endpoint_address`, which takes
+    its port from the address), and `websocket`, AMQP over WebSockets to `endpoint` (the SDK
+    appends `/$servicebus/websocket`; `ws://` with `UseDevelopmentEmulator=true`, else `wss://`)."""
     options = {}
     if "verify" in args:
         options["connection_verify"] = args["verify"]
     if "endpoint" in args:
         options["custom_endpoint_address"] = args["endpoint"]
-        options["transport_type"] = TransportType.Amqp
+        websocket = args.get("websocket", False)
+        options["transport_type"] = TransportType.AmqpOverWebsocket if websocket else TransportType.Amqp
     return options
 
 
@@ -269,6 +271,20 @@ def cmd_send_expect(args):
         return {"sent": False, **error_doc(e)}
 
 
+def cmd_send_batch(args):
+    """Sends `count` events `<prefix>-<i>` in one batch to partition `partition`; reports the
+    outcome."""
+    try:
+        with producer(args) as client:
+            batch = client.create_batch(partition_id=str(args.get("partition", 0)))
+            for i in range(args["count"]):
+                batch.add(EventData(f"{args['prefix']}-{i}"))
+            client.send_batch(batch, timeout=args.get("timeout", TIMEOUT_S))
+        return {"sent": True}
+    except Exception as e:  # noqa: BLE001 - reported in the JSON
+        return {"sent": False, **error_doc(e)}
+
+
 def cmd_properties_expect(args):
     try:
         with producer(args) as client:
@@ -376,6 +392,7 @@ COMMANDS = {
     "steal": cmd_steal,
     "sixth": cmd_sixth,
     "send-expect": cmd_send_expect,
+    "send-batch": cmd_send_batch,
     "properties-expect": cmd_properties_expect,
 }
 
