@@ -50,29 +50,56 @@ pub(crate) struct Verifier {
     skew_ms_max: i64,
 }
 
-fn read_key_file(path: &Path) -> Result<(Option<SystemTime>, KeyMap), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        format!(
-            "read the API key file {}: {e} (register keys there, or run in development mode)",
-            path.display()
-        )
+/// Why the API key file cannot be used. Each names the file and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyFileError {
+    /// The file cannot be read.
+    #[error("read the API key file {}: {source} (register keys there, or run in development mode)", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not a JSON object from keyId to PEM.
+    #[error("{}: expected a JSON object from keyId to PEM public key: {source}", path.display())]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// A key is not an RSA public key in PEM.
+    #[error("{}: the key for {key_id:?} is not an RSA public key in PEM: {reason}", path.display())]
+    Key {
+        /// The file.
+        path: PathBuf,
+        /// The keyId it is registered under.
+        key_id: String,
+        /// What the PEM parser said.
+        reason: String,
+    },
+}
+
+fn read_key_file(path: &Path) -> Result<(Option<SystemTime>, KeyMap), KeyFileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| KeyFileError::Read {
+        path: path.to_owned(),
+        source,
     })?;
     let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    let entries: HashMap<String, String> = serde_json::from_str(&text).map_err(|e| {
-        format!(
-            "{}: expected a JSON object from keyId to PEM public key: {e}",
-            path.display()
-        )
-    })?;
+    let entries: HashMap<String, String> =
+        serde_json::from_str(&text).map_err(|source| KeyFileError::Json {
+            path: path.to_owned(),
+            source,
+        })?;
     let mut keys = HashMap::with_capacity(entries.len());
     for (key_id, pem) in entries {
         let key = RsaPublicKey::from_public_key_pem(pem.trim())
             .or_else(|_| RsaPublicKey::from_pkcs1_pem(pem.trim()))
-            .map_err(|e| {
-                format!(
-                    "{}: the key for {key_id:?} is not an RSA public key in PEM: {e}",
-                    path.display()
-                )
+            .map_err(|e| KeyFileError::Key {
+                path: path.to_owned(),
+                key_id: key_id.clone(),
+                reason: e.to_string(),
             })?;
         keys.insert(key_id, Arc::new(RsaKey::from(&key)));
     }
@@ -122,7 +149,7 @@ impl Verifier {
         path: PathBuf,
         clock: Arc<dyn Clock>,
         skew_ms_max: i64,
-    ) -> Result<Verifier, String> {
+    ) -> Result<Verifier, KeyFileError> {
         let (modified, keys) = read_key_file(&path)?;
         if keys.is_empty() {
             tracing::warn!(path = %path.display(), "no API keys are registered: every signed request will be refused until one is added");

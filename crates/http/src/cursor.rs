@@ -17,7 +17,7 @@
 //! every length is bounded, booleans are 0 or 1, and trailing bytes are an error.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -75,25 +75,62 @@ impl std::fmt::Debug for CursorKey {
     }
 }
 
+/// Why the cursor key cannot be read or made. Each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum CursorKeyError {
+    /// The file holds something else than a key.
+    #[error("{}: expected {CURSOR_KEY_BYTES} bytes, found {found}; delete it to make a new key (outstanding cursors become invalid)", path.display())]
+    Length {
+        /// The file.
+        path: PathBuf,
+        /// How many bytes it holds.
+        found: usize,
+    },
+    /// The file cannot be read.
+    #[error("read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The system has no randomness to make a key with.
+    #[error("no randomness for the cursor key: {0}")]
+    Random(getrandom::Error),
+    /// A new key cannot be written.
+    #[error("write {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
 impl CursorKey {
     /// Reads the key from `<data_dir>/http-cursor.key`, creating it (random, mode 0600) if absent.
-    pub(crate) fn load_or_create(data_dir: &Path) -> Result<CursorKey, String> {
+    pub(crate) fn load_or_create(data_dir: &Path) -> Result<CursorKey, CursorKeyError> {
         let path = data_dir.join("http-cursor.key");
         match std::fs::read(&path) {
             Ok(bytes) => {
-                let key: [u8; CURSOR_KEY_BYTES] = bytes.as_slice().try_into().map_err(|_| {
-                    format!("{}: expected {CURSOR_KEY_BYTES} bytes, found {}; delete it to make a new key (outstanding cursors become invalid)", path.display(), bytes.len())
-                })?;
+                let key: [u8; CURSOR_KEY_BYTES] =
+                    bytes
+                        .as_slice()
+                        .try_into()
+                        .map_err(|_| CursorKeyError::Length {
+                            path: path.clone(),
+                            found: bytes.len(),
+                        })?;
                 Ok(CursorKey(key))
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::create(&path),
-            Err(e) => Err(format!("read {}: {e}", path.display())),
+            Err(source) => Err(CursorKeyError::Read { path, source }),
         }
     }
 
-    fn create(path: &Path) -> Result<CursorKey, String> {
+    fn create(path: &Path) -> Result<CursorKey, CursorKeyError> {
         let mut key = [0u8; CURSOR_KEY_BYTES];
-        getrandom::fill(&mut key).map_err(|e| format!("no randomness for the cursor key: {e}"))?;
+        getrandom::fill(&mut key).map_err(CursorKeyError::Random)?;
         let tmp = path.with_extension("key.tmp");
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create(true).truncate(true);
@@ -109,7 +146,10 @@ impl CursorKey {
             }
             Ok(())
         };
-        write().map_err(|e| format!("write {}: {e}", path.display()))?;
+        write().map_err(|source| CursorKeyError::Write {
+            path: path.to_owned(),
+            source,
+        })?;
         Ok(CursorKey(key))
     }
 

@@ -51,6 +51,8 @@ mod tls;
 mod websocket;
 mod ws_stream;
 
+pub use auth::KeyFileError;
+pub use cursor::CursorKeyError;
 pub use websocket::{
     AMQP_WEBSOCKET_PATH, AMQP_WEBSOCKET_PROTOCOL, AmqpOverWebSockets, ByteStream, ServeFuture,
 };
@@ -155,11 +157,11 @@ pub enum HttpError {
         source: std::io::Error,
     },
     /// The API key file is missing or invalid.
-    #[error("{0}")]
-    Keys(String),
+    #[error(transparent)]
+    Keys(#[from] auth::KeyFileError),
     /// The cursor key could not be read or created.
-    #[error("{0}")]
-    CursorKey(String),
+    #[error(transparent)]
+    CursorKey(#[from] cursor::CursorKeyError),
     /// The group coordinator could not open.
     #[error(transparent)]
     Coordinator(#[from] CoordinatorError),
