@@ -5,6 +5,7 @@
 //! with `<repo>/.venv/bin/python` (or `$TRIBUTARY_PYTHON`) and asserts on the JSON it prints. Install the client first with `scripts/setup-python-interop`;
 //! a missing client FAILS these tests, it never skips them.
 
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -450,10 +451,44 @@ impl Drop for SmallDisk {
     }
 }
 
+/// What the server logs at `warn` and above while this test binary runs (installed once, for
+/// every test; the tests that read it look for their own lines).
+fn warnings() -> Arc<Mutex<Vec<u8>>> {
+    static CAPTURED: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    CAPTURED
+        .get_or_init(|| {
+            let captured = Arc::new(Mutex::new(Vec::new()));
+            let sink = captured.clone();
+            tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::WARN)
+                .with_ansi(false)
+                .with_writer(move || Capture(sink.clone()))
+                .init();
+            captured
+        })
+        .clone()
+}
+
+/// A writer into a shared buffer.
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// A full disk refuses the send that does not fit: the SDK raises within its timeout, every
-/// acknowledged batch is stored whole, and nothing of the refused one.
+/// acknowledged batch is stored whole, nothing of the refused one, and the server says why at
+/// `warn`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_raises_when_the_disk_is_full() {
+    let warned = warnings();
     let disk = SmallDisk::mount(8);
     let dir = tempfile::tempdir_in(disk.mount_point.path()).unwrap();
     let f = TestHub::start_in(dir, &[("full", 1)], |_| {}, None).await;
@@ -473,6 +508,11 @@ async fn python_sdk_raises_when_the_disk_is_full() {
     for (i, event) in stored.iter().enumerate() {
         assert_eq!(&event.data.body[..8], format!("{i:08}").as_bytes());
     }
+    let logged = String::from_utf8_lossy(&warned.lock().unwrap()).into_owned();
+    assert!(
+        logged.contains("an append failed") && logged.contains("No space left on device"),
+        "{logged}"
+    );
     f.stop().await;
     drop(disk);
 }

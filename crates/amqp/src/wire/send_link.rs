@@ -359,5 +359,13 @@ async fn append(
         .send(&to.hub, target, events)
         .await
         .map(|_| ())
-        .map_err(|e| conditions::from_broker(&e, None))
+        .map_err(|e| {
+            let refusal = conditions::from_broker(&e, None);
+            if refusal.condition == tributary_eventhubs::condition::INTERNAL_ERROR {
+                // The log could not write (a full disk, a failed sync): the client gets the
+                // refusal, and the operator must see it too.
+                tracing::warn!(hub = %to.hub, error = %e, "an append failed; the send was refused");
+            }
+            refusal
+        })
 }
