@@ -235,6 +235,7 @@ impl Broker {
         let now = inner.clock.now_ms();
         let definition = HubDefinition {
             name: spec.name,
+            id: crate::catalog::new_hub_id(),
             partition_count: spec.partition_count,
             retention_age_ms: spec.retention_age_ms,
             retention_bytes_max: spec.retention_bytes_max,

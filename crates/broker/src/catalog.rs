@@ -29,6 +29,12 @@ pub struct ConsumerGroupDefinition {
 pub struct HubDefinition {
     /// The name as created (compared case-insensitively).
     pub name: String,
+    /// A stable identity unique to this hub: a random UUID made when the hub was created (a
+    /// catalog written before hubs had one gets it the first time it is opened). Unlike the
+    /// name it tells apart two hubs of one name on different machines, so replication records
+    /// it as the hub an event was first produced to.
+    #[serde(default)]
+    pub id: String,
     /// Partitions `0..partition_count`.
     pub partition_count: u32,
     /// Events older than this are removed; `None` keeps them forever.
@@ -48,6 +54,11 @@ impl HubDefinition {
             .iter()
             .find(|g| g.name.eq_ignore_ascii_case(name))
     }
+}
+
+/// A new hub identity (see [`HubDefinition::id`]).
+pub(crate) fn new_hub_id() -> String {
+    uuid::Uuid::new_v4().to_string()
 }
 
 #[derive(Serialize, Deserialize)]
@@ -92,7 +103,17 @@ impl Catalog {
                 )));
             }
         };
-        Ok(Catalog { path, hubs })
+        let mut catalog = Catalog { path, hubs };
+        let mut unidentified = catalog
+            .hubs
+            .values_mut()
+            .filter(|h| h.id.is_empty())
+            .peekable();
+        if unidentified.peek().is_some() {
+            unidentified.for_each(|hub| hub.id = new_hub_id());
+            catalog.save()?;
+        }
+        Ok(catalog)
     }
 
     /// Writes the catalog durably (see the module docs).

@@ -10,9 +10,11 @@ use tributary_log::Durability;
 
 mod bench;
 mod process;
+mod replicate;
 
 pub use bench::{BenchArgs, Scenario};
 pub use process::{Action, GroupStore, OwnershipArgs, ProcessArgs, Strategy};
+pub use replicate::ReplicateArgs;
 
 /// Tributary: a partitioned, durable event hub with epoch receivers and consumer groups.
 #[derive(Debug, Parser)]
@@ -73,6 +75,9 @@ pub enum Command {
     Process(ProcessArgs),
     /// Print the ownership and checkpoint table of a consumer group.
     Ownership(OwnershipArgs),
+    /// Run a replication task (a TOML file): copy, merge, edit and route events from a source
+    /// hub to target hubs, as a consumer group that any number of processes share.
+    Replicate(ReplicateArgs),
     /// Make a development certificate authority and a server certificate it signs, for
     /// `serve --tls-cert/--tls-key` and for clients to trust.
     Cert(CertArgs),

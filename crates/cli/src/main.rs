@@ -15,6 +15,7 @@ mod hub_handle;
 mod input;
 mod output;
 mod process;
+mod replicate;
 mod serve;
 
 use std::process::ExitCode;
@@ -61,6 +62,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Receive(args) => commands::receive(global, args).await,
         Command::Process(args) => process::process(global, args).await,
         Command::Ownership(args) => process::ownership(global, args).await,
+        Command::Replicate(args) => replicate::run(args).await,
         Command::Cert(args) => serve::cert(global, args),
         Command::ConnectionString(args) => commands::connection_string(global, args),
         Command::Bench(args) => bench::run(global, args).await,

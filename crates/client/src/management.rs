@@ -24,6 +24,9 @@ pub struct EventHubProperties {
     pub created_at_ms: i64,
     /// The partition ids, e.g. `["0", "1", "2", "3"]`.
     pub partition_ids: Vec<String>,
+    /// The hub's stable, unique identity, when the hub says (a Tributary hub does; Azure Event
+    /// Hubs does not, and there the namespace's host name and the hub's name are unique).
+    pub hub_id: Option<String>,
 }
 
 /// What `$management` says about one partition.
@@ -118,6 +121,7 @@ pub(crate) async fn hub_properties(
         name: fields.string(m::NAME)?,
         created_at_ms: fields.time(m::CREATED_AT)?,
         partition_ids: fields.strings(m::PARTITION_IDS)?,
+        hub_id: fields.string(m::HUB_ID).ok(),
     })
 }
 

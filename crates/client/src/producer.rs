@@ -138,6 +138,26 @@ impl ProducerClient {
             .await
     }
 
+    /// The largest transfer the hub takes for sends to `target`: the `max-message-size` of the
+    /// sender link (attached now if it is not yet), or the Event Hubs default when the hub
+    /// advertises none. With `tributary_eventhubs::send::BatchSizer` a caller cuts batches that
+    /// fit before sending them.
+    pub async fn max_message_bytes(&self, target: &SendTarget) -> Result<u64, ClientError> {
+        let (address, _) = self.route(&[EventData::default()], target)?;
+        let slot = self.slot(&address).await;
+        let connector = &self.connector;
+        connector
+            .target
+            .timed("attaching a sender", async {
+                let mut slot = slot.lock().await;
+                let sender = attached(connector, &mut slot, &address).await?;
+                Ok(sender
+                    .max_message_size()
+                    .unwrap_or(MESSAGE_BYTES_MAX_DEFAULT))
+            })
+            .await
+    }
+
     /// The hub's name, creation time and partition ids.
     pub async fn hub_properties(&self) -> Result<EventHubProperties, ClientError> {
         management::hub_properties(&self.connector).await

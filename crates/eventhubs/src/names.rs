@@ -90,6 +90,9 @@ pub mod management {
     pub const ERROR_CONDITION_CAMEL: &str = "errorCondition";
     /// Answer key: when the hub was created (timestamp).
     pub const CREATED_AT: &str = "created_at";
+    /// Answer key, Tributary's own: the hub's stable, unique identity (string; a UUID). Azure
+    /// Event Hubs does not send it, and the SDKs ignore keys they do not know.
+    pub const HUB_ID: &str = "com.tributary:hub-id";
     /// Answer key: how many partitions the hub has (int).
     pub const PARTITION_COUNT: &str = "partition_count";
     /// Answer key: the partition ids (array of strings).

@@ -115,6 +115,53 @@ pub fn encode_outgoing(
     Ok((out, BATCH_MESSAGE_FORMAT))
 }
 
+/// Measures, exactly, how many bytes events take in a batch [`encode_outgoing`] writes for one
+/// partition key, so a sender can cut batches by a hub's `max-message-size` before it sends
+/// (as the SDKs' `EventDataBatch.try_add` does) instead of learning from a refusal.
+///
+/// [`BatchSizer::envelope_bytes`] plus the sum of [`BatchSizer::event_bytes`] over a batch's
+/// events is the length of the payload `encode_outgoing` returns for two or more of them; for a
+/// single event the payload is smaller (no envelope), so a cut made with these figures is never
+/// too large.
+#[derive(Debug)]
+pub struct BatchSizer {
+    prefix_len: usize,
+    scratch: Vec<u8>,
+}
+
+impl BatchSizer {
+    /// A sizer for batches sent with `partition_key` (or without one).
+    ///
+    /// # Errors
+    /// [`MessageError::TooLong`] for a key no AMQP string holds.
+    pub fn new(partition_key: Option<&str>) -> Result<BatchSizer, MessageError> {
+        let mut scratch = Vec::new();
+        write_prefix(&mut scratch, partition_key)?;
+        Ok(BatchSizer {
+            prefix_len: scratch.len(),
+            scratch,
+        })
+    }
+
+    /// The bytes of the batch envelope itself: its header and partition-key annotation.
+    pub fn envelope_bytes(&self) -> u64 {
+        self.prefix_len as u64
+    }
+
+    /// The bytes `event` adds to the batch: its `data` section holding its complete message.
+    ///
+    /// # Errors
+    /// [`MessageError::TooLong`] where [`encode_outgoing`] fails for the event.
+    pub fn event_bytes(&mut self, event: &EventData) -> Result<u64, MessageError> {
+        self.scratch.truncate(self.prefix_len);
+        write_message(&mut self.scratch, event)?;
+        let message_len = self.scratch.len();
+        // The `data` descriptor (3 bytes) and a vbin8 (2) or vbin32 (5) header.
+        let header_len = if message_len <= SHORT_MAX { 5 } else { 8 };
+        Ok((message_len + header_len) as u64)
+    }
+}
+
 /// About how many bytes `event`'s message takes beyond the header and annotations: a guess for
 /// reserving capacity, not a bound (the buffer grows past it if need be).
 fn estimated_len(event: &EventData) -> usize {
@@ -937,6 +984,28 @@ mod tests {
                     "{err}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn the_batch_sizer_measures_what_encode_outgoing_writes() {
+        let small = EventData::new("x").with_property("k", PropertyValue::Int64(1));
+        let mut large = EventData::new(vec![7u8; 300]);
+        large.message_id = Some("id-1".to_owned());
+        large.content_type = Some("application/json".to_owned());
+        for key in [None, Some("home-17")] {
+            let mut sizer = BatchSizer::new(key).unwrap();
+            let events = [small.clone(), large.clone(), small.clone()];
+            let measured = events.iter().fold(sizer.envelope_bytes(), |sum, event| {
+                sum + sizer.event_bytes(event).unwrap()
+            });
+            let (payload, format) = encode_outgoing(&events, key).unwrap();
+            assert_eq!(format, BATCH_MESSAGE_FORMAT);
+            assert_eq!(measured, payload.len() as u64, "key {key:?}");
+            let (single, _) = encode_outgoing(&events[1..2], key).unwrap();
+            assert!(
+                (single.len() as u64) < sizer.envelope_bytes() + sizer.event_bytes(&large).unwrap()
+            );
         }
     }
 }

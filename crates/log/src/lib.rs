@@ -42,5 +42,5 @@ pub use partition::{
     RetentionOutcome,
 };
 pub use record::DecodeError;
-pub use sync_times::{DurationCounts, SYNC_TIME_BOUNDS_MICROS, SyncTimes};
+pub use sync_times::{DurationCounts, DurationHistogram, SYNC_TIME_BOUNDS_MICROS, SyncTimes};
 pub use tributary_event::{Clock, ManualClock, SystemClock};

@@ -38,9 +38,11 @@ const _: () = {
     }
 };
 
-/// Durations counted into the buckets of [`SYNC_TIME_BOUNDS_MICROS`], with relaxed atomics.
+/// Durations counted into the buckets of [`SYNC_TIME_BOUNDS_MICROS`], with relaxed atomics:
+/// the log's sync times, and any other latency measured against the same scale (replication
+/// lag). Recording takes no lock and allocates nothing.
 #[derive(Debug)]
-pub(crate) struct DurationHistogram {
+pub struct DurationHistogram {
     buckets: [AtomicU64; BUCKETS],
     count: AtomicU64,
     nanos: AtomicU64,
@@ -57,7 +59,8 @@ impl Default for DurationHistogram {
 }
 
 impl DurationHistogram {
-    pub(crate) fn record(&self, took: Duration) {
+    /// Counts one duration.
+    pub fn record(&self, took: Duration) {
         let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         let bucket = SYNC_TIME_BOUNDS_MICROS.partition_point(|&bound| bound < micros);
         self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
@@ -66,7 +69,8 @@ impl DurationHistogram {
         self.nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
-    pub(crate) fn snapshot(&self) -> DurationCounts {
+    /// What has been counted so far.
+    pub fn snapshot(&self) -> DurationCounts {
         DurationCounts {
             counts: std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
             count: self.count.load(Ordering::Relaxed),

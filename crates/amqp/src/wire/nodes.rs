@@ -326,6 +326,7 @@ fn hub_map(definition: &tributary_broker::HubDefinition) -> OrderedMap<Value, Va
         Value::Int(i32::try_from(definition.partition_count).unwrap_or(i32::MAX)),
     );
     map.insert(key(m::PARTITION_IDS), Value::Array(Array::from(ids)));
+    map.insert(key(m::HUB_ID), Value::String(definition.id.clone()));
     map
 }
 

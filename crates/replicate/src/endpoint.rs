@@ -1,0 +1,181 @@
+//! Opening a task's endpoints: the source as a [`PartitionSource`] for the processor host, the
+//! targets as [`Target`]s, each with the identity events record.
+//!
+//! A hub named by a data directory runs in this process; every endpoint on one directory
+//! shares one broker ([`Brokers`]), since a data directory is opened by one broker at a time. A
+//! hub named by a connection string is reached over AMQP (TLS unless the string says
+//! `UseDevelopmentEmulator=true`). Opening checks that the hub exists and the credentials
+//! work, so a task with an unreachable endpoint fails before it reads anything.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
+use tributary_broker::{Broker, BrokerConfig, BrokerSource};
+use tributary_client::{ClientOptions, ProducerClient, RemoteHub};
+use tributary_source::PartitionSource;
+
+use crate::limits::CONNECT_TIMEOUT;
+use crate::target::{HubIdentity, LocalTarget, RemoteTarget, Target};
+use crate::task::{Connection, Endpoint};
+
+/// The brokers this process opened, one per data directory.
+#[derive(Debug, Default, Clone)]
+pub struct Brokers {
+    open: Arc<Mutex<HashMap<PathBuf, Broker>>>,
+}
+
+impl Brokers {
+    /// Brokers the caller already has (e.g. the hub `tributary serve` runs), so endpoints on
+    /// their data directories use them instead of opening the directory a second time.
+    pub async fn adopt(&self, broker: Broker) {
+        let dir = canonical(&broker.config().data_dir);
+        self.open.lock().await.insert(dir, broker);
+    }
+
+    async fn open(&self, dir: &Path) -> Result<Broker, String> {
+        let key = canonical(dir);
+        let mut open = self.open.lock().await;
+        if let Some(broker) = open.get(&key) {
+            return Ok(broker.clone());
+        }
+        let broker = Broker::open(BrokerConfig::new(dir))
+            .await
+            .map_err(|e| format!("cannot open the data directory {}: {e}", dir.display()))?;
+        open.insert(key, broker.clone());
+        Ok(broker)
+    }
+
+    /// Shuts every broker this process opened down (syncing their logs).
+    pub async fn shutdown(&self) {
+        let brokers: Vec<Broker> = self.open.lock().await.drain().map(|(_, b)| b).collect();
+        for broker in brokers {
+            if let Err(error) = broker.shutdown().await {
+                tracing::warn!(%error, "closing a data directory failed");
+            }
+        }
+    }
+}
+
+fn canonical(dir: &Path) -> PathBuf {
+    std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned())
+}
+
+fn client_options(ca_file: Option<&PathBuf>) -> ClientOptions {
+    let options = ClientOptions::default().with_application_id("tributary-replicate");
+    match ca_file {
+        Some(path) => options.with_trusted_certificates(path),
+        None => options,
+    }
+}
+
+/// Runs `future` under the connect timeout, naming what it waited for.
+async fn timed<T>(
+    what: &str,
+    future: impl Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    tokio::time::timeout(CONNECT_TIMEOUT, future)
+        .await
+        .map_err(|_| format!("{what} did not answer within {CONNECT_TIMEOUT:?}"))?
+}
+
+/// An opened source.
+#[derive(Clone)]
+pub struct OpenedSource {
+    /// What the processor host reads.
+    pub source: Arc<dyn PartitionSource>,
+    /// Its identity and partitions.
+    pub identity: HubIdentity,
+}
+
+impl std::fmt::Debug for OpenedSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenedSource")
+            .field("hub", &self.source.event_hub_name())
+            .field("identity", &self.identity)
+            .finish()
+    }
+}
+
+/// Opens `endpoint` for reading.
+pub async fn open_source(endpoint: &Endpoint, brokers: &Brokers) -> Result<OpenedSource, String> {
+    let hub = &endpoint.event_hub;
+    match &endpoint.connection {
+        Connection::Local { data_dir } => {
+            let broker = brokers.open(data_dir).await?;
+            let definition = broker.describe_hub(hub).map_err(|e| e.to_string())?;
+            Ok(OpenedSource {
+                source: Arc::new(BrokerSource::new(broker, "localhost", hub.clone())),
+                identity: HubIdentity {
+                    id: definition.id,
+                    partition_count: definition.partition_count,
+                },
+            })
+        }
+        Connection::Remote {
+            connection_string,
+            ca_file,
+        } => {
+            let what = format!("event hub {hub:?}");
+            timed(&what, async {
+                let remote = RemoteHub::connect_with_options(
+                    connection_string,
+                    Some(hub),
+                    client_options(ca_file.as_ref()),
+                )
+                .await
+                .map_err(|e| format!("cannot connect: {e}"))?;
+                let properties = remote
+                    .hub_properties()
+                    .await
+                    .map_err(|e| format!("cannot read the hub's properties: {e}"))?;
+                let id = properties.hub_id.unwrap_or_else(|| {
+                    format!("{}/{}", remote.fully_qualified_namespace(), hub).to_ascii_lowercase()
+                });
+                Ok(OpenedSource {
+                    identity: HubIdentity {
+                        id,
+                        partition_count: properties.partition_ids.len() as u32,
+                    },
+                    source: Arc::new(remote),
+                })
+            })
+            .await
+        }
+    }
+}
+
+/// Opens `endpoint` for sending, and reads its identity.
+pub async fn open_target(
+    endpoint: &Endpoint,
+    brokers: &Brokers,
+) -> Result<(Arc<dyn Target>, HubIdentity), String> {
+    let hub = &endpoint.event_hub;
+    let target: Arc<dyn Target> = match &endpoint.connection {
+        Connection::Local { data_dir } => {
+            Arc::new(LocalTarget::new(brokers.open(data_dir).await?, hub.clone()))
+        }
+        Connection::Remote {
+            connection_string,
+            ca_file,
+        } => {
+            let producer = timed(&format!("event hub {hub:?}"), async {
+                ProducerClient::connect_with_options(
+                    connection_string,
+                    Some(hub),
+                    client_options(ca_file.as_ref()),
+                )
+                .await
+                .map_err(|e| format!("cannot connect: {e}"))
+            })
+            .await?;
+            Arc::new(RemoteTarget::new(producer))
+        }
+    };
+    let identity = timed(target.describe(), async {
+        target.identity().await.map_err(|e| e.to_string())
+    })
+    .await?;
+    Ok((target, identity))
+}

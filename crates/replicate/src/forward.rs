@@ -1,0 +1,323 @@
+//! Forwarding one source batch to one target: group by partition key, cut by the target's
+//! size limit, send with retries, and isolate what the target refuses.
+//!
+//! # Guarantees
+//!
+//! - **Nothing skipped.** [`forward`] returns only when every event was acknowledged by the
+//!   target or returned as [`Poison`] (for the dead-letter target). A send that fails for a
+//!   reason other than its events is retried, with exponential backoff and without end; the
+//!   task's checkpoint waits for it. (If the partition moves to another process meanwhile, the
+//!   processor host cancels the call and the new owner resumes from the last checkpoint.)
+//! - **Per-key order.** Events with one partition key go out as one group, in source order, one
+//!   send after the other; different keys' groups go out concurrently
+//!   ([`SENDS_IN_FLIGHT_MAX`]). Keyless events keep their partition number when the route says
+//!   so (one group, in order), else they go round-robin.
+//! - **No send that must fail.** Batches are cut with [`BatchSizer`] against the target's
+//!   `max-message-size` before they are sent. An event too large on its own is poison at once.
+//! - **Poison is isolated, not guessed.** When the target refuses a batch as invalid, the batch
+//!   is halved until the refused events stand alone; everything else is sent, in order.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tributary_event::{EventData, SendTarget};
+use tributary_eventhubs::limits::BATCH_EVENTS_MAX;
+use tributary_eventhubs::send::BatchSizer;
+
+use crate::limits::SENDS_IN_FLIGHT_MAX;
+use crate::metadata::SourcePosition;
+use crate::metrics::{PartitionMetrics, TaskMetrics};
+use crate::target::{HubIdentity, Target, TargetError};
+
+/// An event on its way, with where it was read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outgoing {
+    /// The event as it will be sent (stamped).
+    pub event: EventData,
+    /// Where it was read from.
+    pub position: SourcePosition,
+}
+
+/// An event a target refused on its own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Poison {
+    /// The event.
+    pub outgoing: Outgoing,
+    /// Why, as the target said it.
+    pub reason: String,
+}
+
+/// One target of a task, ready to send to.
+#[derive(Debug, Clone)]
+pub struct Destination {
+    /// The route's name in the task file.
+    pub name: String,
+    /// The hub.
+    pub target: Arc<dyn Target>,
+    /// Its identity and partitions.
+    pub identity: HubIdentity,
+    /// The largest batch it takes.
+    pub batch_bytes_max: u64,
+    /// Whether keyless events keep their source partition number.
+    pub keep_partition: bool,
+}
+
+/// How failed sends are retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// The first pause.
+    pub backoff_min: Duration,
+    /// The longest pause; pauses double up to it.
+    pub backoff_max: Duration,
+}
+
+/// What a forward counts into.
+#[derive(Debug, Clone)]
+pub struct Counting<'a> {
+    /// The task's metrics (lag).
+    pub task: &'a TaskMetrics,
+    /// The source partition's counters.
+    pub partition: &'a PartitionMetrics,
+    /// The wall clock, ms since the epoch, for the lag.
+    pub now_ms: fn() -> i64,
+}
+
+/// Sends `items`, read from source partition `source_partition`, to `destination`; returns the
+/// events it refused on their own (see the module docs).
+pub async fn forward(
+    destination: &Destination,
+    source_partition: &str,
+    items: Vec<Outgoing>,
+    retry: RetryPolicy,
+    counting: &Counting<'_>,
+) -> Vec<Poison> {
+    let groups = group(items, destination.keep_partition, source_partition);
+    let sends = groups
+        .into_iter()
+        .map(|(to, items)| send_group(destination, to, items, retry, counting));
+    let mut poison = Vec::new();
+    let mut results = futures_util::stream::iter(sends).buffer_unordered(SENDS_IN_FLIGHT_MAX);
+    while let Some(refused) = results.next().await {
+        poison.extend(refused);
+    }
+    poison
+}
+
+/// Splits `items` by where they are sent, keeping source order within each group: one group
+/// per partition key; keyless events in one group for their source partition (`keep_partition`)
+/// or round-robin.
+fn group(
+    items: Vec<Outgoing>,
+    keep_partition: bool,
+    source_partition: &str,
+) -> Vec<(SendTarget, Vec<Outgoing>)> {
+    let mut groups: Vec<(SendTarget, Vec<Outgoing>)> = Vec::new();
+    let mut places: HashMap<Option<String>, usize> = HashMap::new();
+    for item in items {
+        let key = item.event.partition_key.clone();
+        let place = *places.entry(key.clone()).or_insert_with(|| {
+            let to = match key {
+                Some(key) => SendTarget::PartitionKey(key),
+                None if keep_partition => SendTarget::Partition(source_partition.to_owned()),
+                None => SendTarget::RoundRobin,
+            };
+            groups.push((to, Vec::new()));
+            groups.len() - 1
+        });
+        groups[place].1.push(item);
+    }
+    groups
+}
+
+/// Sends one group in order, cut into batches that fit; returns its poison.
+async fn send_group(
+    destination: &Destination,
+    to: SendTarget,
+    items: Vec<Outgoing>,
+    retry: RetryPolicy,
+    counting: &Counting<'_>,
+) -> Vec<Poison> {
+    let key = match &to {
+        SendTarget::PartitionKey(key) => Some(key.as_str()),
+        _ => None,
+    };
+    let mut poison = Vec::new();
+    let mut sizer = match BatchSizer::new(key) {
+        Ok(sizer) => sizer,
+        Err(error) => {
+            let reason = format!("the partition key cannot be sent: {error}");
+            return refuse_all(items, &reason);
+        }
+    };
+    let max = destination.batch_bytes_max;
+    let mut batch: Vec<Outgoing> = Vec::new();
+    let mut batch_bytes = sizer.envelope_bytes();
+    for item in items {
+        let bytes = match sizer.event_bytes(&item.event) {
+            Ok(bytes) if sizer.envelope_bytes() + bytes <= max => bytes,
+            Ok(bytes) => {
+                let reason = format!(
+                    "the event takes {bytes} bytes; {} accepts at most {max} per send",
+                    destination.target.describe()
+                );
+                poison.push(Poison {
+                    outgoing: item,
+                    reason,
+                });
+                continue;
+            }
+            Err(error) => {
+                let reason = format!("the event cannot be encoded: {error}");
+                poison.push(Poison {
+                    outgoing: item,
+                    reason,
+                });
+                continue;
+            }
+        };
+        if !batch.is_empty() && (batch_bytes + bytes > max || batch.len() == BATCH_EVENTS_MAX) {
+            let full = std::mem::take(&mut batch);
+            poison.extend(send_isolating(destination, &to, full, retry, counting).await);
+            batch_bytes = sizer.envelope_bytes();
+        }
+        batch_bytes += bytes;
+        batch.push(item);
+    }
+    if !batch.is_empty() {
+        poison.extend(send_isolating(destination, &to, batch, retry, counting).await);
+    }
+    poison
+}
+
+fn refuse_all(items: Vec<Outgoing>, reason: &str) -> Vec<Poison> {
+    items
+        .into_iter()
+        .map(|outgoing| Poison {
+            outgoing,
+            reason: reason.to_owned(),
+        })
+        .collect()
+}
+
+/// Sends `batch`; if the target refuses it, halves it until the refused events stand alone.
+async fn send_isolating(
+    destination: &Destination,
+    to: &SendTarget,
+    batch: Vec<Outgoing>,
+    retry: RetryPolicy,
+    counting: &Counting<'_>,
+) -> Vec<Poison> {
+    let mut poison = Vec::new();
+    let mut pending = VecDeque::from([batch]);
+    while let Some(mut part) = pending.pop_front() {
+        assert!(!part.is_empty(), "a batch is never empty");
+        let events: Vec<EventData> = part.iter().map(|o| o.event.clone()).collect();
+        match send_retrying(destination, to, &events, retry, counting.partition).await {
+            Ok(()) => {
+                counting.partition.sent(&destination.name, part.len());
+                let now_ms = (counting.now_ms)();
+                let enqueued = part.iter().map(|o| o.position.enqueued_time_ms);
+                counting
+                    .task
+                    .acknowledged(counting.partition, enqueued, now_ms);
+            }
+            Err(reason) if part.len() == 1 => {
+                let outgoing = part.pop().expect("one event");
+                poison.push(Poison { outgoing, reason });
+            }
+            Err(_) => {
+                let second = part.split_off(part.len() / 2);
+                pending.push_front(second);
+                pending.push_front(part);
+            }
+        }
+    }
+    poison
+}
+
+/// Sends until the target acknowledges or refuses the events themselves (the refusal's text).
+async fn send_retrying(
+    destination: &Destination,
+    to: &SendTarget,
+    events: &[EventData],
+    retry: RetryPolicy,
+    partition: &PartitionMetrics,
+) -> Result<(), String> {
+    let mut pause = retry.backoff_min;
+    let mut attempt: u64 = 0;
+    loop {
+        let error = match destination.target.send(events, to).await {
+            Ok(()) => return Ok(()),
+            Err(TargetError::Refused(reason)) => return Err(reason),
+            Err(error) => error,
+        };
+        attempt += 1;
+        partition.retried();
+        match &error {
+            TargetError::Misconfigured(_) => tracing::error!(
+                target_name = %destination.name,
+                attempt,
+                retry_in_ms = pause.as_millis() as u64,
+                %error,
+                "cannot send to {}; fix the task's target, sends are retried",
+                destination.target.describe()
+            ),
+            _ => tracing::warn!(
+                target_name = %destination.name,
+                attempt,
+                retry_in_ms = pause.as_millis() as u64,
+                %error,
+                "sending to {} failed; retrying",
+                destination.target.describe()
+            ),
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(retry.backoff_max);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(key: Option<&str>, seq: i64) -> Outgoing {
+        let mut event = EventData::new(format!("{seq}"));
+        event.partition_key = key.map(str::to_owned);
+        Outgoing {
+            event,
+            position: SourcePosition {
+                sequence_number: seq,
+                offset: seq as u64,
+                enqueued_time_ms: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn groups_keep_source_order_per_key() {
+        let items = vec![
+            item(Some("a"), 0),
+            item(None, 1),
+            item(Some("b"), 2),
+            item(Some("a"), 3),
+            item(None, 4),
+        ];
+        let groups = group(items.clone(), true, "3");
+        let seqs: Vec<(SendTarget, Vec<i64>)> = groups
+            .into_iter()
+            .map(|(to, g)| (to, g.iter().map(|o| o.position.sequence_number).collect()))
+            .collect();
+        assert_eq!(
+            seqs,
+            vec![
+                (SendTarget::PartitionKey("a".into()), vec![0, 3]),
+                (SendTarget::Partition("3".into()), vec![1, 4]),
+                (SendTarget::PartitionKey("b".into()), vec![2]),
+            ]
+        );
+        let spread = group(items, false, "3");
+        assert_eq!(spread[1].0, SendTarget::RoundRobin);
+    }
+}

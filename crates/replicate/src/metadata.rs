@@ -1,0 +1,256 @@
+//! The properties a replication task stamps on every event it forwards, and reads back.
+//!
+//! Two families, both application properties holding strings:
+//!
+//! - **Service metadata**, exactly as Azure's replication helper writes it
+//!   (`Azure.Messaging.Replication`, `Constants.cs`): [`ENQUEUED_TIME`] (the source's enqueued
+//!   time in .NET's `"u"` format, `2024-05-01 13:02:03Z`), [`OFFSET`] and [`SEQUENCE`] (decimal).
+//!   On a second hop the new value is appended after a `;`, so the oldest hop comes first. The
+//!   Microsoft documentation spells the first one [`ENQUEUED_TIME_DOC_SPELLING`]; both are read,
+//!   the code's spelling is written.
+//! - **Origin and path**, Tributary's own: [`ORIGIN`] is the stable, unique id of the hub the
+//!   event was first produced to (a Tributary hub's UUID, or `<namespace host>/<hub>` for Azure
+//!   Event Hubs) and [`PATH`] the ids of every hub it has been stored in since, `;`-separated,
+//!   origin first. A task never forwards an event to a hub already on its path, so mirrored hubs
+//!   (any number, any names) never loop. Azure's sample marks events with the target hub's
+//!   *name*, which breaks with three hubs or two hubs of one name.
+//!
+//! Ids never contain `;` (a Tributary id is a UUID; a host name and a hub name cannot hold one),
+//! so the lists split unambiguously.
+
+use time::OffsetDateTime;
+use time::format_description::FormatItem;
+use time::macros::format_description;
+use tributary_event::{EventData, PropertyValue};
+
+/// The source's enqueued time, as Azure's helper names it (code spelling; written).
+pub const ENQUEUED_TIME: &str = "repl-enqueued-time";
+/// [`ENQUEUED_TIME`] as the Microsoft documentation spells it (read only).
+pub const ENQUEUED_TIME_DOC_SPELLING: &str = "repl-enqueue-time";
+/// The source offset (decimal).
+pub const OFFSET: &str = "repl-offset";
+/// The source sequence number (decimal).
+pub const SEQUENCE: &str = "repl-sequence";
+/// The id of the hub the event was first produced to.
+pub const ORIGIN: &str = "repl-origin";
+/// The ids of the hubs the event has been stored in, origin first.
+pub const PATH: &str = "repl-path";
+
+/// What separates the hops of one property.
+pub const HOP_SEPARATOR: char = ';';
+
+/// .NET's `"u"` format: `yyyy-MM-dd HH:mm:ssZ`, always UTC, second precision.
+const UNIVERSAL_SORTABLE: &[FormatItem<'static>] =
+    format_description!("[year]-[month]-[day] [hour]:[minute]:[second]Z");
+
+/// Where an event was read from: what the stamps record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourcePosition {
+    /// The source sequence number.
+    pub sequence_number: i64,
+    /// The source offset.
+    pub offset: u64,
+    /// The source enqueued time, ms since the Unix epoch.
+    pub enqueued_time_ms: i64,
+}
+
+/// The string value of application property `key`, if it is a string.
+fn string_property<'a>(event: &'a EventData, key: &str) -> Option<&'a str> {
+    match event.property(key) {
+        Some(PropertyValue::String(value)) => Some(value),
+        _ => None,
+    }
+}
+
+/// Sets `key` to `value`, replacing the value it had (in place, so property order is kept).
+fn put(event: &mut EventData, key: &str, value: String) {
+    match event.properties.iter_mut().find(|(k, _)| k == key) {
+        Some((_, slot)) => *slot = PropertyValue::String(value),
+        None => event
+            .properties
+            .push((key.to_owned(), PropertyValue::String(value))),
+    }
+}
+
+/// Appends `hop` to the `;`-list in `key` (starting the list if there is none).
+fn append(event: &mut EventData, key: &str, hop: &str) {
+    let value = match string_property(event, key) {
+        Some(earlier) if !earlier.is_empty() => format!("{earlier}{HOP_SEPARATOR}{hop}"),
+        _ => hop.to_owned(),
+    };
+    put(event, key, value);
+}
+
+/// Formats a time as .NET's `"u"` format does; times outside what it can write (before year 1
+/// or after 9999) are clamped to its range.
+pub fn format_enqueued_time(ms: i64) -> String {
+    let clamped = ms.clamp(-62_135_596_800_000, 253_402_300_799_000);
+    OffsetDateTime::from_unix_timestamp(clamped.div_euclid(1000))
+        .ok()
+        .and_then(|time| time.format(UNIVERSAL_SORTABLE).ok())
+        .unwrap_or_default()
+}
+
+/// Parses one hop of [`ENQUEUED_TIME`]: .NET's `"u"` format or RFC 3339; ms since the epoch.
+pub fn parse_enqueued_time(text: &str) -> Option<i64> {
+    let text = text.trim();
+    let parsed = time::PrimitiveDateTime::parse(text, UNIVERSAL_SORTABLE)
+        .map(|t| t.assume_utc())
+        .or_else(|_| OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339))
+        .ok()?;
+    i64::try_from(parsed.unix_timestamp_nanos() / 1_000_000).ok()
+}
+
+/// The origin of `event`, if a replication task recorded one.
+pub fn origin(event: &EventData) -> Option<&str> {
+    string_property(event, ORIGIN).filter(|origin| !origin.is_empty())
+}
+
+/// Whether `hub_id` is on `event`'s path (or is its origin).
+pub fn has_passed_through(event: &EventData, hub_id: &str) -> bool {
+    origin(event) == Some(hub_id)
+        || string_property(event, PATH)
+            .is_some_and(|path| path.split(HOP_SEPARATOR).any(|hop| hop == hub_id))
+}
+
+/// Stamps `event`, read at `position` from the hub `source_id`, for forwarding to the hub
+/// `target_id`: appends the service metadata and the target to the path, and records the
+/// source as origin (and first hop) when the event has none yet.
+pub fn stamp(event: &mut EventData, position: SourcePosition, source_id: &str, target_id: &str) {
+    debug_assert!(!source_id.contains(HOP_SEPARATOR));
+    debug_assert!(!target_id.contains(HOP_SEPARATOR));
+    append(
+        event,
+        ENQUEUED_TIME,
+        &format_enqueued_time(position.enqueued_time_ms),
+    );
+    append(event, OFFSET, &position.offset.to_string());
+    append(event, SEQUENCE, &position.sequence_number.to_string());
+    if origin(event).is_none() {
+        put(event, ORIGIN, source_id.to_owned());
+        put(event, PATH, source_id.to_owned());
+    }
+    append(event, PATH, target_id);
+}
+
+/// One hop of the service metadata, as read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hop {
+    /// The enqueued time in the hub the event was read from, if it parsed.
+    pub enqueued_time_ms: Option<i64>,
+    /// The offset there (kept as text: offsets are opaque strings in newer SDKs).
+    pub offset: Option<String>,
+    /// The sequence number there, if it parsed.
+    pub sequence_number: Option<i64>,
+}
+
+/// The service metadata of `event`, oldest hop first; either spelling of the enqueued time.
+/// Lists of unequal length (a hop written by a tool that wrote only some) are read up to the
+/// longest, with the missing entries `None`.
+pub fn hops(event: &EventData) -> Vec<Hop> {
+    let split = |key: &str| -> Vec<&str> {
+        string_property(event, key)
+            .map(|v| v.split(HOP_SEPARATOR).collect())
+            .unwrap_or_default()
+    };
+    let mut times = split(ENQUEUED_TIME);
+    if times.is_empty() {
+        times = split(ENQUEUED_TIME_DOC_SPELLING);
+    }
+    let (offsets, sequences) = (split(OFFSET), split(SEQUENCE));
+    let count = times.len().max(offsets.len()).max(sequences.len());
+    (0..count)
+        .map(|i| Hop {
+            enqueued_time_ms: times.get(i).and_then(|t| parse_enqueued_time(t)),
+            offset: offsets.get(i).map(|o| o.trim().to_owned()),
+            sequence_number: sequences.get(i).and_then(|s| s.trim().parse().ok()),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POSITION: SourcePosition = SourcePosition {
+        sequence_number: 42,
+        offset: 8192,
+        enqueued_time_ms: 1_714_568_523_456,
+    };
+
+    #[test]
+    fn the_enqueued_time_is_written_in_the_dotnet_universal_format() {
+        assert_eq!(
+            format_enqueued_time(1_714_568_523_456),
+            "2024-05-01 13:02:03Z"
+        );
+        assert_eq!(
+            parse_enqueued_time("2024-05-01 13:02:03Z"),
+            Some(1_714_568_523_000)
+        );
+        assert_eq!(
+            parse_enqueued_time("2024-05-01T13:02:03.456Z"),
+            Some(1_714_568_523_456)
+        );
+        assert_eq!(parse_enqueued_time("yesterday"), None);
+    }
+
+    #[test]
+    fn a_first_hop_records_origin_path_and_metadata_as_strings() {
+        let mut event = EventData::new("x").with_property("kind", PropertyValue::Int64(1));
+        stamp(&mut event, POSITION, "hub-a", "hub-b");
+        let get = |k| string_property(&event, k).map(str::to_owned);
+        assert_eq!(get(ENQUEUED_TIME).as_deref(), Some("2024-05-01 13:02:03Z"));
+        assert_eq!(get(OFFSET).as_deref(), Some("8192"));
+        assert_eq!(get(SEQUENCE).as_deref(), Some("42"));
+        assert_eq!(get(ORIGIN).as_deref(), Some("hub-a"));
+        assert_eq!(get(PATH).as_deref(), Some("hub-a;hub-b"));
+        assert_eq!(
+            event.properties[0].0, "kind",
+            "the event's own properties stay first"
+        );
+        assert!(has_passed_through(&event, "hub-a"));
+        assert!(has_passed_through(&event, "hub-b"));
+        assert!(!has_passed_through(&event, "hub-c"));
+    }
+
+    #[test]
+    fn a_second_hop_appends_after_a_semicolon_and_keeps_the_origin() {
+        let mut event = EventData::new("x");
+        stamp(&mut event, POSITION, "hub-a", "hub-b");
+        let second = SourcePosition {
+            sequence_number: 7,
+            offset: 64,
+            enqueued_time_ms: 1_714_568_600_000,
+        };
+        stamp(&mut event, second, "hub-b", "hub-c");
+        assert_eq!(string_property(&event, SEQUENCE), Some("42;7"));
+        assert_eq!(string_property(&event, OFFSET), Some("8192;64"));
+        assert_eq!(
+            string_property(&event, ENQUEUED_TIME),
+            Some("2024-05-01 13:02:03Z;2024-05-01 13:03:20Z")
+        );
+        assert_eq!(string_property(&event, ORIGIN), Some("hub-a"));
+        assert_eq!(string_property(&event, PATH), Some("hub-a;hub-b;hub-c"));
+        let read = hops(&event);
+        assert_eq!(read.len(), 2);
+        assert_eq!(read[0].sequence_number, Some(42));
+        assert_eq!(read[1].offset.as_deref(), Some("64"));
+        assert_eq!(read[1].enqueued_time_ms, Some(1_714_568_600_000));
+    }
+
+    #[test]
+    fn the_documentation_spelling_is_read_too() {
+        let event = EventData::new("x")
+            .with_property(
+                ENQUEUED_TIME_DOC_SPELLING,
+                PropertyValue::String("2024-05-01T13:02:03Z".into()),
+            )
+            .with_property(SEQUENCE, PropertyValue::String("5".into()));
+        let read = hops(&event);
+        assert_eq!(read.len(), 1);
+        assert_eq!(read[0].enqueued_time_ms, Some(1_714_568_523_000));
+        assert_eq!(read[0].sequence_number, Some(5));
+        assert_eq!(read[0].offset, None);
+    }
+}

@@ -1,0 +1,722 @@
+//! The task file: a declarative TOML description of one replication task, read and checked
+//! completely before anything starts.
+//!
+//! ```toml
+//! name = "orders-to-backup"            # names the task's metrics and status
+//!
+//! [source]                             # read as a consumer group, with leases and checkpoints
+//! connection_string_env = "SOURCE_CS"  # or connection_string = "Endpoint=sb://…", or data_dir = "…"
+//! event_hub = "orders"
+//! consumer_group = "$Default"          # default $Default; give each task its own in production
+//! initial_position = "earliest"        # where a partition without a checkpoint starts:
+//!                                      # earliest, latest or an RFC 3339 time
+//! checkpoint_store = "orders.sqlite"   # shared by every process running this task (default:
+//!                                      # <task file name>.checkpoints.sqlite beside the file)
+//! batch_events_max = 1000
+//!
+//! [[target]]                           # one target copies; several route
+//! name = "backup"
+//! connection_string_env = "BACKUP_CS"
+//! event_hub = "orders"
+//! keep_partition = true                # keyless events keep their partition number (needs
+//!                                      # equal partition counts); keyed ones always go by key
+//! when = "user.kind = 'alarm'"         # a routing condition (default: every event)
+//!
+//! [dead_letter]                        # where events a target refuses go, with the reason
+//! data_dir = "/var/lib/tributary"
+//! event_hub = "replication-dead-letters"
+//!
+//! [routing]
+//! unmatched = "drop"                   # drop | dead-letter | <a target's name>
+//!
+//! [merge]
+//! forward_replicated = true            # false: forward only events produced at the source
+//!                                      # (what a full mesh of mirrored hubs needs)
+//!
+//! [retry]
+//! backoff_min = "200ms"
+//! backoff_max = "5m"
+//!
+//! [processor]
+//! load_balancing_interval = "500ms"
+//! ownership_expiration = "5s"
+//!
+//! [metrics]
+//! listen = "127.0.0.1:9464"            # Prometheus text at /metrics
+//! ```
+//!
+//! Every table refuses keys it does not know. An error names the file, the line and the key,
+//! and what would be accepted; a secret (a connection string's key) never appears in one.
+
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+use tributary_event::EventPosition;
+use tributary_event::names::{validate_consumer_group_name, validate_hub_name};
+
+use crate::limits::{
+    BACKOFF_MAX_DEFAULT, BACKOFF_MIN_DEFAULT, BATCH_EVENTS_DEFAULT, TARGETS_MAX,
+    TASK_NAME_CHARS_MAX,
+};
+
+/// A task file that could not be used: where, which key, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{}: {key}: {message}", file.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
+pub struct TaskError {
+    /// The task file.
+    pub file: PathBuf,
+    /// The line (1-based), when the error is about one place.
+    pub line: Option<usize>,
+    /// The key (a dotted path such as `target "backup".event_hub`), or `-` for the file.
+    pub key: String,
+    /// What is wrong and what would be accepted.
+    pub message: String,
+}
+
+/// The task file as written (see the module docs for every key).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSpec {
+    /// The task's name.
+    pub name: Spanned<String>,
+    /// Where events are read.
+    pub source: Spanned<EndpointSpec>,
+    /// Where they go.
+    #[serde(rename = "target", default)]
+    pub targets: Vec<Spanned<EndpointSpec>>,
+    /// Where refused events go.
+    pub dead_letter: Option<Spanned<EndpointSpec>>,
+    /// What happens to events no route matches.
+    #[serde(default)]
+    pub routing: RoutingSpec,
+    /// Merging and mirroring.
+    #[serde(default)]
+    pub merge: MergeSpec,
+    /// Retrying sends.
+    #[serde(default)]
+    pub retry: RetrySpec,
+    /// The processor host's balancing.
+    #[serde(default)]
+    pub processor: ProcessorSpec,
+    /// The Prometheus endpoint.
+    pub metrics: Option<MetricsSpec>,
+}
+
+/// A hub, as a source, a target or the dead-letter target. Which keys a role allows is
+/// checked after parsing ([`TaskSpec`] validation names a key that does not belong).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointSpec {
+    /// A target's name (targets only).
+    pub name: Option<String>,
+    /// A connection string (a Tributary hub's or Azure Event Hubs').
+    pub connection_string: Option<String>,
+    /// The environment variable holding the connection string (keeps the key out of the file).
+    pub connection_string_env: Option<String>,
+    /// A data directory: the hub runs in this process.
+    pub data_dir: Option<PathBuf>,
+    /// The event hub.
+    pub event_hub: Option<String>,
+    /// A PEM file of certificates to trust for TLS (a development CA).
+    pub ca_file: Option<PathBuf>,
+    /// The consumer group (source only).
+    pub consumer_group: Option<String>,
+    /// Where partitions without a checkpoint start (source only).
+    pub initial_position: Option<String>,
+    /// The checkpoint store's SQLite file (source only).
+    pub checkpoint_store: Option<PathBuf>,
+    /// Events per batch (source only).
+    pub batch_events_max: Option<u32>,
+    /// Events buffered ahead (source only).
+    pub prefetch: Option<u32>,
+    /// The id recorded as the source hub's (source only; default: what the hub reports).
+    pub origin_id: Option<String>,
+    /// Keyless events keep their partition number (targets only).
+    pub keep_partition: Option<bool>,
+    /// The routing condition (targets only).
+    pub when: Option<Spanned<String>>,
+}
+
+/// `[routing]`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RoutingSpec {
+    /// `drop` (default), `dead-letter`, or a target's name.
+    pub unmatched: Option<Spanned<String>>,
+}
+
+/// `[merge]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MergeSpec {
+    /// Whether events replicated into the source are forwarded too (default true).
+    #[serde(default = "yes")]
+    pub forward_replicated: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for MergeSpec {
+    fn default() -> Self {
+        MergeSpec {
+            forward_replicated: true,
+        }
+    }
+}
+
+/// `[retry]`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySpec {
+    /// The first pause, e.g. `"200ms"`.
+    pub backoff_min: Option<Spanned<String>>,
+    /// The longest pause, e.g. `"5m"`.
+    pub backoff_max: Option<Spanned<String>>,
+}
+
+/// `[processor]`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessorSpec {
+    /// How often ownership is renewed and balanced.
+    pub load_balancing_interval: Option<Spanned<String>>,
+    /// How long a process that stops renewing keeps its partitions.
+    pub ownership_expiration: Option<Spanned<String>>,
+    /// This process's name among the task's processes (default: generated).
+    pub host_name: Option<String>,
+}
+
+/// `[metrics]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSpec {
+    /// Where to serve `/metrics`.
+    pub listen: Spanned<String>,
+}
+
+/// How an endpoint is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Connection {
+    /// Over AMQP with this connection string.
+    Remote {
+        /// The connection string (holds a secret: never print it).
+        connection_string: String,
+        /// Certificates to trust.
+        ca_file: Option<PathBuf>,
+    },
+    /// In this process, on this data directory.
+    Local {
+        /// The data directory.
+        data_dir: PathBuf,
+    },
+}
+
+/// A checked endpoint.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// How it is reached.
+    pub connection: Connection,
+    /// The event hub.
+    pub event_hub: String,
+    /// Where it is in the task file, for errors found when it is opened.
+    pub key: String,
+    /// Its line in the task file.
+    pub line: usize,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match &self.connection {
+            Connection::Remote { .. } => "remote".to_owned(),
+            Connection::Local { data_dir } => format!("local {}", data_dir.display()),
+        };
+        f.debug_struct("Endpoint")
+            .field("connection", &how)
+            .field("event_hub", &self.event_hub)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+/// The source, checked.
+#[derive(Debug, Clone)]
+pub struct SourceConfig {
+    /// The hub.
+    pub endpoint: Endpoint,
+    /// The consumer group.
+    pub consumer_group: String,
+    /// Where partitions without a checkpoint start.
+    pub initial_position: EventPosition,
+    /// The checkpoint store's file.
+    pub checkpoint_store: PathBuf,
+    /// Events per batch.
+    pub batch_events_max: u32,
+    /// Events buffered ahead.
+    pub prefetch: u32,
+    /// The origin id to record, if set in the file.
+    pub origin_id: Option<String>,
+}
+
+/// A target, checked.
+#[derive(Debug, Clone)]
+pub struct TargetConfig {
+    /// Its name.
+    pub name: String,
+    /// The hub.
+    pub endpoint: Endpoint,
+    /// Whether keyless events keep their partition number.
+    pub keep_partition: bool,
+    /// The routing condition as written, with its line.
+    pub when: Option<(String, usize)>,
+}
+
+/// What happens to events no route matches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unmatched {
+    /// Dropped and counted.
+    Drop,
+    /// Sent to the dead-letter target.
+    DeadLetter,
+    /// Sent to the target at this index.
+    Target(usize),
+}
+
+/// A task file, read and checked.
+#[derive(Debug, Clone)]
+pub struct TaskConfig {
+    /// The file it came from.
+    pub file: PathBuf,
+    /// The task's name.
+    pub name: String,
+    /// The source.
+    pub source: SourceConfig,
+    /// The targets (routes), in file order.
+    pub targets: Vec<TargetConfig>,
+    /// The dead-letter target.
+    pub dead_letter: Option<Endpoint>,
+    /// Events no route matches.
+    pub unmatched: Unmatched,
+    /// Whether events replicated into the source are forwarded.
+    pub forward_replicated: bool,
+    /// The first retry pause.
+    pub backoff_min: Duration,
+    /// The longest retry pause.
+    pub backoff_max: Duration,
+    /// Balancing interval, if set.
+    pub load_balancing_interval: Option<Duration>,
+    /// Ownership expiration, if set.
+    pub ownership_expiration: Option<Duration>,
+    /// This process's name, if set.
+    pub host_name: Option<String>,
+    /// Where to serve metrics.
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+/// Checks a parsed file; every error carries the file, a line and the key.
+struct Checker<'a> {
+    file: &'a Path,
+    text: &'a str,
+}
+
+impl Checker<'_> {
+    fn line_of(&self, span: Range<usize>) -> usize {
+        let end = span.start.min(self.text.len());
+        self.text[..end].bytes().filter(|b| *b == b'\n').count() + 1
+    }
+
+    fn error(&self, span: Range<usize>, key: &str, message: impl Into<String>) -> TaskError {
+        TaskError {
+            file: self.file.to_owned(),
+            line: Some(self.line_of(span)),
+            key: key.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    fn duration(
+        &self,
+        value: &Option<Spanned<String>>,
+        key: &str,
+    ) -> Result<Option<Duration>, TaskError> {
+        let Some(value) = value else { return Ok(None) };
+        humantime::parse_duration(value.get_ref())
+            .map(Some)
+            .map_err(|e| {
+                self.error(
+                    value.span(),
+                    key,
+                    format!(
+                        "{:?} is not a duration such as \"500ms\" or \"5m\": {e}",
+                        value.get_ref()
+                    ),
+                )
+            })
+    }
+}
+
+impl TaskConfig {
+    /// Reads and checks the task file at `path`.
+    pub fn load(path: &Path) -> Result<TaskConfig, TaskError> {
+        let text = std::fs::read_to_string(path).map_err(|e| TaskError {
+            file: path.to_owned(),
+            line: None,
+            key: "-".to_owned(),
+            message: format!("cannot read the task file: {e}"),
+        })?;
+        TaskConfig::parse(path, &text)
+    }
+
+    /// Checks `text`, the contents of the task file `path` (relative paths in it are relative
+    /// to the file's directory).
+    pub fn parse(path: &Path, text: &str) -> Result<TaskConfig, TaskError> {
+        let checker = Checker { file: path, text };
+        let spec: TaskSpec = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|span| checker.line_of(span));
+            TaskError {
+                file: path.to_owned(),
+                line,
+                key: "-".to_owned(),
+                message: e.message().to_owned(),
+            }
+        })?;
+        checker.task(&spec)
+    }
+}
+
+impl Checker<'_> {
+    fn base_dir(&self) -> PathBuf {
+        self.file
+            .parent()
+            .map(Path::to_owned)
+            .unwrap_or_else(|| PathBuf::from("."))
+    }
+
+    fn task(&self, spec: &TaskSpec) -> Result<TaskConfig, TaskError> {
+        let name = self.task_name(&spec.name)?;
+        let source = self.source(&spec.source)?;
+        let targets = self.targets(&spec.targets)?;
+        let dead_letter = match &spec.dead_letter {
+            Some(table) => Some(self.dead_letter(table)?),
+            None => None,
+        };
+        let unmatched = self.unmatched(&spec.routing, &targets, dead_letter.is_some())?;
+        let backoff_min = self
+            .duration(&spec.retry.backoff_min, "retry.backoff_min")?
+            .unwrap_or(BACKOFF_MIN_DEFAULT);
+        let backoff_max = self
+            .duration(&spec.retry.backoff_max, "retry.backoff_max")?
+            .unwrap_or(BACKOFF_MAX_DEFAULT);
+        if backoff_min.is_zero() || backoff_min > backoff_max {
+            let span = spec.retry.backoff_min.as_ref().map_or(0..0, Spanned::span);
+            return Err(self.error(span, "retry.backoff_min", format!(
+                "must be above zero and at most retry.backoff_max ({backoff_max:?}), not {backoff_min:?}"
+            )));
+        }
+        let metrics_listen = match &spec.metrics {
+            Some(metrics) => Some(metrics.listen.get_ref().parse().map_err(|e| {
+                self.error(
+                    metrics.listen.span(),
+                    "metrics.listen",
+                    format!(
+                        "{:?} is not an address such as \"127.0.0.1:9464\": {e}",
+                        metrics.listen.get_ref()
+                    ),
+                )
+            })?),
+            None => None,
+        };
+        Ok(TaskConfig {
+            file: self.file.to_owned(),
+            name,
+            source,
+            targets,
+            dead_letter,
+            unmatched,
+            forward_replicated: spec.merge.forward_replicated,
+            backoff_min,
+            backoff_max,
+            load_balancing_interval: self.duration(
+                &spec.processor.load_balancing_interval,
+                "processor.load_balancing_interval",
+            )?,
+            ownership_expiration: self.duration(
+                &spec.processor.ownership_expiration,
+                "processor.ownership_expiration",
+            )?,
+            host_name: spec.processor.host_name.clone(),
+            metrics_listen,
+        })
+    }
+
+    fn task_name(&self, name: &Spanned<String>) -> Result<String, TaskError> {
+        let text = name.get_ref();
+        let ok = !text.is_empty()
+            && text.chars().count() <= TASK_NAME_CHARS_MAX
+            && text
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if ok {
+            Ok(text.clone())
+        } else {
+            Err(self.error(name.span(), "name", format!(
+                "{text:?} is not a task name: use 1 to {TASK_NAME_CHARS_MAX} letters, digits, '-', '_' or '.'"
+            )))
+        }
+    }
+
+    /// The keys a role does not allow that `spec` sets.
+    fn misplaced(spec: &EndpointSpec, allowed: &[&str]) -> Option<&'static str> {
+        let set = [
+            ("name", spec.name.is_some()),
+            ("consumer_group", spec.consumer_group.is_some()),
+            ("initial_position", spec.initial_position.is_some()),
+            ("checkpoint_store", spec.checkpoint_store.is_some()),
+            ("batch_events_max", spec.batch_events_max.is_some()),
+            ("prefetch", spec.prefetch.is_some()),
+            ("origin_id", spec.origin_id.is_some()),
+            ("keep_partition", spec.keep_partition.is_some()),
+            ("when", spec.when.is_some()),
+        ];
+        set.into_iter()
+            .find(|(key, is_set)| *is_set && !allowed.contains(key))
+            .map(|(key, _)| key)
+    }
+
+    fn endpoint(
+        &self,
+        table: &Spanned<EndpointSpec>,
+        key: &str,
+        allowed: &[&str],
+    ) -> Result<Endpoint, TaskError> {
+        let spec = table.get_ref();
+        let span = table.span();
+        if let Some(misplaced) = Self::misplaced(spec, allowed) {
+            return Err(self.error(
+                span,
+                &format!("{key}.{misplaced}"),
+                format!(
+                    "{misplaced:?} does not belong in {key}; it takes {}",
+                    allowed.join(", ")
+                ),
+            ));
+        }
+        let event_hub = spec.event_hub.clone().ok_or_else(|| {
+            self.error(
+                span.clone(),
+                &format!("{key}.event_hub"),
+                "missing: name the event hub",
+            )
+        })?;
+        validate_hub_name(&event_hub)
+            .map_err(|e| self.error(span.clone(), &format!("{key}.event_hub"), e.to_string()))?;
+        let connection = self.connection(spec, span.clone(), key)?;
+        Ok(Endpoint {
+            connection,
+            event_hub,
+            key: key.to_owned(),
+            line: self.line_of(span),
+        })
+    }
+
+    fn connection(
+        &self,
+        spec: &EndpointSpec,
+        span: Range<usize>,
+        key: &str,
+    ) -> Result<Connection, TaskError> {
+        let given = [
+            spec.connection_string.is_some(),
+            spec.connection_string_env.is_some(),
+            spec.data_dir.is_some(),
+        ];
+        if given.iter().filter(|g| **g).count() != 1 {
+            return Err(self.error(
+                span,
+                key,
+                "give exactly one of connection_string, connection_string_env and data_dir",
+            ));
+        }
+        if let Some(dir) = &spec.data_dir {
+            if spec.ca_file.is_some() {
+                return Err(self.error(
+                    span,
+                    &format!("{key}.ca_file"),
+                    "a hub in this process (data_dir) has no TLS to trust",
+                ));
+            }
+            return Ok(Connection::Local {
+                data_dir: self.base_dir().join(dir),
+            });
+        }
+        let connection_string = match (&spec.connection_string, &spec.connection_string_env) {
+            (Some(text), _) => text.clone(),
+            (None, Some(variable)) => std::env::var(variable).map_err(|_| {
+                self.error(
+                    span.clone(),
+                    &format!("{key}.connection_string_env"),
+                    format!("the environment variable {variable:?} is not set (or not UTF-8)"),
+                )
+            })?,
+            (None, None) => unreachable!("one of them is given"),
+        };
+        if let Err(e) = tributary_client::ConnectionString::parse(&connection_string) {
+            return Err(self.error(span, &format!("{key}.connection_string"), e.to_string()));
+        }
+        Ok(Connection::Remote {
+            connection_string,
+            ca_file: spec.ca_file.as_ref().map(|f| self.base_dir().join(f)),
+        })
+    }
+
+    fn source(&self, table: &Spanned<EndpointSpec>) -> Result<SourceConfig, TaskError> {
+        let allowed = [
+            "consumer_group",
+            "initial_position",
+            "checkpoint_store",
+            "batch_events_max",
+            "prefetch",
+            "origin_id",
+        ];
+        let endpoint = self.endpoint(table, "source", &allowed)?;
+        let spec = table.get_ref();
+        let span = table.span();
+        let consumer_group = spec
+            .consumer_group
+            .clone()
+            .unwrap_or_else(|| "$Default".to_owned());
+        validate_consumer_group_name(&consumer_group)
+            .map_err(|e| self.error(span.clone(), "source.consumer_group", e.to_string()))?;
+        let initial_position = match spec.initial_position.as_deref() {
+            None | Some("earliest") => EventPosition::Earliest,
+            Some("latest") => EventPosition::Latest,
+            Some(time) => match crate::metadata::parse_enqueued_time(time) {
+                Some(ms) => EventPosition::EnqueuedTime { enqueued_time_ms: ms, inclusive: true },
+                None => return Err(self.error(span, "source.initial_position", format!(
+                    "{time:?} is not earliest, latest or an RFC 3339 time such as 2026-01-31T12:00:00Z"
+                ))),
+            },
+        };
+        let batch_events_max = spec.batch_events_max.unwrap_or(BATCH_EVENTS_DEFAULT);
+        let prefetch = spec.prefetch.unwrap_or(batch_events_max.saturating_mul(2));
+        let default_store = format!(
+            "{}.checkpoints.sqlite",
+            self.file
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or("task")
+        );
+        let checkpoint_store = self.base_dir().join(
+            spec.checkpoint_store
+                .clone()
+                .unwrap_or_else(|| default_store.into()),
+        );
+        if let Some(origin) = &spec.origin_id
+            && (origin.is_empty() || origin.contains(crate::metadata::HOP_SEPARATOR))
+        {
+            return Err(self.error(
+                span,
+                "source.origin_id",
+                "an origin id is not empty and holds no ';'",
+            ));
+        }
+        Ok(SourceConfig {
+            endpoint,
+            consumer_group,
+            initial_position,
+            checkpoint_store,
+            batch_events_max,
+            prefetch,
+            origin_id: spec.origin_id.clone(),
+        })
+    }
+
+    fn targets(&self, tables: &[Spanned<EndpointSpec>]) -> Result<Vec<TargetConfig>, TaskError> {
+        if tables.is_empty() || tables.len() > TARGETS_MAX {
+            return Err(TaskError {
+                file: self.file.to_owned(),
+                line: None,
+                key: "target".to_owned(),
+                message: format!(
+                    "a task has 1 to {TARGETS_MAX} [[target]] tables, not {}",
+                    tables.len()
+                ),
+            });
+        }
+        let mut targets: Vec<TargetConfig> = Vec::with_capacity(tables.len());
+        for table in tables {
+            let spec = table.get_ref();
+            let Some(name) = spec.name.clone().filter(|n| !n.is_empty()) else {
+                return Err(self.error(
+                    table.span(),
+                    "target.name",
+                    "missing: give every target a name",
+                ));
+            };
+            let key = format!("target {name:?}");
+            if targets.iter().any(|t| t.name == name) {
+                return Err(self.error(
+                    table.span(),
+                    &format!("{key}.name"),
+                    "another target has this name",
+                ));
+            }
+            let endpoint = self.endpoint(table, &key, &["name", "keep_partition", "when"])?;
+            let when = spec
+                .when
+                .as_ref()
+                .map(|w| (w.get_ref().clone(), self.line_of(w.span())));
+            targets.push(TargetConfig {
+                name,
+                endpoint,
+                keep_partition: spec.keep_partition.unwrap_or(false),
+                when,
+            });
+        }
+        Ok(targets)
+    }
+
+    fn dead_letter(&self, table: &Spanned<EndpointSpec>) -> Result<Endpoint, TaskError> {
+        self.endpoint(table, "dead_letter", &[])
+    }
+
+    fn unmatched(
+        &self,
+        routing: &RoutingSpec,
+        targets: &[TargetConfig],
+        has_dead_letter: bool,
+    ) -> Result<Unmatched, TaskError> {
+        let Some(value) = &routing.unmatched else {
+            return Ok(Unmatched::Drop);
+        };
+        match value.get_ref().as_str() {
+            "drop" => Ok(Unmatched::Drop),
+            "dead-letter" if has_dead_letter => Ok(Unmatched::DeadLetter),
+            "dead-letter" => Err(self.error(
+                value.span(),
+                "routing.unmatched",
+                "\"dead-letter\" needs a [dead_letter] table",
+            )),
+            name => targets
+                .iter()
+                .position(|t| t.name == name)
+                .map(Unmatched::Target)
+                .ok_or_else(|| {
+                    let names: Vec<&str> = targets.iter().map(|t| t.name.as_str()).collect();
+                    self.error(
+                        value.span(),
+                        "routing.unmatched",
+                        format!(
+                            "{name:?} is not \"drop\", \"dead-letter\" or a target's name ({})",
+                            names.join(", ")
+                        ),
+                    )
+                }),
+        }
+    }
+}
