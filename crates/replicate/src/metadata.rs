@@ -8,6 +8,9 @@
 //!   On a second hop the new value is appended after a `;`, so the oldest hop comes first. The
 //!   Microsoft documentation spells the first one [`ENQUEUED_TIME_DOC_SPELLING`]; both are read,
 //!   the code's spelling is written.
+//! - **Source partition**, Tributary's own: [`PARTITION`], appended per hop like the three
+//!   above, so a hop's sequence number and offset say which partition they are of (Azure's
+//!   helper records none, and sequence numbers repeat across partitions).
 //! - **Origin and path**, Tributary's own: [`ORIGIN`] is the stable, unique id of the hub the
 //!   event was first produced to (a Tributary hub's UUID, or `<namespace host>/<hub>` for Azure
 //!   Event Hubs) and [`PATH`] the ids of every hub it has been stored in since, `;`-separated,
@@ -31,6 +34,8 @@ pub const ENQUEUED_TIME_DOC_SPELLING: &str = "repl-enqueue-time";
 pub const OFFSET: &str = "repl-offset";
 /// The source sequence number (decimal).
 pub const SEQUENCE: &str = "repl-sequence";
+/// The source partition id.
+pub const PARTITION: &str = "repl-partition";
 /// The id of the hub the event was first produced to.
 pub const ORIGIN: &str = "repl-origin";
 /// The ids of the hubs the event has been stored in, origin first.
@@ -116,7 +121,13 @@ pub fn has_passed_through(event: &EventData, hub_id: &str) -> bool {
 /// Stamps `event`, read at `position` from the hub `source_id`, for forwarding to the hub
 /// `target_id`: appends the service metadata and the target to the path, and records the
 /// source as origin (and first hop) when the event has none yet.
-pub fn stamp(event: &mut EventData, position: SourcePosition, source_id: &str, target_id: &str) {
+pub fn stamp(
+    event: &mut EventData,
+    partition_id: &str,
+    position: SourcePosition,
+    source_id: &str,
+    target_id: &str,
+) {
     debug_assert!(!source_id.contains(HOP_SEPARATOR));
     debug_assert!(!target_id.contains(HOP_SEPARATOR));
     append(
@@ -126,6 +137,7 @@ pub fn stamp(event: &mut EventData, position: SourcePosition, source_id: &str, t
     );
     append(event, OFFSET, &position.offset.to_string());
     append(event, SEQUENCE, &position.sequence_number.to_string());
+    append(event, PARTITION, partition_id);
     if origin(event).is_none() {
         put(event, ORIGIN, source_id.to_owned());
         put(event, PATH, source_id.to_owned());
@@ -142,6 +154,8 @@ pub struct Hop {
     pub offset: Option<String>,
     /// The sequence number there, if it parsed.
     pub sequence_number: Option<i64>,
+    /// The partition there, when a Tributary task recorded it.
+    pub partition_id: Option<String>,
 }
 
 /// The service metadata of `event`, oldest hop first; either spelling of the enqueued time.
@@ -157,13 +171,14 @@ pub fn hops(event: &EventData) -> Vec<Hop> {
     if times.is_empty() {
         times = split(ENQUEUED_TIME_DOC_SPELLING);
     }
-    let (offsets, sequences) = (split(OFFSET), split(SEQUENCE));
+    let (offsets, sequences, partitions) = (split(OFFSET), split(SEQUENCE), split(PARTITION));
     let count = times.len().max(offsets.len()).max(sequences.len());
     (0..count)
         .map(|i| Hop {
             enqueued_time_ms: times.get(i).and_then(|t| parse_enqueued_time(t)),
             offset: offsets.get(i).map(|o| o.trim().to_owned()),
             sequence_number: sequences.get(i).and_then(|s| s.trim().parse().ok()),
+            partition_id: partitions.get(i).map(|p| p.trim().to_owned()),
         })
         .collect()
 }
@@ -198,7 +213,7 @@ mod tests {
     #[test]
     fn a_first_hop_records_origin_path_and_metadata_as_strings() {
         let mut event = EventData::new("x").with_property("kind", PropertyValue::Int64(1));
-        stamp(&mut event, POSITION, "hub-a", "hub-b");
+        stamp(&mut event, "3", POSITION, "hub-a", "hub-b");
         let get = |k| string_property(&event, k).map(str::to_owned);
         assert_eq!(get(ENQUEUED_TIME).as_deref(), Some("2024-05-01 13:02:03Z"));
         assert_eq!(get(OFFSET).as_deref(), Some("8192"));
@@ -217,13 +232,13 @@ mod tests {
     #[test]
     fn a_second_hop_appends_after_a_semicolon_and_keeps_the_origin() {
         let mut event = EventData::new("x");
-        stamp(&mut event, POSITION, "hub-a", "hub-b");
+        stamp(&mut event, "3", POSITION, "hub-a", "hub-b");
         let second = SourcePosition {
             sequence_number: 7,
             offset: 64,
             enqueued_time_ms: 1_714_568_600_000,
         };
-        stamp(&mut event, second, "hub-b", "hub-c");
+        stamp(&mut event, "0", second, "hub-b", "hub-c");
         assert_eq!(string_property(&event, SEQUENCE), Some("42;7"));
         assert_eq!(string_property(&event, OFFSET), Some("8192;64"));
         assert_eq!(
@@ -237,6 +252,8 @@ mod tests {
         assert_eq!(read[0].sequence_number, Some(42));
         assert_eq!(read[1].offset.as_deref(), Some("64"));
         assert_eq!(read[1].enqueued_time_ms, Some(1_714_568_600_000));
+        assert_eq!(read[0].partition_id.as_deref(), Some("3"));
+        assert_eq!(string_property(&event, PARTITION), Some("3;0"));
     }
 
     #[test]

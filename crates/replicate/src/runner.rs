@@ -342,7 +342,7 @@ impl EventProcessor for ReplicationProcessor {
         let last_sequence = events[events.len() - 1].sequence_number;
         self.metrics.received(events.len());
         let partition = context.partition_id();
-        let (per_route, unmatched) = self.route(&events);
+        let (per_route, unmatched) = self.route(partition, &events);
         let poison = self.forward_routes(partition, per_route).await;
         self.dead_letter(partition, &events, poison, unmatched)
             .await;
@@ -363,9 +363,9 @@ impl EventProcessor for ReplicationProcessor {
 }
 
 /// `event` stamped for forwarding from the hub `source_id` to the hub `target_id`.
-fn stamped(event: &ReceivedEvent, source_id: &str, target_id: &str) -> Outgoing {
+fn stamped(event: &ReceivedEvent, partition: &str, source_id: &str, target_id: &str) -> Outgoing {
     let mut data = event.data.clone();
-    metadata::stamp(&mut data, position(event), source_id, target_id);
+    metadata::stamp(&mut data, partition, position(event), source_id, target_id);
     Outgoing {
         event: data,
         position: position(event),
@@ -385,6 +385,7 @@ impl ReplicationProcessor {
     /// dead-lettered).
     fn route<'e>(
         &self,
+        partition: &str,
         events: &'e [ReceivedEvent],
     ) -> (Vec<Vec<Outgoing>>, Vec<&'e ReceivedEvent>) {
         let task = &self.task;
@@ -412,7 +413,7 @@ impl ReplicationProcessor {
                     self.metrics.filtered(FilterReason::Loop, 1);
                     continue;
                 }
-                outgoing.push(stamped(event, &task.source_id, target_id));
+                outgoing.push(stamped(event, partition, &task.source_id, target_id));
             }
             if !matched {
                 match task.unmatched {
@@ -422,7 +423,12 @@ impl ReplicationProcessor {
                         if metadata::has_passed_through(&event.data, target_id) {
                             self.metrics.filtered(FilterReason::Loop, 1);
                         } else {
-                            per_route[index].push(stamped(event, &task.source_id, target_id));
+                            per_route[index].push(stamped(
+                                event,
+                                partition,
+                                &task.source_id,
+                                target_id,
+                            ));
                         }
                     }
                     Unmatched::Drop => self.metrics.filtered(FilterReason::Unmatched, 1),
@@ -498,12 +504,12 @@ impl ReplicationProcessor {
         let mut letters = Vec::with_capacity(poison.len() + unmatched.len());
         for (route, refused) in poison {
             let event = original(refused.outgoing.position.sequence_number);
-            let mut letter = stamped(event, &task.source_id, dead_letter_id);
+            let mut letter = stamped(event, partition, &task.source_id, dead_letter_id);
             letter.event = self.letter(letter.event, Some(&route), &refused.reason);
             letters.push(letter);
         }
         for event in unmatched {
-            let mut letter = stamped(event, &task.source_id, dead_letter_id);
+            let mut letter = stamped(event, partition, &task.source_id, dead_letter_id);
             letter.event = self.letter(letter.event, None, "no route matched the event");
             letters.push(letter);
         }

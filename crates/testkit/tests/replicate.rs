@@ -1,0 +1,536 @@
+//! Replication tasks between real hubs, each with its own broker and AMQP door: copy with equal
+//! and different partition counts, a second hop, mirrored hubs without loops, a dead-letter
+//! target, and the official Python SDK reading what a task wrote.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::json;
+use tributary_broker::{HubSpec, SendTarget};
+use tributary_event::{EventData, PropertyValue, ReceivedEvent, partition_for_key};
+use tributary_replicate::metadata::{self, hops};
+use tributary_replicate::{Replicator, StartOptions, TaskConfig};
+use tributary_testkit::{TestHub, within};
+
+/// A task file in `dir` with `text`, checked.
+fn task(dir: &Path, name: &str, text: &str) -> TaskConfig {
+    let file = dir.join(format!("{name}.toml"));
+    std::fs::write(&file, text).expect("task file written");
+    TaskConfig::load(&file).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A copy task from `from`'s hub to `to`'s, reading in the consumer group `replication` (so a
+/// test's own readers on `$Default` do not meet the task's epoch receivers).
+async fn copy_task(
+    dir: &Path,
+    name: &str,
+    from: &TestHub,
+    to: &TestHub,
+    extra: &str,
+) -> TaskConfig {
+    let _ = from
+        .broker
+        .create_consumer_group("orders", "replication")
+        .await;
+    let text = format!(
+        r#"
+name = "{name}"
+[source]
+connection_string = "{source}"
+event_hub = "orders"
+consumer_group = "replication"
+batch_events_max = 50
+[[target]]
+name = "copy"
+connection_string = "{target}"
+event_hub = "orders"
+{extra}
+[retry]
+backoff_min = "50ms"
+backoff_max = "1s"
+[processor]
+load_balancing_interval = "100ms"
+ownership_expiration = "1s"
+"#,
+        source = from.connection_string,
+        target = to.connection_string,
+    );
+    task(dir, name, &text)
+}
+
+fn string(event: &EventData, key: &str) -> Option<String> {
+    match event.property(key) {
+        Some(PropertyValue::String(value)) => Some(value.clone()),
+        _ => None,
+    }
+}
+
+/// Everything `hub` holds, by partition.
+async fn contents(hub: &TestHub, partitions: u32) -> BTreeMap<u32, Vec<ReceivedEvent>> {
+    let mut all = BTreeMap::new();
+    for partition in 0..partitions {
+        all.insert(partition, hub.read_all("orders", partition).await);
+    }
+    all
+}
+
+/// Waits until `hub` holds at least `count` events.
+async fn wait_for(
+    hub: &TestHub,
+    partitions: u32,
+    count: usize,
+) -> BTreeMap<u32, Vec<ReceivedEvent>> {
+    within("the target to fill", async {
+        loop {
+            let all = contents(hub, partitions).await;
+            if all.values().map(Vec::len).sum::<usize>() >= count {
+                return all;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+}
+
+/// 40 events over 8 keys and 20 keyless ones, with every field a producer can set.
+async fn produce(hub: &TestHub, tag: &str) -> usize {
+    for i in 0..40 {
+        let key = format!("home-{}", i % 8);
+        let mut event = EventData::new(format!("{tag}-{i}"))
+            .with_property("n", PropertyValue::Int64(i))
+            .with_property("kind", PropertyValue::String("motion".into()));
+        event.content_type = Some("text/plain".into());
+        event.message_id = Some(format!("{tag}-m{i}"));
+        event.correlation_id = Some(format!("c{i}"));
+        hub.broker
+            .send("orders", SendTarget::PartitionKey(key), vec![event])
+            .await
+            .expect("sent");
+    }
+    for i in 0..20 {
+        let events = vec![EventData::new(format!("{tag}-free-{i}"))];
+        let to = SendTarget::Partition((i % 4).to_string());
+        hub.broker.send("orders", to, events).await.expect("sent");
+    }
+    60
+}
+
+fn hub_id(hub: &TestHub) -> String {
+    hub.broker.describe_hub("orders").expect("hub").id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_between_equal_hubs_keeps_partitions_order_properties_and_adds_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let (source, target) = (
+        TestHub::start(&[("orders", 4)]).await,
+        TestHub::start(&[("orders", 4)]).await,
+    );
+    let sent = produce(&source, "a").await;
+    let config = copy_task(
+        dir.path(),
+        "equal",
+        &source,
+        &target,
+        "keep_partition = true",
+    )
+    .await;
+    let replicator = Replicator::start(&config, StartOptions::default())
+        .await
+        .expect("starts");
+    let copied = wait_for(&target, 4, sent).await;
+    let original = contents(&source, 4).await;
+    for partition in 0..4 {
+        let (from, to) = (&original[&partition], &copied[&partition]);
+        assert_eq!(
+            from.len(),
+            to.len(),
+            "partition {partition} keeps its events"
+        );
+        // Per-key order (and keyless order, one group per partition) is kept; events of
+        // different keys may interleave differently.
+        let order = |events: &[ReceivedEvent]| {
+            let mut per_key: BTreeMap<Option<String>, Vec<bytes::Bytes>> = BTreeMap::new();
+            for e in events {
+                per_key
+                    .entry(e.data.partition_key.clone())
+                    .or_default()
+                    .push(e.data.body.clone());
+            }
+            per_key
+        };
+        assert_eq!(
+            order(from),
+            order(to),
+            "partition {partition}: per-key order"
+        );
+        for b in to {
+            let a = from
+                .iter()
+                .find(|a| a.data.body == b.data.body)
+                .expect("copied from the source");
+            assert_eq!(a.data.body, b.data.body);
+            assert_eq!(a.data.partition_key, b.data.partition_key);
+            assert_eq!(a.data.content_type, b.data.content_type);
+            assert_eq!(a.data.message_id, b.data.message_id);
+            assert_eq!(a.data.correlation_id, b.data.correlation_id);
+            assert_eq!(
+                &b.data.properties[..a.data.properties.len()],
+                &a.data.properties[..]
+            );
+            assert_eq!(
+                string(&b.data, metadata::SEQUENCE),
+                Some(a.sequence_number.to_string())
+            );
+            assert_eq!(
+                string(&b.data, metadata::OFFSET),
+                Some(a.offset.to_string())
+            );
+            let time = metadata::format_enqueued_time(a.enqueued_time_ms);
+            assert_eq!(string(&b.data, metadata::ENQUEUED_TIME), Some(time));
+            assert_eq!(string(&b.data, metadata::ORIGIN), Some(hub_id(&source)));
+            let path = format!("{};{}", hub_id(&source), hub_id(&target));
+            assert_eq!(string(&b.data, metadata::PATH), Some(path));
+        }
+    }
+    let snapshot = replicator.metrics().snapshot();
+    assert_eq!(snapshot.totals().0, sent as u64);
+    assert_eq!(snapshot.totals().1, sent as u64);
+    assert!(snapshot.lag_count >= sent as u64);
+    python_reads_the_metadata_as_strings(&target).await;
+    replicator.shutdown().await.expect("stops");
+}
+
+/// The official SDK sees the stamps as string properties.
+async fn python_reads_the_metadata_as_strings(target: &TestHub) {
+    let args = json!({"conn": target.connection_string, "hub": "orders", "partition": 0,
+                      "position": "earliest", "count": 1});
+    let consumed = tributary_testkit::run_python("interop.py", "consume", args).await;
+    let properties = &consumed["events"][0]["properties"];
+    for key in [
+        metadata::ENQUEUED_TIME,
+        metadata::OFFSET,
+        metadata::SEQUENCE,
+        metadata::ORIGIN,
+    ] {
+        // The SDK hands string properties to the application as bytes.
+        assert_eq!(properties[key][0], "bytes", "{key}: {consumed}");
+    }
+    let sequence = hex_text(properties[metadata::SEQUENCE][1].as_str().unwrap());
+    assert!(sequence.parse::<i64>().is_ok(), "{sequence}");
+}
+
+fn hex_text(hex: &str) -> String {
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+        .collect();
+    String::from_utf8(bytes).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_to_fewer_partitions_routes_by_key_and_a_second_hop_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = TestHub::start(&[("orders", 4)]).await;
+    let middle = TestHub::start(&[("orders", 3)]).await;
+    let last = TestHub::start(&[("orders", 2)]).await;
+    let sent = produce(&source, "b").await;
+    let first = Replicator::start(
+        &copy_task(dir.path(), "first", &source, &middle, "").await,
+        StartOptions::default(),
+    )
+    .await
+    .expect("starts");
+    let second = Replicator::start(
+        &copy_task(dir.path(), "second", &middle, &last, "").await,
+        StartOptions::default(),
+    )
+    .await
+    .expect("starts");
+    let copied = wait_for(&middle, 3, sent).await;
+    for (partition, events) in &copied {
+        let mut per_key: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
+        for event in events {
+            if let Some(key) = &event.data.partition_key {
+                assert_eq!(
+                    partition_for_key(key, 3),
+                    *partition,
+                    "{key} goes by its hash"
+                );
+                let n = match event.data.property("n") {
+                    Some(PropertyValue::Int64(n)) => *n,
+                    other => panic!("{other:?}"),
+                };
+                per_key.entry(key).or_default().push(n);
+            }
+        }
+        for (key, order) in per_key {
+            assert!(
+                order.windows(2).all(|w| w[0] < w[1]),
+                "{key} in order: {order:?}"
+            );
+        }
+    }
+    let twice = wait_for(&last, 2, sent).await;
+    for event in twice.values().flatten() {
+        let hops = hops(&event.data);
+        assert_eq!(hops.len(), 2, "{:?}", event.data.properties);
+        assert!(
+            hops.iter()
+                .all(|h| h.sequence_number.is_some() && h.enqueued_time_ms.is_some())
+        );
+        let path = string(&event.data, metadata::PATH).unwrap();
+        assert_eq!(path.split(';').count(), 3, "{path}");
+        assert_eq!(string(&event.data, metadata::ORIGIN), Some(hub_id(&source)));
+    }
+    first.shutdown().await.unwrap();
+    second.shutdown().await.unwrap();
+}
+
+/// What makes an event unique across hubs: its origin, and its partition and sequence number
+/// there.
+fn identity(hub: &TestHub, partition: u32, event: &ReceivedEvent) -> (String, String, i64) {
+    match metadata::origin(&event.data) {
+        Some(origin) => {
+            let first = &hops(&event.data)[0];
+            (
+                origin.to_owned(),
+                first.partition_id.clone().unwrap(),
+                first.sequence_number.unwrap(),
+            )
+        }
+        None => (hub_id(hub), partition.to_string(), event.sequence_number),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_three_hub_mesh_holds_every_event_once_per_hub_and_never_loops() {
+    let dir = tempfile::tempdir().unwrap();
+    let hubs = [
+        TestHub::start(&[("orders", 2)]).await,
+        TestHub::start(&[("orders", 2)]).await,
+        TestHub::start(&[("orders", 2)]).await,
+    ];
+    let mut replicators = Vec::new();
+    for (i, from) in hubs.iter().enumerate() {
+        for (j, to) in hubs.iter().enumerate() {
+            if i != j {
+                let name = format!("mesh-{i}-{j}");
+                let config = copy_task(dir.path(), &name, from, to, "").await;
+                let mut text = std::fs::read_to_string(&config.file).unwrap();
+                text.push_str("[merge]\nforward_replicated = false\n");
+                let config = task(dir.path(), &name, &text);
+                replicators.push(
+                    Replicator::start(&config, StartOptions::default())
+                        .await
+                        .expect("starts"),
+                );
+            }
+        }
+    }
+    let mut produced = 0;
+    for (i, hub) in hubs.iter().enumerate() {
+        for n in 0..30 {
+            let event = EventData::new(format!("hub{i}-{n}"));
+            let to = SendTarget::PartitionKey(format!("k{n}"));
+            hub.broker.send("orders", to, vec![event]).await.unwrap();
+            produced += 1;
+        }
+    }
+    for hub in &hubs {
+        let all = wait_for(hub, 2, produced).await;
+        let identities: BTreeSet<_> = all
+            .iter()
+            .flat_map(|(p, events)| events.iter().map(|e| identity(hub, *p, e)))
+            .collect();
+        let bodies: BTreeSet<_> = all
+            .values()
+            .flatten()
+            .map(|e| e.data.body.clone())
+            .collect();
+        assert_eq!(bodies.len(), produced, "every event reached every hub");
+        assert_eq!(identities.len(), produced, "every event reached every hub");
+    }
+    // Replication is idle once every hub has everything: nothing more arrives (no loop).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for hub in &hubs {
+        let held: usize = contents(hub, 2).await.values().map(Vec::len).sum();
+        assert_eq!(
+            held, produced,
+            "each event once per hub (no retries happened here)"
+        );
+    }
+    for replicator in replicators {
+        replicator.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_mirrored_hubs_forwarding_replicated_events_still_do_not_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        TestHub::start(&[("orders", 2)]).await,
+        TestHub::start(&[("orders", 2)]).await,
+    );
+    let there = Replicator::start(
+        &copy_task(dir.path(), "ab", &a, &b, "").await,
+        StartOptions::default(),
+    )
+    .await
+    .unwrap();
+    let back = Replicator::start(
+        &copy_task(dir.path(), "ba", &b, &a, "").await,
+        StartOptions::default(),
+    )
+    .await
+    .unwrap();
+    for n in 0..20 {
+        a.send("orders", &(n % 2).to_string(), &format!("a{n}"))
+            .await;
+        b.send("orders", &(n % 2).to_string(), &format!("b{n}"))
+            .await;
+    }
+    wait_for(&a, 2, 40).await;
+    wait_for(&b, 2, 40).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        contents(&a, 2).await.values().map(Vec::len).sum::<usize>(),
+        40
+    );
+    assert_eq!(
+        contents(&b, 2).await.values().map(Vec::len).sum::<usize>(),
+        40
+    );
+    let loops: u64 = back
+        .metrics()
+        .snapshot()
+        .partitions
+        .values()
+        .map(|p| p.filtered.values().sum::<u64>())
+        .sum();
+    assert_eq!(loops, 20, "b's copies of a's events are not sent back");
+    there.shutdown().await.unwrap();
+    back.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_the_target_refuses_goes_to_the_dead_letter_hub_and_the_rest_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = TestHub::start(&[("orders", 1)]).await;
+    let target = TestHub::start_in(
+        tempfile::tempdir().unwrap(),
+        &[("orders", 1)],
+        |config| {
+            config.log.event_bytes_max = 2048;
+        },
+        None,
+    )
+    .await;
+    source
+        .broker
+        .create_hub(HubSpec::new("dead", 1))
+        .await
+        .unwrap();
+    for n in 0..10 {
+        let body = if n == 4 {
+            "x".repeat(4000)
+        } else {
+            format!("ok-{n}")
+        };
+        source.send("orders", "0", &body).await;
+    }
+    let extra = format!(
+        "[dead_letter]\nconnection_string = \"{}\"\nevent_hub = \"dead\"\n",
+        source.connection_string
+    );
+    let mut text =
+        std::fs::read_to_string(copy_task(dir.path(), "dl", &source, &target, "").await.file)
+            .unwrap();
+    text.push_str(&extra);
+    let config = task(dir.path(), "dl", &text);
+    let replicator = Replicator::start(&config, StartOptions::default())
+        .await
+        .unwrap();
+    let copied = wait_for(&target, 1, 9).await;
+    let bodies: Vec<String> = copied[&0]
+        .iter()
+        .map(|e| String::from_utf8_lossy(&e.data.body).into_owned())
+        .collect();
+    let expected: Vec<String> = (0..10)
+        .filter(|n| *n != 4)
+        .map(|n| format!("ok-{n}"))
+        .collect();
+    assert_eq!(bodies, expected, "everything else, in order");
+    let dead = within("the dead letter", async {
+        loop {
+            let dead = source.read_all("dead", 0).await;
+            if !dead.is_empty() {
+                return dead;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].data.body.len(), 4000);
+    let reason = string(&dead[0].data, tributary_replicate::DEAD_LETTER_REASON).unwrap();
+    assert!(
+        reason.contains("too large") || reason.contains("2048"),
+        "{reason}"
+    );
+    assert_eq!(
+        string(&dead[0].data, tributary_replicate::DEAD_LETTER_ROUTE).as_deref(),
+        Some("copy")
+    );
+    assert_eq!(
+        string(&dead[0].data, metadata::SEQUENCE).as_deref(),
+        Some("4")
+    );
+    let snapshot = replicator.metrics().snapshot();
+    assert_eq!(snapshot.partitions["0"].dead_lettered, 1);
+    assert_eq!(snapshot.partitions["0"].checkpoint_sequence, 9);
+    replicator.shutdown().await.unwrap();
+}
+
+#[test]
+fn a_task_file_error_names_the_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.toml");
+    let cases = [
+        (
+            "name = \"x\"\n[source]\ndata_dir = \".\"\nevent_hub = \"o\"\nbogus = 1\n",
+            ":5",
+            "unknown field `bogus`",
+        ),
+        (
+            "name = \"x\"\n[source]\ndata_dir = \".\"\nevent_hub = \"o\"\n[[target]]\nname = \"t\"\ndata_dir = \".\"\nevent_hub = \"o\"\nconsumer_group = \"g\"\n",
+            ":5",
+            "target \"t\".consumer_group",
+        ),
+        (
+            "name = \"x\"\n[source]\ndata_dir = \".\"\nevent_hub = \"o\"\n[[target]]\nname = \"t\"\ndata_dir = \".\"\nevent_hub = \"o\"\n[retry]\nbackoff_max = \"soon\"\n",
+            ":10",
+            "retry.backoff_max",
+        ),
+        (
+            "name = \"x\"\n[source]\nconnection_string_env = \"TRIBUTARY_NOT_SET_ANYWHERE\"\nevent_hub = \"o\"\n[[target]]\nname = \"t\"\ndata_dir = \".\"\nevent_hub = \"o\"\n",
+            ":2",
+            "source.connection_string_env",
+        ),
+        (
+            "name = \"x\"\n[source]\ndata_dir = \".\"\nevent_hub = \"o\"\n[[target]]\nname = \"t\"\ndata_dir = \".\"\nevent_hub = \"o\"\n[routing]\nunmatched = \"elsewhere\"\n",
+            ":10",
+            "routing.unmatched",
+        ),
+    ];
+    for (text, line, key) in cases {
+        std::fs::write(&file, text).unwrap();
+        let error = TaskConfig::load(&file).expect_err(text).to_string();
+        assert!(
+            error.starts_with(&format!("{}{line}:", file.display())),
+            "{error}"
+        );
+        assert!(error.contains(key), "{error}");
+    }
+}
