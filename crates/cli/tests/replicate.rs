@@ -1,0 +1,104 @@
+//! `tributary replicate` as a user runs it: two processes share one task file, one is killed
+//! with SIGKILL mid-stream, and the other takes its partitions over from their checkpoints.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use tributary_broker::SendTarget;
+use tributary_event::EventData;
+use tributary_testkit::{TestHub, within};
+
+const PARTITIONS: u32 = 4;
+const BATCH: usize = 20;
+
+fn replicator(task: &Path, host: &str) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_tributary"))
+        .args(["--log", "warn", "replicate"])
+        .arg(task)
+        .args(["--host-name", host])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("tributary replicate starts")
+}
+
+/// Every (partition, sequence number) of the source the target holds, with how often.
+async fn copies(target: &TestHub) -> BTreeMap<(String, i64), usize> {
+    let mut seen = BTreeMap::new();
+    for partition in 0..PARTITIONS {
+        for event in target.read_all("orders", partition).await {
+            let text = |key: &str| match event.data.property(key) {
+                Some(tributary_event::PropertyValue::String(v)) => v.clone(),
+                other => panic!("{key}: {other:?}"),
+            };
+            let key = (text("repl-partition"), text("repl-sequence").parse().unwrap());
+            *seen.entry(key).or_default() += 1;
+        }
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_replicator_loses_nothing_and_duplicates_at_most_a_batch_per_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let source = TestHub::start(&[("orders", PARTITIONS)]).await;
+    let target = TestHub::start(&[("orders", PARTITIONS)]).await;
+    source.broker.create_consumer_group("orders", "replication").await.unwrap();
+    let task = dir.path().join("copy.toml");
+    std::fs::write(
+        &task,
+        format!(
+            "name = \"copy\"\n[source]\nconnection_string = \"{}\"\nevent_hub = \"orders\"\nconsumer_group = \"replication\"\nbatch_events_max = {BATCH}\n[[target]]\nname = \"backup\"\nconnection_string = \"{}\"\nevent_hub = \"orders\"\nkeep_partition = true\n[retry]\nbackoff_min = \"50ms\"\nbackoff_max = \"1s\"\n[processor]\nload_balancing_interval = \"200ms\"\nownership_expiration = \"2s\"\n",
+            source.connection_string, target.connection_string
+        ),
+    )
+    .unwrap();
+    let mut first = replicator(&task, "first");
+    let mut second = replicator(&task, "second");
+    let mut sent: BTreeSet<(String, i64)> = BTreeSet::new();
+    for round in 0..60 {
+        for partition in 0..PARTITIONS {
+            let events: Vec<EventData> = (0..5).map(|i| EventData::new(format!("r{round}-{i}"))).collect();
+            let to = SendTarget::Partition(partition.to_string());
+            let receipt = source.broker.send("orders", to, events).await.unwrap();
+            for i in 0..5 {
+                sent.insert((partition.to_string(), receipt.base_sequence + i));
+            }
+        }
+        if round == 30 {
+            first.start_kill().expect("SIGKILL");
+            first.wait().await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let seen = within("the survivor to copy everything", async {
+        loop {
+            let seen = copies(&target).await;
+            if sent.iter().all(|key| seen.contains_key(key)) {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    let stray: Vec<_> = seen.keys().filter(|key| !sent.contains(key)).collect();
+    assert!(stray.is_empty(), "only source events: {stray:?}");
+    let duplicates: usize = seen.values().map(|n| n - 1).sum();
+    assert!(
+        duplicates <= BATCH * PARTITIONS as usize,
+        "{duplicates} duplicates; at most one batch per partition"
+    );
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_tributary"))
+        .args(["replicate", "--status"])
+        .arg(&task)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    assert_eq!(table.matches("\tsecond").count(), PARTITIONS as usize, "{table}");
+    second.start_kill().unwrap();
+    second.wait().await.unwrap();
+}
