@@ -34,11 +34,34 @@ async fn copies(target: &TestHub) -> BTreeMap<(String, i64), usize> {
                 Some(tributary_event::PropertyValue::String(v)) => v.clone(),
                 other => panic!("{key}: {other:?}"),
             };
-            let key = (text("repl-partition"), text("repl-sequence").parse().unwrap());
+            let key = (
+                text("repl-partition"),
+                text("repl-sequence").parse().unwrap(),
+            );
             *seen.entry(key).or_default() += 1;
         }
     }
     seen
+}
+
+/// `tributary replicate --status` shows `second` owning every partition.
+fn assert_the_survivor_owns_everything(task: &Path) {
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_tributary"))
+        .args(["replicate", "--status"])
+        .arg(task)
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert_eq!(
+        table.matches("\tsecond").count(),
+        PARTITIONS as usize,
+        "{table}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -46,7 +69,11 @@ async fn a_killed_replicator_loses_nothing_and_duplicates_at_most_a_batch_per_pa
     let dir = tempfile::tempdir().unwrap();
     let source = TestHub::start(&[("orders", PARTITIONS)]).await;
     let target = TestHub::start(&[("orders", PARTITIONS)]).await;
-    source.broker.create_consumer_group("orders", "replication").await.unwrap();
+    source
+        .broker
+        .create_consumer_group("orders", "replication")
+        .await
+        .unwrap();
     let task = dir.path().join("copy.toml");
     std::fs::write(
         &task,
@@ -61,7 +88,9 @@ async fn a_killed_replicator_loses_nothing_and_duplicates_at_most_a_batch_per_pa
     let mut sent: BTreeSet<(String, i64)> = BTreeSet::new();
     for round in 0..60 {
         for partition in 0..PARTITIONS {
-            let events: Vec<EventData> = (0..5).map(|i| EventData::new(format!("r{round}-{i}"))).collect();
+            let events: Vec<EventData> = (0..5)
+                .map(|i| EventData::new(format!("r{round}-{i}")))
+                .collect();
             let to = SendTarget::Partition(partition.to_string());
             let receipt = source.broker.send("orders", to, events).await.unwrap();
             for i in 0..5 {
@@ -91,14 +120,7 @@ async fn a_killed_replicator_loses_nothing_and_duplicates_at_most_a_batch_per_pa
         duplicates <= BATCH * PARTITIONS as usize,
         "{duplicates} duplicates; at most one batch per partition"
     );
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_tributary"))
-        .args(["replicate", "--status"])
-        .arg(&task)
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&status.stdout);
-    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
-    assert_eq!(table.matches("\tsecond").count(), PARTITIONS as usize, "{table}");
+    assert_the_survivor_owns_everything(&task);
     second.start_kill().unwrap();
     second.wait().await.unwrap();
 }

@@ -120,6 +120,66 @@ fn hub_id(hub: &TestHub) -> String {
     hub.broker.describe_hub("orders").expect("hub").id
 }
 
+/// `to` holds what `from` (one source partition) held, per-key in order, unmodified, stamped.
+fn assert_copied(
+    partition: u32,
+    from: &[ReceivedEvent],
+    to: &[ReceivedEvent],
+    source: &TestHub,
+    target: &TestHub,
+) {
+    assert_eq!(
+        from.len(),
+        to.len(),
+        "partition {partition} keeps its events"
+    );
+    // Per-key order (and keyless order, one group per partition) is kept; events of
+    // different keys may interleave differently.
+    let order = |events: &[ReceivedEvent]| {
+        let mut per_key: BTreeMap<Option<String>, Vec<bytes::Bytes>> = BTreeMap::new();
+        for e in events {
+            per_key
+                .entry(e.data.partition_key.clone())
+                .or_default()
+                .push(e.data.body.clone());
+        }
+        per_key
+    };
+    assert_eq!(
+        order(from),
+        order(to),
+        "partition {partition}: per-key order"
+    );
+    for b in to {
+        let a = from
+            .iter()
+            .find(|a| a.data.body == b.data.body)
+            .expect("copied from the source");
+        assert_eq!(a.data.body, b.data.body);
+        assert_eq!(a.data.partition_key, b.data.partition_key);
+        assert_eq!(a.data.content_type, b.data.content_type);
+        assert_eq!(a.data.message_id, b.data.message_id);
+        assert_eq!(a.data.correlation_id, b.data.correlation_id);
+        assert_eq!(
+            &b.data.properties[..a.data.properties.len()],
+            &a.data.properties[..]
+        );
+        assert_eq!(
+            string(&b.data, metadata::SEQUENCE),
+            Some(a.sequence_number.to_string())
+        );
+        assert_eq!(
+            string(&b.data, metadata::OFFSET),
+            Some(a.offset.to_string())
+        );
+        let time = metadata::format_enqueued_time(a.enqueued_time_ms);
+        assert_eq!(string(&b.data, metadata::ENQUEUED_TIME), Some(time));
+        assert_eq!(string(&b.data, metadata::ORIGIN), Some(hub_id(source)));
+        let path = format!("{};{}", hub_id(source), hub_id(target));
+        assert_eq!(string(&b.data, metadata::PATH), Some(path));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_between_equal_hubs_keeps_partitions_order_properties_and_adds_metadata() {
     let dir = tempfile::tempdir().unwrap();
@@ -142,57 +202,13 @@ async fn a_copy_between_equal_hubs_keeps_partitions_order_properties_and_adds_me
     let copied = wait_for(&target, 4, sent).await;
     let original = contents(&source, 4).await;
     for partition in 0..4 {
-        let (from, to) = (&original[&partition], &copied[&partition]);
-        assert_eq!(
-            from.len(),
-            to.len(),
-            "partition {partition} keeps its events"
+        assert_copied(
+            partition,
+            &original[&partition],
+            &copied[&partition],
+            &source,
+            &target,
         );
-        // Per-key order (and keyless order, one group per partition) is kept; events of
-        // different keys may interleave differently.
-        let order = |events: &[ReceivedEvent]| {
-            let mut per_key: BTreeMap<Option<String>, Vec<bytes::Bytes>> = BTreeMap::new();
-            for e in events {
-                per_key
-                    .entry(e.data.partition_key.clone())
-                    .or_default()
-                    .push(e.data.body.clone());
-            }
-            per_key
-        };
-        assert_eq!(
-            order(from),
-            order(to),
-            "partition {partition}: per-key order"
-        );
-        for b in to {
-            let a = from
-                .iter()
-                .find(|a| a.data.body == b.data.body)
-                .expect("copied from the source");
-            assert_eq!(a.data.body, b.data.body);
-            assert_eq!(a.data.partition_key, b.data.partition_key);
-            assert_eq!(a.data.content_type, b.data.content_type);
-            assert_eq!(a.data.message_id, b.data.message_id);
-            assert_eq!(a.data.correlation_id, b.data.correlation_id);
-            assert_eq!(
-                &b.data.properties[..a.data.properties.len()],
-                &a.data.properties[..]
-            );
-            assert_eq!(
-                string(&b.data, metadata::SEQUENCE),
-                Some(a.sequence_number.to_string())
-            );
-            assert_eq!(
-                string(&b.data, metadata::OFFSET),
-                Some(a.offset.to_string())
-            );
-            let time = metadata::format_enqueued_time(a.enqueued_time_ms);
-            assert_eq!(string(&b.data, metadata::ENQUEUED_TIME), Some(time));
-            assert_eq!(string(&b.data, metadata::ORIGIN), Some(hub_id(&source)));
-            let path = format!("{};{}", hub_id(&source), hub_id(&target));
-            assert_eq!(string(&b.data, metadata::PATH), Some(path));
-        }
     }
     let snapshot = replicator.metrics().snapshot();
     assert_eq!(snapshot.totals().0, sent as u64);
@@ -414,6 +430,19 @@ async fn two_mirrored_hubs_forwarding_replicated_events_still_do_not_loop() {
     back.shutdown().await.unwrap();
 }
 
+async fn wait_for_dead_letters(hub: &TestHub) -> Vec<ReceivedEvent> {
+    within("the dead letter", async {
+        loop {
+            let dead = hub.read_all("dead", 0).await;
+            if !dead.is_empty() {
+                return dead;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_the_target_refuses_goes_to_the_dead_letter_hub_and_the_rest_go_on() {
     let dir = tempfile::tempdir().unwrap();
@@ -462,16 +491,7 @@ async fn an_event_the_target_refuses_goes_to_the_dead_letter_hub_and_the_rest_go
         .map(|n| format!("ok-{n}"))
         .collect();
     assert_eq!(bodies, expected, "everything else, in order");
-    let dead = within("the dead letter", async {
-        loop {
-            let dead = source.read_all("dead", 0).await;
-            if !dead.is_empty() {
-                return dead;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await;
+    let dead = wait_for_dead_letters(&source).await;
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].data.body.len(), 4000);
     let reason = string(&dead[0].data, tributary_replicate::DEAD_LETTER_REASON).unwrap();
