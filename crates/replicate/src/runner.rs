@@ -248,7 +248,7 @@ async fn open_routes(
                 file: config.file.clone(),
                 line: Some(*line),
                 key: format!("{}.when", target.endpoint.key),
-                message: "the condition was not compiled".to_owned(),
+                message: "routing conditions in the task file are not supported yet; remove `when`, or start the task from Rust with StartOptions::conditions".to_owned(),
             });
         }
         routes.push(Route {
