@@ -1,0 +1,21 @@
+//! (Being written.)
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use crate::spec::{CompileContext, SpecError};
+use crate::step::Step;
+
+/// The step's keys.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DedupeSpec {}
+
+pub(crate) fn compile(
+    _name: String,
+    _spec: DedupeSpec,
+    _context: &CompileContext,
+) -> Result<Arc<dyn Step>, SpecError> {
+    Err(SpecError::table("not built yet"))
+}

@@ -1,0 +1,1 @@
+//! Key material for the cryptographic steps. (Being written.)
