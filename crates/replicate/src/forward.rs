@@ -22,12 +22,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use tributary_edit::Position;
 use tributary_event::{EventData, SendTarget};
 use tributary_eventhubs::limits::BATCH_EVENTS_MAX;
 use tributary_eventhubs::send::BatchSizer;
 
 use crate::limits::SENDS_IN_FLIGHT_MAX;
-use crate::metadata::SourcePosition;
 use crate::metrics::{PartitionMetrics, TaskMetrics};
 use crate::target::{HubIdentity, Target, TargetError};
 
@@ -37,7 +37,9 @@ pub struct Outgoing {
     /// The event as it will be sent (stamped).
     pub event: EventData,
     /// Where it was read from.
-    pub position: SourcePosition,
+    pub position: Position,
+    /// Its place in the batch the task edited (what a dead letter is made from).
+    pub index: usize,
 }
 
 /// An event a target refused on its own.
@@ -287,11 +289,12 @@ mod tests {
         event.partition_key = key.map(str::to_owned);
         Outgoing {
             event,
-            position: SourcePosition {
+            position: Position {
                 sequence_number: seq,
                 offset: seq as u64,
                 enqueued_time_ms: 0,
             },
+            index: seq as usize,
         }
     }
 

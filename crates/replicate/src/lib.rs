@@ -24,6 +24,10 @@
 //!   the dead-letter target with the reason; without one, it is logged at error level and
 //!   counted.
 //!
+//! - **Edited as the file says.** The editor's steps ([`tributary_edit`], re-exported as
+//!   [`edit`]) run on each batch before routing; an event a step refuses goes to the
+//!   dead-letter target with the step's name and reason, one it drops is counted.
+//!
 //! [`metrics`] counts events in, out, dead-lettered and filtered, and the replication lag.
 
 pub mod endpoint;
@@ -38,7 +42,8 @@ pub mod task;
 
 pub use endpoint::Brokers;
 pub use runner::{
-    DEAD_LETTER_REASON, DEAD_LETTER_ROUTE, DEAD_LETTER_TASK, Replicator, RouteCondition,
+    DEAD_LETTER_REASON, DEAD_LETTER_ROUTE, DEAD_LETTER_STEP, DEAD_LETTER_TASK, Replicator,
     StartOptions, wall_clock_ms,
 };
 pub use task::{TaskConfig, TaskError};
+pub use tributary_edit as edit;

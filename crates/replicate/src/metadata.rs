@@ -24,6 +24,7 @@
 use time::OffsetDateTime;
 use time::format_description::FormatItem;
 use time::macros::format_description;
+use tributary_edit::Position;
 use tributary_event::{EventData, PropertyValue};
 
 /// The source's enqueued time, as Azure's helper names it (code spelling; written).
@@ -47,17 +48,6 @@ pub const HOP_SEPARATOR: char = ';';
 /// .NET's `"u"` format: `yyyy-MM-dd HH:mm:ssZ`, always UTC, second precision.
 const UNIVERSAL_SORTABLE: &[FormatItem<'static>] =
     format_description!("[year]-[month]-[day] [hour]:[minute]:[second]Z");
-
-/// Where an event was read from: what the stamps record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SourcePosition {
-    /// The source sequence number.
-    pub sequence_number: i64,
-    /// The source offset.
-    pub offset: u64,
-    /// The source enqueued time, ms since the Unix epoch.
-    pub enqueued_time_ms: i64,
-}
 
 /// The string value of application property `key`, if it is a string.
 fn string_property<'a>(event: &'a EventData, key: &str) -> Option<&'a str> {
@@ -124,7 +114,7 @@ pub fn has_passed_through(event: &EventData, hub_id: &str) -> bool {
 pub fn stamp(
     event: &mut EventData,
     partition_id: &str,
-    position: SourcePosition,
+    position: Position,
     source_id: &str,
     target_id: &str,
 ) {
@@ -187,7 +177,7 @@ pub fn hops(event: &EventData) -> Vec<Hop> {
 mod tests {
     use super::*;
 
-    const POSITION: SourcePosition = SourcePosition {
+    const POSITION: Position = Position {
         sequence_number: 42,
         offset: 8192,
         enqueued_time_ms: 1_714_568_523_456,
@@ -233,7 +223,7 @@ mod tests {
     fn a_second_hop_appends_after_a_semicolon_and_keeps_the_origin() {
         let mut event = EventData::new("x");
         stamp(&mut event, "3", POSITION, "hub-a", "hub-b");
-        let second = SourcePosition {
+        let second = Position {
             sequence_number: 7,
             offset: 64,
             enqueued_time_ms: 1_714_568_600_000,

@@ -3,18 +3,22 @@
 //!
 //! For each batch of one source partition, in order:
 //!
-//! 1. every event is matched against each route's condition; an event goes to every route it
-//!    matches (none: [`Unmatched`]), unless the route's target is already on its path (a loop)
-//!    or the task forwards only events produced at the source and this one was replicated in;
-//! 2. each route's events are stamped (service metadata, origin, path) and forwarded, all
+//! 1. events replicated into the source are set aside if the task forwards only events produced
+//!    there;
+//! 2. the editor's steps run ([`tributary_edit::Editor`]): they may change, drop, refuse, split
+//!    or merge events;
+//! 3. every event is matched against each route's condition; an event goes to every route it
+//!    matches (none: [`Unmatched`]), unless the route's target is already on its path (a loop);
+//! 4. each route's events are stamped (service metadata, origin, path) and forwarded, all
 //!    routes at once ([`crate::forward`]);
-//! 3. events a target refused go to the dead-letter target with the reason;
-//! 4. only then is the batch checkpointed. A crash anywhere before this point replays the batch
+//! 5. events a step or a target refused go to the dead-letter target with the reason;
+//! 6. only then is the batch checkpointed. A crash anywhere before this point replays the batch
 //!    from the previous checkpoint: **at least once, nothing skipped**, and the duplicates are
 //!    at most the batch in flight per partition.
 
 use std::sync::Arc;
 
+use tributary_edit::{Condition, Context, Editor, Item, Position, Rejected, Step};
 use tributary_event::{EventData, PropertyValue, ReceivedEvent};
 use tributary_processor::{
     CheckpointStore, CloseReason, EventProcessor, EventProcessorHost, PartitionContext,
@@ -23,10 +27,11 @@ use tributary_processor::{
 
 use crate::endpoint::{Brokers, OpenedSource, open_source, open_target};
 use crate::forward::{Counting, Destination, Outgoing, Poison, RetryPolicy, forward};
-use crate::metadata::{self, SourcePosition};
+use crate::limits::TARGETS_MAX;
+use crate::metadata;
 use crate::metrics::{FilterReason, PartitionMetrics, TaskMetrics};
 use crate::status;
-use crate::task::{Endpoint, TaskConfig, TaskError, Unmatched};
+use crate::task::{Endpoint, StepPlan, TaskConfig, TaskError, Unmatched};
 
 /// Why an event went to the dead-letter target (application property).
 pub const DEAD_LETTER_REASON: &str = "dead-letter-reason";
@@ -34,21 +39,34 @@ pub const DEAD_LETTER_REASON: &str = "dead-letter-reason";
 pub const DEAD_LETTER_TASK: &str = "dead-letter-task";
 /// The route whose target refused it (absent for unmatched events).
 pub const DEAD_LETTER_ROUTE: &str = "dead-letter-route";
+/// The editor step that refused it (absent for events a target refused).
+pub const DEAD_LETTER_STEP: &str = "dead-letter-step";
 
-/// A condition deciding whether an event takes a route.
-pub type RouteCondition = Arc<dyn Fn(&ReceivedEvent) -> bool + Send + Sync>;
+/// Routes are matched into a bit set of one word.
+const _: () = assert!(TARGETS_MAX <= u64::BITS as usize);
 
 /// One route: a target and the condition for taking it.
 #[derive(Clone)]
 struct Route {
     destination: Destination,
-    condition: Option<RouteCondition>,
+    condition: Option<Condition>,
+}
+
+/// One edited batch, routed.
+struct Routed {
+    /// The events as the editor left them (before stamping), with where they were read.
+    events: Vec<(EventData, Position)>,
+    /// Each route's events, stamped for its target.
+    per_route: Vec<Vec<Outgoing>>,
+    /// The places in `events` of those no route matched, for the dead-letter target.
+    unmatched: Vec<usize>,
 }
 
 /// What every partition's processor of one task shares.
 struct TaskRuntime {
     name: String,
     source_id: String,
+    editor: Editor,
     routes: Vec<Route>,
     unmatched: Unmatched,
     dead_letter: Option<Destination>,
@@ -79,9 +97,9 @@ impl std::fmt::Debug for Replicator {
 pub struct StartOptions {
     /// Brokers already open in this process (endpoints on their data directories use them).
     pub brokers: Brokers,
-    /// Each target's routing condition, by target name, compiled by the caller from the task
-    /// file's `when`. A target with a `when` and no condition here fails to start.
-    pub conditions: Vec<(String, RouteCondition)>,
+    /// Steps of the library user's own, by the name a task file's `kind = "custom"` step
+    /// gives.
+    pub steps: Vec<(String, Arc<dyn Step>)>,
 }
 
 impl std::fmt::Debug for StartOptions {
@@ -113,7 +131,8 @@ impl Replicator {
         let source = open_source(source_endpoint, &brokers)
             .await
             .map_err(|m| endpoint_error(source_endpoint, m))?;
-        let routes = open_routes(config, &options, &source, &brokers).await?;
+        let editor = editor(config, &options)?;
+        let routes = open_routes(config, &source, &brokers).await?;
         let dead_letter = match &config.dead_letter {
             Some(endpoint) => Some(
                 destination("dead-letter", endpoint, false, &brokers)
@@ -130,6 +149,7 @@ impl Replicator {
                 .origin_id
                 .clone()
                 .unwrap_or(source.identity.id.clone()),
+            editor,
             routes,
             unmatched: config.unmatched.clone(),
             dead_letter,
@@ -208,9 +228,29 @@ async fn write_status(dir: std::path::PathBuf, host: Arc<RunningHost>, metrics: 
     }
 }
 
+/// The task's editor: its built-in steps and the custom ones `options` registers.
+fn editor(config: &TaskConfig, options: &StartOptions) -> Result<Editor, TaskError> {
+    let steps = config.steps.iter().map(|plan| match plan {
+        StepPlan::BuiltIn(step) => Ok(Arc::clone(step)),
+        StepPlan::Custom { name, line } => options
+            .steps
+            .iter()
+            .find(|(registered, _)| registered == name)
+            .map(|(_, step)| Arc::clone(step))
+            .ok_or_else(|| TaskError {
+                file: config.file.clone(),
+                line: Some(*line),
+                key: format!("step {name:?}.name"),
+                message: format!(
+                    "no custom step is registered under {name:?}; register it with StartOptions::steps"
+                ),
+            }),
+    });
+    Ok(Editor::new(steps.collect::<Result<_, _>>()?))
+}
+
 async fn open_routes(
     config: &TaskConfig,
-    options: &StartOptions,
     source: &OpenedSource,
     brokers: &Brokers,
 ) -> Result<Vec<Route>, TaskError> {
@@ -238,22 +278,9 @@ async fn open_routes(
                 source.identity.partition_count, destination.identity.partition_count
             )));
         }
-        let condition = options
-            .conditions
-            .iter()
-            .find(|(name, _)| *name == target.name)
-            .map(|(_, condition)| Arc::clone(condition));
-        if let (Some((_, line)), None) = (&target.when, &condition) {
-            return Err(TaskError {
-                file: config.file.clone(),
-                line: Some(*line),
-                key: format!("{}.when", target.endpoint.key),
-                message: "routing conditions in the task file are not supported yet; remove `when`, or start the task from Rust with StartOptions::conditions".to_owned(),
-            });
-        }
         routes.push(Route {
             destination,
-            condition,
+            condition: target.when.clone(),
         });
     }
     Ok(routes)
@@ -327,6 +354,17 @@ async fn start_host(
         .map_err(|e| file_error("source", e.to_string()))
 }
 
+/// Why an event is dead-lettered.
+#[derive(Debug, Clone, Copy)]
+enum Mark<'a> {
+    /// The route's target refused it, for this reason.
+    Route(&'a str, &'a str),
+    /// No route matched it.
+    Unmatched,
+    /// The editor step refused it, for this reason.
+    Step(&'a str, &'a str),
+}
+
 /// The processor of one source partition.
 struct ReplicationProcessor {
     task: Arc<TaskRuntime>,
@@ -335,6 +373,10 @@ struct ReplicationProcessor {
 
 #[async_trait::async_trait]
 impl EventProcessor for ReplicationProcessor {
+    async fn open(&mut self, context: &PartitionContext) {
+        self.task.editor.open_partition(context.partition_id());
+    }
+
     async fn process_events(&mut self, context: &PartitionContext, events: Vec<ReceivedEvent>) {
         if events.is_empty() {
             return;
@@ -342,9 +384,18 @@ impl EventProcessor for ReplicationProcessor {
         let last_sequence = events[events.len() - 1].sequence_number;
         self.metrics.received(events.len());
         let partition = context.partition_id();
-        let (per_route, unmatched) = self.route(partition, &events);
+        let edit_context = Context {
+            partition,
+            now_ms: wall_clock_ms(),
+        };
+        let items = self.admitted(events);
+        let edited = self.task.editor.apply(&edit_context, items);
+        let dropped: u64 = edited.dropped.iter().map(|(_, count)| count).sum();
+        self.metrics.filtered(FilterReason::Editor, dropped);
+        let mut routed = self.route(&edit_context, edited.passed);
+        let per_route = std::mem::take(&mut routed.per_route);
         let poison = self.forward_routes(partition, per_route).await;
-        self.dead_letter(partition, &events, poison, unmatched)
+        self.dead_letter(partition, &routed, poison, edited.rejected)
             .await;
         match context.checkpoint().await {
             Ok(()) => self.metrics.checkpointed(last_sequence),
@@ -358,39 +409,40 @@ impl EventProcessor for ReplicationProcessor {
     }
 
     async fn close(&mut self, context: &PartitionContext, reason: CloseReason) {
+        self.task.editor.close_partition(context.partition_id());
         tracing::debug!(task = %self.task.name, partition = context.partition_id(), ?reason, "partition closed");
     }
 }
 
-/// `event` stamped for forwarding from the hub `source_id` to the hub `target_id`.
-fn stamped(event: &ReceivedEvent, partition: &str, source_id: &str, target_id: &str) -> Outgoing {
-    let mut data = event.data.clone();
-    metadata::stamp(&mut data, partition, position(event), source_id, target_id);
+/// `event`, read at `position` (the `index`-th of its edited batch), stamped for forwarding
+/// from the hub `source_id` to the hub `target_id`.
+fn stamped(
+    (event, position): &(EventData, Position),
+    index: usize,
+    partition: &str,
+    source_id: &str,
+    target_id: &str,
+) -> Outgoing {
+    let mut data = event.clone();
+    metadata::stamp(&mut data, partition, *position, source_id, target_id);
     Outgoing {
         event: data,
-        position: position(event),
+        position: *position,
+        index,
     }
 }
 
-fn position(event: &ReceivedEvent) -> SourcePosition {
-    SourcePosition {
-        sequence_number: event.sequence_number,
-        offset: event.offset,
-        enqueued_time_ms: event.enqueued_time_ms,
-    }
+/// The routes (bits) in `mask`.
+fn routes_in(mask: u64) -> impl Iterator<Item = usize> {
+    (0..u64::BITS as usize).filter(move |bit| mask & (1 << bit) != 0)
 }
 
 impl ReplicationProcessor {
-    /// Each route's events (stamped for it), and the events no route matched (to be
-    /// dead-lettered).
-    fn route<'e>(
-        &self,
-        partition: &str,
-        events: &'e [ReceivedEvent],
-    ) -> (Vec<Vec<Outgoing>>, Vec<&'e ReceivedEvent>) {
+    /// The events the task forwards at all, as editor items: with `forward_replicated` off,
+    /// those produced at the source.
+    fn admitted(&self, events: Vec<ReceivedEvent>) -> Vec<Item> {
         let task = &self.task;
-        let mut per_route: Vec<Vec<Outgoing>> = vec![Vec::new(); task.routes.len()];
-        let mut unmatched = Vec::new();
+        let mut items = Vec::with_capacity(events.len());
         for event in events {
             if !task.forward_replicated
                 && metadata::origin(&event.data).is_some_and(|origin| origin != task.source_id)
@@ -398,45 +450,70 @@ impl ReplicationProcessor {
                 self.metrics.filtered(FilterReason::Replicated, 1);
                 continue;
             }
-            let mut matched = false;
-            for (route, outgoing) in task.routes.iter().zip(per_route.iter_mut()) {
-                if route
+            items.push(Item::received(event));
+        }
+        items
+    }
+
+    /// The routes `item` takes (a bit each): those whose condition it meets, else the task's
+    /// [`Unmatched`] choice (0: none).
+    fn matching_routes(&self, context: &Context<'_>, item: &Item) -> u64 {
+        let task = &self.task;
+        let matched = task
+            .routes
+            .iter()
+            .enumerate()
+            .filter(|(_, route)| {
+                route
                     .condition
                     .as_ref()
-                    .is_some_and(|condition| !condition(event))
-                {
-                    continue;
+                    .is_none_or(|condition| condition.matches(context, item))
+            })
+            .fold(0u64, |mask, (index, _)| mask | (1 << index));
+        match (matched, &task.unmatched) {
+            (0, Unmatched::Target(index)) => 1 << index,
+            _ => matched,
+        }
+    }
+
+    /// Routes the edited events: each route's events (stamped for it), and the events no
+    /// route matched (to be dead-lettered).
+    fn route(&self, context: &Context<'_>, items: Vec<Item>) -> Routed {
+        let task = &self.task;
+        let mut routed = Routed {
+            events: Vec::with_capacity(items.len()),
+            per_route: vec![Vec::new(); task.routes.len()],
+            unmatched: Vec::new(),
+        };
+        for item in items {
+            let mask = self.matching_routes(context, &item);
+            let index = routed.events.len();
+            let position = item.position();
+            let edited = (item.into_event(), position);
+            if mask == 0 {
+                match task.unmatched {
+                    Unmatched::DeadLetter => routed.unmatched.push(index),
+                    _ => self.metrics.filtered(FilterReason::Unmatched, 1),
                 }
-                matched = true;
-                let target_id = &route.destination.identity.id;
-                if metadata::has_passed_through(&event.data, target_id) {
+            }
+            for route_index in routes_in(mask) {
+                let target_id = &task.routes[route_index].destination.identity.id;
+                if metadata::has_passed_through(&edited.0, target_id) {
                     self.metrics.filtered(FilterReason::Loop, 1);
                     continue;
                 }
-                outgoing.push(stamped(event, partition, &task.source_id, target_id));
+                let outgoing = stamped(
+                    &edited,
+                    index,
+                    context.partition,
+                    &task.source_id,
+                    target_id,
+                );
+                routed.per_route[route_index].push(outgoing);
             }
-            if !matched {
-                match task.unmatched {
-                    Unmatched::Target(index) => {
-                        let route = &task.routes[index];
-                        let target_id = &route.destination.identity.id;
-                        if metadata::has_passed_through(&event.data, target_id) {
-                            self.metrics.filtered(FilterReason::Loop, 1);
-                        } else {
-                            per_route[index].push(stamped(
-                                event,
-                                partition,
-                                &task.source_id,
-                                target_id,
-                            ));
-                        }
-                    }
-                    Unmatched::Drop => self.metrics.filtered(FilterReason::Unmatched, 1),
-                    Unmatched::DeadLetter => unmatched.push(event),
-                }
-            }
+            routed.events.push(edited);
         }
-        (per_route, unmatched)
+        routed
     }
 
     async fn forward_routes(
@@ -475,44 +552,65 @@ impl ReplicationProcessor {
             .collect()
     }
 
-    /// Sends refused and unmatched events to the dead-letter target, as they were read (stamped
-    /// for the dead-letter hub, not for the target that refused them); what it cannot take is
-    /// logged at error level, one line per event, and counted as lost.
-    async fn dead_letter(
+    /// The dead letters of one batch: events a target refused and events no route matched (as
+    /// the editor left them), and events a step refused (as they reached it) — each stamped for
+    /// the dead-letter hub, not for the target that refused it, and marked with the reason.
+    fn letters(
         &self,
         partition: &str,
-        events: &[ReceivedEvent],
+        routed: &Routed,
         poison: Vec<(String, Poison)>,
-        unmatched: Vec<&ReceivedEvent>,
-    ) {
-        if poison.is_empty() && unmatched.is_empty() {
-            return;
-        }
+        rejected: Vec<Rejected>,
+    ) -> Vec<Outgoing> {
         let task = &self.task;
         let dead_letter_id = task
             .dead_letter
             .as_ref()
             .map_or("-", |d| d.identity.id.as_str());
-        let original = |sequence_number: i64| {
-            let at = events.partition_point(|e| e.sequence_number < sequence_number);
-            assert_eq!(
-                events[at].sequence_number, sequence_number,
-                "a poison event comes from the batch"
-            );
-            &events[at]
+        let mut letters =
+            Vec::with_capacity(poison.len() + routed.unmatched.len() + rejected.len());
+        let mut add = |edited: &(EventData, Position), index: usize, mark: Mark<'_>| {
+            let mut letter = stamped(edited, index, partition, &task.source_id, dead_letter_id);
+            letter.event = self.letter(letter.event, mark);
+            letters.push(letter);
         };
-        let mut letters = Vec::with_capacity(poison.len() + unmatched.len());
-        for (route, refused) in poison {
-            let event = original(refused.outgoing.position.sequence_number);
-            let mut letter = stamped(event, partition, &task.source_id, dead_letter_id);
-            letter.event = self.letter(letter.event, Some(&route), &refused.reason);
-            letters.push(letter);
+        for (route, refused) in &poison {
+            let index = refused.outgoing.index;
+            add(
+                &routed.events[index],
+                index,
+                Mark::Route(route, &refused.reason),
+            );
         }
-        for event in unmatched {
-            let mut letter = stamped(event, partition, &task.source_id, dead_letter_id);
-            letter.event = self.letter(letter.event, None, "no route matched the event");
-            letters.push(letter);
+        for &index in &routed.unmatched {
+            add(&routed.events[index], index, Mark::Unmatched);
         }
+        for refusal in rejected {
+            let reason = format!("step {:?}: {}", refusal.step, refusal.reason);
+            let position = refusal.item.position();
+            let edited = (refusal.item.into_event(), position);
+            // A step's refusal has no place in the routed batch; the index of a dead letter is
+            // never read (what the dead-letter target refuses is logged from the letter itself).
+            let index = routed.events.len();
+            add(&edited, index, Mark::Step(&refusal.step, &reason));
+        }
+        letters
+    }
+
+    /// Sends a batch's dead letters (see [`Self::letters`]); what the dead-letter target cannot
+    /// take is logged at error level, one line per event, and counted as lost.
+    async fn dead_letter(
+        &self,
+        partition: &str,
+        routed: &Routed,
+        poison: Vec<(String, Poison)>,
+        rejected: Vec<Rejected>,
+    ) {
+        if poison.is_empty() && routed.unmatched.is_empty() && rejected.is_empty() {
+            return;
+        }
+        let letters = self.letters(partition, routed, poison, rejected);
+        let task = &self.task;
         let Some(destination) = &task.dead_letter else {
             self.lose(partition, &letters, "the task has no [dead_letter] target");
             return;
@@ -534,17 +632,24 @@ impl ReplicationProcessor {
         }
     }
 
-    fn letter(&self, mut event: EventData, route: Option<&str>, reason: &str) -> EventData {
+    fn letter(&self, mut event: EventData, mark: Mark<'_>) -> EventData {
         let mut put = |key: &str, value: &str| {
             event.properties.retain(|(k, _)| k != key);
             event
                 .properties
                 .push((key.to_owned(), PropertyValue::String(value.to_owned())));
         };
-        put(DEAD_LETTER_REASON, reason);
         put(DEAD_LETTER_TASK, &self.task.name);
-        if let Some(route) = route {
-            put(DEAD_LETTER_ROUTE, route);
+        match mark {
+            Mark::Route(route, reason) => {
+                put(DEAD_LETTER_REASON, reason);
+                put(DEAD_LETTER_ROUTE, route);
+            }
+            Mark::Unmatched => put(DEAD_LETTER_REASON, "no route matched the event"),
+            Mark::Step(step, reason) => {
+                put(DEAD_LETTER_REASON, reason);
+                put(DEAD_LETTER_STEP, step);
+            }
         }
         event
     }

@@ -20,7 +20,13 @@
 //! event_hub = "orders"
 //! keep_partition = true                # keyless events keep their partition number (needs
 //!                                      # equal partition counts); keyed ones always go by key
-//! when = "user.kind = 'alarm'"         # a routing condition (default: every event)
+//! when = "user.kind = 'alarm'"         # a routing condition (default: every event); the
+//!                                      # condition language is tributary_edit::condition's
+//!
+//! [[step]]                             # the editor: steps run in file order on each batch,
+//! kind = "filter"                      # before routing (tributary_edit lists every kind and
+//! when = "body.temperature > 30"       # its keys); kind = "custom" with a name runs a step
+//!                                      # the library user registered (StartOptions::steps)
 //!
 //! [dead_letter]                        # where events a target refuses go, with the reason
 //! data_dir = "/var/lib/tributary"
@@ -53,8 +59,11 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 use toml::Spanned;
+use tributary_edit::{CompileContext, Condition, Step};
 use tributary_event::EventPosition;
 use tributary_event::names::{validate_consumer_group_name, validate_hub_name};
 
@@ -90,6 +99,9 @@ pub struct TaskSpec {
     pub targets: Vec<Spanned<EndpointSpec>>,
     /// Where refused events go.
     pub dead_letter: Option<Spanned<EndpointSpec>>,
+    /// The editor's steps, in order (each table's keys are the step kind's own).
+    #[serde(rename = "step", default)]
+    pub steps: Vec<Spanned<toml::Table>>,
     /// What happens to events no route matches.
     #[serde(default)]
     pub routing: RoutingSpec,
@@ -272,8 +284,23 @@ pub struct TargetConfig {
     pub endpoint: Endpoint,
     /// Whether keyless events keep their partition number.
     pub keep_partition: bool,
-    /// The routing condition as written, with its line.
-    pub when: Option<(String, usize)>,
+    /// The routing condition (compiled from the task file's `when`).
+    pub when: Option<Condition>,
+}
+
+/// One editor step of a task, as the task file names it.
+#[derive(Debug, Clone)]
+pub enum StepPlan {
+    /// A built-in step, compiled.
+    BuiltIn(Arc<dyn Step>),
+    /// `kind = "custom"`: the step the library user registers under `name` when the task
+    /// starts ([`crate::StartOptions::steps`]).
+    Custom {
+        /// The name it is registered under.
+        name: String,
+        /// Its table's line, for the error when nothing is registered under the name.
+        line: usize,
+    },
 }
 
 /// What happens to events no route matches.
@@ -300,6 +327,8 @@ pub struct TaskConfig {
     pub targets: Vec<TargetConfig>,
     /// The dead-letter target.
     pub dead_letter: Option<Endpoint>,
+    /// The editor's steps, in order.
+    pub steps: Vec<StepPlan>,
     /// Events no route matches.
     pub unmatched: Unmatched,
     /// Whether events replicated into the source are forwarded.
@@ -406,6 +435,12 @@ impl Checker<'_> {
             None => None,
         };
         let unmatched = self.unmatched(&spec.routing, &targets, dead_letter.is_some())?;
+        let steps = spec
+            .steps
+            .iter()
+            .enumerate()
+            .map(|(index, table)| self.step(index, table))
+            .collect::<Result<Vec<_>, _>>()?;
         let backoff_min = self
             .duration(&spec.retry.backoff_min, "retry.backoff_min")?
             .unwrap_or(BACKOFF_MIN_DEFAULT);
@@ -437,6 +472,7 @@ impl Checker<'_> {
             source,
             targets,
             dead_letter,
+            steps,
             unmatched,
             forward_replicated: spec.merge.forward_replicated,
             backoff_min,
@@ -667,10 +703,13 @@ impl Checker<'_> {
                 ));
             }
             let endpoint = self.endpoint(table, &key, &["name", "keep_partition", "when"])?;
-            let when = spec
-                .when
-                .as_ref()
-                .map(|w| (w.get_ref().clone(), self.line_of(w.span())));
+            let when =
+                match &spec.when {
+                    Some(text) => Some(Condition::parse(text.get_ref()).map_err(|e| {
+                        self.error(text.span(), &format!("{key}.when"), e.to_string())
+                    })?),
+                    None => None,
+                };
             targets.push(TargetConfig {
                 name,
                 endpoint,
@@ -679,6 +718,63 @@ impl Checker<'_> {
             });
         }
         Ok(targets)
+    }
+
+    /// Compiles the `index`-th `[[step]]` table (reading the files it names).
+    fn step(&self, index: usize, table: &Spanned<toml::Table>) -> Result<StepPlan, TaskError> {
+        let span = table.span();
+        let mut keys = table.get_ref().clone();
+        let text = |key: &str, keys: &mut toml::Table| match keys.remove(key) {
+            None => Ok(None),
+            Some(toml::Value::String(text)) => Ok(Some(text)),
+            Some(other) => Err(self.error(
+                span.clone(),
+                &format!("step[{index}].{key}"),
+                format!("must be a string, not {}", other.type_str()),
+            )),
+        };
+        let Some(kind) = text("kind", &mut keys)? else {
+            return Err(self.error(
+                span,
+                &format!("step[{index}].kind"),
+                format!(
+                    "missing: name the step's kind, one of {} (or \"custom\")",
+                    tributary_edit::KINDS.join(", ")
+                ),
+            ));
+        };
+        let name = text("name", &mut keys)?;
+        let label = format!("step {:?}", name.as_deref().unwrap_or(&kind));
+        if kind == "custom" {
+            let Some(name) = name else {
+                return Err(self.error(
+                    span,
+                    &format!("{label}.name"),
+                    "a custom step is named: give the name its step is registered under",
+                ));
+            };
+            if let Some(key) = keys.keys().next() {
+                return Err(self.error(
+                    span,
+                    &format!("{label}.{key}"),
+                    "a custom step takes only kind and name; configure it in code",
+                ));
+            }
+            return Ok(StepPlan::Custom {
+                name,
+                line: self.line_of(span),
+            });
+        }
+        let context = CompileContext::new(self.base_dir());
+        tributary_edit::compile(&kind, name.as_deref(), toml::Value::Table(keys), &context)
+            .map(StepPlan::BuiltIn)
+            .map_err(|e| {
+                let key = e
+                    .key
+                    .as_ref()
+                    .map_or(label.clone(), |k| format!("{label}.{k}"));
+                self.error(span, &key, e.message)
+            })
     }
 
     fn dead_letter(&self, table: &Spanned<EndpointSpec>) -> Result<Endpoint, TaskError> {

@@ -1,6 +1,7 @@
 //! Replication tasks between real hubs, each with its own broker and AMQP door: copy with equal
 //! and different partition counts, a second hop, mirrored hubs without loops, a dead-letter
-//! target, and the official Python SDK reading what a task wrote.
+//! target, the official Python SDK reading what a task wrote, and (in `edit`) the editor's
+//! steps and routing conditions.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -12,6 +13,9 @@ use tributary_event::{EventData, PropertyValue, ReceivedEvent, partition_for_key
 use tributary_replicate::metadata::{self, hops};
 use tributary_replicate::{Replicator, StartOptions, TaskConfig};
 use tributary_testkit::{TestHub, within};
+
+#[path = "replicate/edit.rs"]
+mod edit;
 
 /// A task file in `dir` with `text`, checked.
 fn task(dir: &Path, name: &str, text: &str) -> TaskConfig {
