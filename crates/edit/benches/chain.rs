@@ -34,9 +34,16 @@ fn main() {
     assert!((1000..1100).contains(&bytes), "a 1 KiB event, not {bytes}");
     let filter = step(&context, "filter", json!({"when": FILTER}));
     let transform = step(&context, "transform", transform_keys());
-    let validate = step(&context, "validate", json!({"schema": "reading.schema.json"}));
+    let validate = step(
+        &context,
+        "validate",
+        json!({"schema": "reading.schema.json"}),
+    );
     let runs = [
-        ("JSON parsed and written back, no step", Editor::new(vec![touch()])),
+        (
+            "JSON parsed and written back, no step",
+            Editor::new(vec![touch()]),
+        ),
         ("filter", Editor::new(vec![Arc::clone(&filter)])),
         ("validate", Editor::new(vec![Arc::clone(&validate)])),
         (
@@ -121,10 +128,12 @@ fn position(i: usize) -> Position {
 fn events() -> Vec<EventData> {
     (0..BATCH_EVENTS)
         .map(|i| {
+            let sensor = ["door", "window", "glass"][i % 3];
+            let state = if i % 7 == 0 { "open" } else { "closed" };
             let body = json!({
                 "home": format!("home-{:06}", i % 100_000),
-                "sensor": ["door", "window", "glass"][i % 3],
-                "state": if i % 7 == 0 { "open" } else { "closed" },
+                "sensor": sensor,
+                "state": state,
                 "at": "2026-11-24T22:00:00.000Z",
                 "reading": {"temp_c": 20.5 + (i % 10) as f64, "battery": 50 + i % 50,
                             "humidity": 41, "lux": 300, "tamper": false},
@@ -135,10 +144,12 @@ fn events() -> Vec<EventData> {
                 "debug": {"trace": "a".repeat(220), "counters": [1, 2, 3, 4, 5, 6, 7, 8]},
                 "labels": ["hall", "ground-floor", "front"],
                 "installer": {"name": "Alarmtech GmbH", "contact": "support@alarmtech.example"},
-                "note": "b".repeat(170),
+                "note": "b".repeat(294),
             });
-            let mut event = EventData::new(Bytes::from(body.to_string()))
-                .with_property("kind", tributary_event::PropertyValue::String("reading".into()));
+            let mut event = EventData::new(Bytes::from(body.to_string())).with_property(
+                "kind",
+                tributary_event::PropertyValue::String("reading".into()),
+            );
             event.content_type = Some("application/json".into());
             event.partition_key = Some(format!("home-{:06}", i % 100_000));
             event
