@@ -107,4 +107,10 @@ pub mod management {
     pub const LAST_ENQUEUED_TIME_UTC: &str = "last_enqueued_time_utc";
     /// Answer key: whether the partition holds no events (bool).
     pub const IS_PARTITION_EMPTY: &str = "is_partition_empty";
+    /// Answer key: the epoch (geo-replication segment) of the oldest retained sequence number
+    /// (int). Azure Event Hubs always sends it; Java reads it as an optional integer, and the Rust
+    /// SDK refuses an answer without `LAST_ENQUEUED_SEQUENCE_NUMBER_EPOCH`.
+    pub const BEGIN_SEQUENCE_NUMBER_EPOCH: &str = "begin_sequence_number_epoch";
+    /// Answer key: the epoch (geo-replication segment) of the newest sequence number (int).
+    pub const LAST_ENQUEUED_SEQUENCE_NUMBER_EPOCH: &str = "last_enqueued_sequence_number_epoch";
 }

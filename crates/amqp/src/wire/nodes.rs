@@ -361,5 +361,51 @@ fn partition_map(
         )),
     );
     map.insert(key(m::IS_PARTITION_EMPTY), Value::Bool(p.is_empty));
+    // A partition's sequence numbers never restart and are never replicated from another
+    // namespace: one epoch, 0, for both ends. Azure sends both keys; the Rust SDK
+    // (`azure_messaging_eventhubs`) refuses a partition answer without the second.
+    map.insert(key(m::BEGIN_SEQUENCE_NUMBER_EPOCH), Value::Int(0));
+    map.insert(key(m::LAST_ENQUEUED_SEQUENCE_NUMBER_EPOCH), Value::Int(0));
     map
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get<'a>(map: &'a OrderedMap<Value, Value>, k: &str) -> &'a Value {
+        map.get(&key(k)).unwrap_or_else(|| panic!("{k} is missing"))
+    }
+
+    /// Every key an official SDK reads from a partition's answer, with the type it reads it as.
+    #[test]
+    fn a_partition_answer_has_every_key_the_sdks_read_with_its_type() {
+        let properties = tributary_broker::PartitionProperties {
+            begin_sequence_number: 3,
+            last_enqueued_sequence_number: 9,
+            last_enqueued_offset: Some(4096),
+            last_enqueued_time_ms: Some(1_714_979_289_000),
+            is_empty: false,
+        };
+        let map = partition_map("orders", "2", &properties);
+        assert_eq!(get(&map, m::NAME), &Value::String("orders".into()));
+        assert_eq!(get(&map, m::TYPE), &key(m::PARTITION_TYPE));
+        assert_eq!(get(&map, m::PARTITION), &Value::String("2".into()));
+        assert_eq!(get(&map, m::BEGIN_SEQUENCE_NUMBER), &Value::Long(3));
+        assert_eq!(get(&map, m::LAST_ENQUEUED_SEQUENCE_NUMBER), &Value::Long(9));
+        assert_eq!(
+            get(&map, m::LAST_ENQUEUED_OFFSET),
+            &Value::String("4096".into())
+        );
+        assert_eq!(
+            get(&map, m::LAST_ENQUEUED_TIME_UTC),
+            &Value::Timestamp(Timestamp::from_milliseconds(1_714_979_289_000))
+        );
+        assert_eq!(get(&map, m::IS_PARTITION_EMPTY), &Value::Bool(false));
+        assert_eq!(get(&map, m::BEGIN_SEQUENCE_NUMBER_EPOCH), &Value::Int(0));
+        assert_eq!(
+            get(&map, m::LAST_ENQUEUED_SEQUENCE_NUMBER_EPOCH),
+            &Value::Int(0)
+        );
+    }
 }
