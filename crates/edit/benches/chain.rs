@@ -2,8 +2,8 @@
 //! events (the replication issue's target is 2 µs an event), and each part alone.
 //!
 //! `cargo bench -p tributary-edit --bench chain` prints nanoseconds per event for: parsing and
-//! writing the body alone (the floor every JSON-editing chain pays once), the filter alone, the
-//! validate step alone, and the whole chain — each from the event's bytes to the edited event's
+//! writing the body alone (the floor every JSON-editing chain pays once), the filter, the
+//! transform and the validate step alone, and the whole chain — each from the event's bytes to the edited event's
 //! bytes, over batches of 1,000 events as a replication task hands them over.
 
 use std::hint::black_box;
@@ -16,6 +16,10 @@ use tributary_edit::{CompileContext, Context, Editor, Item, Position, Step};
 use tributary_event::EventData;
 
 const BATCH_EVENTS: usize = 1000;
+
+// The allocator the `tributary` binary runs the editor with.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this without it: then a
@@ -45,6 +49,7 @@ fn main() {
             Editor::new(vec![touch()]),
         ),
         ("filter", Editor::new(vec![Arc::clone(&filter)])),
+        ("transform", Editor::new(vec![Arc::clone(&transform)])),
         ("validate", Editor::new(vec![Arc::clone(&validate)])),
         (
             "filter + transform + validate",
