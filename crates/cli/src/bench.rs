@@ -9,6 +9,7 @@
 //! * `recover`: writes a partition of `--recovery-gib` and times reopening it, with its index
 //!   files and (worst case) without them.
 //! * `memory`: appends `--memory-gib` of 1 KiB events and reports the process's resident set.
+//! * `processor` and `replicate`: see `bench_processor.rs` and `bench_replicate.rs`.
 //!
 //! Every result line states the durability, event size, batch size, partitions, appenders and
 //! window, so numbers are never quoted without their conditions.
@@ -32,7 +33,7 @@ pub async fn run(global: &GlobalArgs, args: &BenchArgs) -> Result<()> {
             .data_dir
             .join(format!("bench-{}", std::process::id()))
     });
-    if args.scenario != Scenario::Processor {
+    if !matches!(args.scenario, Scenario::Processor | Scenario::Replicate) {
         let args_root = (args.clone_for_thread(), root.clone());
         tokio::task::spawn_blocking(move || {
             let (args, root) = args_root;
@@ -45,6 +46,15 @@ pub async fn run(global: &GlobalArgs, args: &BenchArgs) -> Result<()> {
     }
     if matches!(args.scenario, Scenario::Processor | Scenario::All) {
         let outcome = crate::bench_processor::run(&root).await;
+        let _ = std::fs::remove_dir_all(&root);
+        outcome?;
+    }
+    if matches!(args.scenario, Scenario::Replicate | Scenario::All) {
+        // `all` warmed the memory before the log scenarios.
+        if args.scenario == Scenario::Replicate && args.warm_memory_gib > 0 {
+            warm_memory(args.warm_memory_gib);
+        }
+        let outcome = crate::bench_replicate::run(args, &root).await;
         let _ = std::fs::remove_dir_all(&root);
         outcome?;
     }
@@ -65,6 +75,13 @@ impl BenchArgs {
             recovery_gib: self.recovery_gib,
             memory_gib: self.memory_gib,
             warm_memory_gib: self.warm_memory_gib,
+            producers: self.producers,
+            send_window: self.send_window,
+            copy_events: self.copy_events,
+            lag_rates: self.lag_rates.clone(),
+            lag_seconds: self.lag_seconds,
+            task_batch_events: self.task_batch_events,
+            task_prefetch: self.task_prefetch,
             dir: self.dir.clone(),
         }
     }

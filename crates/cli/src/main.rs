@@ -10,6 +10,7 @@
 mod args;
 mod bench;
 mod bench_processor;
+mod bench_replicate;
 mod commands;
 mod hub_handle;
 mod input;

@@ -18,6 +18,8 @@ pub enum Scenario {
     Memory,
     /// The event processor host: start-up, failover, steady state, throughput.
     Processor,
+    /// Replication tasks between two hubs over AMQP: raw ingest, copy throughput, lag.
+    Replicate,
     /// All of the above.
     All,
 }
@@ -28,7 +30,8 @@ pub struct BenchArgs {
     /// What to measure.
     #[arg(long, value_enum, default_value_t = Scenario::Append)]
     pub scenario: Scenario,
-    /// Event body sizes to run, comma-separated (e.g. 100,1KiB).
+    /// Event body sizes to run, comma-separated (e.g. 100,1KiB); the replicate scenario runs
+    /// the first.
     #[arg(long, value_delimiter = ',', default_value = "100,1KiB", value_parser = parse_bytes)]
     pub event_bytes: Vec<u64>,
     /// Events per appended batch.
@@ -43,10 +46,12 @@ pub struct BenchArgs {
     /// Batches each appender keeps unacknowledged at most (1 = wait for each ack).
     #[arg(long, default_value_t = 32)]
     pub in_flight: usize,
-    /// Durability modes to run, comma-separated (fsync, none, interval:<ms>).
+    /// Durability modes to run, comma-separated (fsync, none, interval:<ms>); the replicate
+    /// scenario runs the first, on both hubs.
     #[arg(long, value_delimiter = ',', default_value = "fsync,none", value_parser = parse_durability)]
     pub modes: Vec<Durability>,
-    /// How long each append run lasts, in seconds.
+    /// How long each append run (and the replicate scenario's ingest baseline) lasts, in
+    /// seconds.
     #[arg(long, default_value_t = 10)]
     pub seconds: u64,
     /// Size of the partition the recovery scenario reopens, in GiB.
@@ -59,7 +64,67 @@ pub struct BenchArgs {
     /// page is slow (the host backs it lazily); a long-running server's memory is warm.
     #[arg(long, default_value_t = 0)]
     pub warm_memory_gib: u64,
+    /// Producers in the replicate scenario, one AMQP connection each.
+    #[arg(long, default_value_t = 4)]
+    pub producers: usize,
+    /// Concurrent sends per producer and partition in the replicate scenario's ingest baseline.
+    #[arg(long, default_value_t = 16)]
+    pub send_window: usize,
+    /// Events the replicate scenario fills the source with and copies.
+    #[arg(long, default_value_t = 3_000_000)]
+    pub copy_events: u64,
+    /// Rates at which the replicate scenario measures the lag, comma-separated: events/s, or
+    /// `half` for half the copy throughput it measured.
+    #[arg(long, value_delimiter = ',', default_value = "half,10000", value_parser = parse_lag_rate)]
+    pub lag_rates: Vec<LagRate>,
+    /// How long each lag run lasts (after a 2 s warm-up), in seconds.
+    #[arg(long, default_value_t = 10)]
+    pub lag_seconds: u64,
+    /// The replication task's `batch_events_max` (default: the task's own default).
+    #[arg(long)]
+    pub task_batch_events: Option<u32>,
+    /// The replication task's `prefetch` (default: the task's own default).
+    #[arg(long)]
+    pub task_prefetch: Option<u32>,
     /// Where to write (default: a directory under the data directory, removed afterwards).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+}
+
+/// A rate the replicate scenario measures the lag at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LagRate {
+    /// Half the copy throughput measured in the same run.
+    HalfCopy,
+    /// This many events per second.
+    EventsPerSecond(u64),
+}
+
+fn parse_lag_rate(s: &str) -> Result<LagRate, String> {
+    if s == "half" {
+        return Ok(LagRate::HalfCopy);
+    }
+    match s.parse::<u64>() {
+        Ok(rate) if rate > 0 => Ok(LagRate::EventsPerSecond(rate)),
+        _ => Err(format!(
+            "{s:?} is not a rate: give events per second (above 0) or \"half\""
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lag_rates_are_events_per_second_or_half_the_copy_rate() {
+        assert_eq!(parse_lag_rate("half"), Ok(LagRate::HalfCopy));
+        assert_eq!(
+            parse_lag_rate("10000"),
+            Ok(LagRate::EventsPerSecond(10_000))
+        );
+        for wrong in ["0", "-5", "fast", ""] {
+            assert!(parse_lag_rate(wrong).is_err(), "{wrong:?} was taken");
+        }
+    }
 }
