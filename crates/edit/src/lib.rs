@@ -21,6 +21,7 @@
 pub mod condition;
 pub mod field;
 pub mod item;
+pub mod limits;
 pub mod spec;
 pub mod step;
 pub mod steps;

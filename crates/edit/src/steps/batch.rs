@@ -61,9 +61,9 @@ use serde_json::{Number, Value as Json};
 use tributary_event::{EventData, PropertyValue};
 
 use crate::item::{Item, Position};
+use crate::limits::HUB_EVENT_BYTES_MAX;
 use crate::spec::{CompileContext, SpecError};
 use crate::step::{Context, Output, Step};
-use crate::steps::transcode::HUB_EVENT_BYTES_MAX;
 
 /// The property a batch carries: how many events it holds.
 pub const BATCH_COUNT_PROPERTY: &str = "tributary-batch-count";

@@ -91,12 +91,9 @@ use time::format_description::well_known::Rfc3339;
 use tributary_event::PropertyValue;
 
 use crate::item::Item;
+use crate::limits::HUB_EVENT_BYTES_MAX;
 use crate::spec::{CompileContext, SpecError};
 use crate::step::{Context, Output, Step};
-
-/// The largest event a hub takes: 1 MiB, the Event Hubs (standard tier) and Tributary limit.
-/// No honest length inside one event's body can exceed it.
-pub const HUB_EVENT_BYTES_MAX: usize = 1024 * 1024;
 
 /// The most apache-avro allocates for one string, bytes, fixed or block length read from a
 /// body: a body is at most one event, so a larger length is a lie that would only allocate.
