@@ -40,7 +40,9 @@ use anyhow::{Context, Result, anyhow, bail};
 use bytes::Bytes;
 use tokio::task::{JoinHandle, JoinSet};
 use tributary_amqp::{AccessPolicies, AccessPolicy, AmqpConfig, Right, RunningAmqpServer};
-use tributary_broker::{Broker, BrokerConfig, Durability, HubSpec, SendTarget, SyncTimes};
+use tributary_broker::{
+    Broker, BrokerConfig, Durability, HubSpec, PartitionProperties, SendTarget, SyncTimes,
+};
 use tributary_client::{ClientOptions, ProducerClient};
 use tributary_event::EventData;
 use tributary_log::DurationCounts;
@@ -295,27 +297,31 @@ impl Hub {
     /// The events the event hub `hub` holds: its partitions' end sequence numbers + 1 (nothing
     /// expires within a run).
     fn events(&self, hub: &str, partitions: u32) -> Result<u64> {
-        let mut total = 0;
-        for partition in 0..partitions {
-            let properties = self
-                .broker
-                .partition_properties(hub, &partition.to_string())
-                .context("cannot read a partition's properties")?;
-            total += u64::try_from(properties.last_enqueued_sequence_number + 1).unwrap_or(0);
-        }
-        Ok(total)
+        self.sum_over_partitions(hub, partitions, |p| {
+            u64::try_from(p.last_enqueued_sequence_number + 1).unwrap_or(0)
+        })
     }
 
     /// The bytes the event hub `hub`'s logs hold, about: offsets are byte positions, so the
     /// partitions' last offsets (each short of its last record).
     fn log_bytes(&self, hub: &str, partitions: u32) -> Result<u64> {
+        self.sum_over_partitions(hub, partitions, |p| p.last_enqueued_offset.unwrap_or(0))
+    }
+
+    /// `figure` of each of `hub`'s partitions' properties, summed.
+    fn sum_over_partitions(
+        &self,
+        hub: &str,
+        partitions: u32,
+        figure: impl Fn(&PartitionProperties) -> u64,
+    ) -> Result<u64> {
         let mut total = 0;
         for partition in 0..partitions {
             let properties = self
                 .broker
                 .partition_properties(hub, &partition.to_string())
                 .context("cannot read a partition's properties")?;
-            total += properties.last_enqueued_offset.unwrap_or(0);
+            total += figure(&properties);
         }
         Ok(total)
     }
