@@ -1,5 +1,6 @@
 //! [`Broker`]: the in-process API of a Tributary namespace.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::Path;
@@ -413,7 +414,27 @@ impl Broker {
         &self,
         hub: &str,
         target: SendTarget,
-        mut events: Vec<EventData>,
+        events: Vec<EventData>,
+    ) -> Result<SendReceipt, BrokerError> {
+        self.send_events(hub, target, Cow::Owned(events)).await
+    }
+
+    /// [`Broker::send`] of events the caller keeps: they are not copied unless the batch's
+    /// partition key must be written into them.
+    pub async fn send_borrowed(
+        &self,
+        hub: &str,
+        target: SendTarget,
+        events: &[EventData],
+    ) -> Result<SendReceipt, BrokerError> {
+        self.send_events(hub, target, Cow::Borrowed(events)).await
+    }
+
+    async fn send_events(
+        &self,
+        hub: &str,
+        target: SendTarget,
+        mut events: Cow<'_, [EventData]>,
     ) -> Result<SendReceipt, BrokerError> {
         let hub = self.hub(hub)?;
         stamp_partition_key(&target, &mut events)?;
@@ -599,10 +620,16 @@ impl Broker {
 
 /// Makes the events of a batch agree with its target: a key batch stamps its key on every
 /// event; a partition or round-robin batch may carry none.
-fn stamp_partition_key(target: &SendTarget, events: &mut [EventData]) -> Result<(), BrokerError> {
-    for (index, event) in events.iter_mut().enumerate() {
+/// Checks every event's own partition key against the batch's `target`, and gives the keyless
+/// ones the batch's key (copying the events only then).
+fn stamp_partition_key(
+    target: &SendTarget,
+    events: &mut Cow<'_, [EventData]>,
+) -> Result<(), BrokerError> {
+    let mut keyless = false;
+    for (index, event) in events.iter().enumerate() {
         match (target, &event.partition_key) {
-            (SendTarget::PartitionKey(key), None) => event.partition_key = Some(key.clone()),
+            (SendTarget::PartitionKey(_), None) => keyless = true,
             (SendTarget::PartitionKey(key), Some(own)) if own == key => {}
             (SendTarget::PartitionKey(key), Some(own)) => {
                 return Err(BrokerError::InvalidSend(format!(
@@ -615,6 +642,11 @@ fn stamp_partition_key(target: &SendTarget, events: &mut [EventData]) -> Result<
                 )));
             }
             (_, None) => {}
+        }
+    }
+    if let (true, SendTarget::PartitionKey(key)) = (keyless, target) {
+        for event in events.to_mut() {
+            event.partition_key.get_or_insert_with(|| key.clone());
         }
     }
     Ok(())

@@ -12,7 +12,7 @@ mod bench;
 mod process;
 mod replicate;
 
-pub use bench::{BenchArgs, LagRate, Scenario};
+pub use bench::{BenchArgs, LagRate, Scenario, TaskTransport};
 pub use process::{Action, GroupStore, OwnershipArgs, ProcessArgs, Strategy};
 pub use replicate::ReplicateArgs;
 

@@ -34,7 +34,7 @@ pub async fn run(global: &GlobalArgs, args: &BenchArgs) -> Result<()> {
             .join(format!("bench-{}", std::process::id()))
     });
     if !matches!(args.scenario, Scenario::Processor | Scenario::Replicate) {
-        let args_root = (args.clone_for_thread(), root.clone());
+        let args_root = (args.clone(), root.clone());
         tokio::task::spawn_blocking(move || {
             let (args, root) = args_root;
             let outcome = run_blocking(&args, &root);
@@ -59,32 +59,6 @@ pub async fn run(global: &GlobalArgs, args: &BenchArgs) -> Result<()> {
         outcome?;
     }
     Ok(())
-}
-
-impl BenchArgs {
-    fn clone_for_thread(&self) -> BenchArgs {
-        BenchArgs {
-            scenario: self.scenario,
-            event_bytes: self.event_bytes.clone(),
-            batch_events: self.batch_events,
-            partitions: self.partitions,
-            appenders: self.appenders,
-            in_flight: self.in_flight,
-            modes: self.modes.clone(),
-            seconds: self.seconds,
-            recovery_gib: self.recovery_gib,
-            memory_gib: self.memory_gib,
-            warm_memory_gib: self.warm_memory_gib,
-            producers: self.producers,
-            send_window: self.send_window,
-            copy_events: self.copy_events,
-            lag_rates: self.lag_rates.clone(),
-            lag_seconds: self.lag_seconds,
-            task_batch_events: self.task_batch_events,
-            task_prefetch: self.task_prefetch,
-            dir: self.dir.clone(),
-        }
-    }
 }
 
 fn run_blocking(args: &BenchArgs, root: &Path) -> Result<()> {

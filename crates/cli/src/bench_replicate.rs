@@ -49,7 +49,7 @@ use tributary_log::DurationCounts;
 use tributary_replicate::limits::BATCH_EVENTS_DEFAULT;
 use tributary_replicate::{Replicator, StartOptions, TaskConfig};
 
-use crate::args::{BenchArgs, LagRate};
+use crate::args::{BenchArgs, LagRate, TaskTransport};
 
 /// The event hub the copy and the lag runs read and write, on both hubs.
 const HUB: &str = "bench";
@@ -131,6 +131,7 @@ struct Setup {
     lag_seconds: u64,
     task_batch_events: Option<u32>,
     task_prefetch: Option<u32>,
+    transport: TaskTransport,
 }
 
 impl Setup {
@@ -156,6 +157,7 @@ impl Setup {
             lag_seconds: args.lag_seconds.max(1),
             task_batch_events: args.task_batch_events,
             task_prefetch: args.task_prefetch,
+            transport: args.task_transport,
         })
     }
 
@@ -171,7 +173,10 @@ impl Setup {
     fn task_note(&self) -> String {
         let batch = self.task_batch_events.unwrap_or(BATCH_EVENTS_DEFAULT);
         let prefetch = self.task_prefetch.unwrap_or(batch.saturating_mul(2));
-        format!("task batches of up to {batch} events, prefetch {prefetch}, keep_partition")
+        format!(
+            "task {}, batches of up to {batch} events, prefetch {prefetch}, keep_partition",
+            self.transport
+        )
     }
 
     /// A copy task `name` from `source` to `target`, reading in `group` from `position`, with
@@ -184,8 +189,8 @@ impl Setup {
         hubs: (&Hub, &Hub),
     ) -> Result<TaskConfig> {
         let mut text = format!(
-            "name = \"{name}\"\n[source]\nconnection_string = \"{}\"\nevent_hub = \"{HUB}\"\nconsumer_group = \"{group}\"\ninitial_position = \"{position}\"\ncheckpoint_store = \"{name}.sqlite\"\n",
-            hubs.0.connection_string
+            "name = \"{name}\"\n[source]\n{}\nevent_hub = \"{HUB}\"\nconsumer_group = \"{group}\"\ninitial_position = \"{position}\"\ncheckpoint_store = \"{name}.sqlite\"\n",
+            self.endpoint(hubs.0)
         );
         if let Some(batch) = self.task_batch_events {
             text.push_str(&format!("batch_events_max = {batch}\n"));
@@ -194,11 +199,38 @@ impl Setup {
             text.push_str(&format!("prefetch = {prefetch}\n"));
         }
         text.push_str(&format!(
-            "[[target]]\nname = \"copy\"\nconnection_string = \"{}\"\nevent_hub = \"{HUB}\"\nkeep_partition = true\n",
-            hubs.1.connection_string
+            "[[target]]\nname = \"copy\"\n{}\nevent_hub = \"{HUB}\"\nkeep_partition = true\n",
+            self.endpoint(hubs.1)
         ));
         TaskConfig::parse(&self.dir.join(format!("{name}.toml")), &text)
             .map_err(|e| anyhow!("the bench's task file is wrong: {e}"))
+    }
+}
+
+impl Setup {
+    /// How a task file names `hub`: by connection string or by data directory.
+    fn endpoint(&self, hub: &Hub) -> String {
+        match self.transport {
+            TaskTransport::Amqp => format!("connection_string = \"{}\"", hub.connection_string),
+            TaskTransport::Local => {
+                let dir = &hub.broker.config().data_dir;
+                format!(
+                    "data_dir = {:?}",
+                    std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone())
+                )
+            }
+        }
+    }
+
+    /// What the task starts with: in process, both hubs' brokers (so it opens neither data
+    /// directory a second time).
+    async fn start_options(&self, hubs: (&Hub, &Hub)) -> StartOptions {
+        let options = StartOptions::default();
+        if self.transport == TaskTransport::Local {
+            options.brokers.adopt(hubs.0.broker.clone()).await;
+            options.brokers.adopt(hubs.1.broker.clone()).await;
+        }
+        options
     }
 }
 
@@ -502,7 +534,8 @@ async fn copy(
     let goal = target.events(HUB, setup.partitions)? + events;
     let (cpu, syncs) = (ThreadCpu::now(), target.broker.sync_times());
     let started = Instant::now();
-    let replicator = Replicator::start(&config, StartOptions::default())
+    let options = setup.start_options((source, target)).await;
+    let replicator = Replicator::start(&config, options)
         .await
         .context("the copy task did not start")?;
     let first = wait_for(target, setup.partitions, goal, started).await?;
@@ -614,7 +647,8 @@ async fn lag(
         .await
         .context("cannot create the lag run's consumer group")?;
     let config = setup.task(&group, &group, "latest", (source, target))?;
-    let replicator = Replicator::start(&config, StartOptions::default())
+    let options = setup.start_options((source, target)).await;
+    let replicator = Replicator::start(&config, options)
         .await
         .context("the lag run's task did not start")?;
     receiving(&replicator, setup.partitions).await?;

@@ -20,36 +20,58 @@ use crate::limits::CONNECT_TIMEOUT;
 use crate::target::{HubIdentity, LocalTarget, RemoteTarget, Target};
 use crate::task::{Connection, Endpoint};
 
-/// The brokers this process opened, one per data directory.
+/// The brokers of this process, one per data directory: those the caller gave
+/// ([`Brokers::adopt`]) and those the task opened.
 #[derive(Debug, Default, Clone)]
 pub struct Brokers {
-    open: Arc<Mutex<HashMap<PathBuf, Broker>>>,
+    open: Arc<Mutex<HashMap<PathBuf, (Broker, Opener)>>>,
+}
+
+/// Who opened a broker, and so who closes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opener {
+    /// The caller: it stays open when the task stops.
+    Caller,
+    /// The task: [`Brokers::shutdown`] closes it.
+    Task,
 }
 
 impl Brokers {
     /// Brokers the caller already has (e.g. the hub `tributary serve` runs), so endpoints on
-    /// their data directories use them instead of opening the directory a second time.
+    /// their data directories use them instead of opening the directory a second time. They
+    /// stay open when the task stops.
     pub async fn adopt(&self, broker: Broker) {
         let dir = canonical(&broker.config().data_dir);
-        self.open.lock().await.insert(dir, broker);
+        self.open.lock().await.insert(dir, (broker, Opener::Caller));
     }
 
     async fn open(&self, dir: &Path) -> Result<Broker, String> {
         let key = canonical(dir);
         let mut open = self.open.lock().await;
-        if let Some(broker) = open.get(&key) {
+        if let Some((broker, _)) = open.get(&key) {
             return Ok(broker.clone());
         }
         let broker = Broker::open(BrokerConfig::new(dir))
             .await
             .map_err(|e| format!("cannot open the data directory {}: {e}", dir.display()))?;
-        open.insert(key, broker.clone());
+        open.insert(key, (broker.clone(), Opener::Task));
         Ok(broker)
     }
 
-    /// Shuts every broker this process opened down (syncing their logs).
+    /// Shuts every broker the task opened down (syncing their logs); adopted ones stay open.
     pub async fn shutdown(&self) {
-        let brokers: Vec<Broker> = self.open.lock().await.drain().map(|(_, b)| b).collect();
+        let brokers: Vec<Broker> = {
+            let mut open = self.open.lock().await;
+            let opened: Vec<PathBuf> = open
+                .iter()
+                .filter(|(_, (_, opener))| *opener == Opener::Task)
+                .map(|(dir, _)| dir.clone())
+                .collect();
+            opened
+                .iter()
+                .filter_map(|dir| open.remove(dir).map(|(broker, _)| broker))
+                .collect()
+        };
         for broker in brokers {
             if let Err(error) = broker.shutdown().await {
                 tracing::warn!(%error, "closing a data directory failed");

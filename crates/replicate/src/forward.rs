@@ -28,6 +28,7 @@ use tributary_eventhubs::limits::BATCH_EVENTS_MAX;
 use tributary_eventhubs::send::BatchSizer;
 
 use crate::limits::SENDS_IN_FLIGHT_MAX;
+use crate::metadata::Undo;
 use crate::metrics::{PartitionMetrics, TaskMetrics};
 use crate::target::{HubIdentity, Target, TargetError};
 
@@ -38,8 +39,8 @@ pub struct Outgoing {
     pub event: EventData,
     /// Where it was read from.
     pub position: Position,
-    /// Its place in the batch the task edited (what a dead letter is made from).
-    pub index: usize,
+    /// What takes the stamp back off (a dead letter is stamped for its own hub).
+    pub undo: Undo,
 }
 
 /// An event a target refused on its own.
@@ -204,6 +205,7 @@ fn refuse_all(items: Vec<Outgoing>, reason: &str) -> Vec<Poison> {
 }
 
 /// Sends `batch`; if the target refuses it, halves it until the refused events stand alone.
+/// The events are sent as they are (no copy); where each was read travels beside them.
 async fn send_isolating(
     destination: &Destination,
     to: &SendTarget,
@@ -212,27 +214,37 @@ async fn send_isolating(
     counting: &Counting<'_>,
 ) -> Vec<Poison> {
     let mut poison = Vec::new();
-    let mut pending = VecDeque::from([batch]);
-    while let Some(mut part) = pending.pop_front() {
-        assert!(!part.is_empty(), "a batch is never empty");
-        let events: Vec<EventData> = part.iter().map(|o| o.event.clone()).collect();
+    let (events, places): (Vec<EventData>, Vec<(Position, Undo)>) = batch
+        .into_iter()
+        .map(|o| (o.event, (o.position, o.undo)))
+        .unzip();
+    let mut pending = VecDeque::from([(events, places)]);
+    while let Some((mut events, mut places)) = pending.pop_front() {
+        assert!(!events.is_empty(), "a batch is never empty");
+        assert_eq!(events.len(), places.len(), "every event has its place");
         match send_retrying(destination, to, &events, retry, counting.partition).await {
             Ok(()) => {
-                counting.partition.sent(&destination.name, part.len());
+                counting.partition.sent(&destination.name, events.len());
                 let now_ms = (counting.now_ms)();
-                let enqueued = part.iter().map(|o| o.position.enqueued_time_ms);
+                let enqueued = places.iter().map(|(p, _)| p.enqueued_time_ms);
                 counting
                     .task
                     .acknowledged(counting.partition, enqueued, now_ms);
             }
-            Err(reason) if part.len() == 1 => {
-                let outgoing = part.pop().expect("one event");
+            Err(reason) if events.len() == 1 => {
+                let (event, (position, undo)) = (events.remove(0), places.remove(0));
+                let outgoing = Outgoing {
+                    event,
+                    position,
+                    undo,
+                };
                 poison.push(Poison { outgoing, reason });
             }
             Err(_) => {
-                let second = part.split_off(part.len() / 2);
+                let half = events.len() / 2;
+                let second = (events.split_off(half), places.split_off(half));
                 pending.push_front(second);
-                pending.push_front(part);
+                pending.push_front((events, places));
             }
         }
     }
@@ -294,7 +306,7 @@ mod tests {
                 offset: seq as u64,
                 enqueued_time_ms: 0,
             },
-            index: seq as usize,
+            undo: Undo::default(),
         }
     }
 

@@ -42,6 +42,9 @@ pub const ORIGIN: &str = "repl-origin";
 /// The ids of the hubs the event has been stored in, origin first.
 pub const PATH: &str = "repl-path";
 
+/// What every property above starts with.
+const PREFIX: &str = "repl-";
+
 /// What separates the hops of one property.
 pub const HOP_SEPARATOR: char = ';';
 
@@ -57,33 +60,70 @@ fn string_property<'a>(event: &'a EventData, key: &str) -> Option<&'a str> {
     }
 }
 
+/// What [`stamp`] changed in an event, so [`Undo::apply`] gives the event back as it was (for
+/// a dead letter, which is stamped for the dead-letter hub instead). On a first hop a stamp
+/// only appends properties, and the record holds no copy of anything.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Undo {
+    /// How many properties the event had.
+    properties: usize,
+    /// The properties the stamp changed in place, with their values before.
+    replaced: Vec<(usize, PropertyValue)>,
+}
+
+impl Undo {
+    /// Takes the stamp back off `event`.
+    pub fn apply(self, event: &mut EventData) {
+        event.properties.truncate(self.properties);
+        for (index, value) in self.replaced.into_iter().rev() {
+            event.properties[index].1 = value;
+        }
+    }
+}
+
 /// Sets `key` to `value`, replacing the value it had (in place, so property order is kept).
-fn put(event: &mut EventData, key: &str, value: String) {
-    match event.properties.iter_mut().find(|(k, _)| k == key) {
-        Some((_, slot)) => *slot = PropertyValue::String(value),
-        None => event
-            .properties
-            .push((key.to_owned(), PropertyValue::String(value))),
+fn put(event: &mut EventData, undo: &mut Undo, key: &str, value: String) {
+    let value = PropertyValue::String(value);
+    match event.properties.iter().position(|(k, _)| k == key) {
+        Some(index) => {
+            let before = std::mem::replace(&mut event.properties[index].1, value);
+            if index < undo.properties {
+                undo.replaced.push((index, before));
+            }
+        }
+        None => event.properties.push((key.to_owned(), value)),
     }
 }
 
 /// Appends `hop` to the `;`-list in `key` (starting the list if there is none).
-fn append(event: &mut EventData, key: &str, hop: &str) {
+fn append(event: &mut EventData, undo: &mut Undo, key: &str, hop: &str) {
     let value = match string_property(event, key) {
         Some(earlier) if !earlier.is_empty() => format!("{earlier}{HOP_SEPARATOR}{hop}"),
         _ => hop.to_owned(),
     };
-    put(event, key, value);
+    put(event, undo, key, value);
 }
 
 /// Formats a time as .NET's `"u"` format does; times outside what it can write (before year 1
-/// or after 9999) are clamped to its range.
+/// or after 9999) are clamped to its range. The text of the last second formatted on this
+/// thread is kept: a task stamps runs of events enqueued within one second.
 pub fn format_enqueued_time(ms: i64) -> String {
+    thread_local! {
+        static LAST: std::cell::RefCell<(i64, String)> =
+            const { std::cell::RefCell::new((i64::MIN, String::new())) };
+    }
     let clamped = ms.clamp(-62_135_596_800_000, 253_402_300_799_000);
-    OffsetDateTime::from_unix_timestamp(clamped.div_euclid(1000))
-        .ok()
-        .and_then(|time| time.format(UNIVERSAL_SORTABLE).ok())
-        .unwrap_or_default()
+    let second = clamped.div_euclid(1000);
+    LAST.with_borrow_mut(|(last, text)| {
+        if *last != second {
+            *text = OffsetDateTime::from_unix_timestamp(second)
+                .ok()
+                .and_then(|time| time.format(UNIVERSAL_SORTABLE).ok())
+                .unwrap_or_default();
+            *last = second;
+        }
+        text.clone()
+    })
 }
 
 /// Parses one hop of [`ENQUEUED_TIME`]: .NET's `"u"` format or RFC 3339; ms since the epoch.
@@ -110,29 +150,54 @@ pub fn has_passed_through(event: &EventData, hub_id: &str) -> bool {
 
 /// Stamps `event`, read at `position` from the hub `source_id`, for forwarding to the hub
 /// `target_id`: appends the service metadata and the target to the path, and records the
-/// source as origin (and first hop) when the event has none yet.
+/// source as origin (and first hop) when the event has none yet. Returns what to take back
+/// off to have the event as it was.
 pub fn stamp(
     event: &mut EventData,
     partition_id: &str,
     position: Position,
     source_id: &str,
     target_id: &str,
-) {
+) -> Undo {
     debug_assert!(!source_id.contains(HOP_SEPARATOR));
     debug_assert!(!target_id.contains(HOP_SEPARATOR));
-    append(
-        event,
-        ENQUEUED_TIME,
-        &format_enqueued_time(position.enqueued_time_ms),
+    let mut undo = Undo {
+        properties: event.properties.len(),
+        replaced: Vec::new(),
+    };
+    let time = format_enqueued_time(position.enqueued_time_ms);
+    let (offset, sequence) = (
+        position.offset.to_string(),
+        position.sequence_number.to_string(),
     );
-    append(event, OFFSET, &position.offset.to_string());
-    append(event, SEQUENCE, &position.sequence_number.to_string());
-    append(event, PARTITION, partition_id);
-    if origin(event).is_none() {
-        put(event, ORIGIN, source_id.to_owned());
-        put(event, PATH, source_id.to_owned());
+    if !event
+        .properties
+        .iter()
+        .any(|(key, _)| key.starts_with(PREFIX))
+    {
+        // A first hop (the common case): nothing to find or extend, six appends.
+        let path = format!("{source_id}{HOP_SEPARATOR}{target_id}");
+        let string = |key: &str, value: String| (key.to_owned(), PropertyValue::String(value));
+        event.properties.extend([
+            string(ENQUEUED_TIME, time),
+            string(OFFSET, offset),
+            string(SEQUENCE, sequence),
+            string(PARTITION, partition_id.to_owned()),
+            string(ORIGIN, source_id.to_owned()),
+            string(PATH, path),
+        ]);
+        return undo;
     }
-    append(event, PATH, target_id);
+    append(event, &mut undo, ENQUEUED_TIME, &time);
+    append(event, &mut undo, OFFSET, &offset);
+    append(event, &mut undo, SEQUENCE, &sequence);
+    append(event, &mut undo, PARTITION, partition_id);
+    if origin(event).is_none() {
+        put(event, &mut undo, ORIGIN, source_id.to_owned());
+        put(event, &mut undo, PATH, source_id.to_owned());
+    }
+    append(event, &mut undo, PATH, target_id);
+    undo
 }
 
 /// One hop of the service metadata, as read back.
@@ -244,6 +309,33 @@ mod tests {
         assert_eq!(read[1].enqueued_time_ms, Some(1_714_568_600_000));
         assert_eq!(read[0].partition_id.as_deref(), Some("3"));
         assert_eq!(string_property(&event, PARTITION), Some("3;0"));
+    }
+
+    #[test]
+    fn undoing_a_stamp_gives_the_event_back_as_it_was() {
+        let first = EventData::new("x").with_property("kind", PropertyValue::Int64(1));
+        let mut event = first.clone();
+        let undo = stamp(&mut event, "3", POSITION, "hub-a", "hub-b");
+        assert_ne!(event, first);
+        let mut undone = event.clone();
+        undo.apply(&mut undone);
+        assert_eq!(undone, first, "a first hop's stamp comes off");
+
+        let second = event.clone();
+        let undo = stamp(&mut event, "0", POSITION, "hub-b", "hub-c");
+        undo.apply(&mut event);
+        assert_eq!(event, second, "a second hop's stamp comes off");
+
+        // An origin left empty by another tool, and a path without one: both replaced, both
+        // given back.
+        let odd = EventData::new("x")
+            .with_property(ORIGIN, PropertyValue::String(String::new()))
+            .with_property(PATH, PropertyValue::String("stray".into()));
+        let mut event = odd.clone();
+        let undo = stamp(&mut event, "1", POSITION, "hub-a", "hub-b");
+        assert_eq!(string_property(&event, PATH), Some("hub-a;hub-b"));
+        undo.apply(&mut event);
+        assert_eq!(event, odd);
     }
 
     #[test]

@@ -204,12 +204,11 @@ impl TaskMetrics {
         now_ms: i64,
     ) {
         let mut last = None;
-        for enqueued in enqueued_times_ms {
+        self.lag.record_all(enqueued_times_ms.map(|enqueued| {
             let lag_ms = now_ms.saturating_sub(enqueued).max(0);
-            self.lag
-                .record(Duration::from_millis(u64::try_from(lag_ms).unwrap_or(0)));
             last = Some(lag_ms);
-        }
+            Duration::from_millis(u64::try_from(lag_ms).unwrap_or(0))
+        }));
         if let Some(lag_ms) = last {
             partition.lag_last_ms.store(lag_ms, Ordering::Relaxed);
         }

@@ -54,12 +54,10 @@ struct Route {
 
 /// One edited batch, routed.
 struct Routed {
-    /// The events as the editor left them (before stamping), with where they were read.
-    events: Vec<(EventData, Position)>,
     /// Each route's events, stamped for its target.
     per_route: Vec<Vec<Outgoing>>,
-    /// The places in `events` of those no route matched, for the dead-letter target.
-    unmatched: Vec<usize>,
+    /// The events no route matched, as the editor left them, for the dead-letter target.
+    unmatched: Vec<(EventData, Position)>,
 }
 
 /// What every partition's processor of one task shares.
@@ -392,10 +390,9 @@ impl EventProcessor for ReplicationProcessor {
         let edited = self.task.editor.apply(&edit_context, items);
         let dropped: u64 = edited.dropped.iter().map(|(_, count)| count).sum();
         self.metrics.filtered(FilterReason::Editor, dropped);
-        let mut routed = self.route(&edit_context, edited.passed);
-        let per_route = std::mem::take(&mut routed.per_route);
-        let poison = self.forward_routes(partition, per_route).await;
-        self.dead_letter(partition, &routed, poison, edited.rejected)
+        let routed = self.route(&edit_context, edited.passed);
+        let poison = self.forward_routes(partition, routed.per_route).await;
+        self.dead_letter(partition, routed.unmatched, poison, edited.rejected)
             .await;
         match context.checkpoint().await {
             Ok(()) => self.metrics.checkpointed(last_sequence),
@@ -414,21 +411,20 @@ impl EventProcessor for ReplicationProcessor {
     }
 }
 
-/// `event`, read at `position` (the `index`-th of its edited batch), stamped for forwarding
-/// from the hub `source_id` to the hub `target_id`.
+/// `event`, read at `position`, stamped for forwarding from the hub `source_id` to the hub
+/// `target_id`.
 fn stamped(
-    (event, position): &(EventData, Position),
-    index: usize,
+    mut event: EventData,
+    position: Position,
     partition: &str,
     source_id: &str,
     target_id: &str,
 ) -> Outgoing {
-    let mut data = event.clone();
-    metadata::stamp(&mut data, partition, *position, source_id, target_id);
+    let undo = metadata::stamp(&mut event, partition, position, source_id, target_id);
     Outgoing {
-        event: data,
-        position: *position,
-        index,
+        event,
+        position,
+        undo,
     }
 }
 
@@ -481,37 +477,49 @@ impl ReplicationProcessor {
     fn route(&self, context: &Context<'_>, items: Vec<Item>) -> Routed {
         let task = &self.task;
         let mut routed = Routed {
-            events: Vec::with_capacity(items.len()),
             per_route: vec![Vec::new(); task.routes.len()],
             unmatched: Vec::new(),
         };
         for item in items {
-            let mask = self.matching_routes(context, &item);
-            let index = routed.events.len();
             let position = item.position();
-            let edited = (item.into_event(), position);
+            let mut mask = self.matching_routes(context, &item);
+            let event = item.into_event();
             if mask == 0 {
                 match task.unmatched {
-                    Unmatched::DeadLetter => routed.unmatched.push(index),
+                    Unmatched::DeadLetter => routed.unmatched.push((event, position)),
                     _ => self.metrics.filtered(FilterReason::Unmatched, 1),
                 }
+                continue;
             }
             for route_index in routes_in(mask) {
                 let target_id = &task.routes[route_index].destination.identity.id;
-                if metadata::has_passed_through(&edited.0, target_id) {
+                if metadata::has_passed_through(&event, target_id) {
                     self.metrics.filtered(FilterReason::Loop, 1);
-                    continue;
+                    mask &= !(1 << route_index);
                 }
+            }
+            // Each route but the last gets a copy; the last takes the event itself.
+            let mut event = Some(event);
+            while mask != 0 {
+                let route_index = mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                let copy = if mask == 0 {
+                    event.take().expect("the event goes to its last route once")
+                } else {
+                    event
+                        .clone()
+                        .expect("the event is kept until its last route")
+                };
+                let target_id = &task.routes[route_index].destination.identity.id;
                 let outgoing = stamped(
-                    &edited,
-                    index,
+                    copy,
+                    position,
                     context.partition,
                     &task.source_id,
                     target_id,
                 );
                 routed.per_route[route_index].push(outgoing);
             }
-            routed.events.push(edited);
         }
         routed
     }
@@ -552,13 +560,14 @@ impl ReplicationProcessor {
             .collect()
     }
 
-    /// The dead letters of one batch: events a target refused and events no route matched (as
-    /// the editor left them), and events a step refused (as they reached it) — each stamped for
-    /// the dead-letter hub, not for the target that refused it, and marked with the reason.
+    /// The dead letters of one batch: events a target refused (with their stamp for it taken
+    /// off) and events no route matched (as the editor left them), and events a step refused
+    /// (as they reached it) — each stamped for the dead-letter hub, not for the target that
+    /// refused it, and marked with the reason.
     fn letters(
         &self,
         partition: &str,
-        routed: &Routed,
+        unmatched: Vec<(EventData, Position)>,
         poison: Vec<(String, Poison)>,
         rejected: Vec<Rejected>,
     ) -> Vec<Outgoing> {
@@ -567,32 +576,32 @@ impl ReplicationProcessor {
             .dead_letter
             .as_ref()
             .map_or("-", |d| d.identity.id.as_str());
-        let mut letters =
-            Vec::with_capacity(poison.len() + routed.unmatched.len() + rejected.len());
-        let mut add = |edited: &(EventData, Position), index: usize, mark: Mark<'_>| {
-            let mut letter = stamped(edited, index, partition, &task.source_id, dead_letter_id);
+        let mut letters = Vec::with_capacity(poison.len() + unmatched.len() + rejected.len());
+        let mut add = |event: EventData, position: Position, mark: Mark<'_>| {
+            let mut letter = stamped(event, position, partition, &task.source_id, dead_letter_id);
             letter.event = self.letter(letter.event, mark);
             letters.push(letter);
         };
-        for (route, refused) in &poison {
-            let index = refused.outgoing.index;
-            add(
-                &routed.events[index],
-                index,
-                Mark::Route(route, &refused.reason),
-            );
+        for (route, refused) in poison {
+            let Outgoing {
+                mut event,
+                position,
+                undo,
+            } = refused.outgoing;
+            undo.apply(&mut event);
+            add(event, position, Mark::Route(&route, &refused.reason));
         }
-        for &index in &routed.unmatched {
-            add(&routed.events[index], index, Mark::Unmatched);
+        for (event, position) in unmatched {
+            add(event, position, Mark::Unmatched);
         }
         for refusal in rejected {
             let reason = format!("step {:?}: {}", refusal.step, refusal.reason);
             let position = refusal.item.position();
-            let edited = (refusal.item.into_event(), position);
-            // A step's refusal has no place in the routed batch; the index of a dead letter is
-            // never read (what the dead-letter target refuses is logged from the letter itself).
-            let index = routed.events.len();
-            add(&edited, index, Mark::Step(&refusal.step, &reason));
+            add(
+                refusal.item.into_event(),
+                position,
+                Mark::Step(&refusal.step, &reason),
+            );
         }
         letters
     }
@@ -602,14 +611,14 @@ impl ReplicationProcessor {
     async fn dead_letter(
         &self,
         partition: &str,
-        routed: &Routed,
+        unmatched: Vec<(EventData, Position)>,
         poison: Vec<(String, Poison)>,
         rejected: Vec<Rejected>,
     ) {
-        if poison.is_empty() && routed.unmatched.is_empty() && rejected.is_empty() {
+        if poison.is_empty() && unmatched.is_empty() && rejected.is_empty() {
             return;
         }
-        let letters = self.letters(partition, routed, poison, rejected);
+        let letters = self.letters(partition, unmatched, poison, rejected);
         let task = &self.task;
         let Some(destination) = &task.dead_letter else {
             self.lose(partition, &letters, "the task has no [dead_letter] target");

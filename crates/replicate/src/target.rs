@@ -138,7 +138,7 @@ impl Target for LocalTarget {
 
     async fn send(&self, events: &[EventData], to: &SendTarget) -> Result<(), TargetError> {
         self.broker
-            .send(&self.hub, to.clone(), events.to_vec())
+            .send_borrowed(&self.hub, to.clone(), events)
             .await
             .map(|_| ())
             .map_err(TargetError::from_broker)

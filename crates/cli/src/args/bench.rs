@@ -25,7 +25,7 @@ pub enum Scenario {
 }
 
 /// `tributary bench`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// What to measure.
     #[arg(long, value_enum, default_value_t = Scenario::Append)]
@@ -86,9 +86,32 @@ pub struct BenchArgs {
     /// The replication task's `prefetch` (default: the task's own default).
     #[arg(long)]
     pub task_prefetch: Option<u32>,
+    /// How the replicate scenario's task reaches the two hubs: `amqp` (connection strings, as
+    /// a task deployed beside remote hubs does) or `local` (their data directories: both hubs
+    /// in the task's process, as at the edge).
+    #[arg(long, value_enum, default_value_t = TaskTransport::Amqp)]
+    pub task_transport: TaskTransport,
     /// Where to write (default: a directory under the data directory, removed afterwards).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+}
+
+/// How the replicate scenario's task reaches its hubs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TaskTransport {
+    /// Over AMQP, with each hub's connection string.
+    Amqp,
+    /// In process, by each hub's data directory.
+    Local,
+}
+
+impl std::fmt::Display for TaskTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TaskTransport::Amqp => "over AMQP (connection strings)",
+            TaskTransport::Local => "in process (data directories)",
+        })
+    }
 }
 
 /// A rate the replicate scenario measures the lag at.
