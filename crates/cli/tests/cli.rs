@@ -267,6 +267,8 @@ fn a_running_hub_holds_its_data_directory() {
             "events",
             "--partitions",
             "2",
+            "--amqp-port",
+            "0",
             "--http-port",
             "0",
         ],

@@ -10,7 +10,9 @@
 //!   the rest. Under PostgreSQL's row locks two claims with the same etag serialise, and the
 //!   second finds the etag changed: a lost race is simply a claim missing from the result. The
 //!   claims of one call are independent statements (pipelined on the connection); each wins or
-//!   loses on its own, as the trait allows.
+//!   loses on its own, as the trait allows. Unlike the SQLite store's, a call is not
+//!   all-or-nothing: if the connection breaks midway it fails although some claims may have been
+//!   recorded; the records then name this host, and its next cycle renews them from the listing.
 //! - **Fenced checkpoints.** One statement locks the partition's ownership row (`FOR SHARE`),
 //!   checks the owner and writes the checkpoint, so a claim that takes the partition over either
 //!   waits for the checkpoint or makes it fail; a checkpoint from a former owner never lands after
