@@ -316,3 +316,34 @@ async fn steady_state_store_requests_per_partition_per_minute() {
         );
     }
 }
+
+/// Where an administrator made the tables, a user who may only read and write them uses the
+/// store (no CREATE privilege needed).
+#[tokio::test]
+async fn a_user_without_create_privilege_uses_existing_tables() {
+    let server = PostgresServer::shared();
+    let url = server.create_database("least_privilege");
+    drop(PostgresCheckpointStore::connect(&url).await.unwrap()); // The admin makes the tables.
+    let database = url.rsplit('/').next().unwrap();
+    server
+        .sql(
+            database,
+            "CREATE ROLE processor LOGIN; \
+             REVOKE CREATE ON SCHEMA public FROM PUBLIC; \
+             REVOKE CREATE ON DATABASE least_privilege_placeholder FROM PUBLIC; \
+             GRANT SELECT, INSERT, UPDATE ON tributary_ownership, tributary_checkpoint \
+             TO processor"
+                .replace("least_privilege_placeholder", database)
+                .as_str(),
+        )
+        .unwrap();
+    let as_processor = url.replace("postgres://postgres@", "postgres://processor@");
+    let clock = Arc::new(ManualClock::new(1_000));
+    let store = PostgresCheckpointStore::connect_with_clock(&as_processor, clock.clone())
+        .await
+        .unwrap();
+    conformance::run_all(&store, &clock).await;
+    // And it really may not create anything.
+    let denied = server.sql(database, "SET ROLE processor; CREATE TABLE nope (x int)");
+    assert!(denied.is_err_and(|e| e.contains("permission denied")));
+}

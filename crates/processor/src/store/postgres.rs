@@ -2,7 +2,8 @@
 //!
 //! Tables: `tributary_ownership` and `tributary_checkpoint`, created if absent, in the schema
 //! the URL's `schema` parameter names (default `public`; created if absent). Both are keyed by
-//! (namespace, event hub, consumer group, partition), the first three in lowercase.
+//! (namespace, event hub, consumer group, partition), the first three in lowercase. Where they
+//! exist already the store needs only SELECT, INSERT and UPDATE on them (no CREATE privilege).
 //!
 //! Guarantees, and how:
 //! - **Atomic claims across hosts.** Every claim is one statement that compares and writes:
@@ -197,10 +198,25 @@ impl PostgresCheckpointStore {
                 tracing::warn!(error = %describe(&error), "the checkpoint store's PostgreSQL connection ended");
             }
         });
-        client
-            .batch_execute(&create_schema_sql(&self.schema))
+        // Creating needs the CREATE privilege even when the tables exist, so a user an
+        // administrator gave only reads and writes on existing tables skips it.
+        let present: bool = client
+            .query_one(
+                "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL",
+                &[
+                    &format!("\"{}\".tributary_ownership", self.schema),
+                    &format!("\"{}\".tributary_checkpoint", self.schema),
+                ],
+            )
             .await
-            .map_err(backend("creating the tables"))?;
+            .map_err(backend("looking for the tables"))?
+            .get(0);
+        if !present {
+            client
+                .batch_execute(&create_schema_sql(&self.schema))
+                .await
+                .map_err(backend("creating the tables"))?;
+        }
         let prepare = backend("preparing statements");
         let sql = Sql::new(&self.schema);
         Ok(Connected {
