@@ -74,6 +74,11 @@ pub enum Command {
     /// instance of the consumer group, checkpoints, and takes over when instances come and go.
     Process(ProcessArgs),
     /// Print the ownership and checkpoint table of a consumer group.
+    ///
+    /// Refuses a hub that does not exist when it can tell: with --connection-string (it asks
+    /// the hub) or when the data directory exists (it looks there; while a running `serve`
+    /// holds the directory it says it cannot check). With only a store it cannot tell an
+    /// unknown hub from one nobody has processed yet, and prints an empty table.
     Ownership(OwnershipArgs),
     /// Run a replication task (a TOML file): copy, merge, edit and route events from a source
     /// hub to target hubs, as a consumer group that any number of processes share.

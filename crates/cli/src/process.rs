@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tributary_event::ReceivedEvent;
-use tributary_processor::store::CheckpointStore;
+use tributary_processor::store::{CheckpointStore, StoreLocation};
 use tributary_processor::{
     CloseReason, EventProcessor, EventProcessorHost, LoadBalancingStrategy, PartitionContext,
-    ProcessorOptions, SqliteCheckpointStore,
+    ProcessorOptions,
 };
 
 use crate::args::{Action, GlobalArgs, GroupStore, OwnershipArgs, ProcessArgs, Strategy};
@@ -30,11 +30,23 @@ impl GroupStore {
         })
     }
 
-    fn store_path(&self, global: &GlobalArgs) -> PathBuf {
-        self.store
-            .clone()
-            .unwrap_or_else(|| global.data_dir.join("checkpoints.sqlite"))
+    /// The `--store` URL, parsed; by default the data directory's SQLite file.
+    fn store_location(&self, global: &GlobalArgs) -> Result<StoreLocation> {
+        match &self.store {
+            Some(url) => Ok(StoreLocation::parse(url)?),
+            None => Ok(StoreLocation::Sqlite(
+                global.data_dir.join("checkpoints.sqlite"),
+            )),
+        }
     }
+}
+
+/// Opens the checkpoint store at `location`.
+async fn open_store(location: &StoreLocation) -> Result<Arc<dyn CheckpointStore>> {
+    location
+        .open()
+        .await
+        .with_context(|| format!("cannot open the checkpoint store {location}"))
 }
 
 /// Where events go, shared by the processors of one instance.
@@ -148,12 +160,8 @@ pub async fn process(global: &GlobalArgs, args: &ProcessArgs) -> Result<()> {
     let at = &args.at;
     let hub = HubHandle::open(global, &at.hub, at.connection_string.as_deref()).await?;
     let source = hub.source(Some(&at.namespace()?));
-    let path = args.at.store_path(global);
-    let store: Arc<dyn CheckpointStore> = Arc::new(
-        SqliteCheckpointStore::open(&path)
-            .await
-            .with_context(|| format!("cannot open the checkpoint store {}", path.display()))?,
-    );
+    let location = at.store_location(global)?;
+    let store = open_store(&location).await?;
     if let Some(dir) = &args.output_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
@@ -181,7 +189,7 @@ pub async fn process(global: &GlobalArgs, args: &ProcessArgs) -> Result<()> {
         args.at.hub,
         args.at.group,
         host.host_name(),
-        path.display()
+        location
     );
     wait_for_stop(&sink).await?;
     host.shutdown().await?;
@@ -237,17 +245,59 @@ fn report_counts(sink: &Sink) {
     );
 }
 
+/// Fails when the hub does not exist, if that can be told: with a connection string the hub
+/// is asked; else an existing data directory is looked in (unless a running `serve` holds it).
+async fn check_hub_exists(global: &GlobalArgs, at: &GroupStore) -> Result<()> {
+    if at.connection_string.is_some() {
+        let hub = HubHandle::open(global, &at.hub, at.connection_string.as_deref()).await?;
+        hub.partition_ids()
+            .await
+            .with_context(|| format!("cannot read event hub {:?}", at.hub))?;
+        return Ok(());
+    }
+    if !global.data_dir.exists() {
+        return Ok(()); // No hub here to ask: only the store's records can be shown.
+    }
+    match crate::hub_handle::open_broker(global).await {
+        Ok(broker) => {
+            let described = broker.describe_hub(&at.hub);
+            broker.shutdown().await?;
+            match described {
+                Err(tributary_broker::BrokerError::HubNotFound { .. }) => anyhow::bail!(
+                    "event hub {:?} does not exist in the data directory {}",
+                    at.hub,
+                    global.data_dir.display()
+                ),
+                other => other.map(drop)?,
+            }
+        }
+        Err(e) => eprintln!(
+            "tributary: cannot check that event hub {:?} exists: {e:#}",
+            at.hub
+        ),
+    }
+    Ok(())
+}
+
 /// `tributary ownership`: the tracking table of the Event Processor Host documentation.
 pub async fn ownership(global: &GlobalArgs, args: &OwnershipArgs) -> Result<()> {
-    let path = args.at.store_path(global);
-    anyhow::ensure!(
-        path.exists(),
-        "there is no checkpoint store at {}",
-        path.display()
-    );
-    let store = SqliteCheckpointStore::open(&path)
-        .await
-        .with_context(|| format!("cannot open the checkpoint store {}", path.display()))?;
+    let location = args.at.store_location(global)?;
+    if location != StoreLocation::Memory {
+        check_hub_exists(global, &args.at).await?;
+    }
+    match &location {
+        StoreLocation::Memory => anyhow::bail!(
+            "memory: is one process's own store; `ownership` can only read a shared one \
+             (sqlite:PATH or postgres://...)"
+        ),
+        StoreLocation::Sqlite(path) => anyhow::ensure!(
+            path.exists(),
+            "there is no checkpoint store at {}",
+            path.display()
+        ),
+        _ => {}
+    }
+    let store = open_store(&location).await?;
     let namespace = args.at.namespace()?;
     let owners = store
         .list_ownership(&namespace, &args.at.hub, &args.at.group)

@@ -201,6 +201,39 @@ fn mistakes_get_readable_errors_and_write_nothing() {
     );
 }
 
+/// `ownership` refuses a hub that does not exist, a store it cannot read and an unknown store
+/// URL, saying which; a PostgreSQL password never shows.
+#[test]
+fn ownership_and_process_refuse_what_they_cannot_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run_ok(d, &["hub", "create", "h", "-p", "2"]);
+    let err = run_err(d, &["ownership", "nosuchhub"]);
+    assert!(
+        err.contains("event hub \"nosuchhub\" does not exist"),
+        "{err}"
+    );
+    let err = run_err(d, &["ownership", "h", "--store", "memory:"]);
+    assert!(err.contains("memory: is one process's own store"), "{err}");
+    for command in ["ownership", "process"] {
+        let err = run_err(d, &[command, "h", "--store", "ftp://x/y"]);
+        assert!(err.contains("unknown scheme \"ftp\""), "{command}: {err}");
+    }
+    let closed_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("postgres://app:s3cret@127.0.0.1:{closed_port}/db");
+    let err = run_err(d, &["ownership", "h", "--store", &url]);
+    assert!(
+        err.contains("cannot open the checkpoint store")
+            && err.contains(&format!("127.0.0.1:{closed_port}"))
+            && !err.contains("s3cret"),
+        "{err}"
+    );
+}
+
 #[test]
 fn an_oversize_event_refuses_its_batch() {
     let dir = tempfile::tempdir().unwrap();
@@ -234,6 +267,8 @@ fn a_running_hub_holds_its_data_directory() {
             "events",
             "--partitions",
             "2",
+            "--amqp-port",
+            "0",
             "--http-port",
             "0",
         ],
@@ -621,8 +656,8 @@ fn spawn_processor(
 
 /// Owner → the partitions it owns, from `tributary ownership`.
 fn owners_of(client: &Path, cs: &str, store: &str) -> BTreeMap<String, Vec<String>> {
-    if !Path::new(store).exists() {
-        return BTreeMap::new(); // No instance has opened the store yet.
+    if !store.contains("://") && !Path::new(store).exists() {
+        return BTreeMap::new(); // No instance has opened the SQLite file yet.
     }
     let args = [
         "ownership",
@@ -694,21 +729,40 @@ fn explain_fleet(owners: impl std::fmt::Debug, dir: &Path, instances: usize) -> 
     said
 }
 
-/// Five processor instances over a 16-partition hub share one checkpoint store; one is killed
-/// with `kill -9`. Its partitions resume on the others from its last checkpoints: every event is
-/// processed, and only events processed after a last checkpoint are processed twice.
+/// The fleet tests run one at a time: each is ten processes on a machine's few cores.
+static ONE_FLEET_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The kill -9 fleet test with a SQLite file (a bare path) as the store.
 #[test]
 fn five_processes_share_a_hub_and_survive_a_kill_9() {
+    let _one = ONE_FLEET_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+    let store = dir.path().join("checkpoints.sqlite");
+    five_processes_survive_a_kill_9(dir.path(), store.to_str().unwrap());
+}
+
+/// The kill -9 fleet test with a `postgres://` store on this test binary's private PostgreSQL
+/// (scripts/setup-postgres installs it).
+#[test]
+fn five_processes_share_a_postgres_store_and_survive_a_kill_9() {
+    let _one = ONE_FLEET_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = tempfile::tempdir().unwrap();
+    let store = tributary_testkit::PostgresServer::shared().create_database("fleet");
+    five_processes_survive_a_kill_9(dir.path(), &format!("{store}?schema=fleet"));
+}
+
+/// Five processor instances over a 16-partition hub share one checkpoint store (`store`, a
+/// `--store` URL); one is killed with `kill -9`. Its partitions resume on the others from its
+/// last checkpoints: every event is processed, and only events processed after a last
+/// checkpoint are processed twice.
+fn five_processes_survive_a_kill_9(d: &Path, store: &str) {
     let served = Served::start(d, "h", "16");
     let cs = served.connection_string.clone();
-    let (client, out, store) = (
-        d.join("client"),
-        d.join("out"),
-        d.join("checkpoints.sqlite"),
-    );
-    let store = store.to_str().unwrap();
+    let (client, out) = (d.join("client"), d.join("out"));
     let log_of = |name: &str| d.join(format!("{name}.log"));
     let mut instances: Vec<(String, Reaped)> = (0..5)
         .map(|i| {

@@ -10,8 +10,10 @@
 //!   hands partitions over on shutdown.
 //! - [`EventProcessor`] (made per partition by an [`EventProcessorFactory`], or from a closure
 //!   with [`processor_fn`]) and its [`PartitionContext`]: the user's side.
-//! - [`CheckpointStore`] with [`InMemoryCheckpointStore`] and, with the `sqlite` feature (on by
-//!   default), `SqliteCheckpointStore`: the ownership and checkpoint records the hosts share.
+//! - [`CheckpointStore`] with [`InMemoryCheckpointStore`], with the `sqlite` feature (on by
+//!   default) `SqliteCheckpointStore`, and with the `postgres` feature (off by default)
+//!   `PostgresCheckpointStore`: the ownership and checkpoint records the hosts share.
+//!   `store::open_url` opens any of them from a URL (`memory:`, `sqlite:PATH`, `postgres://…`).
 //! - [`balance`]: the pure load-balancing function the host calls every cycle.
 //! - [`PartitionSource`] / [`PartitionReceiver`] (from `tributary-source`, re-exported here): how
 //!   events are read. This crate delegates all reading to them and knows no hub: the broker's
@@ -128,6 +130,8 @@ pub use processor::{
     CloseReason, EventProcessor, EventProcessorFactory, PartitionContext, PartitionError,
     ProcessorFn, processor_fn,
 };
+#[cfg(feature = "postgres")]
+pub use store::PostgresCheckpointStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteCheckpointStore;
 pub use store::{

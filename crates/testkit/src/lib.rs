@@ -5,6 +5,7 @@
 //! - [`sdk`]: running the official SDKs' scenario scripts (Python `azure-eventhub`, JavaScript
 //!   `@azure/event-hubs`) and reading the JSON they print.
 //! - [`oci`]: the HTTP front door under test, the `oci` SDK's scripts, a raw HTTP client.
+//! - [`postgres`]: a private PostgreSQL server (one per test binary, a database per test).
 //!
 //! The tests that need both ends of the wire — the server's doors and the Rust client, the
 //! official SDKs, the processor over AMQP — live in this crate's `tests/` and its scripts in
@@ -14,9 +15,11 @@
 
 pub mod hub;
 pub mod oci;
+pub mod postgres;
 pub mod sdk;
 
 pub use hub::{TestHub, within};
+pub use postgres::PostgresServer;
 pub use sdk::{
     JsonLines, bodies, join_all, join_in_waves, node_modules, python, repo, run_json, run_node,
     run_node_with, run_python, wait_for_receivers,

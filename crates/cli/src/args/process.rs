@@ -26,10 +26,18 @@ pub struct GroupStore {
     /// The consumer group.
     #[arg(long, short, default_value = "$Default")]
     pub group: String,
-    /// The checkpoint store: a SQLite file that every processor on this machine may share
-    /// (default: checkpoints.sqlite in the data directory).
-    #[arg(long)]
-    pub store: Option<PathBuf>,
+    /// The checkpoint store, as a URL: `sqlite:PATH` or a bare path (a SQLite file the
+    /// processors on this machine share), `postgres://USER:PASSWORD@HOST:PORT/DATABASE` (two
+    /// tables that processors on many machines share; `?schema=NAME` picks the schema, default
+    /// public; no TLS), or `memory:` (`process` only: this instance alone, forgotten at exit).
+    /// Default: checkpoints.sqlite in the data directory.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "TRIBUTARY_STORE",
+        hide_env_values = true
+    )]
+    pub store: Option<String>,
     /// The namespace name ownership and checkpoints are recorded under (default: the host of
     /// --connection-string, else "localhost").
     #[arg(long)]
@@ -75,7 +83,7 @@ pub struct ProcessArgs {
     pub expiration: i64,
 }
 
-/// `tributary ownership`.
+/// `tributary ownership` (its help is on `Command::Ownership`).
 #[derive(Debug, Args)]
 pub struct OwnershipArgs {
     #[command(flatten)]

@@ -1,6 +1,9 @@
 //! The behaviour every [`CheckpointStore`] must show, written once and run against each store.
 //!
-//! Each check works under its own event hub name, so all of them can share one store.
+//! Each check works under its own event hub name, so all of them can share one store; a store
+//! that outlives one run (a database) needs a fresh namespace, schema or database per run.
+//! Public with the `conformance` feature, so a test that starts a real server (PostgreSQL, a
+//! blob service) runs the same checks as this crate's own tests.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -13,7 +16,7 @@ use super::{Checkpoint, CheckpointStore, Ownership, OwnershipFence, StoreError};
 pub(crate) const SCOPE: (&str, &str, &str) = ("ns.example.test", "hub", "$Default");
 
 /// A claim for a partition nobody has claimed yet, under [`SCOPE`].
-#[cfg(feature = "sqlite")]
+#[cfg(all(test, feature = "sqlite"))]
 pub(crate) fn new_claim(partition_id: &str, owner_id: &str) -> Ownership {
     claim_in(SCOPE.1, partition_id, owner_id, None)
 }
@@ -32,7 +35,7 @@ fn claim_in(hub: &str, partition_id: &str, owner_id: &str, etag: Option<&str>) -
 }
 
 /// A checkpoint under [`SCOPE`].
-#[cfg(feature = "sqlite")]
+#[cfg(all(test, feature = "sqlite"))]
 pub(crate) fn checkpoint(
     partition_id: &str,
     offset: Option<u64>,
@@ -75,8 +78,9 @@ async fn list(store: &dyn CheckpointStore, hub: &str) -> Vec<Ownership> {
     records
 }
 
-/// Runs every check against `store`, whose modification times come from `clock`.
-pub(crate) async fn run_all(store: &dyn CheckpointStore, clock: &ManualClock) {
+/// Runs every check against `store`, whose modification times come from `clock`; panics on
+/// the first behaviour that differs.
+pub async fn run_all(store: &dyn CheckpointStore, clock: &ManualClock) {
     a_first_claim_creates_version_one(store, clock).await;
     a_second_first_claim_loses_quietly(store).await;
     claims_with_the_current_etag_win_and_stale_ones_lose(store).await;
@@ -357,8 +361,9 @@ async fn versions_never_go_back(store: &dyn CheckpointStore) {
     assert_eq!(list(store, hub).await, vec![current]);
 }
 
-/// Many claimants race for one partition with the same etag; exactly one may win.
-pub(crate) async fn exactly_one_concurrent_claim_wins(stores: Vec<Arc<dyn CheckpointStore>>) {
+/// Many claimants race for one partition with the same etag; exactly one may win. Give each
+/// claimant its own connection to the one store, as separate hosts have.
+pub async fn exactly_one_concurrent_claim_wins(stores: Vec<Arc<dyn CheckpointStore>>) {
     let hub = "race";
     let seed = claim_one(stores[0].as_ref(), claim_in(hub, "0", "seed", None))
         .await

@@ -21,20 +21,28 @@
 //! compare case-insensitively, as they do in Event Hubs; stores keep and return them in
 //! lowercase (the blob layout of the Azure SDKs does the same).
 //!
-//! Stores: [`InMemoryCheckpointStore`] (one process) and, with the `sqlite` feature,
-//! `SqliteCheckpointStore` (one file that several processes on a machine share). Both pass one
-//! conformance suite.
+//! Stores: [`InMemoryCheckpointStore`] (one process); with the `sqlite` feature,
+//! `SqliteCheckpointStore` (one file that several processes on a machine share); with the
+//! `postgres` feature, `PostgresCheckpointStore` (two tables that processors on many machines
+//! share). All pass one conformance suite (`conformance`, public with the `conformance`
+//! feature for tests that bring their own server). [`open_url`] opens any of them from a URL.
 
+mod location;
 mod memory;
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
-#[cfg(test)]
-mod conformance;
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
 
 use thiserror::Error;
 
+pub use location::{StoreLocation, open_url};
 pub use memory::InMemoryCheckpointStore;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresCheckpointStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteCheckpointStore;
 
