@@ -130,6 +130,8 @@ pub use processor::{
 };
 #[cfg(feature = "sqlite")]
 pub use store::SqliteCheckpointStore;
+#[cfg(feature = "blob")]
+pub use store::{BlobCheckpointStore, BlobCredential};
 pub use store::{
     Checkpoint, CheckpointStore, InMemoryCheckpointStore, Ownership, OwnershipFence, StoreError,
 };

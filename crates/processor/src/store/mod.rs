@@ -21,19 +21,25 @@
 //! compare case-insensitively, as they do in Event Hubs; stores keep and return them in
 //! lowercase (the blob layout of the Azure SDKs does the same).
 //!
-//! Stores: [`InMemoryCheckpointStore`] (one process) and, with the `sqlite` feature,
-//! `SqliteCheckpointStore` (one file that several processes on a machine share). Both pass one
-//! conformance suite.
+//! Stores: [`InMemoryCheckpointStore`] (one process); with the `sqlite` feature,
+//! `SqliteCheckpointStore` (one file that several processes on a machine share); with the
+//! `blob` feature, `BlobCheckpointStore` (an Azure Storage container, in the layout the official
+//! Event Hubs processors share). All pass one conformance suite (`conformance`, public with the
+//! `conformance` feature for the tests of other crates).
 
+#[cfg(feature = "blob")]
+pub mod blob;
 mod memory;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
-#[cfg(test)]
-mod conformance;
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
 
 use thiserror::Error;
 
+#[cfg(feature = "blob")]
+pub use blob::{BlobCheckpointStore, BlobCredential};
 pub use memory::InMemoryCheckpointStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteCheckpointStore;
