@@ -6,6 +6,8 @@
 //! Azurite comes from `scripts/setup-js-interop`, the Python processor from
 //! `scripts/setup-python-interop`; a missing one FAILS these tests, it never skips them.
 
+mod blob_fleet;
+
 use std::sync::Arc;
 
 use serde_json::json;
