@@ -1,12 +1,10 @@
 //! The Azure Blob checkpoint store (`tributary-processor`'s `blob` feature) against Azurite:
-//! the store conformance suite with a Shared Key and with a SAS token, reading what the official
-//! SDKs write, and a Tributary `EventProcessorHost` balancing one consumer group with the
-//! official Python processor (`azure-eventhub-checkpointstoreblob-aio`) on one container.
+//! the store conformance suite with a Shared Key and with a SAS token, bad URLs and keys, and
+//! reading what the official SDKs write (`tests/blob_fleet.rs` runs the mixed fleets).
 //!
-//! Azurite comes from `scripts/setup-js-interop`, the Python processor from
-//! `scripts/setup-python-interop`; a missing one FAILS these tests, it never skips them.
-
-mod blob_fleet;
+//! Azurite comes from `scripts/setup-js-interop`, the Python SDK (its blob client writes the
+//! SDK-shaped blobs and signs the SAS) from `scripts/setup-python-interop`; a missing one FAILS
+//! these tests, it never skips them.
 
 use std::sync::Arc;
 

@@ -1,7 +1,12 @@
 //! A mixed fleet on one Azurite container: Tributary `EventProcessorHost`s with the blob store
-//! and the official Python processor (`tests/python/processor.py`) balance one consumer group
-//! of one hub, each owning its share with no partition read by two; when one side stops, the
-//! other resumes its partitions from its checkpoints without a gap — in both directions.
+//! and an official processor — Python (`tests/python/processor.py`) or JavaScript
+//! (`tests/js/processor.js`) — balance one consumer group of one hub, each owning its share with
+//! no partition read by two; when one side stops, the other resumes its partitions from its
+//! checkpoints without a gap — in both directions.
+//!
+//! Each test starts the broker and the AMQP listener, Azurite and the official processor's
+//! process. Install them with `scripts/setup-python-interop` and `scripts/setup-js-interop`; a
+//! missing client FAILS these tests, it never skips them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -17,18 +22,33 @@ use tributary_processor::{
 use tributary_testkit::{Azurite, JsonLines, TestHub};
 
 const HUB: &str = "mixed";
-const CONTAINER: &str = "mixed-fleet";
 const PARTITIONS: u32 = 8;
 const STEP_TIMEOUT: Duration = Duration::from_secs(90);
-/// The Python processor checkpoints sequence numbers n with n % 5 == 4.
-const PYTHON_CHECKPOINT_EVERY: i64 = 5;
+/// The official processors checkpoint sequence numbers n with n % 5 == 4.
+const OFFICIAL_CHECKPOINT_EVERY: i64 = 5;
 
 /// Sequence numbers processed per partition, in order.
 type Events = BTreeMap<String, Vec<i64>>;
 
-/// What the Python processor reported.
+/// Which official processor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sdk {
+    Python,
+    JavaScript,
+}
+
+impl Sdk {
+    fn container(self) -> &'static str {
+        match self {
+            Sdk::Python => "fleet-python",
+            Sdk::JavaScript => "fleet-javascript",
+        }
+    }
+}
+
+/// What the official processor reported.
 #[derive(Default, Debug)]
-struct PythonSeen {
+struct OfficialSeen {
     owned: BTreeSet<String>,
     events: Events,
     /// The last checkpoint written, per partition (a sequence number).
@@ -37,27 +57,47 @@ struct PythonSeen {
     stopped: bool,
 }
 
-struct Python {
+/// An official processor's process, and the namespace its blobs are keyed by.
+struct Official {
+    sdk: Sdk,
+    namespace: String,
     lines: JsonLines,
-    seen: PythonSeen,
+    seen: OfficialSeen,
 }
 
-impl Python {
-    fn spawn(f: &TestHub, azurite: &Azurite) -> Python {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/processor.py");
+impl Official {
+    fn spawn(sdk: Sdk, f: &TestHub, azurite: &Azurite) -> Official {
+        let tests = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests");
         let args = json!({
             "conn": f.conn(&f.root),
             "hub": HUB,
             "storage": azurite.connection_string(),
-            "container": CONTAINER,
-            "checkpoint_every": PYTHON_CHECKPOINT_EVERY,
+            "container": sdk.container(),
+            "checkpoint_every": OFFICIAL_CHECKPOINT_EVERY,
             "load_balancing_interval": 1.0,
         });
-        let mut command = tokio::process::Command::new(tributary_testkit::python());
-        command.arg(script).arg(args.to_string());
-        Python {
-            lines: JsonLines::spawn("the Python processor", command),
-            seen: PythonSeen::default(),
+        // Python keys its blobs by the connection string's `host:port`, JavaScript by the bare
+        // host (on Azure there is no port, and every SDK uses the host name).
+        let (mut command, namespace) = match sdk {
+            Sdk::Python => {
+                let mut command = tokio::process::Command::new(tributary_testkit::python());
+                command.arg(tests.join("python/processor.py"));
+                (command, format!("127.0.0.1:{}", f.port()))
+            }
+            Sdk::JavaScript => {
+                let mut command = tokio::process::Command::new("node");
+                command
+                    .env("NODE_PATH", tributary_testkit::node_modules())
+                    .arg(tests.join("js/processor.js"));
+                (command, "127.0.0.1".to_owned())
+            }
+        };
+        command.arg(args.to_string());
+        Official {
+            sdk,
+            namespace,
+            lines: JsonLines::spawn(&format!("the {sdk:?} processor"), command),
+            seen: OfficialSeen::default(),
         }
     }
 
@@ -88,12 +128,12 @@ impl Python {
     }
 
     /// Reads the processor's reports until `done` holds; panics after [`STEP_TIMEOUT`].
-    async fn until(&mut self, what: &str, done: impl Fn(&PythonSeen) -> bool) {
+    async fn until(&mut self, what: &str, done: impl Fn(&OfficialSeen) -> bool) {
         let deadline = tokio::time::Instant::now() + STEP_TIMEOUT;
         while !done(&self.seen) {
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}\nPython: {:?}\nstderr:\n{}",
+                "timed out waiting for {what}\nofficial: {:?}\nstderr:\n{}",
                 self.seen,
                 self.lines.stderr()
             );
@@ -107,21 +147,20 @@ impl Python {
 
     async fn stop(&mut self) {
         self.lines.write_line("stop").await;
-        self.until("the Python processor to stop", |seen| seen.stopped)
+        self.until("the official processor to stop", |seen| seen.stopped)
             .await;
         self.lines.wait_success(STEP_TIMEOUT).await;
     }
 }
 
-/// The hub as the Python processor names it: it keys its blobs by the connection string's
-/// `host:port` (on Azure there is no port, and every SDK uses the bare host name).
-struct PythonNamed {
+/// The hub under the namespace the official processor keys its blobs by.
+struct NamedAsOfficial {
     hub: RemoteHub,
     namespace: String,
 }
 
 #[async_trait::async_trait]
-impl PartitionSource for PythonNamed {
+impl PartitionSource for NamedAsOfficial {
     fn fully_qualified_namespace(&self) -> &str {
         &self.namespace
     }
@@ -142,25 +181,28 @@ impl PartitionSource for PythonNamed {
     }
 }
 
-fn namespace(f: &TestHub) -> String {
-    format!("127.0.0.1:{}", f.port())
-}
-
 /// A Tributary host on the blob store, and what it processed.
 struct Tributary {
     host: RunningHost,
     events: Arc<Mutex<Events>>,
 }
 
-async fn start_tributary(f: &TestHub, azurite: &Azurite, name: &str) -> Tributary {
-    let remote = Arc::new(PythonNamed {
+async fn start_tributary(
+    f: &TestHub,
+    azurite: &Azurite,
+    official: &Official,
+    name: &str,
+) -> Tributary {
+    let remote = Arc::new(NamedAsOfficial {
         hub: RemoteHub::connect(&f.connection_string, HUB).await.unwrap(),
-        namespace: namespace(f),
+        namespace: official.namespace.clone(),
     });
-    let store =
-        BlobCheckpointStore::from_connection_string(&azurite.connection_string(), CONTAINER)
-            .await
-            .unwrap();
+    let store = BlobCheckpointStore::from_connection_string(
+        &azurite.connection_string(),
+        official.sdk.container(),
+    )
+    .await
+    .unwrap();
     let events: Arc<Mutex<Events>> = Arc::default();
     let seen = Arc::clone(&events);
     let factory = processor_fn(move |context, batch| {
@@ -195,10 +237,10 @@ fn owned(t: &Tributary) -> BTreeSet<String> {
 }
 
 /// Waits for an even split that holds for three balancing rounds.
-async fn wait_balanced(python: &mut Python, t: &Tributary) {
+async fn wait_balanced(official: &mut Official, t: &Tributary) {
     let half = (PARTITIONS / 2) as usize;
     loop {
-        python
+        official
             .until("an even split", |seen| {
                 let ours = owned(t);
                 seen.owned.len() == half && ours.len() == half && seen.owned.is_disjoint(&ours)
@@ -207,13 +249,13 @@ async fn wait_balanced(python: &mut Python, t: &Tributary) {
         let settle = tokio::time::Instant::now() + Duration::from_secs(3);
         while tokio::time::Instant::now() < settle {
             if let Ok(Some(doc)) =
-                tokio::time::timeout(Duration::from_millis(100), python.lines.lines.recv()).await
+                tokio::time::timeout(Duration::from_millis(100), official.lines.lines.recv()).await
             {
-                python.apply(&doc);
+                official.apply(&doc);
             }
         }
         let ours = owned(t);
-        if python.seen.owned.len() == half && ours.len() == half {
+        if official.seen.owned.len() == half && ours.len() == half {
             return;
         }
     }
@@ -242,31 +284,33 @@ fn since(events: &Events, partition: &str, from: i64) -> Vec<i64> {
 
 /// While balancing, partitions change hands; the loser's receiver is detached by the winner's
 /// higher epoch (or refused while the former owner's is open). Nothing else may go wrong.
-fn drain_balancing_errors(python: &mut Python) {
-    for error in python.seen.errors.drain(..) {
+fn drain_balancing_errors(official: &mut Official) {
+    for error in official.seen.errors.drain(..) {
         let text = error["error"].as_str().unwrap_or_default();
         assert!(
             text.contains("stolen") || text.contains("epoch") || text.contains("owner"),
-            "the Python processor reported {error}"
+            "the official processor reported {error}"
         );
     }
 }
 
 /// Waits until the store holds a checkpoint at `seq` for each of `partitions`.
 async fn wait_checkpointed(
-    f: &TestHub,
+    official: &Official,
     azurite: &Azurite,
     partitions: &BTreeSet<String>,
     seq: i64,
 ) {
-    let store =
-        BlobCheckpointStore::from_connection_string(&azurite.connection_string(), CONTAINER)
-            .await
-            .unwrap();
+    let store = BlobCheckpointStore::from_connection_string(
+        &azurite.connection_string(),
+        official.sdk.container(),
+    )
+    .await
+    .unwrap();
     tributary_testkit::within("checkpoints in the store", async {
         loop {
             let checkpoints = store
-                .list_checkpoints(&namespace(f), HUB, "$Default")
+                .list_checkpoints(&official.namespace, HUB, "$Default")
                 .await
                 .unwrap();
             let done = partitions.iter().all(|p| {
@@ -283,16 +327,16 @@ async fn wait_checkpointed(
     .await;
 }
 
-/// Python and Tributary split the partitions; Tributary leaves and Python resumes its
+/// The official processor and Tributary split the partitions; Tributary leaves and the official processor resumes its
 /// partitions right after Tributary's checkpoints.
-async fn tributary_hands_over_to_python(f: &TestHub, azurite: &Azurite, python: &mut Python) {
-    let t = start_tributary(f, azurite, "tributary-a").await;
-    wait_balanced(python, &t).await;
-    drain_balancing_errors(python);
+async fn tributary_hands_over_to_official(f: &TestHub, azurite: &Azurite, official: &mut Official) {
+    let t = start_tributary(f, azurite, official, "tributary-a").await;
+    wait_balanced(official, &t).await;
+    drain_balancing_errors(official);
     let ours = owned(&t);
-    let theirs = python.seen.owned.clone();
+    let theirs = official.seen.owned.clone();
     send_round(f, "one", 20).await;
-    python
+    official
         .until("round one processed", |seen| {
             let events = t.events.lock().unwrap();
             (0..PARTITIONS).all(|p| {
@@ -304,9 +348,9 @@ async fn tributary_hands_over_to_python(f: &TestHub, azurite: &Azurite, python: 
     // No partition read by two: each event of round one went to its partition's owner only.
     for p in &ours {
         assert_eq!(
-            since(&python.seen.events, p, 0),
+            since(&official.seen.events, p, 0),
             Vec::<i64>::new(),
-            "Python read {p}"
+            "the official processor read {p}"
         );
         assert_eq!(
             since(&t.events.lock().unwrap(), p, 0),
@@ -320,37 +364,37 @@ async fn tributary_hands_over_to_python(f: &TestHub, azurite: &Azurite, python: 
             "we read {p}"
         );
         assert_eq!(
-            since(&python.seen.events, p, 0),
+            since(&official.seen.events, p, 0),
             (0..20).collect::<Vec<_>>()
         );
     }
-    wait_checkpointed(f, azurite, &ours, 19).await;
+    wait_checkpointed(official, azurite, &ours, 19).await;
     t.host.shutdown().await.unwrap();
     send_round(f, "two", 10).await;
-    python
-        .until("Python processing everything", |seen| {
+    official
+        .until("the official processor processing everything", |seen| {
             (0..PARTITIONS).all(|p| processed(&seen.events, &p.to_string(), 29))
         })
         .await;
     for p in &ours {
         assert_eq!(
-            since(&python.seen.events, p, 0),
+            since(&official.seen.events, p, 0),
             (20..30).collect::<Vec<_>>(),
-            "Python's takeover of {p}: right after our checkpoint, no gap, no repeat"
+            "the official processor's takeover of {p}: right after our checkpoint, no gap, no repeat"
         );
     }
 }
 
-/// A Tributary host joins Python (which owns everything), takes its share by stealing, and
-/// resumes every partition from Python's checkpoints once Python leaves.
-async fn python_hands_over_to_tributary(f: &TestHub, azurite: &Azurite, python: &mut Python) {
-    let t = start_tributary(f, azurite, "tributary-b").await;
-    wait_balanced(python, &t).await;
-    drain_balancing_errors(python);
+/// A Tributary host joins the official processor (which owns everything), takes its share by stealing, and
+/// resumes every partition from the official processor's checkpoints once it leaves.
+async fn official_hands_over_to_tributary(f: &TestHub, azurite: &Azurite, official: &mut Official) {
+    let t = start_tributary(f, azurite, official, "tributary-b").await;
+    wait_balanced(official, &t).await;
+    drain_balancing_errors(official);
     let ours = owned(&t);
-    let theirs = python.seen.owned.clone();
+    let theirs = official.seen.owned.clone();
     send_round(f, "three", 10).await;
-    python
+    official
         .until("round three processed", |seen| {
             let events = t.events.lock().unwrap();
             (0..PARTITIONS).all(|p| {
@@ -360,26 +404,29 @@ async fn python_hands_over_to_tributary(f: &TestHub, azurite: &Azurite, python: 
         })
         .await;
     for p in &ours {
-        // We resumed each stolen partition right after Python's checkpoint at 29.
+        // We resumed each stolen partition right after the official processor's checkpoint at 29.
         assert_eq!(
             since(&t.events.lock().unwrap(), p, 0),
             (30..40).collect::<Vec<_>>()
         );
         assert_eq!(
-            since(&python.seen.events, p, 30),
+            since(&official.seen.events, p, 30),
             Vec::<i64>::new(),
-            "Python read {p}"
+            "the official processor read {p}"
         );
     }
-    let last_checkpoint = 39; // 39 % 5 == 4: Python's last checkpoint of round three.
-    python
-        .until("Python's checkpoints of round three", |seen| {
-            theirs
-                .iter()
-                .all(|p| seen.checkpoints.get(p) == Some(&last_checkpoint))
-        })
+    let last_checkpoint = 39; // 39 % 5 == 4: the official processor's last checkpoint of round three.
+    official
+        .until(
+            "the official processor's checkpoints of round three",
+            |seen| {
+                theirs
+                    .iter()
+                    .all(|p| seen.checkpoints.get(p) == Some(&last_checkpoint))
+            },
+        )
         .await;
-    python.stop().await;
+    official.stop().await;
     send_round(f, "four", 10).await;
     tributary_testkit::within("Tributary processing everything", async {
         while !(0..PARTITIONS).all(|p| processed(&t.events.lock().unwrap(), &p.to_string(), 49)) {
@@ -391,19 +438,28 @@ async fn python_hands_over_to_tributary(f: &TestHub, azurite: &Azurite, python: 
         assert_eq!(
             since(&t.events.lock().unwrap(), p, 0),
             ((last_checkpoint + 1)..50).collect::<Vec<_>>(),
-            "our takeover of {p}: right after Python's checkpoint, no gap"
+            "our takeover of {p}: right after the official processor's checkpoint, no gap"
         );
     }
     t.host.shutdown().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tributary_and_the_python_processor_share_one_consumer_group() {
+async fn mixed_fleet(sdk: Sdk) {
     let f = TestHub::start(&[(HUB, PARTITIONS)]).await;
     let azurite = Azurite::start().await;
-    let mut python = Python::spawn(&f, &azurite);
-    tributary_hands_over_to_python(&f, &azurite, &mut python).await;
-    python_hands_over_to_tributary(&f, &azurite, &mut python).await;
+    let mut official = Official::spawn(sdk, &f, &azurite);
+    tributary_hands_over_to_official(&f, &azurite, &mut official).await;
+    official_hands_over_to_tributary(&f, &azurite, &mut official).await;
     azurite.stop().await;
     f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tributary_and_the_python_processor_share_one_consumer_group() {
+    mixed_fleet(Sdk::Python).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tributary_and_the_javascript_processor_share_one_consumer_group() {
+    mixed_fleet(Sdk::JavaScript).await;
 }
