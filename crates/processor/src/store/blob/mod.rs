@@ -169,25 +169,10 @@ impl BlobCheckpointStore {
             .ok_or_else(|| invalid("the URL has no host"))?
             .to_owned();
         let port = parsed.port_or_known_default().unwrap_or(443);
-        let segments: Vec<&str> = parsed
-            .path_segments()
-            .map(|s| s.filter(|s| !s.is_empty()).collect())
-            .unwrap_or_default();
-        let (account, container) = match segments.as_slice() {
-            [container] => (
-                host.split('.').next().unwrap_or_default().to_owned(),
-                *container,
-            ),
-            [account, container] => ((*account).to_owned(), *container),
-            _ => {
-                return Err(invalid(
-                    "the path must be /{container} or /{account}/{container}",
-                ));
-            }
-        };
-        validate_container(container)?;
+        let (account, container, path_style) = account_and_container(&parsed)?;
+        validate_container(&container)?;
         let credential = pick_credential(parsed.query(), credential, &account)?;
-        let container_path = if segments.len() == 2 {
+        let container_path = if path_style {
             format!("/{account}/{container}")
         } else {
             format!("/{container}")
@@ -200,6 +185,18 @@ impl BlobCheckpointStore {
         };
         store.ensure_container().await?;
         Ok(store)
+    }
+
+    /// [`from_url`](Self::from_url) with the credential from the environment when the URL has
+    /// no SAS: `AZURE_STORAGE_CONNECTION_STRING` (its key), else `AZURE_STORAGE_KEY` (the key
+    /// of the URL's account). What `tributary process --store https://…` uses.
+    pub async fn from_url_and_environment(url: &str) -> Result<Self, StoreError> {
+        let credential = credential_from_environment(
+            url,
+            std::env::var("AZURE_STORAGE_CONNECTION_STRING").ok(),
+            std::env::var("AZURE_STORAGE_KEY").ok(),
+        )?;
+        BlobCheckpointStore::from_url(url, credential).await
     }
 
     /// Opens `container` at the endpoint and with the credential a storage connection string
@@ -239,6 +236,48 @@ impl BlobCheckpointStore {
                 )),
             },
         }
+    }
+}
+
+/// The credential for `url` from the environment's values: none when the URL carries a SAS.
+fn credential_from_environment(
+    url: &str,
+    connection_string: Option<String>,
+    key: Option<String>,
+) -> Result<Option<BlobCredential>, StoreError> {
+    let parsed = url::Url::parse(url).map_err(|e| invalid(format!("not a URL: {e}")))?;
+    if parsed.query().is_some_and(|q| !q.is_empty()) {
+        return Ok(None);
+    }
+    if let Some(text) = connection_string.filter(|c| !c.trim().is_empty()) {
+        return Ok(Some(
+            BlobCredential::from_connection_string(&text)?.credential,
+        ));
+    }
+    let Some(key) = key.filter(|k| !k.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let (account, _, _) = account_and_container(&parsed)?;
+    BlobCredential::shared_key(&account, &key).map(Some)
+}
+
+/// The account and container a container URL names, and whether it is path-style
+/// (`/{account}/{container}`, as Azurite serves) rather than `{account}.blob…/{container}`.
+fn account_and_container(url: &url::Url) -> Result<(String, String, bool), StoreError> {
+    let segments: Vec<&str> = url
+        .path_segments()
+        .map(|s| s.filter(|s| !s.is_empty()).collect())
+        .unwrap_or_default();
+    match segments.as_slice() {
+        [container] => {
+            let host = url.host_str().unwrap_or_default();
+            let account = host.split('.').next().unwrap_or_default();
+            Ok((account.to_owned(), (*container).to_owned(), false))
+        }
+        [account, container] => Ok(((*account).to_owned(), (*container).to_owned(), true)),
+        _ => Err(invalid(
+            "the path must be /{container} or /{account}/{container}",
+        )),
     }
 }
 
@@ -331,4 +370,54 @@ fn prefix(scope: &ScopeKey, kind: &str) -> String {
         "{}/{}/{}/{kind}/",
         scope.namespace, scope.hub, scope.consumer_group
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environment_gives_the_credential_unless_the_url_has_a_sas() {
+        let url = "https://acct.blob.core.windows.net/checkpoints";
+        let key = Some("a2V5".to_owned());
+        let from_key = credential_from_environment(url, None, key.clone()).unwrap();
+        assert!(matches!(
+            from_key,
+            Some(BlobCredential::SharedKey { ref account, .. }) if account == "acct"
+        ));
+        let azurite = "http://127.0.0.1:10000/devstoreaccount1/checkpoints";
+        let path_style = credential_from_environment(azurite, None, key.clone()).unwrap();
+        assert!(matches!(
+            path_style,
+            Some(BlobCredential::SharedKey { ref account, .. }) if account == "devstoreaccount1"
+        ));
+        let conn = Some("AccountName=other;AccountKey=a2V5".to_owned());
+        let from_conn = credential_from_environment(url, conn, key.clone()).unwrap();
+        assert!(matches!(
+            from_conn,
+            Some(BlobCredential::SharedKey { ref account, .. }) if account == "other"
+        ));
+        let with_sas = format!("{url}?sv=2020-10-02&sig=abc");
+        assert!(
+            credential_from_environment(&with_sas, None, key)
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            credential_from_environment(url, None, None)
+                .unwrap()
+                .is_none()
+        );
+        assert!(credential_from_environment(url, None, Some("***".to_owned())).is_err());
+    }
+
+    #[test]
+    fn container_names_follow_azure_rules() {
+        for good in ["abc", "checkpoints-1", &"a".repeat(63)] {
+            assert!(validate_container(good).is_ok(), "{good}");
+        }
+        for bad in ["ab", "Upper", "under_score", &"a".repeat(64)] {
+            assert!(validate_container(bad).is_err(), "{bad}");
+        }
+    }
 }
