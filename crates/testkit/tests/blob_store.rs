@@ -268,3 +268,56 @@ async fn foreign_checkpoints_are_read(store: &BlobCheckpointStore) {
         .collect();
     assert_eq!(positions, [("0", Some(120), Some(3)), ("1", None, Some(7))]);
 }
+
+/// Every blob in `container` as the Python SDK's blob client lists it: name → (size, metadata).
+async fn list_as_sdk(azurite: &Azurite, container: &str) -> serde_json::Value {
+    let script = "import json, sys\n\
+        from azure.eventhub.extensions.checkpointstoreblobaio._vendor.storage.blob import \
+        ContainerClient\n\
+        args = json.loads(sys.argv[1])\n\
+        client = ContainerClient.from_connection_string(args['conn'], args['container'])\n\
+        blobs = {b.name: {'size': b.size, 'metadata': b.metadata} \
+        for b in client.list_blobs(include=['metadata'])}\n\
+        print(json.dumps(blobs))\n";
+    let args = json!({"conn": azurite.connection_string(), "container": container});
+    let mut command = tokio::process::Command::new(tributary_testkit::python());
+    command.arg("-c").arg(script).arg(args.to_string());
+    tributary_testkit::run_json(command, "listing blobs as the SDK does").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_store_writes_is_the_sdks_layout() {
+    let azurite = Azurite::start().await;
+    let store = BlobCheckpointStore::from_connection_string(&azurite.connection_string(), "layout")
+        .await
+        .unwrap();
+    let mut upper = claim("0", "host-a", None);
+    upper.fully_qualified_namespace = "NS.Example.TEST".to_owned();
+    upper.event_hub_name = "Hub".to_owned();
+    let won = store.claim_ownership(vec![upper]).await.unwrap();
+    assert_eq!(won.len(), 1);
+    store
+        .update_checkpoint(
+            checkpoint("0", Some(4_096), Some(17)),
+            &OwnershipFence {
+                owner_id: "host-a".to_owned(),
+            },
+        )
+        .await
+        .unwrap();
+    let blobs = list_as_sdk(&azurite, "layout").await;
+    assert_eq!(
+        blobs,
+        json!({
+            "ns.example.test/hub/$default/ownership/0": {
+                "size": 0,
+                "metadata": {"ownerid": "host-a", "tributaryversion": "1"},
+            },
+            "ns.example.test/hub/$default/checkpoint/0": {
+                "size": 0,
+                "metadata": {"offset": "4096", "sequencenumber": "17"},
+            },
+        })
+    );
+    azurite.stop().await;
+}
