@@ -261,6 +261,20 @@ async fn wait_balanced(official: &mut Official, t: &Tributary) {
     }
 }
 
+/// Each partition ends up with exactly one open receiver at the hub: nobody reads a partition
+/// beside its owner, and no former owner's receiver lingers.
+async fn one_receiver_per_partition(f: &TestHub) {
+    let mut open = 0;
+    for _ in 0..50 {
+        open = f.broker.open_receiver_count(HUB).unwrap();
+        if open == PARTITIONS as usize {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{open} receivers open on {PARTITIONS} partitions");
+}
+
 async fn send_round(f: &TestHub, round: &str, count: i64) {
     for p in 0..PARTITIONS {
         for i in 0..count {
@@ -333,6 +347,7 @@ async fn tributary_hands_over_to_official(f: &TestHub, azurite: &Azurite, offici
     let t = start_tributary(f, azurite, official, "tributary-a").await;
     wait_balanced(official, &t).await;
     drain_balancing_errors(official);
+    one_receiver_per_partition(f).await;
     let ours = owned(&t);
     let theirs = official.seen.owned.clone();
     send_round(f, "one", 20).await;
@@ -391,6 +406,7 @@ async fn official_hands_over_to_tributary(f: &TestHub, azurite: &Azurite, offici
     let t = start_tributary(f, azurite, official, "tributary-b").await;
     wait_balanced(official, &t).await;
     drain_balancing_errors(official);
+    one_receiver_per_partition(f).await;
     let ours = owned(&t);
     let theirs = official.seen.owned.clone();
     send_round(f, "three", 10).await;
