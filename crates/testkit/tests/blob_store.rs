@@ -294,8 +294,18 @@ async fn what_the_store_writes_is_the_sdks_layout() {
     let mut upper = claim("0", "host-a", None);
     upper.fully_qualified_namespace = "NS.Example.TEST".to_owned();
     upper.event_hub_name = "Hub".to_owned();
+    // Creating the container was one request; a first claim is one more.
+    assert_eq!(store.requests_sent(), 1);
     let won = store.claim_ownership(vec![upper]).await.unwrap();
     assert_eq!(won.len(), 1);
+    assert_eq!(store.requests_sent(), 2);
+    // A renewal with the etag this store saw needs no read first: one request.
+    let renewed = store
+        .claim_ownership(vec![claim("0", "host-a", won[0].etag.clone())])
+        .await
+        .unwrap();
+    assert_eq!(renewed[0].version, 2);
+    assert_eq!(store.requests_sent(), 3);
     store
         .update_checkpoint(
             checkpoint("0", Some(4_096), Some(17)),
@@ -311,7 +321,7 @@ async fn what_the_store_writes_is_the_sdks_layout() {
         json!({
             "ns.example.test/hub/$default/ownership/0": {
                 "size": 0,
-                "metadata": {"ownerid": "host-a", "tributaryversion": "1"},
+                "metadata": {"ownerid": "host-a", "tributaryversion": "2"},
             },
             "ns.example.test/hub/$default/checkpoint/0": {
                 "size": 0,

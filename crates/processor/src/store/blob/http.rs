@@ -9,6 +9,7 @@
 //! connection (closed by the server while idle) is tried once more on a new one; errors name the
 //! host and path, never the query (which may hold a SAS token).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -50,6 +51,8 @@ pub(crate) struct Http {
     host: String,
     port: u16,
     idle: Mutex<Vec<SendRequest<Full<Bytes>>>>,
+    /// Requests sent, retries included.
+    requests: AtomicU64,
 }
 
 impl std::fmt::Debug for Http {
@@ -84,7 +87,13 @@ impl Http {
             host,
             port,
             idle: Mutex::new(Vec::new()),
+            requests: AtomicU64::new(0),
         }
+    }
+
+    /// How many requests were sent, retries included.
+    pub(crate) fn requests_sent(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
     }
 
     pub(crate) fn is_tls(&self) -> bool {
@@ -151,6 +160,7 @@ impl Http {
         request: hyper::Request<Full<Bytes>>,
     ) -> Result<Response, String> {
         sender.ready().await.map_err(|e| e.to_string())?;
+        self.requests.fetch_add(1, Ordering::Relaxed);
         let response = sender
             .send_request(request)
             .await

@@ -210,6 +210,12 @@ impl BlobCheckpointStore {
         BlobCheckpointStore::from_url(&url, Some(parsed.credential)).await
     }
 
+    /// How many requests this store has sent to the service (retries included): what the
+    /// store costs, for benchmarks and metrics.
+    pub fn requests_sent(&self) -> u64 {
+        self.http.requests_sent()
+    }
+
     /// The container's URL, without any SAS token.
     pub fn container_url(&self) -> String {
         let scheme = if self.http.is_tls() { "https" } else { "http" };
