@@ -17,7 +17,9 @@
 //! - Reads take what other SDKs write: extra keys (.NET's client identifier), an empty or
 //!   non-numeric `offset` (read as no offset), missing keys. A checkpoint with neither a usable
 //!   offset nor a sequence number is skipped, as .NET does. We write `offset` and
-//!   `sequencenumber` whenever the checkpoint has them, never as empty strings.
+//!   `sequencenumber` whenever the checkpoint has them, never as empty strings (the host's
+//!   checkpoints always have both; a sequence-only checkpoint written through the trait has no
+//!   `offset` key, which the JavaScript processor refuses to read).
 //!
 //! # Ownership versions on a layout that has none
 //!
@@ -30,9 +32,11 @@
 //!   atomically with `ownerid` by the same conditional request. The SDKs ignore the key.
 //! - **A record without the key was last claimed by an official SDK.** Its version is the
 //!   server's `Last-Modified` in milliseconds: a foreign claim carries no number, so the time
-//!   it happened stands in for one. Our versions start at 1 and grow by one a claim, so they
-//!   stay far below any such time, and a Tributary claim over a foreign record (version `t + 1`)
-//!   outranks every epoch a Tributary host used before that foreign claim.
+//!   it happened stands in for one. Our versions start at 1 and grow by one a claim (after a
+//!   foreign record, from its time), so as long as a partition sees at most one claim per
+//!   millisecond they stay below the server's clock, and a Tributary claim over a foreign
+//!   record (version `t + 1`) outranks every epoch a Tributary host used before that foreign
+//!   claim.
 //! - **The ETag is the change signal.** Each store remembers the last (etag, version) it
 //!   reported per partition; a record whose ETag changed is never reported with a version at
 //!   or below the remembered one. So an SDK's renewals (same owner, new ETag, no key) move the
@@ -189,7 +193,7 @@ impl BlobCheckpointStore {
 
     /// [`from_url`](Self::from_url) with the credential from the environment when the URL has
     /// no SAS: `AZURE_STORAGE_CONNECTION_STRING` (its key), else `AZURE_STORAGE_KEY` (the key
-    /// of the URL's account). What `tributary process --store https://…` uses.
+    /// of the URL's account). For a command line's `--store https://…`.
     pub async fn from_url_and_environment(url: &str) -> Result<Self, StoreError> {
         let credential = credential_from_environment(
             url,
