@@ -134,6 +134,8 @@ pub use processor::{
 pub use store::PostgresCheckpointStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteCheckpointStore;
+#[cfg(feature = "blob")]
+pub use store::{BlobCheckpointStore, BlobCredential};
 pub use store::{
     Checkpoint, CheckpointStore, InMemoryCheckpointStore, Ownership, OwnershipFence, StoreError,
 };

@@ -45,6 +45,11 @@ pub const RECEIVE_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// the next interval anyway.
 pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The most List Blobs pages the blob store follows for one listing. A page holds up to 5,000
+/// blobs and a consumer group has one blob per partition (at most 1,024 in Event Hubs), so more
+/// pages than this means a container full of something else.
+pub const BLOB_LIST_PAGES_MAX: u32 = 64;
+
 const _: () = assert!(PREFETCH_COUNT_LIMIT >= BATCH_EVENTS_LIMIT);
 const _: () =
     assert!(RECEIVE_RETRY_BACKOFF_MAX.as_millis() > RECEIVE_RETRY_BACKOFF_MIN.as_millis());

@@ -1,5 +1,6 @@
 //! The integration-test harness: what the tests of several crates share, in one place.
 //!
+//! - [`azurite`]: Azurite's blob service on a free port, for the blob checkpoint store tests.
 //! - [`hub`]: a real hub on a free port — a broker on a temporary directory and its AMQP front
 //!   door (AMQPS when given a certificate) with root, listen-only and send-only policies.
 //! - [`sdk`]: running the official SDKs' scenario scripts (Python `azure-eventhub`, JavaScript
@@ -13,11 +14,13 @@
 //! dev-dependency (the front door and the client used to depend on each other that way).
 //! Nothing here is published; a missing SDK fails a test, it never skips it.
 
+pub mod azurite;
 pub mod hub;
 pub mod oci;
 pub mod postgres;
 pub mod sdk;
 
+pub use azurite::Azurite;
 pub use hub::{TestHub, within};
 pub use postgres::PostgresServer;
 pub use sdk::{

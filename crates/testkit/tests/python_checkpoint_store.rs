@@ -9,97 +9,17 @@
 //! `scripts/setup-js-interop`; a missing client FAILS this test, it never skips it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
-use tributary_testkit::{JsonLines, TestHub};
+use tributary_testkit::{Azurite, JsonLines, TestHub};
 
 const PARTITIONS: u32 = 8;
 const FIRST_ROUND: i64 = 22;
 const SECOND_ROUND: i64 = 10;
 const CHECKPOINT_EVERY: i64 = 5;
 const STEP_TIMEOUT: Duration = Duration::from_secs(90);
-
-/// The well-known development account every Azurite serves.
-const AZURITE_KEY: &str =
-    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
-
-/// Azurite's blob service, in memory, on a free loopback port; killed when dropped.
-struct Azurite {
-    child: tokio::process::Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Azurite {
-    async fn start() -> Azurite {
-        let bin = tributary_testkit::node_modules().join(".bin/azurite-blob");
-        assert!(
-            bin.exists(),
-            "Azurite is not installed: run scripts/setup-js-interop (expected {})",
-            bin.display()
-        );
-        // A free port: bound, read and released; Azurite binds it a moment later.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = tempfile::tempdir().unwrap();
-        let child = tokio::process::Command::new(&bin)
-            .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
-            .args([
-                "--inMemoryPersistence",
-                "--skipApiVersionCheck",
-                "--disableTelemetry",
-                "--silent",
-            ])
-            // In memory, so no --location (Azurite refuses both); its working directory is a
-            // temporary one for whatever else it writes.
-            .current_dir(dir.path())
-            .stdout(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("Azurite ({}) did not start: {e}", bin.display()));
-        let mut azurite = Azurite {
-            child,
-            port,
-            _dir: dir,
-        };
-        azurite.wait_listening().await;
-        azurite
-    }
-
-    async fn wait_listening(&mut self) {
-        let until = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < until {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("Azurite exited at start: {status}");
-            }
-            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-                .await
-                .is_ok()
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("Azurite is not listening on {} after 30 s", self.port);
-    }
-
-    fn connection_string(&self) -> String {
-        format!(
-            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={AZURITE_KEY};BlobEndpoint=http://127.0.0.1:{}/devstoreaccount1;",
-            self.port
-        )
-    }
-
-    async fn stop(mut self) {
-        let _ = self.child.kill().await;
-    }
-}
 
 /// What one processor process reported.
 #[derive(Default, Debug)]

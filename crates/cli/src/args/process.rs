@@ -29,7 +29,11 @@ pub struct GroupStore {
     /// The checkpoint store, as a URL: `sqlite:PATH` or a bare path (a SQLite file the
     /// processors on this machine share), `postgres://USER:PASSWORD@HOST:PORT/DATABASE` (two
     /// tables that processors on many machines share; `?schema=NAME` picks the schema, default
-    /// public; no TLS), or `memory:` (`process` only: this instance alone, forgotten at exit).
+    /// public; no TLS), `https://ACCOUNT.blob.core.windows.net/CONTAINER` (blobs in the layout
+    /// the official .NET, Python and JavaScript processors share, so they can balance one group
+    /// with these; a SAS in the URL, or AZURE_STORAGE_CONNECTION_STRING / AZURE_STORAGE_KEY;
+    /// Azurite: `http://127.0.0.1:10000/devstoreaccount1/CONTAINER`), or `memory:` (`process`
+    /// only: this instance alone, forgotten at exit).
     /// Default: checkpoints.sqlite in the data directory.
     #[arg(
         long,

@@ -2,7 +2,8 @@
 //!
 //! Accepted: `memory:` (this process only), `sqlite:PATH` or a bare path (a SQLite file),
 //! `postgres://…` / `postgresql://…` (a PostgreSQL database; see `PostgresCheckpointStore` for
-//! its `schema` parameter). Anything else with a scheme is refused with the list above, before
+//! its `schema` parameter), `https://…` / `http://…` (an Azure Storage blob container, or
+//! Azurite's; see `BlobCheckpointStore` for its credentials). Anything else with a scheme is refused with the list above, before
 //! anything is opened. A store whose feature this build lacks is refused by name.
 //! Parsing never prints a password: [`StoreLocation`]'s `Display` leaves it out.
 
@@ -21,6 +22,8 @@ pub enum StoreLocation {
     Sqlite(PathBuf),
     /// `postgres://…` or `postgresql://…`: the URL as given (it may hold a password).
     Postgres(String),
+    /// `https://…` or `http://…`: a blob container's URL as given (it may hold a SAS).
+    Blob(String),
 }
 
 impl std::fmt::Debug for StoreLocation {
@@ -35,7 +38,9 @@ impl std::fmt::Display for StoreLocation {
         match self {
             StoreLocation::Memory => f.write_str("memory:"),
             StoreLocation::Sqlite(path) => write!(f, "sqlite:{}", path.display()),
-            StoreLocation::Postgres(url) => f.write_str(&without_password(url)),
+            StoreLocation::Postgres(url) | StoreLocation::Blob(url) => {
+                f.write_str(&without_password(url))
+            }
         }
     }
 }
@@ -89,9 +94,11 @@ impl StoreLocation {
                 Ok(StoreLocation::Sqlite(PathBuf::from(path)))
             }
             "postgres" | "postgresql" => Ok(StoreLocation::Postgres(url.to_owned())),
+            "https" | "http" => Ok(StoreLocation::Blob(url.to_owned())),
             other => Err(invalid(format!(
                 "unknown scheme {other:?}; use sqlite:PATH (or a bare path), \
-                 postgres://USER:PASSWORD@HOST:PORT/DATABASE, or memory:"
+                 postgres://USER:PASSWORD@HOST:PORT/DATABASE, \
+                 https://ACCOUNT.blob.core.windows.net/CONTAINER, or memory:"
             ))),
         }
     }
@@ -102,6 +109,7 @@ impl StoreLocation {
             StoreLocation::Memory => Ok(Arc::new(InMemoryCheckpointStore::new())),
             StoreLocation::Sqlite(path) => open_sqlite(path).await,
             StoreLocation::Postgres(url) => open_postgres(url).await,
+            StoreLocation::Blob(url) => open_blob(url).await,
         }
     }
 }
@@ -140,7 +148,19 @@ async fn open_postgres(_: &str) -> Result<Arc<dyn CheckpointStore>, StoreError> 
     Err(missing_feature("postgres"))
 }
 
-#[cfg(not(all(feature = "sqlite", feature = "postgres")))]
+#[cfg(feature = "blob")]
+async fn open_blob(url: &str) -> Result<Arc<dyn CheckpointStore>, StoreError> {
+    Ok(Arc::new(
+        super::BlobCheckpointStore::from_url_and_environment(url).await?,
+    ))
+}
+
+#[cfg(not(feature = "blob"))]
+async fn open_blob(_: &str) -> Result<Arc<dyn CheckpointStore>, StoreError> {
+    Err(missing_feature("blob"))
+}
+
+#[cfg(not(all(feature = "sqlite", feature = "postgres", feature = "blob")))]
 fn missing_feature(feature: &str) -> StoreError {
     StoreError::Invalid {
         what: "checkpoint store URL",
@@ -178,6 +198,10 @@ mod tests {
                 "postgresql://h/db",
                 StoreLocation::Postgres("postgresql://h/db".into()),
             ),
+            (
+                "https://acct.blob.core.windows.net/c",
+                StoreLocation::Blob("https://acct.blob.core.windows.net/c".into()),
+            ),
         ] {
             assert_eq!(StoreLocation::parse(url).unwrap(), expected, "{url}");
         }
@@ -209,6 +233,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("postgres://app:***@db:5432/fleet"), "{text}");
+        let sas = StoreLocation::parse("https://acct.blob.core.windows.net/c?sv=1&sig=s3cret")
+            .unwrap()
+            .to_string();
+        assert_eq!(sas, "https://acct.blob.core.windows.net/c", "no SAS shown");
         let no_password = StoreLocation::parse("postgres://app@db/fleet").unwrap();
         assert_eq!(no_password.to_string(), "postgres://app@db/fleet");
     }

@@ -24,9 +24,13 @@
 //! Stores: [`InMemoryCheckpointStore`] (one process); with the `sqlite` feature,
 //! `SqliteCheckpointStore` (one file that several processes on a machine share); with the
 //! `postgres` feature, `PostgresCheckpointStore` (two tables that processors on many machines
-//! share). All pass one conformance suite (`conformance`, public with the `conformance`
-//! feature for tests that bring their own server). [`open_url`] opens any of them from a URL.
+//! share); with the `blob` feature, `BlobCheckpointStore` (an Azure Storage container, in the
+//! layout the official Event Hubs processors share). All pass one conformance suite
+//! (`conformance`, public with the `conformance` feature for tests that bring their own server).
+//! [`open_url`] opens any of them from a URL.
 
+#[cfg(feature = "blob")]
+pub mod blob;
 mod location;
 mod memory;
 #[cfg(feature = "postgres")]
@@ -40,6 +44,8 @@ pub mod conformance;
 use thiserror::Error;
 
 pub use location::{StoreLocation, open_url};
+#[cfg(feature = "blob")]
+pub use blob::{BlobCheckpointStore, BlobCredential};
 pub use memory::InMemoryCheckpointStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresCheckpointStore;
