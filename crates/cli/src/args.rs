@@ -159,12 +159,14 @@ pub struct ConnectionStringArgs {
     /// The shared access policy.
     #[arg(long, default_value = "RootManageSharedAccessKey")]
     pub policy: String,
-    /// The host clients connect to.
-    #[arg(long, default_value = "localhost")]
-    pub host: String,
-    /// The AMQP port clients connect to.
-    #[arg(long, default_value_t = 5672)]
-    pub port: u16,
+    /// The host clients connect to (default: the address of the `tributary serve` running on
+    /// the data directory, else localhost).
+    #[arg(long)]
+    pub host: Option<String>,
+    /// The AMQP port clients connect to (default: the port the `tributary serve` running on
+    /// the data directory really listens on, else 5672).
+    #[arg(long)]
+    pub port: Option<u16>,
 }
 
 /// `tributary hub …`.
