@@ -10,10 +10,11 @@ use tributary_broker::{HubSpec, SendTarget};
 use tributary_event::{EventPosition, ReceivedEvent};
 use tributary_source::{PartitionReceiver, PartitionSource, ReceiverOptions, SourceError};
 
+use crate::admin::Catalog;
 use crate::args::{
     ConnectionStringArgs, GlobalArgs, GroupCommand, HubCommand, ReceiveArgs, SendArgs,
 };
-use crate::hub_handle::{HubHandle, open_broker};
+use crate::hub_handle::HubHandle;
 use crate::input::{Batch, Batcher, LineDefaults, Spreader, parse_line};
 use crate::output;
 use crate::running;
@@ -30,9 +31,9 @@ pub fn connection_string(global: &GlobalArgs, args: &ConnectionStringArgs) -> Re
     Ok(())
 }
 
-/// `tributary hub …`.
+/// `tributary hub …`: on the data directory, or through the server running on it.
 pub async fn hub(global: &GlobalArgs, command: &HubCommand) -> Result<()> {
-    let broker = open_broker(global).await?;
+    let catalog = Catalog::open(global).await?;
     let mut out = std::io::stdout().lock();
     match command {
         HubCommand::Create {
@@ -47,52 +48,47 @@ pub async fn hub(global: &GlobalArgs, command: &HubCommand) -> Result<()> {
                 retention_age_ms: retention.0,
                 retention_bytes_max: *retention_bytes,
             };
-            let hub = broker.create_hub(spec).await?;
+            let (name, partitions) = catalog.create_hub(spec).await?;
             writeln!(
                 out,
-                "created event hub {:?} with {} partitions",
-                hub.name, hub.partition_count
+                "created event hub {name:?} with {partitions} partitions"
             )?;
         }
         HubCommand::List => {
-            for hub in broker.list_hubs() {
+            for (name, partitions, groups) in catalog.list_hubs().await? {
                 writeln!(
                     out,
-                    "{}\t{} partitions\t{} consumer groups",
-                    hub.name,
-                    hub.partition_count,
-                    hub.consumer_groups.len()
+                    "{name}\t{partitions} partitions\t{groups} consumer groups"
                 )?;
             }
         }
         HubCommand::Show { name } => {
-            let hub = broker.describe_hub(name)?;
-            output::write_hub(&mut out, &broker, &hub)?;
+            output::write_hub(&mut out, &catalog.show_hub(name).await?)?;
         }
         HubCommand::Delete { name } => {
-            broker.delete_hub(name).await?;
+            catalog.delete_hub(name).await?;
             writeln!(out, "deleted event hub {name:?}")?;
         }
     }
     Ok(())
 }
 
-/// `tributary group …`.
+/// `tributary group …`: on the data directory, or through the server running on it.
 pub async fn group(global: &GlobalArgs, command: &GroupCommand) -> Result<()> {
-    let broker = open_broker(global).await?;
+    let catalog = Catalog::open(global).await?;
     let mut out = std::io::stdout().lock();
     match command {
         GroupCommand::Create { hub, name } => {
-            broker.create_consumer_group(hub, name).await?;
+            catalog.create_group(hub, name).await?;
             writeln!(out, "created consumer group {name:?} in {hub:?}")?;
         }
         GroupCommand::List { hub } => {
-            for group in broker.list_consumer_groups(hub)? {
-                writeln!(out, "{}", group.name)?;
+            for group in catalog.list_groups(hub).await? {
+                writeln!(out, "{group}")?;
             }
         }
         GroupCommand::Delete { hub, name } => {
-            broker.delete_consumer_group(hub, name).await?;
+            catalog.delete_group(hub, name).await?;
             writeln!(out, "deleted consumer group {name:?} from {hub:?}")?;
         }
     }

@@ -7,6 +7,7 @@
 // A binary's modules are private to it; `pub` marks each module's interface to the others.
 #![allow(unreachable_pub)]
 
+mod admin;
 mod args;
 mod bench;
 mod bench_processor;

@@ -176,6 +176,7 @@ async fn start_doors(
             config.rate_limits = tributary_http::RateLimits::oci();
         }
         config.tls = tls;
+        config.admin_sas = Some(admin_sas(&policies));
         // AMQP over WebSockets (`/$servicebus/websocket`): the first AMQP door serves it; TLS,
         // if any, is the WebSocket's.
         config.websocket_amqp = doors
@@ -201,6 +202,30 @@ async fn start_doors(
         doors.http.push((scheme, http));
     }
     Ok(doors)
+}
+
+/// The admin API also takes a SAS token (Event Hubs' REST scheme) signed with the key of a
+/// policy with the Manage right, for the whole namespace: what `tributary hub`/`group` send to
+/// a running server.
+fn admin_sas(policies: &AccessPolicies) -> tributary_http::AdminSas {
+    let keys: Vec<(String, String)> = policies
+        .policies()
+        .iter()
+        .filter(|p| p.allows(tributary_amqp::Right::Manage))
+        .map(|p| (p.name.clone(), p.key.clone()))
+        .collect();
+    tributary_http::AdminSas::new(move |token| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let key_of = |name: &str| {
+            keys.iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, key)| key.clone())
+        };
+        tributary_eventhubs::sas::verify(token, key_of, now)
+            .is_ok_and(|v| tributary_eventhubs::address::strip_host(&v.audience).is_empty())
+    })
 }
 
 /// AMQP over WebSockets: the HTTP door hands each connection it upgrades at

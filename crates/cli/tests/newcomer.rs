@@ -383,3 +383,70 @@ fn a_failed_first_start_keeps_its_connection_string_for_the_next() {
     }
     assert!(!stderr_rest.contains("ERROR"), "{stderr_rest}");
 }
+
+/// A raw HTTP/1.1 request; the status line of the answer.
+fn http_status(addr: &str, request_line: &str, authorization: Option<&str>) -> String {
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    let auth = authorization.map_or(String::new(), |a| format!("authorization: {a}\r\n"));
+    write!(
+        conn,
+        "{request_line}\r\nhost: {addr}\r\n{auth}connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut reply = String::new();
+    std::io::Read::read_to_string(&mut conn, &mut reply).unwrap();
+    reply.lines().next().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn hubs_and_groups_change_through_the_running_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let server = Server::start(d, &["--amqp-port", "0", "--http-port", "0"]);
+    let created = run_ok(d, &["hub", "create", "orders", "--partitions", "3"]);
+    assert_eq!(created, "created event hub \"orders\" with 3 partitions\n");
+    let list = run_ok(d, &["hub", "list"]);
+    assert!(
+        list.contains("h\t4 partitions\t1 consumer groups"),
+        "{list}"
+    );
+    assert!(
+        list.contains("orders\t3 partitions\t1 consumer groups"),
+        "{list}"
+    );
+    run_ok(d, &["group", "create", "orders", "billing"]);
+    assert_eq!(
+        run_ok(d, &["group", "list", "orders"]),
+        "$Default\nbilling\n"
+    );
+    let show = run_ok(d, &["hub", "show", "orders"]);
+    assert!(
+        show.contains("consumer groups: $Default, billing"),
+        "{show}"
+    );
+    assert_eq!(
+        show.lines().filter(|l| l.ends_with("true")).count(),
+        3,
+        "{show}"
+    );
+    run_ok(d, &["group", "delete", "orders", "billing"]);
+    let out = tributary(d, &["hub", "show", "nope"]).output().unwrap();
+    let err = failed(&out, "hub show nope");
+    assert_eq!(err.matches("does not exist").count(), 1, "{err}");
+    // The admin API still refuses requests without a signature or a Manage token.
+    let http = server
+        .banner
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap()
+        .to_owned();
+    let status = http_status(&http, "GET /admin/v1/hubs HTTP/1.1", None);
+    assert!(status.contains(" 401"), "{status}");
+    let forged = "SharedAccessSignature sr=sb%3A%2F%2Fx%2F&sig=AAAA&se=9999999999&skn=RootManageSharedAccessKey";
+    let status = http_status(&http, "GET /admin/v1/hubs HTTP/1.1", Some(forged));
+    assert!(status.contains(" 401"), "{status}");
+    run_ok(d, &["hub", "delete", "orders"]);
+    server.stop();
+    assert!(run_ok(d, &["hub", "list"]).starts_with("h\t4 partitions"));
+}

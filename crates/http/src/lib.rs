@@ -127,6 +127,37 @@ pub struct HttpConfig {
     /// Where AMQP over WebSockets (`GET /$servicebus/websocket`) connections are handed; None:
     /// that path answers 404.
     pub websocket_amqp: Option<AmqpOverWebSockets>,
+    /// Also accept, on the admin API (`/admin/v1/…`) only, an `Authorization:
+    /// SharedAccessSignature …` header this checks (the Event Hubs REST scheme; `tributary
+    /// hub`/`group` use it with a shared access policy's key). None: signatures only.
+    pub admin_sas: Option<AdminSas>,
+}
+
+/// Checks the SAS token of an admin API request: whether it is valid and grants Manage over
+/// the whole namespace (wired by whoever knows the shared access policies).
+#[derive(Clone)]
+pub struct AdminSas {
+    check: std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>,
+}
+
+impl AdminSas {
+    /// Accepts the tokens `check` accepts.
+    pub fn new(check: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        AdminSas {
+            check: std::sync::Arc::new(check),
+        }
+    }
+
+    /// Whether `token` is accepted.
+    pub(crate) fn accepts(&self, token: &str) -> bool {
+        (self.check)(token)
+    }
+}
+
+impl std::fmt::Debug for AdminSas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminSas").finish_non_exhaustive()
+    }
 }
 
 impl HttpConfig {
@@ -139,6 +170,7 @@ impl HttpConfig {
             coordinator: CoordinatorConfig::default(),
             tls: None,
             websocket_amqp: None,
+            admin_sas: None,
         }
     }
 }
