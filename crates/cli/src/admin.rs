@@ -1,8 +1,10 @@
-//! Where `tributary hub` and `tributary group` work ([`Catalog`]): on the data directory, or —
-//! when a running `tributary serve` holds it — through that server's admin API (`/admin/v1`, on its plain HTTP door as `server.json`
-//! records it), authenticated with a short-lived SAS token signed with the key of the data
-//! directory's Manage policy (the Event Hubs REST scheme). The server changes the hubs; this
-//! process never opens the data directory.
+//! Where `tributary hub` and `tributary group` work ([`Catalog`]): on the data directory, or
+//! through a running server's admin API (`/admin/v1` on its plain HTTP door): the hub
+//! `--connection-string` names (at `--admin-url`), or the `tributary serve` holding the data
+//! directory (at the address its `server.json` records). Requests carry a short-lived SAS token
+//! for the whole namespace, signed with the connection string's key or the data directory's
+//! Manage policy (the Event Hubs REST scheme). The server changes the hubs; this process never
+//! opens a data directory a server holds.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -18,7 +20,7 @@ use tributary_amqp::{AccessPolicies, Right};
 use serde_json::json;
 use tributary_broker::{Broker, HubSpec};
 
-use crate::args::GlobalArgs;
+use crate::args::{AdminArgs, GlobalArgs};
 use crate::hub_handle::open_broker;
 use crate::output::HubView;
 use crate::running;
@@ -27,10 +29,24 @@ use crate::running;
 const TOKEN_LIFETIME: Duration = Duration::from_secs(300);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The admin API of the server running on a data directory.
+/// The HTTP door's port when the user names none (`serve --http-port`'s default).
+const ADMIN_PORT_DEFAULT: u16 = 8080;
+
+/// A token for the whole namespace (any host, no path), valid for [`TOKEN_LIFETIME`].
+fn namespace_token(host: &str, key_name: &str, key: &str) -> String {
+    let expiry = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+        + TOKEN_LIFETIME.as_secs();
+    tributary_eventhubs::sas::sign(&format!("sb://{host}/"), key_name, key, expiry)
+}
+
+/// The admin API of a running server.
 #[derive(Debug)]
 pub struct Admin {
     addr: SocketAddr,
+    /// The `host` header: the host and port as the user named them.
+    host: String,
     token: String,
 }
 
@@ -60,20 +76,47 @@ impl Admin {
             .iter()
             .find(|p| p.allows(Right::Manage))
             .context("no shared access policy has the Manage right")?;
-        let expiry = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs())
-            + TOKEN_LIFETIME.as_secs();
-        // The whole namespace: any host, no path.
-        let audience = format!("sb://{addr}/");
-        let token = tributary_eventhubs::sas::sign(&audience, &policy.name, &policy.key, expiry);
-        Ok(Admin { addr, token })
+        Ok(Admin {
+            addr,
+            host: addr.to_string(),
+            token: namespace_token(&addr.to_string(), &policy.name, &policy.key),
+        })
+    }
+
+    /// The admin API of the hub `connection_string` names: at `admin_url`, or on the
+    /// connection string's host at the HTTP door's default port.
+    pub async fn remote(connection_string: &str, admin_url: Option<&str>) -> Result<Admin> {
+        let cs = tributary_client::ConnectionString::parse(connection_string)?;
+        let host = match admin_url {
+            Some(url) => {
+                if url.starts_with("https://") {
+                    bail!(
+                        "--admin-url {url}: give the hub's plain HTTP door (http://…); HTTPS is not supported here yet"
+                    );
+                }
+                let rest = url.strip_prefix("http://").unwrap_or(url);
+                rest.split('/').next().unwrap_or(rest).to_owned()
+            }
+            None => format!("{}:{ADMIN_PORT_DEFAULT}", cs.host()),
+        };
+        let addr = tokio::net::lookup_host(&host)
+            .await
+            .ok()
+            .and_then(|mut addrs| addrs.next())
+            .with_context(|| format!("cannot resolve the admin API's address {host:?}"))?;
+        let token = match cs.credential() {
+            tributary_client::Credential::SharedAccessKey { key_name, key } => {
+                namespace_token(&host, key_name, key)
+            }
+            tributary_client::Credential::SharedAccessSignature(token) => token.clone(),
+        };
+        Ok(Admin { addr, host, token })
     }
 
     /// Sends a request; the answer's JSON (null for an empty answer). A refusal is an error
     /// with the server's message alone.
     pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value> {
-        let what = format!("{method} http://{}{path}", self.addr);
+        let what = format!("{method} http://{}{path}", self.host);
         let answer = tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(method, path, body))
             .await
             .with_context(|| format!("{what}: no answer in {} s", REQUEST_TIMEOUT.as_secs()))?
@@ -96,7 +139,7 @@ impl Admin {
         let request = Request::builder()
             .method(method)
             .uri(path)
-            .header(header::HOST, self.addr.to_string())
+            .header(header::HOST, &self.host)
             .header(header::AUTHORIZATION, &self.token)
             .header(header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body)))?;
@@ -129,8 +172,13 @@ pub enum Catalog {
 pub type HubLine = (String, u64, usize);
 
 impl Catalog {
-    /// The server running on the data directory if there is one, else the data directory.
-    pub async fn open(global: &GlobalArgs) -> Result<Catalog> {
+    /// The hub `remote` names, else the server running on the data directory if there is
+    /// one, else the data directory.
+    pub async fn open(global: &GlobalArgs, remote: &AdminArgs) -> Result<Catalog> {
+        if let Some(cs) = &remote.connection_string {
+            let admin = Admin::remote(cs, remote.admin_url.as_deref()).await?;
+            return Ok(Catalog::Server(admin));
+        }
         match Admin::find(&global.data_dir) {
             Some(admin) => Ok(Catalog::Server(admin?)),
             None => Ok(Catalog::Local(open_broker(global).await?)),

@@ -12,7 +12,8 @@ use tributary_source::{PartitionReceiver, PartitionSource, ReceiverOptions, Sour
 
 use crate::admin::Catalog;
 use crate::args::{
-    ConnectionStringArgs, GlobalArgs, GroupCommand, HubCommand, ReceiveArgs, SendArgs,
+    ConnectionStringArgs, GlobalArgs, GroupArgs, GroupCommand, HubArgs, HubCommand, ReceiveArgs,
+    SendArgs,
 };
 use crate::hub_handle::HubHandle;
 use crate::input::{Batch, Batcher, LineDefaults, Spreader, parse_line};
@@ -32,10 +33,10 @@ pub fn connection_string(global: &GlobalArgs, args: &ConnectionStringArgs) -> Re
 }
 
 /// `tributary hub …`: on the data directory, or through the server running on it.
-pub async fn hub(global: &GlobalArgs, command: &HubCommand) -> Result<()> {
-    let catalog = Catalog::open(global).await?;
+pub async fn hub(global: &GlobalArgs, args: &HubArgs) -> Result<()> {
+    let catalog = Catalog::open(global, &args.remote).await?;
     let mut out = std::io::stdout().lock();
-    match command {
+    match &args.command {
         HubCommand::Create {
             name,
             partitions,
@@ -74,10 +75,10 @@ pub async fn hub(global: &GlobalArgs, command: &HubCommand) -> Result<()> {
 }
 
 /// `tributary group …`: on the data directory, or through the server running on it.
-pub async fn group(global: &GlobalArgs, command: &GroupCommand) -> Result<()> {
-    let catalog = Catalog::open(global).await?;
+pub async fn group(global: &GlobalArgs, args: &GroupArgs) -> Result<()> {
+    let catalog = Catalog::open(global, &args.remote).await?;
     let mut out = std::io::stdout().lock();
-    match command {
+    match &args.command {
         GroupCommand::Create { hub, name } => {
             catalog.create_group(hub, name).await?;
             writeln!(out, "created consumer group {name:?} in {hub:?}")?;

@@ -59,8 +59,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let global = &cli.global;
     match &cli.command {
         Command::Serve(args) => serve::serve(global, args).await,
-        Command::Hub(command) => commands::hub(global, command).await,
-        Command::Group(command) => commands::group(global, command).await,
+        Command::Hub(args) => commands::hub(global, args).await,
+        Command::Group(args) => commands::group(global, args).await,
         Command::Send(args) => commands::send(global, args).await,
         Command::Receive(args) => commands::receive(global, args).await,
         Command::Process(args) => process::process(global, args).await,

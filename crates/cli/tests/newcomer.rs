@@ -446,7 +446,41 @@ fn hubs_and_groups_change_through_the_running_server() {
     let forged = "SharedAccessSignature sr=sb%3A%2F%2Fx%2F&sig=AAAA&se=9999999999&skn=RootManageSharedAccessKey";
     let status = http_status(&http, "GET /admin/v1/hubs HTTP/1.1", Some(forged));
     assert!(status.contains(" 401"), "{status}");
-    run_ok(d, &["hub", "delete", "orders"]);
+    // From elsewhere, with the connection string and the admin API's address.
+    let client = d.join("client");
+    let cs = server.connection_string();
+    let url = format!("http://{http}");
+    let remote = [
+        "--connection-string",
+        cs.as_str(),
+        "--admin-url",
+        url.as_str(),
+    ];
+    let list = run_ok(&client, &[&["hub", "list"][..], &remote].concat());
+    assert!(list.contains("orders\t3 partitions"), "{list}");
+    let groups = run_ok(
+        &client,
+        &[&["group", "list", "orders"][..], &remote].concat(),
+    );
+    assert_eq!(groups, "$Default\n");
+    let wrong = cs.replace("SharedAccessKey=", "SharedAccessKey=x");
+    let refused = [
+        "hub",
+        "list",
+        "--connection-string",
+        &wrong,
+        "--admin-url",
+        &url,
+    ];
+    let err = failed(
+        &tributary(&client, &refused).output().unwrap(),
+        "a wrong key",
+    );
+    assert!(err.contains("401"), "{err}");
+    run_ok(
+        &client,
+        &[&["hub", "delete", "orders"][..], &remote].concat(),
+    );
     server.stop();
     assert!(run_ok(d, &["hub", "list"]).starts_with("h\t4 partitions"));
 }
