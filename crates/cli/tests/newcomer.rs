@@ -446,20 +446,21 @@ fn hubs_and_groups_change_through_the_running_server() {
     let forged = "SharedAccessSignature sr=sb%3A%2F%2Fx%2F&sig=AAAA&se=9999999999&skn=RootManageSharedAccessKey";
     let status = http_status(&http, "GET /admin/v1/hubs HTTP/1.1", Some(forged));
     assert!(status.contains(" 401"), "{status}");
+    remote_admin(&d.join("client"), &server.connection_string(), &http);
+    server.stop();
+    assert!(run_ok(d, &["hub", "list"]).starts_with("h\t4 partitions"));
+}
+
+/// `hub` and `group` from another directory, with a connection string and the admin API's
+/// address (`http` is `host:port`); a wrong key is refused. Deletes the hub "orders".
+fn remote_admin(client: &Path, cs: &str, http: &str) {
     // From elsewhere, with the connection string and the admin API's address.
-    let client = d.join("client");
-    let cs = server.connection_string();
     let url = format!("http://{http}");
-    let remote = [
-        "--connection-string",
-        cs.as_str(),
-        "--admin-url",
-        url.as_str(),
-    ];
-    let list = run_ok(&client, &[&["hub", "list"][..], &remote].concat());
+    let remote = ["--connection-string", cs, "--admin-url", url.as_str()];
+    let list = run_ok(client, &[&["hub", "list"][..], &remote].concat());
     assert!(list.contains("orders\t3 partitions"), "{list}");
     let groups = run_ok(
-        &client,
+        client,
         &[&["group", "list", "orders"][..], &remote].concat(),
     );
     assert_eq!(groups, "$Default\n");
@@ -473,14 +474,12 @@ fn hubs_and_groups_change_through_the_running_server() {
         &url,
     ];
     let err = failed(
-        &tributary(&client, &refused).output().unwrap(),
+        &tributary(client, &refused).output().unwrap(),
         "a wrong key",
     );
     assert!(err.contains("401"), "{err}");
     run_ok(
-        &client,
+        client,
         &[&["hub", "delete", "orders"][..], &remote].concat(),
     );
-    server.stop();
-    assert!(run_ok(d, &["hub", "list"]).starts_with("h\t4 partitions"));
 }
