@@ -478,6 +478,19 @@ fn remote_admin(client: &Path, cs: &str, http: &str) {
         "a wrong key",
     );
     assert!(err.contains("401"), "{err}");
+    // A token must cover the whole namespace: one for a single hub is refused.
+    let key = cs
+        .split(';')
+        .find_map(|part| part.strip_prefix("SharedAccessKey="))
+        .unwrap();
+    let sign = |audience: &str| {
+        tributary_eventhubs::sas::sign(audience, "RootManageSharedAccessKey", key, 4_000_000_000)
+    };
+    let list = "GET /admin/v1/hubs HTTP/1.1";
+    let status = http_status(http, list, Some(&sign("sb://localhost/h")));
+    assert!(status.contains(" 401"), "{status}");
+    let status = http_status(http, list, Some(&sign("sb://localhost/")));
+    assert!(status.contains(" 200"), "{status}");
     run_ok(
         client,
         &[&["hub", "delete", "orders"][..], &remote].concat(),
