@@ -29,7 +29,8 @@
 //!   sends can panic the server.
 //! - Cursors are opaque, HMAC-authenticated and expire after five minutes.
 //! - Signed requests are verified against registered RSA keys (see [`AuthConfig`]); development
-//!   mode accepts unsigned requests and says so with a WARN line at start.
+//!   mode accepts unsigned requests and says so with a WARN line at start. The admin API
+//!   (`/admin/v1`) alone also takes a SAS token when [`HttpConfig::admin_sas`] accepts it.
 //!
 //! # Shutdown
 //! [`RunningHttpServer::shutdown`] stops accepting connections, lets requests in flight finish
