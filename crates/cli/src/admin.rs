@@ -120,7 +120,9 @@ impl Admin {
         let answer = tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(method, path, body))
             .await
             .with_context(|| format!("{what}: no answer in {} s", REQUEST_TIMEOUT.as_secs()))?
-            .with_context(|| format!("the running server's admin API ({what})"))?;
+            .with_context(|| {
+                format!("cannot reach the hub's admin API ({what}; --admin-url names another)")
+            })?;
         answer.map_err(anyhow::Error::msg)
     }
 
