@@ -60,12 +60,12 @@ pub enum Command {
     /// Run the hub on its data directory until interrupted (Ctrl-C). On an empty data directory
     /// it first creates the hub named by --hub.
     Serve(ServeArgs),
-    /// Create, list, show and delete event hubs.
-    #[command(subcommand)]
-    Hub(HubCommand),
-    /// Create, list and delete consumer groups.
-    #[command(subcommand)]
-    Group(GroupCommand),
+    /// Create, list, show and delete event hubs: on the data directory, through the
+    /// `tributary serve` running on it, or on a remote Tributary hub (--connection-string).
+    Hub(HubArgs),
+    /// Create, list and delete consumer groups: on the data directory, through the `tributary
+    /// serve` running on it, or on a remote Tributary hub (--connection-string).
+    Group(GroupArgs),
     /// Send events to a hub: one per input line, or JSON lines with body, key and properties.
     Send(SendArgs),
     /// Receive events from a hub's partitions, from any position, optionally following.
@@ -164,12 +164,56 @@ pub struct ConnectionStringArgs {
     /// The shared access policy.
     #[arg(long, default_value = "RootManageSharedAccessKey")]
     pub policy: String,
-    /// The host clients connect to.
-    #[arg(long, default_value = "localhost")]
-    pub host: String,
-    /// The AMQP port clients connect to.
-    #[arg(long, default_value_t = 5672)]
-    pub port: u16,
+    /// The host clients connect to (default: the address of the `tributary serve` running on
+    /// the data directory, else localhost).
+    #[arg(long)]
+    pub host: Option<String>,
+    /// The AMQP port clients connect to (default: the port the `tributary serve` running on
+    /// the data directory really listens on, else 5672).
+    #[arg(long)]
+    pub port: Option<u16>,
+}
+
+/// Where `hub` and `group` work when not on the data directory.
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    /// Manage a running Tributary hub instead of the data directory: its connection string,
+    /// with a policy that has the Manage right. The changes go through its admin API
+    /// (--admin-url).
+    #[arg(
+        long,
+        global = true,
+        env = "TRIBUTARY_CONNECTION_STRING",
+        hide_env_values = true
+    )]
+    pub connection_string: Option<String>,
+    /// The admin API of that hub: its plain HTTP door, `http://host:port` (default: the
+    /// connection string's host, port 8080).
+    #[arg(
+        long,
+        global = true,
+        env = "TRIBUTARY_ADMIN_URL",
+        requires = "connection_string"
+    )]
+    pub admin_url: Option<String>,
+}
+
+/// `tributary hub`.
+#[derive(Debug, Args)]
+pub struct HubArgs {
+    #[command(subcommand)]
+    pub command: HubCommand,
+    #[command(flatten)]
+    pub remote: AdminArgs,
+}
+
+/// `tributary group`.
+#[derive(Debug, Args)]
+pub struct GroupArgs {
+    #[command(subcommand)]
+    pub command: GroupCommand,
+    #[command(flatten)]
+    pub remote: AdminArgs,
 }
 
 /// `tributary hub …`.
@@ -591,9 +635,13 @@ mod tests {
         assert!(parse_bytes("1PB").is_err());
         assert_eq!(parse_retention("forever"), Ok(RetentionAge(None)));
         let cli = parse(&["hub", "create", "h", "-p", "8", "--retention", "2h"]).unwrap();
-        let Command::Hub(HubCommand::Create {
-            partitions,
-            retention,
+        let Command::Hub(HubArgs {
+            command:
+                HubCommand::Create {
+                    partitions,
+                    retention,
+                    ..
+                },
             ..
         }) = cli.command
         else {

@@ -1,49 +1,42 @@
 //! What each command does: glue between the arguments and the broker.
 
 use std::io::{BufRead, Write};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use tributary_broker::{HubSpec, SendTarget};
-use tributary_event::ReceivedEvent;
-use tributary_source::{PartitionReceiver, ReceiverOptions, SourceError};
+use tributary_event::{EventPosition, ReceivedEvent};
+use tributary_source::{PartitionReceiver, PartitionSource, ReceiverOptions, SourceError};
 
+use crate::admin::Catalog;
 use crate::args::{
-    ConnectionStringArgs, GlobalArgs, GroupCommand, HubCommand, ReceiveArgs, SendArgs,
+    ConnectionStringArgs, GlobalArgs, GroupArgs, GroupCommand, HubArgs, HubCommand, ReceiveArgs,
+    SendArgs,
 };
-use crate::hub_handle::{HubHandle, open_broker};
-use crate::input::{Batch, Batcher, LineDefaults, parse_line};
+use crate::hub_handle::HubHandle;
+use crate::input::{Batch, Batcher, LineDefaults, Spreader, parse_line};
 use crate::output;
+use crate::running;
 
-/// `tributary connection-string`.
+/// `tributary connection-string`: for the server running on the data directory (where it
+/// really listens), else for the given or default host and port.
 pub fn connection_string(global: &GlobalArgs, args: &ConnectionStringArgs) -> Result<()> {
-    let (policies, _) = tributary_amqp::AccessPolicies::load_or_create(&global.data_dir)
-        .context("cannot load the shared access policies")?;
-    let policy = policies.get(&args.policy).with_context(|| {
-        let names: Vec<&str> = policies
-            .policies()
-            .iter()
-            .map(|p| p.name.as_str())
-            .collect();
-        format!(
-            "there is no shared access policy {:?} (there are: {})",
-            args.policy,
-            names.join(", ")
-        )
-    })?;
-    println!(
-        "{}",
-        tributary_amqp::connection_string(&args.host, args.port, policy)
-    );
+    let running = running::find(&global.data_dir).and_then(|l| l.amqp_endpoint());
+    let (host, port, tls) = running.unwrap_or_else(|| ("localhost".to_owned(), 5672, false));
+    let host = args.host.clone().unwrap_or(host);
+    let port = args.port.unwrap_or(port);
+    let text = running::connection_string(&global.data_dir, &args.policy, &host, port, tls)?;
+    println!("{text}");
     Ok(())
 }
 
-/// `tributary hub …`.
-pub async fn hub(global: &GlobalArgs, command: &HubCommand) -> Result<()> {
-    let broker = open_broker(global).await?;
+/// `tributary hub …`: on the data directory, or through the server running on it.
+pub async fn hub(global: &GlobalArgs, args: &HubArgs) -> Result<()> {
+    let catalog = Catalog::open(global, &args.remote).await?;
     let mut out = std::io::stdout().lock();
-    match command {
+    match &args.command {
         HubCommand::Create {
             name,
             partitions,
@@ -56,52 +49,47 @@ pub async fn hub(global: &GlobalArgs, command: &HubCommand) -> Result<()> {
                 retention_age_ms: retention.0,
                 retention_bytes_max: *retention_bytes,
             };
-            let hub = broker.create_hub(spec).await?;
+            let (name, partitions) = catalog.create_hub(spec).await?;
             writeln!(
                 out,
-                "created event hub {:?} with {} partitions",
-                hub.name, hub.partition_count
+                "created event hub {name:?} with {partitions} partitions"
             )?;
         }
         HubCommand::List => {
-            for hub in broker.list_hubs() {
+            for (name, partitions, groups) in catalog.list_hubs().await? {
                 writeln!(
                     out,
-                    "{}\t{} partitions\t{} consumer groups",
-                    hub.name,
-                    hub.partition_count,
-                    hub.consumer_groups.len()
+                    "{name}\t{partitions} partitions\t{groups} consumer groups"
                 )?;
             }
         }
         HubCommand::Show { name } => {
-            let hub = broker.describe_hub(name)?;
-            output::write_hub(&mut out, &broker, &hub)?;
+            output::write_hub(&mut out, &catalog.show_hub(name).await?)?;
         }
         HubCommand::Delete { name } => {
-            broker.delete_hub(name).await?;
+            catalog.delete_hub(name).await?;
             writeln!(out, "deleted event hub {name:?}")?;
         }
     }
     Ok(())
 }
 
-/// `tributary group …`.
-pub async fn group(global: &GlobalArgs, command: &GroupCommand) -> Result<()> {
-    let broker = open_broker(global).await?;
+/// `tributary group …`: on the data directory, or through the server running on it.
+pub async fn group(global: &GlobalArgs, args: &GroupArgs) -> Result<()> {
+    let catalog = Catalog::open(global, &args.remote).await?;
     let mut out = std::io::stdout().lock();
-    match command {
+    match &args.command {
         GroupCommand::Create { hub, name } => {
-            broker.create_consumer_group(hub, name).await?;
+            catalog.create_group(hub, name).await?;
             writeln!(out, "created consumer group {name:?} in {hub:?}")?;
         }
         GroupCommand::List { hub } => {
-            for group in broker.list_consumer_groups(hub)? {
-                writeln!(out, "{}", group.name)?;
+            for group in catalog.list_groups(hub).await? {
+                writeln!(out, "{group}")?;
             }
         }
         GroupCommand::Delete { hub, name } => {
-            broker.delete_consumer_group(hub, name).await?;
+            catalog.delete_group(hub, name).await?;
             writeln!(out, "deleted consumer group {name:?} from {hub:?}")?;
         }
     }
@@ -116,12 +104,16 @@ pub async fn send(global: &GlobalArgs, args: &SendArgs) -> Result<()> {
             "--receipts needs the hub in this process: over AMQP a producer is not told sequence numbers or offsets"
         );
     }
+    let spreader = Spreader::new(hub.partition_ids().await?);
     let target = match (&args.key, &args.partition) {
         (Some(key), _) => SendTarget::PartitionKey(key.clone()),
         (None, Some(partition)) => {
             // Check the id now, before any input is read.
-            hub.check_partition(partition).await?;
-            SendTarget::Partition(partition.clone())
+            let target = SendTarget::Partition(partition.clone());
+            spreader
+                .check(&target)
+                .map_err(|e| anyhow::anyhow!("event hub {:?}: {e}", args.hub))?;
+            target
         }
         (None, None) => SendTarget::RoundRobin,
     };
@@ -133,23 +125,44 @@ pub async fn send(global: &GlobalArgs, args: &SendArgs) -> Result<()> {
         // A file is checked whole first, so a bad line anywhere sends nothing.
         let file =
             std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-        let lines = check_input(std::io::BufReader::new(file), args, &defaults)
+        let lines = check_input(std::io::BufReader::new(file), args, &defaults, &spreader)
             .with_context(|| format!("{}: nothing was sent", path.display()))?;
         let file =
             std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
         let bar = progress_bar(Some(lines));
-        send_input(&hub, std::io::BufReader::new(file), args, &defaults, &bar).await
+        let input = std::io::BufReader::new(file);
+        send_input(&hub, input, args, &defaults, spreader, &bar).await
     } else {
         let bar = progress_bar(None);
-        send_input(&hub, std::io::stdin().lock(), args, &defaults, &bar).await
+        let input = std::io::stdin().lock();
+        send_input(&hub, input, args, &defaults, spreader, &bar).await
     }
 }
 
-fn check_input(input: impl BufRead, args: &SendArgs, defaults: &LineDefaults) -> Result<u64> {
+/// One input line as an event, its partition (if it names one) checked against the hub's.
+fn parse_checked(
+    line: &str,
+    args: &SendArgs,
+    defaults: &LineDefaults,
+    spreader: &Spreader,
+) -> Result<crate::input::InputEvent, String> {
+    let input = parse_line(line, args.format, defaults)?;
+    spreader
+        .check(&input.target)
+        .map_err(|e| format!("event hub {:?}: {e}", args.hub))?;
+    Ok(input)
+}
+
+fn check_input(
+    input: impl BufRead,
+    args: &SendArgs,
+    defaults: &LineDefaults,
+    spreader: &Spreader,
+) -> Result<u64> {
     let mut count = 0;
     for (i, line) in input.lines().enumerate() {
         let line = line.with_context(|| format!("line {}: cannot read", i + 1))?;
-        parse_line(&line, args.format, defaults)
+        parse_checked(&line, args, defaults, spreader)
             .map_err(|e| anyhow::anyhow!("line {}: {e}", i + 1))?;
         count += 1;
     }
@@ -177,6 +190,7 @@ async fn send_input(
     input: impl BufRead,
     args: &SendArgs,
     defaults: &LineDefaults,
+    mut spreader: Spreader,
     bar: &ProgressBar,
 ) -> Result<()> {
     let mut batcher = Batcher::new(args.batch_size as usize);
@@ -188,15 +202,16 @@ async fn send_input(
             bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
         }
         let line = line.with_context(|| format!("line {line_no}: cannot read"))?;
-        let event = parse_line(&line, args.format, defaults).map_err(|e| {
+        let mut event = parse_checked(&line, args, defaults, &spreader).map_err(|e| {
             anyhow::anyhow!("line {line_no}: {e}; the {sent} events before it were sent")
         })?;
+        event.target = spreader.route(event.target);
         if let Some(batch) = batcher.push(line_no, event) {
             sent += send_batch(hub, batch, args.receipts, &mut out, sent).await?;
             bar.set_position(sent);
         }
     }
-    if let Some(batch) = batcher.flush() {
+    while let Some(batch) = batcher.flush() {
         sent += send_batch(hub, batch, args.receipts, &mut out, sent).await?;
     }
     bar.finish_and_clear();
@@ -238,7 +253,13 @@ pub async fn receive(global: &GlobalArgs, args: &ReceiveArgs) -> Result<()> {
         None => hub.partition_ids().await?,
     };
     let source = hub.source(None);
-    let mut pumps = Vec::new();
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    // A remote receiver may return nothing for a moment before its first credit round trip.
+    let idle_wait = if hub.is_remote() {
+        Duration::from_secs(2)
+    } else {
+        Duration::ZERO
+    };
     for partition in &partitions {
         let options = ReceiverOptions {
             partition_id: partition.clone(),
@@ -251,21 +272,18 @@ pub async fn receive(global: &GlobalArgs, args: &ReceiveArgs) -> Result<()> {
         // The end as of now: without --follow, reading stops there.
         let end = hub.last_sequence(partition).await?;
         let receiver = source
-            .open_receiver(options)
+            .open_receiver(options.clone())
             .await
             .with_context(|| format!("cannot receive from partition {partition}"))?;
-        pumps.push((partition.clone(), receiver, end));
-    }
-    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
-    // A remote receiver may return nothing for a moment before its first credit round trip.
-    let idle_wait = if hub.is_remote() {
-        Duration::from_secs(2)
-    } else {
-        Duration::ZERO
-    };
-    for (partition, receiver, end) in pumps {
-        let until = (!args.follow).then_some((end, idle_wait));
-        tokio::spawn(pump(partition, receiver, until, tx.clone()));
+        let pump = Pump {
+            source: source.clone(),
+            options,
+            until: (!args.follow).then_some((end, idle_wait)),
+            // Following a remote hub outlives its restarts.
+            reconnect: args.follow && hub.is_remote(),
+            tx: tx.clone(),
+        };
+        tokio::spawn(pump.run(receiver));
     }
     drop(tx);
     let mut printed = 0u64;
@@ -293,35 +311,91 @@ pub async fn receive(global: &GlobalArgs, args: &ReceiveArgs) -> Result<()> {
 
 type PartitionBatch = (String, Result<Vec<ReceivedEvent>, SourceError>);
 
+/// The first and the longest wait before reconnecting a follower to a remote hub.
+const RECONNECT_DELAY_MIN: Duration = Duration::from_millis(500);
+const RECONNECT_DELAY_MAX: Duration = Duration::from_secs(30);
+
 /// Reads one partition into the channel: forever when `until` is `None`, else until the event
 /// with sequence number `until.0` arrived or nothing came for `until.1`.
-async fn pump(
-    partition: String,
-    mut receiver: Box<dyn PartitionReceiver>,
+struct Pump {
+    source: Arc<dyn PartitionSource>,
+    options: ReceiverOptions,
     until: Option<(i64, Duration)>,
+    /// Whether a failed receiver is reopened (after the last event seen) instead of ending.
+    reconnect: bool,
     tx: tokio::sync::mpsc::Sender<PartitionBatch>,
-) {
-    let wait = until.map_or(Duration::from_secs(3600), |(_, idle)| idle);
-    loop {
-        match receiver.receive(500, wait).await {
-            Ok(events) if events.is_empty() => {
-                if until.is_some() {
+}
+
+impl Pump {
+    async fn run(mut self, mut receiver: Box<dyn PartitionReceiver>) {
+        let partition = self.options.partition_id.clone();
+        let wait = self
+            .until
+            .map_or(Duration::from_secs(3600), |(_, idle)| idle);
+        loop {
+            match receiver.receive(500, wait).await {
+                Ok(events) if events.is_empty() => {
+                    if self.until.is_some() {
+                        return;
+                    }
+                }
+                Ok(events) => {
+                    let last = events.last().map(|e| e.sequence_number);
+                    if let Some(last) = last {
+                        // A reopened receiver continues after what was printed.
+                        self.options.start = EventPosition::SequenceNumber {
+                            sequence_number: last,
+                            inclusive: false,
+                        };
+                    }
+                    if self.tx.send((partition.clone(), Ok(events))).await.is_err() {
+                        return;
+                    }
+                    if self.until.is_some_and(|(end, _)| last >= Some(end)) {
+                        return;
+                    }
+                }
+                Err(e) if self.reconnect && worth_reconnecting(&e) => {
+                    eprintln!("tributary: partition {partition}: {e}; reconnecting");
+                    receiver = self.reopen().await;
+                    eprintln!("tributary: partition {partition}: reconnected");
+                }
+                Err(e) => {
+                    let _ = self.tx.send((partition, Err(e))).await;
                     return;
                 }
-            }
-            Ok(events) => {
-                let last = events.last().map(|e| e.sequence_number);
-                if tx.send((partition.clone(), Ok(events))).await.is_err() {
-                    return;
-                }
-                if until.is_some_and(|(end, _)| last >= Some(end)) {
-                    return;
-                }
-            }
-            Err(e) => {
-                let _ = tx.send((partition, Err(e))).await;
-                return;
             }
         }
     }
+
+    /// Opens the receiver again, waiting longer after each failure (up to
+    /// [`RECONNECT_DELAY_MAX`]), until it opens.
+    async fn reopen(&self) -> Box<dyn PartitionReceiver> {
+        let partition = &self.options.partition_id;
+        let mut delay = RECONNECT_DELAY_MIN;
+        loop {
+            tokio::time::sleep(delay).await;
+            match self.source.open_receiver(self.options.clone()).await {
+                Ok(receiver) => return receiver,
+                Err(e) => {
+                    delay = (delay * 2).min(RECONNECT_DELAY_MAX);
+                    eprintln!(
+                        "tributary: partition {partition}: cannot reconnect: {e}; trying again in {} s",
+                        delay.as_secs_f32()
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Whether a follower should reconnect after `error`: not when reconnecting cannot help (the
+/// hub or partition is gone, the credentials are refused, a higher epoch took over).
+fn worth_reconnecting(error: &SourceError) -> bool {
+    !matches!(
+        error,
+        SourceError::NotFound { .. }
+            | SourceError::Unauthorized { .. }
+            | SourceError::OwnershipLost { .. }
+    )
 }

@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use tokio::sync::OnceCell;
 use tributary_broker::{Broker, BrokerConfig, BrokerSource, SendReceipt};
 use tributary_client::{ClientOptions, ProducerClient, RemoteHub};
 use tributary_event::{EventData, SendTarget};
+use tributary_eventhubs::send::BatchSizer;
 use tributary_log::LogConfig;
 use tributary_source::PartitionSource;
 
@@ -39,13 +40,18 @@ pub enum HubHandle {
 }
 
 impl HubHandle {
-    /// Opens the hub: remote when a connection string is given, else in this process.
+    /// Opens the hub: remote when a connection string is given or a `tributary serve` runs on
+    /// the data directory (through its AMQP door), else in this process.
     pub async fn open(
         global: &GlobalArgs,
         hub: &str,
         connection_string: Option<&str>,
     ) -> Result<Self> {
-        match connection_string {
+        let local_server = match connection_string {
+            Some(_) => None,
+            None => crate::running::local_connection_string(&global.data_dir).transpose()?,
+        };
+        match connection_string.or(local_server.as_deref()) {
             None => {
                 let broker = open_broker(global).await?;
                 broker.describe_hub(hub)?;
@@ -96,9 +102,20 @@ impl HubHandle {
         })
     }
 
-    /// Checks that `partition` is one of the hub's.
+    /// Checks that `partition` is one of the hub's; the error names it and the hub's ids.
     pub async fn check_partition(&self, partition: &str) -> Result<()> {
-        self.last_sequence(partition).await.map(|_| ())
+        let ids = self.partition_ids().await?;
+        if ids.iter().any(|id| id == partition) {
+            return Ok(());
+        }
+        let name = match self {
+            HubHandle::Local { hub, .. } => hub,
+            HubHandle::Remote { name, .. } => name,
+        };
+        bail!(
+            "event hub {name:?}: {}",
+            crate::input::no_such_partition(partition, &ids)
+        )
     }
 
     /// The hub as a partition source; `namespace` names it in checkpoint stores (a remote hub
@@ -145,11 +162,45 @@ impl HubHandle {
                         )
                     })
                     .await?;
-                producer.send(&events, target).await?;
+                // Cut by the hub's message size, as the SDKs' batches do, instead of failing.
+                let bytes_max = producer.max_message_bytes(&target).await?;
+                for events in cut_by_size(events, &target, bytes_max)? {
+                    producer.send(&events, target.clone()).await?;
+                }
                 Ok(None)
             }
         }
     }
+}
+
+/// Splits `events` into batches whose encoding fits in `bytes_max` (an event too large alone
+/// is a batch of its own, for the hub to refuse with its reason).
+fn cut_by_size(
+    events: Vec<EventData>,
+    target: &SendTarget,
+    bytes_max: u64,
+) -> Result<Vec<Vec<EventData>>> {
+    let key = match target {
+        SendTarget::PartitionKey(key) => Some(key.as_str()),
+        _ => None,
+    };
+    let mut sizer = BatchSizer::new(key)?;
+    let mut batches = Vec::new();
+    let mut batch = Vec::new();
+    let mut bytes = sizer.envelope_bytes();
+    for event in events {
+        let event_bytes = sizer.event_bytes(&event)?;
+        if !batch.is_empty() && bytes + event_bytes > bytes_max {
+            batches.push(std::mem::take(&mut batch));
+            bytes = sizer.envelope_bytes();
+        }
+        bytes += event_bytes;
+        batch.push(event);
+    }
+    if !batch.is_empty() {
+        batches.push(batch);
+    }
+    Ok(batches)
 }
 
 /// The options of the clients the CLI connects to a remote hub with.
@@ -177,4 +228,22 @@ pub async fn open_broker(global: &GlobalArgs) -> Result<Broker> {
             global.data_dir.display()
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_are_cut_to_fit_the_hub_message_size() {
+        let events: Vec<EventData> = (0..500).map(|_| EventData::new("x".repeat(3000))).collect();
+        let bytes_max = 256 * 1024;
+        let batches = cut_by_size(events, &SendTarget::RoundRobin, bytes_max).unwrap();
+        assert!(batches.len() > 1);
+        assert_eq!(batches.iter().map(Vec::len).sum::<usize>(), 500);
+        for batch in &batches {
+            let (payload, _) = tributary_eventhubs::send::encode_outgoing(batch, None).unwrap();
+            assert!(payload.len() as u64 <= bytes_max, "{}", payload.len());
+        }
+    }
 }

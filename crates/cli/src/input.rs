@@ -1,8 +1,9 @@
 //! Turning `send`'s input lines into events and batches.
 //!
 //! A line is checked completely — JSON syntax, known fields, property types — before it becomes
-//! an event, and errors name the line. Consecutive events with the same destination form one
-//! batch (appended atomically), up to the batch size.
+//! an event, and errors name the line. Events without a partition or key are spread one by one
+//! over the partitions ([`Spreader`]); events with the same destination form batches (each
+//! appended atomically), up to the batch size, in input order per destination ([`Batcher`]).
 
 use bytes::Bytes;
 use serde_json::{Map, Value};
@@ -44,12 +45,17 @@ pub struct Batch {
 /// batch limit.
 const BATCH_BODY_BYTES_MAX: usize = 4 * 1024 * 1024;
 
-/// Collects consecutive events with the same target into batches.
+/// Batches collected at once, one per destination: input with many keys sends the oldest
+/// batch early rather than holding a batch for every key.
+const PENDING_BATCHES_MAX: usize = 64;
+
+/// Collects events into one batch per destination (a partition or a partition key), each up
+/// to the batch size. Events to one destination leave in input order.
 #[derive(Debug)]
 pub struct Batcher {
     batch_size: usize,
-    current: Option<Batch>,
-    body_bytes: usize,
+    /// Batches being collected with their body bytes, oldest first.
+    pending: Vec<(Batch, usize)>,
 }
 
 impl Batcher {
@@ -58,35 +64,107 @@ impl Batcher {
         assert!(batch_size > 0);
         Batcher {
             batch_size,
-            current: None,
-            body_bytes: 0,
+            pending: Vec::new(),
         }
     }
 
-    /// Adds an event; returns a full batch when this one does not fit with it.
+    /// Adds an event; returns a batch that is complete: its destination's, when this event
+    /// does not fit in it, or the oldest, when this event needs a new one and too many are open.
     pub fn push(&mut self, line: u64, input: InputEvent) -> Option<Batch> {
-        let fits = self.current.as_ref().is_some_and(|b| {
-            b.target == input.target
-                && b.events.len() < self.batch_size
-                && self.body_bytes + input.event.body.len() <= BATCH_BODY_BYTES_MAX
-        });
-        let full = if fits { None } else { self.flush() };
-        let batch = self.current.get_or_insert_with(|| Batch {
-            target: input.target.clone(),
-            events: Vec::new(),
-            last_line: line,
-        });
-        self.body_bytes += input.event.body.len();
+        let body_len = input.event.body.len();
+        let mut full = None;
+        let index = self
+            .pending
+            .iter()
+            .position(|(b, _)| b.target == input.target);
+        if let Some(i) = index {
+            let (batch, bytes) = &self.pending[i];
+            if batch.events.len() >= self.batch_size || bytes + body_len > BATCH_BODY_BYTES_MAX {
+                full = Some(self.pending.remove(i).0);
+            }
+        } else if self.pending.len() >= PENDING_BATCHES_MAX {
+            full = Some(self.pending.remove(0).0);
+        }
+        let i = match self
+            .pending
+            .iter()
+            .position(|(b, _)| b.target == input.target)
+        {
+            Some(i) => i,
+            None => {
+                self.pending.push((
+                    Batch {
+                        target: input.target.clone(),
+                        events: Vec::new(),
+                        last_line: line,
+                    },
+                    0,
+                ));
+                self.pending.len() - 1
+            }
+        };
+        let (batch, bytes) = &mut self.pending[i];
+        *bytes += body_len;
         batch.events.push(input.event);
         batch.last_line = line;
+        assert!(self.pending.len() <= PENDING_BATCHES_MAX);
         full
     }
 
-    /// The batch being collected, if any.
+    /// The oldest batch being collected, if any; call until `None` to take them all.
     pub fn flush(&mut self) -> Option<Batch> {
-        self.body_bytes = 0;
-        self.current.take()
+        (!self.pending.is_empty()).then(|| self.pending.remove(0).0)
     }
+}
+
+/// Spreads events sent to no partition or key across the hub's partitions one event at a
+/// time (not one batch at a time), starting at a random partition so that successive runs do
+/// not all load the first.
+#[derive(Debug)]
+pub struct Spreader {
+    partitions: Vec<String>,
+    next: usize,
+}
+
+impl Spreader {
+    /// Spreads over `partitions` (not empty).
+    pub fn new(partitions: Vec<String>) -> Self {
+        assert!(!partitions.is_empty());
+        // A random start without a dependency: std's hasher keys are random per process.
+        let random = std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), 0u8);
+        let next = (random % partitions.len() as u64) as usize;
+        Spreader { partitions, next }
+    }
+
+    /// Where `target` sends: round-robin becomes the next partition; anything else stays.
+    pub fn route(&mut self, target: SendTarget) -> SendTarget {
+        if target != SendTarget::RoundRobin {
+            return target;
+        }
+        let partition = self.partitions[self.next].clone();
+        self.next = (self.next + 1) % self.partitions.len();
+        SendTarget::Partition(partition)
+    }
+
+    /// Checks that an explicit partition id is one of the hub's.
+    pub fn check(&self, target: &SendTarget) -> Result<(), String> {
+        match target {
+            SendTarget::Partition(p) if !self.partitions.contains(p) => {
+                Err(no_such_partition(p, &self.partitions))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The error for a partition id the hub does not have, naming it and the hub's ids.
+pub fn no_such_partition(partition: &str, partitions: &[String]) -> String {
+    let known = match (partitions.first(), partitions.last()) {
+        (Some(first), Some(last)) if partitions.len() > 1 => format!("{first} to {last}"),
+        (Some(only), _) => only.clone(),
+        _ => "none".to_owned(),
+    };
+    format!("there is no partition {partition:?} (the hub's partitions are {known})")
 }
 
 /// Parses one input line (without its newline).
@@ -263,10 +341,67 @@ mod tests {
         assert!(b.push(2, ev(SendTarget::RoundRobin)).is_none());
         let full = b.push(3, ev(SendTarget::RoundRobin)).unwrap();
         assert_eq!((full.events.len(), full.last_line), (2, 2));
-        let switched = b.push(4, ev(SendTarget::PartitionKey("k".into()))).unwrap();
-        assert_eq!((switched.events.len(), switched.last_line), (1, 3));
-        let rest = b.flush().unwrap();
-        assert_eq!(rest.target, SendTarget::PartitionKey("k".into()));
+        // Another destination collects its own batch alongside.
+        assert!(
+            b.push(4, ev(SendTarget::PartitionKey("k".into())))
+                .is_none()
+        );
+        assert!(b.push(5, ev(SendTarget::RoundRobin)).is_none());
+        let full = b.push(6, ev(SendTarget::RoundRobin)).unwrap();
+        assert_eq!((full.events.len(), full.last_line), (2, 5));
+        let oldest = b.flush().unwrap();
+        assert_eq!(oldest.target, SendTarget::PartitionKey("k".into()));
+        assert_eq!(b.flush().unwrap().last_line, 6);
         assert!(b.flush().is_none());
+    }
+
+    #[test]
+    fn many_keys_send_the_oldest_batch_early() {
+        let mut b = Batcher::new(100);
+        for i in 0..PENDING_BATCHES_MAX as u64 {
+            let input = InputEvent {
+                target: SendTarget::PartitionKey(i.to_string()),
+                event: EventData::new("x"),
+            };
+            assert!(b.push(i + 1, input).is_none());
+        }
+        let input = InputEvent {
+            target: SendTarget::PartitionKey("new".into()),
+            event: EventData::new("x"),
+        };
+        let early = b.push(1000, input).unwrap();
+        assert_eq!(early.target, SendTarget::PartitionKey("0".into()));
+    }
+
+    #[test]
+    fn round_robin_spreads_events_from_a_random_start() {
+        let ids: Vec<String> = (0..4).map(|p| p.to_string()).collect();
+        let mut starts = std::collections::BTreeSet::new();
+        for _ in 0..64 {
+            let mut s = Spreader::new(ids.clone());
+            let first = s.route(SendTarget::RoundRobin);
+            let SendTarget::Partition(p) = &first else {
+                panic!("{first:?}")
+            };
+            let p: usize = p.parse().unwrap();
+            starts.insert(p);
+            for k in 1..8 {
+                let next = (p + k) % 4;
+                assert_eq!(
+                    s.route(SendTarget::RoundRobin),
+                    SendTarget::Partition(next.to_string())
+                );
+            }
+            let keyed = SendTarget::PartitionKey("k".into());
+            assert_eq!(s.route(keyed.clone()), keyed);
+        }
+        assert!(starts.len() > 1, "64 runs all started at {starts:?}");
+        let s = Spreader::new(ids);
+        assert!(s.check(&SendTarget::Partition("3".into())).is_ok());
+        let err = s.check(&SendTarget::Partition("99".into())).unwrap_err();
+        assert_eq!(
+            err,
+            "there is no partition \"99\" (the hub's partitions are 0 to 3)"
+        );
     }
 }

@@ -7,6 +7,7 @@
 // A binary's modules are private to it; `pub` marks each module's interface to the others.
 #![allow(unreachable_pub)]
 
+mod admin;
 mod args;
 mod bench;
 mod bench_processor;
@@ -17,6 +18,7 @@ mod input;
 mod output;
 mod process;
 mod replicate;
+mod running;
 mod serve;
 
 use std::process::ExitCode;
@@ -57,8 +59,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let global = &cli.global;
     match &cli.command {
         Command::Serve(args) => serve::serve(global, args).await,
-        Command::Hub(command) => commands::hub(global, command).await,
-        Command::Group(command) => commands::group(global, command).await,
+        Command::Hub(args) => commands::hub(global, args).await,
+        Command::Group(args) => commands::group(global, args).await,
         Command::Send(args) => commands::send(global, args).await,
         Command::Receive(args) => commands::receive(global, args).await,
         Command::Process(args) => process::process(global, args).await,
@@ -78,8 +80,22 @@ fn report(err: &anyhow::Error) -> ExitCode {
             return ExitCode::SUCCESS;
         }
     }
-    eprintln!("tributary: {err:#}");
+    eprintln!("tributary: {}", error_text(err));
     ExitCode::from(1)
+}
+
+/// The error and its causes, `: `-separated, each said once: a cause whose text its parent
+/// already includes (errors that print their source, e.g. `thiserror`'s `{source}`) is skipped.
+fn error_text(err: &anyhow::Error) -> String {
+    let mut text = err.to_string();
+    for cause in err.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 fn init_tracing(filter: &str) {
@@ -88,5 +104,43 @@ fn init_tracing(filter: &str) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, not in files or pipes.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_text;
+
+    #[derive(Debug)]
+    struct Inner;
+    impl std::fmt::Display for Inner {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("invalid partition id \"99\"")
+        }
+    }
+    impl std::error::Error for Inner {}
+
+    #[derive(Debug)]
+    struct Outer(Inner);
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "event hub \"h\": {}", self.0)
+        }
+    }
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_its_parent_already_prints_is_said_once() {
+        let err = anyhow::Error::new(Outer(Inner)).context("cannot send");
+        assert_eq!(
+            error_text(&err),
+            "cannot send: event hub \"h\": invalid partition id \"99\""
+        );
+    }
 }

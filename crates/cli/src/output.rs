@@ -113,40 +113,126 @@ pub fn write_event(
     }
 }
 
+/// A hub as `hub show` prints it, from the broker or from a running server's admin API.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HubView {
+    /// Its name.
+    pub name: String,
+    /// When it was created (RFC 3339).
+    pub created: String,
+    /// Its retention by age, in ms; `None` is forever.
+    pub retention_ms: Option<i64>,
+    /// Its retention by size per partition.
+    pub retention_bytes: Option<u64>,
+    /// Its consumer groups.
+    pub groups: Vec<String>,
+    /// Its partitions.
+    pub partitions: Vec<PartitionView>,
+}
+
+/// One partition's row of `hub show`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionView {
+    /// The partition id.
+    pub id: String,
+    /// The oldest retained sequence number.
+    pub begin: i64,
+    /// The newest sequence number (-1: none).
+    pub last: i64,
+    /// The newest event's offset.
+    pub last_offset: Option<String>,
+    /// When the newest event was enqueued (RFC 3339).
+    pub last_time: Option<String>,
+    /// Whether it holds no events.
+    pub empty: bool,
+}
+
+impl HubView {
+    /// The hub as the broker in this process describes it.
+    pub fn local(broker: &Broker, hub: &HubDefinition) -> anyhow::Result<Self> {
+        let mut partitions = Vec::new();
+        for p in 0..hub.partition_count {
+            let props = broker.partition_properties(&hub.name, &p.to_string())?;
+            partitions.push(PartitionView {
+                id: p.to_string(),
+                begin: props.begin_sequence_number,
+                last: props.last_enqueued_sequence_number,
+                last_offset: props.last_enqueued_offset.map(|o| o.to_string()),
+                last_time: props.last_enqueued_time_ms.map(rfc3339),
+                empty: props.is_empty,
+            });
+        }
+        Ok(HubView {
+            name: hub.name.clone(),
+            created: rfc3339(hub.created_at_ms),
+            retention_ms: hub.retention_age_ms,
+            retention_bytes: hub.retention_bytes_max,
+            groups: hub.consumer_groups.iter().map(|g| g.name.clone()).collect(),
+            partitions,
+        })
+    }
+
+    /// The hub as the admin API's `GET /admin/v1/hubs/{name}` describes it.
+    pub fn from_admin(hub: &Value) -> anyhow::Result<Self> {
+        let text = |v: &Value, key: &str| v[key].as_str().map(str::to_owned);
+        let bad = || anyhow::anyhow!("the admin API described the hub in an unexpected form");
+        let partitions = hub["partitions"].as_array().ok_or_else(bad)?;
+        let partitions = partitions
+            .iter()
+            .map(|p| {
+                Some(PartitionView {
+                    id: text(p, "id")?,
+                    begin: p["beginSequenceNumber"].as_i64()?,
+                    last: p["lastEnqueuedSequenceNumber"].as_i64()?,
+                    last_offset: text(p, "lastEnqueuedOffset"),
+                    last_time: text(p, "lastEnqueuedTime"),
+                    empty: p["isEmpty"].as_bool()?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(bad)?;
+        let groups = hub["consumerGroups"].as_array().ok_or_else(bad)?;
+        Ok(HubView {
+            name: text(hub, "name").ok_or_else(bad)?,
+            created: text(hub, "createdAt").unwrap_or_default(),
+            retention_ms: hub["retentionMs"].as_i64(),
+            retention_bytes: hub["retentionBytesMax"].as_u64(),
+            groups: groups
+                .iter()
+                .filter_map(|g| g.as_str().map(str::to_owned))
+                .collect(),
+            partitions,
+        })
+    }
+}
+
 /// A hub's settings, groups and partitions, for `hub show`.
-pub fn write_hub(out: &mut impl Write, broker: &Broker, hub: &HubDefinition) -> anyhow::Result<()> {
+pub fn write_hub(out: &mut impl Write, hub: &HubView) -> anyhow::Result<()> {
     writeln!(out, "event hub:      {}", hub.name)?;
-    writeln!(out, "created:        {}", rfc3339(hub.created_at_ms))?;
-    writeln!(out, "partitions:     {}", hub.partition_count)?;
-    let age = hub.retention_age_ms.map_or("forever".to_owned(), |ms| {
+    writeln!(out, "created:        {}", hub.created)?;
+    writeln!(out, "partitions:     {}", hub.partitions.len())?;
+    let age = hub.retention_ms.map_or("forever".to_owned(), |ms| {
         format!("{} h", ms as f64 / 3_600_000.0)
     });
     writeln!(out, "retention:      {age}")?;
-    if let Some(bytes) = hub.retention_bytes_max {
+    if let Some(bytes) = hub.retention_bytes {
         writeln!(out, "retention size: {bytes} bytes per partition")?;
     }
-    let groups: Vec<_> = hub
-        .consumer_groups
-        .iter()
-        .map(|g| g.name.as_str())
-        .collect();
-    writeln!(out, "consumer groups: {}", groups.join(", "))?;
+    writeln!(out, "consumer groups: {}", hub.groups.join(", "))?;
     writeln!(
         out,
         "partition  begin  last  last offset  last enqueued  empty"
     )?;
-    for p in 0..hub.partition_count {
-        let props = broker.partition_properties(&hub.name, &p.to_string())?;
+    for p in &hub.partitions {
         writeln!(
             out,
-            "{p:>9}  {:>5}  {:>4}  {:>11}  {:>13}  {}",
-            props.begin_sequence_number,
-            props.last_enqueued_sequence_number,
-            props
-                .last_enqueued_offset
-                .map_or("-".into(), |o| o.to_string()),
-            props.last_enqueued_time_ms.map_or("-".into(), rfc3339),
-            props.is_empty
+            "{:>9}  {:>5}  {:>4}  {:>11}  {:>13}  {}",
+            p.id,
+            p.begin,
+            p.last,
+            p.last_offset.as_deref().unwrap_or("-"),
+            p.last_time.as_deref().unwrap_or("-"),
+            p.empty
         )?;
     }
     Ok(())

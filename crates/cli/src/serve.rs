@@ -6,7 +6,6 @@
 //! --https-port, and the plain ones open only with --plain.
 
 use std::io::Write;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -16,6 +15,7 @@ use tributary_http::{HttpConfig, RunningHttpServer};
 use tributary_tls::ServerTls;
 
 use crate::args::{CertArgs, GlobalArgs, ServeArgs};
+use crate::running;
 
 /// The log's own limit while front doors run: they enforce the 1 MiB protocol limits on what
 /// clients send; the log's check counts record framing and keys too, so it needs headroom.
@@ -39,7 +39,18 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
     let (policies, created) = AccessPolicies::load_or_create(&global.data_dir)
         .context("cannot load the shared access policies")?;
     let root = created.and_then(|_| policies.policies().first().cloned());
-    let doors = start_doors(global, args, &broker, policies, tls).await?;
+    let doors = match start_doors(global, args, &broker, policies, tls).await {
+        Ok(doors) => doors,
+        Err(e) => {
+            if root.is_some() {
+                // The policy was never shown: the next start creates one and shows it.
+                let _ = std::fs::remove_file(global.data_dir.join("access-policies.json"));
+            }
+            broker.shutdown().await?;
+            return Err(e);
+        }
+    };
+    running::write(&global.data_dir, &listeners(&doors))?;
     print_banner(global, args, &broker, &doors)?;
     if let Some(root) = root {
         print_root_connection_string(&doors, &root);
@@ -49,6 +60,7 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
         .await
         .context("waiting for Ctrl-C")?;
     eprintln!("stopping: closing listeners, syncing partitions");
+    running::remove(&global.data_dir);
     for (_, amqp) in doors.amqp {
         amqp.shutdown().await;
     }
@@ -57,6 +69,43 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
     }
     broker.shutdown().await?;
     Ok(())
+}
+
+/// What `server.json` records: the addresses the doors really listen on.
+fn listeners(doors: &Doors) -> running::Listeners {
+    let mut listeners = running::Listeners {
+        pid: std::process::id(),
+        ..running::Listeners::default()
+    };
+    for (scheme, amqp) in &doors.amqp {
+        match *scheme {
+            "amqps" => listeners.amqps = Some(amqp.local_addr()),
+            _ => listeners.amqp = Some(amqp.local_addr()),
+        }
+    }
+    for (scheme, http) in &doors.http {
+        match *scheme {
+            "https" => listeners.https = Some(http.local_addr()),
+            _ => listeners.http = Some(http.local_addr()),
+        }
+    }
+    listeners
+}
+
+/// Adds what to do when a door's port is taken: the flag that moves it.
+fn explain_port_in_use(error: anyhow::Error, port: u16, flag: &str) -> anyhow::Error {
+    let in_use = error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse)
+    });
+    if in_use {
+        error.context(format!(
+            "port {port} is in use (another `tributary serve`?); choose another with {flag} <port> (0 picks a free one)"
+        ))
+    } else {
+        error
+    }
 }
 
 async fn open_with_default_hub(global: &GlobalArgs, args: &ServeArgs) -> Result<Broker> {
@@ -103,9 +152,15 @@ async fn start_doors(
     for (scheme, port, tls) in amqp_listeners {
         let mut config = AmqpConfig::new((args.listen, port).into(), policies.clone());
         config.tls = tls;
+        let flag = if scheme == "amqps" {
+            "--amqps-port"
+        } else {
+            "--amqp-port"
+        };
         let amqp = tributary_amqp::start(broker.clone(), config)
             .await
-            .with_context(|| format!("cannot start the {scheme} front door"))?;
+            .with_context(|| format!("cannot start the {scheme} front door"))
+            .map_err(|e| explain_port_in_use(e, port, flag))?;
         doors.amqp.push((scheme, amqp));
     }
     let mut http_listeners = Vec::new();
@@ -121,6 +176,7 @@ async fn start_doors(
             config.rate_limits = tributary_http::RateLimits::oci();
         }
         config.tls = tls;
+        config.admin_sas = Some(admin_sas(&policies));
         // AMQP over WebSockets (`/$servicebus/websocket`): the first AMQP door serves it; TLS,
         // if any, is the WebSocket's.
         config.websocket_amqp = doors
@@ -135,10 +191,41 @@ async fn start_doors(
                 tributary_http::start_with_coordinator(broker.clone(), coordinator, config).await
             }
         };
-        let http = http.with_context(|| format!("cannot start the {scheme} front door"))?;
+        let flag = if scheme == "https" {
+            "--https-port"
+        } else {
+            "--http-port"
+        };
+        let http = http
+            .with_context(|| format!("cannot start the {scheme} front door"))
+            .map_err(|e| explain_port_in_use(e, port, flag))?;
         doors.http.push((scheme, http));
     }
     Ok(doors)
+}
+
+/// The admin API also takes a SAS token (Event Hubs' REST scheme) signed with the key of a
+/// policy with the Manage right, for the whole namespace: what `tributary hub`/`group` send to
+/// a running server.
+fn admin_sas(policies: &AccessPolicies) -> tributary_http::AdminSas {
+    let keys: Vec<(String, String)> = policies
+        .policies()
+        .iter()
+        .filter(|p| p.allows(tributary_amqp::Right::Manage))
+        .map(|p| (p.name.clone(), p.key.clone()))
+        .collect();
+    tributary_http::AdminSas::new(move |token| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let key_of = |name: &str| {
+            keys.iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, key)| key.clone())
+        };
+        tributary_eventhubs::sas::verify(token, key_of, now)
+            .is_ok_and(|v| tributary_eventhubs::address::strip_host(&v.audience).is_empty())
+    })
 }
 
 /// AMQP over WebSockets: the HTTP door hands each connection it upgrades at
@@ -165,15 +252,6 @@ fn http_auth(global: &GlobalArgs, args: &ServeArgs) -> Result<tributary_http::Au
     Ok(tributary_http::AuthConfig::signatures())
 }
 
-/// The host clients on this machine reach a listener by.
-fn client_host(addr: SocketAddr) -> String {
-    if addr.ip().is_unspecified() {
-        "localhost".to_owned()
-    } else {
-        addr.ip().to_string()
-    }
-}
-
 fn print_root_connection_string(doors: &Doors, root: &AccessPolicy) {
     let Some((scheme, amqp)) = doors.amqp.first() else {
         return;
@@ -183,7 +261,7 @@ fn print_root_connection_string(doors: &Doors, root: &AccessPolicy) {
         // The certificate names the host, so the string names it too: localhost here.
         tributary_amqp::tls_connection_string("localhost", addr.port(), root)
     } else {
-        tributary_amqp::connection_string(&client_host(addr), addr.port(), root)
+        tributary_amqp::connection_string(&running::client_host(addr), addr.port(), root)
     };
     eprintln!(
         "created the shared access policy {:?}; its connection string (shown once; `tributary connection-string` prints it again):\n  {text}",

@@ -29,7 +29,8 @@
 //!   sends can panic the server.
 //! - Cursors are opaque, HMAC-authenticated and expire after five minutes.
 //! - Signed requests are verified against registered RSA keys (see [`AuthConfig`]); development
-//!   mode accepts unsigned requests and says so with a WARN line at start.
+//!   mode accepts unsigned requests and says so with a WARN line at start. The admin API
+//!   (`/admin/v1`) alone also takes a SAS token when [`HttpConfig::admin_sas`] accepts it.
 //!
 //! # Shutdown
 //! [`RunningHttpServer::shutdown`] stops accepting connections, lets requests in flight finish
@@ -127,6 +128,37 @@ pub struct HttpConfig {
     /// Where AMQP over WebSockets (`GET /$servicebus/websocket`) connections are handed; None:
     /// that path answers 404.
     pub websocket_amqp: Option<AmqpOverWebSockets>,
+    /// Also accept, on the admin API (`/admin/v1/…`) only, an `Authorization:
+    /// SharedAccessSignature …` header this checks (the Event Hubs REST scheme; `tributary
+    /// hub`/`group` use it with a shared access policy's key). None: signatures only.
+    pub admin_sas: Option<AdminSas>,
+}
+
+/// Checks the SAS token of an admin API request: whether it is valid and grants Manage over
+/// the whole namespace (wired by whoever knows the shared access policies).
+#[derive(Clone)]
+pub struct AdminSas {
+    check: std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>,
+}
+
+impl AdminSas {
+    /// Accepts the tokens `check` accepts.
+    pub fn new(check: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        AdminSas {
+            check: std::sync::Arc::new(check),
+        }
+    }
+
+    /// Whether `token` is accepted.
+    pub(crate) fn accepts(&self, token: &str) -> bool {
+        (self.check)(token)
+    }
+}
+
+impl std::fmt::Debug for AdminSas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminSas").finish_non_exhaustive()
+    }
 }
 
 impl HttpConfig {
@@ -139,6 +171,7 @@ impl HttpConfig {
             coordinator: CoordinatorConfig::default(),
             tls: None,
             websocket_amqp: None,
+            admin_sas: None,
         }
     }
 }

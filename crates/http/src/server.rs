@@ -46,6 +46,8 @@ pub(crate) struct Shared {
     pub https: bool,
     /// Where AMQP over WebSockets connections go; `None`: not served.
     pub websocket_amqp: Option<AmqpOverWebSockets>,
+    /// SAS tokens accepted on the admin API besides signatures.
+    pub admin_sas: Option<crate::AdminSas>,
 }
 
 /// The peer's address, as `axum::serve` gives it for plain and TLS listeners alike.
@@ -113,6 +115,7 @@ impl Shared {
             round_robin: AtomicU64::new(0),
             https: config.tls.is_some(),
             websocket_amqp: config.websocket_amqp.clone(),
+            admin_sas: config.admin_sas.clone(),
         }))
     }
 }
@@ -231,7 +234,11 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         Ok(bytes) => bytes,
         Err(e) => return e.into_response(),
     };
-    if let Some(verifier) = &state.verifier {
+    if let Some(verifier) = state
+        .verifier
+        .as_ref()
+        .filter(|_| !admin_sas_ok(&state, &parts))
+    {
         let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let body_signed = !is_put_messages(&parts.method, parts.uri.path());
         if let Err(e) = verifier.verify(
@@ -246,6 +253,19 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         }
     }
     next.run(Request::from_parts(parts, Body::from(body))).await
+}
+
+/// Whether the request is to the admin API with a SAS token the configured check accepts.
+fn admin_sas_ok(state: &AppState, parts: &axum::http::request::Parts) -> bool {
+    let Some(check) = &state.admin_sas else {
+        return false;
+    };
+    let token = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| v.starts_with("SharedAccessSignature "));
+    parts.uri.path().starts_with("/admin/") && token.is_some_and(|t| check.accepts(t))
 }
 
 /// Reads a body of at most [`REQUEST_BODY_BYTES_MAX`]. A larger one is refused, but read on (up

@@ -97,8 +97,8 @@ pub struct OwnershipArgs {
 /// The load-balancing strategy, as a flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Strategy {
-    /// See `LoadBalancingStrategy::Balanced`.
+    /// Take over one partition per cycle, from the busiest instance, until the load is even.
     Balanced,
-    /// See `LoadBalancingStrategy::Greedy`.
+    /// Take over every partition this instance is short of at once (faster, more churn).
     Greedy,
 }

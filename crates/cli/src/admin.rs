@@ -1,0 +1,325 @@
+//! Where `tributary hub` and `tributary group` work ([`Catalog`]): on the data directory, or
+//! through a running server's admin API (`/admin/v1` on its plain HTTP door): the hub
+//! `--connection-string` names (at `--admin-url`), or the `tributary serve` holding the data
+//! directory (at the address its `server.json` records). Requests carry a short-lived SAS token
+//! for the whole namespace, signed with the connection string's key or the data directory's
+//! Manage policy (the Event Hubs REST scheme). The server changes the hubs; this process never
+//! opens a data directory a server holds.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request, header};
+use serde_json::Value;
+use tributary_amqp::{AccessPolicies, Right};
+
+use serde_json::json;
+use tributary_broker::{Broker, HubSpec};
+
+use crate::args::{AdminArgs, GlobalArgs};
+use crate::hub_handle::open_broker;
+use crate::output::HubView;
+use crate::running;
+
+/// How long a request's token is valid, and how long a request may take.
+const TOKEN_LIFETIME: Duration = Duration::from_secs(300);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The HTTP door's port when the user names none (`serve --http-port`'s default).
+const ADMIN_PORT_DEFAULT: u16 = 8080;
+
+/// A token for the whole namespace (any host, no path), valid for [`TOKEN_LIFETIME`].
+fn namespace_token(host: &str, key_name: &str, key: &str) -> String {
+    let expiry = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+        + TOKEN_LIFETIME.as_secs();
+    tributary_eventhubs::sas::sign(&format!("sb://{host}/"), key_name, key, expiry)
+}
+
+/// The admin API of a running server.
+#[derive(Debug)]
+pub struct Admin {
+    addr: SocketAddr,
+    /// The `host` header: the host and port as the user named them.
+    host: String,
+    token: String,
+}
+
+impl Admin {
+    /// The admin API of the server running on `data_dir`, if one runs there.
+    pub fn find(data_dir: &Path) -> Option<Result<Admin>> {
+        let listeners = running::find(data_dir)?;
+        Some(Admin::for_server(data_dir, &listeners))
+    }
+
+    fn for_server(data_dir: &Path, listeners: &running::Listeners) -> Result<Admin> {
+        let Some(mut addr) = listeners.http else {
+            bail!(
+                "the tributary serve running on {} (pid {}) has no plain HTTP door, which hub and group changes go through; restart it with --plain",
+                data_dir.display(),
+                listeners.pid
+            );
+        };
+        if addr.ip().is_unspecified() {
+            addr.set_ip(Ipv4Addr::LOCALHOST.into());
+        }
+        let policies = AccessPolicies::load_or_create(data_dir)
+            .context("cannot load the shared access policies")?
+            .0;
+        let policy = policies
+            .policies()
+            .iter()
+            .find(|p| p.allows(Right::Manage))
+            .context("no shared access policy has the Manage right")?;
+        Ok(Admin {
+            addr,
+            host: addr.to_string(),
+            token: namespace_token(&addr.to_string(), &policy.name, &policy.key),
+        })
+    }
+
+    /// The admin API of the hub `connection_string` names: at `admin_url`, or on the
+    /// connection string's host at the HTTP door's default port.
+    pub async fn remote(connection_string: &str, admin_url: Option<&str>) -> Result<Admin> {
+        let cs = tributary_client::ConnectionString::parse(connection_string)?;
+        let host = match admin_url {
+            Some(url) => {
+                if url.starts_with("https://") {
+                    bail!(
+                        "--admin-url {url}: give the hub's plain HTTP door (http://…); HTTPS is not supported here yet"
+                    );
+                }
+                let rest = url.strip_prefix("http://").unwrap_or(url);
+                rest.split('/').next().unwrap_or(rest).to_owned()
+            }
+            None => format!("{}:{ADMIN_PORT_DEFAULT}", cs.host()),
+        };
+        let addr = tokio::net::lookup_host(&host)
+            .await
+            .ok()
+            .and_then(|mut addrs| addrs.next())
+            .with_context(|| format!("cannot resolve the admin API's address {host:?}"))?;
+        let token = match cs.credential() {
+            tributary_client::Credential::SharedAccessKey { key_name, key } => {
+                namespace_token(&host, key_name, key)
+            }
+            tributary_client::Credential::SharedAccessSignature(token) => token.clone(),
+        };
+        Ok(Admin { addr, host, token })
+    }
+
+    /// Sends a request; the answer's JSON (null for an empty answer). A refusal is an error
+    /// with the server's message alone.
+    pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value> {
+        let what = format!("{method} http://{}{path}", self.host);
+        let answer = tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(method, path, body))
+            .await
+            .with_context(|| format!("{what}: no answer in {} s", REQUEST_TIMEOUT.as_secs()))?
+            .with_context(|| {
+                format!("cannot reach the hub's admin API ({what}; --admin-url names another)")
+            })?;
+        answer.map_err(anyhow::Error::msg)
+    }
+
+    /// The answer, or the refusal's message.
+    async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Result<Value, String>> {
+        let stream = tokio::net::TcpStream::connect(self.addr).await?;
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(io).await?;
+        tokio::spawn(connection);
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::HOST, &self.host)
+            .header(header::AUTHORIZATION, &self.token)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))?;
+        let response = sender.send_request(request).await?;
+        let status = response.status();
+        let bytes = response.into_body().collect().await?.to_bytes();
+        let json: Value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).context("the answer is not JSON")?
+        };
+        if !status.is_success() {
+            let message = json["message"].as_str().unwrap_or("no message");
+            return Ok(Err(format!("{message} ({status})")));
+        }
+        Ok(Ok(json))
+    }
+}
+
+/// Where `hub` and `group` change hubs and groups: the data directory itself, or the server
+/// that holds it.
+pub enum Catalog {
+    /// The broker in this process, on the data directory.
+    Local(Broker),
+    /// The running server's admin API.
+    Server(Admin),
+}
+
+/// One line of `hub list`: name, partitions, consumer groups.
+pub type HubLine = (String, u64, usize);
+
+impl Catalog {
+    /// The hub `remote` names, else the server running on the data directory if there is
+    /// one, else the data directory.
+    pub async fn open(global: &GlobalArgs, remote: &AdminArgs) -> Result<Catalog> {
+        if let Some(cs) = &remote.connection_string {
+            let admin = Admin::remote(cs, remote.admin_url.as_deref()).await?;
+            return Ok(Catalog::Server(admin));
+        }
+        match Admin::find(&global.data_dir) {
+            Some(admin) => Ok(Catalog::Server(admin?)),
+            None => Ok(Catalog::Local(open_broker(global).await?)),
+        }
+    }
+
+    /// Creates a hub; its name as stored and its partition count.
+    pub async fn create_hub(&self, spec: HubSpec) -> Result<(String, u64)> {
+        match self {
+            Catalog::Local(broker) => {
+                let hub = broker.create_hub(spec).await?;
+                Ok((hub.name, u64::from(hub.partition_count)))
+            }
+            Catalog::Server(admin) => {
+                let mut body = json!({ "name": spec.name, "partitionCount": spec.partition_count });
+                match spec.retention_age_ms {
+                    Some(ms) => body["retentionMs"] = json!(ms),
+                    None => body["retentionForever"] = json!(true),
+                }
+                if let Some(bytes) = spec.retention_bytes_max {
+                    body["retentionBytesMax"] = json!(bytes);
+                }
+                let hub = admin.call(Method::POST, HUBS, Some(body)).await?;
+                let (name, partitions, _) = hub_line(&hub)?;
+                Ok((name, partitions))
+            }
+        }
+    }
+
+    /// Every hub.
+    pub async fn list_hubs(&self) -> Result<Vec<HubLine>> {
+        match self {
+            Catalog::Local(broker) => Ok(broker
+                .list_hubs()
+                .into_iter()
+                .map(|h| {
+                    let groups = h.consumer_groups.len();
+                    (h.name, u64::from(h.partition_count), groups)
+                })
+                .collect()),
+            Catalog::Server(admin) => {
+                let answer = admin.call(Method::GET, HUBS, None).await?;
+                let hubs = answer["hubs"].as_array().map_or(&[][..], Vec::as_slice);
+                hubs.iter().map(hub_line).collect()
+            }
+        }
+    }
+
+    /// A hub with its partitions.
+    pub async fn show_hub(&self, name: &str) -> Result<HubView> {
+        match self {
+            Catalog::Local(broker) => HubView::local(broker, &broker.describe_hub(name)?),
+            Catalog::Server(admin) => {
+                let path = format!("{HUBS}/{}", segment(name));
+                HubView::from_admin(&admin.call(Method::GET, &path, None).await?)
+            }
+        }
+    }
+
+    /// Deletes a hub.
+    pub async fn delete_hub(&self, name: &str) -> Result<()> {
+        match self {
+            Catalog::Local(broker) => Ok(broker.delete_hub(name).await?),
+            Catalog::Server(admin) => {
+                let path = format!("{HUBS}/{}", segment(name));
+                admin.call(Method::DELETE, &path, None).await.map(drop)
+            }
+        }
+    }
+
+    /// Creates a consumer group.
+    pub async fn create_group(&self, hub: &str, name: &str) -> Result<()> {
+        match self {
+            Catalog::Local(broker) => {
+                broker.create_consumer_group(hub, name).await?;
+                Ok(())
+            }
+            Catalog::Server(admin) => {
+                let path = format!("{HUBS}/{}/consumergroups", segment(hub));
+                let body = json!({ "name": name });
+                admin.call(Method::POST, &path, Some(body)).await.map(drop)
+            }
+        }
+    }
+
+    /// A hub's consumer groups.
+    pub async fn list_groups(&self, hub: &str) -> Result<Vec<String>> {
+        match self {
+            Catalog::Local(broker) => Ok(broker
+                .list_consumer_groups(hub)?
+                .into_iter()
+                .map(|g| g.name)
+                .collect()),
+            Catalog::Server(admin) => {
+                let path = format!("{HUBS}/{}/consumergroups", segment(hub));
+                let answer = admin.call(Method::GET, &path, None).await?;
+                let groups = answer["consumerGroups"]
+                    .as_array()
+                    .map_or(&[][..], Vec::as_slice);
+                Ok(groups
+                    .iter()
+                    .filter_map(|g| g["name"].as_str().map(str::to_owned))
+                    .collect())
+            }
+        }
+    }
+
+    /// Deletes a consumer group.
+    pub async fn delete_group(&self, hub: &str, name: &str) -> Result<()> {
+        match self {
+            Catalog::Local(broker) => Ok(broker.delete_consumer_group(hub, name).await?),
+            Catalog::Server(admin) => {
+                let path = format!("{HUBS}/{}/consumergroups/{}", segment(hub), segment(name));
+                admin.call(Method::DELETE, &path, None).await.map(drop)
+            }
+        }
+    }
+}
+
+const HUBS: &str = "/admin/v1/hubs";
+
+/// A name as one path segment: percent-encoded where a URL needs it (names are checked by the
+/// server; this only keeps a bad one from changing the path).
+fn segment(name: &str) -> String {
+    name.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'$' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn hub_line(hub: &Value) -> Result<HubLine> {
+    let bad = || anyhow::anyhow!("the admin API described a hub in an unexpected form");
+    Ok((
+        hub["name"].as_str().ok_or_else(bad)?.to_owned(),
+        hub["partitionCount"].as_u64().ok_or_else(bad)?,
+        hub["consumerGroups"].as_array().map_or(0, Vec::len),
+    ))
+}
