@@ -304,11 +304,14 @@ fn complete(appends: Vec<PendingSync>, failure: Option<&str>) {
             completion,
             handed_over: _,
         } = append;
+        // A partition poisoned since this append was written (a failed sync elsewhere, such as
+        // sealing a segment) acknowledges nothing more: the failure may have cost these bytes,
+        // and a later sync succeeding does not vouch for them.
         let outcome = match failure {
-            None => {
+            None => partition.check_poisoned().map(|()| {
                 partition.publish(committed);
-                Ok(receipt)
-            }
+                receipt
+            }),
             Some(cause) => Err(partition.poison(&format!("fdatasync failed: {cause}"))),
         };
         // Let go of the partition before acknowledging, so a caller that closes the log as soon

@@ -32,6 +32,9 @@ mod partition;
 mod record;
 mod recovery;
 mod segment;
+pub mod storage;
+#[cfg(feature = "fault-injection")]
+pub mod faults;
 mod sync_times;
 
 pub use commit::GroupCommitter;

@@ -11,8 +11,6 @@
 //! 6. A refused append changes nothing: it is validated before any byte is written, and a
 //!    failed write leaves the end position where it was.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -28,6 +26,7 @@ use crate::record::{
     verify_checksum,
 };
 use crate::segment::*;
+use crate::storage::{OpenMode, OsStorage, Storage};
 use tributary_event::Clock;
 
 /// Called once per append with its outcome: the receipt when the append is acknowledged, or the
@@ -152,8 +151,10 @@ pub(crate) struct PartitionShared {
     committed: Mutex<Committed>,
     poisoned: Mutex<Option<String>>,
     listener: RwLock<Option<CommitListener>>,
+    /// Where the files are.
+    storage: Arc<dyn Storage>,
     /// Holds the partition directory's lock file open (and so locked) while the log is open.
-    _lock: File,
+    _lock: Box<dyn std::fmt::Debug + Send + Sync>,
 }
 
 type CommitListener = Arc<dyn Fn(&Committed) + Send + Sync>;
@@ -207,7 +208,7 @@ impl PartitionShared {
         }
     }
 
-    fn check_poisoned(&self) -> Result<(), LogError> {
+    pub(crate) fn check_poisoned(&self) -> Result<(), LogError> {
         match &*self.poisoned.lock().expect("poison lock") {
             None => Ok(()),
             Some(cause) => Err(LogError::Poisoned {
@@ -232,10 +233,25 @@ impl PartitionLog {
         committer: GroupCommitter,
         clock: Arc<dyn Clock>,
     ) -> Result<PartitionLog, LogError> {
+        Self::open_on(Arc::new(OsStorage), dir, config, committer, clock)
+    }
+
+    /// [`PartitionLog::open`] on another [`Storage`] than the real file system (for example a
+    /// fault-injecting one in tests).
+    pub fn open_on(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        config: LogConfig,
+        committer: GroupCommitter,
+        clock: Arc<dyn Clock>,
+    ) -> Result<PartitionLog, LogError> {
         config.validate()?;
-        std::fs::create_dir_all(dir).map_err(|e| LogError::io("create directory", dir, e))?;
-        let lock = lock_directory(dir)?;
-        let segments = crate::recovery::recover_segments(dir, &config, clock.as_ref())?;
+        storage
+            .create_dir_all(dir)
+            .map_err(|e| LogError::io("create directory", dir, e))?;
+        let lock = lock_directory(storage.as_ref(), dir)?;
+        let segments =
+            crate::recovery::recover_segments(storage.as_ref(), dir, &config, clock.as_ref())?;
         let active = segments
             .last()
             .expect("recovery leaves an active segment")
@@ -268,6 +284,7 @@ impl PartitionLog {
                 committed: Mutex::new(committed),
                 poisoned: Mutex::new(None),
                 listener: RwLock::new(None),
+                storage,
                 _lock: lock,
             }),
         })
@@ -425,7 +442,16 @@ impl PartitionLog {
         writer.buf = buf;
         // A failed write leaves the end where it was: the next append overwrites the partial
         // bytes, and recovery cuts them off if none comes.
-        written.map_err(|e| LogError::io("write", &active.path, e))?;
+        if let Err(e) = written {
+            tracing::warn!(
+                segment = %active.path.display(),
+                position,
+                bytes = batch_len,
+                error = %e,
+                "append refused: the write failed (is the disk full?)"
+            );
+            return Err(LogError::io("write", &active.path, e));
+        }
         let last_offset = *offsets.last().expect("non-empty batch");
         active.contents.write().expect("segment lock").push_batch(
             &active.header,
@@ -461,14 +487,20 @@ impl PartitionLog {
             .clamp(PREALLOCATE_BYTES_MIN, PREALLOCATE_BYTES_MAX);
         let cap = self.shared.config.segment_bytes_max.max(needed_len);
         let new_len = (writer.allocated_len + step).max(needed_len).min(cap);
-        let file = &writer.active.file;
-        match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, new_len) {
+        match writer.active.file.allocate(new_len) {
             Ok(()) => writer.allocated_len = new_len,
             // Not every file system preallocates; writing without it is only slower.
-            Err(e) => {
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
                 tracing::debug!(error = %e, "preallocation unsupported; continuing without");
                 writer.preallocate = false;
             }
+            // A full disk: the write that follows may still fit (it decides, and says so).
+            Err(e) => tracing::warn!(
+                segment = %writer.active.path.display(),
+                bytes = new_len,
+                error = %e,
+                "cannot preallocate the segment (is the disk full?)"
+            ),
         }
     }
 
@@ -483,7 +515,8 @@ impl PartitionLog {
                 .set_len(contents.end_position)
                 .and_then(|()| old.file.sync_all())
                 .map_err(|e| LogError::io("seal", &old.path, e))?;
-            write_index_file(&index_path(&shared.dir, old.header.base_offset), &contents)
+            let index = index_path(&shared.dir, old.header.base_offset);
+            write_index_file(shared.storage.as_ref(), &index, &contents)
         })();
         if let Err(e) = sealed {
             shared.poison(&e.to_string());
@@ -496,7 +529,7 @@ impl PartitionLog {
             prev_last_offset: writer.last_offset,
             prev_last_time_ms: writer.last_time_ms,
         };
-        let segment = match create_segment(&shared.dir, header) {
+        let segment = match create_segment(shared.storage.as_ref(), &shared.dir, header) {
             Ok(segment) => Arc::new(segment),
             Err(e) => {
                 shared.poison(&e.to_string());
@@ -713,24 +746,27 @@ impl PartitionLog {
             outcome.segments_removed += 1;
             outcome.bytes_removed += segment.contents().end_position;
             let index = index_path(&self.shared.dir, segment.header.base_offset);
-            std::fs::remove_file(&segment.path)
+            let storage = self.shared.storage.as_ref();
+            storage
+                .remove_file(&segment.path)
                 .map_err(|e| LogError::io("remove", &segment.path, e))?;
-            let _ = std::fs::remove_file(index);
+            let _ = storage.remove_file(&index);
         }
         if outcome.segments_removed > 0 {
-            sync_dir(&self.shared.dir)?;
+            sync_dir(self.shared.storage.as_ref(), &self.shared.dir)?;
         }
         Ok(outcome)
     }
 
     /// Syncs the active segment (whatever the durability mode), e.g. before a clean shutdown.
+    /// A failure poisons the partition, as a failed sync of an append does.
     pub fn flush(&self) -> Result<(), LogError> {
         let writer = self.shared.writer.lock().expect("writer lock");
-        writer
-            .active
-            .file
-            .sync_data()
-            .map_err(|e| LogError::io("sync", &writer.active.path, e))
+        writer.active.file.sync_data().map_err(|e| {
+            let error = LogError::io("sync", &writer.active.path, e);
+            self.shared.poison(&error.to_string());
+            error
+        })
     }
 
     fn segments_snapshot(&self) -> Vec<Arc<Segment>> {
@@ -890,7 +926,7 @@ fn scan_batches<T>(
     limit: u64,
     mut visit: impl FnMut(&BatchHeader, &[u8]) -> Result<Option<T>, crate::record::DecodeError>,
 ) -> Result<Option<T>, LogError> {
-    let mut reader = ChunkReader::new(&segment.file, &segment.path, limit);
+    let mut reader = ChunkReader::new(segment.file.as_ref(), &segment.path, limit);
     let mut position = start;
     while position < limit {
         let corrupt = |e| LogError::corrupted(&segment.path, position, e);
@@ -948,18 +984,19 @@ fn duplicate_property_key(event: &EventData) -> Option<&str> {
 }
 
 /// Creates a new segment file with its header, synced along with its directory entry.
-pub(crate) fn create_segment(dir: &Path, header: SegmentHeader) -> Result<Segment, LogError> {
+pub(crate) fn create_segment(
+    storage: &dyn Storage,
+    dir: &Path,
+    header: SegmentHeader,
+) -> Result<Segment, LogError> {
     let path = segment_path(dir, header.base_offset);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)
+    let file = storage
+        .open(&path, OpenMode::CreateNew)
         .map_err(|e| LogError::io("create segment", &path, e))?;
     file.write_all_at(&header.encode(), 0)
         .and_then(|()| file.sync_all())
         .map_err(|e| LogError::io("write segment header", &path, e))?;
-    sync_dir(dir)?;
+    sync_dir(storage, dir)?;
     Ok(Segment {
         path,
         file,
@@ -968,24 +1005,16 @@ pub(crate) fn create_segment(dir: &Path, header: SegmentHeader) -> Result<Segmen
     })
 }
 
-fn lock_directory(dir: &Path) -> Result<File, LogError> {
+fn lock_directory(
+    storage: &dyn Storage,
+    dir: &Path,
+) -> Result<Box<dyn std::fmt::Debug + Send + Sync>, LogError> {
     let path = dir.join("LOCK");
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| LogError::io("open lock file", &path, e))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(LogError::io(
-            "lock",
-            dir,
-            std::io::Error::new(
-                std::io::ErrorKind::WouldBlock,
-                "the partition is open in another process",
-            ),
-        )),
-        Err(std::fs::TryLockError::Error(e)) => Err(LogError::io("lock", &path, e)),
-    }
+    storage.lock_file(&path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            LogError::io("lock", dir, e)
+        } else {
+            LogError::io("lock", &path, e)
+        }
+    })
 }
