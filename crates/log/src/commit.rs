@@ -55,8 +55,8 @@ struct DirtyPartition {
     due: Instant,
 }
 
-/// A partition's identity in the chains: its shared state's address (the `Arc` is held by every
-/// pending append, so the address is not reused while the partition has any).
+/// A partition's identity in the chains: its shared state's address (held by every pending
+/// append, and weakly by its running chain, so the address is not reused while it has either).
 type PartitionKey = usize;
 
 fn key_of(partition: &Arc<PartitionShared>) -> PartitionKey {
@@ -238,6 +238,10 @@ fn run_chain(shared: &Shared, chain: Chain) {
         failure,
     } = chain;
     assert!(!appends.is_empty(), "a link of a chain holds appends");
+    // The partition's address is its key. A weak reference keeps the address from being reused
+    // until the chain has left `in_flight` (so a partition opened meanwhile cannot join this
+    // chain and inherit its failure), without keeping a closed partition open.
+    let _key_holder = Arc::downgrade(&appends[0].partition);
     let failure = failure.or_else(|| sync_files(&shared.times, &appends));
     for append in &appends {
         shared.times.waits.record(append.handed_over.elapsed());

@@ -118,11 +118,42 @@ struct FileState {
     durable: Vec<u8>,
     /// Changes since the last sync, oldest first.
     pending: Vec<Op>,
+    /// How many changes have left `pending` (synced or lost) since the file was created.
+    settled: u64,
+}
+
+/// The seeded generator behind every random choice of a simulation: ChaCha8, whose output for
+/// a seed is fixed across platforms and releases, so a seed replays the same run anywhere.
+#[derive(Debug, Clone)]
+pub struct SimRng(ChaCha8Rng);
+
+impl SimRng {
+    /// A generator whose every draw follows from `seed`.
+    pub fn new(seed: u64) -> SimRng {
+        SimRng(ChaCha8Rng::seed_from_u64(seed))
+    }
+
+    /// A uniform draw.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0.next_u64()
+    }
+
+    /// A draw in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.0.next_u64() % n }
+    }
+
+    /// `true` with probability `p`.
+    pub fn chance(&mut self, p: f64) -> bool {
+        #[allow(clippy::cast_precision_loss)]
+        let x = (self.0.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        x < p
+    }
 }
 
 #[derive(Debug)]
 struct World {
-    rng: ChaCha8Rng,
+    rng: SimRng,
     config: FaultConfig,
     faults_on: bool,
     fail_next_sync: bool,
@@ -144,14 +175,12 @@ impl World {
     /// A draw that is `true` with probability `p` (always drawn, so the sequence of draws does
     /// not depend on the probabilities being zero).
     fn chance(&mut self, p: f64) -> bool {
-        let draw = self.rng.next_u64();
-        #[allow(clippy::cast_precision_loss)]
-        let x = (draw >> 11) as f64 / (1u64 << 53) as f64;
-        self.faults_on && x < p
+        let hit = self.rng.chance(p);
+        self.faults_on && hit
     }
 
     fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.rng.next_u64() % n }
+        self.rng.below(n)
     }
 
     fn no_space(&mut self) -> io::Result<()> {
@@ -200,7 +229,9 @@ impl Drop for LockGuard {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, World> {
-        self.world.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.world
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -217,7 +248,7 @@ impl FaultyStorage {
         FaultyStorage {
             shared: Arc::new(Shared {
                 world: Mutex::new(World {
-                    rng: ChaCha8Rng::seed_from_u64(seed),
+                    rng: SimRng::new(seed),
                     config,
                     faults_on: true,
                     fail_next_sync: false,
@@ -252,9 +283,10 @@ impl FaultyStorage {
         self.shared.lock().fail_next_write = true;
     }
 
-    /// The next sync waits, after deciding what it covers, until [`FaultyStorage::release`].
-    pub fn hold_next_sync(&self) {
-        self.shared.lock().hold_next_sync = true;
+    /// The next `sync_data` waits, after deciding what it covers and whether it fails, until
+    /// [`FaultyStorage::release`]. `false` cancels a hold no sync has taken yet.
+    pub fn hold_next_sync(&self, hold: bool) {
+        self.shared.lock().hold_next_sync = hold;
     }
 
     /// Waits until a sync is being held.
@@ -295,7 +327,9 @@ impl FaultyStorage {
         let mut ids: Vec<u64> = world.files.keys().copied().collect();
         ids.sort_unstable();
         for id in ids {
-            let pending = std::mem::take(&mut world.files.get_mut(&id).expect("file").pending);
+            let file = world.files.get_mut(&id).expect("file");
+            let pending = std::mem::take(&mut file.pending);
+            file.settled += pending.len() as u64;
             let kept = to_usize(world.below(pending.len() as u64 + 1));
             let tear = world.below(2) == 1;
             let file = world.files.get_mut(&id).expect("file");
@@ -440,7 +474,9 @@ impl FaultyFile {
     fn world(&self) -> io::Result<MutexGuard<'_, World>> {
         let world = self.shared.lock();
         if world.generation != self.generation {
-            return Err(io::Error::other("the file was open before a simulated crash"));
+            return Err(io::Error::other(
+                "the file was open before a simulated crash",
+            ));
         }
         Ok(world)
     }
@@ -463,7 +499,8 @@ impl FaultyFile {
         file.pending.push(op);
     }
 
-    fn sync(&self) -> io::Result<()> {
+    /// A sync; `sync_data` (what the group committer calls) may be held, `sync_all` is not.
+    fn sync(&self, may_hold: bool) -> io::Result<()> {
         let mut world = self.world()?;
         let slow = world.config.slow_sync;
         if world.chance(slow) {
@@ -475,11 +512,12 @@ impl FaultyFile {
             world = self.world()?;
         }
         // What this sync covers, and whether it fails, is decided when it starts.
-        let covered = world.files[&self.id].pending.len();
+        let file = &world.files[&self.id];
+        let covered = file.settled + file.pending.len() as u64;
         let failed = sync_fails(&mut world);
         let lost_p = world.config.lost_after_failed_sync;
         let lost = failed && world.chance(lost_p);
-        if std::mem::take(&mut world.hold_next_sync) {
+        if may_hold && std::mem::take(&mut world.hold_next_sync) {
             world.held = true;
             self.shared.held_changed.notify_all();
             while world.held {
@@ -497,7 +535,10 @@ impl FaultyFile {
             world.counts.lost_writes += 1;
         }
         let file = world.files.get_mut(&self.id).expect("open file");
-        let done: Vec<Op> = file.pending.drain(..covered).collect();
+        // Another sync may have settled some of them meanwhile.
+        let n = to_usize(covered.saturating_sub(file.settled));
+        file.settled += n as u64;
+        let done: Vec<Op> = file.pending.drain(..n).collect();
         if !lost {
             for op in &done {
                 op.apply(&mut file.durable);
@@ -564,10 +605,10 @@ impl StorageFile for FaultyFile {
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        self.sync()
+        self.sync(true)
     }
 
     fn sync_all(&self) -> io::Result<()> {
-        self.sync()
+        self.sync(false)
     }
 }

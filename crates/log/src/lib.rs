@@ -27,14 +27,14 @@
 mod commit;
 mod config;
 mod error;
+#[cfg(feature = "fault-injection")]
+pub mod faults;
 pub mod limits;
 mod partition;
 mod record;
 mod recovery;
 mod segment;
 pub mod storage;
-#[cfg(feature = "fault-injection")]
-pub mod faults;
 mod sync_times;
 
 pub use commit::GroupCommitter;
