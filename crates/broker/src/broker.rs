@@ -159,6 +159,7 @@ impl Broker {
                 &hub_dir,
                 definition.clone(),
                 config.log,
+                &config.storage,
                 &committer,
                 clock.clone(),
             )?;
@@ -252,6 +253,7 @@ impl Broker {
             &hub_dir,
             definition.clone(),
             inner.config.log,
+            &inner.config.storage,
             &inner.committer,
             inner.clock.clone(),
         )?;
