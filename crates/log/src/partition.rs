@@ -10,6 +10,8 @@
 //! 5. The committed state only moves forward.
 //! 6. A refused append changes nothing: it is validated before any byte is written, and a
 //!    failed write leaves the end position where it was.
+//! 7. Nothing is acknowledged after a failed sync of the partition (of an append, a flush, or
+//!    a segment being sealed): the partition is poisoned until it is reopened.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
