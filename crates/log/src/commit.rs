@@ -297,8 +297,14 @@ fn sync_files(times: &SyncTimeRecorder, appends: &[PendingSync]) -> Option<Strin
     None
 }
 
-/// Publishes and acknowledges appends in order, or fails them all with the partition poisoned.
+/// Publishes and acknowledges appends in order, or fails them all with the partition poisoned
+/// (and its unacknowledged tail cut off).
 fn complete(appends: Vec<PendingSync>, failure: Option<&str>) {
+    if let Some(cause) = failure {
+        let partition = &appends[0].partition;
+        partition.poison(&format!("fdatasync failed: {cause}"));
+        partition.cut_unacknowledged_now();
+    }
     for append in appends {
         let PendingSync {
             partition,

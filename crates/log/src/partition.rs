@@ -130,7 +130,7 @@ impl ReadCursor {
 }
 
 /// The writer's state; guarded by one mutex, so appends to a partition are serialised.
-struct Writer {
+pub(crate) struct Writer {
     active: Arc<Segment>,
     /// The active file's length, preallocation included.
     allocated_len: u64,
@@ -208,6 +208,40 @@ impl PartitionShared {
             path: self.dir.clone(),
             cause: poisoned.clone().unwrap_or_default(),
         }
+    }
+
+    /// After a failed sync (the partition already poisoned): cuts the active segment back to
+    /// the end of what was acknowledged and syncs it. The page cache may still show bytes whose
+    /// sync failed though the disk never gets them (Linux drops the error with the pages); a
+    /// restart that keeps the page cache (of the process, not the machine) would recover them
+    /// and build on them. Best effort: if this fails too, the error is logged and only a
+    /// restart of the machine guarantees that recovery reads what the disk holds.
+    pub(crate) fn cut_unacknowledged(&self, writer: &Writer) {
+        if self.config.durability != Durability::Fsync {
+            return; // Acknowledged on write: there is nothing unacknowledged to cut.
+        }
+        let committed = self.committed.lock().expect("committed lock").end_offset;
+        let active = &writer.active;
+        let keep = committed
+            .saturating_sub(active.header.base_offset)
+            .max(SEGMENT_HEADER_BYTES as u64);
+        let cut = active
+            .file
+            .set_len(keep)
+            .and_then(|()| active.file.sync_all());
+        if let Err(e) = cut {
+            tracing::error!(
+                segment = %active.path.display(),
+                error = %e,
+                "cannot cut the unacknowledged tail after a failed sync; restart the machine, not only the process"
+            );
+        }
+    }
+
+    /// [`PartitionShared::cut_unacknowledged`], for a caller not holding the writer.
+    pub(crate) fn cut_unacknowledged_now(&self) {
+        let writer = self.writer.lock().expect("writer lock");
+        self.cut_unacknowledged(&writer);
     }
 
     pub(crate) fn check_poisoned(&self) -> Result<(), LogError> {
@@ -509,6 +543,8 @@ impl PartitionLog {
     /// Seals the active segment and starts a new one at its end.
     fn roll(&self, writer: &mut Writer) -> Result<(), LogError> {
         let shared = &self.shared;
+        // A poisoned partition's segment may hold bytes no sync vouched for: never seal it.
+        shared.check_poisoned()?;
         let old = writer.active.clone();
         let contents = old.contents();
         assert_eq!(contents.next_sequence, writer.next_sequence);
@@ -522,6 +558,7 @@ impl PartitionLog {
         })();
         if let Err(e) = sealed {
             shared.poison(&e.to_string());
+            shared.cut_unacknowledged(writer);
             return Err(e);
         }
         let header = SegmentHeader {
@@ -767,6 +804,7 @@ impl PartitionLog {
         writer.active.file.sync_data().map_err(|e| {
             let error = LogError::io("sync", &writer.active.path, e);
             self.shared.poison(&error.to_string());
+            self.shared.cut_unacknowledged(&writer);
             error
         })
     }

@@ -598,3 +598,27 @@ fn a_full_disk_and_a_failed_sync_are_logged_at_warn_or_above() {
         "{text}"
     );
 }
+
+#[test]
+fn a_restart_that_keeps_the_page_cache_after_a_failed_sync_recovers_only_what_was_acknowledged() {
+    // The failed sync's writes never reach the disk, though reads still see them (as Linux
+    // may do): a process restart must not recover them and build on them.
+    let lossy = FaultConfig {
+        lost_after_failed_sync: 1.0,
+        ..FaultConfig::NONE
+    };
+    let storage = FaultyStorage::new(4, lossy);
+    let committer = GroupCommitter::start();
+    let log = quiet_log(&storage, &committer);
+    log.append(&one("a")).unwrap();
+    storage.fail_next_sync();
+    log.append(&one("b, never on disk")).unwrap_err();
+    drop(log);
+    let log = quiet_log(&storage, &committer);
+    assert_eq!(bodies(&log), [Bytes::from("a")]);
+    log.append(&one("c")).unwrap();
+    drop(log);
+    storage.crash();
+    let log = quiet_log(&storage, &committer);
+    assert_eq!(bodies(&log), [Bytes::from("a"), Bytes::from("c")]);
+}
