@@ -528,6 +528,10 @@ impl FaultyFile {
                     .unwrap_or_else(std::sync::PoisonError::into_inner);
             }
         }
+        if world.generation != self.generation {
+            // The machine crashed while this sync was held: it never returned.
+            return Err(io::Error::other("the machine crashed during the sync"));
+        }
         if failed && !lost {
             return Err(io::Error::from(rustix::io::Errno::IO));
         }

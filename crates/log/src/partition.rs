@@ -9,7 +9,7 @@
 //!    otherwise, events whose batch has been written.
 //! 5. The committed state only moves forward.
 //! 6. A refused append changes nothing: it is validated before any byte is written, and a
-//!    failed write leaves the end position where it was.
+//!    failed write leaves the end position where it was, with the file cut back to it.
 //! 7. Nothing is acknowledged after a failed sync of the partition (of an append, a flush, or
 //!    a segment being sealed): the partition is poisoned until it is reopened.
 
@@ -476,8 +476,6 @@ impl PartitionLog {
         let written = active.file.write_all_at(&buf, position);
         let header = BatchHeader::decode(&buf).expect("encoded header decodes");
         writer.buf = buf;
-        // A failed write leaves the end where it was: the next append overwrites the partial
-        // bytes, and recovery cuts them off if none comes.
         if let Err(e) = written {
             tracing::warn!(
                 segment = %active.path.display(),
@@ -486,7 +484,9 @@ impl PartitionLog {
                 error = %e,
                 "append refused: the write failed (is the disk full?)"
             );
-            return Err(LogError::io("write", &active.path, e));
+            let error = LogError::io("write", &active.path, e);
+            self.discard_partial_write(writer, position, &error);
+            return Err(error);
         }
         let last_offset = *offsets.last().expect("non-empty batch");
         active.contents.write().expect("segment lock").push_batch(
@@ -511,6 +511,23 @@ impl PartitionLog {
             last_enqueued_time_ms: Some(time_ms),
         };
         Ok((receipt, committed))
+    }
+
+    /// After a failed write, cuts the file back to the end of the log, so the bytes the write
+    /// did put down (a short write) never sit past the end: the partial bytes of two refused
+    /// batches could otherwise add up to a whole one that recovery would find. Cutting needs no
+    /// space; if it fails anyway, the file's state is unknown and the partition is poisoned.
+    fn discard_partial_write(&self, writer: &mut Writer, position: u64, cause: &LogError) {
+        writer.allocated_len = position;
+        if let Err(e) = writer.active.file.set_len(position) {
+            tracing::error!(
+                segment = %writer.active.path.display(),
+                error = %e,
+                "cannot cut off a failed write"
+            );
+            self.shared
+                .poison(&format!("{cause}; cutting it off failed too: {e}"));
+        }
     }
 
     /// Grows the active file ahead of the writer so most syncs need not persist a size change.

@@ -3,7 +3,8 @@
 //!
 //! Each seed drives one partition on [`FaultyStorage`] (in memory; see `tributary_log::faults`)
 //! through a random timeline: single appends and bursts of appends lined up behind one held
-//! sync (so group commit is exercised, deterministically), with failed syncs (sometimes losing
+//! sync (so group commit is exercised, deterministically; sometimes the machine crashes with
+//! them in flight), with failed syncs (sometimes losing
 //! their writes for good), full disks, short writes and slow syncs drawn from the seed; clean
 //! reopens, and crashes that keep a random prefix of the unsynced writes (the last possibly
 //! torn). A restart after any failed sync is a crash: the page cache cannot be trusted then.
@@ -265,7 +266,8 @@ impl Sim {
         Ok(())
     }
 
-    /// One append whose sync is held while 1-4 more line up behind it, then all settle.
+    /// One append whose sync is held while 1-4 more line up behind it, then all settle —
+    /// or, one time in four, the machine crashes with all of them in flight.
     fn append_burst(&mut self) -> Result<(), String> {
         self.storage.hold_next_sync(true);
         let first = self.batch();
@@ -281,9 +283,16 @@ impl Sim {
                 pending.push((events, rx));
             }
         }
+        let crash = self.rng.below(4) == 0;
+        if crash {
+            self.storage.crash();
+        }
         self.storage.release();
         for (events, rx) in pending {
             self.settle(&events, &rx)?;
+        }
+        if crash {
+            self.restart(true)?;
         }
         Ok(())
     }
