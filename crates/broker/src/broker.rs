@@ -160,6 +160,7 @@ impl Broker {
                 &hub_dir,
                 definition.clone(),
                 config.log,
+                &config.storage,
                 &committer,
                 clock.clone(),
             )?;
@@ -253,6 +254,7 @@ impl Broker {
             &hub_dir,
             definition.clone(),
             inner.config.log,
+            &inner.config.storage,
             &inner.committer,
             inner.clock.clone(),
         )?;

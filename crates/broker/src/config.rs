@@ -1,9 +1,11 @@
 //! How a broker is configured.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tributary_log::LogConfig;
+use tributary_log::storage::{OsStorage, Storage};
 
 /// Retention of an event hub when its creator does not say: one day, as Event Hubs.
 pub const RETENTION_AGE_MS_DEFAULT: i64 = 24 * 60 * 60 * 1000;
@@ -29,6 +31,9 @@ pub struct BrokerConfig {
     pub consumer_groups_max: u32,
     /// How often the background task enforces retention.
     pub retention_check_interval: Duration,
+    /// Where the partition logs' files live: the file system, or in tests a fault-injecting
+    /// storage (`tributary_log::faults`).
+    pub storage: Arc<dyn Storage>,
 }
 
 impl BrokerConfig {
@@ -39,6 +44,7 @@ impl BrokerConfig {
             log: LogConfig::default(),
             consumer_groups_max: CONSUMER_GROUPS_MAX_DEFAULT,
             retention_check_interval: RETENTION_CHECK_INTERVAL_DEFAULT,
+            storage: Arc::new(OsStorage),
         }
     }
 }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::watch;
 use tributary_event::names::{name_key, parse_partition_id};
 use tributary_event::{Clock, partition_for_key};
+use tributary_log::storage::Storage;
 use tributary_log::{GroupCommitter, LogConfig, PartitionLog};
 
 use crate::catalog::HubDefinition;
@@ -45,12 +46,14 @@ impl Hub {
         dir: &Path,
         definition: HubDefinition,
         log_config: LogConfig,
+        storage: &Arc<dyn Storage>,
         committer: &GroupCommitter,
         clock: Arc<dyn Clock>,
     ) -> Result<Hub, BrokerError> {
         let mut partitions = Vec::with_capacity(definition.partition_count as usize);
         for partition in 0..definition.partition_count {
-            let log = PartitionLog::open(
+            let log = PartitionLog::open_on(
+                storage.clone(),
                 &dir.join(partition.to_string()),
                 log_config,
                 committer.clone(),

@@ -1,12 +1,14 @@
 //! The broker through its public API: hubs, consumer groups, sends, receivers and epochs.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tributary_broker::{
-    Broker, BrokerConfig, BrokerError, DisconnectReason, HubSpec, ReceiveError, ReceiverSpec,
-    SendTarget,
+    Broker, BrokerConfig, BrokerError, DisconnectReason, HubSpec, LogError, ReceiveError,
+    ReceiverSpec, SendTarget,
 };
 use tributary_event::{EventData, EventPosition, partition_for_key};
+use tributary_log::faults::{FaultConfig, FaultyStorage};
 
 async fn broker(dir: &std::path::Path) -> Broker {
     Broker::open(BrokerConfig::new(dir)).await.unwrap()
@@ -528,5 +530,49 @@ async fn a_displaced_receiver_can_be_watched_without_receiving() {
     assert_eq!(
         old.disconnect_reason(),
         Some(DisconnectReason::Stolen { new_epoch: 2 })
+    );
+}
+
+#[tokio::test]
+async fn a_failed_sync_poisons_the_partition_and_senders_get_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = FaultyStorage::new(7, FaultConfig::NONE);
+    let config = BrokerConfig {
+        storage: Arc::new(storage.clone()),
+        ..BrokerConfig::new(dir.path())
+    };
+    let b = Broker::open(config).await.unwrap();
+    b.create_hub(HubSpec::new("h", 2)).await.unwrap();
+    let to = |p: &str| SendTarget::Partition(p.into());
+    b.send("h", to("0"), events("before", 1)).await.unwrap();
+    storage.fail_next_sync();
+    let failed = b.send("h", to("0"), events("lost", 1)).await.unwrap_err();
+    let refused = b.send("h", to("0"), events("after", 1)).await.unwrap_err();
+    for error in [&failed, &refused] {
+        assert!(
+            matches!(
+                error,
+                BrokerError::Log {
+                    partition: 0,
+                    source: LogError::Poisoned { .. },
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        assert!(!error.is_caller_error(), "{error}");
+        assert!(
+            error.to_string().contains("stopped accepting appends"),
+            "{error}"
+        );
+    }
+    // The other partition is not affected, and readers of the poisoned one see only what was
+    // acknowledged.
+    b.send("h", to("1"), events("elsewhere", 1)).await.unwrap();
+    assert_eq!(
+        b.partition_properties("h", "0")
+            .unwrap()
+            .last_enqueued_sequence_number,
+        0
     );
 }

@@ -55,8 +55,8 @@ struct DirtyPartition {
     due: Instant,
 }
 
-/// A partition's identity in the chains: its shared state's address (the `Arc` is held by every
-/// pending append, so the address is not reused while the partition has any).
+/// A partition's identity in the chains: its shared state's address (held by every pending
+/// append, and weakly by its running chain, so the address is not reused while it has either).
 type PartitionKey = usize;
 
 fn key_of(partition: &Arc<PartitionShared>) -> PartitionKey {
@@ -238,6 +238,10 @@ fn run_chain(shared: &Shared, chain: Chain) {
         failure,
     } = chain;
     assert!(!appends.is_empty(), "a link of a chain holds appends");
+    // The partition's address is its key. A weak reference keeps the address from being reused
+    // until the chain has left `in_flight` (so a partition opened meanwhile cannot join this
+    // chain and inherit its failure), without keeping a closed partition open.
+    let _key_holder = Arc::downgrade(&appends[0].partition);
     let failure = failure.or_else(|| sync_files(&shared.times, &appends));
     for append in &appends {
         shared.times.waits.record(append.handed_over.elapsed());
@@ -293,8 +297,14 @@ fn sync_files(times: &SyncTimeRecorder, appends: &[PendingSync]) -> Option<Strin
     None
 }
 
-/// Publishes and acknowledges appends in order, or fails them all with the partition poisoned.
+/// Publishes and acknowledges appends in order, or fails them all with the partition poisoned
+/// (and its unacknowledged tail cut off).
 fn complete(appends: Vec<PendingSync>, failure: Option<&str>) {
+    if let Some(cause) = failure {
+        let partition = &appends[0].partition;
+        partition.poison(&format!("fdatasync failed: {cause}"));
+        partition.cut_unacknowledged_now();
+    }
     for append in appends {
         let PendingSync {
             partition,
@@ -304,11 +314,14 @@ fn complete(appends: Vec<PendingSync>, failure: Option<&str>) {
             completion,
             handed_over: _,
         } = append;
+        // A partition poisoned since this append was written (a failed sync elsewhere, such as
+        // sealing a segment) acknowledges nothing more: the failure may have cost these bytes,
+        // and a later sync succeeding does not vouch for them.
         let outcome = match failure {
-            None => {
+            None => partition.check_poisoned().map(|()| {
                 partition.publish(committed);
-                Ok(receipt)
-            }
+                receipt
+            }),
             Some(cause) => Err(partition.poison(&format!("fdatasync failed: {cause}"))),
         };
         // Let go of the partition before acknowledging, so a caller that closes the log as soon

@@ -19,6 +19,16 @@
 //! the active segment stops at the first torn or corrupt batch and cuts the tail off. Every
 //! acknowledged batch survives; damage to a sealed segment is reported, never hidden.
 //!
+//! # Faults below the log
+//! Every file operation goes through the [`storage::Storage`] seam ([`storage::OsStorage`], the
+//! file system, by default). A failed `fdatasync` poisons the partition: the appends it covered
+//! and every append waiting behind it fail (never an acknowledgement on a file whose state is
+//! unknown), later appends are refused with [`LogError::Poisoned`], and reopening — recovery —
+//! clears it. A failed write (a full disk, a short write) refuses its batch, logged at `warn`,
+//! and leaves the end of the log where it was. With the `fault-injection` feature, `faults`
+//! provides an in-memory storage that injects these faults from a seed and simulates crashes;
+//! `tests/faults.rs` drives it.
+//!
 //! # What it delegates
 //! Nothing here is async or knows about networks: the broker wraps appends in futures through
 //! [`PartitionLog::append_with`]'s completion and wakes readers through the commit listener.
@@ -27,11 +37,14 @@
 mod commit;
 mod config;
 mod error;
+#[cfg(feature = "fault-injection")]
+pub mod faults;
 pub mod limits;
 mod partition;
 mod record;
 mod recovery;
 mod segment;
+pub mod storage;
 mod sync_times;
 
 pub use commit::GroupCommitter;

@@ -9,10 +9,10 @@
 //!    otherwise, events whose batch has been written.
 //! 5. The committed state only moves forward.
 //! 6. A refused append changes nothing: it is validated before any byte is written, and a
-//!    failed write leaves the end position where it was.
+//!    failed write leaves the end position where it was, with the file cut back to it.
+//! 7. Nothing is acknowledged after a failed sync of the partition (of an append, a flush, or
+//!    a segment being sealed): the partition is poisoned until it is reopened.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -28,6 +28,7 @@ use crate::record::{
     verify_checksum,
 };
 use crate::segment::*;
+use crate::storage::{OpenMode, OsStorage, Storage};
 use tributary_event::Clock;
 
 /// Called once per append with its outcome: the receipt when the append is acknowledged, or the
@@ -129,7 +130,7 @@ impl ReadCursor {
 }
 
 /// The writer's state; guarded by one mutex, so appends to a partition are serialised.
-struct Writer {
+pub(crate) struct Writer {
     active: Arc<Segment>,
     /// The active file's length, preallocation included.
     allocated_len: u64,
@@ -152,8 +153,10 @@ pub(crate) struct PartitionShared {
     committed: Mutex<Committed>,
     poisoned: Mutex<Option<String>>,
     listener: RwLock<Option<CommitListener>>,
+    /// Where the files are.
+    storage: Arc<dyn Storage>,
     /// Holds the partition directory's lock file open (and so locked) while the log is open.
-    _lock: File,
+    _lock: Box<dyn std::fmt::Debug + Send + Sync>,
 }
 
 type CommitListener = Arc<dyn Fn(&Committed) + Send + Sync>;
@@ -207,7 +210,41 @@ impl PartitionShared {
         }
     }
 
-    fn check_poisoned(&self) -> Result<(), LogError> {
+    /// After a failed sync (the partition already poisoned): cuts the active segment back to
+    /// the end of what was acknowledged and syncs it. The page cache may still show bytes whose
+    /// sync failed though the disk never gets them (Linux drops the error with the pages); a
+    /// restart that keeps the page cache (of the process, not the machine) would recover them
+    /// and build on them. Best effort: if this fails too, the error is logged and only a
+    /// restart of the machine guarantees that recovery reads what the disk holds.
+    pub(crate) fn cut_unacknowledged(&self, writer: &Writer) {
+        if self.config.durability != Durability::Fsync {
+            return; // Acknowledged on write: there is nothing unacknowledged to cut.
+        }
+        let committed = self.committed.lock().expect("committed lock").end_offset;
+        let active = &writer.active;
+        let keep = committed
+            .saturating_sub(active.header.base_offset)
+            .max(SEGMENT_HEADER_BYTES as u64);
+        let cut = active
+            .file
+            .set_len(keep)
+            .and_then(|()| active.file.sync_all());
+        if let Err(e) = cut {
+            tracing::error!(
+                segment = %active.path.display(),
+                error = %e,
+                "cannot cut the unacknowledged tail after a failed sync; restart the machine, not only the process"
+            );
+        }
+    }
+
+    /// [`PartitionShared::cut_unacknowledged`], for a caller not holding the writer.
+    pub(crate) fn cut_unacknowledged_now(&self) {
+        let writer = self.writer.lock().expect("writer lock");
+        self.cut_unacknowledged(&writer);
+    }
+
+    pub(crate) fn check_poisoned(&self) -> Result<(), LogError> {
         match &*self.poisoned.lock().expect("poison lock") {
             None => Ok(()),
             Some(cause) => Err(LogError::Poisoned {
@@ -232,10 +269,25 @@ impl PartitionLog {
         committer: GroupCommitter,
         clock: Arc<dyn Clock>,
     ) -> Result<PartitionLog, LogError> {
+        Self::open_on(Arc::new(OsStorage), dir, config, committer, clock)
+    }
+
+    /// [`PartitionLog::open`] on another [`Storage`] than the real file system (for example a
+    /// fault-injecting one in tests).
+    pub fn open_on(
+        storage: Arc<dyn Storage>,
+        dir: &Path,
+        config: LogConfig,
+        committer: GroupCommitter,
+        clock: Arc<dyn Clock>,
+    ) -> Result<PartitionLog, LogError> {
         config.validate()?;
-        std::fs::create_dir_all(dir).map_err(|e| LogError::io("create directory", dir, e))?;
-        let lock = lock_directory(dir)?;
-        let segments = crate::recovery::recover_segments(dir, &config, clock.as_ref())?;
+        storage
+            .create_dir_all(dir)
+            .map_err(|e| LogError::io("create directory", dir, e))?;
+        let lock = lock_directory(storage.as_ref(), dir)?;
+        let segments =
+            crate::recovery::recover_segments(storage.as_ref(), dir, &config, clock.as_ref())?;
         let active = segments
             .last()
             .expect("recovery leaves an active segment")
@@ -268,6 +320,7 @@ impl PartitionLog {
                 committed: Mutex::new(committed),
                 poisoned: Mutex::new(None),
                 listener: RwLock::new(None),
+                storage,
                 _lock: lock,
             }),
         })
@@ -423,9 +476,18 @@ impl PartitionLog {
         let written = active.file.write_all_at(&buf, position);
         let header = BatchHeader::decode(&buf).expect("encoded header decodes");
         writer.buf = buf;
-        // A failed write leaves the end where it was: the next append overwrites the partial
-        // bytes, and recovery cuts them off if none comes.
-        written.map_err(|e| LogError::io("write", &active.path, e))?;
+        if let Err(e) = written {
+            tracing::warn!(
+                segment = %active.path.display(),
+                position,
+                bytes = batch_len,
+                error = %e,
+                "append refused: the write failed (is the disk full?)"
+            );
+            let error = LogError::io("write", &active.path, e);
+            self.discard_partial_write(writer, position, &error);
+            return Err(error);
+        }
         let last_offset = *offsets.last().expect("non-empty batch");
         active.contents.write().expect("segment lock").push_batch(
             &active.header,
@@ -451,6 +513,23 @@ impl PartitionLog {
         Ok((receipt, committed))
     }
 
+    /// After a failed write, cuts the file back to the end of the log, so the bytes the write
+    /// did put down (a short write) never sit past the end: the partial bytes of two refused
+    /// batches could otherwise add up to a whole one that recovery would find. Cutting needs no
+    /// space; if it fails anyway, the file's state is unknown and the partition is poisoned.
+    fn discard_partial_write(&self, writer: &mut Writer, position: u64, cause: &LogError) {
+        writer.allocated_len = position;
+        if let Err(e) = writer.active.file.set_len(position) {
+            tracing::error!(
+                segment = %writer.active.path.display(),
+                error = %e,
+                "cannot cut off a failed write"
+            );
+            self.shared
+                .poison(&format!("{cause}; cutting it off failed too: {e}"));
+        }
+    }
+
     /// Grows the active file ahead of the writer so most syncs need not persist a size change.
     fn preallocate(&self, writer: &mut Writer, needed_len: u64) {
         if !writer.preallocate || needed_len <= writer.allocated_len {
@@ -461,20 +540,28 @@ impl PartitionLog {
             .clamp(PREALLOCATE_BYTES_MIN, PREALLOCATE_BYTES_MAX);
         let cap = self.shared.config.segment_bytes_max.max(needed_len);
         let new_len = (writer.allocated_len + step).max(needed_len).min(cap);
-        let file = &writer.active.file;
-        match rustix::fs::fallocate(file, rustix::fs::FallocateFlags::empty(), 0, new_len) {
+        match writer.active.file.allocate(new_len) {
             Ok(()) => writer.allocated_len = new_len,
             // Not every file system preallocates; writing without it is only slower.
-            Err(e) => {
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
                 tracing::debug!(error = %e, "preallocation unsupported; continuing without");
                 writer.preallocate = false;
             }
+            // A full disk: the write that follows may still fit (it decides, and says so).
+            Err(e) => tracing::warn!(
+                segment = %writer.active.path.display(),
+                bytes = new_len,
+                error = %e,
+                "cannot preallocate the segment (is the disk full?)"
+            ),
         }
     }
 
     /// Seals the active segment and starts a new one at its end.
     fn roll(&self, writer: &mut Writer) -> Result<(), LogError> {
         let shared = &self.shared;
+        // A poisoned partition's segment may hold bytes no sync vouched for: never seal it.
+        shared.check_poisoned()?;
         let old = writer.active.clone();
         let contents = old.contents();
         assert_eq!(contents.next_sequence, writer.next_sequence);
@@ -483,10 +570,12 @@ impl PartitionLog {
                 .set_len(contents.end_position)
                 .and_then(|()| old.file.sync_all())
                 .map_err(|e| LogError::io("seal", &old.path, e))?;
-            write_index_file(&index_path(&shared.dir, old.header.base_offset), &contents)
+            let index = index_path(&shared.dir, old.header.base_offset);
+            write_index_file(shared.storage.as_ref(), &index, &contents)
         })();
         if let Err(e) = sealed {
             shared.poison(&e.to_string());
+            shared.cut_unacknowledged(writer);
             return Err(e);
         }
         let header = SegmentHeader {
@@ -496,7 +585,7 @@ impl PartitionLog {
             prev_last_offset: writer.last_offset,
             prev_last_time_ms: writer.last_time_ms,
         };
-        let segment = match create_segment(&shared.dir, header) {
+        let segment = match create_segment(shared.storage.as_ref(), &shared.dir, header) {
             Ok(segment) => Arc::new(segment),
             Err(e) => {
                 shared.poison(&e.to_string());
@@ -713,24 +802,28 @@ impl PartitionLog {
             outcome.segments_removed += 1;
             outcome.bytes_removed += segment.contents().end_position;
             let index = index_path(&self.shared.dir, segment.header.base_offset);
-            std::fs::remove_file(&segment.path)
+            let storage = self.shared.storage.as_ref();
+            storage
+                .remove_file(&segment.path)
                 .map_err(|e| LogError::io("remove", &segment.path, e))?;
-            let _ = std::fs::remove_file(index);
+            let _ = storage.remove_file(&index);
         }
         if outcome.segments_removed > 0 {
-            sync_dir(&self.shared.dir)?;
+            sync_dir(self.shared.storage.as_ref(), &self.shared.dir)?;
         }
         Ok(outcome)
     }
 
     /// Syncs the active segment (whatever the durability mode), e.g. before a clean shutdown.
+    /// A failure poisons the partition, as a failed sync of an append does.
     pub fn flush(&self) -> Result<(), LogError> {
         let writer = self.shared.writer.lock().expect("writer lock");
-        writer
-            .active
-            .file
-            .sync_data()
-            .map_err(|e| LogError::io("sync", &writer.active.path, e))
+        writer.active.file.sync_data().map_err(|e| {
+            let error = LogError::io("sync", &writer.active.path, e);
+            self.shared.poison(&error.to_string());
+            self.shared.cut_unacknowledged(&writer);
+            error
+        })
     }
 
     fn segments_snapshot(&self) -> Vec<Arc<Segment>> {
@@ -890,7 +983,7 @@ fn scan_batches<T>(
     limit: u64,
     mut visit: impl FnMut(&BatchHeader, &[u8]) -> Result<Option<T>, crate::record::DecodeError>,
 ) -> Result<Option<T>, LogError> {
-    let mut reader = ChunkReader::new(&segment.file, &segment.path, limit);
+    let mut reader = ChunkReader::new(segment.file.as_ref(), &segment.path, limit);
     let mut position = start;
     while position < limit {
         let corrupt = |e| LogError::corrupted(&segment.path, position, e);
@@ -948,18 +1041,19 @@ fn duplicate_property_key(event: &EventData) -> Option<&str> {
 }
 
 /// Creates a new segment file with its header, synced along with its directory entry.
-pub(crate) fn create_segment(dir: &Path, header: SegmentHeader) -> Result<Segment, LogError> {
+pub(crate) fn create_segment(
+    storage: &dyn Storage,
+    dir: &Path,
+    header: SegmentHeader,
+) -> Result<Segment, LogError> {
     let path = segment_path(dir, header.base_offset);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)
+    let file = storage
+        .open(&path, OpenMode::CreateNew)
         .map_err(|e| LogError::io("create segment", &path, e))?;
     file.write_all_at(&header.encode(), 0)
         .and_then(|()| file.sync_all())
         .map_err(|e| LogError::io("write segment header", &path, e))?;
-    sync_dir(dir)?;
+    sync_dir(storage, dir)?;
     Ok(Segment {
         path,
         file,
@@ -968,24 +1062,16 @@ pub(crate) fn create_segment(dir: &Path, header: SegmentHeader) -> Result<Segmen
     })
 }
 
-fn lock_directory(dir: &Path) -> Result<File, LogError> {
+fn lock_directory(
+    storage: &dyn Storage,
+    dir: &Path,
+) -> Result<Box<dyn std::fmt::Debug + Send + Sync>, LogError> {
     let path = dir.join("LOCK");
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| LogError::io("open lock file", &path, e))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(LogError::io(
-            "lock",
-            dir,
-            std::io::Error::new(
-                std::io::ErrorKind::WouldBlock,
-                "the partition is open in another process",
-            ),
-        )),
-        Err(std::fs::TryLockError::Error(e)) => Err(LogError::io("lock", &path, e)),
-    }
+    storage.lock_file(&path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            LogError::io("lock", dir, e)
+        } else {
+            LogError::io("lock", &path, e)
+        }
+    })
 }

@@ -8,30 +8,30 @@
 //! recovered log is exactly the longest valid prefix. A last segment whose header never made it
 //! to disk (a crash while rolling) holds no events and is removed.
 
-use std::fs::OpenOptions;
-use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use crate::LogError;
 use crate::config::LogConfig;
 use crate::partition::create_segment;
 use crate::segment::*;
+use crate::storage::{OpenMode, Storage, StorageFile};
 use tributary_event::Clock;
 
 /// Opens every segment of the partition in `dir`, recovering the active one. Always returns at
 /// least one segment (creating the first for a new partition).
 pub(crate) fn recover_segments(
+    storage: &dyn Storage,
     dir: &Path,
     config: &LogConfig,
     clock: &dyn Clock,
 ) -> Result<Vec<Arc<Segment>>, LogError> {
-    let mut bases = list_segments(dir)?;
-    discard_interrupted_creation(dir, &mut bases)?;
+    let mut bases = list_segments(storage, dir)?;
+    discard_interrupted_creation(storage, dir, &mut bases)?;
     let mut segments: Vec<Arc<Segment>> = Vec::with_capacity(bases.len());
     for (i, &base) in bases.iter().enumerate() {
         let is_last = i + 1 == bases.len();
-        let segment = open_segment(dir, base, is_last, config)?;
+        let segment = open_segment(storage, dir, base, is_last, config)?;
         if let Some(prev) = segments.last() {
             check_continuity(prev, &segment)?;
         }
@@ -45,33 +45,32 @@ pub(crate) fn recover_segments(
             prev_last_offset: None,
             prev_last_time_ms: None,
         };
-        segments.push(Arc::new(create_segment(dir, header)?));
+        segments.push(Arc::new(create_segment(storage, dir, header)?));
     }
     Ok(segments)
 }
 
 /// The base offsets of the segment files in `dir`, in order. Leftover temporary files and index
 /// files without a segment are removed.
-fn list_segments(dir: &Path) -> Result<Vec<u64>, LogError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| LogError::io("list", dir, e))?;
+fn list_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<u64>, LogError> {
+    let names = storage
+        .list_dir(dir)
+        .map_err(|e| LogError::io("list", dir, e))?;
     let mut bases = Vec::new();
     let mut indexes = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| LogError::io("list", dir, e))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if let Some(base) = parse_segment_name(name) {
+    for name in names {
+        if let Some(base) = parse_segment_name(&name) {
             bases.push(base);
         } else if name.ends_with(".tmp") {
-            let _ = std::fs::remove_file(entry.path());
+            let _ = storage.remove_file(&dir.join(name));
         } else if let Some(digits) = name.strip_suffix(".index") {
-            indexes.push((digits.parse::<u64>().ok(), entry.path()));
+            indexes.push((digits.parse::<u64>().ok(), dir.join(&name)));
         }
     }
     bases.sort_unstable();
     for (base, path) in indexes {
         if base.is_none_or(|b| bases.binary_search(&b).is_err()) {
-            let _ = std::fs::remove_file(path);
+            let _ = storage.remove_file(&path);
         }
     }
     Ok(bases)
@@ -80,43 +79,48 @@ fn list_segments(dir: &Path) -> Result<Vec<u64>, LogError> {
 /// A crash while a segment was being created (after the previous one was sealed, before the new
 /// header was synced) leaves a last file with no valid header and nothing after it. It never
 /// held an event; remove it, so the segment before it becomes the active one again.
-fn discard_interrupted_creation(dir: &Path, bases: &mut Vec<u64>) -> Result<(), LogError> {
+fn discard_interrupted_creation(
+    storage: &dyn Storage,
+    dir: &Path,
+    bases: &mut Vec<u64>,
+) -> Result<(), LogError> {
     let Some(&base) = bases.last() else {
         return Ok(());
     };
-    let (file, path, len) = open_file(dir, base)?;
-    let head = read_head(&file, &path, len)?;
+    let (file, path, len) = open_file(storage, dir, base)?;
+    let head = read_head(file.as_ref(), &path, len)?;
     let Err(e) = SegmentHeader::decode(&head, &path) else {
         return Ok(());
     };
     // The first segment of a partition may be torn the same way; any other lone segment was
     // created by a roll that completed, so damage to it is real.
     let may_discard = bases.len() > 1 || base == 0;
-    if !may_discard || !holds_nothing_past_header(&file, &path, len)? {
+    if !may_discard || !holds_nothing_past_header(file.as_ref(), &path, len)? {
         return Err(e);
     }
     tracing::warn!(segment = %path.display(), error = %e, "removing a segment whose creation was interrupted");
-    std::fs::remove_file(&path).map_err(|e| LogError::io("remove", &path, e))?;
-    sync_dir(dir)?;
+    drop(file);
+    storage
+        .remove_file(&path)
+        .map_err(|e| LogError::io("remove", &path, e))?;
+    sync_dir(storage, dir)?;
     bases.pop();
     Ok(())
 }
 
-fn open_file(dir: &Path, base: u64) -> Result<(std::fs::File, std::path::PathBuf, u64), LogError> {
+/// A segment file, its path and its length.
+type OpenedFile = (Box<dyn StorageFile>, PathBuf, u64);
+
+fn open_file(storage: &dyn Storage, dir: &Path, base: u64) -> Result<OpenedFile, LogError> {
     let path = segment_path(dir, base);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
+    let file = storage
+        .open(&path, OpenMode::Existing)
         .map_err(|e| LogError::io("open segment", &path, e))?;
-    let len = file
-        .metadata()
-        .map_err(|e| LogError::io("stat", &path, e))?
-        .len();
+    let len = file.size().map_err(|e| LogError::io("stat", &path, e))?;
     Ok((file, path, len))
 }
 
-fn read_head(file: &std::fs::File, path: &Path, len: u64) -> Result<Vec<u8>, LogError> {
+fn read_head(file: &dyn StorageFile, path: &Path, len: u64) -> Result<Vec<u8>, LogError> {
     let mut head = vec![0u8; (len as usize).min(SEGMENT_HEADER_BYTES)];
     file.read_exact_at(&mut head, 0)
         .map_err(|e| LogError::io("read", path, e))?;
@@ -124,13 +128,14 @@ fn read_head(file: &std::fs::File, path: &Path, len: u64) -> Result<Vec<u8>, Log
 }
 
 fn open_segment(
+    storage: &dyn Storage,
     dir: &Path,
     base: u64,
     is_last: bool,
     config: &LogConfig,
 ) -> Result<Segment, LogError> {
-    let (file, path, len) = open_file(dir, base)?;
-    let header = SegmentHeader::decode(&read_head(&file, &path, len)?, &path)?;
+    let (file, path, len) = open_file(storage, dir, base)?;
+    let header = SegmentHeader::decode(&read_head(file.as_ref(), &path, len)?, &path)?;
     if header.base_offset != base {
         return Err(LogError::corrupted(
             &path,
@@ -142,9 +147,10 @@ fn open_segment(
         ));
     }
     let contents = if is_last {
-        recover_active(&file, &path, &header, len, config)?
+        recover_active(file.as_ref(), &path, &header, len, config)?
     } else {
-        load_sealed(dir, &file, &path, &header, len, config)?
+        let file = file.as_ref();
+        load_sealed(storage, dir, file, &path, &header, len, config)?
     };
     Ok(Segment {
         path,
@@ -155,7 +161,7 @@ fn open_segment(
 }
 
 fn holds_nothing_past_header(
-    file: &std::fs::File,
+    file: &dyn StorageFile,
     path: &Path,
     len: u64,
 ) -> Result<bool, LogError> {
@@ -173,7 +179,7 @@ fn holds_nothing_past_header(
 }
 
 fn recover_active(
-    file: &std::fs::File,
+    file: &dyn StorageFile,
     path: &Path,
     header: &SegmentHeader,
     len: u64,
@@ -199,15 +205,16 @@ fn recover_active(
 }
 
 fn load_sealed(
+    storage: &dyn Storage,
     dir: &Path,
-    file: &std::fs::File,
+    file: &dyn StorageFile,
     path: &Path,
     header: &SegmentHeader,
     len: u64,
     config: &LogConfig,
 ) -> Result<SegmentContents, LogError> {
     let index = index_path(dir, header.base_offset);
-    if let Some(contents) = read_index_file(&index, header, len) {
+    if let Some(contents) = read_index_file(storage, &index, header, len) {
         return Ok(contents);
     }
     let scan = scan_segment(file, path, header, len, config.index_interval_bytes)?;
@@ -221,7 +228,7 @@ fn load_sealed(
             "unwritten space inside a sealed segment",
         ));
     }
-    write_index_file(&index, &scan.contents)?;
+    write_index_file(storage, &index, &scan.contents)?;
     Ok(scan.contents)
 }
 

@@ -11,14 +11,13 @@
 //! scanning at recovery; a sealed segment's index is written to `<base>.index` when it is
 //! sealed, so reopening a partition scans only its active segment.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
 
 use crate::LogError;
 use crate::error::DecodeErrorOrText;
 use crate::record::{BATCH_HEADER_BYTES, BatchHeader, Reader, record_offsets, verify_checksum};
+use crate::storage::{OpenMode, Storage, StorageFile, read_whole};
 
 const SEGMENT_MAGIC: [u8; 8] = *b"TRIBSEG\0";
 const SEGMENT_VERSION: u32 = 1;
@@ -248,7 +247,7 @@ impl SegmentContents {
 #[derive(Debug)]
 pub(crate) struct Segment {
     pub path: PathBuf,
-    pub file: File,
+    pub file: Box<dyn StorageFile>,
     pub header: SegmentHeader,
     pub contents: RwLock<SegmentContents>,
 }
@@ -278,7 +277,7 @@ impl Segment {
 /// Reads a file front to back in large chunks, so scanning many small batches costs few system
 /// calls.
 pub(crate) struct ChunkReader<'f> {
-    file: &'f File,
+    file: &'f dyn StorageFile,
     path: &'f Path,
     file_len: u64,
     buf: Vec<u8>,
@@ -286,7 +285,7 @@ pub(crate) struct ChunkReader<'f> {
 }
 
 impl<'f> ChunkReader<'f> {
-    pub(crate) fn new(file: &'f File, path: &'f Path, file_len: u64) -> Self {
+    pub(crate) fn new(file: &'f dyn StorageFile, path: &'f Path, file_len: u64) -> Self {
         ChunkReader {
             file,
             path,
@@ -329,7 +328,7 @@ pub(crate) struct ScanOutcome {
 /// magic, contiguous offsets and sequence numbers, non-decreasing time, length inside the file,
 /// and CRC. Stops at the first batch that fails.
 pub(crate) fn scan_segment(
-    file: &File,
+    file: &dyn StorageFile,
     path: &Path,
     header: &SegmentHeader,
     file_len: u64,
@@ -403,7 +402,11 @@ fn continuity_problem(
 }
 
 /// Writes a sealed segment's index file and syncs it.
-pub(crate) fn write_index_file(path: &Path, contents: &SegmentContents) -> Result<(), LogError> {
+pub(crate) fn write_index_file(
+    storage: &dyn Storage,
+    path: &Path,
+    contents: &SegmentContents,
+) -> Result<(), LogError> {
     let mut b = vec![0u8; INDEX_HEADER_BYTES];
     b[..8].copy_from_slice(&INDEX_MAGIC);
     b[8..IDX_ENTRY_COUNT_AT].copy_from_slice(&INDEX_VERSION.to_le_bytes());
@@ -428,21 +431,24 @@ pub(crate) fn write_index_file(path: &Path, contents: &SegmentContents) -> Resul
     crc = crc32c::crc32c_append(crc, &b[INDEX_HEADER_BYTES..]);
     b[IDX_CRC_AT..IDX_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     let tmp = path.with_extension("index.tmp");
-    std::fs::write(&tmp, &b).map_err(|e| LogError::io("write", &tmp, e))?;
-    File::open(&tmp)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| LogError::io("sync", &tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| LogError::io("rename", path, e))
+    storage
+        .open(&tmp, OpenMode::Replace)
+        .and_then(|f| f.write_all_at(&b, 0).and_then(|()| f.sync_all()))
+        .map_err(|e| LogError::io("write", &tmp, e))?;
+    storage
+        .rename(&tmp, path)
+        .map_err(|e| LogError::io("rename", path, e))
 }
 
 /// Reads a sealed segment's index file. `None` when it is missing, damaged or does not match
 /// the segment (then the segment is scanned instead).
 pub(crate) fn read_index_file(
+    storage: &dyn Storage,
     path: &Path,
     header: &SegmentHeader,
     segment_len: u64,
 ) -> Option<SegmentContents> {
-    let b = std::fs::read(path).ok()?;
+    let b = read_whole(storage, path).ok()?;
     if b.len() < INDEX_HEADER_BYTES || b[..8] != INDEX_MAGIC {
         return None;
     }
@@ -498,9 +504,9 @@ pub(crate) fn read_index_file(
 }
 
 /// Makes a directory entry change (a created, renamed or removed file) durable.
-pub(crate) fn sync_dir(dir: &Path) -> Result<(), LogError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
+pub(crate) fn sync_dir(storage: &dyn Storage, dir: &Path) -> Result<(), LogError> {
+    storage
+        .sync_dir(dir)
         .map_err(|e| LogError::io("sync directory", dir, e))
 }
 

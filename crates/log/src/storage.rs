@@ -1,0 +1,187 @@
+//! The storage seam: every file operation the log makes, behind one trait.
+//!
+//! The log touches the file system only through [`Storage`] (directories: create, list, lock,
+//! sync; files: open, remove, rename) and the [`StorageFile`]s it opens (positioned reads and
+//! writes, length, preallocation, `fdatasync`/`fsync`). [`OsStorage`], the default, is a thin
+//! pass-through to `std::fs` and `rustix`; a partition holds one `Arc<dyn Storage>` and each
+//! segment one boxed file, so the seam costs a virtual call per system call.
+//!
+//! With the `fault-injection` feature, [`crate::faults`] provides an in-memory implementation
+//! that fails, shortens, tears and slows operations on a seeded schedule, and simulates crashes.
+//!
+//! # Guarantees an implementation must give
+//! - `write_all_at` either writes every byte or fails; on failure any prefix of the bytes may
+//!   have been written (a short write followed by an error).
+//! - Bytes are durable (survive a crash) only once a later `sync_data`/`sync_all` of the file
+//!   has returned `Ok`; a directory entry (created, renamed, removed file) only once `sync_dir`
+//!   of its directory has. A failed sync leaves durability unknown: the bytes it should have
+//!   covered may or may not survive, and a later successful sync does not vouch for them.
+
+use std::fmt::Debug;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// How [`Storage::open`] opens a file. Every mode but `Read` opens for reading and writing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// An existing file, read only.
+    Read,
+    /// An existing file.
+    Existing,
+    /// A new file; fails if it exists.
+    CreateNew,
+    /// Creates the file if missing and empties it.
+    Replace,
+    /// Creates the file if missing, keeping what it holds.
+    CreateOrOpen,
+}
+
+/// The directory and file operations the log uses.
+pub trait Storage: Send + Sync + Debug {
+    /// Creates `dir` and its parents if missing.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Opens a file.
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>>;
+    /// The names of the entries of `dir` (names that are not UTF-8 are left out).
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Removes a file.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Renames a file, replacing `to` if it exists.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Makes the entries of `dir` durable (created, renamed and removed files).
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Takes an exclusive lock on the file `path` (creating it), held until the returned guard
+    /// is dropped. Fails with [`io::ErrorKind::WouldBlock`] when another holder has it.
+    fn lock_file(&self, path: &Path) -> io::Result<Box<dyn Debug + Send + Sync>>;
+}
+
+/// An open file.
+pub trait StorageFile: Send + Sync + Debug {
+    /// Fills `buf` from position `at`; fails if the file ends first.
+    fn read_exact_at(&self, buf: &mut [u8], at: u64) -> io::Result<()>;
+    /// Writes all of `buf` at position `at` (see the module's guarantees on failure).
+    fn write_all_at(&self, buf: &[u8], at: u64) -> io::Result<()>;
+    /// The file's length.
+    fn size(&self) -> io::Result<u64>;
+    /// Cuts or extends (with zeros) the file to `len` bytes.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Reserves space so the file is at least `len` bytes long (zeros past the old end).
+    /// Fails with [`io::ErrorKind::Unsupported`] where the file system cannot.
+    fn allocate(&self, len: u64) -> io::Result<()>;
+    /// `fdatasync`: makes the file's data (and its length) durable.
+    fn sync_data(&self) -> io::Result<()>;
+    /// `fsync`: makes the file's data and metadata durable.
+    fn sync_all(&self) -> io::Result<()>;
+}
+
+/// The real file system.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OsStorage;
+
+#[derive(Debug)]
+struct OsFile(File);
+
+impl Storage for OsStorage {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
+        let mut options = OpenOptions::new();
+        options.read(true).write(mode != OpenMode::Read);
+        match mode {
+            OpenMode::Read | OpenMode::Existing => {}
+            OpenMode::CreateNew => {
+                options.create_new(true);
+            }
+            OpenMode::Replace => {
+                options.create(true).truncate(true);
+            }
+            OpenMode::CreateOrOpen => {
+                options.create(true).truncate(false);
+            }
+        }
+        Ok(Box::new(OsFile(options.open(path)?)))
+    }
+
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            if let Ok(name) = entry?.file_name().into_string() {
+                names.push(name);
+            }
+        }
+        Ok(names)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+
+    fn lock_file(&self, path: &Path) -> io::Result<Box<dyn Debug + Send + Sync>> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)?;
+        match file.try_lock() {
+            Ok(()) => Ok(Box::new(file)),
+            Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                "the partition is open in another process",
+            )),
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
+        }
+    }
+}
+
+impl StorageFile for OsFile {
+    fn read_exact_at(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
+        self.0.read_exact_at(buf, at)
+    }
+
+    fn write_all_at(&self, buf: &[u8], at: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, at)
+    }
+
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+
+    fn allocate(&self, len: u64) -> io::Result<()> {
+        rustix::fs::fallocate(&self.0, rustix::fs::FallocateFlags::empty(), 0, len)
+            .map_err(io::Error::from)
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
+        self.0.sync_all()
+    }
+}
+
+/// Reads a whole file.
+pub(crate) fn read_whole(storage: &dyn Storage, path: &Path) -> io::Result<Vec<u8>> {
+    let file = storage.open(path, OpenMode::Read)?;
+    let len = usize::try_from(file.size()?)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file too large"))?;
+    let mut buf = vec![0; len];
+    file.read_exact_at(&mut buf, 0)?;
+    Ok(buf)
+}
