@@ -43,9 +43,9 @@ pub mod conformance;
 
 use thiserror::Error;
 
-pub use location::{StoreLocation, open_url};
 #[cfg(feature = "blob")]
 pub use blob::{BlobCheckpointStore, BlobCredential};
+pub use location::{StoreLocation, open_url};
 pub use memory::InMemoryCheckpointStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresCheckpointStore;
