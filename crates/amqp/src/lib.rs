@@ -40,6 +40,7 @@
 
 #![forbid(unsafe_code)]
 
+mod admission;
 mod auth;
 pub mod conditions;
 mod error;
