@@ -40,8 +40,8 @@
 
 #![forbid(unsafe_code)]
 
-mod admission;
 mod auth;
+mod budget;
 pub mod conditions;
 mod error;
 pub mod limits;

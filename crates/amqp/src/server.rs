@@ -7,7 +7,7 @@
 //! waits for them as for TCP connections).
 //!
 //! # Connection caps
-//! Every connection, accepted or handed over, needs a slot ([`crate::admission`]): at most
+//! Every connection, accepted or handed over, needs a slot (`tributary_tls::admission`): at most
 //! [`ConnectionLimits::connections_max`] in all and
 //! [`ConnectionLimits::connections_per_address_max`] per source IP address. A connection over a
 //! cap is refused: it may finish its handshake and `open`, and is closed with
@@ -26,10 +26,10 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tributary_broker::Broker;
+use tributary_tls::admission::{Admission, ConnectionCaps, Slot};
 use tributary_tls::{ServerTls, TlsAcceptor};
 
 use crate::AmqpError;
-use crate::admission::{Admission, Slot};
 use crate::limits::{
     CLOSE_TIMEOUT, ConnectionLimits, HANDOVERS_QUEUED_MAX, IDLE_TIMEOUT_DEFAULT,
     REFUSALS_IN_FLIGHT_MAX,
@@ -150,7 +150,10 @@ async fn accept_loop(
     let mut connections = JoinSet::new();
     let mut shutdown = ctx.shutdown.clone();
     let door = Door {
-        admission: Admission::new(ctx.limits),
+        admission: Admission::new(ConnectionCaps {
+            total: ctx.limits.connections_max,
+            per_address: ctx.limits.connections_per_address_max,
+        }),
         refusals: Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT_MAX)),
         tls,
         ctx: ctx.clone(),

@@ -159,7 +159,7 @@ fn http_auth(global: &GlobalArgs, args: &ServeArgs) -> Result<tributary_http::Au
     // file is re-read when it changes, no restart needed).
     let keys = global.data_dir.join("oci-api-keys.json");
     if !keys.exists() {
-        std::fs::write(&keys, "{}\n")
+        tributary_http::write_key_file(&keys, b"{}\n")
             .with_context(|| format!("cannot create {}", keys.display()))?;
     }
     Ok(tributary_http::AuthConfig::signatures())

@@ -51,7 +51,7 @@ mod tls;
 mod websocket;
 mod ws_stream;
 
-pub use auth::KeyFileError;
+pub use auth::{KeyFileError, write_key_file};
 pub use cursor::CursorKeyError;
 pub use websocket::{
     AMQP_WEBSOCKET_PATH, AMQP_WEBSOCKET_PROTOCOL, AmqpOverWebSockets, ByteStream, ServeFuture,

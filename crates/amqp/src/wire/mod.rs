@@ -48,8 +48,8 @@ use tributary_amqp_engine::driver::{self, Ending, Handler};
 use tributary_amqp_engine::{Config, Connection, Event, LinkId, SessionId};
 use tributary_broker::Broker;
 
-use crate::admission::Budgeted;
 use crate::auth::ConnectionGrants;
+use crate::budget::Budgeted;
 use crate::conditions::{self, Refusal};
 use crate::limits::{
     CHANNEL_MAX, ConnectionLimits, FRAME_BYTES_MAX, HANDLE_MAX, REFUSAL_DETACH_DELAY,
