@@ -1,7 +1,8 @@
-//! The AMQP door's limits on clients that have not authenticated, from the outside: silent
-//! sockets, anonymous connections that never put a token, the per-address connection cap (for
-//! raw sockets and for the official Python SDK, which must raise rather than hang), and an
-//! authenticated client sending undisturbed throughout.
+//! The front doors' limits on clients that have not authenticated, from the outside. AMQP:
+//! silent sockets, anonymous connections that never put a token, the per-address connection cap
+//! (for raw sockets and for the official Python SDK, which must raise rather than hang), an
+//! authenticated client sending undisturbed throughout, and the same deadlines for AMQP over
+//! WebSockets. HTTP: headers sent too slowly, a stalled body, the per-address cap.
 //!
 //! Each test starts its own door on 127.0.0.1:0 with short deadlines and small caps (counts
 //! per address are per door, so tests do not share one). The Python test needs the SDK
@@ -10,6 +11,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use futures_util::{SinkExt, StreamExt};
 use serde_json::json;
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -19,6 +21,7 @@ use tributary_amqp::{AccessPolicies, AccessPolicy, AmqpConfig, Right, RunningAmq
 use tributary_broker::{Broker, BrokerConfig, HubSpec};
 use tributary_client::ProducerClient;
 use tributary_event::{EventData, SendTarget};
+use tributary_http::{AmqpOverWebSockets, AuthConfig, HttpConfig, HttpLimits, RunningHttpServer};
 
 const HUB: &str = "limited";
 
@@ -47,6 +50,22 @@ impl Door {
             root,
             _dir: dir,
         }
+    }
+
+    /// An HTTP door (unsigned requests) over the same broker with `limits`, handing AMQP over
+    /// WebSockets to this door.
+    async fn http(&self, limits: HttpLimits) -> RunningHttpServer {
+        let connections = self.server.connections();
+        let auth = AuthConfig::DevelopmentUnauthenticated;
+        let mut config = HttpConfig::new("127.0.0.1:0".parse().unwrap(), auth);
+        config.limits = limits;
+        config.websocket_amqp = Some(AmqpOverWebSockets::new(move |stream, peer| {
+            let connections = connections.clone();
+            Box::pin(async move { connections.serve(stream, peer).await })
+        }));
+        tributary_http::start(self.broker.clone(), config)
+            .await
+            .unwrap()
     }
 
     fn addr(&self) -> SocketAddr {
@@ -311,5 +330,145 @@ async fn the_python_sdk_raises_when_refused_by_the_cap() {
     );
     eprintln!("the Python SDK raised after {took:?}: {result}");
     drop(held);
+    door.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqp_over_websockets_gets_the_same_deadlines() {
+    let door = Door::start(limits(10, 500, 5_000)).await;
+    let http = door.http(HttpLimits::default()).await;
+    let url = format!("ws://{}/$servicebus/websocket", http.local_addr());
+    let mut request =
+        tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(url)
+            .unwrap();
+    let protocol = "AMQPWSB10".parse().unwrap();
+    request
+        .headers_mut()
+        .insert("sec-websocket-protocol", protocol);
+    let (mut client, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let started = Instant::now();
+    // The protocol header, then nothing: no `open` within the handshake timeout.
+    let header = b"AMQP\x00\x01\x00\x00".to_vec();
+    client
+        .send(tokio_tungstenite::tungstenite::Message::binary(header))
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(Ok(message)) = client.next().await {
+            got.extend_from_slice(&message.into_data());
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the WebSocket was kept open");
+    assert!(
+        contains(&got, "amqp:unauthorized-access") && contains(&got, "did not open"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    http.shutdown().await.unwrap();
+    door.stop().await;
+}
+
+fn http_limits(per_address: usize, header_ms: u64, body_ms: u64) -> HttpLimits {
+    HttpLimits {
+        connections_max: 1_000,
+        connections_per_address_max: per_address,
+        header_read_timeout: Duration::from_millis(header_ms),
+        body_read_timeout: Duration::from_millis(body_ms),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_client_sending_headers_slowly_is_cut_off() {
+    let door = Door::start(limits(10, 5_000, 5_000)).await;
+    let http = door.http(http_limits(10, 500, 5_000)).await;
+    let socket = TcpStream::connect(http.local_addr()).await.unwrap();
+    let (mut reader, mut writer) = socket.into_split();
+    let started = Instant::now();
+    // Slowloris: a byte of a header every 50 ms, never finishing the request.
+    let trickle = tokio::spawn(async move {
+        writer.write_all(b"GET /health HTTP/1.1\r\n").await?;
+        for _ in 0..100 {
+            writer.write_all(b"x").await?;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        std::io::Result::Ok(())
+    });
+    let mut sink = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(4), reader.read_to_end(&mut sink)).await;
+    let took = started.elapsed();
+    assert!(read.is_ok(), "the server kept a slow client for {took:?}");
+    assert!(
+        took >= Duration::from_millis(400),
+        "cut off too early: {took:?}"
+    );
+    assert!(took < Duration::from_secs(2), "cut off too late: {took:?}");
+    trickle.abort();
+    // A prompt client is served as before.
+    let mut socket = TcpStream::connect(http.local_addr()).await.unwrap();
+    socket
+        .write_all(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let (answer, _) = read_to_end(&mut socket, Duration::from_secs(5)).await;
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    http.shutdown().await.unwrap();
+    door.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_http_body_is_answered_408() {
+    let door = Door::start(limits(10, 5_000, 5_000)).await;
+    let http = door.http(http_limits(10, 5_000, 500)).await;
+    let mut socket = TcpStream::connect(http.local_addr()).await.unwrap();
+    let head = format!(
+        "POST /20180418/streams/{HUB}/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"messages\""
+    );
+    socket.write_all(head.as_bytes()).await.unwrap();
+    let (answer, took) = read_until(&mut socket, "RequestTimeout", Duration::from_secs(5)).await;
+    assert!(
+        answer.starts_with(b"HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert!(took >= Duration::from_millis(400), "{took:?}");
+    http.shutdown().await.unwrap();
+    door.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_per_address_cap_answers_429() {
+    let door = Door::start(limits(10, 5_000, 5_000)).await;
+    let http = door.http(http_limits(2, 5_000, 5_000)).await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(TcpStream::connect(http.local_addr()).await.unwrap());
+    }
+    let mut refused = TcpStream::connect(http.local_addr()).await.unwrap();
+    let (answer, _) = read_to_end(&mut refused, Duration::from_secs(5)).await;
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 429"), "{text}");
+    assert!(
+        text.contains("TooManyRequests") && text.contains("maximum of 2"),
+        "{text}"
+    );
+    // The held connections are served.
+    held[0]
+        .write_all(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let (answer, _) = read_to_end(&mut held[0], Duration::from_secs(5)).await;
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    http.shutdown().await.unwrap();
     door.stop().await;
 }
