@@ -103,6 +103,7 @@ async fn start_doors(
     for (scheme, port, tls) in amqp_listeners {
         let mut config = AmqpConfig::new((args.listen, port).into(), policies.clone());
         config.tls = tls;
+        config.limits = amqp_limits(args);
         let amqp = tributary_amqp::start(broker.clone(), config)
             .await
             .with_context(|| format!("cannot start the {scheme} front door"))?;
@@ -121,6 +122,7 @@ async fn start_doors(
             config.rate_limits = tributary_http::RateLimits::oci();
         }
         config.tls = tls;
+        config.limits = http_limits(args);
         // AMQP over WebSockets (`/$servicebus/websocket`): the first AMQP door serves it; TLS,
         // if any, is the WebSocket's.
         config.websocket_amqp = doors
@@ -149,6 +151,35 @@ fn amqp_over_websockets(amqp: &RunningAmqpServer) -> tributary_http::AmqpOverWeb
         let connections = connections.clone();
         Box::pin(async move { connections.serve(stream, peer).await })
     })
+}
+
+/// A duration flag in milliseconds, or `default` when not given.
+fn duration_or(ms: Option<i64>, default: Duration) -> Duration {
+    ms.map_or(default, |ms| {
+        Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+    })
+}
+
+/// The AMQP doors' connection caps and deadlines, from the flags.
+fn amqp_limits(args: &ServeArgs) -> tributary_amqp::limits::ConnectionLimits {
+    let defaults = tributary_amqp::limits::ConnectionLimits::default();
+    tributary_amqp::limits::ConnectionLimits {
+        connections_max: args.connections_max,
+        connections_per_address_max: args.connections_per_address_max,
+        handshake_timeout: duration_or(args.amqp_handshake_timeout, defaults.handshake_timeout),
+        auth_timeout: duration_or(args.amqp_auth_timeout, defaults.auth_timeout),
+    }
+}
+
+/// The HTTP doors' connection caps and read timeouts, from the flags.
+fn http_limits(args: &ServeArgs) -> tributary_http::HttpLimits {
+    let defaults = tributary_http::HttpLimits::default();
+    tributary_http::HttpLimits {
+        connections_max: args.connections_max,
+        connections_per_address_max: args.connections_per_address_max,
+        header_read_timeout: duration_or(args.http_header_timeout, defaults.header_read_timeout),
+        body_read_timeout: duration_or(args.http_body_timeout, defaults.body_read_timeout),
+    }
 }
 
 fn http_auth(global: &GlobalArgs, args: &ServeArgs) -> Result<tributary_http::AuthConfig> {

@@ -20,6 +20,9 @@ pub enum Scenario {
     Processor,
     /// Replication tasks between two hubs over AMQP: raw ingest, copy throughput, lag.
     Replicate,
+    /// Silent unauthenticated AMQP connections: their memory, and an authenticated client's
+    /// send latency while they are held (not part of `all`: it needs many file descriptors).
+    SilentConnections,
     /// All of the above.
     All,
 }
@@ -86,6 +89,9 @@ pub struct BenchArgs {
     /// The replication task's `prefetch` (default: the task's own default).
     #[arg(long)]
     pub task_prefetch: Option<u32>,
+    /// Silent connections the silent-connections scenario holds.
+    #[arg(long, default_value_t = 10_000)]
+    pub connections: usize,
     /// Where to write (default: a directory under the data directory, removed afterwards).
     #[arg(long)]
     pub dir: Option<PathBuf>,
