@@ -260,6 +260,17 @@ impl Connection {
         self.config.idle_timeout_ms.filter(|ms| *ms > 0)
     }
 
+    /// Whether the peer's protocol header has arrived (a server has then sent its header and
+    /// `open`, so it may send `close`).
+    pub fn header_received(&self) -> bool {
+        self.header_received
+    }
+
+    /// Whether the peer's `open` has arrived.
+    pub fn open_received(&self) -> bool {
+        self.open_received
+    }
+
     /// Whether the peer closed, or this side closed and nothing more may be sent.
     pub fn is_closed(&self) -> bool {
         self.close_received || self.close_sent

@@ -6,7 +6,8 @@
 //! equals the entity path or is a prefix of it ending at a `/` (a namespace token `sb://host/`
 //! covers everything).
 
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tributary_eventhubs::sas::{self, SasError};
 
@@ -69,6 +70,9 @@ pub(crate) const READ: Needed = &[Right::Listen, Right::Send, Right::Manage];
 #[derive(Debug, Default)]
 pub(crate) struct ConnectionGrants {
     grants: Mutex<Vec<Grant>>,
+    /// Raised for good by the first accepted token or PLAIN login: the connection is
+    /// authenticated, and the limits on unauthenticated connections no longer apply.
+    authenticated: Arc<AtomicBool>,
 }
 
 /// The audience's path, lower-cased, without scheme, host or surrounding slashes.
@@ -135,7 +139,18 @@ impl ConnectionGrants {
             grants.remove(0);
         }
         grants.push(grant);
+        self.authenticated.store(true, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Whether a token or a PLAIN login was ever accepted on this connection.
+    pub(crate) fn is_authenticated(&self) -> bool {
+        self.authenticated.load(Ordering::Relaxed)
+    }
+
+    /// The flag [`Self::is_authenticated`] reads, for the connection's byte stream.
+    pub(crate) fn authenticated_flag(&self) -> Arc<AtomicBool> {
+        self.authenticated.clone()
     }
 
     /// Records a namespace-wide grant proven by SASL PLAIN with a policy's name and key.
@@ -147,6 +162,7 @@ impl ConnectionGrants {
             expiry: i64::MAX,
             key_name,
         });
+        self.authenticated.store(true, Ordering::Relaxed);
     }
 
     /// Whether some grant lets this connection do an operation needing `needed` on

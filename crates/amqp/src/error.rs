@@ -37,6 +37,18 @@ pub enum AmqpError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The access policies file may be read by group or others: it holds keys.
+    #[error(
+        "{} holds secret keys but is readable by group or others (mode {mode:o}); run `chmod 600 {}`",
+        path.display(),
+        path.display()
+    )]
+    PoliciesExposed {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// An access policy is not valid (empty name, duplicate, empty key, no rights).
     #[error("invalid access policy: {0}")]
     InvalidPolicy(String),

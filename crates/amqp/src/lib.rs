@@ -37,10 +37,16 @@
 //! - Nothing a peer sends can panic the server: peer errors become AMQP errors (a rejected
 //!   delivery, a detach, a CBS status, a closed connection).
 //! - No key or token is ever logged or echoed in an error.
+//! - Connections are capped in total and per source address, and a connection that has not
+//!   authenticated must open and put a valid token within short deadlines, with a small
+//!   allowance of bytes, sessions and links meanwhile ([`limits::ConnectionLimits`]; refusals
+//!   are `amqp:resource-limit-exceeded` and `amqp:unauthorized-access` closes). Authenticated
+//!   connections keep only their idle timeout.
 
 #![forbid(unsafe_code)]
 
 mod auth;
+mod budget;
 pub mod conditions;
 mod error;
 pub mod limits;

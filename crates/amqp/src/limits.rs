@@ -35,8 +35,75 @@ pub const RECEIVE_BATCH_EVENTS: usize = 300;
 /// Appends wake it at once; this only bounds how long a quiet link sleeps.
 pub const RECEIVE_WAIT: Duration = Duration::from_secs(30);
 
-/// How long the start of a connection (protocol header and SASL exchange) may take.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long, by default, a connection has from its accept to its `open` (TLS, protocol header,
+/// SASL exchange and `open`). A handshake needs a few round trips — milliseconds locally, about a
+/// second across continents — and the SDKs send `open` right after SASL; 10 s absorbs a slow or
+/// lossy link while a socket that never speaks costs its slot for 10 s only.
+pub const HANDSHAKE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(10);
+
+/// How long, by default, a connection may stay unauthenticated (no SASL PLAIN login and no token
+/// accepted on `$cbs`), counted from its accept. The SDKs put their first token right after
+/// `open`, within milliseconds; the service gives about a minute. Half that still leaves a
+/// client retrying a refused token (the SDKs back off 0.8 s, 1.6 s, 3.2 s …) plenty of room,
+/// and halves what a crowd of anonymous sockets can hold. Authenticated connections are never
+/// timed by this: only their idle timeout applies.
+pub const AUTH_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+
+/// The most connections the door holds at once by default, authenticated or not: the Event
+/// Hubs Standard tier's quota of AMQP connections per namespace. Each costs a file descriptor
+/// and a few KiB; beyond this, connections are refused (see [`ConnectionLimits`]).
+pub const CONNECTIONS_MAX_DEFAULT: usize = 5_000;
+
+/// The most connections one source address may hold at once by default: a thousand SDK
+/// clients behind one NAT address is already a large deployment, and no single host needs more.
+pub const CONNECTIONS_PER_ADDRESS_MAX_DEFAULT: usize = 1_000;
+
+/// The most connections being refused (answered with `amqp:resource-limit-exceeded`) at once.
+/// Each is held at most [`REFUSAL_TIMEOUT`]; beyond this, a connection over a cap is closed
+/// at once without a frame, so refusing costs a bounded amount too.
+pub const REFUSALS_IN_FLIGHT_MAX: usize = 64;
+
+/// How long a refused connection is held for its refusal: its handshake, its `open`, and this
+/// side's `close` carrying the condition.
+pub const REFUSAL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The most bytes an unauthenticated connection may send. SASL, `open`, a `begin`, the four
+/// attaches of `$cbs` and `$management` and a put-token (its token at most
+/// [`TOKEN_BYTES_MAX`]) take under 8 KiB; beyond 64 KiB the connection is cut. This bounds what
+/// an anonymous peer makes the server buffer (frames may otherwise be [`FRAME_BYTES_MAX`]).
+pub const UNAUTHENTICATED_BYTES_MAX: u64 = 64 * 1024;
+
+/// The most sessions an unauthenticated connection may begin; the SDKs use one or two.
+pub const UNAUTHENTICATED_SESSIONS_MAX: usize = 4;
+
+/// The most links an unauthenticated connection may attach (counting refused ones); the SDKs
+/// attach four (`$cbs` and `$management`, requests and replies) before their first token.
+pub const UNAUTHENTICATED_LINKS_MAX: usize = 16;
+
+/// What the door lets connections hold, and for how long before they authenticate
+/// (configurable; the defaults are the constants above).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// The most connections at once.
+    pub connections_max: usize,
+    /// The most connections at once from one source IP address.
+    pub connections_per_address_max: usize,
+    /// From accept to `open` (see [`HANDSHAKE_TIMEOUT_DEFAULT`]).
+    pub handshake_timeout: Duration,
+    /// From accept to the first valid token or PLAIN login (see [`AUTH_TIMEOUT_DEFAULT`]).
+    pub auth_timeout: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            connections_max: CONNECTIONS_MAX_DEFAULT,
+            connections_per_address_max: CONNECTIONS_PER_ADDRESS_MAX_DEFAULT,
+            handshake_timeout: HANDSHAKE_TIMEOUT_DEFAULT,
+            auth_timeout: AUTH_TIMEOUT_DEFAULT,
+        }
+    }
+}
 
 /// How long a refused link stays attached before it is detached with the error. The Python SDK
 /// only looks at a link's error once it has seen the link attached and started using it (sent
@@ -76,3 +143,4 @@ const _: () = assert!(SEND_LINK_CREDIT > 0);
 const _: () = assert!(SEND_PIPELINE_MAX > 0);
 const _: () = assert!(SEND_PIPELINE_MAX <= SEND_LINK_CREDIT as usize);
 const _: () = assert!(RECEIVE_BATCH_EVENTS > 0);
+const _: () = assert!(UNAUTHENTICATED_BYTES_MAX > 2 * TOKEN_BYTES_MAX as u64);

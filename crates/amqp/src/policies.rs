@@ -10,9 +10,11 @@
 //! `fsync`, rename, `fsync` of the directory) with mode 0600 because it holds keys.
 //! [`AccessPolicies::load_or_create`] creates the file on first start with a
 //! `RootManageSharedAccessKey` policy holding a random 32-byte key and returns its connection
-//! string once, so the operator can copy it.
+//! string once, so the operator can copy it. A policies file readable by group or others is
+//! refused with an error naming it and the `chmod 600` that fixes it (the rule and wording of
+//! the editor's key files, `tributary-edit`'s `steps::keys`, which this crate cannot depend on).
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
@@ -145,8 +147,11 @@ impl AccessPolicies {
     /// endpoint), so a first start can show it once.
     pub fn load_or_create(data_dir: &Path) -> Result<(Self, Option<String>), AmqpError> {
         let path = data_dir.join(POLICIES_FILE);
-        match std::fs::read(&path) {
-            Ok(bytes) => Ok((Self::parse(&path, &bytes)?, None)),
+        match std::fs::File::open(&path) {
+            Ok(file) => {
+                let bytes = read_private(file, &path)?;
+                Ok((Self::parse(&path, &bytes)?, None))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let root = AccessPolicy::generate(ROOT_POLICY, vec![Right::Manage])?;
                 let shown = connection_string("localhost", DEFAULT_PORT, &root);
@@ -205,6 +210,32 @@ impl AccessPolicies {
     pub fn get(&self, name: &str) -> Option<&AccessPolicy> {
         self.policies.iter().find(|p| p.name == name)
     }
+}
+
+/// Reads a file that holds keys, refusing it when group or others may read it.
+fn read_private(mut file: std::fs::File, path: &Path) -> Result<Vec<u8>, AmqpError> {
+    let io = |op| {
+        move |source| AmqpError::PoliciesIo {
+            op,
+            path: path.to_owned(),
+            source,
+        }
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        // The open file's own mode: what is checked is what is read.
+        let mode = file.metadata().map_err(io("stat"))?.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(AmqpError::PoliciesExposed {
+                path: path.to_owned(),
+                mode,
+            });
+        }
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(io("read"))?;
+    Ok(bytes)
 }
 
 fn open_private(path: &Path) -> std::io::Result<std::fs::File> {
@@ -293,6 +324,31 @@ mod tests {
     }
 
     #[test]
+    #[cfg(unix)]
+    fn a_policies_file_readable_by_others_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        AccessPolicies::load_or_create(dir.path()).unwrap();
+        let path = dir.path().join(POLICIES_FILE);
+        for mode in [0o644, 0o640, 0o604] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let error = AccessPolicies::load_or_create(dir.path())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains(&path.display().to_string())
+                    && error.contains("readable by group or others")
+                    && error.contains(&format!("chmod 600 {}", path.display())),
+                "{error}"
+            );
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let (policies, created) = AccessPolicies::load_or_create(dir.path()).unwrap();
+        assert!(created.is_none());
+        assert_eq!(policies.policies()[0].name, ROOT_POLICY);
+    }
+
+    #[test]
     fn invalid_policies_are_refused() {
         let p = |name: &str, key: &str, rights: Vec<Right>| AccessPolicy {
             name: name.into(),
@@ -310,7 +366,8 @@ mod tests {
             .is_err()
         );
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(POLICIES_FILE), b"{\"policies\": 3}").unwrap();
+        let mut file = open_private(&dir.path().join(POLICIES_FILE)).unwrap();
+        file.write_all(b"{\"policies\": 3}").unwrap();
         assert!(matches!(
             AccessPolicies::load_or_create(dir.path()),
             Err(AmqpError::PoliciesInvalid { .. })

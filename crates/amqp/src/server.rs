@@ -5,20 +5,35 @@
 //! HTTP door — are handed over through [`AmqpConnections`] and served by the same loop: the same
 //! shared state, the same SASL/CBS authentication, the same shutdown (which closes them too and
 //! waits for them as for TCP connections).
+//!
+//! # Connection caps
+//! Every connection, accepted or handed over, needs a slot (`tributary_tls::admission`): at most
+//! [`ConnectionLimits::connections_max`] in all and
+//! [`ConnectionLimits::connections_per_address_max`] per source IP address. A connection over a
+//! cap is refused: it may finish its handshake and `open`, and is closed with
+//! `amqp:resource-limit-exceeded` saying which cap it hit (the SDKs raise that error). At most
+//! [`REFUSALS_IN_FLIGHT_MAX`] are being refused at once, each for at most
+//! [`crate::limits::REFUSAL_TIMEOUT`]; beyond that a connection over a cap is closed at once,
+//! before any frame.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tributary_broker::Broker;
+use tributary_tls::admission::{Admission, ConnectionCaps, Slot};
 use tributary_tls::{ServerTls, TlsAcceptor};
 
 use crate::AmqpError;
-use crate::limits::{CLOSE_TIMEOUT, HANDOVERS_QUEUED_MAX, IDLE_TIMEOUT_DEFAULT};
+use crate::limits::{
+    CLOSE_TIMEOUT, ConnectionLimits, HANDOVERS_QUEUED_MAX, IDLE_TIMEOUT_DEFAULT,
+    REFUSALS_IN_FLIGHT_MAX,
+};
 use crate::policies::AccessPolicies;
 use crate::wire::{self, Context};
 
@@ -31,6 +46,8 @@ pub struct AmqpConfig {
     pub policies: AccessPolicies,
     /// The idle timeout advertised to clients: a silent connection is closed after it.
     pub idle_timeout: Duration,
+    /// Connection caps, and the deadlines of connections that have not authenticated.
+    pub limits: ConnectionLimits,
     /// A certificate: every connection starts with a TLS handshake (AMQPS). None: plain AMQP,
     /// as the SDKs' emulator mode (`UseDevelopmentEmulator=true`) speaks it.
     pub tls: Option<ServerTls>,
@@ -43,6 +60,7 @@ impl AmqpConfig {
             bind,
             policies,
             idle_timeout: IDLE_TIMEOUT_DEFAULT,
+            limits: ConnectionLimits::default(),
             tls: None,
         }
     }
@@ -106,6 +124,7 @@ pub async fn start(broker: Broker, config: AmqpConfig) -> Result<RunningAmqpServ
         broker,
         policies: config.policies,
         idle_timeout: config.idle_timeout,
+        limits: config.limits,
         shutdown: shutdown_rx,
     });
     let tls = config.tls.map(|tls| tls.acceptor(&[]));
@@ -130,14 +149,24 @@ async fn accept_loop(
 ) {
     let mut connections = JoinSet::new();
     let mut shutdown = ctx.shutdown.clone();
+    let door = Door {
+        admission: Admission::new(ConnectionCaps {
+            total: ctx.limits.connections_max,
+            per_address: ctx.limits.connections_per_address_max,
+        }),
+        refusals: Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT_MAX)),
+        tls,
+        ctx: ctx.clone(),
+    };
     loop {
         tokio::select! {
             Some((stream, peer)) = handed.recv() => {
-                connections.spawn(wire::serve_connection(stream, peer, ctx.clone()));
+                door.admit(&mut connections, stream, peer, false);
             }
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    connections.spawn(serve(stream, peer, tls.clone(), ctx.clone()));
+                    let _ = stream.set_nodelay(true);
+                    door.admit(&mut connections, stream, peer, true);
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
@@ -162,14 +191,71 @@ async fn accept_loop(
     }
 }
 
-/// Serves one accepted socket: after a TLS handshake when the listener has a certificate.
-async fn serve(stream: TcpStream, peer: SocketAddr, tls: Option<TlsAcceptor>, ctx: Arc<Context>) {
-    let _ = stream.set_nodelay(true);
+/// What the accept loop needs to admit or refuse a connection.
+struct Door {
+    admission: Admission,
+    refusals: Arc<Semaphore>,
+    tls: Option<TlsAcceptor>,
+    ctx: Arc<Context>,
+}
+
+impl Door {
+    /// Serves `stream` in a slot, or refuses it (see the module docs). `own_tls`: whether the
+    /// listener's TLS applies (not to handed-over streams, whose carrier did its own).
+    fn admit<S>(&self, connections: &mut JoinSet<()>, stream: S, peer: SocketAddr, own_tls: bool)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let accepted = Instant::now();
+        let tls = self.tls.clone().filter(|_| own_tls);
+        let ctx = self.ctx.clone();
+        match self.admission.admit(peer) {
+            Ok(slot) => {
+                connections.spawn(serve(stream, peer, accepted, tls, ctx, slot));
+            }
+            Err(full) => {
+                let description = full.description();
+                let Ok(permit) = self.refusals.clone().try_acquire_owned() else {
+                    tracing::debug!(%peer, reason = %description, "AMQP connection dropped: over a cap, and too many refusals in flight");
+                    return;
+                };
+                connections.spawn(async move {
+                    let refuse = |stream: Box<dyn Carried>| {
+                        wire::refuse_connection(stream, peer, &ctx, description)
+                    };
+                    let _permit = permit;
+                    match tls {
+                        None => refuse(Box::new(stream) as Box<dyn Carried>).await,
+                        Some(acceptor) => {
+                            if let Ok(stream) = tributary_tls::accept(&acceptor, stream).await {
+                                refuse(Box::new(stream)).await;
+                            }
+                        }
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// Serves one connection in its slot: after a TLS handshake when the listener has a
+/// certificate.
+async fn serve<S>(
+    stream: S,
+    peer: SocketAddr,
+    accepted: Instant,
+    tls: Option<TlsAcceptor>,
+    ctx: Arc<Context>,
+    slot: Slot,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let _slot = slot;
     let Some(acceptor) = tls else {
-        return wire::serve_connection(stream, peer, ctx).await;
+        return wire::serve_connection(stream, peer, accepted, ctx).await;
     };
     match tributary_tls::accept(&acceptor, stream).await {
-        Ok(stream) => wire::serve_connection(stream, peer, ctx).await,
+        Ok(stream) => wire::serve_connection(stream, peer, accepted, ctx).await,
         Err(e) => tracing::debug!(%peer, error = %e, "AMQPS handshake failed"),
     }
 }

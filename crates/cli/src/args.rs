@@ -143,6 +143,28 @@ pub struct ServeArgs {
     /// emulator mode on this machine).
     #[arg(long, requires = "tls_cert")]
     pub plain: bool,
+    /// The most connections each front door holds at once; beyond it AMQP refuses with
+    /// amqp:resource-limit-exceeded and HTTP answers 503.
+    #[arg(long, default_value_t = tributary_amqp::limits::CONNECTIONS_MAX_DEFAULT)]
+    pub connections_max: usize,
+    /// The most connections one source IP address holds at once on each front door; beyond it
+    /// AMQP refuses with amqp:resource-limit-exceeded and HTTP answers 429.
+    #[arg(long, default_value_t = tributary_amqp::limits::CONNECTIONS_PER_ADDRESS_MAX_DEFAULT)]
+    pub connections_per_address_max: usize,
+    /// How long an AMQP connection has from its accept to its `open` [default: 10s].
+    #[arg(long, value_parser = parse_duration_ms)]
+    pub amqp_handshake_timeout: Option<i64>,
+    /// How long an AMQP connection may stay unauthenticated (no token put on $cbs, no SASL
+    /// PLAIN login), counted from its accept [default: 30s].
+    #[arg(long, value_parser = parse_duration_ms)]
+    pub amqp_auth_timeout: Option<i64>,
+    /// How long an HTTP client has to send a request's headers (also the idle time allowed
+    /// between requests) [default: 30s].
+    #[arg(long, value_parser = parse_duration_ms)]
+    pub http_header_timeout: Option<i64>,
+    /// How long an HTTP client has to send a request's body; beyond it, 408 [default: 60s].
+    #[arg(long, value_parser = parse_duration_ms)]
+    pub http_body_timeout: Option<i64>,
 }
 
 /// `tributary cert`.

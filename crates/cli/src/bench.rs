@@ -9,7 +9,8 @@
 //! * `recover`: writes a partition of `--recovery-gib` and times reopening it, with its index
 //!   files and (worst case) without them.
 //! * `memory`: appends `--memory-gib` of 1 KiB events and reports the process's resident set.
-//! * `processor` and `replicate`: see `bench_processor.rs` and `bench_replicate.rs`.
+//! * `processor`, `replicate` and `silent-connections`: see `bench_processor.rs`,
+//!   `bench_replicate.rs` and `bench_silent.rs`.
 //!
 //! Every result line states the durability, event size, batch size, partitions, appenders and
 //! window, so numbers are never quoted without their conditions.
@@ -33,6 +34,11 @@ pub async fn run(global: &GlobalArgs, args: &BenchArgs) -> Result<()> {
             .data_dir
             .join(format!("bench-{}", std::process::id()))
     });
+    if args.scenario == Scenario::SilentConnections {
+        let outcome = crate::bench_silent::run(args, &root).await;
+        let _ = std::fs::remove_dir_all(&root);
+        return outcome;
+    }
     if !matches!(args.scenario, Scenario::Processor | Scenario::Replicate) {
         let args_root = (args.clone(), root.clone());
         tokio::task::spawn_blocking(move || {
@@ -363,7 +369,7 @@ fn memory(args: &BenchArgs, dir: &Path) -> Result<()> {
 }
 
 /// (VmRSS, VmHWM) of this process in KiB.
-fn resident_kib() -> (u64, u64) {
+pub(crate) fn resident_kib() -> (u64, u64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |name: &str| {
         status

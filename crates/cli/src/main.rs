@@ -12,6 +12,7 @@ mod args;
 mod bench;
 mod bench_processor;
 mod bench_replicate;
+mod bench_silent;
 mod commands;
 mod hub_handle;
 mod input;

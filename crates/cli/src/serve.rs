@@ -157,6 +157,7 @@ async fn start_doors(
         } else {
             "--amqp-port"
         };
+        config.limits = amqp_limits(args);
         let amqp = tributary_amqp::start(broker.clone(), config)
             .await
             .with_context(|| format!("cannot start the {scheme} front door"))
@@ -177,6 +178,7 @@ async fn start_doors(
         }
         config.tls = tls;
         config.admin_sas = Some(admin_sas(&policies));
+        config.limits = http_limits(args);
         // AMQP over WebSockets (`/$servicebus/websocket`): the first AMQP door serves it; TLS,
         // if any, is the WebSocket's.
         config.websocket_amqp = doors
@@ -238,6 +240,35 @@ fn amqp_over_websockets(amqp: &RunningAmqpServer) -> tributary_http::AmqpOverWeb
     })
 }
 
+/// A duration flag in milliseconds, or `default` when not given.
+fn duration_or(ms: Option<i64>, default: Duration) -> Duration {
+    ms.map_or(default, |ms| {
+        Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+    })
+}
+
+/// The AMQP doors' connection caps and deadlines, from the flags.
+fn amqp_limits(args: &ServeArgs) -> tributary_amqp::limits::ConnectionLimits {
+    let defaults = tributary_amqp::limits::ConnectionLimits::default();
+    tributary_amqp::limits::ConnectionLimits {
+        connections_max: args.connections_max,
+        connections_per_address_max: args.connections_per_address_max,
+        handshake_timeout: duration_or(args.amqp_handshake_timeout, defaults.handshake_timeout),
+        auth_timeout: duration_or(args.amqp_auth_timeout, defaults.auth_timeout),
+    }
+}
+
+/// The HTTP doors' connection caps and read timeouts, from the flags.
+fn http_limits(args: &ServeArgs) -> tributary_http::HttpLimits {
+    let defaults = tributary_http::HttpLimits::default();
+    tributary_http::HttpLimits {
+        connections_max: args.connections_max,
+        connections_per_address_max: args.connections_per_address_max,
+        header_read_timeout: duration_or(args.http_header_timeout, defaults.header_read_timeout),
+        body_read_timeout: duration_or(args.http_body_timeout, defaults.body_read_timeout),
+    }
+}
+
 fn http_auth(global: &GlobalArgs, args: &ServeArgs) -> Result<tributary_http::AuthConfig> {
     if args.http_unauthenticated {
         return Ok(tributary_http::AuthConfig::DevelopmentUnauthenticated);
@@ -246,7 +277,7 @@ fn http_auth(global: &GlobalArgs, args: &ServeArgs) -> Result<tributary_http::Au
     // file is re-read when it changes, no restart needed).
     let keys = global.data_dir.join("oci-api-keys.json");
     if !keys.exists() {
-        std::fs::write(&keys, "{}\n")
+        tributary_http::write_key_file(&keys, b"{}\n")
             .with_context(|| format!("cannot create {}", keys.display()))?;
     }
     Ok(tributary_http::AuthConfig::signatures())

@@ -350,7 +350,8 @@ impl Bench {
                 .to_public_key_pem(LineEnding::LF)
                 .expect("PEM");
             let keys = serde_json::json!({ KEY_ID: pem });
-            std::fs::write(dir.path().join("oci-api-keys.json"), keys.to_string())
+            let path = dir.path().join("oci-api-keys.json");
+            tributary_http::write_key_file(&path, keys.to_string().as_bytes())
                 .expect("write the key file");
         }
         let (broker, http) = server_rt.block_on(async {

@@ -16,7 +16,11 @@
 //! `<data_dir>/oci-api-keys.json` (or the configured path) is a JSON object from keyId
 //! (`<tenancy>/<user>/<fingerprint>`, as the SDKs build it) to a PEM public key (`BEGIN PUBLIC
 //! KEY` or `BEGIN RSA PUBLIC KEY`). It is read at start and re-read when a request names an
-//! unknown keyId and the file has changed, so keys can be added without a restart.
+//! unknown keyId and the file has changed, so keys can be added without a restart. It decides
+//! who may call the API, so it must not be writable or readable by group or others: one with
+//! any of those permission bits is refused with an error naming it and the `chmod 600` that
+//! fixes it (the rule and wording of the editor's key files, `tributary-edit`'s `steps::keys`);
+//! [`write_key_file`] writes one with mode 0600.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -61,6 +65,18 @@ pub enum KeyFileError {
         /// Why.
         source: std::io::Error,
     },
+    /// Group or others may read or write the file.
+    #[error(
+        "{} holds API keys but is readable by group or others (mode {mode:o}); run `chmod 600 {}`",
+        path.display(),
+        path.display()
+    )]
+    Exposed {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// The file is not a JSON object from keyId to PEM.
     #[error("{}: expected a JSON object from keyId to PEM public key: {source}", path.display())]
     Json {
@@ -81,12 +97,44 @@ pub enum KeyFileError {
     },
 }
 
+/// Writes the API key file `path` (keyId → PEM public key, as JSON) with mode 0600, the only
+/// mode the server accepts it with; an existing file's mode is set too.
+pub fn write_key_file(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    std::io::Write::write_all(&mut file, contents)
+}
+
 fn read_key_file(path: &Path) -> Result<(Option<SystemTime>, KeyMap), KeyFileError> {
-    let text = std::fs::read_to_string(path).map_err(|source| KeyFileError::Read {
+    let read = |source| KeyFileError::Read {
         path: path.to_owned(),
         source,
-    })?;
-    let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    };
+    let mut file = std::fs::File::open(path).map_err(read)?;
+    // The open file's own metadata: what is checked is what is read.
+    let metadata = file.metadata().map_err(read)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = metadata.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(KeyFileError::Exposed {
+                path: path.to_owned(),
+                mode,
+            });
+        }
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut file, &mut text).map_err(read)?;
+    let modified = metadata.modified().ok();
     let entries: HashMap<String, String> =
         serde_json::from_str(&text).map_err(|source| KeyFileError::Json {
             path: path.to_owned(),
@@ -344,11 +392,22 @@ fn signing_string(
 }
 
 /// The parameters of a `Signature` Authorization header.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct SignatureParams {
     pub key_id: String,
     pub headers: Vec<String>,
     pub signature: String,
+}
+
+impl std::fmt::Debug for SignatureParams {
+    // A signature is a credential for as long as its `date` is in the skew window: never print it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignatureParams")
+            .field("key_id", &self.key_id)
+            .field("headers", &self.headers)
+            .field("signature", &"<redacted>")
+            .finish()
+    }
 }
 
 impl SignatureParams {

@@ -206,6 +206,8 @@ impl CursorKey {
         let (payload, tag) = bytes.split_at(split);
         let mut mac = self.mac();
         mac.update(payload);
+        // `hmac` compares the tag with `subtle::ConstantTimeEq`: in time independent of where
+        // a forged tag differs.
         mac.verify_truncated_left(tag)
             .map_err(|_| CursorError::Forged)?;
         let (expires_at_ms, cursor) = parse(payload)?;

@@ -32,12 +32,17 @@
 //!   mode accepts unsigned requests and says so with a WARN line at start. The admin API
 //!   (`/admin/v1`) alone also takes a SAS token when [`HttpConfig::admin_sas`] accepts it.
 //!
+//! # Limits
+//! Connections are capped in total and per source address, and must send a request's headers
+//! and body within their timeouts ([`HttpLimits`]; refusals are 503, 429 and 408 answers).
+//!
 //! # Shutdown
 //! [`RunningHttpServer::shutdown`] stops accepting connections, lets requests in flight finish
 //! (up to a few seconds), and returns; the broker is left running for its owner to shut down.
 
 #![forbid(unsafe_code)]
 
+mod accept;
 mod admin;
 mod auth;
 mod cursor;
@@ -52,8 +57,9 @@ mod tls;
 mod websocket;
 mod ws_stream;
 
-pub use auth::KeyFileError;
+pub use auth::{KeyFileError, write_key_file};
 pub use cursor::CursorKeyError;
+pub use limits::HttpLimits;
 pub use websocket::{
     AMQP_WEBSOCKET_PATH, AMQP_WEBSOCKET_PROTOCOL, AmqpOverWebSockets, ByteStream, ServeFuture,
 };
@@ -132,6 +138,8 @@ pub struct HttpConfig {
     /// SharedAccessSignature …` header this checks (the Event Hubs REST scheme; `tributary
     /// hub`/`group` use it with a shared access policy's key). None: signatures only.
     pub admin_sas: Option<AdminSas>,
+    /// Connection caps and read timeouts.
+    pub limits: HttpLimits,
 }
 
 /// Checks the SAS token of an admin API request: whether it is valid and grants Manage over
@@ -172,6 +180,7 @@ impl HttpConfig {
             tls: None,
             websocket_amqp: None,
             admin_sas: None,
+            limits: HttpLimits::default(),
         }
     }
 }
@@ -266,25 +275,18 @@ pub async fn start_with_coordinator(
         })?;
     let local_addr = listener.local_addr().map_err(HttpError::Server)?;
     let (stop, stopped) = oneshot::channel::<()>();
-    let app = server::router(state).into_make_service_with_connect_info::<server::PeerAddr>();
+    let app = server::router(state);
     let stopped = async move {
         let _ = stopped.await;
     };
     let https = config.tls.is_some();
+    let limits = config.limits;
     let task = match config.tls {
-        None => tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(stopped)
-                .await
-        }),
+        None => tokio::spawn(accept::serve(listener, app, limits, stopped)),
         Some(tls) => {
             let listener = tls::TlsListener::new(listener, tls.acceptor(&[b"http/1.1"]))
                 .map_err(HttpError::Server)?;
-            tokio::spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(stopped)
-                    .await
-            })
+            tokio::spawn(accept::serve(listener, app, limits, stopped))
         }
     };
     tracing::info!(%local_addr, https, "HTTP front door listening (OCI Streaming API at /20180418, admin at /admin/v1)");

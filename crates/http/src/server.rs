@@ -48,6 +48,8 @@ pub(crate) struct Shared {
     pub websocket_amqp: Option<AmqpOverWebSockets>,
     /// SAS tokens accepted on the admin API besides signatures.
     pub admin_sas: Option<crate::AdminSas>,
+    /// How long a request's body may take to arrive.
+    pub body_read_timeout: std::time::Duration,
 }
 
 /// The peer's address, as `axum::serve` gives it for plain and TLS listeners alike.
@@ -116,6 +118,7 @@ impl Shared {
             https: config.tls.is_some(),
             websocket_amqp: config.websocket_amqp.clone(),
             admin_sas: config.admin_sas.clone(),
+            body_read_timeout: config.limits.body_read_timeout,
         }))
     }
 }
@@ -230,9 +233,26 @@ async fn observe(State(state): State<AppState>, request: Request, next: Next) ->
 /// Buffers the body (refusing one over the limit) and checks the request's signature.
 async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let (parts, body) = request.into_parts();
-    let body = match read_body(body).await {
-        Ok(bytes) => bytes,
-        Err(e) => return e.into_response(),
+    let body = match tokio::time::timeout(state.body_read_timeout, read_body(body)).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(e)) => return e.into_response(),
+        Err(_) => {
+            let e = ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "RequestTimeout",
+                format!(
+                    "the request body did not arrive within {} s",
+                    state.body_read_timeout.as_secs_f64()
+                ),
+            );
+            let mut response = e.into_response();
+            // The rest of the body may still be coming: this connection is done.
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                HeaderValue::from_static("close"),
+            );
+            return response;
+        }
     };
     if let Some(verifier) = state
         .verifier

@@ -110,7 +110,8 @@ pub async fn start_http(broker: &Broker, setup: &Setup) -> RunningHttpServer {
     let dir = broker.config().data_dir.clone();
     let auth = if setup.signed {
         let keys = serde_json::json!({ KEY_ID: key_pair().public_pem });
-        std::fs::write(dir.join("oci-api-keys.json"), keys.to_string()).unwrap();
+        tributary_http::write_key_file(&dir.join("oci-api-keys.json"), keys.to_string().as_bytes())
+            .unwrap();
         AuthConfig::Signatures {
             keys_file: None,
             clock_skew_ms_max: setup.clock_skew_ms_max,

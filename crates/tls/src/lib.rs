@@ -1,4 +1,5 @@
-//! TLS for Tributary's front doors: AMQPS (the Azure SDKs' default transport) and HTTPS.
+//! TLS for Tributary's front doors — AMQPS (the Azure SDKs' default transport) and HTTPS — and
+//! the connection caps both doors apply ([`admission`]).
 //!
 //! This crate owns what every door needs to speak TLS, so the AMQP and HTTP doors hold no TLS
 //! code of their own:
@@ -23,6 +24,7 @@
 //!   handshake; one that stalls holds its socket no longer than that.
 //! - No secret is logged: errors and log lines name files, never their contents.
 
+pub mod admission;
 mod development;
 mod reload;
 

@@ -14,6 +14,17 @@
 //! after [`crate::limits::REFUSAL_DETACH_DELAY`]: the Python SDK reports a link's error only
 //! once it uses the link. A refused send link gets credit, and every message on it is rejected
 //! with the error; nothing on a refused link is ever appended or delivered.
+//!
+//! # Unauthenticated connections
+//! A connection is unauthenticated until a SASL PLAIN login or its first accepted `$cbs` token
+//! (see [`crate::limits::ConnectionLimits`]). Until then it must finish its handshake and send
+//! `open` within the handshake timeout and authenticate within the authentication timeout (both
+//! counted from its accept), may send at most [`crate::limits::UNAUTHENTICATED_BYTES_MAX`]
+//! bytes, and may begin and attach only a few sessions and links. Past a limit it is closed with
+//! `amqp:unauthorized-access` (the deadlines) or `amqp:resource-limit-exceeded` (sessions and
+//! links) once a `close` can be sent (the peer's protocol header has arrived, so this side's
+//! `open` is out), else cut off without a frame. Authenticated connections keep only the
+//! idle timeout.
 
 mod nodes;
 mod receive_link;
@@ -30,17 +41,19 @@ use fe2o3_amqp_types::messaging::TargetArchetype;
 use fe2o3_amqp_types::performatives::Attach;
 use fe2o3_amqp_types::primitives::Symbol;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
 use tributary_amqp_engine::connection::{Delivery, amqp_error as engine_error, attach_frame};
 use tributary_amqp_engine::driver::{self, Ending, Handler};
 use tributary_amqp_engine::{Config, Connection, Event, LinkId, SessionId};
 use tributary_broker::Broker;
 
 use crate::auth::ConnectionGrants;
+use crate::budget::Budgeted;
 use crate::conditions::{self, Refusal};
 use crate::limits::{
-    CHANNEL_MAX, FRAME_BYTES_MAX, HANDLE_MAX, HANDSHAKE_TIMEOUT, REFUSAL_DETACH_DELAY,
-    SEND_LINK_CREDIT,
+    CHANNEL_MAX, ConnectionLimits, FRAME_BYTES_MAX, HANDLE_MAX, REFUSAL_DETACH_DELAY,
+    SEND_LINK_CREDIT, UNAUTHENTICATED_LINKS_MAX, UNAUTHENTICATED_SESSIONS_MAX,
 };
 use crate::policies::AccessPolicies;
 use tributary_eventhubs::address::{self, Node};
@@ -51,6 +64,7 @@ pub(crate) struct Context {
     pub(crate) broker: Broker,
     pub(crate) policies: AccessPolicies,
     pub(crate) idle_timeout: Duration,
+    pub(crate) limits: ConnectionLimits,
     pub(crate) shutdown: watch::Receiver<bool>,
 }
 
@@ -107,17 +121,28 @@ pub(crate) enum Command {
     Detach { link: LinkRef, refusal: Refusal },
     /// A refused link's delay is over: detach it with its error.
     RefusalDue { link: LinkRef },
+    /// The handshake timeout is over: an unauthenticated connection without `open` ends.
+    OpenDue,
+    /// The authentication timeout is over: an unauthenticated connection ends.
+    AuthDue,
 }
 
 /// Serves one connection (TCP, or TLS over TCP) until it closes or the server shuts down.
-pub(crate) async fn serve_connection<S>(mut stream: S, peer: SocketAddr, ctx: Arc<Context>)
-where
+/// Its deadlines count from `accepted`.
+pub(crate) async fn serve_connection<S>(
+    stream: S,
+    peer: SocketAddr,
+    accepted: Instant,
+    ctx: Arc<Context>,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let grants = ConnectionGrants::default();
+    let mut stream = Budgeted::new(stream, grants.authenticated_flag());
     let mut buffered = Vec::new();
     let handshake = sasl::accept(&mut stream, &mut buffered, &ctx.policies, &grants);
-    match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await {
+    let handshake_due = accepted + ctx.limits.handshake_timeout;
+    match tokio::time::timeout_at(handshake_due, handshake).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "AMQP handshake failed");
@@ -128,13 +153,11 @@ where
             return;
         }
     }
-    let mut config = Config::new("tributary");
-    config.max_frame_size = FRAME_BYTES_MAX;
-    config.channel_max = CHANNEL_MAX;
-    config.handle_max = HANDLE_MAX;
-    config.idle_timeout_ms = Some(u32::try_from(ctx.idle_timeout.as_millis()).unwrap_or(u32::MAX));
-    let connection = Connection::server(config);
     let (commands_tx, mut commands) = mpsc::unbounded_channel();
+    let (abort, aborted) = oneshot::channel();
+    // Only an unauthenticated connection is timed; the timer ends with the connection.
+    let _deadlines = (!grants.is_authenticated())
+        .then(|| Deadlines::start(accepted, ctx.limits, commands_tx.clone()));
     let state = Arc::new(ConnectionState {
         ctx: ctx.clone(),
         grants,
@@ -146,23 +169,76 @@ where
         links: HashMap::new(),
         next_serial: 0,
         shutting_down: false,
+        unauthenticated: Unauthenticated {
+            sessions: 0,
+            links: 0,
+            abort: Some(abort),
+        },
     };
     let mut shutdown = ctx.shutdown.clone();
     let shutdown = async move { shutting_down(&mut shutdown).await };
     tracing::debug!(%peer, "AMQP connection open");
-    let (_, ending) = driver::run(
+    let run = driver::run(
         stream,
         buffered,
-        connection,
+        server_connection(&ctx),
         &mut handler,
         &mut commands,
         shutdown,
-    )
-    .await;
-    match ending {
-        Ending::Closed => tracing::debug!(%peer, "AMQP connection closed"),
-        other => tracing::debug!(%peer, ending = ?other, "AMQP connection ended"),
+    );
+    tokio::select! {
+        (_, ending) = run => match ending {
+            Ending::Closed => tracing::debug!(%peer, "AMQP connection closed"),
+            other => tracing::debug!(%peer, ending = ?other, "AMQP connection ended"),
+        },
+        _ = aborted => tracing::debug!(%peer, "an unauthenticated AMQP connection was cut off"),
     }
+}
+
+/// The server's side of a new connection, with the door's limits.
+fn server_connection(ctx: &Context) -> Connection {
+    let mut config = Config::new("tributary");
+    config.max_frame_size = FRAME_BYTES_MAX;
+    config.channel_max = CHANNEL_MAX;
+    config.handle_max = HANDLE_MAX;
+    config.idle_timeout_ms = Some(u32::try_from(ctx.idle_timeout.as_millis()).unwrap_or(u32::MAX));
+    Connection::server(config)
+}
+
+/// The timer of an unauthenticated connection's deadlines: sends [`Command::OpenDue`], then
+/// [`Command::AuthDue`]. Stopped when dropped.
+struct Deadlines(tokio::task::JoinHandle<()>);
+
+impl Deadlines {
+    fn start(
+        accepted: Instant,
+        limits: ConnectionLimits,
+        commands: mpsc::UnboundedSender<Command>,
+    ) -> Self {
+        Deadlines(tokio::spawn(async move {
+            tokio::time::sleep_until(accepted + limits.handshake_timeout).await;
+            if commands.send(Command::OpenDue).is_err() {
+                return;
+            }
+            tokio::time::sleep_until(accepted + limits.auth_timeout).await;
+            let _ = commands.send(Command::AuthDue);
+        }))
+    }
+}
+
+impl Drop for Deadlines {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// What an unauthenticated connection has used of its allowance, and how to cut it off.
+#[derive(Debug)]
+struct Unauthenticated {
+    sessions: usize,
+    links: usize,
+    /// Ends the connection without a frame (before the peer's protocol header arrived).
+    abort: Option<oneshot::Sender<()>>,
 }
 
 /// What the handler keeps per link.
@@ -194,6 +270,8 @@ pub(crate) struct ServerHandler {
     next_serial: u64,
     /// The server is shutting down: send links drain, then the connection closes.
     shutting_down: bool,
+    /// What the connection holds before it authenticates.
+    unauthenticated: Unauthenticated,
 }
 
 impl std::fmt::Debug for ServerHandler {
@@ -214,7 +292,14 @@ impl Handler for ServerHandler {
                 link,
                 attach,
                 answer: false,
-            } => self.on_attach(connection, link, *attach),
+            } => {
+                if self.allow_unauthenticated(connection, false) {
+                    self.on_attach(connection, link, *attach);
+                }
+            }
+            Event::SessionBegun(_) => {
+                self.allow_unauthenticated(connection, true);
+            }
             Event::Delivery(delivery) => self.on_delivery(connection, delivery),
             Event::Credit(link) => self.on_credit(connection, link),
             Event::Detached { link, .. } => {
@@ -225,10 +310,8 @@ impl Handler for ServerHandler {
             }
             Event::Closed { .. } => self.links.clear(),
             // Dispositions: receive links deliver settled, responses are not waited on.
-            Event::Opened(_)
-            | Event::SessionBegun(_)
-            | Event::Attached { answer: true, .. }
-            | Event::Disposition { .. } => {}
+            Event::Opened(_) | Event::Attached { answer: true, .. } | Event::Disposition { .. } => {
+            }
         }
     }
 
@@ -261,6 +344,8 @@ impl Handler for ServerHandler {
                     connection.detach(link.id, true, Some(amqp_error(&refusal)));
                 }
             }
+            Command::OpenDue => self.on_deadline(connection, true),
+            Command::AuthDue => self.on_deadline(connection, false),
             Command::RefusalDue { link } => {
                 if let Some(LinkKind::Refused(refusal)) = self.kind_mut(link) {
                     let error = amqp_error(refusal);
@@ -301,6 +386,73 @@ impl Handler for ServerHandler {
 }
 
 impl ServerHandler {
+    /// Counts a session (`session`) or a link an unauthenticated connection opens; returns
+    /// whether it may (beyond its allowance the connection is closed).
+    fn allow_unauthenticated(&mut self, connection: &mut Connection, session: bool) -> bool {
+        if connection.is_closed() {
+            return false;
+        }
+        if self.state.grants.is_authenticated() {
+            return true;
+        }
+        let allowance = &mut self.unauthenticated;
+        let (used, max, what) = if session {
+            (
+                &mut allowance.sessions,
+                UNAUTHENTICATED_SESSIONS_MAX,
+                "sessions",
+            )
+        } else {
+            (&mut allowance.links, UNAUTHENTICATED_LINKS_MAX, "links")
+        };
+        *used += 1;
+        if *used <= max {
+            return true;
+        }
+        let description = format!(
+            "an unauthenticated connection may open at most {max} {what}; put a token on $cbs first"
+        );
+        self.end_unauthenticated(connection, conditions::RESOURCE_LIMIT, &description);
+        false
+    }
+
+    /// The handshake (`open_due`) or authentication timeout is over: ends the connection
+    /// unless it has authenticated (or, for the handshake, sent `open`).
+    fn on_deadline(&mut self, connection: &mut Connection, open_due: bool) {
+        let limits = self.state.ctx.limits;
+        if self.state.grants.is_authenticated() || (open_due && connection.open_received()) {
+            return;
+        }
+        let description = if open_due {
+            format!(
+                "the connection did not open within {} s of connecting",
+                limits.handshake_timeout.as_secs_f64()
+            )
+        } else {
+            format!(
+                "the connection did not authenticate within {} s of connecting: put a valid token on $cbs first",
+                limits.auth_timeout.as_secs_f64()
+            )
+        };
+        self.end_unauthenticated(connection, conditions::UNAUTHORIZED, &description);
+    }
+
+    /// Closes an unauthenticated connection with an error, or cuts it off when no `close` may
+    /// be sent yet (see the module docs).
+    fn end_unauthenticated(
+        &mut self,
+        connection: &mut Connection,
+        condition: &str,
+        description: &str,
+    ) {
+        tracing::debug!(peer = %self.state.peer, condition, description, "ending an unauthenticated connection");
+        if connection.header_received() {
+            connection.close(Some(engine_error(condition, description)));
+        } else if let Some(abort) = self.unauthenticated.abort.take() {
+            let _ = abort.send(());
+        }
+    }
+
     /// While shutting down: closes the connection once no send link is left draining.
     fn close_once_drained(&mut self, connection: &mut Connection) {
         // Checked at every turn's end: the flag first, so a running connection pays nothing.
@@ -608,4 +760,64 @@ fn attached_node(attach: &Attach) -> Result<Node, Refusal> {
     let address = link_address(attach)
         .ok_or_else(|| Refusal::new(conditions::NOT_FOUND, "the link names no address"))?;
     address::parse(&address).map_err(|e| Refusal::new(conditions::NOT_FOUND, e.to_string()))
+}
+
+/// Answers a connection that got no slot: its handshake, then this side's `open` and a `close`
+/// with `amqp:resource-limit-exceeded` and `description` once the peer's `open` arrived; held
+/// at most [`crate::limits::REFUSAL_TIMEOUT`] in all, reading at most what an unauthenticated
+/// connection may.
+pub(crate) async fn refuse_connection<S>(
+    stream: S,
+    peer: SocketAddr,
+    ctx: &Context,
+    description: String,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let grants = ConnectionGrants::default();
+    // Never raised: a refused connection reads no more than an unauthenticated one.
+    let mut stream = Budgeted::new(stream, Arc::default());
+    let refusal = async {
+        let mut buffered = Vec::new();
+        sasl::accept(&mut stream, &mut buffered, &ctx.policies, &grants)
+            .await
+            .ok()?;
+        let mut handler = Refuser { description };
+        let (_keep, mut commands) = mpsc::unbounded_channel();
+        let connection = server_connection(ctx);
+        let never = std::future::pending::<()>();
+        Some(
+            driver::run(
+                stream,
+                buffered,
+                connection,
+                &mut handler,
+                &mut commands,
+                never,
+            )
+            .await,
+        )
+    };
+    let ended = tokio::time::timeout(crate::limits::REFUSAL_TIMEOUT, refusal).await;
+    tracing::debug!(%peer, answered = matches!(ended, Ok(Some(_))), "AMQP connection refused: over a connection cap");
+}
+
+/// Closes the connection with `amqp:resource-limit-exceeded` as soon as the peer has opened.
+struct Refuser {
+    description: String,
+}
+
+impl Handler for Refuser {
+    type Command = ();
+
+    fn on_event(&mut self, connection: &mut Connection, event: Event) {
+        if let Event::Opened(_) = event {
+            connection.close(Some(engine_error(
+                conditions::RESOURCE_LIMIT,
+                &self.description,
+            )));
+        }
+    }
+
+    fn on_command(&mut self, _connection: &mut Connection, (): ()) {}
 }

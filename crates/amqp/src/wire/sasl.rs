@@ -7,6 +7,7 @@
 //!
 //! A client may also skip SASL and send the AMQP header at once (rhea with token credentials).
 
+use subtle::ConstantTimeEq;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tributary_amqp_engine::sasl::{self, ClientInit, SaslError};
 
@@ -53,14 +54,6 @@ fn judge(policies: &AccessPolicies, init: &ClientInit) -> Option<Option<(String,
     }
 }
 
-/// Compares two byte strings in time that depends only on their lengths.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// The policy a PLAIN response (`authzid \0 name \0 key`) proves, if any.
 fn plain(policies: &AccessPolicies, response: &[u8]) -> Option<(String, Vec<Right>)> {
     let mut parts = response.split(|b| *b == 0);
@@ -71,7 +64,9 @@ fn plain(policies: &AccessPolicies, response: &[u8]) -> Option<(String, Vec<Righ
     };
     let name = std::str::from_utf8(name).ok()?;
     let policy = policies.get(name)?;
-    constant_time_eq(policy.key.as_bytes(), key)
+    // `subtle` compares in time that depends only on the lengths (a key's length is not
+    // secret: every generated key is 44 base64 characters), never on where the bytes differ.
+    bool::from(policy.key.as_bytes().ct_eq(key))
         .then(|| (policy.name.clone(), policy.rights.clone()))
 }
 

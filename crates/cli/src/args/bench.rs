@@ -20,6 +20,9 @@ pub enum Scenario {
     Processor,
     /// Replication tasks between two hubs over AMQP: raw ingest, copy throughput, lag.
     Replicate,
+    /// Silent unauthenticated AMQP connections: their memory, and an authenticated client's
+    /// send latency while they are held (not part of `all`: it needs many file descriptors).
+    SilentConnections,
     /// All of the above.
     All,
 }
@@ -91,6 +94,9 @@ pub struct BenchArgs {
     /// in the task's process, as at the edge).
     #[arg(long, value_enum, default_value_t = TaskTransport::Amqp)]
     pub task_transport: TaskTransport,
+    /// Silent connections the silent-connections scenario holds.
+    #[arg(long, default_value_t = 10_000)]
+    pub connections: usize,
     /// Where to write (default: a directory under the data directory, removed afterwards).
     #[arg(long)]
     pub dir: Option<PathBuf>,

@@ -25,7 +25,11 @@ fn verifier(dir: &Path) -> Verifier {
         .to_public_key_pem(Default::default())
         .unwrap();
     let path = dir.join("oci-api-keys.json");
-    std::fs::write(&path, serde_json::json!({ KEY_ID: pem }).to_string()).unwrap();
+    crate::write_key_file(
+        &path,
+        serde_json::json!({ KEY_ID: pem }).to_string().as_bytes(),
+    )
+    .unwrap();
     Verifier::load(path, Arc::new(ManualClock::new(NOW_MS)), 300_000).unwrap()
 }
 
@@ -188,7 +192,7 @@ fn the_date_must_be_within_the_skew() {
 fn keys_added_later_are_picked_up() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("oci-api-keys.json");
-    std::fs::write(&path, "{}").unwrap();
+    crate::write_key_file(&path, b"{}").unwrap();
     let v = Verifier::load(path.clone(), Arc::new(ManualClock::new(NOW_MS)), 300_000).unwrap();
     let target = "/20180418/streams/s/groups/g";
     let h = signed(&Method::GET, target, b"", GET_HEADERS);
@@ -198,7 +202,11 @@ fn keys_added_later_are_picked_up() {
         .to_public_key()
         .to_public_key_pem(Default::default())
         .unwrap();
-    std::fs::write(&path, serde_json::json!({ KEY_ID: pem }).to_string()).unwrap();
+    crate::write_key_file(
+        &path,
+        serde_json::json!({ KEY_ID: pem }).to_string().as_bytes(),
+    )
+    .unwrap();
     v.verify(&Method::GET, target, &h, b"", true).unwrap();
 }
 
@@ -211,13 +219,50 @@ fn bad_key_files_fail_at_start() {
         Verifier::load(path.clone(), clock.clone(), 1).is_err(),
         "missing"
     );
-    std::fs::write(&path, "[]").unwrap();
+    crate::write_key_file(&path, b"[]").unwrap();
     assert!(
         Verifier::load(path.clone(), clock.clone(), 1).is_err(),
         "not an object"
     );
-    std::fs::write(&path, r#"{"k": "not a pem"}"#).unwrap();
+    crate::write_key_file(&path, br#"{"k": "not a pem"}"#).unwrap();
     assert!(Verifier::load(path, clock, 1).is_err(), "not a key");
+}
+
+#[test]
+#[cfg(unix)]
+fn a_key_file_readable_by_others_is_refused_at_start_and_at_reload() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("oci-api-keys.json");
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(0));
+    // Written the usual way (umask 022): readable by everyone.
+    std::fs::write(&path, "{}").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let error = Verifier::load(path.clone(), clock.clone(), 1).unwrap_err();
+    let text = error.to_string();
+    assert!(
+        matches!(error, KeyFileError::Exposed { mode: 0o644, .. }),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("run `chmod 600 {}`", path.display())),
+        "{text}"
+    );
+    crate::write_key_file(&path, b"{}").unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "write_key_file fixes the mode");
+    Verifier::load(path, clock, 1).unwrap();
+}
+
+#[test]
+fn debug_output_never_shows_a_signature() {
+    let params = SignatureParams::parse(
+        r#"Signature keyId="t/u/f",algorithm="rsa-sha256",headers="date",signature="c2VjcmV0LXNpZw==""#,
+    )
+    .unwrap();
+    let shown = format!("{params:?}");
+    assert!(!shown.contains("c2VjcmV0LXNpZw"), "{shown}");
+    assert!(shown.contains("t/u/f"), "{shown}");
 }
 
 #[test]
