@@ -41,6 +41,8 @@ mod admin;
 mod auth;
 mod cursor;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod limits;
 mod metrics;
 mod oci;

@@ -27,6 +27,8 @@
 mod commit;
 mod config;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod limits;
 mod partition;
 mod record;
