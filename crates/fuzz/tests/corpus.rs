@@ -46,25 +46,25 @@ fn run(target: &Target, input: &[u8], what: &dyn Fn() -> String) {
 }
 
 #[test]
-fn every_target_has_a_corpus_holding_its_seeds() {
+fn every_target_has_a_corpus() {
     for target in TARGETS {
-        let files = corpus(target);
-        assert!(!files.is_empty(), "fuzz/corpus/{} is empty", target.name);
-        for seed in seeds(target.name) {
-            assert!(
-                files.iter().any(|(_, bytes)| *bytes == seed),
-                "a seed of {} is missing from its corpus: run `cargo run -p tributary-fuzz --example write_seeds`",
-                target.name
-            );
-        }
+        assert!(
+            !corpus(target).is_empty(),
+            "fuzz/corpus/{} is empty",
+            target.name
+        );
     }
 }
 
 #[test]
-fn every_corpus_file_passes_its_target() {
+fn every_corpus_file_and_seed_passes_its_target() {
     for target in TARGETS {
         for (name, bytes) in corpus(target) {
             run(target, &bytes, &|| name.clone());
+        }
+        // The seeds as today's encoders write them (the corpus holds them as they were written).
+        for (i, seed) in seeds(target.name).iter().enumerate() {
+            run(target, seed, &|| format!("seed {i}"));
         }
     }
 }
@@ -124,7 +124,8 @@ fn a_short_seeded_mutation_run_breaks_no_invariant() {
     eprintln!("mutation run seed {seed} (replay with TRIBUTARY_FUZZ_SEED={seed})");
     for target in TARGETS {
         let mut rng = StdRng::seed_from_u64(seed ^ fnv(target.name));
-        let pool: Vec<Vec<u8>> = corpus(target).into_iter().map(|(_, b)| b).collect();
+        let mut pool: Vec<Vec<u8>> = corpus(target).into_iter().map(|(_, b)| b).collect();
+        pool.extend(seeds(target.name));
         let start = Instant::now();
         let mut runs = 0u64;
         while runs < 20 || (start.elapsed() < budget && runs < 100_000) {
