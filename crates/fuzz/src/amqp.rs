@@ -3,11 +3,11 @@
 use tributary_amqp_codec::frame::{
     HEADER_BYTES, MIN_MAX_FRAME_SIZE, finish_frame, split_frame, start_frame,
 };
-use tributary_amqp_codec::performative::performative_code;
+use tributary_amqp_codec::performative::{ACCEPTED, performative_code};
 use tributary_amqp_codec::value::{Reader, check_well_formed};
 use tributary_amqp_codec::{DispositionFields, FlowFields, TransferFields};
 use tributary_amqp_engine::connection::AMQP_HEADER;
-use tributary_amqp_engine::{Config, Connection};
+use tributary_amqp_engine::{Config, Connection, Event};
 
 /// Splits a stream of frames. The first two bytes choose the `max-frame-size`. Every frame taken
 /// lies within the input and the maximum, re-encodes to a frame that splits back the same, and
@@ -129,7 +129,7 @@ pub fn value(data: &[u8]) {
 }
 
 /// Feeds bytes to a server connection (after the AMQP header, unless the first byte is odd),
-/// in chunks whose size the first byte chooses. Each call uses no more than it was given, the
+/// in chunks whose size the first byte chooses, answering as an application would. Each call uses no more than it was given, the
 /// connection's output is whole frames after its header, and after an error nothing more is
 /// read.
 pub fn connection(data: &[u8]) {
@@ -149,7 +149,7 @@ pub fn connection(data: &[u8]) {
         buffer.extend_from_slice(&input[fed..end]);
         fed = end;
         let result = connection.receive(&buffer);
-        while connection.poll_event().is_some() {}
+        answer(&mut connection);
         connection.move_output_to(&mut output);
         match result {
             Ok(used) => {
@@ -169,6 +169,34 @@ pub fn connection(data: &[u8]) {
         }
     }
     assert_whole_frames(&output);
+}
+
+/// Plays the application, as the hub does: accepts every link, grants credit to the peer's
+/// senders, sends on the links the peer receives on, settles every delivery. Refusals of these
+/// calls are the engine's to make (a closed connection, a detached link).
+fn answer(connection: &mut Connection) {
+    while let Some(event) = connection.poll_event() {
+        match event {
+            Event::Attached {
+                link,
+                attach,
+                answer: false,
+            } => {
+                let _ = connection.attach_answer(link, *attach);
+                let _ = connection.flow(link, 8);
+            }
+            Event::Credit(link) => {
+                for _ in 0..connection.credit(link).min(4) {
+                    let _ = connection.send(link, false, 0, |out| out.extend_from_slice(b"event"));
+                }
+            }
+            Event::Delivery(delivery) => {
+                let (id, session) = (delivery.delivery_id, delivery.link.session);
+                let _ = connection.disposition(session, true, id, id, true, Some(ACCEPTED));
+            }
+            _ => {}
+        }
+    }
 }
 
 fn assert_whole_frames(output: &[u8]) {

@@ -4,6 +4,9 @@
 
 use tributary_amqp_codec::frame::{FrameType, finish_frame, start_frame, write_empty_frame};
 use tributary_amqp_codec::{DispositionFields, FlowFields, TransferFields};
+use tributary_amqp_engine::connection::attach_frame;
+use tributary_amqp_engine::types::definitions::{Role, SenderSettleMode};
+use tributary_amqp_engine::types::messaging::{Source, Target};
 use tributary_amqp_engine::{Config, Connection};
 use tributary_event::{EventData, PropertyValue, ReceivedEvent};
 use tributary_eventhubs::LastEnqueued;
@@ -155,13 +158,46 @@ fn frames() -> Vec<Vec<u8>> {
     vec![stream, too_large, too_small]
 }
 
+/// A client's side of a conversation: its header and `open`, then `begin` and a sender and a
+/// receiver link, then two transfers (which a server that granted credit in time reads as
+/// deliveries).
 fn connections() -> Vec<Vec<u8>> {
     let mut client = Connection::client(Config::new("fuzz-client"));
     let opening = client.take_output();
+    let session = client.begin().expect("a session begins");
+    let mut sender = attach_frame("send", Role::Sender, SenderSettleMode::Unsettled);
+    sender.target = Some(Box::new(Target::builder().address("hub").build().into()));
+    client.attach(session, sender).expect("a link attaches");
+    let mut receiver = attach_frame("receive", Role::Receiver, SenderSettleMode::Unsettled);
+    receiver.source = Some(Box::new(
+        Source::builder()
+            .address("hub/ConsumerGroups/$Default/Partitions/0")
+            .build(),
+    ));
+    client.attach(session, receiver).expect("a link attaches");
+    let links = client.take_output();
+    let (payload, _) = encode_outgoing(&sample_events()[..1], None).expect("encodes");
+    let mut transfers = Vec::new();
+    for (id, more) in [(0u32, false), (1, true)] {
+        let start = start_frame(&mut transfers, FrameType::Amqp, 0);
+        TransferFields {
+            handle: 0,
+            delivery_id: Some(id),
+            delivery_tag: Some(&[1, 2]),
+            message_format: Some(0),
+            more,
+            ..TransferFields::default()
+        }
+        .encode(&mut transfers);
+        transfers.extend_from_slice(&payload);
+        finish_frame(&mut transfers, start);
+    }
     // Odd first byte: the bytes carry their own protocol header.
     vec![
         [&[0x01][..], &opening].concat(),
         [&[0x20][..], &opening].concat(),
+        [&[0x01][..], &opening, &links].concat(),
+        [&[0xfe][..], &opening[8..], &links, &transfers].concat(),
     ]
 }
 
