@@ -52,11 +52,6 @@ pub fn ingest(data: &[u8]) {
             protocol_sections: None,
             ..stored.data.clone()
         };
-        if stored.data.protocol_sections.is_some() {
-            // A body other than one `data` section (an `amqp-value`, a sequence) is kept in the
-            // protocol sections; the consumer gets its bytes, or its encoding, as the body.
-            expected.body.clone_from(&received.data.body);
-        }
         if !route_by_key {
             // A send to a partition keeps `x-opt-partition-key` as an annotation, which the
             // consumer reads as the key: as Event Hubs does.
@@ -64,7 +59,12 @@ pub fn ingest(data: &[u8]) {
                 .partition_key
                 .clone_from(&received.data.partition_key);
         }
-        if !repeats_a_property_key(&expected.properties) {
+        if stored.data.protocol_sections.is_some() {
+            // What has no field of its own (an `amqp-value` body, a binary message id, …) is
+            // kept in the protocol sections and reaches the consumer as bytes or text; what the
+            // event does hold comes back unchanged.
+            assert_holds(&received.data, &expected);
+        } else if !repeats_a_property_key(&expected.properties) {
             assert_eq!(
                 format!("{:?}", received.data),
                 format!("{expected:?}"),
@@ -74,6 +74,45 @@ pub fn ingest(data: &[u8]) {
         assert_eq!(received.sequence_number, stored.sequence_number);
         assert_eq!(received.offset, stored.offset);
         assert_eq!(received.enqueued_time_ms, stored.enqueued_time_ms);
+    }
+}
+
+/// `received` holds everything `expected` holds (and may hold more).
+fn assert_holds(received: &EventData, expected: &EventData) {
+    if !expected.body.is_empty() {
+        assert_eq!(received.body, expected.body);
+    }
+    for (field, got, want) in [
+        (
+            "content type",
+            &received.content_type,
+            &expected.content_type,
+        ),
+        (
+            "correlation id",
+            &received.correlation_id,
+            &expected.correlation_id,
+        ),
+        ("message id", &received.message_id, &expected.message_id),
+        (
+            "partition key",
+            &received.partition_key,
+            &expected.partition_key,
+        ),
+    ] {
+        if want.is_some() {
+            assert_eq!(got, want, "the {field} comes back");
+        }
+    }
+    if !repeats_a_property_key(&expected.properties) {
+        for (key, value) in &expected.properties {
+            let got = received.properties.iter().find(|(k, _)| k == key);
+            assert_eq!(
+                format!("{:?}", got.map(|(_, v)| v)),
+                format!("{:?}", Some(value)),
+                "property {key:?} comes back"
+            );
+        }
     }
 }
 
