@@ -152,6 +152,22 @@ impl BatchHeader {
         if header.base_sequence < 0 {
             return invalid("batch base sequence", header.base_sequence as u64);
         }
+        // The batch's offsets and sequence numbers must not wrap: every record's offset and
+        // sequence number is computed from these by addition.
+        if header
+            .batch_offset
+            .checked_add(u64::from(header.batch_len))
+            .is_none()
+        {
+            return invalid("batch offset", header.batch_offset);
+        }
+        if header
+            .base_sequence
+            .checked_add(i64::from(header.record_count))
+            .is_none()
+        {
+            return invalid("batch base sequence", header.base_sequence as u64);
+        }
         Ok(header)
     }
 
@@ -724,6 +740,31 @@ mod tests {
             Err(DecodeError::Invalid {
                 field: "batch record count",
                 value: u64::from(u32::MAX)
+            })
+        );
+    }
+
+    /// Found by the `log_batch` fuzz target: a batch offset near `u64::MAX` overflowed the
+    /// record offsets computed from it (a panic in debug builds, wrapped offsets in release).
+    #[test]
+    fn a_batch_whose_offsets_or_sequence_numbers_would_wrap_is_refused() {
+        let (batch, _) = encode(&[EventData::new("e")]);
+        let mut bytes = batch.to_vec();
+        bytes[BATCH_OFFSET_AT..BASE_SEQUENCE_AT].copy_from_slice(&(u64::MAX - 8).to_le_bytes());
+        assert_eq!(
+            BatchHeader::decode(&bytes),
+            Err(DecodeError::Invalid {
+                field: "batch offset",
+                value: u64::MAX - 8
+            })
+        );
+        let mut bytes = batch.to_vec();
+        bytes[BASE_SEQUENCE_AT..RECORD_COUNT_AT].copy_from_slice(&i64::MAX.to_le_bytes());
+        assert_eq!(
+            BatchHeader::decode(&bytes),
+            Err(DecodeError::Invalid {
+                field: "batch base sequence",
+                value: i64::MAX as u64
             })
         );
     }
