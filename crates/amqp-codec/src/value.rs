@@ -18,9 +18,6 @@ pub struct CodecError {
     pub reason: &'static str,
 }
 
-/// How deep described values may nest inside descriptors while skipping.
-const DESCRIBED_DEPTH_MAX: usize = 8;
-
 /// How deeply lists, maps, arrays and described values may nest in a value that
 /// [`Reader::skip_checked`] walks (the value itself is at depth 0).
 pub const NESTING_DEPTH_MAX: usize = 32;
@@ -341,7 +338,8 @@ impl<'a> Reader<'a> {
         let constructor = self.octet()?;
         let fixed = match constructor {
             0x00 => {
-                if depth >= DESCRIBED_DEPTH_MAX {
+                // The limit `skip_checked` applies, so every value it passes skips.
+                if depth >= NESTING_DEPTH_MAX {
                     return Err(self.back(1, "described values nested too deeply"));
                 }
                 self.skip(depth + 1)?;
@@ -1379,6 +1377,24 @@ mod tests {
             described = outer;
         }
         assert!(Reader::new(&described).skip_checked(0).is_err());
+    }
+
+    /// Found by the `amqp_value` fuzz target: descriptors nested 9 deep passed `skip_checked`
+    /// but `skip` refused them (it had a limit of its own, 8).
+    #[test]
+    fn what_skip_checked_passes_skip_skips() {
+        for levels in [9, NESTING_DEPTH_MAX] {
+            // A described value whose descriptor is a described value, `levels` deep.
+            let mut bytes = vec![0x00; levels];
+            bytes.push(0x53);
+            bytes.push(0x01);
+            bytes.extend(std::iter::repeat_n(0x40, levels));
+            let mut checked = Reader::new(&bytes);
+            assert_eq!(checked.skip_checked(0), Ok(()), "{levels} levels");
+            let mut trusting = Reader::new(&bytes);
+            assert_eq!(trusting.skip(0), Ok(()), "{levels} levels");
+            assert!(checked.is_at_end() && trusting.is_at_end());
+        }
     }
 
     #[test]

@@ -101,9 +101,20 @@ pub(crate) fn decode<T: serde::de::DeserializeOwned>(
     body: &[u8],
     what: &str,
 ) -> Result<T, ConnectionError> {
-    serde_amqp::from_slice(body).map_err(|e| {
+    from_untrusted_slice(body).map_err(|e| {
         ConnectionError::new(condition::DECODE_ERROR, format!("a malformed {what}: {e}"))
     })
+}
+
+/// `serde_amqp::from_slice` for bytes from a peer: they must pass
+/// [`check_well_formed`](tributary_amqp_codec::value::check_well_formed) first, because
+/// `serde_amqp` trusts the sizes and counts it reads (a list count near `u32::MAX` overflows
+/// its field counter; an array of lists is misframed).
+pub(crate) fn from_untrusted_slice<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+) -> Result<T, String> {
+    tributary_amqp_codec::value::check_well_formed(body).map_err(|e| e.to_string())?;
+    serde_amqp::from_slice(body).map_err(|e| e.to_string())
 }
 
 /// A codec error in a per-message performative (`transfer`, `flow`, `disposition`): the

@@ -80,7 +80,7 @@ where
     write_sasl_frame(&offer, &mut out);
     stream.write_all(&out).await?;
     let body = read_sasl_frame(stream, buffer).await?;
-    let init: SaslInit = serde_amqp::from_slice(&body)
+    let init: SaslInit = crate::error::from_untrusted_slice(&body)
         .map_err(|e| SaslError::Protocol(format!("expected sasl-init: {e}")))?;
     let init = ClientInit {
         mechanism: init.mechanism.as_str().to_owned(),
@@ -134,7 +134,7 @@ where
     }
     buffer.drain(..8);
     let body = read_sasl_frame(stream, buffer).await?;
-    let offered: SaslMechanisms = serde_amqp::from_slice(&body)
+    let offered: SaslMechanisms = crate::error::from_untrusted_slice(&body)
         .map_err(|e| SaslError::Protocol(format!("expected sasl-mechanisms: {e}")))?;
     if !offered
         .sasl_server_mechanisms
@@ -155,7 +155,7 @@ where
     write_sasl_frame(&init, &mut out);
     stream.write_all(&out).await?;
     let body = read_sasl_frame(stream, buffer).await?;
-    let outcome: SaslOutcome = serde_amqp::from_slice(&body)
+    let outcome: SaslOutcome = crate::error::from_untrusted_slice(&body)
         .map_err(|e| SaslError::Protocol(format!("expected sasl-outcome: {e}")))?;
     match outcome.code {
         SaslCode::Ok => Ok(()),

@@ -153,7 +153,6 @@ impl CursorKey {
         Ok(CursorKey(key))
     }
 
-    #[cfg(test)]
     pub(crate) fn from_bytes(key: [u8; CURSOR_KEY_BYTES]) -> Self {
         CursorKey(key)
     }
@@ -288,7 +287,7 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn parse(payload: &[u8]) -> Result<(i64, Cursor), CursorError> {
+pub(crate) fn parse(payload: &[u8]) -> Result<(i64, Cursor), CursorError> {
     let mut r = Reader(payload);
     if r.u8()? != VERSION {
         return Err(CursorError::Malformed("unknown version"));

@@ -47,6 +47,8 @@ mod admin;
 mod auth;
 mod cursor;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod limits;
 mod metrics;
 mod oci;

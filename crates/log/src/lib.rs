@@ -39,6 +39,8 @@ mod config;
 mod error;
 #[cfg(feature = "fault-injection")]
 pub mod faults;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod limits;
 mod partition;
 mod record;

@@ -18,7 +18,7 @@ pub(crate) const BATCH_MAGIC: u32 = u32::from_le_bytes(*b"TRB1");
 
 const MAGIC_AT: usize = 0;
 const BATCH_LEN_AT: usize = MAGIC_AT + 4;
-const CRC_AT: usize = BATCH_LEN_AT + 4;
+pub(crate) const CRC_AT: usize = BATCH_LEN_AT + 4;
 const BATCH_OFFSET_AT: usize = CRC_AT + 4;
 const BASE_SEQUENCE_AT: usize = BATCH_OFFSET_AT + 8;
 const RECORD_COUNT_AT: usize = BASE_SEQUENCE_AT + 8;
@@ -27,7 +27,7 @@ const FLAGS_AT: usize = ENQUEUED_TIME_AT + 8;
 /// Bytes in a batch header.
 pub(crate) const BATCH_HEADER_BYTES: usize = FLAGS_AT + 4;
 /// The CRC covers the batch from the field after it to the batch's end.
-const CRC_COVERS_FROM: usize = CRC_AT + 4;
+pub(crate) const CRC_COVERS_FROM: usize = CRC_AT + 4;
 
 // Record flags: which optional fields follow.
 const HAS_PARTITION_KEY: u8 = 1 << 0;
@@ -150,6 +150,22 @@ impl BatchHeader {
             return invalid("batch record count", 0);
         }
         if header.base_sequence < 0 {
+            return invalid("batch base sequence", header.base_sequence as u64);
+        }
+        // The batch's offsets and sequence numbers must not wrap: every record's offset and
+        // sequence number is computed from these by addition.
+        if header
+            .batch_offset
+            .checked_add(u64::from(header.batch_len))
+            .is_none()
+        {
+            return invalid("batch offset", header.batch_offset);
+        }
+        if header
+            .base_sequence
+            .checked_add(i64::from(header.record_count))
+            .is_none()
+        {
             return invalid("batch base sequence", header.base_sequence as u64);
         }
         Ok(header)
@@ -392,6 +408,15 @@ pub(crate) fn decode_batch(
 
 /// The offsets of the records of a batch, in order, without decoding them.
 pub(crate) fn record_offsets(batch: &[u8], header: &BatchHeader) -> Result<Vec<u64>, DecodeError> {
+    // Each record takes at least its 4-byte length, so a count the batch cannot hold is corrupt
+    // (the CRC is no MAC: a damaged or crafted batch can carry any count); this bounds the
+    // allocation below.
+    if u64::from(header.record_count) * 4 > batch.len().saturating_sub(BATCH_HEADER_BYTES) as u64 {
+        return Err(DecodeError::Invalid {
+            field: "batch record count",
+            value: u64::from(header.record_count),
+        });
+    }
     let mut offsets = Vec::with_capacity(header.record_count as usize);
     let mut position = BATCH_HEADER_BYTES;
     for _ in 0..header.record_count {
@@ -697,6 +722,51 @@ mod tests {
         decode_batch(&batch, &header, 9, 2, &mut out).unwrap();
         let seqs: Vec<_> = out.iter().map(|e| e.sequence_number).collect();
         assert_eq!(seqs, vec![9, 10]);
+    }
+
+    /// Found by the `log_batch` fuzz target: a count far beyond what the batch holds, under a
+    /// valid CRC, once sized an allocation of 32 GiB.
+    #[test]
+    fn a_record_count_the_batch_cannot_hold_is_refused_before_allocating() {
+        let (batch, _) = encode(&[EventData::new("e")]);
+        let mut bytes = batch.to_vec();
+        bytes[RECORD_COUNT_AT..ENQUEUED_TIME_AT].copy_from_slice(&u32::MAX.to_le_bytes());
+        let crc = crc32c::crc32c(&bytes[CRC_COVERS_FROM..]);
+        bytes[CRC_AT..CRC_COVERS_FROM].copy_from_slice(&crc.to_le_bytes());
+        let header = BatchHeader::decode(&bytes).unwrap();
+        verify_checksum(&bytes, &header).unwrap();
+        assert_eq!(
+            record_offsets(&bytes, &header),
+            Err(DecodeError::Invalid {
+                field: "batch record count",
+                value: u64::from(u32::MAX)
+            })
+        );
+    }
+
+    /// Found by the `log_batch` fuzz target: a batch offset near `u64::MAX` overflowed the
+    /// record offsets computed from it (a panic in debug builds, wrapped offsets in release).
+    #[test]
+    fn a_batch_whose_offsets_or_sequence_numbers_would_wrap_is_refused() {
+        let (batch, _) = encode(&[EventData::new("e")]);
+        let mut bytes = batch.to_vec();
+        bytes[BATCH_OFFSET_AT..BASE_SEQUENCE_AT].copy_from_slice(&(u64::MAX - 8).to_le_bytes());
+        assert_eq!(
+            BatchHeader::decode(&bytes),
+            Err(DecodeError::Invalid {
+                field: "batch offset",
+                value: u64::MAX - 8
+            })
+        );
+        let mut bytes = batch.to_vec();
+        bytes[BASE_SEQUENCE_AT..RECORD_COUNT_AT].copy_from_slice(&i64::MAX.to_le_bytes());
+        assert_eq!(
+            BatchHeader::decode(&bytes),
+            Err(DecodeError::Invalid {
+                field: "batch base sequence",
+                value: i64::MAX as u64
+            })
+        );
     }
 
     #[test]

@@ -464,6 +464,24 @@ fn a_wrong_header_or_a_first_frame_other_than_open_is_refused() {
     );
 }
 
+/// Found by the `amqp_connection` fuzz target: an `open` whose list count is `u32::MAX` made
+/// `serde_amqp` overflow its field counter (a panic in debug builds, a misread in release).
+#[test]
+fn a_performative_whose_list_count_lies_is_a_decode_error() {
+    let mut server = Connection::server(config("s"));
+    let mut bytes = AMQP_HEADER.to_vec();
+    // A frame holding `open` (descriptor 0x10) as a list32 of size 0x20 and count u32::MAX.
+    bytes.extend_from_slice(&[0, 0, 0, 0x30, 2, 0, 0, 0, 0x00, 0x53, 0x10, 0xd0]);
+    bytes.extend_from_slice(&[0, 0, 0, 0x20, 0xff, 0xff, 0xff, 0xff]);
+    bytes.extend_from_slice(&[0xa1, 0x0b]);
+    bytes.extend_from_slice(b"fuzz-client");
+    bytes.extend_from_slice(&[0x40; 15]);
+    assert_eq!(bytes.len(), 8 + 0x30);
+    let error = server.receive(&bytes).unwrap_err();
+    assert_eq!(error.condition, condition::DECODE_ERROR);
+    assert!(server.is_closed());
+}
+
 #[test]
 fn credit_withdrawn_while_a_delivery_arrives_does_not_underflow() {
     let mut small = config("c");

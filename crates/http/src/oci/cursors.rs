@@ -48,7 +48,7 @@ pub(crate) async fn create_cursor(
     Ok(cursor_answer(&state, &cursor))
 }
 
-fn partition_position(d: &CreateCursorDetails) -> Result<EventPosition, ApiError> {
+pub(crate) fn partition_position(d: &CreateCursorDetails) -> Result<EventPosition, ApiError> {
     let takes_offset = matches!(d.kind.as_str(), "AT_OFFSET" | "AFTER_OFFSET");
     if d.offset.is_some() && !takes_offset {
         return Err(ApiError::invalid(format!(

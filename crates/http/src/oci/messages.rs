@@ -27,9 +27,9 @@ use crate::server::AppState;
 pub(crate) const BINARY_KEY_PROPERTY: &str = "tributary.oci.key";
 
 /// One decoded message of a PutMessages request.
-struct Decoded {
-    key: Option<Vec<u8>>,
-    value: Vec<u8>,
+pub(crate) struct Decoded {
+    pub(crate) key: Option<Vec<u8>>,
+    pub(crate) value: Vec<u8>,
 }
 
 /// One broker send: the messages of one key, or the keyless (or non-UTF-8-keyed) messages of
@@ -103,7 +103,7 @@ fn json_answer(body: Vec<u8>) -> Response {
     response
 }
 
-fn decode_messages(details: &PutMessagesDetails<'_>) -> Result<Vec<Decoded>, ApiError> {
+pub(crate) fn decode_messages(details: &PutMessagesDetails<'_>) -> Result<Vec<Decoded>, ApiError> {
     if details.messages.is_empty() {
         return Err(ApiError::invalid(
             "messages must contain at least one message",

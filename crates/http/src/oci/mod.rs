@@ -4,7 +4,7 @@ pub(crate) mod cursors;
 mod encode;
 pub(crate) mod groups;
 pub(crate) mod messages;
-mod model;
+pub(crate) mod model;
 pub(crate) mod streams;
 
 use axum::extract::FromRequestParts;
