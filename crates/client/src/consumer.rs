@@ -251,7 +251,8 @@ impl EventReceiver {
     }
 
     /// Up to `max_events` events, in partition order; waits up to `wait` for the first and
-    /// returns an empty batch if none came. Events already buffered are returned at once.
+    /// returns an empty batch if none came. Events already buffered are returned at once, and
+    /// so are those that arrived with the first one waited for.
     pub async fn receive(
         &mut self,
         max_events: usize,
@@ -270,17 +271,14 @@ impl EventReceiver {
                 "the receiver is closed".to_owned(),
             ));
         };
-        while self.ended.is_none() {
-            match link.try_next() {
-                Some(event) => take(event, &mut self.arrived, &mut self.ended),
-                None => break,
-            }
-        }
+        drain(link, &mut self.arrived, &mut self.ended);
         if self.arrived.is_empty()
             && self.ended.is_none()
             && let Ok(event) = tokio::time::timeout(wait, link.next()).await
         {
             take(event, &mut self.arrived, &mut self.ended);
+            // What came with the first (a batch arrives as one read): one call, not two.
+            drain(link, &mut self.arrived, &mut self.ended);
         }
         let mut events = Vec::with_capacity(max_events.min(self.arrived.len()));
         let now_ms = SystemClock.now_ms();
@@ -341,6 +339,20 @@ impl EventReceiver {
 }
 
 /// Files a link event: messages to take, or the link's end.
+/// Takes what `link` holds already, without waiting.
+fn drain(
+    link: &mut ReceiverLink,
+    arrived: &mut VecDeque<Vec<u8>>,
+    ended: &mut Option<ClientError>,
+) {
+    while ended.is_none() {
+        match link.try_next() {
+            Some(event) => take(event, arrived, ended),
+            None => break,
+        }
+    }
+}
+
 fn take(event: ReceiverEvent, arrived: &mut VecDeque<Vec<u8>>, ended: &mut Option<ClientError>) {
     match event {
         ReceiverEvent::Messages(messages) => arrived.extend(messages),
