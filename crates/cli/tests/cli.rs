@@ -8,11 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-fn tributary(data: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tributary"));
-    cmd.arg("--data-dir").arg(data).args(args);
-    cmd
-}
+mod common;
+use common::{run_with_stdin, tributary};
 
 fn run(data: &Path, args: &[&str]) -> Output {
     tributary(data, args).output().expect("run tributary")
@@ -32,22 +29,6 @@ fn run_err(data: &Path, args: &[&str]) -> String {
     let out = run(data, args);
     assert_eq!(out.status.code(), Some(1), "tributary {args:?} should fail");
     String::from_utf8(out.stderr).unwrap()
-}
-
-fn send_stdin(data: &Path, args: &[&str], input: &str) -> Output {
-    let mut child = tributary(data, args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
 }
 
 #[test]
@@ -76,7 +57,7 @@ fn lines_sent_are_lines_received() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     run_ok(d, &["hub", "create", "h", "-p", "1"]);
-    let out = send_stdin(d, &["send", "h"], "alpha\nbeta\ngamma\n");
+    let out = run_with_stdin(d, &["send", "h"], "alpha\nbeta\ngamma\n");
     assert!(
         out.status.success(),
         "{}",
@@ -108,7 +89,7 @@ fn json_lines_carry_keys_and_properties_through() {
         r#"{"body": "one", "partition_key": "dev-1", "properties": {"n": 1}}"#,
         format_args!(r#"{{"body": {{"temp": 20}}, "partition": "{other}"}}"#)
     );
-    let out = send_stdin(
+    let out = run_with_stdin(
         d,
         &[
             "send",
@@ -191,7 +172,7 @@ fn mistakes_get_readable_errors_and_write_nothing() {
     );
     assert!(err.contains("line 3: invalid JSON"), "{err}");
     assert!(err.contains("nothing was sent"), "{err}");
-    let out = send_stdin(d, &["send", "h", "-p", "9"], "x\n");
+    let out = run_with_stdin(d, &["send", "h", "-p", "9"], "x\n");
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(run_ok(d, &["receive", "h"]), "", "nothing was written");
     // Usage errors come from the argument parser with status 2.
@@ -240,7 +221,7 @@ fn an_oversize_event_refuses_its_batch() {
     let d = dir.path();
     run_ok(d, &["hub", "create", "h", "-p", "1"]);
     let big = "x".repeat(2000);
-    let out = send_stdin(
+    let out = run_with_stdin(
         d,
         &["--event-bytes-max", "1000", "send", "h"],
         &format!("small\n{big}\n"),
@@ -408,7 +389,7 @@ fn a_processor_checkpoints_and_resumes_where_it_stopped() {
     let input: String = (0..40).map(|i| format!("event-{i:02}\n")).collect();
     // Four batches of ten: round-robin puts one batch on each partition.
     assert!(
-        send_stdin(d, &["send", "h", "--batch-size", "10"], &input)
+        run_with_stdin(d, &["send", "h", "--batch-size", "10"], &input)
             .status
             .success()
     );
@@ -443,7 +424,7 @@ fn a_processor_checkpoints_and_resumes_where_it_stopped() {
     }
     // A new instance resumes after the checkpoints: only new events arrive.
     assert!(
-        send_stdin(d, &["send", "h"], "late-1\nlate-2\n")
+        run_with_stdin(d, &["send", "h"], "late-1\nlate-2\n")
             .status
             .success()
     );
@@ -555,7 +536,7 @@ fn serve_with_a_development_certificate_speaks_tls_to_clients_that_trust_it() {
     let client_dir = d.join("client");
     let ca = ca.to_str().unwrap();
     let send = ["--ca-file", ca, "send", "events", "--connection-string", cs];
-    let out = send_stdin(&client_dir, &send, "over tls\n");
+    let out = run_with_stdin(&client_dir, &send, "over tls\n");
     assert!(
         out.status.success(),
         "{}",
@@ -588,7 +569,7 @@ fn send_and_receive_through_the_amqp_front_door() {
     let served = Served::start(dir.path(), "events", "2");
     let cs = served.connection_string.as_str();
     let client_dir = dir.path().join("client"); // the hub's directory is the server's alone
-    let out = send_stdin(
+    let out = run_with_stdin(
         &client_dir,
         &["send", "events", "--connection-string", cs, "--key", "k1"],
         "one\ntwo\n",
@@ -628,7 +609,7 @@ fn send_and_receive_through_the_amqp_front_door() {
         "{err}"
     );
     let wrong = cs.replace("SharedAccessKey=", "SharedAccessKey=x");
-    let out = send_stdin(
+    let out = run_with_stdin(
         &client_dir,
         &["send", "events", "--connection-string", &wrong],
         "x\n",

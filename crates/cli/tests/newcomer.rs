@@ -9,27 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-fn tributary(data: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tributary"));
-    cmd.arg("--data-dir").arg(data).args(args);
-    cmd
-}
-
-fn run_with_stdin(data: &Path, args: &[&str], input: &str) -> Output {
-    let mut child = tributary(data, args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
+mod common;
+use common::{run_with_stdin, tributary};
 
 fn ok(out: &Output, what: &str) -> String {
     assert!(

@@ -225,6 +225,24 @@ pub(crate) fn validate_claim(claim: &Ownership) -> Result<(), StoreError> {
 }
 
 /// Refuses a checkpoint that does not say where to resume.
+/// A checkpoint's offset as an SQL `BIGINT` holds it; an offset above `i64::MAX` is refused.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn sql_offset(checkpoint: &Checkpoint) -> Result<Option<i64>, StoreError> {
+    checkpoint
+        .offset
+        .map(|offset| {
+            i64::try_from(offset).map_err(|_| StoreError::Invalid {
+                what: "checkpoint",
+                reason: format!(
+                    "offset {offset} of partition {} is above {}, the largest this store can keep",
+                    checkpoint.partition_id,
+                    i64::MAX
+                ),
+            })
+        })
+        .transpose()
+}
+
 pub(crate) fn validate_checkpoint(checkpoint: &Checkpoint) -> Result<(), StoreError> {
     if checkpoint.offset.is_none() && checkpoint.sequence_number.is_none() {
         return Err(StoreError::Invalid {

@@ -37,7 +37,7 @@ use tributary_event::{Clock, SystemClock};
 
 use super::{
     Checkpoint, CheckpointStore, Ownership, OwnershipFence, ScopeKey, StoreError, new_etag,
-    validate_checkpoint, validate_claim,
+    sql_offset, validate_checkpoint, validate_claim,
 };
 
 /// The URL query parameter that picks the schema; removed before the URL reaches the driver.
@@ -477,20 +477,7 @@ impl CheckpointStore for PostgresCheckpointStore {
         fence: &OwnershipFence,
     ) -> Result<(), StoreError> {
         validate_checkpoint(&checkpoint)?;
-        let offset = checkpoint
-            .offset
-            .map(|offset| {
-                i64::try_from(offset).map_err(|_| StoreError::Invalid {
-                    what: "checkpoint",
-                    reason: format!(
-                        "offset {offset} of partition {} is above {}, the largest this store \
-                         can keep",
-                        checkpoint.partition_id,
-                        i64::MAX
-                    ),
-                })
-            })
-            .transpose()?;
+        let offset = sql_offset(&checkpoint)?;
         let scope = ScopeKey::new(
             &checkpoint.fully_qualified_namespace,
             &checkpoint.event_hub_name,

@@ -27,7 +27,7 @@ use tributary_event::{Clock, SystemClock};
 
 use super::{
     Checkpoint, CheckpointStore, Ownership, OwnershipFence, ScopeKey, StoreError, new_etag,
-    validate_checkpoint, validate_claim,
+    sql_offset, validate_checkpoint, validate_claim,
 };
 use crate::limits::SQLITE_BUSY_TIMEOUT;
 
@@ -482,20 +482,7 @@ impl CheckpointStore for SqliteCheckpointStore {
         fence: &OwnershipFence,
     ) -> Result<(), StoreError> {
         validate_checkpoint(&checkpoint)?;
-        let offset = checkpoint
-            .offset
-            .map(|offset| {
-                i64::try_from(offset).map_err(|_| StoreError::Invalid {
-                    what: "checkpoint",
-                    reason: format!(
-                        "offset {offset} of partition {} is above {}, the largest this store \
-                         can keep",
-                        checkpoint.partition_id,
-                        i64::MAX
-                    ),
-                })
-            })
-            .transpose()?;
+        let offset = sql_offset(&checkpoint)?;
         let scope = ScopeKey::new(
             &checkpoint.fully_qualified_namespace,
             &checkpoint.event_hub_name,
