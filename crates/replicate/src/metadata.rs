@@ -42,6 +42,11 @@ pub const ORIGIN: &str = "repl-origin";
 /// The ids of the hubs the event has been stored in, origin first.
 pub const PATH: &str = "repl-path";
 
+/// The marker Azure's merge sample (`EventHubMerge`) sets on each event it copies: the name of
+/// the hub it copied the event into. Read, and written when a task asks for it, so a Tributary
+/// task can share a mesh with those functions (`[merge] azure_marker`).
+pub const AZURE_MERGE_TARGET: &str = "repl-target";
+
 /// What every property above starts with.
 const PREFIX: &str = "repl-";
 
@@ -146,6 +151,21 @@ pub fn has_passed_through(event: &EventData, hub_id: &str) -> bool {
     origin(event) == Some(hub_id)
         || string_property(event, PATH)
             .is_some_and(|path| path.split(HOP_SEPARATOR).any(|hop| hop == hub_id))
+}
+
+/// Whether Azure's merge sample copied `event` into the hub named `hub_name`: its
+/// [`AZURE_MERGE_TARGET`] names that hub (event hub names compare case-insensitively). Such an
+/// event must not be copied back out, as the sample's own rule says.
+pub fn azure_merge_copied_into(event: &EventData, hub_name: &str) -> bool {
+    string_property(event, AZURE_MERGE_TARGET)
+        .is_some_and(|target| target.eq_ignore_ascii_case(hub_name))
+}
+
+/// Sets Azure's merge marker [`AZURE_MERGE_TARGET`] to `target_hub_name`, as the sample does
+/// when it copies an event, so its function on the other side does not copy the event back.
+/// Recorded in `undo` like the rest of the stamp.
+pub fn mark_azure_merge_target(event: &mut EventData, undo: &mut Undo, target_hub_name: &str) {
+    put(event, undo, AZURE_MERGE_TARGET, target_hub_name.to_owned());
 }
 
 /// Stamps `event`, read at `position` from the hub `source_id`, for forwarding to the hub
@@ -336,6 +356,32 @@ mod tests {
         assert_eq!(string_property(&event, PATH), Some("hub-a;hub-b"));
         undo.apply(&mut event);
         assert_eq!(event, odd);
+    }
+
+    #[test]
+    fn azure_merge_markers_are_read_and_written_and_undone() {
+        let mut event = EventData::new("x").with_property(
+            AZURE_MERGE_TARGET,
+            PropertyValue::String("Telemetry-West".to_owned()),
+        );
+        let before = event.clone();
+        assert!(azure_merge_copied_into(&event, "telemetry-west"));
+        assert!(!azure_merge_copied_into(&event, "telemetry-east"));
+
+        let mut undo = stamp(&mut event, "0", POSITION, "hub-a", "hub-b");
+        mark_azure_merge_target(&mut event, &mut undo, "telemetry-east");
+        assert!(azure_merge_copied_into(&event, "telemetry-east"));
+        assert_eq!(
+            event
+                .properties
+                .iter()
+                .filter(|(k, _)| k == AZURE_MERGE_TARGET)
+                .count(),
+            1,
+            "the marker is replaced in place, not repeated"
+        );
+        undo.apply(&mut event);
+        assert_eq!(event, before);
     }
 
     #[test]

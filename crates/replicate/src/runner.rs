@@ -50,6 +50,8 @@ const _: () = assert!(TARGETS_MAX <= u64::BITS as usize);
 struct Route {
     destination: Destination,
     condition: Option<Condition>,
+    /// The target hub's name, for Azure's merge marker.
+    hub_name: String,
 }
 
 /// One edited batch, routed.
@@ -64,11 +66,14 @@ struct Routed {
 struct TaskRuntime {
     name: String,
     source_id: String,
+    /// The source hub's name, to recognise events Azure's merge sample copied into it.
+    source_hub_name: String,
     editor: Editor,
     routes: Vec<Route>,
     unmatched: Unmatched,
     dead_letter: Option<Destination>,
     forward_replicated: bool,
+    azure_marker: bool,
     retry: RetryPolicy,
     metrics: Arc<TaskMetrics>,
 }
@@ -147,11 +152,13 @@ impl Replicator {
                 .origin_id
                 .clone()
                 .unwrap_or(source.identity.id.clone()),
+            source_hub_name: source_endpoint.event_hub.clone(),
             editor,
             routes,
             unmatched: config.unmatched.clone(),
             dead_letter,
             forward_replicated: config.forward_replicated,
+            azure_marker: config.azure_marker,
             retry: RetryPolicy {
                 backoff_min: config.backoff_min,
                 backoff_max: config.backoff_max,
@@ -279,6 +286,7 @@ async fn open_routes(
         routes.push(Route {
             destination,
             condition: target.when.clone(),
+            hub_name: target.endpoint.event_hub.clone(),
         });
     }
     Ok(routes)
@@ -435,13 +443,15 @@ fn routes_in(mask: u64) -> impl Iterator<Item = usize> {
 
 impl ReplicationProcessor {
     /// The events the task forwards at all, as editor items: with `forward_replicated` off,
-    /// those produced at the source.
+    /// those produced at the source (not replicated into it by a task of ours, nor by Azure's
+    /// merge sample).
     fn admitted(&self, events: Vec<ReceivedEvent>) -> Vec<Item> {
         let task = &self.task;
         let mut items = Vec::with_capacity(events.len());
         for event in events {
             if !task.forward_replicated
-                && metadata::origin(&event.data).is_some_and(|origin| origin != task.source_id)
+                && (metadata::origin(&event.data).is_some_and(|origin| origin != task.source_id)
+                    || metadata::azure_merge_copied_into(&event.data, &task.source_hub_name))
             {
                 self.metrics.filtered(FilterReason::Replicated, 1);
                 continue;
@@ -510,14 +520,21 @@ impl ReplicationProcessor {
                         .clone()
                         .expect("the event is kept until its last route")
                 };
-                let target_id = &task.routes[route_index].destination.identity.id;
-                let outgoing = stamped(
+                let route = &task.routes[route_index];
+                let mut outgoing = stamped(
                     copy,
                     position,
                     context.partition,
                     &task.source_id,
-                    target_id,
+                    &route.destination.identity.id,
                 );
+                if task.azure_marker {
+                    metadata::mark_azure_merge_target(
+                        &mut outgoing.event,
+                        &mut outgoing.undo,
+                        &route.hub_name,
+                    );
+                }
                 routed.per_route[route_index].push(outgoing);
             }
         }

@@ -37,7 +37,11 @@
 //!
 //! [merge]
 //! forward_replicated = true            # false: forward only events produced at the source
-//!                                      # (what a full mesh of mirrored hubs needs)
+//!                                      # (what a full mesh of mirrored hubs needs); events
+//!                                      # Azure's merge sample copied in (`repl-target` = the
+//!                                      # source hub) count as replicated too
+//! azure_marker = false                 # true: also set `repl-target` = the target hub's name,
+//!                                      # for a mesh shared with Azure's EventHubMerge functions
 //!
 //! [retry]
 //! backoff_min = "200ms"
@@ -168,6 +172,10 @@ pub struct MergeSpec {
     /// Whether events replicated into the source are forwarded too (default true).
     #[serde(default = "yes")]
     pub forward_replicated: bool,
+    /// Whether each forwarded event also gets Azure's merge marker (`repl-target`, the target
+    /// hub's name), for a mesh shared with Azure's `EventHubMerge` functions (default false).
+    #[serde(default)]
+    pub azure_marker: bool,
 }
 
 fn yes() -> bool {
@@ -178,6 +186,7 @@ impl Default for MergeSpec {
     fn default() -> Self {
         MergeSpec {
             forward_replicated: true,
+            azure_marker: false,
         }
     }
 }
@@ -333,6 +342,8 @@ pub struct TaskConfig {
     pub unmatched: Unmatched,
     /// Whether events replicated into the source are forwarded.
     pub forward_replicated: bool,
+    /// Whether forwarded events get Azure's merge marker `repl-target`.
+    pub azure_marker: bool,
     /// The first retry pause.
     pub backoff_min: Duration,
     /// The longest retry pause.
@@ -475,6 +486,7 @@ impl Checker<'_> {
             steps,
             unmatched,
             forward_replicated: spec.merge.forward_replicated,
+            azure_marker: spec.merge.azure_marker,
             backoff_min,
             backoff_max,
             load_balancing_interval: self.duration(

@@ -434,6 +434,98 @@ async fn two_mirrored_hubs_forwarding_replicated_events_still_do_not_loop() {
     back.shutdown().await.unwrap();
 }
 
+async fn mirror_contents(hub: &TestHub) -> Vec<ReceivedEvent> {
+    let mut held = Vec::new();
+    for partition in 0..2 {
+        held.extend(hub.read_all("mirror", partition).await);
+    }
+    held
+}
+
+/// Copies `orders` from `source` to `mirror` on `target`, forwarding only events produced at
+/// the source and writing Azure's merge marker.
+async fn azure_mesh_task(dir: &Path, source: &TestHub, target: &TestHub) -> TaskConfig {
+    let _ = source
+        .broker
+        .create_consumer_group("orders", "replication")
+        .await;
+    let text = format!(
+        r#"
+name = "azure-mesh"
+[source]
+connection_string = "{source}"
+event_hub = "orders"
+consumer_group = "replication"
+[[target]]
+name = "mirror"
+connection_string = "{target}"
+event_hub = "mirror"
+[merge]
+forward_replicated = false
+azure_marker = true
+[processor]
+load_balancing_interval = "100ms"
+ownership_expiration = "1s"
+"#,
+        source = source.connection_string,
+        target = target.connection_string,
+    );
+    task(dir, "azure-mesh", &text)
+}
+
+/// A task in a mesh with Azure's `EventHubMerge` functions: what they copied into the source
+/// (`repl-target` = the source hub's name) is not copied back out, and what the task forwards
+/// carries `repl-target` = the target hub's name, so their function does not copy it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_shares_a_mesh_with_azures_merge_functions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (source, target) = (
+        TestHub::start(&[("orders", 2)]).await,
+        TestHub::start(&[("mirror", 2)]).await,
+    );
+    let config = azure_mesh_task(dir.path(), &source, &target).await;
+    let replicator = Replicator::start(&config, StartOptions::default())
+        .await
+        .unwrap();
+    for n in 0..10 {
+        let native = EventData::new(format!("native-{n}"));
+        // As Azure's function writes it, in another case: hub names compare case-insensitively.
+        let copied_in = EventData::new(format!("copied-in-{n}")).with_property(
+            metadata::AZURE_MERGE_TARGET,
+            PropertyValue::String("Orders".into()),
+        );
+        let to = SendTarget::PartitionKey(format!("k{n}"));
+        source
+            .broker
+            .send("orders", to, vec![native, copied_in])
+            .await
+            .unwrap();
+    }
+    within("the mirror to fill", async {
+        while mirror_contents(&target).await.len() < 10 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = mirror_contents(&target).await;
+    let bodies: BTreeSet<_> = held.iter().map(|e| e.data.body.clone()).collect();
+    let expected: BTreeSet<_> = (0..10)
+        .map(|n| format!("native-{n}").into_bytes().into())
+        .collect();
+    assert_eq!(
+        bodies, expected,
+        "only the events produced at the source are copied"
+    );
+    for event in &held {
+        assert_eq!(
+            string(&event.data, metadata::AZURE_MERGE_TARGET).as_deref(),
+            Some("mirror")
+        );
+    }
+    replicator.shutdown().await.unwrap();
+}
+
 async fn wait_for_dead_letters(hub: &TestHub) -> Vec<ReceivedEvent> {
     within("the dead letter", async {
         loop {
