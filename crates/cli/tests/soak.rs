@@ -53,6 +53,9 @@ const CHECK_GROUP: &str = "soak-check";
 const NAMESPACE: &str = "soak";
 const KEYS: [&str; 8] = ["k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"];
 const BATCH_MAX: u64 = 5;
+/// The producers' names (their events' bodies begin with them).
+const PYTHON_PRODUCER: &str = "py";
+const RUST_PRODUCER: &str = "rs";
 const FLEET: usize = 2;
 /// How long the server runs between a restart and the next kill: uniform in this range.
 const UP_MS: std::ops::Range<u64> = 800..3_000;
@@ -187,24 +190,41 @@ impl Batch {
     }
 }
 
-/// Every complete line of the record files (`*.records`) in `dir`.
-fn read_records(dir: &Path) -> Vec<Batch> {
-    let mut batches = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "records") {
-            continue;
+/// The record files (`*.records`) read so far: every complete line, each file read on from
+/// where the last read stopped.
+#[derive(Debug, Default)]
+struct Records {
+    read: HashMap<PathBuf, u64>,
+    batches: Vec<Batch>,
+}
+
+impl Records {
+    /// Reads what the record files in `dir` gained since the last call.
+    fn refresh(&mut self, dir: &Path) -> &[Batch] {
+        use std::io::{Read, Seek};
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "records") {
+                continue;
+            }
+            let read = self.read.entry(path.clone()).or_default();
+            let mut file = std::fs::File::open(&path).unwrap();
+            file.seek(std::io::SeekFrom::Start(*read)).unwrap();
+            let mut text = String::new();
+            file.read_to_string(&mut text).unwrap();
+            // A line still being written has no newline yet.
+            let Some(end) = text.rfind('\n') else {
+                continue;
+            };
+            for line in text[..end].lines() {
+                let batch = Batch::parse(line)
+                    .unwrap_or_else(|| panic!("{}: bad record {line:?}", path.display()));
+                self.batches.push(batch);
+            }
+            *read += end as u64 + 1;
         }
-        let text = std::fs::read_to_string(&path).unwrap();
-        // A line still being written has no newline yet.
-        let complete = text.rfind('\n').map_or("", |end| &text[..end]);
-        for line in complete.lines() {
-            let batch = Batch::parse(line)
-                .unwrap_or_else(|| panic!("{}: bad record {line:?}", path.display()));
-            batches.push(batch);
-        }
+        &self.batches
     }
-    batches
 }
 
 /// Appends one record and syncs it to disk before the producer goes on.
@@ -215,8 +235,8 @@ fn write_record(out: &mut std::fs::File, batch: &Batch) {
     out.sync_data().unwrap();
 }
 
-/// What a producer did.
-#[derive(Debug, Default, Clone, Copy)]
+/// A producer's batches, by outcome.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Sent {
     acknowledged: u64,
     failed: u64,
@@ -229,11 +249,11 @@ async fn rust_producer(
     seed: u64,
     record: PathBuf,
     stop: Arc<AtomicBool>,
-) -> Sent {
+) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut out = std::fs::File::create(record).unwrap();
     let mut producer: Option<ProducerClient> = None;
-    let (mut sequence, mut sent) = (0, Sent::default());
+    let mut sequence = 0;
     while !stop.load(Ordering::Relaxed) {
         let key = KEYS[rng.gen_range(0..KEYS.len())];
         let n = rng.gen_range(1..=BATCH_MAX);
@@ -250,10 +270,7 @@ async fn rust_producer(
         };
         write_record(&mut out, &batch);
         sequence += n;
-        if ok {
-            sent.acknowledged += 1;
-        } else {
-            sent.failed += 1;
+        if !ok {
             if let Some(p) = producer.take() {
                 p.close().await;
             }
@@ -263,7 +280,6 @@ async fn rust_producer(
     if let Some(p) = producer.take() {
         p.close().await;
     }
-    sent
 }
 
 /// One send, connecting first when there is no client; whether the hub acknowledged it.
@@ -445,6 +461,8 @@ struct Findings {
     unaccounted: u64,
     /// The first few violations, spelled out.
     examples: Vec<String>,
+    /// Each producer's batches.
+    sent: BTreeMap<String, Sent>,
 }
 
 impl Findings {
@@ -460,7 +478,7 @@ impl Findings {
 /// (`azure/eventhub/_producer_client.py`: `except (KeyError, AttributeError, EventHubError)`
 /// rebuilds the producer and sends again, whatever `retry_total` says). A batch stored just
 /// before a kill and not yet acknowledged is then stored twice and acknowledged once.
-const RESENDING_PRODUCER: &str = "py";
+const RESENDING_PRODUCER: &str = PYTHON_PRODUCER;
 
 /// Compares the log with the records. `all_recorded`: every batch sent has its record (the
 /// producers stopped), so an event no record accounts for is a violation.
@@ -478,6 +496,12 @@ fn analyse(log: &Log, batches: &[Batch], all_recorded: bool) -> Findings {
             .map(|s| copies.get(&(b.p.as_str(), s)).copied().unwrap_or(0))
             .collect();
         let present = counts.iter().filter(|c| **c > 0).count() as u64;
+        let sent = f.sent.entry(b.p.clone()).or_default();
+        if b.ok {
+            sent.acknowledged += 1;
+        } else {
+            sent.failed += 1;
+        }
         if counts.iter().any(|c| *c > 1) {
             if b.p == RESENDING_PRODUCER && counts.iter().all(|c| *c == 2) {
                 f.resent += b.n;
@@ -719,13 +743,19 @@ async fn watch_checkpoints(store: PathBuf, seen: Arc<Mutex<Checkpoints>>, stop: 
 /// Reads the records, then what the log holds beyond what was read before, and compares them.
 /// The records are read first: an acknowledgement recorded by then was for events already in
 /// the log, so the log read after it must hold them.
-async fn check(cs: &str, log: &mut Log, dir: &Path, all_recorded: bool) -> (Findings, Vec<String>) {
-    let batches = read_records(dir);
+async fn check(
+    cs: &str,
+    log: &mut Log,
+    records: &mut Records,
+    dir: &Path,
+    all_recorded: bool,
+) -> (Findings, Vec<String>) {
+    let batches = records.refresh(dir);
     let consumer = ConsumerClient::connect(cs, HUB).await.unwrap();
     let mut found = Vec::new();
     log.read_new(&consumer, &mut found).await;
     consumer.close().await;
-    (analyse(log, &batches, all_recorded), found)
+    (analyse(log, batches, all_recorded), found)
 }
 
 /// The root connection string from the first start's banner.
@@ -753,9 +783,19 @@ fn summary(run: &Run, f: &Findings, found: &[String], fleet: &str) -> String {
         secs = run.elapsed.as_secs_f64(),
         per_hour = run.cycles as f64 * 3600.0 / run.elapsed.as_secs_f64().max(1.0),
         ack = f.acknowledged,
-        py = run.python.acknowledged,
-        rs = run.rust.acknowledged,
-        failed = run.python.failed + run.rust.failed,
+        py = f
+            .sent
+            .get(PYTHON_PRODUCER)
+            .copied()
+            .unwrap_or_default()
+            .acknowledged,
+        rs = f
+            .sent
+            .get(RUST_PRODUCER)
+            .copied()
+            .unwrap_or_default()
+            .acknowledged,
+        failed = f.sent.values().map(|s| s.failed).sum::<u64>(),
         whole = f.failed_whole,
         absent = f.failed_absent,
         partly = f.partly_stored,
@@ -776,8 +816,6 @@ struct Run {
     seed: u64,
     cycles: u64,
     elapsed: Duration,
-    python: Sent,
-    rust: Sent,
     events: usize,
 }
 
@@ -799,7 +837,7 @@ struct Rig {
     cs: String,
     server: Option<Server>,
     python: tokio::process::Child,
-    rust: tokio::task::JoinHandle<Sent>,
+    rust: tokio::task::JoinHandle<()>,
     fleet: Fleet,
     checkpoints: Arc<Mutex<Checkpoints>>,
     watcher: tokio::task::JoinHandle<()>,
@@ -817,9 +855,15 @@ impl Rig {
             .unwrap();
         assert!(group.status.success(), "{group:?}");
         let stop = Arc::new(AtomicBool::new(false));
-        let python = python_producer(&cs, "py", rng.r#gen(), dir);
-        let record = dir.join("rs.records");
-        let rust = rust_producer(cs.clone(), "rs".into(), rng.r#gen(), record, stop.clone());
+        let python = python_producer(&cs, PYTHON_PRODUCER, rng.r#gen(), dir);
+        let record = dir.join(format!("{RUST_PRODUCER}.records"));
+        let rust = rust_producer(
+            cs.clone(),
+            RUST_PRODUCER.into(),
+            rng.r#gen(),
+            record,
+            stop.clone(),
+        );
         let fleet = Fleet::start(dir, &cs);
         let checkpoints = Arc::new(Mutex::new(Checkpoints::default()));
         let watch = watch_checkpoints(fleet.store(), checkpoints.clone(), stop.clone());
@@ -848,26 +892,18 @@ impl Rig {
         self.fleet.revive();
     }
 
-    /// Stops the producers; what each sent.
-    async fn stop_producers(&mut self) -> (Sent, Sent) {
+    /// Stops the producers and waits for them to finish their last batch.
+    async fn stop_producers(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         std::fs::write(self.dir.join("stop"), b"").unwrap();
-        let rust = (&mut self.rust).await.unwrap();
+        (&mut self.rust).await.unwrap();
         let python = tokio::time::timeout(Duration::from_secs(60), self.python.wait())
             .await
             .expect("the Python producer stops within 60 s")
             .unwrap();
-        let log = std::fs::read_to_string(self.dir.join("py.log")).unwrap_or_default();
+        let log = std::fs::read_to_string(self.dir.join(format!("{PYTHON_PRODUCER}.log")))
+            .unwrap_or_default();
         assert!(python.success(), "the Python producer failed: {log}");
-        let mut counts = Sent::default();
-        for b in read_records(&self.dir).iter().filter(|b| b.p == "py") {
-            if b.ok {
-                counts.acknowledged += 1;
-            } else {
-                counts.failed += 1;
-            }
-        }
-        (counts, rust)
     }
 }
 
@@ -929,7 +965,7 @@ async fn acknowledged_events_survive_sigkill_cycles() {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = StdRng::seed_from_u64(settings.seed);
     let mut rig = Rig::start(dir.path(), &mut rng).await;
-    let mut log = Log::default();
+    let (mut log, mut records) = (Log::default(), Records::default());
     let mut run = Run {
         seed: settings.seed,
         ..Run::default()
@@ -938,7 +974,7 @@ async fn acknowledged_events_survive_sigkill_cycles() {
     while settings.more(run.cycles, started) {
         rig.cycle(&mut rng).await;
         run.cycles += 1;
-        let (findings, found) = check(&rig.cs, &mut log, &rig.dir, false).await;
+        let (findings, found) = check(&rig.cs, &mut log, &mut records, &rig.dir, false).await;
         run.elapsed = started.elapsed();
         run.events = log.len();
         assert_clean(
@@ -951,9 +987,9 @@ async fn acknowledged_events_survive_sigkill_cycles() {
             eprintln!("{}", summary(&run, &findings, &found, ""));
         }
     }
-    (run.python, run.rust) = rig.stop_producers().await;
+    rig.stop_producers().await;
     run.elapsed = started.elapsed();
-    let (findings, found) = check(&rig.cs, &mut log, &rig.dir, true).await;
+    let (findings, found) = check(&rig.cs, &mut log, &mut records, &rig.dir, true).await;
     run.events = log.len();
     assert_clean(&run, &findings, &found, "at the end");
     let fleet = fleet_catches_up(&mut rig, &log).await;
@@ -977,5 +1013,9 @@ async fn acknowledged_events_survive_sigkill_cycles() {
         server.kill().await;
     }
     assert!(fleet.is_ok(), "{said}");
-    assert!(run.cycles > 0 && findings.acknowledged > 0, "{said}");
+    let acknowledged = |p: &str| findings.sent.get(p).is_some_and(|s| s.acknowledged > 0);
+    assert!(
+        run.cycles > 0 && acknowledged(PYTHON_PRODUCER) && acknowledged(RUST_PRODUCER),
+        "both producers had batches acknowledged: {said}"
+    );
 }
