@@ -116,8 +116,23 @@ struct Server {
 }
 
 impl Server {
-    /// Starts `serve` on `data`; returns it and what it printed up to "press Ctrl-C".
+    /// Starts `serve` on `data`; returns it and what it printed up to "press Ctrl-C". While a
+    /// port is taken (for a moment a client's outgoing connection may hold the number the
+    /// server listened on), tries again, for 30 s at most.
     async fn start(data: &Path, amqp: u16, http: u16) -> (Server, String) {
+        let mut tries = 0;
+        loop {
+            match Server::start_once(data, amqp, http).await {
+                Ok(started) => return started,
+                Err(said) if said.contains("is in use") && tries < 300 => tries += 1,
+                Err(said) => panic!("serve exited while starting: {said}"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// One start; what it printed when it exited before its banner was out.
+    async fn start_once(data: &Path, amqp: u16, http: u16) -> Result<(Server, String), String> {
         let (amqp, http) = (amqp.to_string(), http.to_string());
         let args = [
             "serve",
@@ -144,14 +159,15 @@ impl Server {
                 .unwrap_or_else(|_| panic!("serve printed no banner in 60 s: {banner}"))
                 .unwrap();
             let Some(line) = line else {
-                panic!("serve exited while starting: {banner}");
+                let _ = child.wait().await;
+                return Err(banner);
             };
             banner.push_str(&line);
             banner.push('\n');
         }
         // Keep draining stderr so the server never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        (Server { child }, banner)
+        Ok((Server { child }, banner))
     }
 
     /// SIGKILL, and wait for it to be gone.
