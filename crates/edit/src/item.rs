@@ -1,10 +1,13 @@
-//! An event on its way through the editor: the event, where it was read, and its body parsed as
+//! An event on its way through the editor: the event, where it was read, and its body read as
 //! JSON at most once however many steps look at it.
 //!
-//! Steps that read JSON fields share one parse ([`Item::json`]); steps that edit them change the
-//! parsed value ([`Item::json_mut`]) and the body is written out once, when a step needs the
-//! bytes ([`Item::body`]) or the event leaves the editor ([`Item::into_event`]). So a chain of
-//! filter, transform and validate parses and serialises a JSON body once each, not once a step.
+//! Filter, transform and validate read the body lazily ([`crate::lazy`]): one scan of the
+//! bytes, a `Value` made only of the fields a step names ([`Item::body_field`]), edits of
+//! top-level members kept beside the bytes and spliced in when the body is written out.
+//! Steps that need the whole body share one parse ([`Item::json`]) and edit it in place
+//! ([`Item::json_mut`]); the body is written out once, when a step needs the bytes
+//! ([`Item::body`]) or the event leaves the editor ([`Item::into_event`]). Bodies the lazy
+//! reader leaves to serde_json (see its docs) take the parse.
 
 use std::sync::OnceLock;
 
