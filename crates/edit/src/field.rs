@@ -192,7 +192,7 @@ impl Field {
         match self {
             Field::System(property) => system_value(*property, context, item),
             Field::User(name) => item.property(name).map(FieldValue::Property),
-            Field::Body(path) => path.get(item.json()?).map(FieldValue::Json),
+            Field::Body(path) => item.body_field(path).map(FieldValue::Json),
         }
     }
 }
@@ -302,74 +302,90 @@ impl FieldPath {
 
     /// The value at this path.
     pub fn get<'a>(&self, value: &'a Value) -> Option<&'a Value> {
-        self.segments
-            .iter()
-            .try_fold(value, |value, segment| match segment {
-                Segment::Key(key) => value.as_object()?.get(key),
-                Segment::Index(index) => value.as_array()?.get(*index),
-            })
+        get_in(&self.segments, value)
     }
 
     /// The value at this path, to change.
     pub fn get_mut<'a>(&self, value: &'a mut Value) -> Option<&'a mut Value> {
-        self.segments
-            .iter()
-            .try_fold(value, |value, segment| match segment {
-                Segment::Key(key) => value.as_object_mut()?.get_mut(key),
-                Segment::Index(index) => value.as_array_mut()?.get_mut(*index),
-            })
+        get_mut_in(&self.segments, value)
     }
 
     /// Removes and returns the value at this path.
     pub fn remove(&self, value: &mut Value) -> Option<Value> {
-        let (last, parents) = self.segments.split_last()?;
-        let parent = FieldPath {
-            segments: parents.to_vec(),
-        }
-        .get_mut(value)?;
-        match last {
-            Segment::Key(key) => parent.as_object_mut()?.remove(key),
-            Segment::Index(index) => {
-                let array = parent.as_array_mut()?;
-                (*index < array.len()).then(|| array.remove(*index))
-            }
-        }
+        remove_in(&self.segments, value)
     }
 
     /// Puts `new` at this path, making the objects on the way where there are none; fails
     /// (giving `new` back) where the way passes through a value that is not an object, or an
     /// array index beyond the array's end.
     pub fn set(&self, value: &mut Value, new: Value) -> Result<(), Value> {
-        let Some((last, parents)) = self.segments.split_last() else {
-            *value = new;
-            return Ok(());
+        set_in(&self.segments, value, new)
+    }
+}
+
+/// The value at `segments` below `value` ([`FieldPath::get`]).
+pub(crate) fn get_in<'a>(segments: &[Segment], value: &'a Value) -> Option<&'a Value> {
+    segments
+        .iter()
+        .try_fold(value, |value, segment| match segment {
+            Segment::Key(key) => value.as_object()?.get(key),
+            Segment::Index(index) => value.as_array()?.get(*index),
+        })
+}
+
+fn get_mut_in<'a>(segments: &[Segment], value: &'a mut Value) -> Option<&'a mut Value> {
+    segments
+        .iter()
+        .try_fold(value, |value, segment| match segment {
+            Segment::Key(key) => value.as_object_mut()?.get_mut(key),
+            Segment::Index(index) => value.as_array_mut()?.get_mut(*index),
+        })
+}
+
+/// [`FieldPath::remove`] for `segments`.
+pub(crate) fn remove_in(segments: &[Segment], value: &mut Value) -> Option<Value> {
+    let (last, parents) = segments.split_last()?;
+    let parent = get_mut_in(parents, value)?;
+    match last {
+        Segment::Key(key) => parent.as_object_mut()?.remove(key),
+        Segment::Index(index) => {
+            let array = parent.as_array_mut()?;
+            (*index < array.len()).then(|| array.remove(*index))
+        }
+    }
+}
+
+/// [`FieldPath::set`] for `segments`.
+pub(crate) fn set_in(segments: &[Segment], value: &mut Value, new: Value) -> Result<(), Value> {
+    let Some((last, parents)) = segments.split_last() else {
+        *value = new;
+        return Ok(());
+    };
+    let mut at = value;
+    for segment in parents {
+        at = match segment {
+            Segment::Key(key) => match at {
+                Value::Object(map) => map
+                    .entry(key.clone())
+                    .or_insert_with(|| Value::Object(serde_json::Map::new())),
+                _ => return Err(new),
+            },
+            Segment::Index(index) => match at.as_array_mut().and_then(|a| a.get_mut(*index)) {
+                Some(element) => element,
+                None => return Err(new),
+            },
         };
-        let mut at = value;
-        for segment in parents {
-            at = match segment {
-                Segment::Key(key) => match at {
-                    Value::Object(map) => map
-                        .entry(key.clone())
-                        .or_insert_with(|| Value::Object(serde_json::Map::new())),
-                    _ => return Err(new),
-                },
-                Segment::Index(index) => match at.as_array_mut().and_then(|a| a.get_mut(*index)) {
-                    Some(element) => element,
-                    None => return Err(new),
-                },
-            };
+    }
+    match (last, at) {
+        (Segment::Key(key), Value::Object(map)) => {
+            map.insert(key.clone(), new);
+            Ok(())
         }
-        match (last, at) {
-            (Segment::Key(key), Value::Object(map)) => {
-                map.insert(key.clone(), new);
-                Ok(())
-            }
-            (Segment::Index(index), Value::Array(array)) if *index < array.len() => {
-                array[*index] = new;
-                Ok(())
-            }
-            _ => Err(new),
+        (Segment::Index(index), Value::Array(array)) if *index < array.len() => {
+            array[*index] = new;
+            Ok(())
         }
+        _ => Err(new),
     }
 }
 

@@ -1,16 +1,22 @@
-//! An event on its way through the editor: the event, where it was read, and its body parsed as
+//! An event on its way through the editor: the event, where it was read, and its body read as
 //! JSON at most once however many steps look at it.
 //!
-//! Steps that read JSON fields share one parse ([`Item::json`]); steps that edit them change the
-//! parsed value ([`Item::json_mut`]) and the body is written out once, when a step needs the
-//! bytes ([`Item::body`]) or the event leaves the editor ([`Item::into_event`]). So a chain of
-//! filter, transform and validate parses and serialises a JSON body once each, not once a step.
+//! Filter, transform and validate read the body lazily ([`crate::lazy`]): one scan of the
+//! bytes, a `Value` made only of the fields a step names ([`Item::body_field`]), edits of
+//! top-level members kept beside the bytes and spliced in when the body is written out.
+//! Steps that need the whole body share one parse ([`Item::json`]) and edit it in place
+//! ([`Item::json_mut`]); the body is written out once, when a step needs the bytes
+//! ([`Item::body`]) or the event leaves the editor ([`Item::into_event`]). Bodies the lazy
+//! reader leaves to serde_json (see its docs) take the parse.
 
 use std::sync::OnceLock;
 
 use bytes::Bytes;
 use serde_json::Value;
 use tributary_event::{EventData, PropertyValue, ReceivedEvent};
+
+use crate::field::{FieldPath, Segment};
+use crate::lazy::{self, Doc, DocMut, Found, Overlay, Tape};
 
 /// Where the event an item came from was stored in its source partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,25 +42,20 @@ impl Position {
 
 /// One event in the editor.
 ///
-/// Invariant: while `json_edited` is set, `json` holds a parsed value that is newer than
-/// `event.body`; every accessor that hands out the body writes it out first.
-#[derive(Debug)]
+/// Invariants: while `json_edited` is set, `json` holds a parsed value that is newer than
+/// `event.body`; while `overlay` is set, it holds top-level edits of the object body `tape`
+/// indexes, and `json` (when set) is its value. At most one of the two holds pending edits;
+/// every accessor that hands out the body writes them out first.
+#[derive(Debug, Clone)]
 pub struct Item {
     event: EventData,
     position: Position,
     json: OnceLock<Option<Value>>,
     json_edited: bool,
-}
-
-impl Clone for Item {
-    fn clone(&self) -> Item {
-        Item {
-            event: self.event.clone(),
-            position: self.position,
-            json: self.json.clone(),
-            json_edited: self.json_edited,
-        }
-    }
+    /// The body's tape, made on the first lazy read; `None` inside: the scanner left the body
+    /// to serde_json.
+    tape: OnceLock<Option<Box<Tape>>>,
+    overlay: Option<Overlay>,
 }
 
 impl Item {
@@ -65,9 +66,10 @@ impl Item {
             position,
             json: OnceLock::new(),
             json_edited: false,
+            tape: OnceLock::new(),
+            overlay: None,
         }
     }
-
     /// An item for an event as the hub stored it.
     pub fn received(event: ReceivedEvent) -> Item {
         let position = Position::of(&event);
@@ -126,7 +128,10 @@ impl Item {
     /// The body parsed as JSON, parsed on the first call; `None` when the body is not JSON.
     pub fn json(&self) -> Option<&Value> {
         self.json
-            .get_or_init(|| serde_json::from_slice(&self.event.body).ok())
+            .get_or_init(|| match self.doc() {
+                Some(doc) => Some(doc.to_value()),
+                None => serde_json::from_slice(&self.event.body).ok(),
+            })
             .as_ref()
     }
 
@@ -134,6 +139,8 @@ impl Item {
     /// `None` when the body is not JSON.
     pub fn json_mut(&mut self) -> Option<&mut Value> {
         self.json();
+        self.overlay = None;
+        self.tape = OnceLock::new();
         let value = self.json.get_mut().expect("parsed above").as_mut()?;
         self.json_edited = true;
         Some(value)
@@ -143,6 +150,93 @@ impl Item {
     pub fn set_json(&mut self, value: Value) {
         self.json = OnceLock::from(Some(value));
         self.json_edited = true;
+        self.overlay = None;
+        self.tape = OnceLock::new();
+    }
+
+    /// The body field at `path` (the whole body when empty); `None` when it is missing or
+    /// the body is not JSON. Reads only the field when nothing has parsed the whole body.
+    pub fn body_field(&self, path: &FieldPath) -> Option<&Value> {
+        if let Some(parsed) = self.json.get() {
+            return path.get(parsed.as_ref()?);
+        }
+        if path.is_empty() {
+            return self.json();
+        }
+        if let Some(doc) = self.doc() {
+            return doc.value(path.segments());
+        }
+        match self.tape() {
+            Some(tape) => tape
+                .find(&self.event.body, 0, path.segments())
+                .map(|index| tape.value(&self.event.body, index)),
+            None => path.get(self.json()?),
+        }
+    }
+
+    /// The body's tape, scanned on the first call; `None` when the body is left to serde_json
+    /// (not JSON, or outside what the scanner indexes) or already parsed and edited.
+    pub(crate) fn tape(&self) -> Option<&Tape> {
+        if self.json_edited {
+            return None;
+        }
+        self.tape
+            .get_or_init(|| lazy::scan(&self.event.body).map(Box::new))
+            .as_deref()
+    }
+
+    /// The JSON type of the body field at `path` (not empty), read lazily: `None` when the
+    /// body is not read lazily, `Some(None)` when the field is missing.
+    pub(crate) fn lazy_kind(&self, path: &[Segment]) -> Option<Option<&'static str>> {
+        if let Some(doc) = self.doc() {
+            return Some(doc.get(path).map(|found| match found {
+                Found::Tape(index) => doc.tape.kind_name(index),
+                Found::Value(value) => lazy::value_kind(value),
+            }));
+        }
+        let tape = self.tape()?;
+        Some(
+            tape.find(&self.event.body, 0, path)
+                .map(|index| tape.kind_name(index)),
+        )
+    }
+
+    /// The parse of the body, when one was made.
+    pub(crate) fn parsed(&self) -> Option<&Option<Value>> {
+        self.json.get()
+    }
+
+    /// The body's bytes as they are (without pending edits).
+    pub(crate) fn raw_body(&self) -> &[u8] {
+        &self.event.body
+    }
+
+    /// The pending top-level edits of an object body, as a document to read.
+    pub(crate) fn doc(&self) -> Option<Doc<'_>> {
+        let overlay = self.overlay.as_ref()?;
+        Some(Doc {
+            tape: self.tape.get()?.as_deref()?,
+            body: &self.event.body,
+            overlay,
+        })
+    }
+
+    /// The object body as a document to edit member by member, when the body is an object
+    /// the scanner indexed and no step edits it as a parsed value; `None` otherwise (then use
+    /// [`Item::json_mut`]).
+    pub(crate) fn doc_mut(&mut self) -> Option<DocMut<'_>> {
+        if self.json_edited || !self.tape()?.is_object() {
+            return None;
+        }
+        // Any parse made before is of the body as it was.
+        self.json = OnceLock::new();
+        let tape = self.tape.get()?.as_deref()?;
+        let overlay = self.overlay.get_or_insert_with(|| Overlay::of(tape));
+        Some(DocMut {
+            tape,
+            body: &self.event.body,
+            overlay,
+        })
     }
 
     /// The body as bytes, with every pending JSON edit written out.
@@ -156,6 +250,8 @@ impl Item {
         self.event.body = body;
         self.json = OnceLock::new();
         self.json_edited = false;
+        self.tape = OnceLock::new();
+        self.overlay = None;
     }
 
     /// The whole event to change freely (pending JSON edits written out first; a JSON parse is
@@ -163,6 +259,7 @@ impl Item {
     pub fn event_mut(&mut self) -> &mut EventData {
         self.write_out_json();
         self.json = OnceLock::new();
+        self.tape = OnceLock::new();
         &mut self.event
     }
 
@@ -173,10 +270,19 @@ impl Item {
     }
 
     fn write_out_json(&mut self) {
+        if let Some(doc) = self.doc() {
+            let bytes = doc.write();
+            self.overlay = None;
+            self.tape = OnceLock::new();
+            // `json`, when set, is the value of the edited document: still the body's.
+            self.event.body = Bytes::from(bytes);
+            return;
+        }
         if !self.json_edited {
             return;
         }
         self.json_edited = false;
+        self.tape = OnceLock::new();
         let value = self
             .json
             .get()

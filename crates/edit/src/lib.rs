@@ -16,11 +16,14 @@
 //! - **Checked before start**: a step's table, and every file it names, are read and checked
 //!   when the step is compiled.
 //! - **One JSON parse**: steps that read or edit JSON share one parse of the body per event
-//!   ([`Item`]).
+//!   ([`Item`]); filter, transform and validate read it lazily ([`lazy`]): one scan of the
+//!   body, a `Value` made only of the fields they name, untouched members copied on write.
 
 pub mod condition;
 pub mod field;
 pub mod item;
+pub mod lazy;
+mod lazy_schema;
 pub mod limits;
 pub mod spec;
 pub mod step;

@@ -19,6 +19,7 @@
 
 pub mod amqp;
 mod arb;
+pub mod edit;
 pub mod eventhubs;
 pub mod http;
 pub mod log;
@@ -83,6 +84,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "sas_token",
         function: eventhubs::sas_token,
+    },
+    Target {
+        name: "edit_json",
+        function: edit::json,
     },
     Target {
         name: "http_cursor",

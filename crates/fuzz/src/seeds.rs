@@ -29,6 +29,7 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "sas_token" => sas_tokens(),
         "http_cursor" => cursors(),
         "http_json" => json_bodies(),
+        "edit_json" => edit_bodies(),
         "http_signature" => signatures(),
         "log_batch" => batches(),
         "eventhubs_send" | "log_recovery" => carved(),
@@ -267,6 +268,24 @@ fn json_bodies() -> Vec<Vec<u8>> {
     ]
     .into_iter()
     .map(|(choice, body)| [&[choice][..], body.as_bytes()].concat())
+    .collect()
+}
+
+/// Bodies for the editor: plain ones the lazy reader indexes, and ones it leaves to
+/// serde_json (escapes, exponents, deep nesting, duplicate keys, not JSON).
+fn edit_bodies() -> Vec<Vec<u8>> {
+    [
+        r#"{"a":7,"b":{"c":"abc","d":[1,2.5,null],"e":true},"t":"x","x":{}}"#,
+        r#"{ "a" : 70 , "b" : { "c" : "A\"b" } , "e" : [ ] , "a" : 1 }"#,
+        r#"{"a":{"b":1},"b":{"c":"\u00e9"},"t":[1],"s":1e3}"#,
+        r#"{"a":12345678901234567890123,"b":{"c":"x\ny"}}"#,
+        r#"[[[[[[[[[[{"a":1}]]]]]]]]]]"#,
+        r#"{"a":1,"b":{"c":"ok","c":"OK"},"b":{"c":"z"}}"#,
+        "{\"a\":1,}",
+        "not json",
+    ]
+    .into_iter()
+    .map(|s| s.as_bytes().to_vec())
     .collect()
 }
 

@@ -42,6 +42,7 @@ use serde_json::{Map, Value};
 
 use crate::field::{FieldPath, Segment};
 use crate::item::Item;
+use crate::lazy::{DocMut, Member, Tape};
 use crate::spec::{CompileContext, SpecError};
 use crate::step::{Context, Output, Step};
 
@@ -128,6 +129,8 @@ struct Transform {
     flatten: Option<Flatten>,
     /// pick, rename or set need the body to be an object.
     needs_object: bool,
+    /// No pick and no flatten: an object body is edited member by member ([`crate::lazy`]).
+    member_wise: bool,
     non_json: NonJson,
 }
 
@@ -167,6 +170,7 @@ pub(crate) fn compile(
     }
     Ok(Arc::new(Transform {
         name,
+        member_wise: pick.is_empty() && flatten.is_none(),
         needs_object: !pick.is_empty() || !targets.is_empty(),
         pick,
         drop,
@@ -521,6 +525,65 @@ fn flatten_into(
     }
 }
 
+impl Transform {
+    /// Edits an object body member by member without parsing all of it (drop, rename and set
+    /// only: pick and flatten rebuild the whole body); `None` when the body is not one the
+    /// lazy document takes, and the caller edits the parsed value.
+    fn edit_members(&self, item: &mut Item) -> Option<Result<(), String>> {
+        if !item.tape().is_some_and(Tape::is_object) && item.doc().is_none() {
+            return None;
+        }
+        // Refusals first, so a refused body is left exactly as it came.
+        for guard in &self.guards {
+            match item.lazy_kind(guard.prefix.segments())? {
+                Some(kind) if kind != "object" => {
+                    return Some(Err(format!(
+                        "cannot write {}: {} is a {kind}, not an object",
+                        guard.target, guard.prefix
+                    )));
+                }
+                _ => {}
+            }
+        }
+        let mut doc = item.doc_mut()?;
+        Some(self.edit_doc(&mut doc))
+    }
+
+    fn edit_doc(&self, doc: &mut DocMut<'_>) -> Result<(), String> {
+        for path in &self.drop {
+            doc.remove(path.segments());
+        }
+        if self.renames_interfere {
+            let taken: Vec<Option<Member>> = self
+                .renames
+                .iter()
+                .map(|(from, _)| doc.remove(from.segments()))
+                .collect();
+            for ((_, to), found) in self.renames.iter().zip(taken) {
+                if let Some(found) = found {
+                    doc_set(doc, to, found)?;
+                }
+            }
+        } else {
+            for (from, to) in &self.renames {
+                if let Some(found) = doc.remove(from.segments()) {
+                    doc_set(doc, to, found)?;
+                }
+            }
+        }
+        for (path, new) in &self.sets {
+            doc_set(doc, path, Member::Value(new.clone()))?;
+        }
+        Ok(())
+    }
+}
+
+fn doc_set(doc: &mut DocMut<'_>, path: &FieldPath, new: Member) -> Result<(), String> {
+    doc.set(path.segments(), new).map_err(|()| {
+        format!("cannot write {path}: it passes through a value that is not an object")
+    })
+}
+
 impl Step for Transform {
     fn name(&self) -> &str {
         &self.name
@@ -528,6 +591,19 @@ impl Step for Transform {
 
     fn apply(&self, _context: &Context<'_>, items: Vec<Item>, out: &mut Output) {
         for mut item in items {
+            if self.member_wise {
+                match self.edit_members(&mut item) {
+                    Some(Ok(())) => {
+                        out.pass(item);
+                        continue;
+                    }
+                    Some(Err(reason)) => {
+                        out.reject(item, reason);
+                        continue;
+                    }
+                    None => {}
+                }
+            }
             let Some(value) = item.json() else {
                 match self.non_json {
                     NonJson::Reject => out.reject(item, "the body is not JSON"),

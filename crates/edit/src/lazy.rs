@@ -1,0 +1,786 @@
+//! A JSON body read lazily: one scan indexes where every value lies in the body's bytes (a
+//! tape), a value is turned into a `serde_json::Value` only when a step names it, and edits of
+//! the body's top-level members are kept beside the bytes and spliced in when the body is
+//! written out, untouched members copied as they came.
+//!
+//! This is what lets a chain of filter, transform and validate cost a fraction of parsing the
+//! body into a `Value` and writing it back: building the whole tree (every key and string an
+//! allocation) is most of that cost.
+//!
+//! # Guarantees
+//!
+//! - **Only what serde_json accepts.** The scanner indexes a subset of JSON — bodies in UTF-8,
+//!   nested at most [`SCAN_DEPTH_MAX`] deep, with no `\u` escape, no exponent and at most
+//!   [`INT_DIGITS_MAX`] integer digits in a number — and refuses everything else, valid or
+//!   not; the caller then parses the body with serde_json as before, which decides. So every
+//!   body the tape indexes is one `serde_json::from_slice` accepts, and every value read from
+//!   the tape equals what serde_json makes of it (numbers and escaped strings are parsed by
+//!   serde_json itself). Property tests and the fuzz corpus check the first claim.
+//! - **Same meaning as a parse.** Duplicate keys read as serde_json reads them: the last one
+//!   wins; a removal removes every copy.
+//! - **No panic on any input**, and the scanner's recursion is bounded by its depth limit.
+//! - Written out, an edited body parses to the same `Value` as editing the parsed body would
+//!   have made; members keep the order they came in (the parsed body sorted them) and
+//!   untouched members keep their bytes.
+//!
+//! Hand-written because no crate gives this: serde_json's `RawValue` skips nested values
+//! without checking numbers, surrogates or depth (so it accepts bodies its own `Value` parse
+//! refuses), and the faster parsers build a whole tree or need CPU flags at build time.
+
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
+use serde_json::{Map, Value};
+
+use crate::field::{self, Segment};
+
+/// The deepest nesting the scanner indexes; deeper bodies take serde_json's full parse (whose
+/// own limit is 128).
+pub const SCAN_DEPTH_MAX: usize = 64;
+
+/// The most integer digits of a number the scanner indexes: any such number fits an `i64` or
+/// `u64`, so serde_json takes it. Longer ones take serde_json's full parse.
+pub const INT_DIGITS_MAX: usize = 18;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Null,
+    True,
+    False,
+    Number,
+    /// A string without escapes: its bytes between the quotes are its text.
+    Str,
+    /// A string with escapes (serde_json unescapes it).
+    EscapedStr,
+    Array,
+    Object,
+}
+
+/// One value of the tape: an object is followed by its key and value nodes in turn, an array
+/// by its elements.
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    kind: Kind,
+    /// Where the value starts in the body (a string's opening quote).
+    start: u32,
+    /// Where it ends (after a string's closing quote or a container's bracket).
+    end: u32,
+    /// The index of the node after this value and everything in it.
+    next: u32,
+    /// An object's members or an array's elements.
+    len: u32,
+}
+
+/// The tape of one body, with each value's `Value` made at most once.
+#[derive(Debug)]
+pub(crate) struct Tape {
+    nodes: Vec<Node>,
+    values: Box<[OnceLock<Value>]>,
+}
+
+impl Clone for Tape {
+    fn clone(&self) -> Tape {
+        Tape {
+            nodes: self.nodes.clone(),
+            values: self.values.clone(),
+        }
+    }
+}
+
+/// Indexes `body`, or `None` when it is not in the subset the scanner takes (see the module
+/// docs): the caller then asks serde_json.
+pub(crate) fn scan(body: &[u8]) -> Option<Tape> {
+    if u32::try_from(body.len()).is_err() || std::str::from_utf8(body).is_err() {
+        return None;
+    }
+    let mut scanner = Scanner {
+        bytes: body,
+        at: 0,
+        nodes: Vec::with_capacity(body.len() / 12 + 4),
+    };
+    scanner.value(0)?;
+    scanner.whitespace();
+    if scanner.at != body.len() {
+        return None;
+    }
+    let values = std::iter::repeat_with(OnceLock::new)
+        .take(scanner.nodes.len())
+        .collect();
+    Some(Tape {
+        nodes: scanner.nodes,
+        values,
+    })
+}
+
+struct Scanner<'b> {
+    bytes: &'b [u8],
+    at: usize,
+    nodes: Vec<Node>,
+}
+
+impl Scanner<'_> {
+    fn whitespace(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.bytes.get(self.at) {
+            self.at += 1;
+        }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.bytes.get(self.at).copied()
+    }
+
+    fn open(&mut self, kind: Kind) -> usize {
+        let index = self.nodes.len();
+        // Offsets fit: `scan` refuses bodies over u32::MAX bytes.
+        let start = u32::try_from(self.at).unwrap_or(u32::MAX);
+        self.nodes.push(Node {
+            kind,
+            start,
+            end: start,
+            next: 0,
+            len: 0,
+        });
+        index
+    }
+
+    fn close(&mut self, index: usize) -> Option<()> {
+        let next = u32::try_from(self.nodes.len()).ok()?;
+        let end = u32::try_from(self.at).ok()?;
+        let node = self.nodes.get_mut(index)?;
+        node.end = end;
+        node.next = next;
+        Some(())
+    }
+
+    fn value(&mut self, depth: usize) -> Option<()> {
+        self.whitespace();
+        match self.peek()? {
+            b'{' => self.container(depth, Kind::Object),
+            b'[' => self.container(depth, Kind::Array),
+            b'"' => self.string(),
+            b't' => self.literal(b"true", Kind::True),
+            b'f' => self.literal(b"false", Kind::False),
+            b'n' => self.literal(b"null", Kind::Null),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => None,
+        }
+    }
+
+    fn literal(&mut self, text: &[u8], kind: Kind) -> Option<()> {
+        if !self.bytes[self.at..].starts_with(text) {
+            return None;
+        }
+        let index = self.open(kind);
+        self.at += text.len();
+        self.close(index)
+    }
+
+    fn string(&mut self) -> Option<()> {
+        let index = self.open(Kind::Str);
+        self.at += 1;
+        loop {
+            let rest = &self.bytes[self.at..];
+            let found = memchr::memchr2(b'"', b'\\', rest)?;
+            // JSON strings hold no raw control characters (serde_json refuses them). A fold
+            // rather than `any`, so the check is vectorised over long strings.
+            if rest[..found]
+                .iter()
+                .fold(false, |seen, &b| seen | (b < 0x20))
+            {
+                return None;
+            }
+            self.at += found;
+            if self.bytes[self.at] == b'"' {
+                self.at += 1;
+                break;
+            }
+            // `\u` escapes (and their surrogate pairs) are left to serde_json.
+            match self.bytes.get(self.at + 1)? {
+                b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 2,
+                _ => return None,
+            }
+            self.nodes[index].kind = Kind::EscapedStr;
+        }
+        self.close(index)
+    }
+
+    fn digits(&mut self) -> usize {
+        let from = self.at;
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.at += 1;
+        }
+        self.at - from
+    }
+
+    fn number(&mut self) -> Option<()> {
+        let index = self.open(Kind::Number);
+        if self.peek() == Some(b'-') {
+            self.at += 1;
+        }
+        match self.peek()? {
+            b'0' => self.at += 1,
+            b'1'..=b'9' => {
+                if self.digits() > INT_DIGITS_MAX {
+                    return None;
+                }
+            }
+            _ => return None,
+        }
+        if self.peek() == Some(b'.') {
+            self.at += 1;
+            if self.digits() == 0 {
+                return None;
+            }
+        }
+        // Exponents may overflow; serde_json decides those.
+        if let Some(b'e' | b'E') = self.peek() {
+            return None;
+        }
+        self.close(index)
+    }
+
+    fn container(&mut self, depth: usize, kind: Kind) -> Option<()> {
+        if depth >= SCAN_DEPTH_MAX {
+            return None;
+        }
+        let index = self.open(kind);
+        let close = if kind == Kind::Object { b'}' } else { b']' };
+        self.at += 1;
+        self.whitespace();
+        let mut len = 0u32;
+        if self.peek() == Some(close) {
+            self.at += 1;
+        } else {
+            loop {
+                if kind == Kind::Object {
+                    self.member_key()?;
+                }
+                self.value(depth + 1)?;
+                len = len.checked_add(1)?;
+                self.whitespace();
+                match self.peek()? {
+                    b',' => self.at += 1,
+                    b if b == close => {
+                        self.at += 1;
+                        break;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        self.nodes[index].len = len;
+        self.close(index)
+    }
+
+    fn member_key(&mut self) -> Option<()> {
+        self.whitespace();
+        if self.peek()? != b'"' {
+            return None;
+        }
+        self.string()?;
+        self.whitespace();
+        if self.peek()? != b':' {
+            return None;
+        }
+        self.at += 1;
+        Some(())
+    }
+}
+
+impl Tape {
+    fn node(&self, index: usize) -> Node {
+        self.nodes[index]
+    }
+
+    fn raw<'b>(&self, body: &'b [u8], index: usize) -> &'b [u8] {
+        let node = self.node(index);
+        body.get(node.start as usize..node.end as usize)
+            .unwrap_or_default()
+    }
+
+    /// Whether the body is a JSON object.
+    pub(crate) fn is_object(&self) -> bool {
+        self.nodes.first().is_some_and(|n| n.kind == Kind::Object)
+    }
+
+    /// `(key node, value node)` of each member of the object at `index`, in body order.
+    pub(crate) fn members(&self, index: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let node = self.node(index);
+        let count = if node.kind == Kind::Object {
+            node.len
+        } else {
+            0
+        };
+        let mut at = index + 1;
+        (0..count).map(move |_| {
+            let (key, value) = (at, at + 1);
+            at = self.nodes[value].next as usize;
+            (key, value)
+        })
+    }
+
+    /// The element nodes of the array at `index`, in order.
+    pub(crate) fn elements(&self, index: usize) -> impl Iterator<Item = usize> + '_ {
+        let node = self.node(index);
+        let count = if node.kind == Kind::Array {
+            node.len
+        } else {
+            0
+        };
+        let mut at = index + 1;
+        (0..count).map(move |_| {
+            let element = at;
+            at = self.nodes[element].next as usize;
+            element
+        })
+    }
+
+    /// Whether the key node `index` spells `key`.
+    pub(crate) fn key_is(&self, body: &[u8], index: usize, key: &str) -> bool {
+        let raw = self.raw(body, index);
+        match self.node(index).kind {
+            Kind::Str => raw.get(1..raw.len().saturating_sub(1)) == Some(key.as_bytes()),
+            _ => serde_json::from_slice::<String>(raw).is_ok_and(|text| text == key),
+        }
+    }
+
+    /// The text of the string node `index`.
+    pub(crate) fn text<'b>(&self, body: &'b [u8], index: usize) -> Option<Cow<'b, str>> {
+        let raw = self.raw(body, index);
+        match self.node(index).kind {
+            Kind::Str => std::str::from_utf8(raw.get(1..raw.len().saturating_sub(1))?)
+                .ok()
+                .map(Cow::Borrowed),
+            Kind::EscapedStr => serde_json::from_slice(raw).ok().map(Cow::Owned),
+            _ => None,
+        }
+    }
+
+    /// The value node of the last member `key` of the object at `index` (the one a parse
+    /// keeps).
+    pub(crate) fn member(&self, body: &[u8], index: usize, key: &str) -> Option<usize> {
+        self.members(index)
+            .filter(|&(k, _)| self.key_is(body, k, key))
+            .last()
+            .map(|(_, v)| v)
+    }
+
+    /// The node at `path` below `index`.
+    pub(crate) fn find(&self, body: &[u8], index: usize, path: &[Segment]) -> Option<usize> {
+        path.iter().try_fold(index, |at, segment| match segment {
+            Segment::Key(key) => self.member(body, at, key),
+            Segment::Index(i) => self.elements(at).nth(*i),
+        })
+    }
+
+    /// The value at node `index`, made on the first call.
+    pub(crate) fn value(&self, body: &[u8], index: usize) -> &Value {
+        self.values[index].get_or_init(|| self.to_value(body, index))
+    }
+
+    /// The value at node `index`, made anew.
+    pub(crate) fn to_value(&self, body: &[u8], index: usize) -> Value {
+        match self.node(index).kind {
+            Kind::Null => Value::Null,
+            Kind::True => Value::Bool(true),
+            Kind::False => Value::Bool(false),
+            Kind::Str | Kind::EscapedStr => self
+                .text(body, index)
+                .map_or(Value::Null, |t| Value::String(t.into_owned())),
+            // serde_json reads the number, so it is exactly the number a parse makes; the
+            // scanner took only numbers serde_json takes.
+            Kind::Number => serde_json::from_slice(self.raw(body, index)).unwrap_or(Value::Null),
+            Kind::Array => Value::Array(
+                self.elements(index)
+                    .map(|e| self.to_value(body, e))
+                    .collect(),
+            ),
+            Kind::Object => {
+                let mut map = Map::new();
+                for (key, value) in self.members(index) {
+                    let key = self.text(body, key).unwrap_or_default().into_owned();
+                    map.insert(key, self.to_value(body, value));
+                }
+                Value::Object(map)
+            }
+        }
+    }
+
+    /// The JSON type's name of node `index`.
+    pub(crate) fn kind_name(&self, index: usize) -> &'static str {
+        match self.node(index).kind {
+            Kind::Null => "null",
+            Kind::True | Kind::False => "boolean",
+            Kind::Number => "number",
+            Kind::Str | Kind::EscapedStr => "string",
+            Kind::Array => "array",
+            Kind::Object => "object",
+        }
+    }
+
+    pub(crate) fn is_object_at(&self, index: usize) -> bool {
+        self.node(index).kind == Kind::Object
+    }
+
+    pub(crate) fn is_array_at(&self, index: usize) -> bool {
+        self.node(index).kind == Kind::Array
+    }
+
+    pub(crate) fn boolean(&self, index: usize) -> Option<bool> {
+        match self.node(index).kind {
+            Kind::True => Some(true),
+            Kind::False => Some(false),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn is_null(&self, index: usize) -> bool {
+        self.node(index).kind == Kind::Null
+    }
+
+    pub(crate) fn is_string(&self, index: usize) -> bool {
+        matches!(self.node(index).kind, Kind::Str | Kind::EscapedStr)
+    }
+
+    /// The number at node `index`, as serde_json reads it.
+    pub(crate) fn number(&self, body: &[u8], index: usize) -> Option<serde_json::Number> {
+        if self.node(index).kind != Kind::Number {
+            return None;
+        }
+        serde_json::from_slice(self.raw(body, index)).ok()
+    }
+
+    pub(crate) fn len(&self, index: usize) -> usize {
+        self.node(index).len as usize
+    }
+}
+
+/// A top-level member's key: as the body wrote it, or new.
+#[derive(Debug, Clone)]
+pub(crate) enum Key {
+    /// The key node in the tape.
+    Raw(usize),
+    /// A key a step added.
+    New(String),
+}
+
+/// A top-level member's value: as the body wrote it, or a value a step made.
+#[derive(Debug, Clone)]
+pub(crate) enum Member {
+    /// The value node in the tape.
+    Raw(usize),
+    /// A value a step made (or took out of the body to change).
+    Value(Value),
+}
+
+/// The edited top-level members of an object body, in order (duplicate keys kept as they
+/// came; the last counts).
+#[derive(Debug, Clone)]
+pub(crate) struct Overlay {
+    pub(crate) members: Vec<(Key, Member)>,
+}
+
+/// A value in a document being edited: in the tape, or made by a step.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Found<'d> {
+    Tape(usize),
+    Value(&'d Value),
+}
+
+/// An object body being edited: the tape, its body and the top-level members.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Doc<'d> {
+    pub(crate) tape: &'d Tape,
+    pub(crate) body: &'d [u8],
+    pub(crate) overlay: &'d Overlay,
+}
+
+/// The same, to change.
+#[derive(Debug)]
+pub(crate) struct DocMut<'d> {
+    pub(crate) tape: &'d Tape,
+    pub(crate) body: &'d [u8],
+    pub(crate) overlay: &'d mut Overlay,
+}
+
+impl Overlay {
+    /// Every member of the object body the tape indexes, untouched.
+    pub(crate) fn of(tape: &Tape) -> Overlay {
+        Overlay {
+            members: tape
+                .members(0)
+                .map(|(k, v)| (Key::Raw(k), Member::Raw(v)))
+                .collect(),
+        }
+    }
+}
+
+fn key_is(tape: &Tape, body: &[u8], key: &Key, text: &str) -> bool {
+    match key {
+        Key::Raw(index) => tape.key_is(body, *index, text),
+        Key::New(new) => new == text,
+    }
+}
+
+/// The key's text.
+pub(crate) fn key_text<'b>(tape: &Tape, body: &'b [u8], key: &'b Key) -> Cow<'b, str> {
+    match key {
+        Key::Raw(index) => tape.text(body, *index).unwrap_or_default(),
+        Key::New(new) => Cow::Borrowed(new),
+    }
+}
+
+fn member_value(tape: &Tape, body: &[u8], member: Member) -> Value {
+    match member {
+        Member::Raw(index) => tape.to_value(body, index),
+        Member::Value(value) => value,
+    }
+}
+
+impl<'d> Doc<'d> {
+    /// The position of the member `key` a parse keeps (the last).
+    pub(crate) fn position(&self, key: &str) -> Option<usize> {
+        position(self.tape, self.body, self.overlay, key)
+    }
+
+    /// The value at `path` (not empty).
+    pub(crate) fn get(&self, path: &[Segment]) -> Option<Found<'d>> {
+        let (Segment::Key(first), rest) = path.split_first()? else {
+            return None;
+        };
+        let at = self.position(first)?;
+        match &self.overlay.members[at].1 {
+            Member::Raw(index) => self.tape.find(self.body, *index, rest).map(Found::Tape),
+            Member::Value(value) => field::get_in(rest, value).map(Found::Value),
+        }
+    }
+
+    /// The value at `path` as a `Value` (made once for a tape node).
+    pub(crate) fn value(&self, path: &[Segment]) -> Option<&'d Value> {
+        match self.get(path)? {
+            Found::Tape(index) => Some(self.tape.value(self.body, index)),
+            Found::Value(value) => Some(value),
+        }
+    }
+
+    /// The whole body as a `Value`.
+    pub(crate) fn to_value(self) -> Value {
+        let mut map = Map::new();
+        for (key, member) in &self.overlay.members {
+            let value = match member {
+                Member::Raw(index) => self.tape.to_value(self.body, *index),
+                Member::Value(value) => value.clone(),
+            };
+            map.insert(key_text(self.tape, self.body, key).into_owned(), value);
+        }
+        Value::Object(map)
+    }
+
+    /// The body written out: members in order, untouched ones as they came.
+    pub(crate) fn write(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.body.len() + 64);
+        out.push(b'{');
+        for (i, (key, member)) in self.overlay.members.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            match key {
+                Key::Raw(index) => out.extend_from_slice(self.tape.raw(self.body, *index)),
+                Key::New(text) => write_json(&mut out, text),
+            }
+            out.push(b':');
+            match member {
+                Member::Raw(index) => out.extend_from_slice(self.tape.raw(self.body, *index)),
+                Member::Value(value) => write_json(&mut out, value),
+            }
+        }
+        out.push(b'}');
+        out
+    }
+}
+
+/// The JSON type's name of `value`.
+pub(crate) fn value_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    // Strings and `Value`s always serialise (map keys are strings); writing to a Vec does
+    // not fail.
+    let _ = serde_json::to_writer(out, value);
+}
+
+fn position(tape: &Tape, body: &[u8], overlay: &Overlay, key: &str) -> Option<usize> {
+    overlay
+        .members
+        .iter()
+        .rposition(|(k, _)| key_is(tape, body, k, key))
+}
+
+impl DocMut<'_> {
+    /// The member at `at`, made a `Value` to change in place.
+    fn value_mut(&mut self, at: usize) -> &mut Value {
+        let slot = &mut self.overlay.members[at].1;
+        if let Member::Raw(index) = *slot {
+            *slot = Member::Value(self.tape.to_value(self.body, index));
+        }
+        match slot {
+            Member::Value(value) => value,
+            Member::Raw(_) => unreachable!("made a value above"),
+        }
+    }
+
+    /// Removes and returns the value at `path` (a top-level key: every copy of it).
+    pub(crate) fn remove(&mut self, path: &[Segment]) -> Option<Member> {
+        let (Segment::Key(first), rest) = path.split_first()? else {
+            return None;
+        };
+        if rest.is_empty() {
+            let mut taken = None;
+            let (tape, body) = (self.tape, self.body);
+            self.overlay.members.retain_mut(|(key, member)| {
+                if !key_is(tape, body, key, first) {
+                    return true;
+                }
+                taken = Some(std::mem::replace(member, Member::Value(Value::Null)));
+                false
+            });
+            return taken;
+        }
+        let at = position(self.tape, self.body, self.overlay, first)?;
+        field::remove_in(rest, self.value_mut(at)).map(Member::Value)
+    }
+
+    /// Puts `new` at `path` (not empty), making objects on the way; fails where the way
+    /// passes through a value that is not an object, as [`FieldPath::set`] does.
+    ///
+    /// [`FieldPath::set`]: crate::field::FieldPath::set
+    pub(crate) fn set(&mut self, path: &[Segment], new: Member) -> Result<(), ()> {
+        let Some((Segment::Key(first), rest)) = path.split_first() else {
+            return Err(());
+        };
+        let at = position(self.tape, self.body, self.overlay, first);
+        match (at, rest.is_empty()) {
+            (Some(at), true) => self.overlay.members[at].1 = new,
+            (None, true) => self.overlay.members.push((Key::New(first.clone()), new)),
+            (Some(at), false) => {
+                let new = member_value(self.tape, self.body, new);
+                field::set_in(rest, self.value_mut(at), new).map_err(|_| ())?;
+            }
+            (None, false) => {
+                let mut value = Value::Object(Map::new());
+                let new = member_value(self.tape, self.body, new);
+                let result = field::set_in(rest, &mut value, new).map_err(|_| ());
+                self.overlay
+                    .members
+                    .push((Key::New(first.clone()), Member::Value(value)));
+                result?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn tape(text: &str) -> Option<Tape> {
+        scan(text.as_bytes())
+    }
+
+    #[test]
+    fn the_scanner_indexes_plain_json_and_leaves_the_rest_to_serde_json() {
+        for good in [
+            r#"{"a":1,"b":[true,false,null],"c":{"d":"x\"y"},"e":-0.5}"#,
+            " [ ] ",
+            "0",
+            r#""""#,
+            r#"{"a":{}}"#,
+        ] {
+            let tape = tape(good).unwrap_or_else(|| panic!("{good}"));
+            let parsed: Value = serde_json::from_str(good).expect("JSON");
+            assert_eq!(tape.to_value(good.as_bytes(), 0), parsed, "{good}");
+        }
+        for left in [
+            "",
+            " ",
+            "1e5",
+            "01",
+            "1.",
+            "-",
+            "[1,]",
+            "{\"a\":1,}",
+            r#""\u00e9""#,
+            "[1 2]",
+            "{\"a\" 1}",
+            "nul",
+            "\"\t\"",
+            "123456789012345678901",
+            "[1]x",
+            "{1:2}",
+        ] {
+            assert!(tape(left).is_none(), "{left:?}");
+        }
+        let deep = format!(
+            "{}{}",
+            "[".repeat(SCAN_DEPTH_MAX + 1),
+            "]".repeat(SCAN_DEPTH_MAX + 1)
+        );
+        assert!(tape(&deep).is_none());
+        let ok = format!(
+            "{}{}",
+            "[".repeat(SCAN_DEPTH_MAX),
+            "]".repeat(SCAN_DEPTH_MAX)
+        );
+        assert!(tape(&ok).is_some());
+    }
+
+    #[test]
+    fn duplicate_keys_read_as_a_parse_reads_them() {
+        let body = r#"{"a":1,"b":{"c":1,"c":2},"a":3}"#;
+        let tape = tape(body).expect("indexed");
+        let overlay = Overlay::of(&tape);
+        let doc = Doc {
+            tape: &tape,
+            body: body.as_bytes(),
+            overlay: &overlay,
+        };
+        let path = |t: &str| crate::field::FieldPath::parse(t).expect(t);
+        assert_eq!(doc.value(path("a").segments()), Some(&Value::from(3)));
+        assert_eq!(doc.value(path("b.c").segments()), Some(&Value::from(2)));
+        let parsed: Value = serde_json::from_str(body).expect("JSON");
+        assert_eq!(doc.to_value(), parsed);
+    }
+
+    proptest! {
+        #[test]
+        fn what_the_scanner_takes_serde_json_takes_alike(
+            text in "[\\[\\]{}\",:0-9a-eE\\.\\-+ \\\\nut]{0,40}",
+        ) {
+            if let Some(tape) = tape(&text) {
+                let parsed: Value = serde_json::from_str(&text)
+                    .map_err(|e| TestCaseError::fail(format!("{text:?}: {e}")))?;
+                prop_assert_eq!(tape.to_value(text.as_bytes(), 0), parsed);
+            }
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            if let Some(tape) = scan(&bytes) {
+                let parsed: Value = serde_json::from_slice(&bytes)
+                    .map_err(|e| TestCaseError::fail(format!("{bytes:?}: {e}")))?;
+                prop_assert_eq!(tape.to_value(&bytes, 0), parsed);
+            }
+        }
+    }
+}
