@@ -60,6 +60,21 @@ pub struct Shared {
 }
 
 impl Shared {
+    fn new(homes: u32, sensors: Arc<Sensors>, aggregates: &Path) -> Result<Shared> {
+        Ok(Shared {
+            homes,
+            sensors,
+            db: Mutex::new(aggregate::open(aggregates)?),
+            announcements: Mutex::default(),
+            instances: Mutex::default(),
+            owners: Mutex::default(),
+            per_instance: Mutex::default(),
+            stored: AtomicU64::new(0),
+            latency: Mutex::new(histogram()),
+            window: Mutex::new(histogram()),
+        })
+    }
+
     /// Says something on the terminal and on the page.
     pub fn announce(&self, text: &str) {
         let at = now_ms();
@@ -168,18 +183,7 @@ pub async fn run(global: &GlobalArgs, args: &DemoArgs) -> Result<()> {
         .await
         .context("cannot open the checkpoint store")?;
     let sensors = Arc::new(Sensors::new(hub.broker.clone(), HUB, args.homes, args.rate));
-    let shared = Arc::new(Shared {
-        homes: args.homes,
-        sensors: sensors.clone(),
-        db: Mutex::new(aggregate::open(&aggregates)?),
-        announcements: Mutex::default(),
-        instances: Mutex::default(),
-        owners: Mutex::default(),
-        per_instance: Mutex::default(),
-        stored: AtomicU64::new(0),
-        latency: Mutex::new(histogram()),
-        window: Mutex::new(histogram()),
-    });
+    let shared = Arc::new(Shared::new(args.homes, sensors.clone(), &aggregates)?);
     let page = page::start(shared.clone(), args.port).await?;
     println!("residents' page: http://{}/", page.local_addr());
     let mut fleet = Fleet::new(Launch {
@@ -527,13 +531,10 @@ impl Script {
             map.iter().map(|((k, m), n)| json!([k, m, n])).collect()
         };
         let stored_total: u64 = stored.per_minute.values().sum();
-        let mismatches = tallies.per_home.as_ref().map(|sent_per_home| {
-            let keys: std::collections::HashSet<_> =
-                sent_per_home.keys().chain(stored.per_home.keys()).collect();
-            keys.into_iter()
-                .filter(|key| sent_per_home.get(key) != stored.per_home.get(key))
-                .count()
-        });
+        let mismatches = tallies
+            .per_home
+            .as_ref()
+            .map(|sent_per_home| differing_cells(sent_per_home, &stored.per_home));
         if let Some(per_home) = &tallies.per_home {
             let rows: Vec<Value> = per_home
                 .iter()
@@ -609,4 +610,15 @@ fn stored_tallies(conn: &Connection, detailed: bool) -> Result<Stored> {
         }
     }
     Ok(stored)
+}
+
+/// How many (home, sensor, minute) cells have different counts in the two tallies.
+fn differing_cells(
+    sent: &HashMap<(u32, &'static str, i64), u64>,
+    stored: &HashMap<(u32, &'static str, i64), u64>,
+) -> usize {
+    let keys: std::collections::HashSet<_> = sent.keys().chain(stored.keys()).collect();
+    keys.into_iter()
+        .filter(|key| sent.get(key) != stored.get(key))
+        .count()
 }

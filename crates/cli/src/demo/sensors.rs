@@ -64,11 +64,11 @@ impl Reading {
 /// A made-up but plausible state for the `n`-th reading of a kind.
 fn state(kind: usize, n: u64) -> String {
     match kind {
-        0 if n % 5 == 0 => "motion".into(),
+        0 if n.is_multiple_of(5) => "motion".into(),
         0 => "still".into(),
-        1 if n % 11 == 0 => "open".into(),
+        1 if n.is_multiple_of(11) => "open".into(),
         1 => "closed".into(),
-        2 if n % 4999 == 0 => "broken".into(),
+        2 if n.is_multiple_of(4999) => "broken".into(),
         2 => "intact".into(),
         _ => format!("{} ppm", n % 9),
     }
