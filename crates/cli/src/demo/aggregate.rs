@@ -271,3 +271,90 @@ pub async fn worker(global: &GlobalArgs, args: &DemoWorkerArgs) -> Result<()> {
     host.shutdown().await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use tributary_event::EventData;
+
+    use super::*;
+
+    fn event(sequence_number: i64, home: u32, kind: &'static str, at_ms: i64) -> ReceivedEvent {
+        let reading = Reading {
+            home,
+            kind,
+            state: "x".into(),
+            at_ms,
+        };
+        ReceivedEvent {
+            sequence_number,
+            offset: u64::try_from(sequence_number).unwrap() * 100,
+            enqueued_time_ms: at_ms,
+            data: EventData::new(reading.body()),
+        }
+    }
+
+    fn count(conn: &Connection, home: u32, kind: &str) -> i64 {
+        conn.query_row(
+            "SELECT coalesce(sum(count), 0) FROM home_minute WHERE home = ?1 AND kind = ?2",
+            params![home, kind],
+            |row| row.get(0),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_replayed_batch_is_counted_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("aggregates.sqlite");
+        create(&path).unwrap();
+        let mut conn = open(&path).unwrap();
+        let batch: Vec<_> = (0..3).map(|s| event(s, 7, "door", 60_000 + s)).collect();
+        assert_eq!(apply(&mut conn, "a", "0", &batch).unwrap(), 3);
+        // The same batch again (a new owner resuming from an older checkpoint), then one that
+        // overlaps it: only the new event counts.
+        assert_eq!(apply(&mut conn, "b", "0", &batch).unwrap(), 0);
+        let overlap: Vec<_> = (2..4).map(|s| event(s, 7, "door", 60_000 + s)).collect();
+        assert_eq!(apply(&mut conn, "b", "0", &overlap).unwrap(), 1);
+        assert_eq!(count(&conn, 7, "door"), 4);
+        // Another partition's sequence numbers are its own.
+        assert_eq!(
+            apply(&mut conn, "b", "1", &[event(0, 8, "co", 1)]).unwrap(),
+            1
+        );
+        assert_eq!(count(&conn, 8, "co"), 1);
+        let latest: (String, i64) = conn
+            .query_row(
+                "SELECT instance, at_ms FROM latest WHERE home = 7",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(latest, ("b".to_owned(), 60_003));
+    }
+
+    #[test]
+    fn a_body_that_is_not_a_reading_is_skipped_but_passed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("aggregates.sqlite");
+        create(&path).unwrap();
+        let mut conn = open(&path).unwrap();
+        let junk = ReceivedEvent {
+            sequence_number: 0,
+            offset: 0,
+            enqueued_time_ms: 0,
+            data: EventData::new(bytes::Bytes::from_static(b"not json")),
+        };
+        assert_eq!(
+            apply(&mut conn, "a", "0", &[junk, event(1, 1, "co", 5)]).unwrap(),
+            1
+        );
+        let applied: i64 = conn
+            .query_row(
+                "SELECT sequence FROM applied WHERE partition = '0'",
+                [],
+                |row| row.get(0),
+            )
+            .unwrap();
+        assert_eq!(applied, 1);
+    }
+}

@@ -150,10 +150,14 @@ fn process_cpu_ticks(pid: u32) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn this_process_has_used_some_cpu() {
+    fn a_busy_process_cpu_time_grows() {
+        let before = super::process_cpu_ticks(std::process::id()).unwrap();
         let spin = std::time::Instant::now();
-        while spin.elapsed() < std::time::Duration::from_millis(30) {}
-        let ticks = super::process_cpu_ticks(std::process::id()).unwrap();
-        assert!(ticks > 0);
+        let mut after = before;
+        // A tick is 10 ms of CPU; on a loaded machine that takes longer than 10 ms of wall time.
+        while after == before && spin.elapsed() < std::time::Duration::from_secs(20) {
+            after = super::process_cpu_ticks(std::process::id()).unwrap();
+        }
+        assert!(after > before, "{before} → {after}");
     }
 }
