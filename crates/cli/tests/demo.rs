@@ -107,6 +107,34 @@ fn check_aggregates_against_sent(data: &std::path::Path) {
     assert!(stored == sent, "the aggregates differ from what was sent");
 }
 
+/// The demo's own check, and the owners: the added instance took partitions, the killed one's
+/// moved, every partition is owned at the end.
+fn check_summary(summary: &Value) {
+    assert_eq!(summary["agree"], true, "{summary}");
+    assert_eq!(summary["failed_sends"], 0);
+    assert_eq!(summary["per_home_mismatches"], 0);
+    let sent = summary["sent"].as_u64().unwrap();
+    assert!(sent > 2000, "1000 homes × 3-4 sensors for a minute: {sent}");
+    assert_eq!(summary["aggregated"], sent);
+
+    let killed = summary["killed"].as_str().unwrap();
+    let added = summary["added"].as_str().unwrap();
+    let before_kill = owners_of(summary, "owners_before_kill");
+    let end = owners_of(summary, "owners_end");
+    assert!(before_kill.values().any(|o| o == killed), "{summary}");
+    assert!(
+        before_kill.values().any(|o| o == added),
+        "the added instance took partitions: {summary}"
+    );
+    assert_eq!(end.len(), 16, "every partition owned at the end: {summary}");
+    assert!(
+        end.values().all(|o| o != killed),
+        "the killed instance's partitions moved: {summary}"
+    );
+    let before_add = owners_of(summary, "owners_before_add");
+    assert!(before_add.values().all(|o| o != added));
+}
+
 #[test]
 fn the_demo_aggregates_exactly_what_the_sensors_sent_through_a_rebalance_and_a_kill() {
     let dir = tempfile::tempdir().unwrap();
@@ -157,28 +185,12 @@ fn the_demo_aggregates_exactly_what_the_sensors_sent_through_a_rebalance_and_a_k
 
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(data.join("summary.json")).unwrap()).unwrap();
-    assert_eq!(summary["agree"], true, "{summary}");
-    assert_eq!(summary["failed_sends"], 0);
-    assert_eq!(summary["per_home_mismatches"], 0);
-    let sent = summary["sent"].as_u64().unwrap();
-    assert!(sent > 2000, "1000 homes × 3-4 sensors for a minute: {sent}");
-    assert_eq!(summary["aggregated"], sent);
-
-    let killed = summary["killed"].as_str().unwrap();
-    let added = summary["added"].as_str().unwrap();
-    let before_kill = owners_of(&summary, "owners_before_kill");
-    let end = owners_of(&summary, "owners_end");
-    assert!(before_kill.values().any(|o| o == killed), "{summary}");
-    assert!(
-        before_kill.values().any(|o| o == added),
-        "the added instance took partitions: {summary}"
-    );
-    assert_eq!(end.len(), 16, "every partition owned at the end: {summary}");
-    assert!(
-        end.values().all(|o| o != killed),
-        "the killed instance's partitions moved: {summary}"
-    );
-    let before_add = owners_of(&summary, "owners_before_add");
-    assert!(before_add.values().all(|o| o != added));
+    check_summary(&summary);
     check_aggregates_against_sent(&data);
+    for pid in summary["pids"].as_array().unwrap() {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "instance pid {pid} outlived the demo"
+        );
+    }
 }
