@@ -9,10 +9,12 @@ use tributary_event::{EventPosition, PropertyValue};
 use tributary_log::Durability;
 
 mod bench;
+mod demo;
 mod process;
 mod replicate;
 
 pub use bench::{BenchArgs, LagRate, Scenario, TaskTransport};
+pub use demo::{DemoArgs, DemoWorkerArgs};
 pub use process::{Action, GroupStore, OwnershipArgs, ProcessArgs, Strategy};
 pub use replicate::ReplicateArgs;
 
@@ -92,6 +94,14 @@ pub enum Command {
     /// Measure the partition log (append throughput and acknowledgement latency, reads,
     /// recovery, memory) and the event processor host (start-up, failover, throughput).
     Bench(BenchArgs),
+    /// The home-security scenario of the Event Processor Host documentation, live: an embedded
+    /// 16-partition hub, simulated sensors of many homes, processor instances (child processes)
+    /// aggregating per home per minute, and a residents' page. Mid-run it adds carbon-monoxide
+    /// sensors, adds an instance and kills one, announcing each step.
+    Demo(DemoArgs),
+    /// One processor instance of `tributary demo` (started by it).
+    #[command(hide = true)]
+    DemoWorker(DemoWorkerArgs),
 }
 
 /// `tributary serve`.

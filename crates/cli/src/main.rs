@@ -14,6 +14,7 @@ mod bench_processor;
 mod bench_replicate;
 mod bench_silent;
 mod commands;
+mod demo;
 mod hub_handle;
 mod input;
 mod output;
@@ -70,6 +71,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Cert(args) => serve::cert(global, args),
         Command::ConnectionString(args) => commands::connection_string(global, args),
         Command::Bench(args) => bench::run(global, args).await,
+        Command::Demo(args) => demo::run(global, args).await,
+        Command::DemoWorker(args) => demo::aggregate::worker(global, args).await,
     }
 }
 
