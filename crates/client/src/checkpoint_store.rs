@@ -337,3 +337,57 @@ impl CheckpointStore for HubCheckpointStore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use fe2o3_amqp_types::messaging::{AmqpValue, ApplicationProperties, Body};
+    use fe2o3_amqp_types::primitives::Value;
+
+    use super::*;
+
+    fn answer(status: u16, marked: bool) -> Response {
+        let mut properties = ApplicationProperties::default();
+        if marked {
+            properties
+                .0
+                .insert(n::STORE_VERSION.to_owned(), SimpleValue::Int(1));
+            properties.0.insert(
+                n::CURRENT_OWNER_ID.to_owned(),
+                SimpleValue::String("host-b".to_owned()),
+            );
+        }
+        Response {
+            status,
+            description: "The operation is not supported".to_owned(),
+            condition: None,
+            properties: Some(properties),
+            body: Body::Value(AmqpValue(Value::Null)),
+        }
+    }
+
+    /// An answer without the store's property (Azure Event Hubs refusing an operation it does
+    /// not know) says the hub hosts no checkpoints and what to do instead.
+    #[test]
+    fn a_hub_without_the_store_is_a_clear_error() {
+        for status in [400, 404, 500, 501] {
+            let error = judge(
+                "listing ownership",
+                "ns.servicebus.windows.net",
+                "orders",
+                answer(status, false),
+            )
+            .unwrap_err();
+            let text = error.to_string();
+            assert!(
+                text.contains("does not host checkpoints") && text.contains("--store"),
+                "{text}"
+            );
+        }
+        let lost = judge("updating a checkpoint", "h", "orders", answer(412, true)).unwrap_err();
+        assert!(
+            matches!(lost, StoreError::OwnershipLost { ref current_owner, .. } if current_owner == "host-b"),
+            "{lost}"
+        );
+        assert!(judge("listing ownership", "h", "orders", answer(200, true)).is_ok());
+    }
+}
