@@ -44,7 +44,10 @@ pub fn from_broker(error: &BrokerError, receiver_name: Option<&str>) -> Refusal 
                 "Exceeded the maximum number of allowed receivers per partition in a consumer group which is {max}. List of connected receivers - {names}."
             ),
         ),
-        BrokerError::InvalidSend(_) => Refusal::new(ARGUMENT_ERROR, text),
+        BrokerError::InvalidSend(_) | BrokerError::InvalidProcessorRecord(_) => {
+            Refusal::new(ARGUMENT_ERROR, text)
+        }
+        BrokerError::OwnershipLost { .. } => Refusal::new(PRECONDITION_FAILED, text),
         BrokerError::ShuttingDown => Refusal::new(DETACH_FORCED, text),
         BrokerError::Log { source, .. } => match source {
             LogError::EventTooLarge { .. } | LogError::BatchTooLarge { .. } => {

@@ -18,6 +18,7 @@ use tributary_log::{GroupCommitter, PartitionProperties, ReadCursor, Retention, 
 use crate::catalog::{Catalog, ConsumerGroupDefinition, HubDefinition};
 use crate::config::{BrokerConfig, PARTITIONS_MAX};
 use crate::hub::Hub;
+use crate::ownership_registry::OwnershipRegistry;
 use crate::receiver::Receiver;
 use crate::{BrokerError, DisconnectReason};
 
@@ -98,6 +99,8 @@ struct BrokerInner {
     catalog: Mutex<Catalog>,
     hubs: RwLock<HashMap<String, Arc<Hub>>>,
     next_receiver_id: AtomicU64,
+    /// Event processors' ownership records and checkpoints.
+    registry: OwnershipRegistry,
     shutting_down: AtomicBool,
     _lock: File,
 }
@@ -175,10 +178,15 @@ impl Broker {
                 catalog: Mutex::new(catalog),
                 hubs: RwLock::new(hubs),
                 next_receiver_id: AtomicU64::new(1),
+                registry: OwnershipRegistry::default(),
                 shutting_down: AtomicBool::new(false),
                 _lock: lock,
             }),
         })
+    }
+
+    pub(crate) fn registry(&self) -> &OwnershipRegistry {
+        &self.inner.registry
     }
 
     /// The broker's configuration.
@@ -192,7 +200,7 @@ impl Broker {
         self.inner.committer.sync_times()
     }
 
-    fn hub(&self, name: &str) -> Result<Arc<Hub>, BrokerError> {
+    pub(crate) fn hub(&self, name: &str) -> Result<Arc<Hub>, BrokerError> {
         if self.inner.shutting_down.load(Ordering::Acquire) {
             return Err(BrokerError::ShuttingDown);
         }
@@ -313,6 +321,8 @@ impl Broker {
             return Err(e);
         }
         let hub = inner.hubs.write().expect("hub map").remove(&key);
+        // After the hub left the map, so no claim can write its records again.
+        inner.registry.lock().forget_hub(&key);
         if let Some(hub) = hub {
             hub.disconnect(None, &DisconnectReason::HubDeleted);
             // Open readers keep their file handles; the files go once they let go.
@@ -405,7 +415,8 @@ impl Broker {
         }
         *hub.definition.write().expect("hub definition") = updated;
         hub.disconnect(Some(group), &DisconnectReason::ConsumerGroupDeleted);
-        Ok(())
+        // After the group left the definition, so no claim can write its records again.
+        self.inner.registry.lock().delete_group(&hub, group)
     }
 
     /// Appends `events` as one batch to the partition `target` picks, and waits until the

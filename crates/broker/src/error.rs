@@ -133,6 +133,25 @@ pub enum BrokerError {
         #[source]
         source: LogError,
     },
+    /// A checkpoint was refused: the fence's owner does not own the partition now.
+    #[error(
+        "checkpoint for partition {partition_id} of {hub}/{group} refused: it is owned by {current_owner:?}, not by {fence_owner:?}"
+    )]
+    OwnershipLost {
+        /// The hub.
+        hub: String,
+        /// The consumer group.
+        group: String,
+        /// The partition.
+        partition_id: String,
+        /// The owner on record (`""` for nobody).
+        current_owner: String,
+        /// The owner the fence named.
+        fence_owner: String,
+    },
+    /// An ownership claim or checkpoint that cannot be recorded (no position, an owner id too long).
+    #[error("invalid ownership or checkpoint record: {0}")]
+    InvalidProcessorRecord(String),
     /// The data directory is in use, unreadable, or its catalog is damaged.
     #[error("{0}")]
     Storage(String),

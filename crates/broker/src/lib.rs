@@ -18,6 +18,12 @@
 //! makes it visible, never by polling. A receiver displaced by a higher epoch gets the distinct
 //! [`ReceiveError::Disconnected`] with [`DisconnectReason::Stolen`].
 //!
+//! # Ownership and checkpoints
+//! The broker also hosts event processors' checkpoint store: per (hub, consumer group,
+//! partition) an ownership record and a checkpoint, with conditional claims and fenced
+//! checkpoints, kept durably in the data directory ([`Broker::claim_ownership`],
+//! [`Broker::update_checkpoint`], [`Broker::processor_group_states`]; see `ownership_registry`).
+//!
 //! [`BrokerSource`] offers a hub of the broker as a `tributary_source::PartitionSource`, so an
 //! event processor host (`tributary-processor`) reads it in process.
 //!
@@ -33,6 +39,7 @@ pub mod config;
 pub mod epochs;
 mod error;
 mod hub;
+mod ownership_registry;
 pub mod receiver;
 mod source;
 
@@ -40,6 +47,9 @@ pub use broker::{Broker, HubSpec, ReceiverSpec, SendReceipt};
 pub use catalog::{ConsumerGroupDefinition, HubDefinition};
 pub use config::BrokerConfig;
 pub use error::{BrokerError, DisconnectReason, ReceiveError};
+pub use ownership_registry::{
+    CheckpointRecord, OWNER_ID_BYTES_MAX, OwnershipClaim, OwnershipRecord, ProcessorPartitionState,
+};
 pub use receiver::{DisconnectWatch, LastEnqueuedEvent, Receiver};
 pub use source::BrokerSource;
 pub use tributary_event::SendTarget;

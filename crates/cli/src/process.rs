@@ -30,19 +30,69 @@ impl GroupStore {
         })
     }
 
-    /// The `--store` URL, parsed; by default the data directory's SQLite file.
-    fn store_location(&self, global: &GlobalArgs) -> Result<StoreLocation> {
+    /// The `--store` URL, parsed (`hub:` is the hub's own store). By default the hub's own
+    /// store when the hub is remote (a connection string, or a running `serve` on the data
+    /// directory), else the data directory's SQLite file.
+    fn store_choice(&self, global: &GlobalArgs) -> Result<StoreChoice> {
         match &self.store {
-            Some(url) => Ok(StoreLocation::parse(url)?),
-            None => Ok(StoreLocation::Sqlite(
+            Some(url) if url.eq_ignore_ascii_case(HUB_STORE) => Ok(StoreChoice::Hub),
+            Some(url) => Ok(StoreChoice::Url(StoreLocation::parse(url)?)),
+            None if self.connection_string.is_some()
+                || crate::running::local_connection_string(&global.data_dir).is_some() =>
+            {
+                Ok(StoreChoice::Hub)
+            }
+            None => Ok(StoreChoice::Url(StoreLocation::Sqlite(
                 global.data_dir.join("checkpoints.sqlite"),
-            )),
+            ))),
         }
     }
 }
 
-/// Opens the checkpoint store at `location`.
-async fn open_store(location: &StoreLocation) -> Result<Arc<dyn CheckpointStore>> {
+/// The `--store` that names the checkpoint store the hub itself hosts.
+const HUB_STORE: &str = "hub:";
+
+/// Where ownership and checkpoints live: a store named by URL, or the hub's own.
+enum StoreChoice {
+    Url(StoreLocation),
+    /// The store a Tributary hub hosts, over its AMQP connection (`hub:`).
+    Hub,
+}
+
+impl std::fmt::Display for StoreChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreChoice::Url(location) => location.fmt(f),
+            StoreChoice::Hub => f.write_str("the hub (hub:)"),
+        }
+    }
+}
+
+/// Opens the checkpoint store `choice` names; the hub's own is reached through `hub`, and
+/// checked with one request, so a hub that hosts none (Azure Event Hubs) fails here, with the
+/// hub's reason and what to do, rather than in every balancing cycle.
+async fn open_store(
+    choice: &StoreChoice,
+    hub: Option<&HubHandle>,
+    at: &GroupStore,
+) -> Result<Arc<dyn CheckpointStore>> {
+    let location = match choice {
+        StoreChoice::Url(location) => location,
+        StoreChoice::Hub => {
+            let Some(HubHandle::Remote { hub: remote, .. }) = hub else {
+                anyhow::bail!(
+                    "--store hub: needs a hub reached over AMQP: give --connection-string, \
+                     or run `tributary serve` on the data directory"
+                );
+            };
+            let store = tributary_client::HubCheckpointStore::new(remote.consumer());
+            store
+                .list_ownership(&at.namespace()?, &at.hub, &at.group)
+                .await
+                .context("cannot use the hub's checkpoint store")?;
+            return Ok(Arc::new(store));
+        }
+    };
     location
         .open()
         .await
@@ -160,8 +210,8 @@ pub async fn process(global: &GlobalArgs, args: &ProcessArgs) -> Result<()> {
     let at = &args.at;
     let hub = HubHandle::open(global, &at.hub, at.connection_string.as_deref()).await?;
     let source = hub.source(Some(&at.namespace()?));
-    let location = at.store_location(global)?;
-    let store = open_store(&location).await?;
+    let location = at.store_choice(global)?;
+    let store = open_store(&location, Some(&hub), at).await?;
     if let Some(dir) = &args.output_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
@@ -279,25 +329,39 @@ async fn check_hub_exists(global: &GlobalArgs, at: &GroupStore) -> Result<()> {
     Ok(())
 }
 
+/// The store `tributary ownership` reads: a shared one (never `memory:`).
+async fn ownership_store(
+    global: &GlobalArgs,
+    args: &OwnershipArgs,
+) -> Result<Arc<dyn CheckpointStore>> {
+    let location = args.at.store_choice(global)?;
+    Ok(match &location {
+        StoreChoice::Url(StoreLocation::Memory) => anyhow::bail!(
+            "memory: is one process's own store; `ownership` can only read a shared one \
+             (hub:, sqlite:PATH, postgres://... or a blob container)"
+        ),
+        StoreChoice::Url(url) => {
+            check_hub_exists(global, &args.at).await?;
+            if let StoreLocation::Sqlite(path) = url {
+                anyhow::ensure!(
+                    path.exists(),
+                    "there is no checkpoint store at {}",
+                    path.display()
+                );
+            }
+            open_store(&location, None, &args.at).await?
+        }
+        StoreChoice::Hub => {
+            let hub =
+                HubHandle::open(global, &args.at.hub, args.at.connection_string.as_deref()).await?;
+            open_store(&location, Some(&hub), &args.at).await?
+        }
+    })
+}
+
 /// `tributary ownership`: the tracking table of the Event Processor Host documentation.
 pub async fn ownership(global: &GlobalArgs, args: &OwnershipArgs) -> Result<()> {
-    let location = args.at.store_location(global)?;
-    if location != StoreLocation::Memory {
-        check_hub_exists(global, &args.at).await?;
-    }
-    match &location {
-        StoreLocation::Memory => anyhow::bail!(
-            "memory: is one process's own store; `ownership` can only read a shared one \
-             (sqlite:PATH or postgres://...)"
-        ),
-        StoreLocation::Sqlite(path) => anyhow::ensure!(
-            path.exists(),
-            "there is no checkpoint store at {}",
-            path.display()
-        ),
-        _ => {}
-    }
-    let store = open_store(&location).await?;
+    let store = ownership_store(global, args).await?;
     let namespace = args.at.namespace()?;
     let owners = store
         .list_ownership(&namespace, &args.at.hub, &args.at.group)

@@ -627,9 +627,12 @@ fn spawn_processor(
     name: &str,
     log: &Path,
 ) -> Reaped {
-    let args = ["process", "h", "--connection-string", cs, "--store", store];
+    let args = ["process", "h", "--connection-string", cs];
     let output = ["--action", "file", "--output-dir", out.to_str().unwrap()];
     let mut cmd = tributary(client, &args);
+    if !store.is_empty() {
+        cmd.args(["--store", store]);
+    }
     cmd.args(output).args(["--host-name", name]);
     let log = std::fs::File::create(log).unwrap();
     Reaped(cmd.stdout(Stdio::null()).stderr(log).spawn().unwrap())
@@ -637,17 +640,13 @@ fn spawn_processor(
 
 /// Owner → the partitions it owns, from `tributary ownership`.
 fn owners_of(client: &Path, cs: &str, store: &str) -> BTreeMap<String, Vec<String>> {
-    if !store.contains("://") && !Path::new(store).exists() {
+    if !store.is_empty() && !store.contains("://") && !Path::new(store).exists() {
         return BTreeMap::new(); // No instance has opened the SQLite file yet.
     }
-    let args = [
-        "ownership",
-        "h",
-        "--store",
-        store,
-        "--connection-string",
-        cs,
-    ];
+    let mut args = vec!["ownership", "h", "--connection-string", cs];
+    if !store.is_empty() {
+        args.extend(["--store", store]);
+    }
     let mut owners = BTreeMap::<String, Vec<String>>::new();
     for row in run_ok(client, &args).lines().skip(1) {
         let cols: Vec<&str> = row.split('\t').collect();
@@ -722,6 +721,16 @@ fn five_processes_share_a_hub_and_survive_a_kill_9() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("checkpoints.sqlite");
     five_processes_survive_a_kill_9(dir.path(), store.to_str().unwrap());
+}
+
+/// The kill -9 fleet test with no `--store`: the served hub keeps ownership and checkpoints.
+#[test]
+fn five_processes_share_the_hubs_own_store_and_survive_a_kill_9() {
+    let _one = ONE_FLEET_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = tempfile::tempdir().unwrap();
+    five_processes_survive_a_kill_9(dir.path(), "");
 }
 
 /// The kill -9 fleet test with a `postgres://` store on this test binary's private PostgreSQL

@@ -125,6 +125,18 @@ impl Target {
         })
     }
 
+    /// The same credentials and options for another event hub of the namespace.
+    pub(crate) fn for_hub(&self, hub: &str) -> Result<Target, ClientError> {
+        let hub = self.connection_string.resolve_hub(Some(hub))?.to_owned();
+        tributary_event::names::validate_hub_name(&hub)
+            .map_err(|e| ClientError::InvalidArgument(e.to_string()))?;
+        Ok(Target {
+            connection_string: self.connection_string.clone(),
+            hub,
+            options: self.options.clone(),
+        })
+    }
+
     /// The CBS audience every link of this client is authorized under.
     pub(crate) fn audience(&self) -> String {
         format!("sb://{}/{}", self.connection_string.host(), self.hub)

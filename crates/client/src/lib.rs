@@ -15,9 +15,11 @@
 //! - [`ConsumerClient`] and [`EventReceiver`]: read a partition from any [`EventPosition`], with
 //!   an owner level (epoch) or without, with credit-based prefetch and the runtime metric.
 //! - Hub and partition properties through `$management`.
+//! - [`HubCheckpointStore`]: the processor's checkpoint store that a Tributary hub hosts,
+//!   over the same connection (Azure Event Hubs refuses it with a clear error).
 //! - [`RemoteHub`]: a [`tributary_source::PartitionSource`], so the event processor host
 //!   (`tributary-processor`) runs against a remote hub. The client depends on the source traits
-//!   only, not on the processor host, the broker or SQLite.
+//!   and the processor's store trait (none of its store backends), not on the broker or SQLite.
 //!
 //! The AMQP protocol runs on Tributary's own engine (`tributary-amqp-engine`, one task per
 //! connection; see `amqp.rs`), TLS on rustls, and the data model is `tributary-event`'s.
@@ -96,6 +98,7 @@
 #![forbid(unsafe_code)]
 
 mod amqp;
+mod checkpoint_store;
 mod connection;
 pub use tributary_eventhubs::connection_string;
 mod consumer;
@@ -108,6 +111,7 @@ mod request_response;
 pub mod sas;
 mod tls;
 
+pub use checkpoint_store::HubCheckpointStore;
 pub use connection::ClientOptions;
 pub use connection_string::{ConnectionString, ConnectionStringError, Credential};
 pub use consumer::{ConsumerClient, EventReceiver};

@@ -33,6 +33,8 @@ pub(crate) struct Response {
     pub(crate) status: u16,
     pub(crate) description: String,
     pub(crate) condition: Option<String>,
+    /// Every application property of the response.
+    pub(crate) properties: Option<ApplicationProperties>,
     pub(crate) body: Body<Value>,
 }
 
@@ -209,6 +211,7 @@ fn read_response(message: Message<Body<Value>>) -> Response {
         status,
         description,
         condition: text([m::ERROR_CONDITION, m::ERROR_CONDITION_CAMEL]),
+        properties: message.application_properties.clone(),
         body: message.body,
     }
 }

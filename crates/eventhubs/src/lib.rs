@@ -30,6 +30,10 @@
 //!   run before `serde_amqp` reads it; the generic message type and its encoder are
 //!   [`message`].
 //!
+//! - **The hub-hosted checkpoint store** ([`checkpoint_store`]): Tributary's own `$management`
+//!   operations (list and claim ownership, list and update checkpoints), their requests and
+//!   answers, encoded and decoded here for both ends.
+//!
 //! # What it does not own
 //! Links, sessions, nodes and the broker: the server (`tributary-amqp`) and the client
 //! (`tributary-client`) translate between the AMQP engine and these functions. Nothing here
@@ -45,6 +49,7 @@
 #![forbid(unsafe_code)]
 
 pub mod address;
+pub mod checkpoint_store;
 pub mod condition;
 pub mod connection_string;
 pub mod deliver;

@@ -114,3 +114,39 @@ pub mod management {
     /// Answer key: the epoch (geo-replication segment) of the newest sequence number (int).
     pub const LAST_ENQUEUED_SEQUENCE_NUMBER_EPOCH: &str = "last_enqueued_sequence_number_epoch";
 }
+
+/// Tributary's own `$management` operations: the checkpoint store a Tributary hub hosts (see
+/// [`crate::checkpoint_store`]). Azure Event Hubs does not know them and refuses them.
+pub mod checkpoint_store {
+    /// Operation: every ownership record of a consumer group.
+    pub const LIST_OWNERSHIP: &str = "com.tributary:list-ownership";
+    /// Operation: conditional claims of partitions; answers the won records.
+    pub const CLAIM_OWNERSHIP: &str = "com.tributary:claim-ownership";
+    /// Operation: every checkpoint of a consumer group.
+    pub const LIST_CHECKPOINTS: &str = "com.tributary:list-checkpoints";
+    /// Operation: a checkpoint, fenced by its owner id.
+    pub const UPDATE_CHECKPOINT: &str = "com.tributary:update-checkpoint";
+    /// Request property: the consumer group (the hub is [`super::management::NAME`]).
+    pub const CONSUMER_GROUP: &str = "com.tributary:consumer-group";
+    /// Request property of an update: the owner id the partition's record must show.
+    pub const FENCE_OWNER_ID: &str = "com.tributary:owner-id";
+    /// Response property on every answer to these operations (int, the protocol's version,
+    /// 1): what tells a hub that hosts checkpoints from one that refused an unknown operation.
+    pub const STORE_VERSION: &str = "com.tributary:checkpoint-store";
+    /// Response property of a refused checkpoint: the partition's owner on record (`""`: nobody).
+    pub const CURRENT_OWNER_ID: &str = "com.tributary:current-owner-id";
+    /// Record key: the partition id (string).
+    pub const PARTITION_ID: &str = "partition-id";
+    /// Record key: the owner id (string).
+    pub const OWNER_ID: &str = "owner-id";
+    /// Record key: the etag (string, or null in a first claim).
+    pub const ETAG: &str = "etag";
+    /// Record key: the ownership version (long).
+    pub const VERSION: &str = "version";
+    /// Record key: when the record last changed (timestamp).
+    pub const LAST_MODIFIED: &str = "last-modified";
+    /// Record key: the checkpoint's offset (ulong, or null).
+    pub const OFFSET: &str = "offset";
+    /// Record key: the checkpoint's sequence number (long, or null).
+    pub const SEQUENCE_NUMBER: &str = "sequence-number";
+}

@@ -1,5 +1,11 @@
 //! The admin API under `/admin/v1`: event hubs, their (Event Hubs) consumer groups, and the
 //! server-side (OCI) groups. JSON in and out, camelCase, unknown fields refused.
+//!
+//! `GET /admin/v1/hubs/{hub}/consumergroups/{group}/partitions` shows an Event Hubs consumer
+//! group's processors as the hub-hosted checkpoint store records them: per partition its owner,
+//! ownership version and last change, checkpoint, the partition's last enqueued event, and the
+//! group's lag — events after the checkpoint (every retained event without one) and the age in
+//! seconds of the oldest of them (0 when it is caught up).
 
 use crate::server::Json;
 use axum::Router;
@@ -31,6 +37,10 @@ pub(crate) fn routes() -> Router<AppState> {
         .route(
             "/admin/v1/hubs/{stream}/consumergroups/{group}",
             delete(delete_consumer_group),
+        )
+        .route(
+            "/admin/v1/hubs/{stream}/consumergroups/{group}/partitions",
+            get(consumer_group_partitions),
         )
         .route("/admin/v1/hubs/{stream}/groups", get(list_groups))
         .route(
@@ -164,6 +174,91 @@ async fn delete_consumer_group(
         .delete_consumer_group(&path.stream, group_of(&path)?)
         .await?;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn consumer_group_partitions(
+    State(state): State<AppState>,
+    path: StreamPath,
+) -> Result<Response, ApiError> {
+    let broker = &state.broker;
+    let definition = broker.describe_hub(&path.stream)?;
+    let asked = group_of(&path)?;
+    let Some((group, states)) = broker
+        .processor_group_states(&definition.name)?
+        .into_iter()
+        .find(|(group, _)| group.eq_ignore_ascii_case(asked))
+    else {
+        return Err(tributary_broker::BrokerError::ConsumerGroupNotFound {
+            hub: definition.name,
+            group: asked.to_owned(),
+        }
+        .into());
+    };
+    let now_ms = broker.clock().now_ms();
+    let mut partitions = Vec::new();
+    for p in 0..definition.partition_count {
+        let id = p.to_string();
+        let record = states.iter().find(|s| s.partition_id == id);
+        partitions.push(partition_state_json(
+            broker,
+            &definition.name,
+            &id,
+            record,
+            now_ms,
+        )?);
+    }
+    let body = json!({
+        "hub": definition.name,
+        "consumerGroup": group,
+        "partitions": partitions,
+    });
+    Ok(Json(body).into_response())
+}
+
+/// One partition's owner, checkpoint and lag (see the module docs).
+fn partition_state_json(
+    broker: &tributary_broker::Broker,
+    hub: &str,
+    id: &str,
+    record: Option<&tributary_broker::ProcessorPartitionState>,
+    now_ms: i64,
+) -> Result<Value, ApiError> {
+    let props = broker.partition_properties(hub, id)?;
+    let checkpoint_sequence = record.and_then(|r| r.checkpoint_sequence_number);
+    let has_checkpoint =
+        record.is_some_and(|r| r.checkpoint_offset.is_some()) || checkpoint_sequence.is_some();
+    // The first event the group has not processed.
+    let next = match (has_checkpoint, checkpoint_sequence) {
+        (true, Some(sequence)) => Some(sequence + 1),
+        (true, None) => None, // An offset alone: the sequence number is not known here.
+        (false, _) => Some(props.begin_sequence_number),
+    };
+    let last = props.last_enqueued_sequence_number;
+    let lag_events = next.map(|next| (last + 1 - next).max(0));
+    let lag_seconds = match (next, lag_events) {
+        (Some(next), Some(events)) if events > 0 => broker
+            .read(hub, id, next.max(props.begin_sequence_number), 1, 1 << 20)
+            .ok()
+            .and_then(|events| events.first().map(|e| e.enqueued_time_ms))
+            .map(|enqueued| ((now_ms - enqueued).max(0) as f64) / 1000.0),
+        (Some(_), Some(_)) => Some(0.0),
+        _ => None,
+    };
+    let owned = record.filter(|r| r.version > 0);
+    Ok(json!({
+        "id": id,
+        "ownerId": owned.map(|r| r.owner_id.clone()),
+        "ownershipVersion": owned.map(|r| r.version),
+        "ownershipLastModified": owned.map(|r| crate::oci::format_time(r.last_modified_ms)),
+        "checkpoint": has_checkpoint.then(|| json!({
+            "offset": record.and_then(|r| r.checkpoint_offset).map(|o| o.to_string()),
+            "sequenceNumber": checkpoint_sequence,
+        })),
+        "lastEnqueuedSequenceNumber": last,
+        "lastEnqueuedTime": props.last_enqueued_time_ms.map(crate::oci::format_time),
+        "lagEvents": lag_events,
+        "lagSeconds": lag_seconds,
+    }))
 }
 
 fn group_json(g: &GroupSummary) -> Value {

@@ -30,6 +30,7 @@ mod nodes;
 mod receive_link;
 mod sasl;
 mod send_link;
+mod store_node;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -121,6 +122,13 @@ pub(crate) enum Command {
     Detach { link: LinkRef, refusal: Refusal },
     /// A refused link's delay is over: detach it with its error.
     RefusalDue { link: LinkRef },
+    /// A `$management` answer that took work off the connection's task is ready.
+    Reply {
+        session: SessionId,
+        kind: nodes::NodeKind,
+        reply_to: Option<String>,
+        response: Box<tributary_eventhubs::message::AmqpMessage>,
+    },
     /// The handshake timeout is over: an unauthenticated connection without `open` ends.
     OpenDue,
     /// The authentication timeout is over: an unauthenticated connection ends.
@@ -353,6 +361,12 @@ impl Handler for ServerHandler {
                     connection.detach(link.id, true, Some(error));
                 }
             }
+            Command::Reply {
+                session,
+                kind,
+                reply_to,
+                response,
+            } => self.send_reply(connection, session, kind, reply_to.as_deref(), *response),
         }
     }
 
@@ -645,10 +659,21 @@ impl ServerHandler {
                 let (reply_to, response) = nodes::answer(kind, &delivery.payload, &self.state);
                 settle_request(connection, session, &delivery, response.is_ok());
                 let Ok(response) = response else { return };
-                match self.reply_link(session, kind, reply_to.as_deref()) {
-                    Some((id, reply)) => reply.send(connection, id, response),
-                    None => {
-                        tracing::debug!(?kind, "no response link for a request; response dropped")
+                match response {
+                    Ok(ready) => {
+                        self.send_reply(connection, session, kind, reply_to.as_deref(), ready);
+                    }
+                    Err(pending) => {
+                        let commands = self.commands.clone();
+                        tokio::spawn(async move {
+                            let response = Box::new(pending.await);
+                            let _ = commands.send(Command::Reply {
+                                session,
+                                kind,
+                                reply_to,
+                                response,
+                            });
+                        });
                     }
                 }
                 let _ = connection.flow(link, SEND_LINK_CREDIT);
@@ -668,6 +693,21 @@ impl ServerHandler {
                 }
             }
             LinkKind::Replies(_) | LinkKind::Receive(_) => {}
+        }
+    }
+
+    /// Sends a node's response on its response link, if the session still has one.
+    fn send_reply(
+        &mut self,
+        connection: &mut Connection,
+        session: SessionId,
+        kind: nodes::NodeKind,
+        reply_to: Option<&str>,
+        response: tributary_eventhubs::message::AmqpMessage,
+    ) {
+        match self.reply_link(session, kind, reply_to) {
+            Some((id, reply)) => reply.send(connection, id, response),
+            None => tracing::debug!(?kind, "no response link for a request; response dropped"),
         }
     }
 

@@ -11,6 +11,8 @@
 //! - `$management` `READ` of `com.microsoft:eventhub` / `com.microsoft:partition`: the hub's or
 //!   partition's properties as an amqp-value map with the keys and types the SDKs read (404 for an
 //!   unknown hub or partition, 401 without Listen, Send or Manage on the hub).
+//! - `$management` `com.tributary:*`: the hub-hosted checkpoint store (`store_node`).
+//! - Any other operation: 400 with `amqp:not-implemented`.
 
 use std::collections::VecDeque;
 
@@ -27,6 +29,7 @@ use super::{ConnectionState, amqp_error, now_secs};
 use crate::auth::{self, READ};
 use crate::conditions::{self, Refusal};
 use crate::limits::NODE_QUEUE_MAX;
+use tributary_eventhubs::checkpoint_store::StoreCall;
 use tributary_eventhubs::ingest::decode_strict;
 use tributary_eventhubs::message::{AmqpMessage, empty_message, value_body};
 use tributary_eventhubs::names::management as m;
@@ -108,13 +111,16 @@ impl ReplyLink {
     }
 }
 
+/// A response: ready now, or still being worked out (the checkpoint store's operations).
+pub(crate) type Reply = Result<AmqpMessage, super::store_node::PendingAnswer>;
+
 /// Answers one request to a node: the request's `reply-to` and the response (`Err` when the
 /// request could not be read).
 pub(crate) fn answer(
     kind: NodeKind,
     payload: &[u8],
     connection: &ConnectionState,
-) -> (Option<String>, Result<AmqpMessage, ()>) {
+) -> (Option<String>, Result<Reply, ()>) {
     let request = match decode_strict(payload) {
         Ok(request) => request,
         Err(e) => {
@@ -124,8 +130,11 @@ pub(crate) fn answer(
     };
     let reply_to = request.properties.as_ref().and_then(|p| p.reply_to.clone());
     let response = match kind {
-        NodeKind::Cbs => put_token(&request, connection),
-        NodeKind::Management => management(&request, connection),
+        NodeKind::Cbs => Ok(put_token(&request, connection)),
+        NodeKind::Management => match StoreCall::decode(&request) {
+            Some(call) => super::store_node::answer(&request, call, connection),
+            None => Ok(management(&request, connection)),
+        },
     };
     (reply_to, Ok(response))
 }
@@ -156,7 +165,7 @@ fn property<'a>(request: &'a AmqpMessage, key: &str) -> Option<&'a str> {
         .and_then(text)
 }
 
-fn response(
+pub(super) fn response(
     request: &AmqpMessage,
     status: i32,
     description: &str,
@@ -183,7 +192,12 @@ fn response(
     }
 }
 
-fn failure(request: &AmqpMessage, status: i32, condition: &str, description: &str) -> AmqpMessage {
+pub(super) fn failure(
+    request: &AmqpMessage,
+    status: i32,
+    condition: &str,
+    description: &str,
+) -> AmqpMessage {
     let mut message = response(
         request,
         status,
@@ -234,19 +248,28 @@ fn put_token(request: &AmqpMessage, connection: &ConnectionState) -> AmqpMessage
     }
 }
 
-/// Whether the request may read `hub`: its own `security_token`, or the connection's grants.
-fn may_read(request: &AmqpMessage, connection: &ConnectionState, hub: &str) -> Result<(), Refusal> {
+/// Whether the request has one of the rights `needed` on `hub`: by its own `security_token`,
+/// or by the connection's grants.
+pub(super) fn may(
+    request: &AmqpMessage,
+    connection: &ConnectionState,
+    hub: &str,
+    needed: auth::Needed,
+) -> Result<(), Refusal> {
     let entity = hub.to_ascii_lowercase();
     let now = now_secs();
     if let Some(token) = property(request, m::SECURITY_TOKEN) {
         let verified = auth::verify(token, &connection.ctx.policies, now)
             .map_err(|e| Refusal::new(conditions::UNAUTHORIZED, e.to_string()))
-            .and_then(|grant| auth::check(&grant, &entity, READ, now));
+            .and_then(|grant| auth::check(&grant, &entity, needed, now));
         if verified.is_ok() {
             return Ok(());
         }
     }
-    connection.grants.authorize(&entity, READ, now).map(|_| ())
+    connection
+        .grants
+        .authorize(&entity, needed, now)
+        .map(|_| ())
 }
 
 fn management(request: &AmqpMessage, connection: &ConnectionState) -> AmqpMessage {
@@ -255,7 +278,8 @@ fn management(request: &AmqpMessage, connection: &ConnectionState) -> AmqpMessag
             request,
             400,
             conditions::NOT_IMPLEMENTED,
-            "the only $management operation is READ",
+            "the $management operations are READ and Tributary's checkpoint store's \
+             (com.tributary:list-ownership, claim-ownership, list-checkpoints, update-checkpoint)",
         );
     }
     let Some(hub) = property(request, m::NAME) else {
@@ -266,7 +290,7 @@ fn management(request: &AmqpMessage, connection: &ConnectionState) -> AmqpMessag
             "the request names no event hub",
         );
     };
-    if let Err(e) = may_read(request, connection, hub) {
+    if let Err(e) = may(request, connection, hub, READ) {
         return failure(request, 401, e.condition, &e.description);
     }
     let broker = &connection.ctx.broker;

@@ -26,7 +26,8 @@ pub struct GroupStore {
     /// The consumer group.
     #[arg(long, short, default_value = "$Default")]
     pub group: String,
-    /// The checkpoint store, as a URL: `sqlite:PATH` or a bare path (a SQLite file the
+    /// The checkpoint store, as a URL: `hub:` (the store a Tributary hub keeps itself, reached
+    /// over the AMQP connection; Azure Event Hubs has none), `sqlite:PATH` or a bare path (a SQLite file the
     /// processors on this machine share), `postgres://USER:PASSWORD@HOST:PORT/DATABASE` (two
     /// tables that processors on many machines share; `?schema=NAME` picks the schema, default
     /// public; no TLS), `https://ACCOUNT.blob.core.windows.net/CONTAINER` (blobs in the layout
@@ -34,7 +35,8 @@ pub struct GroupStore {
     /// with these; a SAS in the URL, or AZURE_STORAGE_CONNECTION_STRING / AZURE_STORAGE_KEY;
     /// Azurite: `http://127.0.0.1:10000/devstoreaccount1/CONTAINER`), or `memory:` (`process`
     /// only: this instance alone, forgotten at exit).
-    /// Default: checkpoints.sqlite in the data directory.
+    /// Default: `hub:` for a remote hub (--connection-string, or a running `serve` on the data
+    /// directory), else checkpoints.sqlite in the data directory.
     #[arg(
         long,
         value_name = "URL",

@@ -1,0 +1,207 @@
+//! The broker's ownership and checkpoint registry: conditional claims, fenced checkpoints,
+//! refusals, and records that survive a restart and go with their hub or group.
+
+use tributary_broker::{
+    Broker, BrokerConfig, BrokerError, CheckpointRecord, HubSpec, OwnershipClaim,
+};
+
+async fn open(dir: &std::path::Path) -> Broker {
+    Broker::open(BrokerConfig::new(dir)).await.unwrap()
+}
+
+fn claim(partition: &str, owner: &str, etag: Option<&str>) -> OwnershipClaim {
+    OwnershipClaim {
+        partition_id: partition.to_owned(),
+        owner_id: owner.to_owned(),
+        etag: etag.map(str::to_owned),
+    }
+}
+
+fn checkpoint(partition: &str, offset: u64, sequence: i64) -> CheckpointRecord {
+    CheckpointRecord {
+        partition_id: partition.to_owned(),
+        offset: Some(offset),
+        sequence_number: Some(sequence),
+    }
+}
+
+#[tokio::test]
+async fn claims_are_conditional_and_checkpoints_fenced_and_both_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open(dir.path()).await;
+    broker.create_hub(HubSpec::new("Orders", 4)).await.unwrap();
+    let won = broker
+        .claim_ownership(
+            "orders",
+            "$Default",
+            vec![claim("0", "a", None), claim("1", "a", None)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(won.len(), 2);
+    assert_eq!(won[0].version, 1);
+    // A second first claim and a stale etag lose quietly.
+    let lost = broker
+        .claim_ownership(
+            "ORDERS",
+            "$default",
+            vec![claim("0", "b", None), claim("1", "b", Some("stale"))],
+        )
+        .await
+        .unwrap();
+    assert!(lost.is_empty());
+    let stolen = broker
+        .claim_ownership(
+            "orders",
+            "$Default",
+            vec![claim("1", "b", Some(&won[1].etag))],
+        )
+        .await
+        .unwrap();
+    assert_eq!(stolen[0].version, 2);
+    assert_ne!(stolen[0].etag, won[1].etag);
+
+    broker
+        .update_checkpoint("orders", "$Default", checkpoint("0", 40, 4), "a")
+        .await
+        .unwrap();
+    let refused = broker
+        .update_checkpoint("orders", "$Default", checkpoint("1", 80, 8), "a")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, BrokerError::OwnershipLost { current_owner, .. } if current_owner == "b"),
+        "{refused}"
+    );
+    let no_position = CheckpointRecord {
+        partition_id: "0".into(),
+        offset: None,
+        sequence_number: None,
+    };
+    assert!(matches!(
+        broker
+            .update_checkpoint("orders", "$Default", no_position, "a")
+            .await,
+        Err(BrokerError::InvalidProcessorRecord(_))
+    ));
+
+    broker.shutdown().await.unwrap();
+    drop(broker);
+    let kept = vec![won[0].clone(), stolen[0].clone()];
+    records_survive_a_restart(dir.path(), kept).await;
+}
+
+async fn records_survive_a_restart(
+    dir: &std::path::Path,
+    kept: Vec<tributary_broker::OwnershipRecord>,
+) {
+    let broker = open(dir).await;
+    let owners = broker.list_ownership("orders", "$Default").await.unwrap();
+    assert_eq!(owners, kept);
+    let checkpoints = broker.list_checkpoints("orders", "$Default").await.unwrap();
+    assert_eq!(checkpoints, vec![checkpoint("0", 40, 4)]);
+    let states = broker.processor_group_states("orders").unwrap();
+    assert_eq!(states.len(), 1);
+    let (group, partitions) = &states[0];
+    assert_eq!(group, "$Default");
+    assert_eq!(partitions.len(), 2);
+    assert_eq!(partitions[0].owner_id, "a");
+    assert_eq!(partitions[0].checkpoint_offset, Some(40));
+    assert_eq!(partitions[0].checkpoint_sequence_number, Some(4));
+    assert_eq!(partitions[1].owner_id, "b");
+    assert_eq!(partitions[1].version, 2);
+    assert_eq!(partitions[1].checkpoint_offset, None);
+}
+
+#[tokio::test]
+async fn unknown_hubs_groups_and_partitions_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open(dir.path()).await;
+    broker.create_hub(HubSpec::new("orders", 2)).await.unwrap();
+    broker
+        .create_consumer_group("orders", "audit")
+        .await
+        .unwrap();
+    let refused = [
+        broker
+            .claim_ownership("nope", "$Default", vec![claim("0", "a", None)])
+            .await,
+        broker
+            .claim_ownership("orders", "nope", vec![claim("0", "a", None)])
+            .await,
+        broker
+            .claim_ownership("orders", "$Default", vec![claim("2", "a", None)])
+            .await,
+        broker
+            .claim_ownership("orders", "$Default", vec![claim("", "a", None)])
+            .await,
+        broker
+            .claim_ownership(
+                "orders",
+                "$Default",
+                vec![claim("0", &"x".repeat(300), None)],
+            )
+            .await,
+    ];
+    for result in refused {
+        let error = result.unwrap_err();
+        assert!(error.is_caller_error(), "{error}");
+    }
+    assert!(
+        broker
+            .list_ownership("orders", "$Default")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_group_or_hub_deletes_its_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open(dir.path()).await;
+    broker.create_hub(HubSpec::new("orders", 2)).await.unwrap();
+    broker
+        .create_consumer_group("orders", "audit")
+        .await
+        .unwrap();
+    broker
+        .claim_ownership("orders", "audit", vec![claim("0", "a", None)])
+        .await
+        .unwrap();
+    broker
+        .delete_consumer_group("orders", "audit")
+        .await
+        .unwrap();
+    broker
+        .create_consumer_group("orders", "audit")
+        .await
+        .unwrap();
+    assert!(
+        broker
+            .list_ownership("orders", "audit")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    broker
+        .claim_ownership("orders", "$Default", vec![claim("0", "a", None)])
+        .await
+        .unwrap();
+    broker.delete_hub("orders").await.unwrap();
+    assert!(matches!(
+        broker.list_ownership("orders", "$Default").await,
+        Err(BrokerError::HubNotFound { .. })
+    ));
+    broker.create_hub(HubSpec::new("orders", 2)).await.unwrap();
+    assert!(
+        broker
+            .list_ownership("orders", "$Default")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let states = broker.processor_group_states("orders").unwrap();
+    assert_eq!(states, vec![("$Default".to_owned(), Vec::new())]);
+}
