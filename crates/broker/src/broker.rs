@@ -192,7 +192,7 @@ impl Broker {
         self.inner.committer.sync_times()
     }
 
-    fn hub(&self, name: &str) -> Result<Arc<Hub>, BrokerError> {
+    pub(crate) fn hub(&self, name: &str) -> Result<Arc<Hub>, BrokerError> {
         if self.inner.shutting_down.load(Ordering::Acquire) {
             return Err(BrokerError::ShuttingDown);
         }
@@ -545,10 +545,12 @@ impl Broker {
             )));
         }
         let mut cursor = ReadCursor::new(from_sequence);
-        hub.partitions[p as usize]
+        let events = hub.partitions[p as usize]
             .log
             .read(&mut cursor, max_events, max_bytes)
-            .map_err(hub.log_error(p))
+            .map_err(hub.log_error(p))?;
+        hub.count_delivered(p, events.len());
+        Ok(events)
     }
 
     /// Waits until partition `partition` of `hub` has an event at or after `sequence`, or
