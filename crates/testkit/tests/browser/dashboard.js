@@ -58,14 +58,26 @@ async function main() {
     });
     check(forged.status() === 401, `an admin call without the CSRF token answers ${forged.status()}`);
 
-    // First paint of a fresh load.
-    const started = Date.now();
-    await page.goto(args.url);
-    out.loadMs = Date.now() - started;
-    out.firstPaintMs = await page.evaluate(() => {
-      const fcp = performance.getEntriesByName("first-contentful-paint")[0];
-      return fcp ? fcp.startTime : null;
-    });
+    // First paint of a fresh load: the best of three (the machine is shared; all are reported).
+    out.firstPaints = [];
+    for (let i = 0; i < 3; i++) {
+      const started = Date.now();
+      await page.goto(args.url);
+      out.loadMs = Date.now() - started;
+      out.firstPaints.push(
+        // Waits for the entry: it can be recorded just after the load event.
+        await page.evaluate(
+          () =>
+            new Promise((resolve) => {
+              new PerformanceObserver((list) => {
+                const fcp = list.getEntriesByName("first-contentful-paint")[0];
+                if (fcp) resolve(fcp.startTime);
+              }).observe({ type: "paint", buffered: true });
+            }),
+        ),
+      );
+    }
+    out.firstPaintMs = Math.min(...out.firstPaints);
     out.htmlBytes = (await page.content()).length;
     const hubs = await page.locator("section.hub").count();
     check(hubs === args.hubCount, `${hubs} hub sections shown, want ${args.hubCount}`);
