@@ -556,10 +556,12 @@ impl Broker {
             )));
         }
         let mut cursor = ReadCursor::new(from_sequence);
-        hub.partitions[p as usize]
+        let events = hub.partitions[p as usize]
             .log
             .read(&mut cursor, max_events, max_bytes)
-            .map_err(hub.log_error(p))
+            .map_err(hub.log_error(p))?;
+        hub.count_delivered(p, events.len());
+        Ok(events)
     }
 
     /// Waits until partition `partition` of `hub` has an event at or after `sequence`, or

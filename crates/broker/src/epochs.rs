@@ -109,6 +109,11 @@ impl EpochRegistry {
         self.open.values().find_map(|r| r.epoch)
     }
 
+    /// The open receivers' epochs and names, in the order they opened.
+    pub fn receivers(&self) -> impl Iterator<Item = (Option<i64>, Option<&str>)> {
+        self.open.values().map(|r| (r.epoch, r.name.as_deref()))
+    }
+
     /// How many receivers are open.
     pub fn len(&self) -> usize {
         self.open.len()

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::watch;
@@ -21,6 +21,8 @@ pub(crate) struct HubPartition {
     pub log: PartitionLog,
     /// Moves to the partition's next sequence number whenever appends become visible.
     pub commits: watch::Receiver<i64>,
+    /// Events handed to readers (receivers and receiver-less reads) since the broker opened.
+    pub delivered: AtomicU64,
 }
 
 #[derive(Default)]
@@ -68,7 +70,11 @@ impl Hub {
             log.set_commit_listener(move |c| {
                 tx.send_replace(c.next_sequence);
             });
-            partitions.push(HubPartition { log, commits });
+            partitions.push(HubPartition {
+                log,
+                commits,
+                delivered: AtomicU64::new(0),
+            });
         }
         Ok(Hub {
             definition: RwLock::new(definition),
@@ -209,6 +215,33 @@ impl Hub {
                 }
             }
         }
+    }
+
+    /// The receivers open on `partition`: (consumer group key, epoch, name), by group.
+    pub(crate) fn receivers_of(
+        &self,
+        partition: u32,
+    ) -> Vec<(String, Option<i64>, Option<String>)> {
+        let table = self.receivers.lock().expect("receiver table");
+        let mut out: Vec<_> = table
+            .registries
+            .iter()
+            .filter(|((_, p), _)| *p == partition)
+            .flat_map(|((group, _), registry)| {
+                registry
+                    .receivers()
+                    .map(|(epoch, name)| (group.clone(), epoch, name.map(str::to_owned)))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Counts events handed to a reader of `partition`.
+    pub(crate) fn count_delivered(&self, partition: u32, events: usize) {
+        self.partitions[partition as usize]
+            .delivered
+            .fetch_add(events as u64, Ordering::Relaxed);
     }
 
     /// How many receivers are open, over all groups and partitions.

@@ -33,6 +33,7 @@
 //! bounded to [`receiver::RECEIVE_BYTES_MAX`] per call; catalog and hub changes run on the
 //! blocking pool.
 
+mod activity;
 mod broker;
 mod catalog;
 pub mod config;
@@ -43,6 +44,7 @@ mod ownership_registry;
 pub mod receiver;
 mod source;
 
+pub use activity::{OpenReceiverInfo, PartitionActivity};
 pub use broker::{Broker, HubSpec, ReceiverSpec, SendReceipt};
 pub use catalog::{ConsumerGroupDefinition, HubDefinition};
 pub use config::BrokerConfig;

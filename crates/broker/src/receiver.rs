@@ -148,6 +148,7 @@ impl Receiver {
         let events = log
             .read(&mut self.cursor, max_events, RECEIVE_BYTES_MAX)
             .map_err(self.hub.log_error(self.partition))?;
+        self.hub.count_delivered(self.partition, events.len());
         let properties = log.properties();
         self.last_enqueued = Some(LastEnqueuedEvent {
             sequence_number: properties.last_enqueued_sequence_number,

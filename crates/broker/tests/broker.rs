@@ -576,3 +576,52 @@ async fn a_failed_sync_poisons_the_partition_and_senders_get_a_clear_error() {
         0
     );
 }
+
+#[tokio::test]
+async fn partition_activity_shows_receivers_with_epochs_deliveries_and_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = broker(dir.path()).await;
+    b.create_hub(HubSpec::new("Orders", 2)).await.unwrap();
+    b.create_consumer_group("orders", "Billing").await.unwrap();
+    b.send("orders", SendTarget::Partition("1".into()), events("x", 5))
+        .await
+        .unwrap();
+    let mut epoch = ReceiverSpec::new("orders", "1", EventPosition::Earliest);
+    epoch.consumer_group = "billing".into();
+    epoch.owner_level = Some(7);
+    let mut epoch = b.open_receiver(epoch).unwrap();
+    let mut named = ReceiverSpec::new("orders", "1", EventPosition::Earliest);
+    named.name = Some("tail".into());
+    let _named = b.open_receiver(named).unwrap();
+    assert_eq!(epoch.receive(3, Duration::ZERO).await.unwrap().len(), 3);
+    assert_eq!(b.read("orders", "1", 0, 2, 1 << 20).unwrap().len(), 2);
+
+    let activity = b.partition_activity("ORDERS").unwrap();
+    assert_eq!(activity.len(), 2);
+    let (idle, busy) = (&activity[0], &activity[1]);
+    assert_eq!((idle.partition, idle.events_delivered), (0, 0));
+    assert!(idle.receivers.is_empty());
+    assert_eq!(busy.properties.last_enqueued_sequence_number, 4);
+    assert_eq!(busy.events_delivered, 5, "3 received + 2 read");
+    assert!(busy.retained_bytes > 0);
+    let receivers: Vec<(String, Option<i64>, Option<String>)> = busy
+        .receivers
+        .iter()
+        .map(|r| (r.consumer_group.clone(), r.epoch, r.name.clone()))
+        .collect();
+    assert_eq!(
+        receivers,
+        vec![
+            ("$Default".to_owned(), None, Some("tail".to_owned())),
+            ("Billing".to_owned(), Some(7), None),
+        ],
+        "group names as created, with epochs and names"
+    );
+    drop(epoch);
+    let after = b.partition_activity("orders").unwrap();
+    assert_eq!(after[1].receivers.len(), 1, "a closed receiver is gone");
+    assert!(matches!(
+        b.partition_activity("nosuch"),
+        Err(BrokerError::HubNotFound { .. })
+    ));
+}

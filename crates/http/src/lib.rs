@@ -32,6 +32,11 @@
 //!   mode accepts unsigned requests and says so with a WARN line at start. The admin API
 //!   (`/admin/v1`) alone also takes a SAS token when [`HttpConfig::admin_sas`] accepts it.
 //!
+//! # The web dashboard
+//! `GET /` serves a live dashboard (hubs, partitions, groups and their lag, receivers,
+//! server-side groups, the log's sync latency) with operator actions, behind the admin API's
+//! authentication; see the `dashboard` module.
+//!
 //! # Limits
 //! Connections are capped in total and per source address, and must send a request's headers
 //! and body within their timeouts ([`HttpLimits`]; refusals are 503, 429 and 408 answers).
@@ -46,6 +51,7 @@ mod accept;
 mod admin;
 mod auth;
 mod cursor;
+mod dashboard;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -277,9 +283,14 @@ pub async fn start_with_coordinator(
         })?;
     let local_addr = listener.local_addr().map_err(HttpError::Server)?;
     let (stop, stopped) = oneshot::channel::<()>();
+    // The dashboard's live view stops with the server, so its event streams end and their
+    // connections close instead of holding shutdown for its grace period.
+    let (dashboard_stop, dashboard_stopped) = tokio::sync::watch::channel(false);
+    dashboard::spawn_ticker(&state, dashboard_stopped);
     let app = server::router(state);
     let stopped = async move {
         let _ = stopped.await;
+        let _ = dashboard_stop.send(true);
     };
     let https = config.tls.is_some();
     let limits = config.limits;

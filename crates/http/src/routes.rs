@@ -30,6 +30,17 @@
 //! | GET | `/admin/v1/hubs/{hub}/groups` | list the server-side (OCI) groups: committed offsets, instances |
 //! | DELETE | `/admin/v1/hubs/{hub}/groups/{group}` | delete a server-side group → 204 |
 //!
+//! # Web dashboard (a login with a Manage credential; see the `dashboard` module)
+//! | Method | Path | Answer |
+//! |---|---|---|
+//! | GET | `/` | the dashboard; without a session 401 and the login form |
+//! | POST | `/dashboard/login`, `/dashboard/logout` | form posts; 303 to `/` (login sets an `HttpOnly`, `SameSite=Strict` session cookie) |
+//! | GET | `/dashboard/events` | server-sent events (`tick`, about every second) |
+//! | GET | `/dashboard/app.js`, `/dashboard/app.css` | the page's script and style sheet |
+//!
+//! With a session cookie and its `X-Tributary-CSRF` header, the admin API and UpdateGroup
+//! accept a request without a signature (the page's operator actions).
+//!
 //! # Unauthenticated
 //! | Method | Path | Answer |
 //! |---|---|---|

@@ -50,6 +50,8 @@ pub(crate) struct Shared {
     pub admin_sas: Option<crate::AdminSas>,
     /// How long a request's body may take to arrive.
     pub body_read_timeout: std::time::Duration,
+    /// The web dashboard's sessions and live view.
+    pub dashboard: crate::dashboard::Dashboard,
 }
 
 /// The peer's address, as `axum::serve` gives it for plain and TLS listeners alike.
@@ -119,6 +121,7 @@ impl Shared {
             websocket_amqp: config.websocket_amqp.clone(),
             admin_sas: config.admin_sas.clone(),
             body_read_timeout: config.limits.body_read_timeout,
+            dashboard: crate::dashboard::Dashboard::new(),
         }))
     }
 }
@@ -163,6 +166,7 @@ pub(crate) fn router(state: AppState) -> Router {
     api.route(AMQP_WEBSOCKET_PATH, get(websocket::amqp_upgrade))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
+        .merge(crate::dashboard::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::disable())
@@ -258,6 +262,11 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
         .verifier
         .as_ref()
         .filter(|_| !admin_sas_ok(&state, &parts))
+        .filter(|_| {
+            !state
+                .dashboard
+                .authorises(&parts.method, parts.uri.path(), &parts.headers)
+        })
     {
         let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let body_signed = !is_put_messages(&parts.method, parts.uri.path());

@@ -1,0 +1,143 @@
+// Drives the dashboard of a running `tributary` HTTP door in headless chromium (playwright-core)
+// for crates/testkit/tests/dashboard.rs. Usage: node dashboard.js '<json args>' with
+// {url, credential, wrongCredential, screenshots, liveHub, livePartition, groupHub, newGroup,
+//  ociGroup, hubCount}. Prints one JSON line with what it measured; exits 1 on any failed check.
+"use strict";
+const { chromium } = require("playwright-core");
+const path = require("path");
+
+const args = JSON.parse(process.argv[2]);
+const origin = new URL(args.url).origin;
+
+function check(ok, what) {
+  if (!ok) throw new Error(`check failed: ${what}`);
+}
+
+async function main() {
+  const browser = await chromium.launch({
+    executablePath: args.chromium,
+    headless: true,
+    args: ["--no-sandbox", "--disable-dev-shm-usage"],
+  });
+  const out = { externalRequests: [] };
+  try {
+    const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+    // The network is off: anything not to the server itself is recorded and aborted.
+    await context.route("**/*", (route) => {
+      const url = route.request().url();
+      if (new URL(url).origin === origin) return route.continue();
+      out.externalRequests.push(url);
+      return route.abort();
+    });
+    const page = await context.newPage();
+    const shot = (name) => page.screenshot({ path: path.join(args.screenshots, `${name}.png`), fullPage: false });
+
+    // Unauthenticated: the page is the login form (401), the live stream and the admin API refuse.
+    const anonymous = await page.goto(args.url);
+    check(anonymous.status() === 401, `GET / without a session answers ${anonymous.status()}`);
+    check(await page.locator("#credential").count() === 1, "the login form is shown");
+    const events = await page.request.get(args.url + "/dashboard/events");
+    check(events.status() === 401, `the event stream without a session answers ${events.status()}`);
+    await page.fill("#credential", args.wrongCredential);
+    await page.click("button[type=submit]");
+    await page.waitForLoadState();
+    const refusal = await page.locator("body").textContent();
+    check(refusal.includes("not accepted"), `a wrong key is refused: ${refusal}`);
+    await shot("01-login-refused");
+
+    // Log in.
+    await page.fill("#credential", args.credential);
+    await Promise.all([page.waitForURL(args.url + "/"), page.click("button[type=submit]")]);
+    const cookies = await context.cookies();
+    const session = cookies.find((c) => c.name === "tributary_session");
+    check(session && session.httpOnly && session.sameSite === "Strict", "the session cookie is HttpOnly, SameSite=Strict");
+
+    // With the cookie but without the CSRF token the admin API refuses.
+    const forged = await page.request.post(args.url + "/admin/v1/hubs", {
+      data: { name: "forged", partitionCount: 1 },
+    });
+    check(forged.status() === 401, `an admin call without the CSRF token answers ${forged.status()}`);
+
+    // First paint of a fresh load: the best of three (the machine is shared; all are reported).
+    out.firstPaints = [];
+    for (let i = 0; i < 3; i++) {
+      const started = Date.now();
+      await page.goto(args.url);
+      out.loadMs = Date.now() - started;
+      out.firstPaints.push(
+        // Waits for the entry: it can be recorded just after the load event.
+        await page.evaluate(
+          () =>
+            new Promise((resolve) => {
+              new PerformanceObserver((list) => {
+                const fcp = list.getEntriesByName("first-contentful-paint")[0];
+                if (fcp) resolve(fcp.startTime);
+              }).observe({ type: "paint", buffered: true });
+            }),
+        ),
+      );
+    }
+    out.firstPaintMs = Math.min(...out.firstPaints);
+    out.htmlBytes = (await page.content()).length;
+    const hubs = await page.locator("section.hub").count();
+    check(hubs === args.hubCount, `${hubs} hub sections shown, want ${args.hubCount}`);
+    await shot("02-loaded");
+
+    // Live: the partition that events are being sent to moves without a reload.
+    await page.waitForSelector("#status.live", { timeout: 10000 });
+    const cell = () =>
+      page.locator(`section.hub[data-hub="${args.liveHub}"] table.partitions tbody tr`).nth(args.livePartition).locator("td").nth(2).textContent();
+    const before = Number(await cell());
+    await page.waitForFunction(
+      ([hub, p, before]) => {
+        const row = document.querySelectorAll(`section.hub[data-hub="${hub}"] table.partitions tbody tr`)[p];
+        return row && Number(row.children[2].textContent) > before;
+      },
+      [args.liveHub, args.livePartition, before],
+      { timeout: 10000 },
+    );
+    out.liveBefore = before;
+    out.liveAfter = Number(await cell());
+    const epochText = await page.locator(`section.hub[data-hub="${args.liveHub}"] table.partitions`).textContent();
+    check(epochText.includes("epoch 3"), "the epoch receiver is shown");
+    await page.locator(`section.hub[data-hub="${args.liveHub}"]`).scrollIntoViewIfNeeded();
+    await shot("03-live");
+
+    // Operator actions: create a consumer group, reset a server-side group to latest.
+    await page.click(".actions summary");
+    const form = page.locator('form[data-action="create-consumer-group"]');
+    await form.locator('input[name="hub"]').fill(args.groupHub);
+    await form.locator('input[name="name"]').fill(args.newGroup);
+    await form.locator("button").click();
+    await page.waitForFunction(() => document.getElementById("action-result").textContent.includes("done"), null, { timeout: 10000 });
+    await page.waitForFunction(
+      ([hub, group]) => document.querySelector(`section.hub[data-hub="${hub}"] .meta`).textContent.includes(group),
+      [args.groupHub, args.newGroup],
+      { timeout: 10000 },
+    );
+    const reset = page.locator('form[data-action="reset-group"]');
+    await reset.locator('input[name="hub"]').fill(args.groupHub);
+    await reset.locator('input[name="name"]').fill(args.ociGroup);
+    await reset.locator("select").selectOption("LATEST");
+    await page.evaluate(() => (document.getElementById("action-result").textContent = ""));
+    await reset.locator("button").click();
+    await page.waitForFunction(() => document.getElementById("action-result").textContent.includes("done"), null, { timeout: 10000 });
+    await page.locator(".actions").scrollIntoViewIfNeeded();
+    await shot("04-action");
+
+    // The live stream's per-tick cost, as the server reports it.
+    out.tickCostMs = await page.evaluate(() => document.getElementById("status").textContent);
+    await page.goto(args.url);
+    await page.locator("#overview").scrollIntoViewIfNeeded();
+    await shot("05-overview");
+  } finally {
+    await browser.close();
+  }
+  check(out.externalRequests.length === 0, `requests left the server: ${out.externalRequests.join(", ")}`);
+  console.log(JSON.stringify(out));
+}
+
+main().catch((e) => {
+  console.error(e.stack || String(e));
+  process.exit(1);
+});

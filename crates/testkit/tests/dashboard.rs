@@ -1,0 +1,160 @@
+//! The web dashboard of the HTTP door in a real headless browser: Debian's `chromium` driven by
+//! `playwright-core` (`tests/browser/dashboard.js`; both installed by `scripts/setup-browser`).
+//!
+//! One server, with 32 hubs × 32 partitions and 50 server-side groups (the first-paint
+//! target), signatures required on the API and the admin SAS check `tributary serve` uses. The
+//! script checks that the page loads with nothing fetched from elsewhere, that it refuses
+//! without a login (and a wrong key), shows the hubs and an epoch receiver, updates live while
+//! events arrive, and that two operator actions work; this test then checks their effect on
+//! the broker and the coordinator. Screenshots go to `target/dashboard-screenshots/`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tributary_broker::{Broker, HubSpec, ReceiverSpec, SendTarget};
+use tributary_event::{EventData, EventPosition};
+use tributary_eventhubs::{address, connection_string, sas};
+use tributary_groups::{JoinRequest, StartPosition};
+use tributary_http::{AdminSas, AuthConfig, HttpConfig};
+use tributary_testkit::{oci, repo};
+
+const KEY_NAME: &str = "RootManageSharedAccessKey";
+const KEY: &str = "dashboard-test-key-0123456789abcdef";
+const HUBS: usize = 32;
+const PARTITIONS: u32 = 32;
+const OCI_GROUPS: usize = 50;
+
+/// The admin check of `tributary serve`: a valid token for the whole namespace.
+fn admin_sas() -> AdminSas {
+    AdminSas::new(|token| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap());
+        sas::verify(token, |name| (name == KEY_NAME).then_some(KEY), now)
+            .is_ok_and(|v| address::strip_host(&v.audience).is_empty())
+    })
+}
+
+fn browser_tools() -> (PathBuf, PathBuf) {
+    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("chromium is not installed: run scripts/setup-browser"));
+    let modules = repo().join(".browser/node_modules");
+    assert!(
+        modules.join("playwright-core/package.json").exists(),
+        "playwright-core is not installed: run scripts/setup-browser (expected {})",
+        modules.display()
+    );
+    (chromium, modules)
+}
+
+async fn populate(broker: &Broker, coordinator: &tributary_groups::GroupCoordinator) {
+    for h in 0..HUBS {
+        broker
+            .create_hub(HubSpec::new(format!("hub-{h:02}"), PARTITIONS))
+            .await
+            .unwrap();
+    }
+    for g in 0..OCI_GROUPS {
+        let hub = format!("hub-{:02}", g % HUBS);
+        coordinator
+            .join(JoinRequest {
+                stream: hub,
+                group: format!("readers-{g:02}"),
+                instance: Some(format!("instance-{g:02}")),
+                start: StartPosition::TrimHorizon,
+                commit_on_get: true,
+                timeout_ms: 300_000,
+            })
+            .await
+            .unwrap();
+    }
+    for i in 0..20 {
+        broker
+            .send(
+                "hub-00",
+                SendTarget::Partition("0".into()),
+                vec![EventData::new(format!("event {i}").into_bytes())],
+            )
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_in_a_browser() {
+    let (chromium, modules) = browser_tools();
+    let dir = tempfile::tempdir().unwrap();
+    let broker = oci::open_broker(dir.path(), &oci::Setup::default()).await;
+    tributary_http::write_key_file(&dir.path().join("oci-api-keys.json"), b"{}").unwrap();
+    let mut config = HttpConfig::new("127.0.0.1:0".parse().unwrap(), AuthConfig::signatures());
+    config.admin_sas = Some(admin_sas());
+    let http = tributary_http::start(broker.clone(), config).await.unwrap();
+    let coordinator = http.coordinator().clone();
+    populate(&broker, &coordinator).await;
+    // An epoch receiver the page must show.
+    let mut spec = ReceiverSpec::new("hub-00", "1", EventPosition::Latest);
+    spec.owner_level = Some(3);
+    let _receiver = broker.open_receiver(spec).unwrap();
+    // Events keep arriving on hub-00/1 while the page is open.
+    let sender = {
+        let broker = broker.clone();
+        tokio::spawn(async move {
+            loop {
+                let event = EventData::new(b"live".to_vec());
+                let _ = broker
+                    .send("hub-00", SendTarget::Partition("1".into()), vec![event])
+                    .await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let port = http.local_addr().port();
+    let screenshots = repo().join("target/dashboard-screenshots");
+    std::fs::create_dir_all(&screenshots).unwrap();
+    let args = serde_json::json!({
+        "url": format!("http://127.0.0.1:{port}"),
+        "chromium": chromium,
+        "credential": connection_string::emulator_connection_string("127.0.0.1", 5672, KEY_NAME, KEY),
+        "wrongCredential": connection_string::emulator_connection_string("127.0.0.1", 5672, KEY_NAME, "wrong"),
+        "screenshots": screenshots,
+        "hubCount": HUBS,
+        "liveHub": "hub-00",
+        "livePartition": 1,
+        "groupHub": "hub-00",
+        "newGroup": "made-in-the-browser",
+        "ociGroup": "readers-00",
+    });
+    let mut command = tokio::process::Command::new("node");
+    command
+        .arg(repo().join("crates/testkit/tests/browser/dashboard.js"))
+        .arg(args.to_string())
+        .env("NODE_PATH", &modules);
+    let measured = tributary_testkit::run_json(command, "the dashboard browser script").await;
+    sender.abort();
+    println!("dashboard in the browser: {measured}");
+
+    // The operator actions changed the broker and the coordinator.
+    let groups = broker.list_consumer_groups("hub-00").unwrap();
+    assert!(
+        groups.iter().any(|g| g.name == "made-in-the-browser"),
+        "{groups:?}"
+    );
+    let readers = coordinator.list(Some("hub-00"));
+    let readers = readers.iter().find(|g| g.group == "readers-00").unwrap();
+    assert_eq!(
+        readers.committed[0], 20,
+        "reset to latest: after the 20 events of partition 0"
+    );
+    let first_paint = measured["firstPaintMs"]
+        .as_f64()
+        .expect("first paint measured");
+    assert!(
+        first_paint <= 500.0,
+        "first paint {first_paint} ms with {HUBS} hubs × {PARTITIONS} partitions and {OCI_GROUPS} groups"
+    );
+    http.shutdown().await.unwrap();
+    broker.shutdown().await.unwrap();
+}
