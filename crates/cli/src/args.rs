@@ -10,11 +10,13 @@ use tributary_log::Durability;
 
 mod bench;
 mod demo;
+mod failover;
 mod process;
 mod replicate;
 
 pub use bench::{BenchArgs, LagRate, Scenario, TaskTransport};
 pub use demo::{DemoArgs, DemoWorkerArgs};
+pub use failover::{FailoverArgs, FailoverCommand, TranslateArgs};
 pub use process::{Action, GroupStore, OwnershipArgs, ProcessArgs, Strategy};
 pub use replicate::ReplicateArgs;
 
@@ -85,6 +87,9 @@ pub enum Command {
     /// Run a replication task (a TOML file): copy, merge, edit and route events from a source
     /// hub to target hubs, as a consumer group that any number of processes share.
     Replicate(ReplicateArgs),
+    /// Move consumers to a replica hub after a failover: translate a consumer group's
+    /// checkpoints from the source hub to its replica.
+    Failover(FailoverArgs),
     /// Make a development certificate authority and a server certificate it signs, for
     /// `serve --tls-cert/--tls-key` and for clients to trust.
     Cert(CertArgs),
@@ -369,8 +374,8 @@ pub struct ReceiveArgs {
     /// Only this partition id (default: all partitions).
     #[arg(long, short)]
     pub partition: Option<String>,
-    /// Where to start: `earliest`, `latest`, `seq:<n>`, `offset:<n>`, or `time:<RFC 3339 or
-    /// ms since the epoch>`.
+    /// Where to start: `earliest`, `latest`, `seq:<n>`, `offset:<n>`, or `time:<RFC 3339, ms
+    /// since the epoch, or -<duration> before now, e.g. -5m>`.
     #[arg(long, default_value = "earliest", value_parser = parse_position)]
     pub from: PositionArg,
     /// Start after the given sequence number, offset or time instead of at it.
@@ -433,7 +438,7 @@ pub fn parse_durability(s: &str) -> Result<Durability, String> {
     s.parse()
 }
 
-/// Parses `earliest`, `latest`, `seq:<n>`, `offset:<n>`, `time:<RFC 3339 | ms>`.
+/// Parses `earliest`, `latest`, `seq:<n>`, `offset:<n>`, `time:<RFC 3339 | ms | -duration>`.
 pub fn parse_position(s: &str) -> Result<PositionArg, String> {
     match s {
         "earliest" => return Ok(PositionArg::Earliest),
@@ -463,10 +468,21 @@ pub fn parse_position(s: &str) -> Result<PositionArg, String> {
     }
 }
 
-/// Parses an RFC 3339 time or milliseconds since the Unix epoch.
+/// Parses an RFC 3339 time, milliseconds since the Unix epoch, or a time before now as `-`
+/// and a duration (`-5m`: five minutes ago, when the command starts) — the way to resume a
+/// consumer on a replica hub at the time it stopped on the source, minus a margin.
 pub fn parse_time_ms(value: &str) -> Result<i64, String> {
     if let Ok(ms) = value.parse::<i64>() {
         return Ok(ms);
+    }
+    if let Some(ago) = value.strip_prefix('-') {
+        let ago = parse_duration_ms(ago).map_err(|e| {
+            format!("invalid time {value:?}: {e} (a time before now is -<duration>, e.g. -5m)")
+        })?;
+        let now = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
+        return i64::try_from(now)
+            .map(|now| now.saturating_sub(ago))
+            .map_err(|_| format!("time {value:?} is out of range"));
     }
     let t = time::OffsetDateTime::parse(value, &time::format_description::well_known::Rfc3339)
         .map_err(|e| format!("invalid time {value:?}: {e} (expected RFC 3339, e.g. 2026-11-22T10:00:00Z, or ms since the epoch)"))?;
@@ -632,11 +648,19 @@ mod tests {
             parse_position("time:1970-01-01T00:00:01Z"),
             Ok(PositionArg::Time(1000))
         );
+        let before = time::OffsetDateTime::now_utc().unix_timestamp() * 1000;
+        let Ok(PositionArg::Time(ago)) = parse_position("time:-5m") else {
+            panic!("time:-5m is a time five minutes ago")
+        };
+        let after = time::OffsetDateTime::now_utc().unix_timestamp() * 1000 + 1000;
+        assert!((before - 300_000..=after - 300_000).contains(&ago), "{ago}");
         for bad in [
             "seq:-1",
             "seq:x",
             "offset:-3",
             "time:yesterday",
+            "time:-5 minutes",
+            "time:-m",
             "middle",
             "page:3",
         ] {

@@ -15,6 +15,7 @@ mod bench_replicate;
 mod bench_silent;
 mod commands;
 mod demo;
+mod failover_translate;
 mod hub_handle;
 mod input;
 mod output;
@@ -27,7 +28,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command};
+use crate::args::{Cli, Command, FailoverCommand};
 
 /// mimalloc instead of the system allocator: the AMQP engine allocates several small buffers
 /// per event delivered, and with mimalloc delivery costs about a fifth less CPU per event
@@ -68,6 +69,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Process(args) => process::process(global, args).await,
         Command::Ownership(args) => process::ownership(global, args).await,
         Command::Replicate(args) => replicate::run(args).await,
+        Command::Failover(args) => match &args.command {
+            FailoverCommand::Translate(args) => failover_translate::translate(args).await,
+        },
         Command::Cert(args) => serve::cert(global, args),
         Command::ConnectionString(args) => commands::connection_string(global, args),
         Command::Bench(args) => bench::run(global, args).await,

@@ -28,6 +28,9 @@
 //!   [`edit`]) run on each batch before routing; an event a step refuses goes to the
 //!   dead-letter target with the step's name and reason, one it drops is counted.
 //!
+//! [`offset_map`] records where source events landed in each target, so a consumer group's
+//! checkpoints translate to a replica after a failover.
+//!
 //! [`metrics`] counts events in, out, dead-lettered and filtered, and the replication lag.
 
 pub mod endpoint;
@@ -35,6 +38,7 @@ pub mod forward;
 pub mod limits;
 pub mod metadata;
 pub mod metrics;
+pub mod offset_map;
 mod runner;
 pub mod status;
 pub mod target;

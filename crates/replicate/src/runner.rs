@@ -15,6 +15,9 @@
 //! 6. only then is the batch checkpointed. A crash anywhere before this point replays the batch
 //!    from the previous checkpoint: **at least once, nothing skipped**, and the duplicates are
 //!    at most the batch in flight per partition.
+//!
+//! Now and then a batch also records an offset sync ([`crate::offset_map`]): the targets'
+//! newest sequence numbers are read before step 4 and written to the map after step 6.
 
 use std::sync::Arc;
 
@@ -30,6 +33,7 @@ use crate::forward::{Counting, Destination, Outgoing, Poison, RetryPolicy, forwa
 use crate::limits::TARGETS_MAX;
 use crate::metadata;
 use crate::metrics::{FilterReason, PartitionMetrics, TaskMetrics};
+use crate::offset_map::{self, OffsetMap, PartitionSyncs, SyncPolicy, SyncSetup};
 use crate::status;
 use crate::task::{Endpoint, StepPlan, TaskConfig, TaskError, Unmatched};
 
@@ -76,6 +80,7 @@ struct TaskRuntime {
     azure_marker: bool,
     retry: RetryPolicy,
     metrics: Arc<TaskMetrics>,
+    syncs: SyncSetup,
 }
 
 /// A replication task running in this process.
@@ -103,6 +108,8 @@ pub struct StartOptions {
     /// Steps of the library user's own, by the name a task file's `kind = "custom"` step
     /// gives.
     pub steps: Vec<(String, Arc<dyn Step>)>,
+    /// How often each source partition records an offset sync.
+    pub offset_sync: SyncPolicy,
 }
 
 impl std::fmt::Debug for StartOptions {
@@ -145,13 +152,15 @@ impl Replicator {
             None => None,
         };
         let metrics = Arc::new(TaskMetrics::new(&config.name));
+        let source_id = config
+            .source
+            .origin_id
+            .clone()
+            .unwrap_or(source.identity.id.clone());
+        let syncs = sync_setup(config, &options, &source, &source_id)?;
         let runtime = Arc::new(TaskRuntime {
             name: config.name.clone(),
-            source_id: config
-                .source
-                .origin_id
-                .clone()
-                .unwrap_or(source.identity.id.clone()),
+            source_id,
             source_hub_name: source_endpoint.event_hub.clone(),
             editor,
             routes,
@@ -164,6 +173,7 @@ impl Replicator {
                 backoff_max: config.backoff_max,
             },
             metrics: Arc::clone(&metrics),
+            syncs,
         });
         let namespace = source.source.fully_qualified_namespace().to_owned();
         let host = Arc::new(start_host(config, source, runtime).await?);
@@ -231,6 +241,29 @@ async fn write_status(dir: std::path::PathBuf, host: Arc<RunningHost>, metrics: 
             tracing::warn!(%error, "cannot write the task's status file");
         }
     }
+}
+
+/// Opens the task's offset map beside its checkpoint store.
+fn sync_setup(
+    config: &TaskConfig,
+    options: &StartOptions,
+    source: &OpenedSource,
+    source_id: &str,
+) -> Result<SyncSetup, TaskError> {
+    let path = offset_map::path_for(&config.source.checkpoint_store);
+    let map = OffsetMap::open(&path).map_err(|message| TaskError {
+        file: config.file.clone(),
+        line: None,
+        key: "source.checkpoint_store".to_owned(),
+        message,
+    })?;
+    Ok(SyncSetup {
+        map: Arc::new(map),
+        policy: options.offset_sync,
+        guard: i64::from(config.source.batch_events_max) + i64::from(config.source.prefetch),
+        source_id: source_id.to_owned(),
+        source_partitions: source.identity.partition_count,
+    })
 }
 
 /// The task's editor: its built-in steps and the custom ones `options` registers.
@@ -350,6 +383,7 @@ async fn start_host(
     }
     let factory = move |context: &PartitionContext| ReplicationProcessor {
         metrics: runtime.metrics.partition(context.partition_id()),
+        syncs: PartitionSyncs::new(runtime.syncs.clone(), context.partition_id()),
         task: Arc::clone(&runtime),
     };
     EventProcessorHost::builder(source.source, store, factory)
@@ -375,6 +409,7 @@ enum Mark<'a> {
 struct ReplicationProcessor {
     task: Arc<TaskRuntime>,
     metrics: Arc<PartitionMetrics>,
+    syncs: PartitionSyncs,
 }
 
 #[async_trait::async_trait]
@@ -387,6 +422,7 @@ impl EventProcessor for ReplicationProcessor {
         if events.is_empty() {
             return;
         }
+        let first_sequence = events[0].sequence_number;
         let last_sequence = events[events.len() - 1].sequence_number;
         self.metrics.received(events.len());
         let partition = context.partition_id();
@@ -399,11 +435,19 @@ impl EventProcessor for ReplicationProcessor {
         let dropped: u64 = edited.dropped.iter().map(|(_, count)| count).sum();
         self.metrics.filtered(FilterReason::Editor, dropped);
         let routed = self.route(&edit_context, edited.passed);
+        let destinations: Vec<&Destination> =
+            self.task.routes.iter().map(|r| &r.destination).collect();
+        let sync = self.syncs.before_batch(first_sequence, &destinations).await;
         let poison = self.forward_routes(partition, routed.per_route).await;
         self.dead_letter(partition, routed.unmatched, poison, edited.rejected)
             .await;
         match context.checkpoint().await {
-            Ok(()) => self.metrics.checkpointed(last_sequence),
+            Ok(()) => {
+                self.metrics.checkpointed(last_sequence);
+                if let Some(sync) = sync {
+                    self.syncs.after_checkpoint(sync).await;
+                }
+            }
             Err(error) => tracing::info!(
                 task = %self.task.name,
                 partition,

@@ -80,6 +80,14 @@ pub trait Target: Send + Sync + fmt::Debug + 'static {
 
     /// Sends `events` to `to` as one batch and waits for the acknowledgement.
     async fn send(&self, events: &[EventData], to: &SendTarget) -> Result<(), TargetError>;
+
+    /// The sequence number of the newest event in `partition` (-1 when it has none), for the
+    /// task's [offset map](crate::offset_map); `None` for a target without sequence numbers
+    /// (no sync is taken then).
+    async fn last_sequence_number(&self, partition: &str) -> Result<Option<i64>, TargetError> {
+        let _ = partition;
+        Ok(None)
+    }
 }
 
 /// A hub in this process: appends go straight to the broker's log.
@@ -143,6 +151,13 @@ impl Target for LocalTarget {
             .map(|_| ())
             .map_err(TargetError::from_broker)
     }
+
+    async fn last_sequence_number(&self, partition: &str) -> Result<Option<i64>, TargetError> {
+        self.broker
+            .partition_properties(&self.hub, partition)
+            .map(|p| Some(p.last_enqueued_sequence_number))
+            .map_err(TargetError::from_broker)
+    }
 }
 
 /// A hub over AMQP: a Tributary hub's front door or Azure Event Hubs.
@@ -204,6 +219,14 @@ impl Target for RemoteTarget {
         self.producer
             .send(events, to.clone())
             .await
+            .map_err(TargetError::from_client)
+    }
+
+    async fn last_sequence_number(&self, partition: &str) -> Result<Option<i64>, TargetError> {
+        self.producer
+            .partition_properties(partition)
+            .await
+            .map(|p| Some(p.last_enqueued_sequence_number))
             .map_err(TargetError::from_client)
     }
 }

@@ -71,7 +71,10 @@ pub struct ProcessArgs {
     /// Checkpoint after every this many batches (and when shutting down).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub checkpoint_every: u32,
-    /// Where a partition with no checkpoint starts.
+    /// Where a partition with no checkpoint starts: `earliest`, `latest`, `seq:<n>`,
+    /// `offset:<n>` or `time:<RFC 3339 | ms | -duration>`. After a failover to a replica hub,
+    /// a new --store with `time:` a little before the source failed resumes every partition
+    /// by enqueued time (or translate the checkpoints: `failover translate-checkpoints`).
     #[arg(long, default_value = "earliest", value_parser = parse_position)]
     pub initial_position: PositionArg,
     /// The most events per batch.

@@ -1,0 +1,619 @@
+//! The offset map: a sparse record of where a task's source events landed in its targets, so a
+//! consumer group's checkpoints on the source can be translated into checkpoints on a replica
+//! (`tributary failover translate-checkpoints`) — what MirrorMaker 2's offset syncs do for
+//! Kafka, and what Event Hubs' geo-disaster recovery does not offer.
+//!
+//! # Where it lives
+//!
+//! In a SQLite file beside the task's checkpoint store ([`path_for`]:
+//! `<checkpoint store>.offsets`). The task's processes already share that directory, and a
+//! replication task runs beside its target (Azure's advice, and where a mirror for failover
+//! has to run), so the map survives the source's loss and is read without it. Keeping it out
+//! of the target hub itself means a task needs no right to create hubs there, and it works
+//! for every kind of target.
+//!
+//! # What a sync means
+//!
+//! A sync `(source partition s, sequence a) → (target partition t, sequence L)` is taken before
+//! a batch of `s` that starts at `a` is sent: `L` is `t`'s newest sequence number at that
+//! moment. It is kept only when it guarantees:
+//!
+//! > **No copy of an event of `s` with a sequence number ≥ `a` was at or before `L` in `t`.**
+//!
+//! - The task's own earlier batches of `s` hold events `< a` (batches of one partition are
+//!   forwarded one after another, each acknowledged before the next).
+//! - An earlier owner of `s` may have sent events past the checkpoint it left before it lost
+//!   the partition or crashed — at most what it had received: one batch and its prefetch.
+//!   So no sync is taken until the owner is that far past where it started
+//!   ([`PartitionSyncs`]'s guard).
+//! - A later owner could start sending before this one notices it lost `s`; that is ruled out
+//!   by writing the sync only after the batch's checkpoint succeeded — the store fences
+//!   checkpoints by ownership, so no one else had claimed `s` by then.
+//!
+//! # Translation
+//!
+//! A consumer that processed `s` up to `c` may skip, in `t`, everything at or before `L` of any
+//! sync with `a ≤ c + 1`: by the guarantee, all of it is events it processed. [`translate`]
+//! takes, per target partition, the minimum over the source partitions of the largest such `L`
+//! (routing by key sends one source partition to many target partitions, and one target
+//! partition receives from all of them); with no usable sync, or no checkpoint for some source
+//! partition, the target partition starts from its beginning. The result can replay events the
+//! consumer already processed — duplicates, never gaps.
+//!
+//! # Size
+//!
+//! A sync is taken every [`SyncPolicy::every_events`] events or [`SyncPolicy::every`] per
+//! source partition, whichever comes first. Per (source partition, target) the newest
+//! [`RECENT_SYNCS_KEPT`] are kept, and of older ones the newest in each power-of-two distance
+//! from the newest, plus the oldest ([`kept`]): an old checkpoint still translates, less
+//! precisely, and the file stays a few thousand rows.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, OpenFlags, params};
+
+use crate::forward::Destination;
+
+/// The newest syncs kept per (source partition, target) before thinning to powers of two.
+pub const RECENT_SYNCS_KEPT: usize = 16;
+
+/// How often a source partition's sync is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncPolicy {
+    /// After this many source events.
+    pub every_events: i64,
+    /// Or after this long, whichever comes first.
+    pub every: Duration,
+}
+
+impl Default for SyncPolicy {
+    /// Every 1000 events or 10 s: at most 1000 events replayed per partition after a
+    /// translation, and a sync costs one properties request per target partition.
+    fn default() -> Self {
+        SyncPolicy {
+            every_events: 1000,
+            every: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Where the offset map of a task whose checkpoint store is `checkpoint_store` lives.
+pub fn path_for(checkpoint_store: &Path) -> PathBuf {
+    let mut name = checkpoint_store.as_os_str().to_owned();
+    name.push(".offsets");
+    PathBuf::from(name)
+}
+
+/// One sync for one target partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncRow {
+    /// The source hub's id (as events' `repl-origin` names it).
+    pub source_id: String,
+    /// How many partitions the source has.
+    pub source_partitions: u32,
+    /// The source partition.
+    pub source_partition: String,
+    /// The first source sequence number the guarantee covers (`a`).
+    pub source_sequence: i64,
+    /// The target hub's id.
+    pub target_id: String,
+    /// The route's name in the task file.
+    pub target_name: String,
+    /// How many partitions the target has.
+    pub target_partitions: u32,
+    /// The target partition.
+    pub target_partition: String,
+    /// Its newest sequence number when the sync was taken (`L`; -1: it was empty).
+    pub target_sequence: i64,
+    /// When, in ms since the Unix epoch.
+    pub recorded_at_ms: i64,
+}
+
+/// The offset map's file.
+#[derive(Debug)]
+pub struct OffsetMap {
+    path: PathBuf,
+    connection: Mutex<Connection>,
+}
+
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS offset_sync (
+    source_id TEXT NOT NULL, source_partitions INTEGER NOT NULL,
+    source_partition TEXT NOT NULL, source_sequence INTEGER NOT NULL,
+    target_id TEXT NOT NULL, target_name TEXT NOT NULL, target_partitions INTEGER NOT NULL,
+    target_partition TEXT NOT NULL, target_sequence INTEGER NOT NULL,
+    recorded_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (source_id, source_partition, target_id, source_sequence, target_partition))";
+
+impl OffsetMap {
+    /// Opens the map at `path`, creating it if needed (a task's processes share it).
+    pub fn open(path: &Path) -> Result<OffsetMap, String> {
+        let connection = Connection::open(path).map_err(|e| describe(path, &e))?;
+        connection
+            .busy_timeout(Duration::from_secs(5))
+            .and_then(|()| connection.execute_batch(SCHEMA))
+            .map_err(|e| describe(path, &e))?;
+        Ok(OffsetMap {
+            path: path.to_owned(),
+            connection: Mutex::new(connection),
+        })
+    }
+
+    /// Opens an existing map read-only (what translation does); a missing file is an error.
+    pub fn open_existing(path: &Path) -> Result<OffsetMap, String> {
+        if !path.is_file() {
+            return Err(format!(
+                "no offset map at {}: a replication task writes it beside its checkpoint store \
+                 (<checkpoint_store>.offsets)",
+                path.display()
+            ));
+        }
+        let connection = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .map_err(|e| describe(path, &e))?;
+        connection
+            .busy_timeout(Duration::from_secs(5))
+            .map_err(|e| describe(path, &e))?;
+        Ok(OffsetMap {
+            path: path.to_owned(),
+            connection: Mutex::new(connection),
+        })
+    }
+
+    /// Writes the rows of one sync (one source position, every partition of one target), then
+    /// thins that (source partition, target)'s syncs to what [`kept`] keeps.
+    pub fn record(&self, rows: &[SyncRow]) -> Result<(), String> {
+        let Some(first) = rows.first() else {
+            return Ok(());
+        };
+        let mut connection = self.connection.lock().expect("offset map connection");
+        let transaction = connection
+            .transaction()
+            .map_err(|e| describe(&self.path, &e))?;
+        for row in rows {
+            transaction
+                .execute(
+                    "INSERT OR REPLACE INTO offset_sync VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
+                    params![
+                        row.source_id,
+                        row.source_partitions,
+                        row.source_partition,
+                        row.source_sequence,
+                        row.target_id,
+                        row.target_name,
+                        row.target_partitions,
+                        row.target_partition,
+                        row.target_sequence,
+                        row.recorded_at_ms
+                    ],
+                )
+                .map_err(|e| describe(&self.path, &e))?;
+        }
+        thin(&transaction, first).map_err(|e| describe(&self.path, &e))?;
+        transaction.commit().map_err(|e| describe(&self.path, &e))
+    }
+
+    /// Every row, by source partition, target and source sequence.
+    pub fn rows(&self) -> Result<Vec<SyncRow>, String> {
+        let connection = self.connection.lock().expect("offset map connection");
+        let read = || -> rusqlite::Result<Vec<SyncRow>> {
+            let mut statement = connection.prepare(
+                "SELECT * FROM offset_sync ORDER BY source_id, source_partition, target_id, \
+                 source_sequence, target_partition",
+            )?;
+            let rows = statement.query_map([], |row| {
+                Ok(SyncRow {
+                    source_id: row.get(0)?,
+                    source_partitions: row.get(1)?,
+                    source_partition: row.get(2)?,
+                    source_sequence: row.get(3)?,
+                    target_id: row.get(4)?,
+                    target_name: row.get(5)?,
+                    target_partitions: row.get(6)?,
+                    target_partition: row.get(7)?,
+                    target_sequence: row.get(8)?,
+                    recorded_at_ms: row.get(9)?,
+                })
+            })?;
+            rows.collect()
+        };
+        read().map_err(|e| describe(&self.path, &e))
+    }
+}
+
+fn describe(path: &Path, error: &rusqlite::Error) -> String {
+    format!("offset map {}: {error}", path.display())
+}
+
+/// Deletes the syncs of `row`'s (source partition, target) that [`kept`] drops.
+fn thin(transaction: &rusqlite::Transaction<'_>, row: &SyncRow) -> rusqlite::Result<()> {
+    let key = params![row.source_id, row.source_partition, row.target_id];
+    let sequences: BTreeSet<i64> = transaction
+        .prepare(
+            "SELECT DISTINCT source_sequence FROM offset_sync \
+             WHERE source_id = ?1 AND source_partition = ?2 AND target_id = ?3",
+        )?
+        .query_map(key, |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let keep = kept(&sequences);
+    for dropped in sequences.difference(&keep) {
+        transaction.execute(
+            "DELETE FROM offset_sync WHERE source_id = ?1 AND source_partition = ?2 \
+             AND target_id = ?3 AND source_sequence = ?4",
+            params![row.source_id, row.source_partition, row.target_id, dropped],
+        )?;
+    }
+    Ok(())
+}
+
+/// Which of one (source partition, target)'s sync positions to keep: the newest
+/// [`RECENT_SYNCS_KEPT`], the oldest, and for each power of two the newest position whose
+/// distance from the newest has that highest bit. At most `RECENT_SYNCS_KEPT + 65`.
+pub fn kept(sequences: &BTreeSet<i64>) -> BTreeSet<i64> {
+    let (Some(&oldest), Some(&newest)) = (sequences.first(), sequences.last()) else {
+        return BTreeSet::new();
+    };
+    let mut keep: BTreeSet<i64> = sequences
+        .iter()
+        .rev()
+        .take(RECENT_SYNCS_KEPT)
+        .copied()
+        .collect();
+    keep.insert(oldest);
+    let mut buckets: HashMap<u32, i64> = HashMap::new();
+    for &sequence in sequences {
+        let distance = newest.abs_diff(sequence);
+        if distance > 0 {
+            let bucket = u64::BITS - distance.leading_zeros();
+            let best = buckets.entry(bucket).or_insert(sequence);
+            *best = (*best).max(sequence);
+        }
+    }
+    keep.extend(buckets.into_values());
+    keep
+}
+
+/// One target partition's translated checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Translated {
+    /// The target partition.
+    pub partition: String,
+    /// Resume after this sequence number; -1: from the partition's beginning.
+    pub sequence_number: i64,
+    /// Why this position, for the operator.
+    pub reason: String,
+}
+
+/// Translates a consumer group's checkpoints on the source (`processed`: source partition →
+/// sequence number of the last processed event) into one resume position per partition of a
+/// target, from that target's syncs (see the module docs for the rule and why it is safe).
+///
+/// `source_partitions` and `target_partitions` are the hubs' partition counts; partitions are
+/// numbered from 0.
+pub fn translate(
+    syncs: &[SyncRow],
+    processed: &HashMap<String, i64>,
+    source_partitions: u32,
+    target_partitions: u32,
+) -> Vec<Translated> {
+    // (target partition, source partition) → [(a, L)]
+    let mut by_pair: BTreeMap<(&str, &str), Vec<(i64, i64)>> = BTreeMap::new();
+    for row in syncs {
+        by_pair
+            .entry((&row.target_partition, &row.source_partition))
+            .or_default()
+            .push((row.source_sequence, row.target_sequence));
+    }
+    (0..target_partitions)
+        .map(|t| {
+            let t = t.to_string();
+            let mut result = Translated {
+                partition: t.clone(),
+                sequence_number: i64::MAX,
+                reason: String::new(),
+            };
+            for s in (0..source_partitions).map(|s| s.to_string()) {
+                let pairs = by_pair.get(&(t.as_str(), s.as_str()));
+                let (position, reason) = safe_position(&s, processed.get(&s).copied(), pairs);
+                if position < result.sequence_number {
+                    result.sequence_number = position;
+                    result.reason = reason;
+                }
+            }
+            if result.sequence_number == i64::MAX {
+                result.sequence_number = -1;
+                result.reason = "the source has no partitions".to_owned();
+            }
+            result
+        })
+        .collect()
+}
+
+/// Where a target partition may resume for source partition `s` alone, with the reason.
+fn safe_position(
+    s: &str,
+    processed: Option<i64>,
+    pairs: Option<&Vec<(i64, i64)>>,
+) -> (i64, String) {
+    let Some(processed) = processed else {
+        return (
+            -1,
+            format!("source partition {s} has no checkpoint: from the beginning"),
+        );
+    };
+    let best = pairs
+        .into_iter()
+        .flatten()
+        .filter(|(a, _)| *a <= processed.saturating_add(1))
+        .max_by_key(|(_, l)| *l);
+    match best {
+        Some(&(a, l)) => (
+            l,
+            format!("source partition {s}: checkpoint {processed}, sync at {a} → {l}"),
+        ),
+        None => (
+            -1,
+            format!(
+                "source partition {s}: no sync at or before its checkpoint {processed}: from the beginning"
+            ),
+        ),
+    }
+}
+
+/// What one source partition's processor needs to take syncs.
+#[derive(Debug, Clone)]
+pub(crate) struct SyncSetup {
+    pub(crate) map: Arc<OffsetMap>,
+    pub(crate) policy: SyncPolicy,
+    /// How far past where it started an owner reads before its first sync: what an earlier
+    /// owner may have sent past its checkpoint (one batch and the prefetch).
+    pub(crate) guard: i64,
+    pub(crate) source_id: String,
+    pub(crate) source_partitions: u32,
+}
+
+/// One source partition's syncs while this process owns it.
+#[derive(Debug)]
+pub(crate) struct PartitionSyncs {
+    setup: SyncSetup,
+    partition: String,
+    /// The first sequence number this owner read.
+    started_at: Option<i64>,
+    /// The last sync written: its source sequence and when.
+    last: Option<(i64, Instant)>,
+}
+
+/// A sync taken before a batch, written once its checkpoint succeeded.
+#[derive(Debug)]
+pub(crate) struct PendingSync(Vec<Vec<SyncRow>>);
+
+impl PartitionSyncs {
+    pub(crate) fn new(setup: SyncSetup, partition: &str) -> PartitionSyncs {
+        PartitionSyncs {
+            setup,
+            partition: partition.to_owned(),
+            started_at: None,
+            last: None,
+        }
+    }
+
+    fn due(&mut self, first: i64) -> bool {
+        let started_at = *self.started_at.get_or_insert(first);
+        if first < started_at.saturating_add(self.setup.guard) {
+            return false;
+        }
+        self.last.is_none_or(|(sequence, at)| {
+            first.saturating_sub(sequence) >= self.setup.policy.every_events
+                || at.elapsed() >= self.setup.policy.every
+        })
+    }
+
+    /// Before a batch starting at `first` goes to `routes`: the targets' newest sequence
+    /// numbers, if a sync is due and every target could say.
+    pub(crate) async fn before_batch(
+        &mut self,
+        first: i64,
+        routes: &[&Destination],
+    ) -> Option<PendingSync> {
+        if !self.due(first) {
+            return None;
+        }
+        let now_ms = crate::wall_clock_ms();
+        let mut pending = Vec::with_capacity(routes.len());
+        for destination in routes {
+            let count = destination.identity.partition_count;
+            let ids: Vec<String> = (0..count).map(|t| t.to_string()).collect();
+            let newest = futures_util::future::join_all(
+                ids.iter()
+                    .map(|t| destination.target.last_sequence_number(t)),
+            )
+            .await;
+            let mut rows = Vec::with_capacity(newest.len());
+            for (t, newest) in newest.into_iter().enumerate() {
+                let target_sequence = match newest {
+                    Ok(Some(sequence)) => sequence,
+                    Ok(None) => return None,
+                    Err(error) => {
+                        tracing::debug!(partition = %self.partition, %error, "no offset sync this batch");
+                        return None;
+                    }
+                };
+                rows.push(SyncRow {
+                    source_id: self.setup.source_id.clone(),
+                    source_partitions: self.setup.source_partitions,
+                    source_partition: self.partition.clone(),
+                    source_sequence: first,
+                    target_id: destination.identity.id.clone(),
+                    target_name: destination.name.clone(),
+                    target_partitions: count,
+                    target_partition: t.to_string(),
+                    target_sequence,
+                    recorded_at_ms: now_ms,
+                });
+            }
+            pending.push(rows);
+        }
+        Some(PendingSync(pending))
+    }
+
+    /// Writes `pending` (its batch was acknowledged and checkpointed).
+    pub(crate) async fn after_checkpoint(&mut self, pending: PendingSync) {
+        let Some(first) = pending.0.first().and_then(|rows| rows.first()) else {
+            return;
+        };
+        let sequence = first.source_sequence;
+        let map = Arc::clone(&self.setup.map);
+        let written = tokio::task::spawn_blocking(move || {
+            pending.0.iter().try_for_each(|rows| map.record(rows))
+        })
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+        match written {
+            Ok(()) => self.last = Some((sequence, Instant::now())),
+            Err(error) => {
+                tracing::warn!(partition = %self.partition, %error, "cannot write the offset map");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(s: u32, a: i64, t: u32, l: i64) -> SyncRow {
+        SyncRow {
+            source_id: "src".into(),
+            source_partitions: 2,
+            source_partition: s.to_string(),
+            source_sequence: a,
+            target_id: "dst".into(),
+            target_name: "replica".into(),
+            target_partitions: 3,
+            target_partition: t.to_string(),
+            target_sequence: l,
+            recorded_at_ms: 0,
+        }
+    }
+
+    /// A tiny replication model: source partition events (s, seq) routed to target partitions,
+    /// with syncs taken before some batches; checks the translation against the target logs.
+    #[test]
+    fn translation_never_skips_an_unprocessed_event() {
+        // Deterministic pseudo-random runs (no extra crate for one property test).
+        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        for _ in 0..300 {
+            let (sources, targets) = (1 + next(3) as u32, 1 + next(4) as u32);
+            let mut logs: Vec<Vec<(u32, i64)>> = vec![Vec::new(); targets as usize];
+            let mut sent = vec![0i64; sources as usize];
+            let mut syncs = Vec::new();
+            for _ in 0..next(60) {
+                let s = next(u64::from(sources)) as u32;
+                let batch = 1 + next(5) as i64;
+                if next(2) == 0 {
+                    for t in 0..targets {
+                        let l = logs[t as usize].len() as i64 - 1;
+                        syncs.push(row(s, sent[s as usize], t, l));
+                    }
+                }
+                for seq in sent[s as usize]..sent[s as usize] + batch {
+                    let t = next(u64::from(targets)) as usize;
+                    logs[t].push((s, seq));
+                }
+                sent[s as usize] += batch;
+            }
+            let mut processed: HashMap<String, i64> = HashMap::new();
+            for s in 0..sources {
+                if next(5) != 0 {
+                    let c = next(sent[s as usize] as u64 + 1) as i64 - 1;
+                    processed.insert(s.to_string(), c);
+                }
+            }
+            let translated = translate(&syncs, &processed, sources, targets);
+            for (t, position) in translated.iter().enumerate() {
+                for (index, (s, seq)) in logs[t].iter().enumerate() {
+                    let done = processed.get(&s.to_string()).is_some_and(|c| seq <= c);
+                    assert!(
+                        index as i64 > position.sequence_number || done,
+                        "target {t} resumes after {} but event {s}/{seq} at {index} was not processed",
+                        position.sequence_number
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn translation_takes_the_best_sync_per_source_and_the_least_across_sources() {
+        let syncs = vec![
+            row(0, 0, 0, -1),
+            row(0, 10, 0, 4),
+            row(0, 20, 0, 9),
+            row(1, 5, 0, 6),
+        ];
+        let processed = HashMap::from([("0".to_owned(), 15), ("1".to_owned(), 7)]);
+        let out = translate(&syncs, &processed, 2, 1);
+        assert_eq!(out[0].sequence_number, 4, "{}", out[0].reason);
+        let processed = HashMap::from([("0".to_owned(), 25), ("1".to_owned(), 7)]);
+        assert_eq!(translate(&syncs, &processed, 2, 1)[0].sequence_number, 6);
+        let processed = HashMap::from([("0".to_owned(), 25)]);
+        let out = translate(&syncs, &processed, 2, 1);
+        assert_eq!(out[0].sequence_number, -1);
+        assert!(out[0].reason.contains("no checkpoint"), "{}", out[0].reason);
+        let processed = HashMap::from([("0".to_owned(), 25), ("1".to_owned(), 2)]);
+        assert_eq!(translate(&syncs, &processed, 2, 1)[0].sequence_number, -1);
+    }
+
+    #[test]
+    fn thinning_keeps_recent_oldest_and_powers_of_two() {
+        let all: BTreeSet<i64> = (0..10_000).map(|i| i * 10).collect();
+        let keep = kept(&all);
+        assert!(keep.len() <= RECENT_SYNCS_KEPT + 65, "{}", keep.len());
+        assert!(keep.contains(&0) && keep.contains(&99_990));
+        assert!(
+            all.iter()
+                .rev()
+                .take(RECENT_SYNCS_KEPT)
+                .all(|s| keep.contains(s))
+        );
+        // Every checkpoint finds a kept sync within about four times its distance.
+        for c in [100, 5_000, 50_000, 99_000] {
+            let best = keep.range(..=c).next_back().unwrap();
+            assert!(99_990 - best <= 4 * (99_990 - c) + 10, "{c} → {best}");
+        }
+    }
+
+    #[test]
+    fn the_map_records_thins_and_reads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = path_for(&dir.path().join("task.sqlite"));
+        assert!(OffsetMap::open_existing(&path).is_err());
+        let map = OffsetMap::open(&path).unwrap();
+        for a in 0..40 {
+            map.record(&[row(0, a * 3, 0, a), row(0, a * 3, 1, a * 2)])
+                .unwrap();
+        }
+        let read = OffsetMap::open_existing(&path).unwrap().rows().unwrap();
+        let positions: BTreeSet<i64> = read.iter().map(|r| r.source_sequence).collect();
+        // Thinned on every write: the oldest, the newest few, a bounded number in all.
+        assert!(positions.len() <= RECENT_SYNCS_KEPT + 65, "{positions:?}");
+        assert!(positions.contains(&0), "{positions:?}");
+        assert!(
+            (40 - 16..40).all(|a| positions.contains(&(a * 3))),
+            "{positions:?}"
+        );
+        assert_eq!(
+            read.len(),
+            positions.len() * 2,
+            "both target partitions of each"
+        );
+        assert!(read.contains(&row(0, 117, 1, 78)));
+    }
+}
