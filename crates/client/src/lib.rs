@@ -15,6 +15,8 @@
 //! - [`ConsumerClient`] and [`EventReceiver`]: read a partition from any [`EventPosition`], with
 //!   an owner level (epoch) or without, with credit-based prefetch and the runtime metric.
 //! - Hub and partition properties through `$management`.
+//! - [`failover`]: a hub named through an alias — a file holding the active endpoint, or DNS SRV
+//!   records — that the client follows when it changes or the active endpoint keeps failing.
 //! - [`RemoteHub`]: a [`tributary_source::PartitionSource`], so the event processor host
 //!   (`tributary-processor`) runs against a remote hub. The client depends on the source traits
 //!   only, not on the processor host, the broker or SQLite.
@@ -100,6 +102,7 @@ mod connection;
 pub use tributary_eventhubs::connection_string;
 mod consumer;
 mod error;
+pub mod failover;
 pub mod limits;
 mod management;
 mod producer;
@@ -112,6 +115,7 @@ pub use connection::ClientOptions;
 pub use connection_string::{ConnectionString, ConnectionStringError, Credential};
 pub use consumer::{ConsumerClient, EventReceiver};
 pub use error::ClientError;
+pub use failover::{AliasEndpoint, FailoverOptions, HubAlias};
 pub use management::{EventHubProperties, PartitionProperties};
 pub use producer::ProducerClient;
 pub use remote::RemoteHub;
