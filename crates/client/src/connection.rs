@@ -54,8 +54,8 @@ pub struct ClientOptions {
     /// development authority (`tributary cert`), or a company's own.
     pub trusted_certificates: Option<std::path::PathBuf>,
     /// A hub alias to follow instead of connecting to the connection string's endpoint (see
-    /// [`crate::failover`]).
-    pub failover: Option<FailoverOptions>,
+    /// [`crate::failover`]). Boxed: it is rarely set, and keeps the options small.
+    pub failover: Option<Box<FailoverOptions>>,
 }
 
 impl Default for ClientOptions {
@@ -91,7 +91,7 @@ impl ClientOptions {
 
     /// Following a hub alias (see [`crate::failover`]).
     pub fn with_failover(mut self, failover: FailoverOptions) -> Self {
-        self.failover = Some(failover);
+        self.failover = Some(Box::new(failover));
         self
     }
 
@@ -288,7 +288,7 @@ impl Connector {
         });
         drop(connector.live().await?);
         let weak = Arc::downgrade(&connector);
-        let task = match connector.target.options.failover.as_ref() {
+        let task = match connector.target.options.failover.as_deref() {
             Some(FailoverOptions {
                 alias: HubAlias::File(path),
                 poll_interval,
