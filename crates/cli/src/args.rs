@@ -9,10 +9,12 @@ use tributary_event::{EventPosition, PropertyValue};
 use tributary_log::Durability;
 
 mod bench;
+mod failover;
 mod process;
 mod replicate;
 
 pub use bench::{BenchArgs, LagRate, Scenario, TaskTransport};
+pub use failover::{AliasArgs, FailoverArgs, FailoverCommand};
 pub use process::{Action, GroupStore, OwnershipArgs, ProcessArgs, Strategy};
 pub use replicate::ReplicateArgs;
 
@@ -52,6 +54,8 @@ pub struct GlobalArgs {
     /// development authority from `tributary cert`, for instance.
     #[arg(long, global = true, env = "TRIBUTARY_CA_FILE")]
     pub ca_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub alias: AliasArgs,
 }
 
 /// The commands.
@@ -92,6 +96,9 @@ pub enum Command {
     /// Measure the partition log (append throughput and acknowledgement latency, reads,
     /// recovery, memory) and the event processor host (start-up, failover, throughput).
     Bench(BenchArgs),
+    /// Show and switch the hub alias clients follow (--alias-file) for failover between
+    /// replicated hubs.
+    Failover(FailoverArgs),
 }
 
 /// `tributary serve`.

@@ -14,6 +14,7 @@ mod bench_processor;
 mod bench_replicate;
 mod bench_silent;
 mod commands;
+mod failover;
 mod hub_handle;
 mod input;
 mod output;
@@ -66,10 +67,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Receive(args) => commands::receive(global, args).await,
         Command::Process(args) => process::process(global, args).await,
         Command::Ownership(args) => process::ownership(global, args).await,
-        Command::Replicate(args) => replicate::run(args).await,
+        Command::Replicate(args) => {
+            anyhow::ensure!(
+                global.alias.failover_options()?.is_none(),
+                "replicate takes its endpoints from the task file; --alias-file and --alias-srv do not apply to it"
+            );
+            replicate::run(args).await
+        }
         Command::Cert(args) => serve::cert(global, args),
         Command::ConnectionString(args) => commands::connection_string(global, args),
         Command::Bench(args) => bench::run(global, args).await,
+        Command::Failover(args) => failover::run(global, args).await,
     }
 }
 
