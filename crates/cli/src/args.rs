@@ -16,7 +16,7 @@ mod replicate;
 
 pub use bench::{BenchArgs, LagRate, Scenario, TaskTransport};
 pub use demo::{DemoArgs, DemoWorkerArgs};
-pub use failover::{FailoverArgs, FailoverCommand, TranslateArgs};
+pub use failover::{AliasArgs, FailoverArgs, FailoverCommand, TranslateArgs};
 pub use process::{Action, GroupStore, OwnershipArgs, ProcessArgs, Strategy};
 pub use replicate::ReplicateArgs;
 
@@ -56,6 +56,8 @@ pub struct GlobalArgs {
     /// development authority from `tributary cert`, for instance.
     #[arg(long, global = true, env = "TRIBUTARY_CA_FILE")]
     pub ca_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub alias: AliasArgs,
 }
 
 /// The commands.

@@ -51,6 +51,11 @@ impl HubHandle {
             Some(_) => None,
             None => crate::running::local_connection_string(&global.data_dir).transpose()?,
         };
+        if global.alias.failover_options()?.is_some() && connection_string.is_none() {
+            bail!(
+                "--alias-file and --alias-srv name a remote hub's endpoint: give --connection-string for its key"
+            );
+        }
         match connection_string.or(local_server.as_deref()) {
             None => {
                 let broker = open_broker(global).await?;
@@ -61,7 +66,8 @@ impl HubHandle {
                 })
             }
             Some(cs) => {
-                let remote = RemoteHub::connect_with_options(cs, Some(hub), client_options(global))
+                let options = client_options(global)?;
+                let remote = RemoteHub::connect_with_options(cs, Some(hub), options.clone())
                     .await
                     .with_context(|| format!("cannot connect to event hub {hub:?}"))?;
                 Ok(HubHandle::Remote {
@@ -69,7 +75,7 @@ impl HubHandle {
                     producer: OnceCell::new(),
                     connection_string: cs.to_owned(),
                     name: hub.to_owned(),
-                    options: client_options(global),
+                    options,
                 })
             }
         }
@@ -203,13 +209,17 @@ fn cut_by_size(
     Ok(batches)
 }
 
-/// The options of the clients the CLI connects to a remote hub with.
-pub fn client_options(global: &GlobalArgs) -> ClientOptions {
-    let options = ClientOptions::default().with_application_id("tributary-cli");
-    match &global.ca_file {
-        Some(path) => options.with_trusted_certificates(path),
-        None => options,
+/// The options of the clients the CLI connects to a remote hub with (following the hub alias
+/// the flags name, if any).
+pub fn client_options(global: &GlobalArgs) -> Result<ClientOptions> {
+    let mut options = ClientOptions::default().with_application_id("tributary-cli");
+    if let Some(path) = &global.ca_file {
+        options = options.with_trusted_certificates(path);
     }
+    if let Some(failover) = global.alias.failover_options()? {
+        options = options.with_failover(failover);
+    }
+    Ok(options)
 }
 
 /// Opens the broker on the data directory with the global settings.

@@ -15,6 +15,7 @@ mod bench_replicate;
 mod bench_silent;
 mod commands;
 mod demo;
+mod failover;
 mod failover_translate;
 mod hub_handle;
 mod input;
@@ -28,7 +29,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{Cli, Command, FailoverCommand};
+use crate::args::{Cli, Command};
 
 /// mimalloc instead of the system allocator: the AMQP engine allocates several small buffers
 /// per event delivered, and with mimalloc delivery costs about a fifth less CPU per event
@@ -68,13 +69,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Receive(args) => commands::receive(global, args).await,
         Command::Process(args) => process::process(global, args).await,
         Command::Ownership(args) => process::ownership(global, args).await,
-        Command::Replicate(args) => replicate::run(args).await,
-        Command::Failover(args) => match &args.command {
-            FailoverCommand::Translate(args) => failover_translate::translate(args).await,
-        },
+        Command::Replicate(args) => {
+            anyhow::ensure!(
+                global.alias.failover_options()?.is_none(),
+                "replicate takes its endpoints from the task file; --alias-file and --alias-srv do not apply to it"
+            );
+            replicate::run(args).await
+        }
         Command::Cert(args) => serve::cert(global, args),
         Command::ConnectionString(args) => commands::connection_string(global, args),
         Command::Bench(args) => bench::run(global, args).await,
+        Command::Failover(args) => failover::run(global, args).await,
         Command::Demo(args) => demo::run(global, args).await,
         Command::DemoWorker(args) => demo::aggregate::worker(global, args).await,
     }

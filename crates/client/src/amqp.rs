@@ -56,6 +56,9 @@ fn lost(description: impl Into<String>) -> ClientError {
 pub(crate) struct Endpoint<'a> {
     pub(crate) host: &'a str,
     pub(crate) port: u16,
+    /// Addresses to connect to instead of resolving `host` (an alias's DNS answered them);
+    /// `host` still names the peer for TLS and the AMQP `open`.
+    pub(crate) addresses: &'a [std::net::IpAddr],
     pub(crate) tls: bool,
     /// Certificate authorities trusted besides the Mozilla roots (a PEM file).
     pub(crate) trusted_certificates: Option<&'a std::path::Path>,
@@ -182,9 +185,17 @@ impl AmqpConnection {
             endpoint: name.clone(),
             description,
         };
-        let tcp = TcpStream::connect((endpoint.host, endpoint.port))
-            .await
-            .map_err(|e| connect(e.to_string()))?;
+        let tcp = if endpoint.addresses.is_empty() {
+            TcpStream::connect((endpoint.host, endpoint.port)).await
+        } else {
+            let addresses: Vec<std::net::SocketAddr> = endpoint
+                .addresses
+                .iter()
+                .map(|ip| std::net::SocketAddr::new(*ip, endpoint.port))
+                .collect();
+            TcpStream::connect(addresses.as_slice()).await
+        };
+        let tcp = tcp.map_err(|e| connect(e.to_string()))?;
         let _ = tcp.set_nodelay(true);
         if endpoint.tls {
             let stream = crate::tls::connect(tcp, endpoint.host, endpoint.trusted_certificates)

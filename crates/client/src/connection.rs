@@ -15,8 +15,9 @@
 //! failed mid-flight is never silently sent twice, and a receiver never silently re-attaches
 //! (which could defeat epoch fencing).
 
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fe2o3_amqp_types::definitions::Fields;
 use fe2o3_amqp_types::messaging::{AmqpValue, ApplicationProperties, Body};
@@ -30,6 +31,7 @@ use tributary_eventhubs::names::management as m;
 
 use crate::connection_string::{ConnectionString, Credential};
 use crate::error::ClientError;
+use crate::failover::{self, AliasEndpoint, FailoverOptions, HubAlias};
 use crate::limits::{
     OPERATION_TIMEOUT_DEFAULT, SAS_TOKEN_LIFETIME, TOKEN_CHECK_INTERVAL_MAX, TOKEN_RENEW_AT_PERCENT,
 };
@@ -51,6 +53,9 @@ pub struct ClientOptions {
     /// A PEM file of certificate authorities to trust besides the Mozilla roots: a local hub's
     /// development authority (`tributary cert`), or a company's own.
     pub trusted_certificates: Option<std::path::PathBuf>,
+    /// A hub alias to follow instead of connecting to the connection string's endpoint (see
+    /// [`crate::failover`]). Boxed: it is rarely set, and keeps the options small.
+    pub failover: Option<Box<FailoverOptions>>,
 }
 
 impl Default for ClientOptions {
@@ -60,6 +65,7 @@ impl Default for ClientOptions {
             application_id: None,
             token_lifetime: SAS_TOKEN_LIFETIME,
             trusted_certificates: None,
+            failover: None,
         }
     }
 }
@@ -80,6 +86,12 @@ impl ClientOptions {
     /// With an application id.
     pub fn with_application_id(mut self, id: impl Into<String>) -> Self {
         self.application_id = Some(id.into());
+        self
+    }
+
+    /// Following a hub alias (see [`crate::failover`]).
+    pub fn with_failover(mut self, failover: FailoverOptions) -> Self {
+        self.failover = Some(Box::new(failover));
         self
     }
 
@@ -118,6 +130,9 @@ impl Target {
                 "token_lifetime must be at least one second".to_owned(),
             ));
         }
+        if let Some(failover) = &options.failover {
+            failover.check()?;
+        }
         Ok(Target {
             connection_string,
             hub,
@@ -137,9 +152,10 @@ impl Target {
         })
     }
 
-    /// The CBS audience every link of this client is authorized under.
-    pub(crate) fn audience(&self) -> String {
-        format!("sb://{}/{}", self.connection_string.host(), self.hub)
+    /// The CBS audience every link of this client is authorized under, on the namespace
+    /// `host` (the connection string's, or the one an alias names).
+    pub(crate) fn audience(&self, host: &str) -> String {
+        format!("sb://{host}/{}", self.hub)
     }
 
     pub(crate) fn timeout_error(&self, operation: &'static str) -> ClientError {
@@ -175,6 +191,8 @@ pub(crate) struct Live {
     management: Option<RequestResponseLink>,
     token: Token,
     token_issued_at_s: u64,
+    /// The audience the token is for.
+    audience: String,
 }
 
 impl Live {
@@ -227,6 +245,41 @@ pub(crate) struct Connector {
 struct State {
     live: Option<Live>,
     generation: u64,
+    failover: FailoverState,
+}
+
+/// Where an aliased client connects, and how its connection attempts have gone.
+#[derive(Debug, Default)]
+struct FailoverState {
+    /// The endpoint in use (or to try first); `None` until the alias is first resolved.
+    active: Option<AliasEndpoint>,
+    /// Consecutive failed connection attempts.
+    failures: u32,
+    /// Since when there has been no working connection.
+    failing_since: Option<Instant>,
+}
+
+impl FailoverState {
+    fn failed(&mut self) {
+        self.failures = self.failures.saturating_add(1);
+        self.failing_since.get_or_insert_with(Instant::now);
+    }
+
+    fn connected(&mut self) {
+        self.failures = 0;
+        self.failing_since = None;
+    }
+
+    /// Why the alias should be resolved again before the next attempt, if it should.
+    fn persistent(&self, options: &FailoverOptions) -> Option<String> {
+        if self.failures >= options.failures_before_switch {
+            return Some(format!("{} consecutive connection failures", self.failures));
+        }
+        self.failing_since
+            .map(|since| since.elapsed())
+            .filter(|down| *down >= options.unavailable_after)
+            .map(|down| format!("no working connection for {} ms", down.as_millis()))
+    }
 }
 
 impl Drop for Connector {
@@ -246,7 +299,20 @@ impl Connector {
             renewal: OnceLock::new(),
         });
         drop(connector.live().await?);
-        let task = tokio::spawn(renew_tokens(Arc::downgrade(&connector)));
+        let weak = Arc::downgrade(&connector);
+        let task = match connector.target.options.failover.as_deref() {
+            Some(FailoverOptions {
+                alias: HubAlias::File(path),
+                poll_interval,
+                ..
+            }) => {
+                let watch = watch_alias_file(weak.clone(), path.clone(), *poll_interval);
+                tokio::spawn(async move {
+                    tokio::join!(renew_tokens(weak), watch);
+                })
+            }
+            _ => tokio::spawn(renew_tokens(weak)),
+        };
         let _ = connector.renewal.set(task);
         Ok(connector)
     }
@@ -258,16 +324,131 @@ impl Connector {
         if !usable {
             if let Some(old) = state.live.take() {
                 tracing::info!(hub = %self.target.hub, generation = old.generation, "connection lost; reconnecting");
+                state
+                    .failover
+                    .failing_since
+                    .get_or_insert_with(Instant::now);
             }
             let generation = state.generation + 1;
-            let live = self
-                .target
-                .timed("connecting to the hub", open_live(&self.target, generation))
-                .await?;
+            let live = match &self.target.options.failover {
+                None => self.open_at(None, generation).await?,
+                Some(failover) => self.open_aliased(&mut state, failover, generation).await?,
+            };
             state.generation = generation;
             state.live = Some(live);
         }
         Ok(LiveGuard { state })
+    }
+
+    /// Opens a connection to `endpoint`, or to the connection string's when `None`.
+    async fn open_at(
+        &self,
+        endpoint: Option<&AliasEndpoint>,
+        generation: u64,
+    ) -> Result<Live, ClientError> {
+        self.target
+            .timed(
+                "connecting to the hub",
+                open_live(&self.target, endpoint, generation),
+            )
+            .await
+    }
+
+    /// Opens a connection where the alias points: the active endpoint while it works; once
+    /// its failures are persistent (or before the first connection), the first candidate of a
+    /// fresh resolution that accepts a connection.
+    async fn open_aliased(
+        &self,
+        state: &mut State,
+        failover: &FailoverOptions,
+        generation: u64,
+    ) -> Result<Live, ClientError> {
+        let hub = &self.target.hub;
+        let alias = &failover.alias;
+        let mut why = state.failover.persistent(failover);
+        if let (Some(active), None) = (state.failover.active.clone(), &why) {
+            match self.open_at(Some(&active), generation).await {
+                Ok(live) => {
+                    state.failover.connected();
+                    return Ok(live);
+                }
+                Err(error) => {
+                    state.failover.failed();
+                    why = state.failover.persistent(failover);
+                    let Some(why) = &why else {
+                        return Err(error);
+                    };
+                    tracing::warn!(%hub, %alias, endpoint = %active, %error, "{why}; resolving the alias again");
+                }
+            }
+        }
+        let candidates = match failover::resolve(alias).await {
+            Ok(candidates) => candidates,
+            Err(error) => {
+                state.failover.failed();
+                return Err(error);
+            }
+        };
+        let mut last_error = None;
+        for candidate in candidates {
+            match self.open_at(Some(&candidate), generation).await {
+                Ok(live) => {
+                    match state.failover.active.take() {
+                        Some(old) if !old.same_place(&candidate) => {
+                            let why = why.as_deref().unwrap_or("the alias changed");
+                            tracing::warn!(%hub, %alias, from = %old, to = %candidate, "switched to another endpoint: {why}");
+                        }
+                        Some(_) => {}
+                        None => {
+                            tracing::info!(%hub, %alias, endpoint = %candidate, "connected through the alias");
+                        }
+                    }
+                    state.failover.active = Some(candidate);
+                    state.failover.connected();
+                    return Ok(live);
+                }
+                Err(error) => {
+                    tracing::debug!(%hub, %alias, endpoint = %candidate, %error, "an alias candidate is unreachable");
+                    last_error = Some(error);
+                }
+            }
+        }
+        state.failover.failed();
+        Err(last_error.unwrap_or_else(|| ClientError::Connect {
+            endpoint: alias.to_string(),
+            description: "the alias names no endpoint".to_owned(),
+        }))
+    }
+
+    /// Follows a change of the alias file: when it names another endpoint, makes that the
+    /// active one and closes the connection, so the next operation connects there.
+    async fn follow_alias_file(&self, path: &Path) {
+        let hub = &self.target.hub;
+        let endpoint = match failover::read_alias_file(path) {
+            Ok(endpoint) => endpoint,
+            Err(error) => {
+                tracing::warn!(%hub, %error, "the alias file changed but names no usable endpoint; staying where the client is");
+                return;
+            }
+        };
+        let mut state = self.state.lock().await;
+        let from = state.failover.active.clone();
+        if from.as_ref().is_some_and(|from| from.same_place(&endpoint)) {
+            return;
+        }
+        let from = from.map_or_else(|| "none".to_owned(), |from| from.to_string());
+        tracing::warn!(%hub, alias = %path.display(), %from, to = %endpoint, "the alias file names another endpoint; switching");
+        state.failover.active = Some(endpoint);
+        state.failover.connected();
+        if let Some(live) = state.live.take() {
+            live.connection.close();
+        }
+    }
+
+    /// The endpoint an aliased client uses (or will try first); `None` without an alias or
+    /// before the alias was first resolved.
+    pub(crate) async fn active_endpoint(&self) -> Option<AliasEndpoint> {
+        self.state.lock().await.failover.active.clone()
     }
 
     /// Closes the connection, if open. Later operations reconnect.
@@ -307,18 +488,46 @@ impl std::ops::DerefMut for LiveGuard<'_> {
     }
 }
 
-async fn open_live(target: &Target, generation: u64) -> Result<Live, ClientError> {
-    let connection = open_connection(target).await?;
+/// Polls the alias file `path` every `interval` (its modification time and length) and lets
+/// the connector follow a change, until the connector is dropped.
+async fn watch_alias_file(connector: Weak<Connector>, path: PathBuf, interval: Duration) {
+    let stamp = |path: &Path| {
+        std::fs::metadata(path)
+            .ok()
+            .map(|meta| (meta.modified().ok(), meta.len()))
+    };
+    let mut seen = stamp(&path);
+    loop {
+        tokio::time::sleep(interval).await;
+        let Some(connector) = connector.upgrade() else {
+            return;
+        };
+        let now = stamp(&path);
+        if now != seen {
+            seen = now;
+            connector.follow_alias_file(&path).await;
+        }
+    }
+}
+
+async fn open_live(
+    target: &Target,
+    endpoint: Option<&AliasEndpoint>,
+    generation: u64,
+) -> Result<Live, ClientError> {
+    let connection = open_connection(target, endpoint).await?;
     let session = connection.begin().await?;
     let mut cbs = RequestResponseLink::attach(&connection, session, address::CBS).await?;
     let issued_at_s = now_s();
+    let host = endpoint.map_or(target.connection_string.host(), |e| e.host.as_str());
+    let audience = target.audience(host);
     let token = token_for(
         target.connection_string.credential(),
-        &target.audience(),
+        &audience,
         issued_at_s,
         target.options.token_lifetime,
     );
-    put_token(&mut cbs, target, &token).await?;
+    put_token(&mut cbs, target, &audience, &token).await?;
     tracing::debug!(hub = %target.hub, generation, "connected and authorized");
     Ok(Live {
         generation,
@@ -328,11 +537,27 @@ async fn open_live(target: &Target, generation: u64) -> Result<Live, ClientError
         management: None,
         token,
         token_issued_at_s: issued_at_s,
+        audience,
     })
 }
 
-async fn open_connection(target: &Target) -> Result<AmqpConnection, ClientError> {
+async fn open_connection(
+    target: &Target,
+    endpoint: Option<&AliasEndpoint>,
+) -> Result<AmqpConnection, ClientError> {
     let cs = &target.connection_string;
+    let (host, port, addresses) = match endpoint {
+        Some(endpoint) => (
+            endpoint.host.as_str(),
+            endpoint.port.unwrap_or(if cs.uses_tls() {
+                crate::connection_string::PORT_TLS
+            } else {
+                crate::connection_string::PORT_PLAIN
+            }),
+            endpoint.addresses.as_slice(),
+        ),
+        None => (cs.host(), cs.port(), &[][..]),
+    };
     let container_id = format!(
         "{}-{}",
         target
@@ -349,8 +574,9 @@ async fn open_connection(target: &Target) -> Result<AmqpConnection, ClientError>
     .into_iter()
     .collect();
     AmqpConnection::open(Endpoint {
-        host: cs.host(),
-        port: cs.port(),
+        host,
+        port,
+        addresses,
         tls: cs.uses_tls(),
         trusted_certificates: target.options.trusted_certificates.as_deref(),
         container_id,
@@ -362,6 +588,7 @@ async fn open_connection(target: &Target) -> Result<AmqpConnection, ClientError>
 async fn put_token(
     cbs: &mut RequestResponseLink,
     target: &Target,
+    audience: &str,
     token: &Token,
 ) -> Result<(), ClientError> {
     let expiration_ms = i64::try_from(token.expires_at_s)
@@ -378,7 +605,7 @@ async fn put_token(
     );
     properties
         .0
-        .insert(m::NAME.to_owned(), SimpleValue::String(target.audience()));
+        .insert(m::NAME.to_owned(), SimpleValue::String(audience.to_owned()));
     properties.0.insert(
         m::EXPIRATION.to_owned(),
         SimpleValue::Timestamp(Timestamp::from_milliseconds(expiration_ms)),
@@ -393,10 +620,7 @@ async fn put_token(
         Err(ClientError::Unauthorized { description })
         | Err(ClientError::Refused { description, .. })
         | Err(ClientError::Other { description, .. }) => Err(ClientError::Unauthorized {
-            description: format!(
-                "the hub refused the token for {}: {description}",
-                target.audience()
-            ),
+            description: format!("the hub refused the token for {audience}: {description}"),
         }),
         Err(other) => Err(other),
     }
@@ -427,11 +651,11 @@ async fn renew_once(connector: &Connector) -> Duration {
     if renewable && now >= live.renew_at_s() {
         let token = token_for(
             connector.target.connection_string.credential(),
-            &connector.target.audience(),
+            &live.audience,
             now,
             connector.target.options.token_lifetime,
         );
-        match put_token(&mut live.cbs, &connector.target, &token).await {
+        match put_token(&mut live.cbs, &connector.target, &live.audience, &token).await {
             Ok(()) => {
                 tracing::debug!(hub = %connector.target.hub, "token renewed");
                 live.token = token;
@@ -480,7 +704,7 @@ mod tests {
             Err(ClientError::InvalidConnectionString(_))
         ));
         let target = Target::new(cs, Some("orders"), ClientOptions::default()).unwrap();
-        assert_eq!(target.audience(), "sb://h/orders");
+        assert_eq!(target.audience("h"), "sb://h/orders");
         assert_eq!(target.connection_string.port(), 5672);
     }
 }

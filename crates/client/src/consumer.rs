@@ -95,6 +95,12 @@ impl ConsumerClient {
         self.connector.target.connection_string.host()
     }
 
+    /// With a hub alias ([`crate::failover`]), the endpoint in use or tried next; `None`
+    /// without one.
+    pub async fn active_endpoint(&self) -> Option<crate::AliasEndpoint> {
+        self.connector.active_endpoint().await
+    }
+
     /// The hub's name, creation time and partition ids.
     pub async fn hub_properties(&self) -> Result<EventHubProperties, ClientError> {
         management::hub_properties(&self.connector).await

@@ -17,6 +17,8 @@
 //! - Hub and partition properties through `$management`.
 //! - [`HubCheckpointStore`]: the processor's checkpoint store that a Tributary hub hosts,
 //!   over the same connection (Azure Event Hubs refuses it with a clear error).
+//! - [`failover`]: a hub named through an alias — a file holding the active endpoint, or DNS SRV
+//!   records — that the client follows when it changes or the active endpoint keeps failing.
 //! - [`RemoteHub`]: a [`tributary_source::PartitionSource`], so the event processor host
 //!   (`tributary-processor`) runs against a remote hub. The client depends on the source traits
 //!   and the processor's store trait (none of its store backends), not on the broker or SQLite.
@@ -103,6 +105,7 @@ mod connection;
 pub use tributary_eventhubs::connection_string;
 mod consumer;
 mod error;
+pub mod failover;
 pub mod limits;
 mod management;
 mod producer;
@@ -116,6 +119,7 @@ pub use connection::ClientOptions;
 pub use connection_string::{ConnectionString, ConnectionStringError, Credential};
 pub use consumer::{ConsumerClient, EventReceiver};
 pub use error::ClientError;
+pub use failover::{AliasEndpoint, FailoverOptions, HubAlias};
 pub use management::{EventHubProperties, PartitionProperties};
 pub use producer::ProducerClient;
 pub use remote::RemoteHub;

@@ -90,6 +90,12 @@ impl ProducerClient {
         self.connector.target.connection_string.host()
     }
 
+    /// With a hub alias ([`crate::failover`]), the endpoint in use or tried next; `None`
+    /// without one.
+    pub async fn active_endpoint(&self) -> Option<crate::AliasEndpoint> {
+        self.connector.active_endpoint().await
+    }
+
     /// Sends `events` to `target` as one unit; see the module docs for the guarantees.
     ///
     /// Fails with [`ClientError::InvalidArgument`] for no events, more than

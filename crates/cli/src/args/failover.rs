@@ -1,6 +1,65 @@
-//! The flags of `tributary failover`: moving consumers to a replica hub.
+//! `tributary failover` (show and switch a file-based hub alias; translate checkpoints for a
+//! replica) and the alias flags every
+//! command that connects to a remote hub takes (`--alias-file`, `--alias-srv`, `--dns-server`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use tributary_client::{AliasEndpoint, FailoverOptions};
+
+use super::parse_duration_ms;
+
+/// Where a remote hub's active endpoint comes from, instead of the connection string's
+/// `Endpoint` (whose key is still the one used). See `tributary_client::failover`.
+#[derive(Debug, Clone, Args)]
+pub struct AliasArgs {
+    /// Connect to the endpoint this file names (`host[:port]`, never a secret), and follow it
+    /// when it changes (`tributary failover switch` rewrites it). With --connection-string,
+    /// whose key is used on that endpoint.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub alias_file: Option<PathBuf>,
+    /// Connect where the DNS SRV records `_azure_eventhub._amqp.<NAME>` point: the lowest
+    /// priority first, by weight within one; the next when one is unreachable. With
+    /// --connection-string.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub alias_srv: Option<String>,
+    /// The DNS server that answers --alias-srv, `IP:PORT` (default: the system's).
+    #[arg(long, global = true, value_name = "IP:PORT")]
+    pub dns_server: Option<SocketAddr>,
+    /// With an alias: consecutive failed connection attempts after which it is resolved again.
+    #[arg(long, global = true, default_value_t = 3)]
+    pub failover_failures: u32,
+    /// With an alias: how long without a working connection before it is resolved again.
+    #[arg(long, global = true, default_value = "10s", value_parser = parse_duration_ms)]
+    pub failover_after: i64,
+}
+
+impl AliasArgs {
+    /// The client's failover options, if an alias is given; an error for contradictory flags.
+    pub fn failover_options(&self) -> anyhow::Result<Option<FailoverOptions>> {
+        let options = match (&self.alias_file, &self.alias_srv) {
+            (Some(_), Some(_)) => anyhow::bail!("give --alias-file or --alias-srv, not both"),
+            (Some(path), None) => FailoverOptions::file(path),
+            (None, Some(name)) => FailoverOptions::srv(name, self.dns_server),
+            (None, None) => {
+                anyhow::ensure!(self.dns_server.is_none(), "--dns-server is for --alias-srv");
+                return Ok(None);
+            }
+        };
+        anyhow::ensure!(
+            self.failover_failures >= 1,
+            "--failover-failures must be at least 1"
+        );
+        let after = Duration::from_millis(u64::try_from(self.failover_after).unwrap_or(0));
+        Ok(Some(
+            options
+                .with_failures_before_switch(self.failover_failures)
+                .with_unavailable_after(after),
+        ))
+    }
+}
 
 /// `tributary failover`.
 #[derive(Debug, Args)]
@@ -9,9 +68,33 @@ pub struct FailoverArgs {
     pub command: FailoverCommand,
 }
 
-/// What `failover` does.
+/// `tributary failover …`.
 #[derive(Debug, Subcommand)]
 pub enum FailoverCommand {
+    /// Show the endpoint the alias (--alias-file, or --alias-srv) names, when the file last
+    /// changed, and whether each candidate accepts a TCP connection.
+    Status {
+        /// Other endpoints to check too (the other hubs of the failover pair), `host[:port]`.
+        #[arg(long = "candidate", value_parser = parse_endpoint)]
+        candidates: Vec<AliasEndpoint>,
+        /// The port assumed for an endpoint that names none (5671 is AMQPS; 5672 is plain).
+        #[arg(long, default_value_t = 5671)]
+        default_port: u16,
+    },
+    /// Point the alias file (--alias-file) at ENDPOINT: a temporary file renamed over it, so
+    /// clients read the old or the new endpoint, never half of one. Clients following the
+    /// file move within their poll interval.
+    Switch {
+        /// The new active endpoint, `host[:port]` (checked by the command, which never echoes
+        /// a value that looks like a secret).
+        endpoint: String,
+        /// Switch even when ENDPOINT does not accept a TCP connection now.
+        #[arg(long)]
+        force: bool,
+        /// The port assumed for checking an ENDPOINT that names none.
+        #[arg(long, default_value_t = 5671)]
+        default_port: u16,
+    },
     /// Rewrite a consumer group's checkpoints on a source hub as checkpoints on its replica,
     /// from the offset map the replication task keeps, so processors moved to the replica
     /// resume where they stopped instead of from the start or a guessed time.
@@ -72,4 +155,9 @@ pub struct TranslateArgs {
     /// Write even though the group already has checkpoints or owners on the replica.
     #[arg(long)]
     pub force: bool,
+}
+
+fn parse_endpoint(text: &str) -> Result<AliasEndpoint, String> {
+    text.parse()
+        .map_err(|e: tributary_client::ClientError| e.to_string())
 }

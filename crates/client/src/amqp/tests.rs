@@ -36,6 +36,7 @@ impl Hub {
         let endpoint = Endpoint {
             host: "hub.test",
             port: 5672,
+            addresses: &[],
             tls: false,
             trusted_certificates: None,
             container_id: "client".to_owned(),
