@@ -35,6 +35,8 @@ pub mod forward;
 pub mod limits;
 pub mod metadata;
 pub mod metrics;
+#[cfg(feature = "postgres")]
+pub mod projection;
 mod runner;
 pub mod status;
 pub mod target;
