@@ -28,6 +28,10 @@
 //!   [`edit`]) run on each batch before routing; an event a step refuses goes to the
 //!   dead-letter target with the step's name and reason, one it drops is counted.
 //!
+//! - **Exactly once into PostgreSQL.** A `kind = "postgres"` target (feature `postgres`,
+//!   [`projection`]) writes each batch's rows and the task's progress in one transaction, and
+//!   a partition resumes from the database's progress: replays change nothing.
+//!
 //! [`metrics`] counts events in, out, dead-lettered and filtered, and the replication lag.
 
 pub mod endpoint;

@@ -23,6 +23,13 @@
 //! when = "user.kind = 'alarm'"         # a routing condition (default: every event); the
 //!                                      # condition language is tributary_edit::condition's
 //!
+//! [[target]]                           # kind = "postgres": a table instead of a hub (the
+//! name = "orders-table"                # postgres feature; crate::projection::config lists
+//! kind = "postgres"                    # its keys: url or url_env, table, shape, keyless,
+//! url_env = "ORDERS_DB"                # [target.columns]); when routes to it as to a hub
+//! table = "orders"
+//! shape = "history"
+//!
 //! [[step]]                             # the editor: steps run in file order on each batch,
 //! kind = "filter"                      # before routing (tributary_edit lists every kind and
 //! when = "body.temperature > 30"       # its keys); kind = "custom" with a name runs a step
