@@ -59,28 +59,9 @@ async fn wait_for_rows(server: &PostgresServer, url: &str, table: &str, expected
 
 const COMMON: &str = "[retry]\nbackoff_min = \"50ms\"\nbackoff_max = \"1s\"\n[processor]\nload_balancing_interval = \"200ms\"\nownership_expiration = \"2s\"\n";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn events_become_history_rows_and_compacted_rows_with_typed_columns() {
-    let server = PostgresServer::shared();
-    let url = server.create_database("shapes");
-    let dir = tempfile::tempdir().unwrap();
-    let hub = TestHub::start(&[("orders", PARTITIONS), ("dead", 1)]).await;
-    let task = dir.path().join("project.toml");
-    std::fs::write(
-        &task,
-        format!(
-            "name = \"project\"\n[source]\nconnection_string = \"{cs}\"\nevent_hub = \"orders\"\n\
-             [[target]]\nname = \"all\"\nkind = \"postgres\"\nurl = \"{url}\"\ntable = \"events\"\nshape = \"history\"\n\
-             [[target]]\nname = \"latest\"\nkind = \"postgres\"\nurl = \"{url}?schema=app\"\ntable = \"orders\"\nshape = \"compacted\"\n\
-             [target.columns]\nn = {{ path = \"body.n\", type = \"bigint\" }}\ntotal = {{ path = \"body.order.total\", type = \"double precision\" }}\n\
-             placed = {{ path = \"body.placed\", type = \"timestamptz\" }}\npaid = {{ path = \"body.paid\", type = \"boolean\" }}\n\
-             [[target]]\nname = \"strict\"\nkind = \"postgres\"\nurl = \"{url}\"\ntable = \"strict\"\nshape = \"compacted\"\nkeyless = \"refuse\"\n\
-             [dead_letter]\nconnection_string = \"{cs}\"\nevent_hub = \"dead\"\n{COMMON}",
-            cs = hub.connection_string
-        ),
-    )
-    .unwrap();
-    let mut process = replicator(&task, "only");
+/// 40 keyed JSON orders over 5 keys, 5 keyless JSON events and one keyed non-JSON event;
+/// returns the newest `n` of each key.
+async fn send_orders(hub: &TestHub) -> BTreeMap<String, i64> {
     let mut latest: BTreeMap<String, i64> = BTreeMap::new();
     for n in 0..40_i64 {
         let key = format!("k{}", n % 5);
@@ -112,6 +93,37 @@ async fn events_become_history_rows_and_compacted_rows_with_typed_columns() {
     ));
     hub.broker.send("orders", raw, vec![event]).await.unwrap();
 
+    latest
+}
+
+/// The task file of the shapes test: three tables, a dead-letter hub.
+fn shapes_task(dir: &Path, cs: &str, url: &str) -> std::path::PathBuf {
+    let task = dir.join("project.toml");
+    std::fs::write(
+        &task,
+        format!(
+            "name = \"project\"\n[source]\nconnection_string = \"{cs}\"\nevent_hub = \"orders\"\n\
+             [[target]]\nname = \"all\"\nkind = \"postgres\"\nurl = \"{url}\"\ntable = \"events\"\nshape = \"history\"\n\
+             [[target]]\nname = \"latest\"\nkind = \"postgres\"\nurl = \"{url}?schema=app\"\ntable = \"orders\"\nshape = \"compacted\"\n\
+             [target.columns]\nn = {{ path = \"body.n\", type = \"bigint\" }}\ntotal = {{ path = \"body.order.total\", type = \"double precision\" }}\n\
+             placed = {{ path = \"body.placed\", type = \"timestamptz\" }}\npaid = {{ path = \"body.paid\", type = \"boolean\" }}\n\
+             [[target]]\nname = \"strict\"\nkind = \"postgres\"\nurl = \"{url}\"\ntable = \"strict\"\nshape = \"compacted\"\nkeyless = \"refuse\"\n\
+             [dead_letter]\nconnection_string = \"{cs}\"\nevent_hub = \"dead\"\n{COMMON}",
+        ),
+    )
+    .unwrap();
+    task
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_become_history_rows_and_compacted_rows_with_typed_columns() {
+    let server = PostgresServer::shared();
+    let url = server.create_database("shapes");
+    let dir = tempfile::tempdir().unwrap();
+    let hub = TestHub::start(&[("orders", PARTITIONS), ("dead", 1)]).await;
+    let task = shapes_task(dir.path(), &hub.connection_string, &url);
+    let mut process = replicator(&task, "only");
+    let latest = send_orders(&hub).await;
     wait_for_rows(server, &url, "public.events", 46).await;
     wait_for_rows(server, &url, "app.orders_keyless", 5).await;
     wait_for_rows(server, &url, "public.strict", 6).await;
@@ -195,6 +207,28 @@ fn projected(server: &PostgresServer, url: &str, table: &str) -> Vec<(String, i6
     .collect()
 }
 
+/// The history table holds `sent` exactly, and the progress each partition's last event.
+fn assert_exactly_once(server: &PostgresServer, url: &str, sent: &[(String, i64)]) {
+    assert_eq!(projected(server, url, "history"), sent, "every event once");
+    // The progress the database keeps is each partition's last event, for both tables.
+    let progress = rows(
+        server,
+        url,
+        "SELECT table_name, source_partition, sequence_number FROM tributary_projection_progress ORDER BY 1, 2",
+    );
+    let partitions: BTreeSet<&String> = sent.iter().map(|(p, _)| p).collect();
+    assert_eq!(progress.len(), 2 * partitions.len(), "{progress:?}");
+    for row in progress {
+        let last = sent
+            .iter()
+            .filter(|(p, _)| *p == row[1])
+            .map(|(_, s)| *s)
+            .max()
+            .unwrap();
+        assert_eq!(row[2], last.to_string(), "{row:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replicator_killed_mid_batch_and_restarted_projects_every_event_exactly_once() {
     let server = PostgresServer::shared();
@@ -263,24 +297,7 @@ async fn a_replicator_killed_mid_batch_and_restarted_projects_every_event_exactl
         },
     )
     .await;
-    assert_eq!(projected(server, &url, "history"), sent, "every event once");
-    // The progress the database keeps is each partition's last event, for both tables.
-    let progress = rows(
-        server,
-        &url,
-        "SELECT table_name, source_partition, sequence_number FROM tributary_projection_progress ORDER BY 1, 2",
-    );
-    let partitions: BTreeSet<&String> = sent.iter().map(|(p, _)| p).collect();
-    assert_eq!(progress.len(), 2 * partitions.len(), "{progress:?}");
-    for row in progress {
-        let last = sent
-            .iter()
-            .filter(|(p, _)| *p == row[1])
-            .map(|(_, s)| *s)
-            .max()
-            .unwrap();
-        assert_eq!(row[2], last.to_string(), "{row:?}");
-    }
+    assert_exactly_once(server, &url, &sent);
     first.start_kill().unwrap();
     first.wait().await.unwrap();
 }
