@@ -269,6 +269,8 @@ fn editor(config: &TaskConfig, options: &StartOptions) -> Result<Editor, TaskErr
     Ok(Editor::new(steps.collect::<Result<_, _>>()?))
 }
 
+// Without the postgres feature the source id and the batch's last position go unused.
+#[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
 async fn open_routes(
     config: &TaskConfig,
     source: &OpenedSource,
@@ -623,6 +625,7 @@ impl ReplicationProcessor {
         routed
     }
 
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     async fn forward_routes(
         &self,
         partition: &str,
