@@ -33,19 +33,15 @@ fn body(n: u64) -> String {
 }
 
 async fn fill(broker: &Broker, events: u64) {
-    let mut n = 0;
-    while n < events {
-        let batch: Vec<EventData> = (n..(n + 500).min(events))
-            .map(|i| {
-                let mut event = EventData::new(body(i));
-                event.partition_key = Some(format!("key-{i}"));
-                event
-            })
-            .collect();
-        let partition = (n / 500) % u64::from(PARTITIONS);
-        n += batch.len() as u64;
+    // One send per event: the broker takes a keyed event only by its key.
+    for n in 0..events {
+        let key = format!("key-{n}");
         broker
-            .send(HUB, SendTarget::Partition(partition.to_string()), batch)
+            .send(
+                HUB,
+                SendTarget::PartitionKey(key),
+                vec![EventData::new(body(n))],
+            )
             .await
             .expect("the hub takes the events");
     }
