@@ -525,10 +525,31 @@ impl Coordinator {
             .map(|checkpoint| (checkpoint.partition_id.as_str(), checkpoint))
             .collect();
         for partition_id in missing {
-            let position = match checkpoints.get(partition_id.as_str()) {
+            let checkpoint = checkpoints.get(partition_id.as_str()).copied();
+            let mut position = match checkpoint {
                 Some(checkpoint) => resume_position(checkpoint),
                 None => (self.options.initial_position_provider)(&partition_id),
             };
+            if let Some(ask) = &self.options.start_position_override {
+                let asked =
+                    tokio::time::timeout(self.store_timeout(), ask(&partition_id, checkpoint))
+                        .await;
+                match asked {
+                    Ok(Ok(Some(chosen))) => position = chosen,
+                    Ok(Ok(None)) => {}
+                    Ok(Err(reason)) => {
+                        tracing::warn!(partition_id = partition_id.as_str(), %reason, "the start position override failed; the partition waits for the next cycle");
+                        continue;
+                    }
+                    Err(_) => {
+                        tracing::warn!(
+                            partition_id = partition_id.as_str(),
+                            "the start position override timed out; the partition waits for the next cycle"
+                        );
+                        continue;
+                    }
+                }
+            }
             self.spawn_pump(partition_id, position);
         }
     }

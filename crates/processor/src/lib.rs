@@ -125,6 +125,7 @@ pub use error::{HostError, InvalidOption};
 pub use host::{EventProcessorHost, EventProcessorHostBuilder, RunningHost};
 pub use options::{
     ErrorNotifier, InitialPositionProvider, LoadBalancingStrategy, ProcessorOptions,
+    StartPositionOverride,
 };
 pub use processor::{
     CloseReason, EventProcessor, EventProcessorFactory, PartitionContext, PartitionError,

@@ -42,6 +42,23 @@ use crate::limits::{
 /// Picks where to start reading a partition that has no checkpoint; called with the partition id.
 pub type InitialPositionProvider = Arc<dyn Fn(&str) -> EventPosition + Send + Sync>;
 
+/// Asked when a partition is initialised (before its pump starts), with the partition id and
+/// its checkpoint in the store, if any: `Ok(Some(position))` starts there instead of where the
+/// checkpoint (or the initial position) says, `Ok(None)` keeps the host's choice, and `Err`
+/// leaves the partition unstarted until the next balancing cycle asks again (the reason is
+/// logged). For a processor whose output holds its own progress — rows written in one
+/// transaction with the position they came from — so it resumes from what it actually has,
+/// whether the checkpoint store lags behind or runs ahead. Bounded by the store timeout.
+pub type StartPositionOverride = Arc<
+    dyn Fn(
+            &str,
+            Option<&crate::Checkpoint>,
+        ) -> std::pin::Pin<
+            Box<dyn Future<Output = Result<Option<EventPosition>, String>> + Send + 'static>,
+        > + Send
+        + Sync,
+>;
+
 /// Receives the host's own errors (see [`HostError`]). Called on the host's task: keep it quick.
 pub type ErrorNotifier = Arc<dyn Fn(&HostError) + Send + Sync>;
 
@@ -81,6 +98,9 @@ pub struct ProcessorOptions {
     pub receive_timeout: Duration,
     /// Where to start a partition that has no checkpoint. Default: the earliest event.
     pub initial_position_provider: InitialPositionProvider,
+    /// Where a partition starts instead of its checkpoint, when set (see
+    /// [`StartPositionOverride`]). Default: none.
+    pub start_position_override: Option<StartPositionOverride>,
     /// Called with errors that concern the host rather than one partition (store failures,
     /// listing partitions, a panicking processor). Default: none; they are logged either way.
     pub error_notifier: Option<ErrorNotifier>,
@@ -114,6 +134,10 @@ impl std::fmt::Debug for ProcessorOptions {
             )
             .field("receive_timeout", &self.receive_timeout)
             .field("error_notifier", &self.error_notifier.is_some())
+            .field(
+                "start_position_override",
+                &self.start_position_override.is_some(),
+            )
             .field("load_balancing_strategy", &self.load_balancing_strategy)
             .field("load_balancing_interval", &self.load_balancing_interval)
             .field("ownership_expiration", &self.ownership_expiration)
@@ -135,6 +159,7 @@ impl Default for ProcessorOptions {
             invoke_processor_after_receive_timeout: false,
             receive_timeout: Duration::from_secs(60),
             initial_position_provider: Arc::new(|_| EventPosition::Earliest),
+            start_position_override: None,
             error_notifier: None,
             load_balancing_strategy: LoadBalancingStrategy::Balanced,
             load_balancing_interval: Duration::from_millis(500),

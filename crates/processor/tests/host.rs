@@ -631,6 +631,40 @@ async fn partitions_start_at_their_checkpoint_else_at_the_initial_position() {
     host.shutdown().await.unwrap();
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_start_position_override_replaces_the_checkpoint_and_a_failing_one_waits() {
+    let source = hub_with_events(3, 10);
+    let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
+    let journal = Arc::new(Journal::default());
+    let failures = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&failures);
+    let mut options = test_options("a");
+    options.start_position_override = Some(Arc::new(move |partition_id, checkpoint| {
+        assert!(checkpoint.is_none(), "no checkpoint was written");
+        let answer = match partition_id {
+            // Where the processor's own output says it got to.
+            "0" => Ok(Some(EventPosition::SequenceNumber {
+                sequence_number: 3,
+                inclusive: false,
+            })),
+            // Fails twice, then keeps the host's choice.
+            "1" if counted.fetch_add(1, Ordering::SeqCst) < 2 => Err("not yet".to_owned()),
+            _ => Ok(None),
+        };
+        Box::pin(async move { answer })
+    }));
+    let host = start(options, &source, store, &journal);
+    sleep(Duration::from_secs(3)).await;
+    assert_eq!(journal.delivered_to("a", "0"), (4..10).collect::<Vec<_>>());
+    assert_eq!(journal.delivered_to("a", "1"), (0..10).collect::<Vec<_>>());
+    assert_eq!(journal.delivered_to("a", "2"), (0..10).collect::<Vec<_>>());
+    assert!(
+        failures.load(Ordering::SeqCst) >= 3,
+        "asked again after failing"
+    );
+    host.shutdown().await.unwrap();
+}
+
 /// A store that fails every call while `failing` is set.
 struct FlakyStore {
     inner: InMemoryCheckpointStore,

@@ -30,6 +30,9 @@
 //!
 //! [`offset_map`] records where source events landed in each target, so a consumer group's
 //! checkpoints translate to a replica after a failover.
+//! - **Exactly once into PostgreSQL.** A `kind = "postgres"` target (feature `postgres`,
+//!   [`projection`]) writes each batch's rows and the task's progress in one transaction, and
+//!   a partition resumes from the database's progress: replays change nothing.
 //!
 //! [`metrics`] counts events in, out, dead-lettered and filtered, and the replication lag.
 
@@ -39,6 +42,8 @@ pub mod limits;
 pub mod metadata;
 pub mod metrics;
 pub mod offset_map;
+#[cfg(feature = "postgres")]
+pub mod projection;
 mod runner;
 pub mod status;
 pub mod target;

@@ -35,7 +35,7 @@ use crate::metadata;
 use crate::metrics::{FilterReason, PartitionMetrics, TaskMetrics};
 use crate::offset_map::{self, OffsetMap, PartitionSyncs, SyncPolicy, SyncSetup};
 use crate::status;
-use crate::task::{Endpoint, StepPlan, TaskConfig, TaskError, Unmatched};
+use crate::task::{Endpoint, StepPlan, TargetKind, TaskConfig, TaskError, Unmatched};
 
 /// Why an event went to the dead-letter target (application property).
 pub const DEAD_LETTER_REASON: &str = "dead-letter-reason";
@@ -52,10 +52,31 @@ const _: () = assert!(TARGETS_MAX <= u64::BITS as usize);
 /// One route: a target and the condition for taking it.
 #[derive(Clone)]
 struct Route {
-    destination: Destination,
+    sink: Sink,
     condition: Option<Condition>,
-    /// The target hub's name, for Azure's merge marker.
-    hub_name: String,
+    /// The target hub's name, for Azure's merge marker (none for a table).
+    hub_name: Option<String>,
+}
+
+/// Where a route's events go.
+#[derive(Clone)]
+enum Sink {
+    /// An event hub.
+    Hub(Destination),
+    /// A PostgreSQL table.
+    #[cfg(feature = "postgres")]
+    Table(Arc<crate::projection::Projection>),
+}
+
+impl Sink {
+    /// The hub's id, for loop checks and stamps (a table has none: nothing loops through it).
+    fn hub_id(&self) -> Option<&str> {
+        match self {
+            Sink::Hub(destination) => Some(&destination.identity.id),
+            #[cfg(feature = "postgres")]
+            Sink::Table(_) => None,
+        }
+    }
 }
 
 /// One edited batch, routed.
@@ -142,7 +163,12 @@ impl Replicator {
             .await
             .map_err(|m| endpoint_error(source_endpoint, m))?;
         let editor = editor(config, &options)?;
-        let routes = open_routes(config, &source, &brokers).await?;
+        let source_id = config
+            .source
+            .origin_id
+            .clone()
+            .unwrap_or(source.identity.id.clone());
+        let routes = open_routes(config, &source, &source_id, &brokers).await?;
         let dead_letter = match &config.dead_letter {
             Some(endpoint) => Some(
                 destination("dead-letter", endpoint, false, &brokers)
@@ -287,39 +313,60 @@ fn editor(config: &TaskConfig, options: &StartOptions) -> Result<Editor, TaskErr
     Ok(Editor::new(steps.collect::<Result<_, _>>()?))
 }
 
+// Without the postgres feature the source id and the batch's last position go unused.
+#[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
 async fn open_routes(
     config: &TaskConfig,
     source: &OpenedSource,
+    source_id: &str,
     brokers: &Brokers,
 ) -> Result<Vec<Route>, TaskError> {
     let mut routes = Vec::with_capacity(config.targets.len());
     for target in &config.targets {
         let error = |message: String| TaskError {
             file: config.file.clone(),
-            line: Some(target.endpoint.line),
-            key: target.endpoint.key.clone(),
+            line: Some(target.line),
+            key: target.key.clone(),
             message,
         };
-        let destination = destination(
-            &target.name,
-            &target.endpoint,
-            target.keep_partition,
-            brokers,
-        )
-        .await
-        .map_err(error)?;
-        if target.keep_partition
-            && destination.identity.partition_count != source.identity.partition_count
-        {
-            return Err(error(format!(
-                "keep_partition needs equal partition counts, but the source has {} and the target {}; drop keep_partition to route keyless events round-robin",
-                source.identity.partition_count, destination.identity.partition_count
-            )));
-        }
+        let sink = match &target.kind {
+            TargetKind::Hub {
+                endpoint,
+                keep_partition,
+            } => {
+                let destination = destination(&target.name, endpoint, *keep_partition, brokers)
+                    .await
+                    .map_err(error)?;
+                if *keep_partition
+                    && destination.identity.partition_count != source.identity.partition_count
+                {
+                    return Err(error(format!(
+                        "keep_partition needs equal partition counts, but the source has {} and the target {}; drop keep_partition to route keyless events round-robin",
+                        source.identity.partition_count, destination.identity.partition_count
+                    )));
+                }
+                Sink::Hub(destination)
+            }
+            #[cfg(feature = "postgres")]
+            TargetKind::Postgres(projection) => Sink::Table(Arc::new(
+                crate::projection::Projection::open(
+                    &target.name,
+                    projection,
+                    &config.name,
+                    source_id,
+                )
+                .await
+                .map_err(error)?,
+            )),
+        };
         routes.push(Route {
-            destination,
+            sink,
             condition: target.when.clone(),
-            hub_name: target.endpoint.event_hub.clone(),
+            hub_name: match &target.kind {
+                TargetKind::Hub { endpoint, .. } => Some(endpoint.event_hub.clone()),
+                #[cfg(feature = "postgres")]
+                TargetKind::Postgres(_) => None,
+            },
         });
     }
     Ok(routes)
@@ -381,6 +428,10 @@ async fn start_host(
     if let Some(name) = &config.host_name {
         options.host_name = name.clone();
     }
+    #[cfg(feature = "postgres")]
+    {
+        options.start_position_override = resume_from_tables(&runtime.routes, initial);
+    }
     let factory = move |context: &PartitionContext| ReplicationProcessor {
         metrics: runtime.metrics.partition(context.partition_id()),
         syncs: PartitionSyncs::new(runtime.syncs.clone(), context.partition_id()),
@@ -392,6 +443,54 @@ async fn start_host(
         .map_err(|e| file_error("source", e.to_string()))?
         .start()
         .map_err(|e| file_error("source", e.to_string()))
+}
+
+/// With tables among the routes, partitions start where the tables' own progress says (the
+/// earliest of them), not at the checkpoint store's position; with hubs among them too, at
+/// the checkpoint when it is earlier still, so the hubs miss nothing. A table with nothing
+/// of the partition yet starts it at the task's initial position.
+#[cfg(feature = "postgres")]
+fn resume_from_tables(
+    routes: &[Route],
+    initial: tributary_event::EventPosition,
+) -> Option<tributary_processor::StartPositionOverride> {
+    use tributary_event::EventPosition;
+    let tables: Vec<Arc<crate::projection::Projection>> = routes
+        .iter()
+        .filter_map(|route| match &route.sink {
+            Sink::Table(projection) => Some(Arc::clone(projection)),
+            Sink::Hub(_) => None,
+        })
+        .collect();
+    if tables.is_empty() {
+        return None;
+    }
+    let with_hubs = tables.len() < routes.len();
+    Some(Arc::new(move |partition, checkpoint| {
+        let tables = tables.clone();
+        let partition = partition.to_owned();
+        let checkpointed = checkpoint.map(|c| c.sequence_number);
+        Box::pin(async move {
+            let mut earliest = i64::MAX;
+            for table in &tables {
+                match table.resume_after(&partition).await? {
+                    Some(sequence_number) => earliest = earliest.min(sequence_number),
+                    None => return Ok(Some(initial)),
+                }
+            }
+            let hubs_need_earlier = match checkpointed {
+                None => true,
+                Some(sequence) => sequence.is_some_and(|sequence| sequence <= earliest),
+            };
+            if with_hubs && hubs_need_earlier {
+                return Ok(None);
+            }
+            Ok(Some(EventPosition::SequenceNumber {
+                sequence_number: earliest,
+                inclusive: false,
+            }))
+        })
+    }))
 }
 
 /// Why an event is dead-lettered.
@@ -423,7 +522,8 @@ impl EventProcessor for ReplicationProcessor {
             return;
         }
         let first_sequence = events[0].sequence_number;
-        let last_sequence = events[events.len() - 1].sequence_number;
+        let last = Position::of(&events[events.len() - 1]);
+        let last_sequence = last.sequence_number;
         self.metrics.received(events.len());
         let partition = context.partition_id();
         let edit_context = Context {
@@ -435,10 +535,9 @@ impl EventProcessor for ReplicationProcessor {
         let dropped: u64 = edited.dropped.iter().map(|(_, count)| count).sum();
         self.metrics.filtered(FilterReason::Editor, dropped);
         let routed = self.route(&edit_context, edited.passed);
-        let destinations: Vec<&Destination> =
-            self.task.routes.iter().map(|r| &r.destination).collect();
-        let sync = self.syncs.before_batch(first_sequence, &destinations).await;
-        let poison = self.forward_routes(partition, routed.per_route).await;
+        let first_sequence = events[0].sequence_number;
+        let last = Position::of(&events[events.len() - 1]);
+        let last_sequence = last.sequence_number;
         self.dead_letter(partition, routed.unmatched, poison, edited.rejected)
             .await;
         match context.checkpoint().await {
@@ -546,7 +645,9 @@ impl ReplicationProcessor {
                 continue;
             }
             for route_index in routes_in(mask) {
-                let target_id = &task.routes[route_index].destination.identity.id;
+                let Some(target_id) = task.routes[route_index].sink.hub_id() else {
+                    continue;
+                };
                 if metadata::has_passed_through(&event, target_id) {
                     self.metrics.filtered(FilterReason::Loop, 1);
                     mask &= !(1 << route_index);
@@ -564,19 +665,28 @@ impl ReplicationProcessor {
                         .clone()
                         .expect("the event is kept until its last route")
                 };
-                let route = &task.routes[route_index];
-                let mut outgoing = stamped(
-                    copy,
-                    position,
-                    context.partition,
-                    &task.source_id,
-                    &route.destination.identity.id,
-                );
-                if task.azure_marker {
+                let mut outgoing = match task.routes[route_index].sink.hub_id() {
+                    Some(target_id) => stamped(
+                        copy,
+                        position,
+                        context.partition,
+                        &task.source_id,
+                        target_id,
+                    ),
+                    // A table keeps the source position in its own columns.
+                    None => Outgoing {
+                        event: copy,
+                        position,
+                        undo: metadata::Undo::default(),
+                    },
+                };
+                if task.azure_marker
+                    && let Some(hub_name) = &task.routes[route_index].hub_name
+                {
                     metadata::mark_azure_merge_target(
                         &mut outgoing.event,
                         &mut outgoing.undo,
-                        &route.hub_name,
+                        hub_name,
                     );
                 }
                 routed.per_route[route_index].push(outgoing);
@@ -585,10 +695,12 @@ impl ReplicationProcessor {
         routed
     }
 
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     async fn forward_routes(
         &self,
         partition: &str,
         per_route: Vec<Vec<Outgoing>>,
+        last: Position,
     ) -> Vec<(String, Poison)> {
         let counting = Counting {
             task: &self.task.metrics,
@@ -603,15 +715,30 @@ impl ReplicationProcessor {
             .map(|(route, items)| {
                 let counting = counting.clone();
                 async move {
-                    if items.is_empty() {
-                        return Vec::new();
+                    match &route.sink {
+                        Sink::Hub(destination) => {
+                            if items.is_empty() {
+                                return Vec::new();
+                            }
+                            forward(destination, partition, items, self.task.retry, &counting)
+                                .await
+                                .into_iter()
+                                .map(|poison| (destination.name.clone(), poison))
+                                .collect()
+                        }
+                        #[cfg(feature = "postgres")]
+                        Sink::Table(projection) => {
+                            // Even a batch with no rows for the table moves its progress.
+                            let (written, refused) = projection
+                                .write(partition, items, last, self.task.retry)
+                                .await;
+                            self.metrics.sent(&projection.name, written);
+                            refused
+                                .into_iter()
+                                .map(|poison| (projection.name.clone(), poison))
+                                .collect()
+                        }
                     }
-                    let destination = &route.destination;
-                    forward(destination, partition, items, self.task.retry, &counting)
-                        .await
-                        .into_iter()
-                        .map(|poison| (destination.name.clone(), poison))
-                        .collect()
                 }
             });
         futures_util::future::join_all(sends)

@@ -23,6 +23,13 @@
 //! when = "user.kind = 'alarm'"         # a routing condition (default: every event); the
 //!                                      # condition language is tributary_edit::condition's
 //!
+//! [[target]]                           # kind = "postgres": a table instead of a hub (the
+//! name = "orders-table"                # postgres feature; crate::projection::config lists
+//! kind = "postgres"                    # its keys: url or url_env, table, shape, keyless,
+//! url_env = "ORDERS_DB"                # [target.columns]); when routes to it as to a hub
+//! table = "orders"
+//! shape = "history"
+//!
 //! [[step]]                             # the editor: steps run in file order on each batch,
 //! kind = "filter"                      # before routing (tributary_edit lists every kind and
 //! when = "body.temperature > 30"       # its keys); kind = "custom" with a name runs a step
@@ -155,6 +162,20 @@ pub struct EndpointSpec {
     pub keep_partition: Option<bool>,
     /// The routing condition (targets only).
     pub when: Option<Spanned<String>>,
+    /// A target's kind: `hub` (default) or `postgres` (a projection).
+    pub kind: Option<String>,
+    /// A postgres target's database URL.
+    pub url: Option<String>,
+    /// The environment variable holding it.
+    pub url_env: Option<String>,
+    /// A postgres target's table.
+    pub table: Option<String>,
+    /// A postgres target's shape: `history` or `compacted`.
+    pub shape: Option<String>,
+    /// What a compacted table does with keyless events: `history` or `refuse`.
+    pub keyless: Option<String>,
+    /// Body fields mapped to typed columns.
+    pub columns: Option<toml::Table>,
 }
 
 /// `[routing]`.
@@ -289,12 +310,29 @@ pub struct SourceConfig {
 pub struct TargetConfig {
     /// Its name.
     pub name: String,
-    /// The hub.
-    pub endpoint: Endpoint,
-    /// Whether keyless events keep their partition number.
-    pub keep_partition: bool,
+    /// What it is.
+    pub kind: TargetKind,
     /// The routing condition (compiled from the task file's `when`).
     pub when: Option<Condition>,
+    /// Where it is in the task file (`target "NAME"`), for errors found when it is opened.
+    pub key: String,
+    /// Its line in the task file.
+    pub line: usize,
+}
+
+/// What a target is.
+#[derive(Debug, Clone)]
+pub enum TargetKind {
+    /// An event hub.
+    Hub {
+        /// The hub.
+        endpoint: Endpoint,
+        /// Whether keyless events keep their partition number.
+        keep_partition: bool,
+    },
+    /// A PostgreSQL table (`kind = "postgres"`, [`crate::projection`]).
+    #[cfg(feature = "postgres")]
+    Postgres(Box<crate::projection::config::ProjectionConfig>),
 }
 
 /// One editor step of a task, as the task file names it.
@@ -359,7 +397,7 @@ pub struct TaskConfig {
 }
 
 /// Checks a parsed file; every error carries the file, a line and the key.
-struct Checker<'a> {
+pub(crate) struct Checker<'a> {
     file: &'a Path,
     text: &'a str,
 }
@@ -370,7 +408,12 @@ impl Checker<'_> {
         self.text[..end].bytes().filter(|b| *b == b'\n').count() + 1
     }
 
-    fn error(&self, span: Range<usize>, key: &str, message: impl Into<String>) -> TaskError {
+    pub(crate) fn error(
+        &self,
+        span: Range<usize>,
+        key: &str,
+        message: impl Into<String>,
+    ) -> TaskError {
         TaskError {
             file: self.file.to_owned(),
             line: Some(self.line_of(span)),
@@ -530,6 +573,13 @@ impl Checker<'_> {
             ("origin_id", spec.origin_id.is_some()),
             ("keep_partition", spec.keep_partition.is_some()),
             ("when", spec.when.is_some()),
+            ("kind", spec.kind.is_some()),
+            ("url", spec.url.is_some()),
+            ("url_env", spec.url_env.is_some()),
+            ("table", spec.table.is_some()),
+            ("shape", spec.shape.is_some()),
+            ("keyless", spec.keyless.is_some()),
+            ("columns", spec.columns.is_some()),
         ];
         set.into_iter()
             .find(|(key, is_set)| *is_set && !allowed.contains(key))
@@ -714,7 +764,7 @@ impl Checker<'_> {
                     "another target has this name",
                 ));
             }
-            let endpoint = self.endpoint(table, &key, &["name", "keep_partition", "when"])?;
+            let kind = self.target_kind(table, &key)?;
             let when =
                 match &spec.when {
                     Some(text) => Some(Condition::parse(text.get_ref()).map_err(|e| {
@@ -724,12 +774,88 @@ impl Checker<'_> {
                 };
             targets.push(TargetConfig {
                 name,
-                endpoint,
-                keep_partition: spec.keep_partition.unwrap_or(false),
+                kind,
                 when,
+                line: self.line_of(table.span()),
+                key,
             });
         }
         Ok(targets)
+    }
+
+    /// What the target `table` (named by `key`) is: a hub, or with `kind = "postgres"` a table.
+    fn target_kind(
+        &self,
+        table: &Spanned<EndpointSpec>,
+        key: &str,
+    ) -> Result<TargetKind, TaskError> {
+        let spec = table.get_ref();
+        match spec.kind.as_deref() {
+            None | Some("hub") => {
+                let endpoint =
+                    self.endpoint(table, key, &["name", "kind", "keep_partition", "when"])?;
+                Ok(TargetKind::Hub {
+                    endpoint,
+                    keep_partition: spec.keep_partition.unwrap_or(false),
+                })
+            }
+            Some("postgres") => self.postgres_target(table, key),
+            Some(other) => Err(self.error(
+                table.span(),
+                &format!("{key}.kind"),
+                format!("{other:?} is not \"hub\" or \"postgres\""),
+            )),
+        }
+    }
+
+    #[cfg(feature = "postgres")]
+    fn postgres_target(
+        &self,
+        table: &Spanned<EndpointSpec>,
+        key: &str,
+    ) -> Result<TargetKind, TaskError> {
+        let spec = table.get_ref();
+        let keys = crate::projection::config::KEYS;
+        let hub_keys = [
+            ("connection_string", spec.connection_string.is_some()),
+            (
+                "connection_string_env",
+                spec.connection_string_env.is_some(),
+            ),
+            ("data_dir", spec.data_dir.is_some()),
+            ("event_hub", spec.event_hub.is_some()),
+            ("ca_file", spec.ca_file.is_some()),
+        ];
+        let misplaced = hub_keys
+            .into_iter()
+            .find(|(_, set)| *set)
+            .map(|(k, _)| k)
+            .or_else(|| Self::misplaced(spec, &keys));
+        if let Some(misplaced) = misplaced {
+            return Err(self.error(
+                table.span(),
+                &format!("{key}.{misplaced}"),
+                format!(
+                    "{misplaced:?} does not belong in a postgres target; it takes {}",
+                    keys.join(", ")
+                ),
+            ));
+        }
+        let config = self.projection(spec, table.span(), key)?;
+        Ok(TargetKind::Postgres(Box::new(config)))
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    fn postgres_target(
+        &self,
+        table: &Spanned<EndpointSpec>,
+        key: &str,
+    ) -> Result<TargetKind, TaskError> {
+        Err(self.error(
+            table.span(),
+            &format!("{key}.kind"),
+            "this build has no PostgreSQL projection: build tributary-replicate with its postgres feature",
+        ))
     }
 
     /// Compiles the `index`-th `[[step]]` table (reading the files it names).

@@ -376,8 +376,10 @@ fn float_json(f: f64) -> Json {
     Number::from_f64(f).map_or_else(|| Json::String(f.to_string()), Json::Number)
 }
 
-/// A property value's JSON form (see the module doc).
-fn property_json(value: &PropertyValue) -> Json {
+/// A property value's JSON form (see the module doc): plain JSON for booleans, `i64`s, finite
+/// `f64`s and strings, `{"type": …, "value": …}` for the rest. Replication's PostgreSQL
+/// projection stores application properties this way too.
+pub fn property_json(value: &PropertyValue) -> Json {
     match value {
         PropertyValue::Null => Json::Null,
         PropertyValue::Bool(b) => Json::Bool(*b),

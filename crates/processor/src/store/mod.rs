@@ -48,7 +48,9 @@ pub use blob::{BlobCheckpointStore, BlobCredential};
 pub use location::{StoreLocation, open_url};
 pub use memory::InMemoryCheckpointStore;
 #[cfg(feature = "postgres")]
-pub use postgres::PostgresCheckpointStore;
+pub use postgres::{
+    PostgresCheckpointStore, PostgresUrl, describe_error as describe_postgres_error,
+};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteCheckpointStore;
 

@@ -130,6 +130,84 @@ fn parse_url(url: &str) -> Result<(Config, String), StoreError> {
     Ok((config, schema))
 }
 
+/// Where a database is, for people: user, hosts, database and schema; never the password.
+fn location(config: &Config, schema: &str) -> String {
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .zip(config.get_ports().iter().chain(std::iter::repeat(&5432)))
+        .map(|(host, port)| match host {
+            tokio_postgres::config::Host::Tcp(name) => format!("{name}:{port}"),
+            tokio_postgres::config::Host::Unix(path) => format!("{}:{port}", path.display()),
+        })
+        .collect();
+    format!(
+        "postgres://{}@{}/{} (schema {schema})",
+        config.get_user().unwrap_or(""),
+        hosts.join(","),
+        config.get_dbname().unwrap_or(""),
+    )
+}
+
+/// Opens a connection for `user` (a phrase for the log line when the connection ends); the
+/// error names where (never the password) and the server's reason.
+async fn connect(config: &Config, schema: &str, user: &'static str) -> Result<Client, String> {
+    let (client, connection) = config
+        .connect(NoTls)
+        .await
+        .map_err(|error| format!("{}: {}", location(config, schema), describe(&error)))?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::warn!(error = %describe(&error), "the PostgreSQL connection of {user} ended");
+        }
+    });
+    Ok(client)
+}
+
+/// A `postgres://` URL as Tributary takes it — the driver's URL plus an optional `?schema=NAME`
+/// (default `public`) — checked and ready to connect. The checkpoint store and replication's
+/// projection targets share it.
+#[derive(Clone)]
+pub struct PostgresUrl {
+    config: Config,
+    schema: String,
+}
+
+impl std::fmt::Debug for PostgresUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.location())
+    }
+}
+
+impl PostgresUrl {
+    /// Checks `url`; the error names what is wrong and never echoes the password.
+    pub fn parse(url: &str) -> Result<PostgresUrl, StoreError> {
+        let (config, schema) = parse_url(url)?;
+        Ok(PostgresUrl { config, schema })
+    }
+
+    /// The schema (a checked identifier: lowercase letters, digits, underscores).
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// Where it is, for people: user, hosts, database and schema; never the password.
+    pub fn location(&self) -> String {
+        location(&self.config, &self.schema)
+    }
+
+    /// Opens a connection (plain TCP or a Unix socket); `user` names it in the log line when
+    /// it ends. The error names where and the server's reason.
+    pub async fn connect(&self, user: &'static str) -> Result<Client, String> {
+        connect(&self.config, &self.schema, user).await
+    }
+}
+
+/// The driver's error with the server's message, when there is one.
+pub fn describe_error(error: &tokio_postgres::Error) -> String {
+    describe(error)
+}
+
 impl PostgresCheckpointStore {
     /// Connects to the database at `url` (`postgres://user:password@host:port/database`, with
     /// an optional `?schema=NAME`), creating the tables if absent.
@@ -152,28 +230,7 @@ impl PostgresCheckpointStore {
 
     /// Where the store is, for people: user, hosts, database and schema; never the password.
     pub fn location(&self) -> String {
-        let hosts: Vec<String> = self
-            .config
-            .get_hosts()
-            .iter()
-            .zip(
-                self.config
-                    .get_ports()
-                    .iter()
-                    .chain(std::iter::repeat(&5432)),
-            )
-            .map(|(host, port)| match host {
-                tokio_postgres::config::Host::Tcp(name) => format!("{name}:{port}"),
-                tokio_postgres::config::Host::Unix(path) => format!("{}:{port}", path.display()),
-            })
-            .collect();
-        format!(
-            "postgres://{}@{}/{} (schema {})",
-            self.config.get_user().unwrap_or(""),
-            hosts.join(","),
-            self.config.get_dbname().unwrap_or(""),
-            self.schema
-        )
+        location(&self.config, &self.schema)
     }
 
     /// The live connection, opening one (and the tables) when there is none or it closed.
@@ -188,16 +245,12 @@ impl PostgresCheckpointStore {
     }
 
     async fn open_connection(&self) -> Result<Connected, StoreError> {
-        let connecting = |error: tokio_postgres::Error| StoreError::Backend {
-            operation: "connecting to PostgreSQL",
-            description: format!("{}: {}", self.location(), describe(&error)),
-        };
-        let (client, connection) = self.config.connect(NoTls).await.map_err(connecting)?;
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::warn!(error = %describe(&error), "the checkpoint store's PostgreSQL connection ended");
-            }
-        });
+        let client = connect(&self.config, &self.schema, "the checkpoint store")
+            .await
+            .map_err(|description| StoreError::Backend {
+                operation: "connecting to PostgreSQL",
+                description,
+            })?;
         // Creating needs the CREATE privilege even when the tables exist, so a user an
         // administrator gave only reads and writes on existing tables skips it.
         let present: bool = client

@@ -1,0 +1,303 @@
+//! `tributary replicate` projecting a hub into PostgreSQL tables (this test binary's private
+//! PostgreSQL; `scripts/setup-postgres` installs it): both table shapes, typed columns, keyless
+//! events, and exactly-once across a `kill -9`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use tributary_broker::SendTarget;
+use tributary_event::EventData;
+use tributary_testkit::{PostgresServer, TestHub, within};
+
+const PARTITIONS: u32 = 4;
+
+fn replicator(task: &Path, host: &str) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_tributary"))
+        .args(["--log", "warn", "replicate"])
+        .arg(task)
+        .args(["--host-name", host])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("tributary replicate starts")
+}
+
+/// The database name at the end of `url`.
+fn database(url: &str) -> &str {
+    url.rsplit('/').next().unwrap()
+}
+
+/// `sql`'s rows, each a list of `|`-separated fields.
+fn rows(server: &PostgresServer, url: &str, sql: &str) -> Vec<Vec<String>> {
+    let out = server
+        .sql(database(url), sql)
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    out.lines()
+        .filter(|line| !line.is_empty())
+        .map(|line| line.split('|').map(str::to_owned).collect())
+        .collect()
+}
+
+fn count(server: &PostgresServer, url: &str, table: &str) -> usize {
+    match server.sql(database(url), &format!("SELECT count(*) FROM {table}")) {
+        Ok(text) => text.trim().parse().unwrap(),
+        Err(_) => 0, // not created yet
+    }
+}
+
+async fn wait_for_rows(server: &PostgresServer, url: &str, table: &str, expected: usize) {
+    within(&format!("{expected} rows in {table}"), async {
+        while count(server, url, table) < expected {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+}
+
+const COMMON: &str = "[retry]\nbackoff_min = \"50ms\"\nbackoff_max = \"1s\"\n[processor]\nload_balancing_interval = \"200ms\"\nownership_expiration = \"2s\"\n";
+
+/// 40 keyed JSON orders over 5 keys, 5 keyless JSON events and one keyed non-JSON event;
+/// returns the newest `n` of each key.
+async fn send_orders(hub: &TestHub) -> BTreeMap<String, i64> {
+    let mut latest: BTreeMap<String, i64> = BTreeMap::new();
+    for n in 0..40_i64 {
+        let key = format!("k{}", n % 5);
+        let body = format!(
+            r#"{{"n": {n}, "order": {{"total": {}.5}}, "placed": "2026-01-0{}T10:00:00Z", "paid": {}}}"#,
+            n * 2,
+            1 + n % 5,
+            n % 2 == 0
+        );
+        let to = SendTarget::PartitionKey(key.clone());
+        hub.broker
+            .send("orders", to, vec![EventData::new(body)])
+            .await
+            .unwrap();
+        latest.insert(key, n);
+    }
+    for n in 0..5 {
+        let body = format!(r#"{{"keyless": {n}}}"#);
+        hub.broker
+            .send("orders", SendTarget::RoundRobin, vec![EventData::new(body)])
+            .await
+            .unwrap();
+    }
+    let raw = SendTarget::PartitionKey("raw".into());
+    let mut event = EventData::new("not json at all");
+    event.properties.push((
+        "kind".into(),
+        tributary_event::PropertyValue::String("raw".into()),
+    ));
+    hub.broker.send("orders", raw, vec![event]).await.unwrap();
+
+    latest
+}
+
+/// The task file of the shapes test: three tables, a dead-letter hub.
+fn shapes_task(dir: &Path, cs: &str, url: &str) -> std::path::PathBuf {
+    let task = dir.join("project.toml");
+    std::fs::write(
+        &task,
+        format!(
+            "name = \"project\"\n[source]\nconnection_string = \"{cs}\"\nevent_hub = \"orders\"\n\
+             [[target]]\nname = \"all\"\nkind = \"postgres\"\nurl = \"{url}\"\ntable = \"events\"\nshape = \"history\"\n\
+             [[target]]\nname = \"latest\"\nkind = \"postgres\"\nurl = \"{url}?schema=app\"\ntable = \"orders\"\nshape = \"compacted\"\n\
+             [target.columns]\nn = {{ path = \"body.n\", type = \"bigint\" }}\ntotal = {{ path = \"body.order.total\", type = \"double precision\" }}\n\
+             placed = {{ path = \"body.placed\", type = \"timestamptz\" }}\npaid = {{ path = \"body.paid\", type = \"boolean\" }}\n\
+             [[target]]\nname = \"strict\"\nkind = \"postgres\"\nurl = \"{url}\"\ntable = \"strict\"\nshape = \"compacted\"\nkeyless = \"refuse\"\n\
+             [dead_letter]\nconnection_string = \"{cs}\"\nevent_hub = \"dead\"\n{COMMON}",
+        ),
+    )
+    .unwrap();
+    task
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_become_history_rows_and_compacted_rows_with_typed_columns() {
+    let server = PostgresServer::shared();
+    let url = server.create_database("shapes");
+    let dir = tempfile::tempdir().unwrap();
+    let hub = TestHub::start(&[("orders", PARTITIONS), ("dead", 1)]).await;
+    let task = shapes_task(dir.path(), &hub.connection_string, &url);
+    let mut process = replicator(&task, "only");
+    let latest = send_orders(&hub).await;
+    wait_for_rows(server, &url, "public.events", 46).await;
+    wait_for_rows(server, &url, "app.orders_keyless", 5).await;
+    wait_for_rows(server, &url, "public.strict", 6).await;
+    let mut dead = 0;
+    within(
+        "5 keyless events dead-lettered by the strict table",
+        async {
+            while dead < 5 {
+                dead = hub.read_all("dead", 0).await.len();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        },
+    )
+    .await;
+
+    // History: one row per event; a non-JSON body in body_bytes, properties as JSON.
+    let history = rows(
+        server,
+        &url,
+        "SELECT count(DISTINCT (source_partition, sequence_number)), count(body_json), count(body_bytes) FROM events",
+    );
+    assert_eq!(history, vec![vec!["46", "45", "1"]]);
+    let raw_row = rows(
+        server,
+        &url,
+        "SELECT convert_from(body_bytes, 'UTF8'), properties->>'kind', partition_key FROM events WHERE body_bytes IS NOT NULL",
+    );
+    assert_eq!(raw_row, vec![vec!["not json at all", "raw", "raw"]]);
+
+    // Compacted: the newest event of each key, its fields typed.
+    let compacted = rows(
+        server,
+        &url,
+        "SELECT partition_key, n, total, to_char(placed AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24'), paid, body_json->>'n' FROM app.orders WHERE partition_key LIKE 'k%' ORDER BY partition_key",
+    );
+    let expected: Vec<Vec<String>> = latest
+        .iter()
+        .map(|(key, n)| {
+            vec![
+                key.clone(),
+                n.to_string(),
+                format!("{}.5", n * 2),
+                format!("2026-01-0{} 10", 1 + n % 5),
+                if n % 2 == 0 { "t" } else { "f" }.to_owned(),
+                n.to_string(),
+            ]
+        })
+        .collect();
+    assert_eq!(compacted, expected);
+    let raw_latest = rows(
+        server,
+        &url,
+        "SELECT n IS NULL, body_json IS NULL FROM app.orders WHERE partition_key = 'raw'",
+    );
+    assert_eq!(raw_latest, vec![vec!["t", "t"]]);
+    assert_eq!(count(server, &url, "app.orders"), 6);
+
+    // The strict table refused the keyless events: they are dead letters with the reason.
+    for letter in hub.read_all("dead", 0).await {
+        let reason = letter
+            .data
+            .property(tributary_replicate::DEAD_LETTER_REASON);
+        let Some(tributary_event::PropertyValue::String(reason)) = reason else {
+            panic!("a dead letter without a reason: {letter:?}");
+        };
+        assert!(reason.contains("refuses keyless events"), "{reason}");
+    }
+    process.start_kill().unwrap();
+    process.wait().await.unwrap();
+}
+
+/// Every sequence number of each source partition the table holds.
+fn projected(server: &PostgresServer, url: &str, table: &str) -> Vec<(String, i64)> {
+    rows(
+        server,
+        url,
+        &format!("SELECT source_partition, sequence_number FROM {table} ORDER BY 1, 2"),
+    )
+    .into_iter()
+    .map(|row| (row[0].clone(), row[1].parse().unwrap()))
+    .collect()
+}
+
+/// The history table holds `sent` exactly, and the progress each partition's last event.
+fn assert_exactly_once(server: &PostgresServer, url: &str, sent: &[(String, i64)]) {
+    assert_eq!(projected(server, url, "history"), sent, "every event once");
+    // The progress the database keeps is each partition's last event, for both tables.
+    let progress = rows(
+        server,
+        url,
+        "SELECT table_name, source_partition, sequence_number FROM tributary_projection_progress ORDER BY 1, 2",
+    );
+    let partitions: BTreeSet<&String> = sent.iter().map(|(p, _)| p).collect();
+    assert_eq!(progress.len(), 2 * partitions.len(), "{progress:?}");
+    for row in progress {
+        let last = sent
+            .iter()
+            .filter(|(p, _)| *p == row[1])
+            .map(|(_, s)| *s)
+            .max()
+            .unwrap();
+        assert_eq!(row[2], last.to_string(), "{row:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicator_killed_mid_batch_and_restarted_projects_every_event_exactly_once() {
+    let server = PostgresServer::shared();
+    let url = server.create_database("kill9");
+    let dir = tempfile::tempdir().unwrap();
+    let hub = TestHub::start(&[("orders", PARTITIONS)]).await;
+    let task = dir.path().join("project.toml");
+    std::fs::write(
+        &task,
+        format!(
+            "name = \"project\"\n[source]\nconnection_string = \"{}\"\nevent_hub = \"orders\"\nbatch_events_max = 40\n\
+             [[target]]\nname = \"all\"\nkind = \"postgres\"\nurl = \"{url}\"\ntable = \"history\"\nshape = \"history\"\n\
+             [[target]]\nname = \"latest\"\nkind = \"postgres\"\nurl = \"{url}\"\ntable = \"latest\"\nshape = \"compacted\"\n{COMMON}",
+            hub.connection_string
+        ),
+    )
+    .unwrap();
+    let mut first = replicator(&task, "first");
+    let mut sent: Vec<(String, i64)> = Vec::new();
+    let mut latest: BTreeMap<String, (String, i64)> = BTreeMap::new();
+    for round in 0..80 {
+        for key in 0..12 {
+            let key = format!("k{key}");
+            let events: Vec<EventData> = (0..4)
+                .map(|i| EventData::new(format!(r#"{{"round": {round}, "i": {i}}}"#)))
+                .collect();
+            let to = SendTarget::PartitionKey(key.clone());
+            let receipt = hub.broker.send("orders", to, events).await.unwrap();
+            let partition = receipt.partition.to_string();
+            for i in 0..4 {
+                sent.push((partition.clone(), receipt.base_sequence + i));
+            }
+            latest.insert(key, (partition, receipt.base_sequence + 3));
+        }
+        if round == 40 {
+            first.start_kill().expect("SIGKILL");
+            first.wait().await.unwrap();
+            // A new process, while events keep coming; the dead one's partitions expire.
+            first = replicator(&task, "second");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    sent.sort();
+    wait_for_rows(server, &url, "history", sent.len()).await;
+    let expected_latest: BTreeSet<(String, String, i64)> = latest
+        .into_iter()
+        .map(|(key, (partition, sequence))| (key, partition, sequence))
+        .collect();
+    within(
+        "the compacted table to hold the newest event of every key",
+        async {
+            loop {
+                let held: BTreeSet<(String, String, i64)> = rows(
+                    server,
+                    &url,
+                    "SELECT partition_key, source_partition, sequence_number FROM latest",
+                )
+                .into_iter()
+                .map(|row| (row[0].clone(), row[1].clone(), row[2].parse().unwrap()))
+                .collect();
+                if held == expected_latest {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        },
+    )
+    .await;
+    assert_exactly_once(server, &url, &sent);
+    first.start_kill().unwrap();
+    first.wait().await.unwrap();
+}

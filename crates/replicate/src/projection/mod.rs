@@ -1,0 +1,296 @@
+//! Log projection: a target that turns events into rows of a PostgreSQL table (seed 002's "log
+//! projection", what Stream Analytics or a Functions app writing to a database does).
+//!
+//! Two shapes ([`config::Shape`]): a *history* table holds one row per event, unique on (source
+//! hub, source partition, sequence number, part); a *compacted* table one row per partition key,
+//! the newest event of the key. Columns: [`config::FIXED_COLUMNS`] plus the mapped ones
+//! ([`row`] says how values are written). Tables are created if absent.
+//!
+//! # Guarantees
+//!
+//! - **Exactly once, across `kill -9`.** Each batch of one source partition is written in one
+//!   transaction together with the task's progress for that partition (the table
+//!   `tributary_projection_progress`: task, table, source hub, partition → last sequence number
+//!   and offset). The transaction first locks the progress row and skips every event at or
+//!   below it, so a replayed batch, or a batch a former owner of the partition writes late,
+//!   changes nothing. When a partition is claimed the task starts after the database's
+//!   progress, not at the checkpoint store's position ([`Projection::resume_after`] through
+//!   the processor host's start position override): a checkpoint store that lags only costs
+//!   nothing, one that runs ahead (restored, or shared with another database) skips nothing.
+//! - **A replay never regresses a compacted row.** A row is replaced only by an event of the
+//!   same source hub and partition with a higher (sequence number, part), or by one of
+//!   another source partition enqueued later. A key maps to one source partition while the
+//!   partition count stays; after a repartition its events come from another partition, and
+//!   the newer enqueued time wins.
+//! - **Keyless events** go to the history table itself, or, for a compacted table, to
+//!   `<table>_keyless` (history shape) or are refused (`keyless = "refuse"`) to the
+//!   dead-letter target, as are events whose mapped field has the wrong type.
+//! - A failed write (the database down, a lost connection) is retried with the task's backoff
+//!   without end, on a new connection; nothing of a failed transaction is kept.
+//!
+//! Writes go through `COPY … FROM STDIN (FORMAT binary)` into a temporary staging table, then
+//! one `INSERT … SELECT … ON CONFLICT` into the table.
+
+pub mod config;
+pub mod row;
+pub mod sql;
+
+use std::pin::pin;
+
+use tokio::sync::Mutex;
+use tokio_postgres::Client;
+use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::types::{ToSql, Type};
+use tributary_edit::Position;
+use tributary_processor::store::describe_postgres_error;
+
+use crate::forward::{Outgoing, Poison, RetryPolicy};
+use config::{Keyless, ProjectionConfig, Shape};
+use row::{Cell, Origin};
+use sql::Sql;
+
+/// A projection target of a running task.
+pub struct Projection {
+    /// The route's name in the task file.
+    pub name: String,
+    config: ProjectionConfig,
+    task: String,
+    source_hub: String,
+    sql: Sql,
+    column_types: Vec<Type>,
+    /// Idle connections; a batch takes one (or opens one) and gives it back.
+    idle: Mutex<Vec<Client>>,
+}
+
+impl std::fmt::Debug for Projection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Projection")
+            .field("name", &self.name)
+            .field("table", &self.config.table)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A failed database call, described.
+fn db(error: &tokio_postgres::Error) -> String {
+    describe_postgres_error(error)
+}
+
+impl Projection {
+    /// Connects, creates the tables if absent and checks they have every column the task
+    /// writes; the error says what is wrong (never the password).
+    pub async fn open(
+        name: &str,
+        config: &ProjectionConfig,
+        task: &str,
+        source_hub: &str,
+    ) -> Result<Projection, String> {
+        let sql = Sql::new(config);
+        let projection = Projection {
+            name: name.to_owned(),
+            config: config.clone(),
+            task: task.to_owned(),
+            source_hub: source_hub.to_owned(),
+            column_types: row::FIXED_TYPES
+                .iter()
+                .cloned()
+                .chain(config.columns.iter().map(|c| row::column_type(c.kind)))
+                .collect(),
+            sql,
+            idle: Mutex::new(Vec::new()),
+        };
+        let client = projection.config.url.connect("a projection").await?;
+        client
+            .batch_execute(&projection.sql.create)
+            .await
+            .map_err(|e| format!("creating the tables: {}", db(&e)))?;
+        client
+            .batch_execute(&projection.sql.probe)
+            .await
+            .map_err(|e| {
+                format!(
+                    "the table {} lacks a column this task writes (it was made for another task file?): {}",
+                    projection.sql.table,
+                    db(&e)
+                )
+            })?;
+        projection.idle.lock().await.push(client);
+        Ok(projection)
+    }
+
+    /// Where the table is, for people.
+    pub fn describe(&self) -> String {
+        format!("table {} at {}", self.sql.table, self.config.url.location())
+    }
+
+    async fn take(&self) -> Result<Client, String> {
+        let idle = self.idle.lock().await.pop();
+        match idle.filter(|client| !client.is_closed()) {
+            Some(client) => Ok(client),
+            None => self.config.url.connect("a projection").await,
+        }
+    }
+
+    async fn give_back(&self, client: Client) {
+        if !client.is_closed() {
+            self.idle.lock().await.push(client);
+        }
+    }
+
+    /// The last sequence number of `partition` the table holds (`None`: nothing yet).
+    pub async fn resume_after(&self, partition: &str) -> Result<Option<i64>, String> {
+        let client = self.take().await?;
+        let row = client
+            .query_opt(
+                &self.sql.read_progress,
+                &[&self.task, &self.sql.table, &self.source_hub, &partition],
+            )
+            .await
+            .map_err(|e| db(&e));
+        self.give_back(client).await;
+        Ok(row?.map(|row| row.get::<_, i64>(0)).filter(|seq| *seq >= 0))
+    }
+
+    /// Writes one batch of `partition` — `items`, and the progress `last` (the batch's last
+    /// source event, whichever route its events took) — in one transaction, retrying without
+    /// end; returns the events refused before writing (keyless in a refusing compacted table,
+    /// a mapped field of the wrong type).
+    pub async fn write(
+        &self,
+        partition: &str,
+        items: Vec<Outgoing>,
+        last: Position,
+        retry: RetryPolicy,
+    ) -> (usize, Vec<Poison>) {
+        let (rows, poison) = self.rows(partition, items);
+        let mut pause = retry.backoff_min;
+        let mut attempt: u64 = 0;
+        loop {
+            match self.write_once(partition, &rows, last).await {
+                Ok(written) => return (written, poison),
+                Err(error) => {
+                    attempt += 1;
+                    tracing::warn!(
+                        target_name = %self.name,
+                        partition,
+                        attempt,
+                        retry_in_ms = pause.as_millis() as u64,
+                        %error,
+                        "writing to {} failed; retrying",
+                        self.describe()
+                    );
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(retry.backoff_max);
+                }
+            }
+        }
+    }
+
+    /// The rows of `items` (by source position) and the events refused.
+    fn rows(&self, partition: &str, items: Vec<Outgoing>) -> (Vec<Vec<Cell>>, Vec<Poison>) {
+        let mut rows = Vec::with_capacity(items.len());
+        let mut poison = Vec::new();
+        let mut previous: Option<(i64, i32)> = None;
+        for outgoing in items {
+            let sequence = outgoing.position.sequence_number;
+            let part = match previous {
+                Some((seq, part)) if seq == sequence => part + 1,
+                _ => 0,
+            };
+            previous = Some((sequence, part));
+            let keyless = outgoing.event.partition_key.is_none();
+            if keyless
+                && self.config.shape == Shape::Compacted
+                && self.config.keyless == Keyless::Refuse
+            {
+                poison.push(Poison {
+                    reason: format!(
+                        "{} is compacted by partition key and refuses keyless events",
+                        self.describe()
+                    ),
+                    outgoing,
+                });
+                continue;
+            }
+            let origin = Origin {
+                source_hub: &self.source_hub,
+                partition,
+                position: outgoing.position,
+                part,
+            };
+            match row::row(&outgoing.event, origin, &self.config.columns) {
+                Ok(cells) => rows.push(cells),
+                Err(reason) => poison.push(Poison { outgoing, reason }),
+            }
+        }
+        (rows, poison)
+    }
+
+    async fn write_once(
+        &self,
+        partition: &str,
+        rows: &[Vec<Cell>],
+        last: Position,
+    ) -> Result<usize, String> {
+        let mut client = self.take().await?;
+        let result = self.transaction(&mut client, partition, rows, last).await;
+        self.give_back(client).await;
+        result.map_err(|e| db(&e))
+    }
+
+    /// The transaction: lock the progress, stage the rows after it, merge them, move it.
+    async fn transaction(
+        &self,
+        client: &mut Client,
+        partition: &str,
+        rows: &[Vec<Cell>],
+        last: Position,
+    ) -> Result<usize, tokio_postgres::Error> {
+        let transaction = client.transaction().await?;
+        let key: [&(dyn ToSql + Sync); 4] =
+            [&self.task, &self.sql.table, &self.source_hub, &partition];
+        let done: i64 = transaction
+            .query_one(&self.sql.lock_progress, &key)
+            .await?
+            .get(0);
+        if last.sequence_number <= done {
+            // A replay of what the table holds.
+            return Ok(0);
+        }
+        let fresh: Vec<&Vec<Cell>> = rows
+            .iter()
+            .filter(|cells| matches!(cells[2], Cell::Bigint(seq) if seq > done))
+            .collect();
+        let mut written = 0;
+        if !fresh.is_empty() {
+            transaction.batch_execute(&self.sql.staging).await?;
+            let sink = transaction.copy_in(&self.sql.copy).await?;
+            let mut writer = pin!(BinaryCopyInWriter::new(sink, &self.column_types));
+            for cells in &fresh {
+                let values: Vec<&(dyn ToSql + Sync)> =
+                    cells.iter().map(|c| c as &(dyn ToSql + Sync)).collect();
+                writer.as_mut().write(&values).await?;
+            }
+            writer.finish().await?;
+            for merge in &self.sql.merges {
+                written += transaction.execute(merge, &[]).await?;
+            }
+        }
+        let offset = i64::try_from(last.offset).unwrap_or(i64::MAX);
+        transaction
+            .execute(
+                &self.sql.save_progress,
+                &[
+                    key[0],
+                    key[1],
+                    key[2],
+                    key[3],
+                    &last.sequence_number,
+                    &offset,
+                ],
+            )
+            .await?;
+        transaction.commit().await?;
+        Ok(usize::try_from(written).unwrap_or(usize::MAX))
+    }
+}
