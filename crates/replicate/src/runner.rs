@@ -535,9 +535,18 @@ impl EventProcessor for ReplicationProcessor {
         let dropped: u64 = edited.dropped.iter().map(|(_, count)| count).sum();
         self.metrics.filtered(FilterReason::Editor, dropped);
         let routed = self.route(&edit_context, edited.passed);
-        let first_sequence = events[0].sequence_number;
-        let last = Position::of(&events[events.len() - 1]);
-        let last_sequence = last.sequence_number;
+        let destinations: Vec<&Destination> = self
+            .task
+            .routes
+            .iter()
+            .filter_map(|route| match &route.sink {
+                Sink::Hub(destination) => Some(destination),
+                #[cfg(feature = "postgres")]
+                Sink::Table(_) => None,
+            })
+            .collect();
+        let sync = self.syncs.before_batch(first_sequence, &destinations).await;
+        let poison = self.forward_routes(partition, routed.per_route, last).await;
         self.dead_letter(partition, routed.unmatched, poison, edited.rejected)
             .await;
         match context.checkpoint().await {

@@ -120,16 +120,33 @@ pub(crate) struct ProcessorOwnership {
 /// The processor groups of `hub` whose ownership and checkpoints the hub keeps, each with its
 /// partitions' lines.
 ///
-/// Empty for now: the hub-hosted checkpoint store (`Broker::processor_group_states`, which
-/// returns per group a `ProcessorPartitionState` per partition) is being added to the broker
-/// on another branch. Once merged, this is the one place to point at it: map each state's
-/// `partition_id` (parsed), `owner_id` and `checkpoint_sequence_number`, and an error to an
-/// empty list.
+/// From the hub-hosted checkpoint store ([`Broker::processor_group_states`]): the groups with
+/// at least one record (a group no processor has claimed in is not a processor group); a hub
+/// whose records cannot be read shows none rather than failing the whole page.
 pub(crate) fn processor_group_rows(
-    _broker: &Broker,
-    _hub: &str,
+    broker: &Broker,
+    hub: &str,
 ) -> Vec<(String, Vec<ProcessorOwnership>)> {
-    Vec::new()
+    let Ok(groups) = broker.processor_group_states(hub) else {
+        return Vec::new();
+    };
+    groups
+        .into_iter()
+        .map(|(group, states)| {
+            let lines = states
+                .into_iter()
+                .filter_map(|state| {
+                    Some(ProcessorOwnership {
+                        partition: state.partition_id.parse().ok()?,
+                        owner_id: state.owner_id,
+                        checkpoint_sequence_number: state.checkpoint_sequence_number,
+                    })
+                })
+                .collect();
+            (group, lines)
+        })
+        .filter(|(_, lines): &(String, Vec<ProcessorOwnership>)| !lines.is_empty())
+        .collect()
 }
 
 /// Per (hub, partition): the last sequence number and the events delivered, at a sample.

@@ -237,3 +237,49 @@ async fn without_a_session_the_page_is_the_login_form_and_the_stream_refuses() {
     let events = super::events(axum::extract::State(state), HeaderMap::new()).await;
     assert_eq!(events.status(), axum::http::StatusCode::UNAUTHORIZED);
 }
+
+/// A processor fleet checkpointing in the hub's own store shows as a group table: owner,
+/// checkpoint and lag per partition.
+#[tokio::test]
+async fn processor_groups_come_from_the_hub_hosted_store() {
+    use tributary_broker::{CheckpointRecord, OwnershipClaim};
+    let dir = tempfile::tempdir().unwrap();
+    let state = state(dir.path(), AuthConfig::DevelopmentUnauthenticated).await;
+    state
+        .broker
+        .create_hub(HubSpec::new("Orders", 2))
+        .await
+        .unwrap();
+    send(&state.broker, "orders", "0", 5).await;
+    let claim = OwnershipClaim {
+        partition_id: "0".to_owned(),
+        owner_id: "host-a".to_owned(),
+        etag: None,
+    };
+    let claimed = state
+        .broker
+        .claim_ownership("orders", "$Default", vec![claim])
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1);
+    let checkpoint = CheckpointRecord {
+        partition_id: "0".to_owned(),
+        offset: None,
+        sequence_number: Some(2),
+    };
+    state
+        .broker
+        .update_checkpoint("orders", "$Default", checkpoint, "host-a")
+        .await
+        .unwrap();
+    let snapshot = Sampler::default().sample(&state.broker, &state.coordinator);
+    let group = snapshot.hubs[0]
+        .groups
+        .iter()
+        .find(|g| g.kind == "processor")
+        .expect("the processor group is shown");
+    assert_eq!(group.name, "$Default");
+    let row = &group.rows[0];
+    assert_eq!(row.owner.as_deref(), Some("host-a"));
+    assert_eq!((row.last_enqueued, row.lag_events), (4, 2));
+}
