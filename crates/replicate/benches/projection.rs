@@ -107,6 +107,15 @@ async fn run(dir: &std::path::Path, brokers: &Brokers, url: &str, shape: &str, e
 }
 
 fn main() {
+    // `cargo test --all-targets` runs bench targets without `--bench`: this one is a
+    // measurement against a database the caller names, not a test (the projection's behaviour
+    // is tested in `crates/cli/tests/projection.rs` against a private PostgreSQL).
+    if !std::env::args().any(|a| a == "--bench") {
+        eprintln!(
+            "projection: a benchmark; run it with `cargo bench` and TRIBUTARY_BENCH_POSTGRES_URL"
+        );
+        return;
+    }
     let Ok(url) = std::env::var("TRIBUTARY_BENCH_POSTGRES_URL") else {
         eprintln!(
             "set TRIBUTARY_BENCH_POSTGRES_URL to a PostgreSQL database (postgres://user@host:port/db)"
