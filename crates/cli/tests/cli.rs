@@ -2,34 +2,14 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
 mod common;
-use common::{run_with_stdin, tributary};
-
-fn run(data: &Path, args: &[&str]) -> Output {
-    tributary(data, args).output().expect("run tributary")
-}
-
-fn run_ok(data: &Path, args: &[&str]) -> String {
-    let out = run(data, args);
-    assert!(
-        out.status.success(),
-        "tributary {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn run_err(data: &Path, args: &[&str]) -> String {
-    let out = run(data, args);
-    assert_eq!(out.status.code(), Some(1), "tributary {args:?} should fail");
-    String::from_utf8(out.stderr).unwrap()
-}
+use common::{run, run_err, run_ok, run_with_stdin, tributary};
 
 #[test]
 fn hubs_and_groups_from_the_command_line() {

@@ -2,7 +2,6 @@
 //! what the simulated sensors sent, with the added instance taking partitions, the killed one's
 //! partitions resumed by the others, and the residents' page answering.
 
-#[allow(dead_code)] // the helper for standard input is not used here
 mod common;
 
 use std::collections::HashMap;

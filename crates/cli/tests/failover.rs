@@ -1,31 +1,9 @@
 //! `tributary failover status|switch` and the alias flags, as a user runs them.
 
 use std::net::TcpListener;
-use std::path::Path;
-use std::process::Output;
 
 mod common;
-use common::{run_with_stdin, tributary};
-
-fn run(data: &Path, args: &[&str]) -> Output {
-    tributary(data, args).output().expect("run tributary")
-}
-
-fn run_ok(data: &Path, args: &[&str]) -> String {
-    let out = run(data, args);
-    assert!(
-        out.status.success(),
-        "tributary {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn run_err(data: &Path, args: &[&str]) -> String {
-    let out = run(data, args);
-    assert_eq!(out.status.code(), Some(1), "tributary {args:?} should fail");
-    String::from_utf8(out.stderr).unwrap()
-}
+use common::{run_err, run_ok, run_with_stdin};
 
 /// A port nothing listens on (bound, then released).
 fn closed_port() -> u16 {

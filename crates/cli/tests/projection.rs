@@ -10,20 +10,10 @@ use tributary_broker::SendTarget;
 use tributary_event::EventData;
 use tributary_testkit::{PostgresServer, TestHub, within};
 
-const PARTITIONS: u32 = 4;
+mod common;
+use common::replicator;
 
-fn replicator(task: &Path, host: &str) -> tokio::process::Child {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_tributary"))
-        .args(["--log", "warn", "replicate"])
-        .arg(task)
-        .args(["--host-name", host])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("tributary replicate starts")
-}
+const PARTITIONS: u32 = 4;
 
 /// The database name at the end of `url`.
 fn database(url: &str) -> &str {

@@ -9,21 +9,11 @@ use tributary_broker::SendTarget;
 use tributary_event::EventData;
 use tributary_testkit::{TestHub, within};
 
+mod common;
+use common::replicator;
+
 const PARTITIONS: u32 = 4;
 const BATCH: usize = 20;
-
-fn replicator(task: &Path, host: &str) -> tokio::process::Child {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_tributary"))
-        .args(["--log", "warn", "replicate"])
-        .arg(task)
-        .args(["--host-name", host])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("tributary replicate starts")
-}
 
 /// Every (partition, sequence number) of the source the target holds, with how often.
 async fn copies(target: &TestHub) -> BTreeMap<(String, i64), usize> {

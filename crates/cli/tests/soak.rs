@@ -29,7 +29,6 @@
 //! replayable; what the processes were doing at those moments is up to the scheduler.
 
 // Only `tributary` of the shared helpers is used here.
-#[allow(dead_code)]
 mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

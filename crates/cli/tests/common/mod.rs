@@ -1,4 +1,6 @@
 //! What the CLI's test binaries share: running the built `tributary` on a data directory.
+// Each test binary includes this module and uses a part of it.
+#![allow(dead_code)]
 
 use std::io::Write;
 use std::path::Path;
@@ -26,4 +28,41 @@ pub(crate) fn run_with_stdin(data: &Path, args: &[&str], input: &str) -> Output 
         .write_all(input.as_bytes())
         .unwrap();
     child.wait_with_output().unwrap()
+}
+
+/// Runs `tributary ARGS…` to the end.
+pub(crate) fn run(data: &Path, args: &[&str]) -> Output {
+    tributary(data, args).output().expect("run tributary")
+}
+
+/// Runs `tributary ARGS…`, which must succeed; its standard output.
+pub(crate) fn run_ok(data: &Path, args: &[&str]) -> String {
+    let out = run(data, args);
+    assert!(
+        out.status.success(),
+        "tributary {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs `tributary ARGS…`, which must fail with exit code 1; its standard error.
+pub(crate) fn run_err(data: &Path, args: &[&str]) -> String {
+    let out = run(data, args);
+    assert_eq!(out.status.code(), Some(1), "tributary {args:?} should fail");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+/// `tributary replicate TASK --host-name HOST` as a child process, killed when dropped.
+pub(crate) fn replicator(task: &Path, host: &str) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_tributary"))
+        .args(["--log", "warn", "replicate"])
+        .arg(task)
+        .args(["--host-name", host])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("tributary replicate starts")
 }
