@@ -67,6 +67,11 @@ pub const REFUSALS_IN_FLIGHT_MAX: usize = 64;
 /// side's `close` carrying the condition.
 pub const REFUSAL_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a refused connection that has opened may take to attach its first link, which is
+/// refused with the condition; then the connection is closed with it. An SDK attaches within
+/// milliseconds of its `open`.
+pub const REFUSAL_LINK_WAIT: Duration = Duration::from_secs(1);
+
 /// The most bytes an unauthenticated connection may send. SASL, `open`, a `begin`, the four
 /// attaches of `$cbs` and `$management` and a put-token (its token at most
 /// [`TOKEN_BYTES_MAX`]) take under 8 KiB; beyond 64 KiB the connection is cut. This bounds what

@@ -10,8 +10,9 @@
 //! Every connection, accepted or handed over, needs a slot (`tributary_tls::admission`): at most
 //! [`ConnectionLimits::connections_max`] in all and
 //! [`ConnectionLimits::connections_per_address_max`] per source IP address. A connection over a
-//! cap is refused: it may finish its handshake and `open`, and is closed with
-//! `amqp:resource-limit-exceeded` saying which cap it hit (the SDKs raise that error). At most
+//! cap is refused: it may finish its handshake and `open`; its first link is refused and the
+//! connection closed with `amqp:resource-limit-exceeded` saying which cap it hit (the Python
+//! and JavaScript SDKs raise that error at once). At most
 //! [`REFUSALS_IN_FLIGHT_MAX`] are being refused at once, each for at most
 //! [`crate::limits::REFUSAL_TIMEOUT`]; beyond that a connection over a cap is closed at once,
 //! before any frame.

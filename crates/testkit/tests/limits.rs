@@ -1,12 +1,14 @@
 //! The front doors' limits on clients that have not authenticated, from the outside. AMQP:
 //! silent sockets, anonymous connections that never put a token, the per-address connection cap
-//! (for raw sockets and for the official Python SDK, which must raise rather than hang), an
+//! (for raw sockets and for the official Python and JavaScript SDKs, which must raise rather
+//! than hang), an
 //! authenticated client sending undisturbed throughout, and the same deadlines for AMQP over
 //! WebSockets. HTTP: headers sent too slowly, a stalled body, the per-address cap.
 //!
 //! Each test starts its own door on 127.0.0.1:0 with short deadlines and small caps (counts
-//! per address are per door, so tests do not share one). The Python test needs the SDK
-//! (`scripts/setup-python-interop`); without it the test fails, it never skips.
+//! per address are per door, so tests do not share one). The SDK tests need the SDKs
+//! (`scripts/setup-python-interop`, `scripts/setup-js-interop`); without them the tests fail,
+//! they never skip.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -285,7 +287,8 @@ async fn the_per_address_cap_refuses_with_resource_limit_while_an_authenticated_
         String::from_utf8_lossy(&got)
     );
     assert!(took < Duration::from_secs(2), "{took:?}");
-    // Held at most the refusal timeout (5 s) waiting for the peer's close.
+    // A peer that attaches nothing gets the close after the refusal's one-second wait for a
+    // link, and is held at most the refusal timeout (5 s) waiting for its close.
     read_to_end(&mut refused, Duration::from_secs(7)).await;
     // The authenticated client was never touched.
     for i in 2..20 {
@@ -329,6 +332,39 @@ async fn the_python_sdk_raises_when_refused_by_the_cap() {
         "the SDK took {took:?} to give up"
     );
     eprintln!("the Python SDK raised after {took:?}: {result}");
+    drop(held);
+    door.stop().await;
+}
+
+/// The JavaScript SDK (rhea) gets the same refusal: with its retries it raises the refusal
+/// within its operation timeout, never hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_js_sdk_raises_when_refused_by_the_cap() {
+    let door = Door::start(limits(2, 20_000, 20_000)).await;
+    let held = [
+        anonymous_open(door.addr()).await,
+        anonymous_open(door.addr()).await,
+    ];
+    let started = Instant::now();
+    let result = tributary_testkit::run_node(
+        "send-batch",
+        json!({"conn": door.conn(), "hub": HUB, "count": 1, "prefix": "capped", "max_retries": 1}),
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(result["sent"], false, "{result}");
+    let error = result["message"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("resource-limit-exceeded") || error.contains("maximum of 2"),
+        "{result}"
+    );
+    assert!(
+        took < Duration::from_secs(60),
+        "the SDK took {took:?} to give up"
+    );
+    eprintln!("the JavaScript SDK raised after {took:?}: {result}");
+    let stored = door.broker.partition_properties(HUB, "0").unwrap();
+    assert!(stored.is_empty, "a refused send stored nothing: {stored:?}");
     drop(held);
     door.stop().await;
 }

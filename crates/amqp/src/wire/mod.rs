@@ -802,10 +802,11 @@ fn attached_node(attach: &Attach) -> Result<Node, Refusal> {
     address::parse(&address).map_err(|e| Refusal::new(conditions::NOT_FOUND, e.to_string()))
 }
 
-/// Answers a connection that got no slot: its handshake, then this side's `open` and a `close`
-/// with `amqp:resource-limit-exceeded` and `description` once the peer's `open` arrived; held
-/// at most [`crate::limits::REFUSAL_TIMEOUT`] in all, reading at most what an unauthenticated
-/// connection may.
+/// Answers a connection that got no slot: its handshake, this side's `open`, then
+/// `amqp:resource-limit-exceeded` with `description` on the peer's first link and on a `close`
+/// (or on the `close` alone when the peer attaches nothing within
+/// [`crate::limits::REFUSAL_LINK_WAIT`]); held at most [`crate::limits::REFUSAL_TIMEOUT`] in
+/// all, reading at most what an unauthenticated connection may.
 pub(crate) async fn refuse_connection<S>(
     stream: S,
     peer: SocketAddr,
@@ -822,8 +823,16 @@ pub(crate) async fn refuse_connection<S>(
         sasl::accept(&mut stream, &mut buffered, &ctx.policies, &grants)
             .await
             .ok()?;
-        let mut handler = Refuser { description };
-        let (_keep, mut commands) = mpsc::unbounded_channel();
+        let mut handler = Refuser {
+            error: engine_error(conditions::RESOURCE_LIMIT, &description),
+            opened: false,
+            waited: false,
+        };
+        let (waited, mut commands) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            tokio::time::sleep(crate::limits::REFUSAL_LINK_WAIT).await;
+            let _ = waited.send(());
+        });
         let connection = server_connection(ctx);
         let never = std::future::pending::<()>();
         Some(
@@ -842,22 +851,51 @@ pub(crate) async fn refuse_connection<S>(
     tracing::debug!(%peer, answered = matches!(ended, Ok(Some(_))), "AMQP connection refused: over a connection cap");
 }
 
-/// Closes the connection with `amqp:resource-limit-exceeded` as soon as the peer has opened.
+/// Refuses the peer's first link with `amqp:resource-limit-exceeded`, then closes the
+/// connection with the same error.
+///
+/// Refusing the link rather than closing at `open` is what lets every SDK raise at once: the
+/// JavaScript SDK (rhea-promise) takes an `open` followed by a `close` as an open connection and
+/// then waits its whole operation timeout (60 s) for a session that never begins, retrying
+/// after, while a refused attach reaches it (and the Python SDK) as the condition, which
+/// neither retries.
 struct Refuser {
-    description: String,
+    error: definitions::Error,
+    /// The peer's `open` arrived (a `close` may be sent only after it).
+    opened: bool,
+    /// [`crate::limits::REFUSAL_LINK_WAIT`] is over.
+    waited: bool,
 }
 
 impl Handler for Refuser {
     type Command = ();
 
     fn on_event(&mut self, connection: &mut Connection, event: Event) {
-        if let Event::Opened(_) = event {
-            connection.close(Some(engine_error(
-                conditions::RESOURCE_LIMIT,
-                &self.description,
-            )));
+        match event {
+            Event::Opened(_) => {
+                self.opened = true;
+                if self.waited {
+                    connection.close(Some(self.error.clone()));
+                }
+            }
+            Event::Attached {
+                link,
+                attach,
+                answer: false,
+            } => {
+                if connection.attach_answer(link, answer_for(&attach)).is_ok() {
+                    connection.detach(link, true, Some(self.error.clone()));
+                }
+                connection.close(Some(self.error.clone()));
+            }
+            _ => {}
         }
     }
 
-    fn on_command(&mut self, _connection: &mut Connection, (): ()) {}
+    fn on_command(&mut self, connection: &mut Connection, (): ()) {
+        self.waited = true;
+        if self.opened {
+            connection.close(Some(self.error.clone()));
+        }
+    }
 }
