@@ -434,6 +434,8 @@ impl Drop for Reaped {
 struct Served {
     child: std::process::Child,
     connection_string: String,
+    /// Its start-up lines on stderr.
+    banner: String,
 }
 
 impl Served {
@@ -475,6 +477,7 @@ impl Served {
         Served {
             child,
             connection_string,
+            banner,
         }
     }
 }
@@ -539,8 +542,35 @@ fn serve_with_a_development_certificate_speaks_tls_to_clients_that_trust_it() {
         refused.contains("UnknownIssuer") && refused.contains("--ca-file"),
         "{refused}"
     );
+    https_admin_api(&served, &client_dir, ca);
     // A second certificate is signed by the same authority.
     assert!(run_ok(d, &["cert"]).contains("the development authority already there"));
+}
+
+/// `hub` and `group` against the HTTPS door of `served`: with `--ca-file` they work, without
+/// it the certificate is refused and the message names the flag.
+fn https_admin_api(served: &Served, client_dir: &Path, ca: &str) {
+    let port = served
+        .banner
+        .split("https://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|addr| addr.rsplit(':').next())
+        .unwrap_or_else(|| panic!("no https door in the banner: {}", served.banner));
+    let url = format!("https://localhost:{port}");
+    let cs = served.connection_string.as_str();
+    let remote = ["--connection-string", cs, "--admin-url", url.as_str()];
+    let trusted = ["--ca-file", ca];
+    let create = ["group", "create", "events", "billing"];
+    run_ok(client_dir, &[&trusted[..], &create, &remote].concat());
+    let list = ["group", "list", "events"];
+    let groups = run_ok(client_dir, &[&trusted[..], &list, &remote].concat());
+    assert_eq!(groups, "$Default\nbilling\n");
+    let refused = run_err(client_dir, &[&["hub", "list"][..], &remote].concat());
+    assert!(
+        refused.contains("UnknownIssuer") && refused.contains("--ca-file"),
+        "{refused}"
+    );
 }
 
 #[test]
