@@ -9,6 +9,10 @@
 //! after a rebalance, when the former owner still finishes a batch — never counts an event
 //! twice, and the checkpoint store needs no transaction shared with the aggregates: it only
 //! says where reading resumes, and may lag (it is written at most once a second per partition).
+//!
+//! Cheap at the seed's rate: a batch is summed in memory and written as one upsert per (home,
+//! minute, kind) cell and one per home, and a partition's batches start at least
+//! [`BATCH_INTERVAL`] apart, so that readings gather into few transactions.
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
