@@ -2,7 +2,7 @@
 //! through a running server's admin API (`/admin/v1` on its HTTP door): the hub
 //! `--connection-string` names (at `--admin-url`, plain HTTP or HTTPS verified as the AMQP
 //! connections are, `--ca-file` included), or the `tributary serve` holding the data
-//! directory (at the address its `server.json` records). Requests carry a short-lived SAS token
+//! directory (at the address its `server.json` records: its HTTP door, else its HTTPS one). Requests carry a short-lived SAS token
 //! for the whole namespace, signed with the connection string's key or the data directory's
 //! Manage policy (the Event Hubs REST scheme). The server changes the hubs; this process never
 //! opens a data directory a server holds.
@@ -32,6 +32,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The HTTP door's port when the user names none (`serve --http-port`'s default).
 const ADMIN_PORT_DEFAULT: u16 = 8080;
+/// Where `tributary cert` keeps its development authority, in the data directory.
+const DEVELOPMENT_AUTHORITY: &str = "tls/ca.pem";
 /// The HTTPS door's (`serve --https-port`'s default).
 const ADMIN_TLS_PORT_DEFAULT: u16 = 8443;
 
@@ -94,19 +96,38 @@ fn parse_admin_url(url: &str) -> Result<(String, Option<String>)> {
 }
 
 impl Admin {
-    /// The admin API of the server running on `data_dir`, if one runs there.
-    pub fn find(data_dir: &Path) -> Option<Result<Admin>> {
+    /// The admin API of the server running on `data_dir`, if one runs there: its plain HTTP
+    /// door, else its HTTPS door as `localhost` (the name `serve` gives its TLS connection
+    /// strings), trusting `trusted` or else the development authority `tributary cert` keeps in
+    /// the data directory.
+    pub fn find(data_dir: &Path, trusted: Option<&Path>) -> Option<Result<Admin>> {
         let listeners = running::find(data_dir)?;
-        Some(Admin::for_server(data_dir, &listeners))
+        Some(Admin::for_server(data_dir, &listeners, trusted))
     }
 
-    fn for_server(data_dir: &Path, listeners: &running::Listeners) -> Result<Admin> {
-        let Some(mut addr) = listeners.http else {
-            bail!(
-                "the tributary serve running on {} (pid {}) has no plain HTTP door, which hub and group changes go through; restart it with --plain",
+    fn for_server(
+        data_dir: &Path,
+        listeners: &running::Listeners,
+        trusted: Option<&Path>,
+    ) -> Result<Admin> {
+        let (mut addr, tls) = match (listeners.http, listeners.https) {
+            (Some(addr), _) => (addr, None),
+            (None, Some(addr)) => {
+                let authority = data_dir.join(DEVELOPMENT_AUTHORITY);
+                let trusted = trusted
+                    .map(Path::to_owned)
+                    .or_else(|| authority.exists().then_some(authority));
+                let tls = AdminTls {
+                    server_name: "localhost".to_owned(),
+                    trusted,
+                };
+                (addr, Some(tls))
+            }
+            (None, None) => bail!(
+                "the tributary serve running on {} (pid {}) has no HTTP door, which hub and group changes go through",
                 data_dir.display(),
                 listeners.pid
-            );
+            ),
         };
         if addr.ip().is_unspecified() {
             addr.set_ip(Ipv4Addr::LOCALHOST.into());
@@ -122,7 +143,7 @@ impl Admin {
         Ok(Admin {
             addr,
             host: addr.to_string(),
-            tls: None,
+            tls,
             token: namespace_token(&addr.to_string(), &policy.name, &policy.key),
         })
     }
@@ -258,7 +279,7 @@ impl Catalog {
                 Admin::remote(cs, remote.admin_url.as_deref(), global.ca_file.as_deref()).await?;
             return Ok(Catalog::Server(admin));
         }
-        match Admin::find(&global.data_dir) {
+        match Admin::find(&global.data_dir, global.ca_file.as_deref()) {
             Some(admin) => Ok(Catalog::Server(admin?)),
             None => Ok(Catalog::Local(open_broker(global).await?)),
         }

@@ -491,7 +491,8 @@ impl Drop for Served {
 
 /// `tributary cert` makes an authority and a server certificate; `serve` with them speaks TLS
 /// only, and prints a connection string without emulator mode; the CLI's client connects when
-/// told to trust the authority (`--ca-file`) and is refused, with what to do, when not.
+/// told to trust the authority (`--ca-file`) and is refused, with what to do, when not; `hub`
+/// and `group` work through the HTTPS admin API.
 #[test]
 fn serve_with_a_development_certificate_speaks_tls_to_clients_that_trust_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -543,6 +544,12 @@ fn serve_with_a_development_certificate_speaks_tls_to_clients_that_trust_it() {
         "{refused}"
     );
     https_admin_api(&served, &client_dir, ca);
+    // On the server's own data directory the CLI goes through its HTTPS door, trusting the
+    // authority `cert` left there.
+    assert_eq!(
+        run_ok(d, &["group", "list", "events"]),
+        "$Default\nbilling\n"
+    );
     // A second certificate is signed by the same authority.
     assert!(run_ok(d, &["cert"]).contains("the development authority already there"));
 }
