@@ -1,13 +1,14 @@
 //! Where `tributary hub` and `tributary group` work ([`Catalog`]): on the data directory, or
-//! through a running server's admin API (`/admin/v1` on its plain HTTP door): the hub
-//! `--connection-string` names (at `--admin-url`), or the `tributary serve` holding the data
-//! directory (at the address its `server.json` records). Requests carry a short-lived SAS token
+//! through a running server's admin API (`/admin/v1` on its HTTP door): the hub
+//! `--connection-string` names (at `--admin-url`, plain HTTP or HTTPS verified as the AMQP
+//! connections are, `--ca-file` included), or the `tributary serve` holding the data
+//! directory (at the address its `server.json` records: its HTTP door, else its HTTPS one). Requests carry a short-lived SAS token
 //! for the whole namespace, signed with the connection string's key or the data directory's
 //! Manage policy (the Event Hubs REST scheme). The server changes the hubs; this process never
 //! opens a data directory a server holds.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -31,6 +32,10 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The HTTP door's port when the user names none (`serve --http-port`'s default).
 const ADMIN_PORT_DEFAULT: u16 = 8080;
+/// Where `tributary cert` keeps its development authority, in the data directory.
+const DEVELOPMENT_AUTHORITY: &str = "tls/ca.pem";
+/// The HTTPS door's (`serve --https-port`'s default).
+const ADMIN_TLS_PORT_DEFAULT: u16 = 8443;
 
 /// A token for the whole namespace (any host, no path), valid for [`TOKEN_LIFETIME`].
 fn namespace_token(host: &str, key_name: &str, key: &str) -> String {
@@ -47,23 +52,82 @@ pub struct Admin {
     addr: SocketAddr,
     /// The `host` header: the host and port as the user named them.
     host: String,
+    /// `Some` for an HTTPS door.
+    tls: Option<AdminTls>,
     token: String,
 }
 
+/// How an HTTPS admin API is verified.
+#[derive(Debug)]
+struct AdminTls {
+    /// The name the server's certificate must carry: the URL's host.
+    server_name: String,
+    /// Authorities to trust besides the usual roots (`--ca-file`).
+    trusted: Option<PathBuf>,
+}
+
+/// Where `--admin-url` points: `http://host[:port]`, `https://host[:port]` or `host[:port]`
+/// (plain HTTP); the default ports are `serve`'s. Returns `host:port` and, for HTTPS, the
+/// host alone (the certificate's name).
+fn parse_admin_url(url: &str) -> Result<(String, Option<String>)> {
+    let uri: hyper::Uri = url
+        .parse()
+        .with_context(|| format!("--admin-url {url}: not a URL (http://host:port)"))?;
+    let tls = match uri.scheme_str() {
+        None | Some("http") => false,
+        Some("https") => true,
+        Some(other) => bail!("--admin-url {url}: the scheme is {other}, not http or https"),
+    };
+    let host = uri
+        .host()
+        .filter(|h| !h.is_empty())
+        .with_context(|| format!("--admin-url {url}: no host"))?;
+    let default_port = if tls {
+        ADMIN_TLS_PORT_DEFAULT
+    } else {
+        ADMIN_PORT_DEFAULT
+    };
+    let host_port = format!("{host}:{}", uri.port_u16().unwrap_or(default_port));
+    let name = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    Ok((host_port, tls.then_some(name)))
+}
+
 impl Admin {
-    /// The admin API of the server running on `data_dir`, if one runs there.
-    pub fn find(data_dir: &Path) -> Option<Result<Admin>> {
+    /// The admin API of the server running on `data_dir`, if one runs there: its plain HTTP
+    /// door, else its HTTPS door as `localhost` (the name `serve` gives its TLS connection
+    /// strings), trusting `trusted` or else the development authority `tributary cert` keeps in
+    /// the data directory.
+    pub fn find(data_dir: &Path, trusted: Option<&Path>) -> Option<Result<Admin>> {
         let listeners = running::find(data_dir)?;
-        Some(Admin::for_server(data_dir, &listeners))
+        Some(Admin::for_server(data_dir, &listeners, trusted))
     }
 
-    fn for_server(data_dir: &Path, listeners: &running::Listeners) -> Result<Admin> {
-        let Some(mut addr) = listeners.http else {
-            bail!(
-                "the tributary serve running on {} (pid {}) has no plain HTTP door, which hub and group changes go through; restart it with --plain",
+    fn for_server(
+        data_dir: &Path,
+        listeners: &running::Listeners,
+        trusted: Option<&Path>,
+    ) -> Result<Admin> {
+        let (mut addr, tls) = match (listeners.http, listeners.https) {
+            (Some(addr), _) => (addr, None),
+            (None, Some(addr)) => {
+                let authority = data_dir.join(DEVELOPMENT_AUTHORITY);
+                let trusted = trusted
+                    .map(Path::to_owned)
+                    .or_else(|| authority.exists().then_some(authority));
+                let tls = AdminTls {
+                    server_name: "localhost".to_owned(),
+                    trusted,
+                };
+                (addr, Some(tls))
+            }
+            (None, None) => bail!(
+                "the tributary serve running on {} (pid {}) has no HTTP door, which hub and group changes go through",
                 data_dir.display(),
                 listeners.pid
-            );
+            ),
         };
         if addr.ip().is_unspecified() {
             addr.set_ip(Ipv4Addr::LOCALHOST.into());
@@ -79,25 +143,23 @@ impl Admin {
         Ok(Admin {
             addr,
             host: addr.to_string(),
+            tls,
             token: namespace_token(&addr.to_string(), &policy.name, &policy.key),
         })
     }
 
     /// The admin API of the hub `connection_string` names: at `admin_url`, or on the
-    /// connection string's host at the HTTP door's default port.
-    pub async fn remote(connection_string: &str, admin_url: Option<&str>) -> Result<Admin> {
+    /// connection string's host at the HTTP door's default port. An HTTPS door's certificate
+    /// is verified against the usual roots and the authorities in `trusted`.
+    pub async fn remote(
+        connection_string: &str,
+        admin_url: Option<&str>,
+        trusted: Option<&Path>,
+    ) -> Result<Admin> {
         let cs = tributary_client::ConnectionString::parse(connection_string)?;
-        let host = match admin_url {
-            Some(url) => {
-                if url.starts_with("https://") {
-                    bail!(
-                        "--admin-url {url}: give the hub's plain HTTP door (http://…); HTTPS is not supported here yet"
-                    );
-                }
-                let rest = url.strip_prefix("http://").unwrap_or(url);
-                rest.split('/').next().unwrap_or(rest).to_owned()
-            }
-            None => format!("{}:{ADMIN_PORT_DEFAULT}", cs.host()),
+        let (host, tls_name) = match admin_url {
+            Some(url) => parse_admin_url(url)?,
+            None => (format!("{}:{ADMIN_PORT_DEFAULT}", cs.host()), None),
         };
         let addr = tokio::net::lookup_host(&host)
             .await
@@ -110,13 +172,23 @@ impl Admin {
             }
             tributary_client::Credential::SharedAccessSignature(token) => token.clone(),
         };
-        Ok(Admin { addr, host, token })
+        let tls = tls_name.map(|server_name| AdminTls {
+            server_name,
+            trusted: trusted.map(Path::to_owned),
+        });
+        Ok(Admin {
+            addr,
+            host,
+            tls,
+            token,
+        })
     }
 
     /// Sends a request; the answer's JSON (null for an empty answer). A refusal is an error
     /// with the server's message alone.
     pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value> {
-        let what = format!("{method} http://{}{path}", self.host);
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let what = format!("{method} {scheme}://{}{path}", self.host);
         let answer = tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(method, path, body))
             .await
             .with_context(|| format!("{what}: no answer in {} s", REQUEST_TIMEOUT.as_secs()))?
@@ -133,10 +205,6 @@ impl Admin {
         path: &str,
         body: Option<Value>,
     ) -> Result<Result<Value, String>> {
-        let stream = tokio::net::TcpStream::connect(self.addr).await?;
-        let io = hyper_util::rt::TokioIo::new(stream);
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(io).await?;
-        tokio::spawn(connection);
         let body = body.map(|b| b.to_string()).unwrap_or_default();
         let request = Request::builder()
             .method(method)
@@ -145,7 +213,22 @@ impl Admin {
             .header(header::AUTHORIZATION, &self.token)
             .header(header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body)))?;
-        let response = sender.send_request(request).await?;
+        let stream = tokio::net::TcpStream::connect(self.addr).await?;
+        let response = match &self.tls {
+            None => send(stream, request).await?,
+            Some(tls) => {
+                let stream = tributary_client::tls_handshake(
+                    stream,
+                    &tls.server_name,
+                    tls.trusted.as_deref(),
+                )
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!("{e} (an authority of your own is trusted with --ca-file)")
+                })?;
+                send(stream, request).await?
+            }
+        };
         let status = response.status();
         let bytes = response.into_body().collect().await?.to_bytes();
         let json: Value = if bytes.is_empty() {
@@ -159,6 +242,20 @@ impl Admin {
         }
         Ok(Ok(json))
     }
+}
+
+/// One HTTP/1.1 exchange on a fresh connection.
+async fn send<S>(
+    stream: S,
+    request: Request<Full<Bytes>>,
+) -> Result<hyper::Response<hyper::body::Incoming>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let io = hyper_util::rt::TokioIo::new(stream);
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(io).await?;
+    tokio::spawn(connection);
+    Ok(sender.send_request(request).await?)
 }
 
 /// Where `hub` and `group` change hubs and groups: the data directory itself, or the server
@@ -178,10 +275,11 @@ impl Catalog {
     /// one, else the data directory.
     pub async fn open(global: &GlobalArgs, remote: &AdminArgs) -> Result<Catalog> {
         if let Some(cs) = &remote.connection_string {
-            let admin = Admin::remote(cs, remote.admin_url.as_deref()).await?;
+            let admin =
+                Admin::remote(cs, remote.admin_url.as_deref(), global.ca_file.as_deref()).await?;
             return Ok(Catalog::Server(admin));
         }
-        match Admin::find(&global.data_dir) {
+        match Admin::find(&global.data_dir, global.ca_file.as_deref()) {
             Some(admin) => Ok(Catalog::Server(admin?)),
             None => Ok(Catalog::Local(open_broker(global).await?)),
         }
@@ -322,4 +420,28 @@ fn hub_line(hub: &Value) -> Result<HubLine> {
         hub["partitionCount"].as_u64().ok_or_else(bad)?,
         hub["consumerGroups"].as_array().map_or(0, Vec::len),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_admin_url;
+
+    #[test]
+    fn an_admin_url_names_the_door_and_for_https_the_certificates_name() {
+        let parsed = |url| parse_admin_url(url).unwrap();
+        assert_eq!(parsed("http://hub:9000/x"), ("hub:9000".into(), None));
+        assert_eq!(parsed("hub:9000"), ("hub:9000".into(), None));
+        assert_eq!(parsed("http://hub"), ("hub:8080".into(), None));
+        assert_eq!(
+            parsed("https://hub.test"),
+            ("hub.test:8443".into(), Some("hub.test".into()))
+        );
+        assert_eq!(
+            parsed("https://[::1]:9443/"),
+            ("[::1]:9443".into(), Some("::1".into()))
+        );
+        for bad in ["ftp://hub:21", "https://", "not a url"] {
+            assert!(parse_admin_url(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -52,8 +52,9 @@ pub struct GlobalArgs {
     #[arg(long, global = true, env = "TRIBUTARY_LOG", default_value = "warn")]
     pub log: String,
     /// A PEM file of certificate authorities to trust, besides the usual roots, when connecting
-    /// to a hub over TLS (`--connection-string` without UseDevelopmentEmulator): a local hub's
-    /// development authority from `tributary cert`, for instance.
+    /// to a hub over TLS (`--connection-string` without UseDevelopmentEmulator, or an
+    /// `--admin-url https://…`): a local hub's development authority from `tributary cert`,
+    /// for instance.
     #[arg(long, global = true, env = "TRIBUTARY_CA_FILE")]
     pub ca_file: Option<PathBuf>,
     #[command(flatten)]
@@ -226,8 +227,9 @@ pub struct AdminArgs {
         hide_env_values = true
     )]
     pub connection_string: Option<String>,
-    /// The admin API of that hub: its plain HTTP door, `http://host:port` (default: the
-    /// connection string's host, port 8080).
+    /// The admin API of that hub: its HTTP door, `http://host:port`, or its HTTPS door,
+    /// `https://host:port` (its certificate checked against the usual roots and --ca-file).
+    /// Default: the connection string's host, port 8080, plain HTTP.
     #[arg(
         long,
         global = true,

@@ -434,6 +434,8 @@ impl Drop for Reaped {
 struct Served {
     child: std::process::Child,
     connection_string: String,
+    /// Its start-up lines on stderr.
+    banner: String,
 }
 
 impl Served {
@@ -475,6 +477,7 @@ impl Served {
         Served {
             child,
             connection_string,
+            banner,
         }
     }
 }
@@ -488,7 +491,8 @@ impl Drop for Served {
 
 /// `tributary cert` makes an authority and a server certificate; `serve` with them speaks TLS
 /// only, and prints a connection string without emulator mode; the CLI's client connects when
-/// told to trust the authority (`--ca-file`) and is refused, with what to do, when not.
+/// told to trust the authority (`--ca-file`) and is refused, with what to do, when not; `hub`
+/// and `group` work through the HTTPS admin API.
 #[test]
 fn serve_with_a_development_certificate_speaks_tls_to_clients_that_trust_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -539,8 +543,41 @@ fn serve_with_a_development_certificate_speaks_tls_to_clients_that_trust_it() {
         refused.contains("UnknownIssuer") && refused.contains("--ca-file"),
         "{refused}"
     );
+    https_admin_api(&served, &client_dir, ca);
+    // On the server's own data directory the CLI goes through its HTTPS door, trusting the
+    // authority `cert` left there.
+    assert_eq!(
+        run_ok(d, &["group", "list", "events"]),
+        "$Default\nbilling\n"
+    );
     // A second certificate is signed by the same authority.
     assert!(run_ok(d, &["cert"]).contains("the development authority already there"));
+}
+
+/// `hub` and `group` against the HTTPS door of `served`: with `--ca-file` they work, without
+/// it the certificate is refused and the message names the flag.
+fn https_admin_api(served: &Served, client_dir: &Path, ca: &str) {
+    let port = served
+        .banner
+        .split("https://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|addr| addr.rsplit(':').next())
+        .unwrap_or_else(|| panic!("no https door in the banner: {}", served.banner));
+    let url = format!("https://localhost:{port}");
+    let cs = served.connection_string.as_str();
+    let remote = ["--connection-string", cs, "--admin-url", url.as_str()];
+    let trusted = ["--ca-file", ca];
+    let create = ["group", "create", "events", "billing"];
+    run_ok(client_dir, &[&trusted[..], &create, &remote].concat());
+    let list = ["group", "list", "events"];
+    let groups = run_ok(client_dir, &[&trusted[..], &list, &remote].concat());
+    assert_eq!(groups, "$Default\nbilling\n");
+    let refused = run_err(client_dir, &[&["hub", "list"][..], &remote].concat());
+    assert!(
+        refused.contains("UnknownIssuer") && refused.contains("--ca-file"),
+        "{refused}"
+    );
 }
 
 #[test]

@@ -123,6 +123,9 @@ pub use failover::{AliasEndpoint, FailoverOptions, HubAlias};
 pub use management::{EventHubProperties, PartitionProperties};
 pub use producer::ProducerClient;
 pub use remote::RemoteHub;
+pub use tls::TlsError;
+#[cfg(feature = "tls")]
+pub use tls::tls_handshake;
 pub use tributary_event::SendTarget;
 pub use tributary_event::{EventData, EventPosition, PropertyValue, ReceivedEvent};
 pub use tributary_source::{LastEnqueuedEventProperties, ReceiverOptions};

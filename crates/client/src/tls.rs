@@ -8,7 +8,7 @@
 /// Why a TLS connection could not be set up: a sentence for the caller.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub(crate) struct TlsError(String);
+pub struct TlsError(String);
 
 #[cfg(feature = "tls")]
 mod enabled {
@@ -64,27 +64,56 @@ mod enabled {
             .map_err(|e| TlsError(format!("TLS could not be configured: {e}")))
     }
 
-    /// Wraps `tcp` in TLS, verifying the server's certificate for `host`.
+    /// The handshake: `Err` when it cannot start (a bad name, an unreadable file), `Ok(Err)`
+    /// when it fails.
+    async fn handshake(
+        tcp: TcpStream,
+        host: &str,
+        trusted: Option<&Path>,
+    ) -> Result<std::io::Result<TlsStream<TcpStream>>, TlsError> {
+        let name = ServerName::try_from(host.to_owned())
+            .map_err(|e| TlsError(format!("{host:?} is not a valid TLS server name: {e}")))?;
+        Ok(TlsConnector::from(config(trusted)?)
+            .connect(name, tcp)
+            .await)
+    }
+
+    /// Wraps `tcp` in TLS, verifying the server's certificate for `host` against the trust
+    /// store of the AMQP connections: the Mozilla roots and the authorities in `trusted` (a
+    /// PEM file). For a hub's other TLS doors, such as its HTTPS admin API.
+    ///
+    /// # Errors
+    ///
+    /// An invalid server name, an unreadable `trusted` file, or a failed handshake (an
+    /// untrusted certificate, for instance).
+    pub async fn tls_handshake(
+        tcp: TcpStream,
+        host: &str,
+        trusted: Option<&Path>,
+    ) -> Result<TlsStream<TcpStream>, TlsError> {
+        handshake(tcp, host, trusted)
+            .await?
+            .map_err(|e| TlsError(format!("TLS handshake failed: {e}")))
+    }
+
+    /// [`tls_handshake`] for an AMQP connection: a failed handshake says what to do.
     pub(crate) async fn connect(
         tcp: TcpStream,
         host: &str,
         trusted: Option<&Path>,
     ) -> Result<TlsStream<TcpStream>, TlsError> {
-        let name = ServerName::try_from(host.to_owned())
-            .map_err(|e| TlsError(format!("{host:?} is not a valid TLS server name: {e}")))?;
-        TlsConnector::from(config(trusted)?)
-            .connect(name, tcp)
-            .await
-            .map_err(|e| {
-                TlsError(format!(
-                    "TLS handshake failed: {e}; a hub whose certificate comes from its own authority (`tributary cert`) needs that authority trusted (ClientOptions::with_trusted_certificates, `tributary --ca-file`); a hub that speaks plain AMQP (a local Tributary hub without a certificate, the emulator) needs UseDevelopmentEmulator=true in the connection string"
-                ))
-            })
+        handshake(tcp, host, trusted).await?.map_err(|e| {
+            TlsError(format!(
+                "TLS handshake failed: {e}; a hub whose certificate comes from its own authority (`tributary cert`) needs that authority trusted (ClientOptions::with_trusted_certificates, `tributary --ca-file`); a hub that speaks plain AMQP (a local Tributary hub without a certificate, the emulator) needs UseDevelopmentEmulator=true in the connection string"
+            ))
+        })
     }
 }
 
 #[cfg(feature = "tls")]
 pub(crate) use enabled::connect;
+#[cfg(feature = "tls")]
+pub use enabled::tls_handshake;
 
 /// Without the `tls` feature every TLS endpoint is refused with a clear reason.
 #[cfg(not(feature = "tls"))]

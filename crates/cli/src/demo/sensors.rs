@@ -7,13 +7,15 @@
 //! What was acknowledged by the hub is tallied (per sensor kind and minute; per home too for
 //! small runs), so the demo can check the aggregates against it.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde_json::json;
 use tokio::task::JoinSet;
 use tributary_broker::Broker;
 use tributary_event::{EventData, SendTarget};
@@ -47,16 +49,41 @@ impl Reading {
                 .to_string(),
         )
     }
+}
 
-    /// Reads a body back; `None` when it is not a reading.
-    pub fn parse(body: &[u8]) -> Option<Reading> {
-        let value: Value = serde_json::from_slice(body).ok()?;
-        let kind = value.get("sensor")?.as_str()?;
-        Some(Reading {
-            home: u32::try_from(value.get("home")?.as_u64()?).ok()?,
-            kind: KINDS.into_iter().find(|k| *k == kind)?,
-            state: value.get("state")?.as_str()?.to_owned(),
-            at_ms: value.get("t")?.as_i64()?,
+/// A reading read from a body without copying its state out of it (what an instance uses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadingRef<'a> {
+    /// The home id.
+    pub home: u32,
+    /// One of [`KINDS`].
+    pub kind: &'static str,
+    /// What the sensor says; borrowed from the body unless it holds JSON escapes.
+    pub state: Cow<'a, str>,
+    /// When the sensor sent it, ms since the Unix epoch.
+    pub at_ms: i64,
+}
+
+/// The JSON body's fields, as [`Reading::body`] writes them.
+#[derive(Deserialize)]
+struct Body<'a> {
+    home: u32,
+    #[serde(borrow)]
+    sensor: Cow<'a, str>,
+    #[serde(borrow)]
+    state: Cow<'a, str>,
+    t: i64,
+}
+
+impl<'a> ReadingRef<'a> {
+    /// Reads a body; `None` when it is not a reading.
+    pub fn parse(body: &'a [u8]) -> Option<ReadingRef<'a>> {
+        let body: Body<'a> = serde_json::from_slice(body).ok()?;
+        Some(ReadingRef {
+            home: body.home,
+            kind: KINDS.into_iter().find(|k| *k == body.sensor)?,
+            state: body.state,
+            at_ms: body.t,
         })
     }
 }
@@ -219,7 +246,26 @@ mod tests {
             state: "3 ppm".into(),
             at_ms: 1_764_000_000_123,
         };
-        assert_eq!(Reading::parse(&reading.body()), Some(reading));
+        let body = reading.body();
+        let read = ReadingRef::parse(&body).unwrap();
+        assert_eq!(
+            (read.home, read.kind, read.state.as_ref(), read.at_ms),
+            (4711, "co", "3 ppm", 1_764_000_000_123)
+        );
+    }
+
+    #[test]
+    fn a_state_is_borrowed_from_the_body_unless_it_holds_escapes() {
+        let body = br#"{"t":5,"state":"open","home":3,"sensor":"door","extra":[1]}"#;
+        let reading = ReadingRef::parse(body).unwrap();
+        assert!(
+            matches!(reading.state, Cow::Borrowed("open")),
+            "{reading:?}"
+        );
+        assert_eq!((reading.home, reading.kind, reading.at_ms), (3, "door", 5));
+        let escaped = br#"{"home":3,"sensor":"c\u006f","state":"2 \"ppm\"","t":5}"#;
+        let reading = ReadingRef::parse(escaped).unwrap();
+        assert_eq!((reading.kind, reading.state.as_ref()), ("co", "2 \"ppm\""));
     }
 
     #[test]
@@ -229,8 +275,10 @@ mod tests {
             br#"{"home":1,"sensor":"smoke","state":"x","t":1}"#,
             br#"{"home":-1,"sensor":"co","state":"x","t":1}"#,
             br#"{"home":1,"sensor":"co","t":1}"#,
+            br#"{"home":4294967296,"sensor":"co","state":"x","t":1}"#,
+            br#"{"home":1,"sensor":"co","state":"x","t":1.5}"#,
         ] {
-            assert_eq!(Reading::parse(body), None);
+            assert_eq!(ReadingRef::parse(body), None);
         }
     }
 }
