@@ -5,17 +5,24 @@
 //! target), signatures required on the API and the admin SAS check `tributary serve` uses. The
 //! script checks that the page loads with nothing fetched from elsewhere, that it refuses
 //! without a login (and a wrong key), shows the hubs and an epoch receiver, updates live while
-//! events arrive, and that two operator actions work; this test then checks their effect on
-//! the broker and the coordinator. Screenshots go to `target/dashboard-screenshots/`.
+//! events arrive, shows the ownership table of a running processor fleet (two hosts sharing a
+//! consumer group through the hub-hosted checkpoint store, over an AMQP door on the same broker)
+//! and moves the partitions of the host it asks this test to kill (as `kill -9` would) to the
+//! other without a reload, and that two operator actions work; this test then checks their
+//! effect on the broker and the coordinator. Screenshots go to `target/dashboard-screenshots/`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
+use tributary_amqp::{AccessPolicies, AccessPolicy, AmqpConfig, Right, RunningAmqpServer};
 use tributary_broker::{Broker, HubSpec, ReceiverSpec, SendTarget};
+use tributary_client::{HubCheckpointStore, RemoteHub};
 use tributary_event::{EventData, EventPosition};
 use tributary_eventhubs::{address, connection_string, sas};
 use tributary_groups::{JoinRequest, StartPosition};
 use tributary_http::{AdminSas, AuthConfig, HttpConfig};
+use tributary_processor::{EventProcessorHost, ProcessorOptions, RunningHost, processor_fn};
 use tributary_testkit::{oci, repo};
 
 const KEY_NAME: &str = "RootManageSharedAccessKey";
@@ -23,6 +30,10 @@ const KEY: &str = "dashboard-test-key-0123456789abcdef";
 const HUBS: usize = 32;
 const PARTITIONS: u32 = 32;
 const OCI_GROUPS: usize = 50;
+/// The hub and consumer group the processor fleet shares; its two hosts.
+const FLEET_HUB: &str = "hub-01";
+const FLEET_GROUP: &str = "fleet";
+const FLEET_HOSTS: [&str; 2] = ["instance-a", "instance-b"];
 
 /// The admin check of `tributary serve`: a valid token for the whole namespace.
 fn admin_sas() -> AdminSas {
@@ -83,6 +94,68 @@ async fn populate(broker: &Broker, coordinator: &tributary_groups::GroupCoordina
     }
 }
 
+/// A processor host of the fleet: reads `FLEET_HUB` over AMQP and keeps ownership and
+/// checkpoints in the hub-hosted store, checkpointing every batch.
+async fn fleet_host(connection_string: &str, host_name: &str) -> RunningHost {
+    let hub = Arc::new(
+        RemoteHub::connect(connection_string, FLEET_HUB)
+            .await
+            .unwrap(),
+    );
+    let store = Arc::new(HubCheckpointStore::new(hub.consumer()));
+    let factory = processor_fn(|context, _events| async move {
+        let _ = context.checkpoint().await;
+    });
+    EventProcessorHost::builder(hub, store, factory)
+        .options(ProcessorOptions {
+            host_name: host_name.to_owned(),
+            consumer_group: FLEET_GROUP.to_owned(),
+            receive_timeout: Duration::from_millis(500),
+            load_balancing_interval: Duration::from_millis(250),
+            ownership_expiration: Duration::from_secs(2),
+            ..ProcessorOptions::default()
+        })
+        .build()
+        .unwrap()
+        .start()
+        .unwrap()
+}
+
+/// An AMQP door on `broker` and the fleet's hosts on it, once they split `FLEET_HUB` evenly.
+async fn start_fleet(broker: &Broker) -> (RunningAmqpServer, Vec<RunningHost>) {
+    broker
+        .create_consumer_group(FLEET_HUB, FLEET_GROUP)
+        .await
+        .unwrap();
+    let root = AccessPolicy::generate(KEY_NAME, vec![Right::Manage]).unwrap();
+    let policies = AccessPolicies::new(vec![root.clone()]).unwrap();
+    let config = AmqpConfig::new("127.0.0.1:0".parse().unwrap(), policies);
+    let door = tributary_amqp::start(broker.clone(), config).await.unwrap();
+    let conn = tributary_amqp::connection_string("127.0.0.1", door.local_addr().port(), &root);
+    let mut hosts = Vec::new();
+    for name in FLEET_HOSTS {
+        hosts.push(fleet_host(&conn, name).await);
+    }
+    let even = PARTITIONS as usize / FLEET_HOSTS.len();
+    tributary_testkit::within("the fleet's even split", async {
+        while !hosts.iter().all(|h| h.owned_partitions().len() == even) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    (door, hosts)
+}
+
+/// Kills `host` (no close, no relinquishing) once the browser script writes `marker`.
+fn kill_on_marker(host: RunningHost, marker: PathBuf) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while !Path::new(&marker).exists() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        host.abort();
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_in_a_browser() {
     let (chromium, modules) = browser_tools();
@@ -94,6 +167,10 @@ async fn the_dashboard_in_a_browser() {
     let http = tributary_http::start(broker.clone(), config).await.unwrap();
     let coordinator = http.coordinator().clone();
     populate(&broker, &coordinator).await;
+    let (amqp, mut hosts) = start_fleet(&broker).await;
+    let survivor = hosts.remove(0);
+    let kill_marker = dir.path().join("kill-instance-b");
+    let killer = kill_on_marker(hosts.remove(0), kill_marker.clone());
     // An epoch receiver the page must show.
     let mut spec = ReceiverSpec::new("hub-00", "1", EventPosition::Latest);
     spec.owner_level = Some(3);
@@ -113,6 +190,8 @@ async fn the_dashboard_in_a_browser() {
     };
     let port = http.local_addr().port();
     let screenshots = repo().join("target/dashboard-screenshots");
+    // Only this run's pictures.
+    let _ = std::fs::remove_dir_all(&screenshots);
     std::fs::create_dir_all(&screenshots).unwrap();
     let args = serde_json::json!({
         "url": format!("http://127.0.0.1:{port}"),
@@ -126,6 +205,11 @@ async fn the_dashboard_in_a_browser() {
         "groupHub": "hub-00",
         "newGroup": "made-in-the-browser",
         "ociGroup": "readers-00",
+        "fleetHub": FLEET_HUB,
+        "fleetGroup": FLEET_GROUP,
+        "fleetHosts": FLEET_HOSTS,
+        "fleetPartitions": PARTITIONS,
+        "killMarker": kill_marker,
     });
     let mut command = tokio::process::Command::new("node");
     command
@@ -155,6 +239,14 @@ async fn the_dashboard_in_a_browser() {
         first_paint <= 500.0,
         "first paint {first_paint} ms with {HUBS} hubs × {PARTITIONS} partitions and {OCI_GROUPS} groups"
     );
+    killer.await.unwrap();
+    assert_eq!(
+        survivor.owned_partitions().len(),
+        PARTITIONS as usize,
+        "the surviving host took the killed one's partitions"
+    );
+    survivor.shutdown().await.unwrap();
+    amqp.shutdown().await;
     http.shutdown().await.unwrap();
     broker.shutdown().await.unwrap();
 }

@@ -1,9 +1,12 @@
 // Drives the dashboard of a running `tributary` HTTP door in headless chromium (playwright-core)
 // for crates/testkit/tests/dashboard.rs. Usage: node dashboard.js '<json args>' with
 // {url, credential, wrongCredential, screenshots, liveHub, livePartition, groupHub, newGroup,
-//  ociGroup, hubCount}. Prints one JSON line with what it measured; exits 1 on any failed check.
+//  ociGroup, hubCount, fleetHub, fleetGroup, fleetHosts, fleetPartitions, killMarker}. Writes the
+// file killMarker when the test is to kill the fleet's second host. Prints one JSON line with what
+// it measured; exits 1 on any failed check.
 "use strict";
 const { chromium } = require("playwright-core");
+const fs = require("fs");
 const path = require("path");
 
 const args = JSON.parse(process.argv[2]);
@@ -103,6 +106,37 @@ async function main() {
     await page.locator(`section.hub[data-hub="${args.liveHub}"]`).scrollIntoViewIfNeeded();
     await shot("03-live");
 
+    // A processor fleet: its group's table shows each host's even share; once the test kills
+    // the second host, its partitions move to the first without a reload.
+    await page.locator(`section.hub[data-hub="${args.fleetHub}"]`).scrollIntoViewIfNeeded();
+    const ownersAre = (expected) =>
+      page.waitForFunction(
+        ([hub, group, expected]) => {
+          const rows = document.querySelectorAll(`section.hub[data-hub="${hub}"] table.group[data-group="${group}"] tbody tr`);
+          const owners = Array.from(rows, (row) => row.children[1].textContent);
+          return owners.length === expected.length && owners.every((owner, i) => owner === expected[i]);
+        },
+        [args.fleetHub, args.fleetGroup, expected],
+        { timeout: 30000 },
+      );
+    const [first, second] = args.fleetHosts;
+    const ownedBy = (owner) => Array.from({ length: args.fleetPartitions }, () => owner);
+    await page.waitForFunction(
+      ([hub, group, hosts, partitions]) => {
+        const rows = document.querySelectorAll(`section.hub[data-hub="${hub}"] table.group[data-group="${group}"] tbody tr`);
+        const owners = Array.from(rows, (row) => row.children[1].textContent);
+        return owners.length === partitions && hosts.every((h) => owners.filter((o) => o === h).length === partitions / hosts.length);
+      },
+      [args.fleetHub, args.fleetGroup, args.fleetHosts, args.fleetPartitions],
+      { timeout: 30000 },
+    );
+    await shot("04-fleet");
+    fs.writeFileSync(args.killMarker, second);
+    const killedAt = Date.now();
+    await ownersAre(ownedBy(first));
+    out.fleetTakeoverMs = Date.now() - killedAt;
+    await shot("05-fleet-after-kill");
+
     // Operator actions: create a consumer group, reset a server-side group to latest.
     await page.click(".actions summary");
     const form = page.locator('form[data-action="create-consumer-group"]');
@@ -123,13 +157,13 @@ async function main() {
     await reset.locator("button").click();
     await page.waitForFunction(() => document.getElementById("action-result").textContent.includes("done"), null, { timeout: 10000 });
     await page.locator(".actions").scrollIntoViewIfNeeded();
-    await shot("04-action");
+    await shot("06-action");
 
     // The live stream's per-tick cost, as the server reports it.
     out.tickCostMs = await page.evaluate(() => document.getElementById("status").textContent);
     await page.goto(args.url);
     await page.locator("#overview").scrollIntoViewIfNeeded();
-    await shot("05-overview");
+    await shot("07-overview");
   } finally {
     await browser.close();
   }
