@@ -156,6 +156,32 @@ fn kill_on_marker(host: RunningHost, marker: PathBuf) -> tokio::task::JoinHandle
     })
 }
 
+/// What the browser script is told: where the page is, the credentials, what to look for.
+fn script_args(port: u16, chromium: &Path, kill_marker: &Path) -> serde_json::Value {
+    let screenshots = repo().join("target/dashboard-screenshots");
+    // Only this run's pictures.
+    let _ = std::fs::remove_dir_all(&screenshots);
+    std::fs::create_dir_all(&screenshots).unwrap();
+    serde_json::json!({
+        "url": format!("http://127.0.0.1:{port}"),
+        "chromium": chromium,
+        "credential": connection_string::emulator_connection_string("127.0.0.1", 5672, KEY_NAME, KEY),
+        "wrongCredential": connection_string::emulator_connection_string("127.0.0.1", 5672, KEY_NAME, "wrong"),
+        "screenshots": screenshots,
+        "hubCount": HUBS,
+        "liveHub": "hub-00",
+        "livePartition": 1,
+        "groupHub": "hub-00",
+        "newGroup": "made-in-the-browser",
+        "ociGroup": "readers-00",
+        "fleetHub": FLEET_HUB,
+        "fleetGroup": FLEET_GROUP,
+        "fleetHosts": FLEET_HOSTS,
+        "fleetPartitions": PARTITIONS,
+        "killMarker": kill_marker,
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_in_a_browser() {
     let (chromium, modules) = browser_tools();
@@ -188,29 +214,7 @@ async fn the_dashboard_in_a_browser() {
             }
         })
     };
-    let port = http.local_addr().port();
-    let screenshots = repo().join("target/dashboard-screenshots");
-    // Only this run's pictures.
-    let _ = std::fs::remove_dir_all(&screenshots);
-    std::fs::create_dir_all(&screenshots).unwrap();
-    let args = serde_json::json!({
-        "url": format!("http://127.0.0.1:{port}"),
-        "chromium": chromium,
-        "credential": connection_string::emulator_connection_string("127.0.0.1", 5672, KEY_NAME, KEY),
-        "wrongCredential": connection_string::emulator_connection_string("127.0.0.1", 5672, KEY_NAME, "wrong"),
-        "screenshots": screenshots,
-        "hubCount": HUBS,
-        "liveHub": "hub-00",
-        "livePartition": 1,
-        "groupHub": "hub-00",
-        "newGroup": "made-in-the-browser",
-        "ociGroup": "readers-00",
-        "fleetHub": FLEET_HUB,
-        "fleetGroup": FLEET_GROUP,
-        "fleetHosts": FLEET_HOSTS,
-        "fleetPartitions": PARTITIONS,
-        "killMarker": kill_marker,
-    });
+    let args = script_args(http.local_addr().port(), &chromium, &kill_marker);
     let mut command = tokio::process::Command::new("node");
     command
         .arg(repo().join("crates/testkit/tests/browser/dashboard.js"))
