@@ -149,6 +149,19 @@ pub enum BrokerError {
         /// The owner the fence named.
         fence_owner: String,
     },
+    /// A processor group's checkpoints cannot be reset while its processors run.
+    #[error(
+        "consumer group {group:?} of event hub {hub:?} has running processors ({}); stop them before resetting its checkpoints (an owner counts as running until its last renewal is a minute old)",
+        owners.join(", ")
+    )]
+    ProcessorGroupRunning {
+        /// The hub.
+        hub: String,
+        /// The consumer group.
+        group: String,
+        /// Each running owner, with the partitions it holds.
+        owners: Vec<String>,
+    },
     /// An ownership claim or checkpoint that cannot be recorded (no position, an owner id too long).
     #[error("invalid ownership or checkpoint record: {0}")]
     InvalidProcessorRecord(String),

@@ -50,7 +50,8 @@ pub use catalog::{ConsumerGroupDefinition, HubDefinition};
 pub use config::BrokerConfig;
 pub use error::{BrokerError, DisconnectReason, ReceiveError};
 pub use ownership_registry::{
-    CheckpointRecord, OWNER_ID_BYTES_MAX, OwnershipClaim, OwnershipRecord, ProcessorPartitionState,
+    CheckpointRecord, OWNER_ID_BYTES_MAX, OWNER_RUNNING_WINDOW_MS, OwnershipClaim, OwnershipRecord,
+    ProcessorPartitionState,
 };
 pub use receiver::{DisconnectWatch, LastEnqueuedEvent, Receiver};
 pub use source::BrokerSource;

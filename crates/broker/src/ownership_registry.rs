@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
+use tributary_event::EventPosition;
 use tributary_event::names::name_key;
 
 use crate::hub::Hub;
@@ -36,6 +37,11 @@ use crate::{Broker, BrokerError};
 
 /// The longest owner id a claim or fence may carry, in bytes.
 pub const OWNER_ID_BYTES_MAX: usize = 256;
+
+/// How recently an owner must have claimed or renewed a partition to count as running when its
+/// group's checkpoints are reset. Processors renew at every load-balancing interval (0.5 s by
+/// default, expiring after 5 s); a minute leaves room for slow intervals and long expirations.
+pub const OWNER_RUNNING_WINDOW_MS: i64 = 60_000;
 
 const FILE_VERSION: u32 = 1;
 
@@ -267,6 +273,49 @@ impl Locked<'_> {
         self.store(hub, group, records)
     }
 
+    /// Replaces every checkpoint of `group` with `checkpoints`, unless a partition has an owner
+    /// that claimed or renewed it within [`OWNER_RUNNING_WINDOW_MS`] of `now_ms`
+    /// ([`BrokerError::ProcessorGroupRunning`]: a running processor would carry on from its own
+    /// position and overwrite the reset). Ownership records are kept, so versions never go back.
+    pub(crate) fn reset_checkpoints(
+        &mut self,
+        hub: &Hub,
+        group: &str,
+        checkpoints: Vec<CheckpointRecord>,
+        now_ms: i64,
+    ) -> Result<(), BrokerError> {
+        let current = self.records(hub, group)?;
+        let mut running: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for record in current.ownership.values() {
+            if !record.owner_id.is_empty()
+                && now_ms - record.last_modified_ms < OWNER_RUNNING_WINDOW_MS
+            {
+                running
+                    .entry(&record.owner_id)
+                    .or_default()
+                    .push(&record.partition_id);
+            }
+        }
+        if !running.is_empty() {
+            return Err(BrokerError::ProcessorGroupRunning {
+                hub: hub.name(),
+                group: group.to_owned(),
+                owners: running
+                    .into_iter()
+                    .map(|(owner, partitions)| {
+                        format!("{owner} on partitions {}", partitions.join(" "))
+                    })
+                    .collect(),
+            });
+        }
+        let mut records = current.clone();
+        records.checkpoints = checkpoints
+            .into_iter()
+            .map(|c| (c.partition_id.clone(), c))
+            .collect();
+        self.store(hub, group, records)
+    }
+
     /// Writes `records` to the group's file durably, then into the cache.
     fn store(&mut self, hub: &Hub, group: &str, records: GroupRecords) -> Result<(), BrokerError> {
         save(&group_file(&hub.dir, group), &records)?;
@@ -435,6 +484,37 @@ impl Broker {
             locked.update_checkpoint(hub, group, checkpoint, &fence_owner)
         })
         .await
+    }
+
+    /// Moves the checkpoint of every partition of processor group `group` so that its
+    /// processors resume at `position` (earliest, latest or an enqueued time; a checkpoint names
+    /// the event before the first one to process, by sequence number), refusing while the group
+    /// has running owners ([`BrokerError::ProcessorGroupRunning`]). Returns the new
+    /// checkpoints, once they are on disk.
+    pub async fn reset_processor_group(
+        &self,
+        hub: &str,
+        group: &str,
+        position: &EventPosition,
+    ) -> Result<Vec<CheckpointRecord>, BrokerError> {
+        let partition_count = self.hub(hub)?.partition_count();
+        let mut checkpoints = Vec::with_capacity(partition_count as usize);
+        for p in 0..partition_count {
+            let partition_id = p.to_string();
+            let first = self.resolve_position(hub, &partition_id, position)?;
+            checkpoints.push(CheckpointRecord {
+                partition_id,
+                offset: None,
+                sequence_number: Some(first - 1),
+            });
+        }
+        let now_ms = self.clock().now_ms();
+        let written = checkpoints.clone();
+        self.with_registry(hub, group, move |locked, hub, group| {
+            locked.reset_checkpoints(hub, group, written, now_ms)
+        })
+        .await?;
+        Ok(checkpoints)
     }
 
     /// Every consumer group of `hub` (in catalog order, `$Default` first) with the owner and

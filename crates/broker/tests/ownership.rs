@@ -205,3 +205,143 @@ async fn deleting_a_group_or_hub_deletes_its_records() {
     let states = broker.processor_group_states("orders").unwrap();
     assert_eq!(states, vec![("$Default".to_owned(), Vec::new())]);
 }
+
+/// Sends `bodies` to one partition; the broker's clock stands still between sends.
+async fn send(broker: &Broker, partition: &str, bodies: &[&str]) {
+    let events = bodies
+        .iter()
+        .map(|b| tributary_event::EventData::new(b.as_bytes().to_vec()))
+        .collect();
+    broker
+        .send(
+            "readings",
+            tributary_event::SendTarget::Partition(partition.into()),
+            events,
+        )
+        .await
+        .unwrap();
+}
+
+/// A broker on a manual clock with hub "readings" (2 partitions): three events on partition 0,
+/// then ten seconds later two more there and one on partition 1.
+async fn readings() -> (
+    tempfile::TempDir,
+    Broker,
+    std::sync::Arc<tributary_event::ManualClock>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = std::sync::Arc::new(tributary_event::ManualClock::new(1_000_000));
+    let broker = Broker::open_with_clock(BrokerConfig::new(dir.path()), clock.clone())
+        .await
+        .unwrap();
+    broker
+        .create_hub(HubSpec::new("readings", 2))
+        .await
+        .unwrap();
+    send(&broker, "0", &["a", "b", "c"]).await;
+    clock.advance_ms(10_000);
+    send(&broker, "0", &["d", "e"]).await;
+    send(&broker, "1", &["x"]).await;
+    (dir, broker, clock)
+}
+
+fn sequences(records: Vec<CheckpointRecord>) -> Vec<(String, Option<i64>)> {
+    records
+        .into_iter()
+        .map(|c| (c.partition_id, c.sequence_number))
+        .collect()
+}
+
+/// A reset is refused while an owner renewed within the last minute, allowed once it went
+/// quiet (as after kill -9) or relinquished, and the ownership versions never go back.
+#[tokio::test]
+async fn a_processor_group_resets_only_when_no_owner_runs() {
+    use tributary_event::EventPosition::{Earliest, Latest};
+    let (_dir, broker, clock) = readings().await;
+    let won = broker
+        .claim_ownership("readings", "$Default", vec![claim("0", "host-a", None)])
+        .await
+        .unwrap();
+    let error = broker
+        .reset_processor_group("readings", "$Default", &Earliest)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, BrokerError::ProcessorGroupRunning { owners, .. } if owners == &["host-a on partitions 0"]),
+        "{error}"
+    );
+    assert!(error.to_string().contains("stop them"), "{error}");
+    let none = broker.list_checkpoints("readings", "$default").await;
+    assert!(none.unwrap().is_empty());
+    clock.advance_ms(tributary_broker::OWNER_RUNNING_WINDOW_MS);
+    let earliest = broker.reset_processor_group("readings", "$Default", &Earliest);
+    assert_eq!(sequences(earliest.await.unwrap()).len(), 2);
+    // Renewed: running again; relinquished: not.
+    let renewed = broker
+        .claim_ownership(
+            "readings",
+            "$Default",
+            vec![claim("0", "host-a", Some(&won[0].etag))],
+        )
+        .await
+        .unwrap();
+    let refused = broker.reset_processor_group("readings", "$Default", &Latest);
+    assert!(refused.await.is_err());
+    let relinquished = broker
+        .claim_ownership(
+            "readings",
+            "$Default",
+            vec![claim("0", "", Some(&renewed[0].etag))],
+        )
+        .await
+        .unwrap();
+    let latest = broker.reset_processor_group("readings", "$Default", &Latest);
+    latest.await.unwrap();
+    let again = broker
+        .claim_ownership(
+            "readings",
+            "$Default",
+            vec![claim("0", "host-b", Some(&relinquished[0].etag))],
+        )
+        .await
+        .unwrap();
+    assert_eq!(again[0].version, 4);
+    let error = broker.reset_processor_group("readings", "nope", &Latest);
+    let error = error.await.unwrap_err();
+    assert!(
+        matches!(error, BrokerError::ConsumerGroupNotFound { .. }),
+        "{error}"
+    );
+}
+
+/// Reset to earliest, latest or a time, a checkpoint names the event before the first one to
+/// process, by sequence number.
+#[tokio::test]
+async fn a_processor_group_resets_to_earliest_latest_or_a_time() {
+    use tributary_event::EventPosition;
+    let (_dir, broker, _clock) = readings().await;
+    let reset = |position: EventPosition| {
+        let broker = broker.clone();
+        async move {
+            let reset = broker.reset_processor_group("readings", "$Default", &position);
+            sequences(reset.await.unwrap())
+        }
+    };
+    let earliest = reset(EventPosition::Earliest).await;
+    assert_eq!(earliest, [("0".into(), Some(-1)), ("1".into(), Some(-1))]);
+    let latest = reset(EventPosition::Latest).await;
+    assert_eq!(latest, [("0".into(), Some(4)), ("1".into(), Some(0))]);
+    let by_time = reset(EventPosition::EnqueuedTime {
+        enqueued_time_ms: 1_005_000,
+        inclusive: true,
+    })
+    .await;
+    // Partition 0: "d" (sequence 3) is the first at or after the time; partition 1's only
+    // event came at 1,010,000.
+    assert_eq!(by_time, [("0".into(), Some(2)), ("1".into(), Some(-1))]);
+    let stored = broker
+        .list_checkpoints("readings", "$Default")
+        .await
+        .unwrap();
+    assert_eq!(sequences(stored), by_time);
+}

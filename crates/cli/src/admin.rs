@@ -21,7 +21,7 @@ use tributary_amqp::{AccessPolicies, Right};
 use serde_json::json;
 use tributary_broker::{Broker, HubSpec};
 
-use crate::args::{AdminArgs, GlobalArgs};
+use crate::args::{AdminArgs, GlobalArgs, PositionArg};
 use crate::hub_handle::open_broker;
 use crate::output::HubView;
 use crate::running;
@@ -384,6 +384,56 @@ impl Catalog {
                     .collect())
             }
         }
+    }
+
+    /// Resets a processor group's checkpoints to `to` (earliest, latest or a time); the
+    /// sequence number each partition's processors resume after.
+    pub async fn reset_group(
+        &self,
+        hub: &str,
+        name: &str,
+        to: PositionArg,
+    ) -> Result<Vec<(String, i64)>> {
+        let body = match to {
+            PositionArg::Earliest => json!({"type": "TRIM_HORIZON"}),
+            PositionArg::Latest => json!({"type": "LATEST"}),
+            PositionArg::Time(ms) => json!({"type": "AT_TIME", "time": crate::output::rfc3339(ms)}),
+            PositionArg::Sequence(_) | PositionArg::Offset(_) => {
+                bail!(
+                    "a group is reset to earliest, latest or time:<…>, not to one partition's position"
+                )
+            }
+        };
+        let checkpoints = match self {
+            Catalog::Local(broker) => broker
+                .reset_processor_group(hub, name, &to.to_position(false))
+                .await?
+                .into_iter()
+                .map(|c| (c.partition_id, c.sequence_number.unwrap_or(-1)))
+                .collect(),
+            Catalog::Server(admin) => {
+                let path = format!(
+                    "{HUBS}/{}/consumergroups/{}/reset",
+                    segment(hub),
+                    segment(name)
+                );
+                let answer = admin.call(Method::POST, &path, Some(body)).await?;
+                let listed = answer["checkpoints"]
+                    .as_array()
+                    .map_or(&[][..], Vec::as_slice);
+                listed
+                    .iter()
+                    .map(|c| {
+                        let partition = c["partitionId"].as_str().unwrap_or_default();
+                        (
+                            partition.to_owned(),
+                            c["sequenceNumber"].as_i64().unwrap_or(-1),
+                        )
+                    })
+                    .collect()
+            }
+        };
+        Ok(checkpoints)
     }
 
     /// Deletes a consumer group.

@@ -310,6 +310,17 @@ pub enum GroupCommand {
         /// The group.
         name: String,
     },
+    /// Move a processor group's checkpoints (the hub-hosted store) so that its processors
+    /// resume at earliest, latest or time:<…>; refused while any of its processors runs.
+    Reset {
+        /// The hub.
+        hub: String,
+        /// The group.
+        name: String,
+        /// Where its processors resume: earliest, latest, or time:<RFC 3339 | ms | -duration>.
+        #[arg(long, value_parser = parse_position)]
+        to: PositionArg,
+    },
 }
 
 /// How `send` reads its input.

@@ -92,6 +92,14 @@ pub async fn group(global: &GlobalArgs, args: &GroupArgs) -> Result<()> {
             catalog.delete_group(hub, name).await?;
             writeln!(out, "deleted consumer group {name:?} from {hub:?}")?;
         }
+        GroupCommand::Reset { hub, name, to } => {
+            for (partition, after) in catalog.reset_group(hub, name, *to).await? {
+                writeln!(
+                    out,
+                    "{hub}/{name} partition {partition}: processors resume after sequence number {after}"
+                )?;
+            }
+        }
     }
     Ok(())
 }

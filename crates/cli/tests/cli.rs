@@ -33,6 +33,51 @@ fn hubs_and_groups_from_the_command_line() {
 }
 
 #[test]
+fn a_processor_group_is_reset_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run_ok(d, &["hub", "create", "meters", "--partitions", "2"]);
+    run_with_stdin(d, &["send", "meters", "--partition", "1"], "a\nb\nc\n");
+    let latest = run_ok(
+        d,
+        &["group", "reset", "meters", "$Default", "--to", "latest"],
+    );
+    assert_eq!(
+        latest,
+        "meters/$Default partition 0: processors resume after sequence number -1\n\
+         meters/$Default partition 1: processors resume after sequence number 2\n"
+    );
+    let earliest = run_ok(
+        d,
+        &["group", "reset", "meters", "$Default", "--to", "earliest"],
+    );
+    assert!(
+        earliest.ends_with("partition 1: processors resume after sequence number -1\n"),
+        "{earliest}"
+    );
+    let later = run_ok(
+        d,
+        &[
+            "group",
+            "reset",
+            "meters",
+            "$Default",
+            "--to",
+            "time:4102444800000",
+        ],
+    );
+    assert!(
+        later.ends_with("partition 1: processors resume after sequence number 2\n"),
+        "{later}"
+    );
+    let refused = run_err(
+        d,
+        &["group", "reset", "meters", "$Default", "--to", "seq:1"],
+    );
+    assert!(refused.contains("earliest, latest or time"), "{refused}");
+}
+
+#[test]
 fn lines_sent_are_lines_received() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

@@ -400,6 +400,19 @@ fn hubs_and_groups_change_through_the_running_server() {
         run_ok(d, &["group", "list", "orders"]),
         "$Default\nbilling\n"
     );
+    let reset = [
+        "group",
+        "reset",
+        "orders",
+        "billing",
+        "--to",
+        "time:4102444800000",
+    ];
+    assert!(
+        run_ok(d, &reset)
+            .contains("orders/billing partition 2: processors resume after sequence number -1"),
+        "the running server's admin API resets a processor group"
+    );
     let show = run_ok(d, &["hub", "show", "orders"]);
     assert!(
         show.contains("consumer groups: $Default, billing"),

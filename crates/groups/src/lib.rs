@@ -109,7 +109,8 @@ pub enum StartPosition {
 }
 
 impl StartPosition {
-    fn event_position(self) -> EventPosition {
+    /// Where a reader starting here begins in each partition.
+    pub fn event_position(self) -> EventPosition {
         match self {
             StartPosition::TrimHorizon => EventPosition::Earliest,
             StartPosition::Latest => EventPosition::Latest,

@@ -6,6 +6,12 @@
 //! ownership version and last change, checkpoint, the partition's last enqueued event, and the
 //! group's lag — events after the checkpoint (every retained event without one) and the age in
 //! seconds of the oldest of them (0 when it is caught up).
+//!
+//! `POST /admin/v1/hubs/{hub}/consumergroups/{group}/reset` with `{"type": "TRIM_HORIZON" |
+//! "LATEST" | "AT_TIME", "time": …}` moves every checkpoint of such a group so that its
+//! processors resume at the earliest retained event, after the latest, or at the first event
+//! enqueued at or after the time — as Kafka resets a consumer group's offsets, and like Kafka
+//! only while none of its processors runs (409 otherwise, naming the owners).
 
 use crate::server::Json;
 use axum::Router;
@@ -13,7 +19,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get};
+use axum::routing::{delete, get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tributary_broker::{HubDefinition, HubSpec};
@@ -42,6 +48,10 @@ pub(crate) fn routes() -> Router<AppState> {
             "/admin/v1/hubs/{stream}/consumergroups/{group}/partitions",
             get(consumer_group_partitions),
         )
+        .route(
+            "/admin/v1/hubs/{stream}/consumergroups/{group}/reset",
+            post(reset_consumer_group),
+        )
         .route("/admin/v1/hubs/{stream}/groups", get(list_groups))
         .route(
             "/admin/v1/hubs/{stream}/groups/{group}",
@@ -66,6 +76,15 @@ struct CreateHub {
 #[serde(deny_unknown_fields)]
 struct CreateConsumerGroup {
     name: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResetConsumerGroup {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    time: Option<String>,
 }
 
 fn group_of(path: &StreamPath) -> Result<&str, ApiError> {
@@ -212,6 +231,26 @@ async fn consumer_group_partitions(
         "consumerGroup": group,
         "partitions": partitions,
     });
+    Ok(Json(body).into_response())
+}
+
+async fn reset_consumer_group(
+    State(state): State<AppState>,
+    path: StreamPath,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let request: ResetConsumerGroup = parse_json(&body)?;
+    let start = crate::oci::cursors::group_position(&request.kind, request.time.as_deref())?;
+    let group = group_of(&path)?;
+    let checkpoints = state
+        .broker
+        .reset_processor_group(&path.stream, group, &start.event_position())
+        .await?;
+    let checkpoints: Vec<Value> = checkpoints
+        .iter()
+        .map(|c| json!({"partitionId": c.partition_id, "sequenceNumber": c.sequence_number}))
+        .collect();
+    let body = json!({"hub": path.stream, "consumerGroup": group, "checkpoints": checkpoints});
     Ok(Json(body).into_response())
 }
 

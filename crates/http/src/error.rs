@@ -96,7 +96,9 @@ impl From<BrokerError> for ApiError {
             BrokerError::HubNotFound { .. } | BrokerError::ConsumerGroupNotFound { .. } => {
                 ApiError::not_found(message)
             }
-            BrokerError::HubExists { .. } | BrokerError::ConsumerGroupExists { .. } => {
+            BrokerError::HubExists { .. }
+            | BrokerError::ConsumerGroupExists { .. }
+            | BrokerError::ProcessorGroupRunning { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "Conflict", message)
             }
             BrokerError::ConsumerGroupLimit { .. } => ApiError::limit_exceeded(message),

@@ -221,3 +221,78 @@ async fn garbage_never_breaks_the_server() {
     }
     s.http.shutdown().await.unwrap();
 }
+
+/// A processor group's checkpoints (the hub-hosted store) reset through the admin API: refused
+/// with 409 naming the owner while it runs, then to earliest and to latest once it let go.
+#[tokio::test]
+async fn a_processor_group_is_reset_through_the_admin_api() {
+    use tributary_broker::{HubSpec, OwnershipClaim};
+    use tributary_event::{EventData, SendTarget};
+    let s = dev_server().await;
+    s.broker
+        .create_hub(HubSpec::new("meters", 2))
+        .await
+        .unwrap();
+    let events = (0..3)
+        .map(|i| EventData::new(format!("m{i}").into_bytes()))
+        .collect();
+    s.broker
+        .send("meters", SendTarget::Partition("1".into()), events)
+        .await
+        .unwrap();
+    let claim = |owner: &str, etag: Option<String>| OwnershipClaim {
+        partition_id: "1".into(),
+        owner_id: owner.into(),
+        etag,
+    };
+    let won = s
+        .broker
+        .claim_ownership("meters", "$Default", vec![claim("meter-reader", None)])
+        .await
+        .unwrap();
+    let path = "/admin/v1/hubs/meters/consumergroups/$Default/reset";
+    let refused = request(&s, "POST", path, &[], br#"{"type": "TRIM_HORIZON"}"#).await;
+    refused.assert_error(409, "Conflict");
+    assert!(
+        refused.text().contains("meter-reader on partitions 1"),
+        "{}",
+        refused.text()
+    );
+    s.broker
+        .claim_ownership(
+            "meters",
+            "$Default",
+            vec![claim("", Some(won[0].etag.clone()))],
+        )
+        .await
+        .unwrap();
+    let earliest = request(&s, "POST", path, &[], br#"{"type": "TRIM_HORIZON"}"#).await;
+    assert_eq!(earliest.status, 200, "{}", earliest.text());
+    assert_eq!(earliest.json()["checkpoints"][1]["sequenceNumber"], -1);
+    let latest = request(&s, "POST", path, &[], br#"{"type": "LATEST"}"#).await;
+    assert_eq!(
+        latest.json()["checkpoints"][0]["sequenceNumber"],
+        -1,
+        "an empty partition"
+    );
+    assert_eq!(latest.json()["checkpoints"][1]["sequenceNumber"], 2);
+    let stored = s
+        .broker
+        .list_checkpoints("meters", "$Default")
+        .await
+        .unwrap();
+    assert_eq!(stored[1].sequence_number, Some(2));
+    request(&s, "POST", path, &[], br#"{"type": "AT_OFFSET"}"#)
+        .await
+        .assert_error(400, "InvalidParameter");
+    request(
+        &s,
+        "POST",
+        "/admin/v1/hubs/meters/consumergroups/none/reset",
+        &[],
+        br#"{"type": "LATEST"}"#,
+    )
+    .await
+    .assert_error(404, "NotAuthorizedOrNotFound");
+    s.http.shutdown().await.unwrap();
+}

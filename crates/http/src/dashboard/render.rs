@@ -267,4 +267,6 @@ const ACTIONS: &str = r#"<section class="actions"><details><summary>Operator act
 <form data-action="delete-consumer-group"><b>Delete consumer group</b> <input name="hub" placeholder="hub" required> <input name="name" placeholder="group" required> <button class="danger">Delete</button></form>
 <form data-action="reset-group"><b>Reset server-side group</b> <input name="hub" placeholder="hub" required> <input name="name" placeholder="group" required>
 <select name="type"><option value="TRIM_HORIZON">earliest</option><option value="LATEST">latest</option><option value="AT_TIME">at time (UTC)</option></select> <input name="time" type="datetime-local" step="1"> <button>Reset</button></form>
+<form data-action="reset-processor-group"><b>Reset processor group checkpoints</b> (its processors stopped) <input name="hub" placeholder="hub" required> <input name="name" placeholder="group" required>
+<select name="type"><option value="TRIM_HORIZON">earliest</option><option value="LATEST">latest</option><option value="AT_TIME">at time (UTC)</option></select> <input name="time" type="datetime-local" step="1"> <button>Reset</button></form>
 <p id="action-result" role="status"></p></details></section>"#;

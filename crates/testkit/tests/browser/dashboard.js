@@ -156,6 +156,17 @@ async function main() {
     await page.evaluate(() => (document.getElementById("action-result").textContent = ""));
     await reset.locator("button").click();
     await page.waitForFunction(() => document.getElementById("action-result").textContent.includes("done"), null, { timeout: 10000 });
+    // A processor group's checkpoints are not reset while one of its processors runs: the
+    // refusal names the running owner.
+    const processorReset = page.locator('form[data-action="reset-processor-group"]');
+    await processorReset.locator('input[name="hub"]').fill(args.fleetHub);
+    await processorReset.locator('input[name="name"]').fill(args.fleetGroup);
+    await processorReset.locator("select").selectOption("TRIM_HORIZON");
+    await page.evaluate(() => (document.getElementById("action-result").textContent = ""));
+    await processorReset.locator("button").click();
+    await page.waitForFunction(() => document.getElementById("action-result").textContent.includes("409"), null, { timeout: 10000 });
+    out.processorResetRefusal = await page.locator("#action-result").textContent();
+    check(out.processorResetRefusal.includes(first), `the refusal names the running owner: ${out.processorResetRefusal}`);
     await page.locator(".actions").scrollIntoViewIfNeeded();
     await shot("06-action");
 

@@ -80,16 +80,15 @@
   };
 
   const path = (...parts) => parts.map(encodeURIComponent).join("/");
+  // A reset form's position: earliest, latest, or a UTC time.
+  const resetTo = (f) => (f.type === "AT_TIME" ? { type: f.type, time: new Date(f.time + "Z").toISOString() } : { type: f.type });
   const requests = {
     "create-hub": (f) => ["POST", "/admin/v1/hubs", { name: f.name, partitionCount: Number(f.partitionCount) }],
     "delete-hub": (f) => ["DELETE", "/admin/v1/hubs/" + path(f.hub)],
     "create-consumer-group": (f) => ["POST", "/admin/v1/hubs/" + path(f.hub) + "/consumergroups", { name: f.name }],
     "delete-consumer-group": (f) => ["DELETE", "/admin/v1/hubs/" + path(f.hub, "consumergroups", f.name)],
-    "reset-group": (f) => [
-      "PUT",
-      "/20180418/streams/" + path(f.hub, "groups", f.name),
-      f.type === "AT_TIME" ? { type: f.type, time: new Date(f.time + "Z").toISOString() } : { type: f.type },
-    ],
+    "reset-group": (f) => ["PUT", "/20180418/streams/" + path(f.hub, "groups", f.name), resetTo(f)],
+    "reset-processor-group": (f) => ["POST", "/admin/v1/hubs/" + path(f.hub, "consumergroups", f.name, "reset"), resetTo(f)],
   };
 
   for (const form of document.querySelectorAll("form[data-action]")) {
