@@ -45,7 +45,9 @@ pub struct GroupStore {
     )]
     pub store: Option<String>,
     /// The namespace name ownership and checkpoints are recorded under (default: the host of
-    /// --connection-string, else "localhost").
+    /// --connection-string, else "localhost"). Processors balance a group together only when
+    /// they record it under one name: the official .NET and JavaScript processors use the
+    /// connection string's host, Python its `host:port` when the endpoint names a port.
     #[arg(long)]
     pub namespace: Option<String>,
     /// A remote hub — a Tributary hub's AMQP front door or Azure Event Hubs — instead of the
