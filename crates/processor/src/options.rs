@@ -65,12 +65,16 @@ pub type ErrorNotifier = Arc<dyn Fn(&HostError) + Send + Sync>;
 /// How a host claims partitions beyond the free ones it is short of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LoadBalancingStrategy {
-    /// Steal at most one partition per balancing cycle: slower to even out after a host joins,
-    /// but each cycle disturbs at most one partition (one restart from a checkpoint).
+    /// Move only the partitions an even split needs moved — from owners above their share to
+    /// owners below it, by a plan every host computes alike from the same records — all in one
+    /// cycle; a host that owns nothing first steals one, to be seen by the others' plans. Each
+    /// partition restarts from its checkpoint at most once on the way to an even split.
     #[default]
     Balanced,
-    /// Steal every partition needed to reach a fair share in one cycle: faster to even out, more
-    /// partitions restarting at once.
+    /// Steal, each cycle, every partition needed to reach a fair share from the most loaded
+    /// owners, whatever the others plan: no wait to be seen, but hosts racing for the same
+    /// partitions make more partitions restart, and against a slow store it can keep moving
+    /// partitions for a long time (see BENCHMARKS.md).
     Greedy,
 }
 

@@ -82,8 +82,8 @@ pub struct ProcessArgs {
     /// The most events per batch.
     #[arg(long, default_value_t = 100)]
     pub batch_size: u32,
-    /// Balanced takes over one partition per cycle from busier instances; greedy all it is
-    /// short of.
+    /// Balanced moves only the partitions an even split needs moved, by a plan every instance
+    /// computes alike; greedy steals all it is short of each cycle, from the busiest instances.
     #[arg(long, value_enum, default_value_t = Strategy::Balanced)]
     pub strategy: Strategy,
     /// How often ownership is renewed and balanced.
@@ -104,8 +104,8 @@ pub struct OwnershipArgs {
 /// The load-balancing strategy, as a flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Strategy {
-    /// Take over one partition per cycle, from the busiest instance, until the load is even.
+    /// Move only what the even split needs moved, by a plan every instance computes alike.
     Balanced,
-    /// Take over every partition this instance is short of at once (faster, more churn).
+    /// Take over every partition this instance is short of each cycle (more churn).
     Greedy,
 }
