@@ -1,7 +1,7 @@
 """One EventHubConsumerClient (azure.eventhub.aio) with the blob checkpoint store, in its own process.
 
-Driven by crates/testkit/tests/python_checkpoint_store.rs, blob_fleet.rs and the CLI's
-mixed_fleet.rs: it balances the hub's partitions with the
+Driven by crates/testkit/tests/python_checkpoint_store.rs and blob_fleet.rs, the CLI's
+mixed_fleet.rs and the store_requests benchmark: it balances the hub's partitions with the
 other processes that share the checkpoint store (Azurite), processes every event, checkpoints
 every `checkpoint_every`-th event of a partition (sequence numbers n with n % k == k - 1), and
 reports everything it does as one JSON document per line on stdout:
@@ -20,6 +20,8 @@ on stdin, then prints the checkpoints and ownerships in the store and exits 0.
 Usage: processor.py <json-arguments>
   {"conn", "hub", "storage", "container", "checkpoint_every", "load_balancing_interval",
    "custom_endpoint"}
+With "load_balancing_interval" null the SDK's defaults apply (30 s, ownership expiring after 6
+intervals); otherwise ownership expires after 10 intervals.
 
 The processor keys its blobs by the connection string's Endpoint as written, `host:port` when it
 names a port; the .NET and JavaScript processors (and Tributary) use the bare host. To share a
@@ -65,7 +67,10 @@ async def stop_requested():
 async def run(args):
     store = BlobCheckpointStore.from_connection_string(args["storage"], args["container"])
     await ensure_container(store)
-    interval = float(args.get("load_balancing_interval", 1.0))
+    balancing = {}
+    if args.get("load_balancing_interval") is not None:
+        interval = float(args["load_balancing_interval"])
+        balancing = {"load_balancing_interval": interval, "partition_ownership_expiration_interval": interval * 10}
     endpoint = {}
     if args.get("custom_endpoint"):
         endpoint = {"custom_endpoint_address": args["custom_endpoint"], "transport_type": TransportType.Amqp}
@@ -74,8 +79,7 @@ async def run(args):
         consumer_group="$Default",
         eventhub_name=args["hub"],
         checkpoint_store=store,
-        load_balancing_interval=interval,
-        partition_ownership_expiration_interval=interval * 10,
+        **balancing,
         **endpoint,
     )
     every = int(args.get("checkpoint_every", 5))
