@@ -40,10 +40,13 @@ pub struct OfficialSeen {
     pub events: Events,
     /// The last checkpoint it wrote, per partition (a sequence number).
     pub checkpoints: BTreeMap<String, i64>,
+    /// The offset of that checkpoint, per partition, as the SDK reported it.
+    pub checkpoint_offsets: BTreeMap<String, String>,
     /// The errors it reported.
     pub errors: Vec<Value>,
-    /// Whether it stopped (after [`OfficialProcessor::stop`]).
-    pub stopped: bool,
+    /// Its last report, once it stopped (after [`OfficialProcessor::stop`]); Python's holds
+    /// the checkpoints and ownership it read back from the store.
+    pub stopped: Option<Value>,
 }
 
 /// An official processor's process and its reports.
@@ -100,10 +103,12 @@ impl OfficialProcessor {
             }
             "event" => seen.events.entry(partition).or_default().push(seq()),
             "checkpoint" => {
+                let offset = doc["offset"].as_str().unwrap_or_default().to_owned();
+                seen.checkpoint_offsets.insert(partition.clone(), offset);
                 seen.checkpoints.insert(partition, seq());
             }
             "error" => seen.errors.push(doc.clone()),
-            "stopped" => seen.stopped = true,
+            "stopped" => seen.stopped = Some(doc.clone()),
             _ => {}
         }
     }
@@ -146,8 +151,10 @@ impl OfficialProcessor {
     /// Stops the processor (which gives up its ownerships) and waits for it to exit cleanly.
     pub async fn stop(&mut self) {
         self.lines.write_line("stop").await;
-        self.until("the official processor to stop", |seen| seen.stopped)
-            .await;
+        self.until("the official processor to stop", |seen| {
+            seen.stopped.is_some()
+        })
+        .await;
         self.lines.wait_success(STEP_TIMEOUT).await;
     }
 
