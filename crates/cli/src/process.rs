@@ -253,6 +253,9 @@ fn options(args: &ProcessArgs) -> ProcessorOptions {
     let initial = args.initial_position.to_position(false);
     let mut options = ProcessorOptions {
         consumer_group: args.at.group.clone(),
+        // For a remote hub the source's namespace is the connection string's host; `--namespace`
+        // replaces it (a local hub's source is named by it already).
+        fully_qualified_namespace: args.at.namespace.clone(),
         batch_events_max: args.batch_size,
         prefetch_count: args.batch_size.max(300),
         load_balancing_strategy: match args.strategy {

@@ -20,12 +20,19 @@
 //! - **Free partitions first, all at once.** A host short of its share claims every free
 //!   partition it is short of in one cycle (one host on a 32-partition hub claims all 32 on its
 //!   first cycle).
-//! - **Steal only when nothing is free**, and only from an owner holding at least two more
-//!   partitions than this host — the most loaded first, which is an owner above the larger share
-//!   when there is one, else one at the larger share while this host is below the smaller. Every
-//!   steal therefore narrows the spread, and once every owner is within one of the others nothing
-//!   is ever stolen. [`LoadBalancingStrategy::Balanced`] steals one partition per cycle,
-//!   [`LoadBalancingStrategy::Greedy`] all it is short of.
+//! - **Steal only when nothing is free.** With [`LoadBalancingStrategy::Balanced`] the hosts
+//!   follow one plan, which each computes alike from the same records: every active owner's
+//!   target is the smaller share, plus one for the `P mod N` owners holding the most (ties by
+//!   owner id); owners above their target give up the partitions they prefer least, and owners
+//!   below theirs take them in owner id order. Only partitions the even split needs moved change
+//!   hands, all in one cycle, and hosts planning from one listing never reach for the same
+//!   partition. A host owning nothing is in no one's plan (the others cannot see it), so it
+//!   first steals one partition from the most loaded owner, and takes its part of the plan from
+//!   the next cycle on. [`LoadBalancingStrategy::Greedy`] steals, each cycle, all it is short
+//!   of from whichever owners hold at least two more than it — the most loaded first, an owner
+//!   above the larger share when there is one, else one at the larger share while this host is
+//!   below the smaller. Either way, once every owner is within one of the others nothing is
+//!   ever stolen.
 //! - **Renew what is mine.** Every record this host owns is re-claimed with its current etag each
 //!   cycle; that bumps its version, which is how other hosts see this one is alive. In steady
 //!   state renewals are the only claims.
@@ -184,12 +191,68 @@ pub fn plan_claims(
         claims.extend(landscape.free.into_iter().take(short));
         return claims;
     }
-    let steals_max = match input.strategy {
-        LoadBalancingStrategy::Balanced => 1,
-        LoadBalancingStrategy::Greedy => short,
+    let me = input.my_owner_id;
+    let taken = match input.strategy {
+        // Owning nothing, this host is invisible to the others' plans: one steal makes it seen.
+        LoadBalancingStrategy::Balanced if landscape.mine.is_empty() => {
+            plan_steals(me, &mut landscape, 1)
+        }
+        LoadBalancingStrategy::Balanced => planned_hand_over(me, &landscape),
+        LoadBalancingStrategy::Greedy => plan_steals(me, &mut landscape, short),
     };
-    claims.extend(plan_steals(input.my_owner_id, &mut landscape, steals_max));
+    claims.extend(taken);
     claims
+}
+
+/// This host's part of the hand-over every host with the same records plans alike: each active
+/// owner's target is the smaller share, plus one for the `P mod N` owners holding the most
+/// (ties by owner id); owners above their target give the partitions they prefer least, and the
+/// owners below theirs take them in owner id order. Only partitions the even split needs moved
+/// change hands, and hosts planning from one listing never reach for the same partition.
+fn planned_hand_over(me: &str, landscape: &Landscape<'_>) -> Vec<Claim> {
+    let mut owners: Vec<(&str, Vec<&Ownership>)> = landscape
+        .others
+        .iter()
+        .map(|(owner, records)| (*owner, records.clone()))
+        .collect();
+    owners.push((me, landscape.mine.clone()));
+    owners.sort_by(|(a, a_records), (b, b_records)| {
+        b_records.len().cmp(&a_records.len()).then(a.cmp(b))
+    });
+    let share_floor = landscape.partition_count / owners.len();
+    let extra = landscape.partition_count % owners.len();
+    let mut given: Vec<&Ownership> = Vec::new();
+    let mut needs: Vec<(&str, usize)> = Vec::new();
+    for (rank, (owner, records)) in owners.iter_mut().enumerate() {
+        let target = share_floor + usize::from(rank < extra);
+        if records.len() > target {
+            records.sort_by_key(|record| preference(owner, &record.partition_id));
+            let excess = records.len() - target;
+            given.extend(records.drain(..).take(excess));
+        } else if records.len() < target {
+            needs.push((owner, target - records.len()));
+        }
+    }
+    given.sort_by(|a, b| a.owner_id.cmp(&b.owner_id));
+    needs.sort_unstable();
+    let before_me: usize = needs
+        .iter()
+        .take_while(|(o, _)| *o != me)
+        .map(|(_, n)| n)
+        .sum();
+    let mine = needs.iter().find(|(o, _)| *o == me).map_or(0, |(_, n)| *n);
+    given
+        .into_iter()
+        .skip(before_me)
+        .take(mine)
+        .map(|record| Claim {
+            partition_id: record.partition_id.clone(),
+            etag: record.etag.clone(),
+            reason: ClaimReason::Steal {
+                from: record.owner_id.clone(),
+            },
+        })
+        .collect()
 }
 
 /// Sorts each partition into mine, free or another active owner's.

@@ -230,7 +230,10 @@ impl Coordinator {
             options,
         } = host;
         let scope = HubScope {
-            fully_qualified_namespace: source.fully_qualified_namespace().to_owned(),
+            fully_qualified_namespace: options
+                .fully_qualified_namespace
+                .clone()
+                .unwrap_or_else(|| source.fully_qualified_namespace().to_owned()),
             event_hub_name: source.event_hub_name().to_owned(),
             consumer_group: options.consumer_group.clone(),
         };

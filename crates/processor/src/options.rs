@@ -65,12 +65,16 @@ pub type ErrorNotifier = Arc<dyn Fn(&HostError) + Send + Sync>;
 /// How a host claims partitions beyond the free ones it is short of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LoadBalancingStrategy {
-    /// Steal at most one partition per balancing cycle: slower to even out after a host joins,
-    /// but each cycle disturbs at most one partition (one restart from a checkpoint).
+    /// Move only the partitions an even split needs moved — from owners above their share to
+    /// owners below it, by a plan every host computes alike from the same records — all in one
+    /// cycle; a host that owns nothing first steals one, to be seen by the others' plans. Each
+    /// partition restarts from its checkpoint at most once on the way to an even split.
     #[default]
     Balanced,
-    /// Steal every partition needed to reach a fair share in one cycle: faster to even out, more
-    /// partitions restarting at once.
+    /// Steal, each cycle, every partition needed to reach a fair share from the most loaded
+    /// owners, whatever the others plan: no wait to be seen, but hosts racing for the same
+    /// partitions make more partitions restart, and against a slow store it can keep moving
+    /// partitions for a long time (see BENCHMARKS.md).
     Greedy,
 }
 
@@ -83,6 +87,13 @@ pub struct ProcessorOptions {
     pub host_name: String,
     /// The consumer group to read in. Default: `$Default`.
     pub consumer_group: String,
+    /// The fully qualified namespace the host's ownership and checkpoint records are keyed by.
+    /// Processors balance a consumer group together only when they key it alike. Default:
+    /// `None`, the source's namespace (a connection string's host name, as the official .NET
+    /// and JavaScript processors use). Set it when the processors of one group reach the hub
+    /// by different names — one through `127.0.0.1`, another through `localhost` — or to join
+    /// processors that key their records differently.
+    pub fully_qualified_namespace: Option<String>,
     /// The most events in one `process_events` call; fewer when fewer are available. Default:
     /// 100 (enough to amortise a checkpoint per batch, small enough to keep a batch's latency
     /// low).
@@ -126,6 +137,7 @@ impl std::fmt::Debug for ProcessorOptions {
         f.debug_struct("ProcessorOptions")
             .field("host_name", &self.host_name)
             .field("consumer_group", &self.consumer_group)
+            .field("fully_qualified_namespace", &self.fully_qualified_namespace)
             .field("batch_events_max", &self.batch_events_max)
             .field("prefetch_count", &self.prefetch_count)
             .field(
@@ -154,6 +166,7 @@ impl Default for ProcessorOptions {
         ProcessorOptions {
             host_name: generated_host_name(),
             consumer_group: DEFAULT_CONSUMER_GROUP.to_owned(),
+            fully_qualified_namespace: None,
             batch_events_max: 100,
             prefetch_count: 300,
             invoke_processor_after_receive_timeout: false,
@@ -195,6 +208,16 @@ impl ProcessorOptions {
             option: "consumer_group",
             reason: error.to_string(),
         })?;
+        if self
+            .fully_qualified_namespace
+            .as_ref()
+            .is_some_and(|n| n.trim().is_empty())
+        {
+            return Err(InvalidOption {
+                option: "fully_qualified_namespace",
+                reason: "is empty; leave it None to use the source's namespace".to_owned(),
+            });
+        }
         self.validate_batching()?;
         self.validate_timing()
     }
@@ -361,6 +384,20 @@ mod tests {
         assert!(error.to_string().contains("only letters"), "{error}");
         let options = ProcessorOptions {
             consumer_group: "$default".to_owned(),
+            ..ProcessorOptions::default()
+        };
+        assert_eq!(options.validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_namespace_given_must_not_be_empty() {
+        let options = ProcessorOptions {
+            fully_qualified_namespace: Some(" ".to_owned()),
+            ..ProcessorOptions::default()
+        };
+        assert_eq!(refused(&options).option, "fully_qualified_namespace");
+        let options = ProcessorOptions {
+            fully_qualified_namespace: Some("localhost".to_owned()),
             ..ProcessorOptions::default()
         };
         assert_eq!(options.validate(), Ok(()));

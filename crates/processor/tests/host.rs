@@ -917,6 +917,35 @@ async fn dropping_the_handle_shuts_down_gracefully_in_the_background() {
     }
 }
 
+/// With `fully_qualified_namespace` set, the host keys its records and reports its contexts by
+/// that name rather than the source's.
+#[tokio::test(start_paused = true)]
+async fn records_are_keyed_by_the_namespace_option_instead_of_the_sources() {
+    let source = hub_with_events(2, 1);
+    let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
+    let journal = Arc::new(Journal::default());
+    let options = ProcessorOptions {
+        fully_qualified_namespace: Some("localhost".to_owned()),
+        ..test_options("a")
+    };
+    let host = start(options, &source, store.clone(), &journal);
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        journal.context_of("a", "0").fully_qualified_namespace(),
+        "localhost"
+    );
+    let owned = store.list_ownership("localhost", HUB, GROUP).await.unwrap();
+    assert_eq!(owned.len(), 2, "{owned:?}");
+    let under_the_source = store.list_ownership(NAMESPACE, HUB, GROUP).await.unwrap();
+    assert_eq!(under_the_source, Vec::new());
+    host.shutdown().await.unwrap();
+    let checkpoints = store
+        .list_checkpoints("localhost", HUB, GROUP)
+        .await
+        .unwrap();
+    assert_eq!(checkpoints.len(), 2, "{checkpoints:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn invalid_options_are_refused_when_building() {
     let source: Arc<dyn PartitionSource> = hub_with_events(1, 0);

@@ -24,6 +24,17 @@ pub struct Azurite {
 impl Azurite {
     /// Starts Azurite and waits until it listens.
     pub async fn start() -> Azurite {
+        Azurite::start_logging(None).await
+    }
+
+    /// [`Azurite::start`], writing Azurite's debug log — one line per request, with its
+    /// method, URL and headers — to `debug_log`: how a benchmark counts the requests of a
+    /// client it cannot instrument.
+    pub async fn start_with_debug_log(debug_log: &std::path::Path) -> Azurite {
+        Azurite::start_logging(Some(debug_log)).await
+    }
+
+    async fn start_logging(debug_log: Option<&std::path::Path>) -> Azurite {
         let bin = crate::node_modules().join(".bin/azurite-blob");
         assert!(
             bin.exists(),
@@ -37,7 +48,11 @@ impl Azurite {
             .unwrap()
             .port();
         let dir = tempfile::tempdir().unwrap();
-        let child = tokio::process::Command::new(&bin)
+        let mut command = tokio::process::Command::new(&bin);
+        if let Some(log) = debug_log {
+            command.arg("--debug").arg(log);
+        }
+        let child = command
             .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
             .args([
                 "--inMemoryPersistence",

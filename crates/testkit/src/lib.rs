@@ -5,6 +5,8 @@
 //!   door (AMQPS when given a certificate) with root, listen-only and send-only policies.
 //! - [`sdk`]: running the official SDKs' scenario scripts (Python `azure-eventhub`, JavaScript
 //!   `@azure/event-hubs`) and reading the JSON they print.
+//! - [`official`]: the official Python and JavaScript processors in their own processes, and
+//!   what they report, for the mixed-fleet tests.
 //! - [`oci`]: the HTTP front door under test, the `oci` SDK's scripts, a raw HTTP client.
 //! - [`postgres`]: a private PostgreSQL server (one per test binary, a database per test).
 //!
@@ -17,11 +19,13 @@
 pub mod azurite;
 pub mod hub;
 pub mod oci;
+pub mod official;
 pub mod postgres;
 pub mod sdk;
 
 pub use azurite::Azurite;
 pub use hub::{TestHub, within};
+pub use official::{OfficialProcessor, OfficialSeen, Sdk};
 pub use postgres::PostgresServer;
 pub use sdk::{
     JsonLines, bodies, join_all, join_in_waves, node_modules, python, repo, run_json, run_node,

@@ -4,180 +4,78 @@
 //! no partition read by two; when one side stops, the other resumes its partitions from its
 //! checkpoints without a gap — in both directions.
 //!
+//! The official processor's connection string names `127.0.0.1:PORT`: JavaScript keys its blobs
+//! by the bare host, Python by `host:port` (on Azure there is no port, and every SDK uses the
+//! host name). Our hosts take the namespace the official processor reports
+//! (`ProcessorOptions::fully_qualified_namespace`). The CLI's `mixed_fleet` test runs all of
+//! them on one container instead, each keyed by `localhost`.
+//!
 //! Each test starts the broker and the AMQP listener, Azurite and the official processor's
 //! process. Install them with `scripts/setup-python-interop` and `scripts/setup-js-interop`; a
 //! missing client FAILS these tests, it never skips them.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tributary_client::RemoteHub;
 use tributary_processor::{
-    BlobCheckpointStore, CheckpointStore, EventProcessorHost, PartitionReceiver, PartitionSource,
-    ProcessorOptions, ReceiverOptions, RunningHost, SourceError, processor_fn,
+    BlobCheckpointStore, CheckpointStore, EventProcessorHost, ProcessorOptions, RunningHost,
+    processor_fn,
 };
-use tributary_testkit::{Azurite, JsonLines, TestHub};
+use tributary_testkit::official::Events;
+use tributary_testkit::{Azurite, OfficialProcessor, Sdk, TestHub};
 
 const HUB: &str = "mixed";
 const PARTITIONS: u32 = 8;
-const STEP_TIMEOUT: Duration = Duration::from_secs(90);
 /// The official processors checkpoint sequence numbers n with n % 5 == 4.
 const OFFICIAL_CHECKPOINT_EVERY: i64 = 5;
 
-/// Sequence numbers processed per partition, in order.
-type Events = BTreeMap<String, Vec<i64>>;
-
-/// Which official processor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Sdk {
-    Python,
-    JavaScript,
-}
-
-impl Sdk {
-    fn container(self) -> &'static str {
-        match self {
-            Sdk::Python => "fleet-python",
-            Sdk::JavaScript => "fleet-javascript",
-        }
+fn container(sdk: Sdk) -> &'static str {
+    match sdk {
+        Sdk::Python => "fleet-python",
+        Sdk::JavaScript => "fleet-javascript",
     }
-}
-
-/// What the official processor reported.
-#[derive(Default, Debug)]
-struct OfficialSeen {
-    owned: BTreeSet<String>,
-    events: Events,
-    /// The last checkpoint written, per partition (a sequence number).
-    checkpoints: BTreeMap<String, i64>,
-    errors: Vec<Value>,
-    stopped: bool,
 }
 
 /// An official processor's process, and the namespace its blobs are keyed by.
 struct Official {
-    sdk: Sdk,
+    process: OfficialProcessor,
     namespace: String,
-    lines: JsonLines,
-    seen: OfficialSeen,
+}
+
+impl std::ops::Deref for Official {
+    type Target = OfficialProcessor;
+    fn deref(&self) -> &OfficialProcessor {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for Official {
+    fn deref_mut(&mut self) -> &mut OfficialProcessor {
+        &mut self.process
+    }
 }
 
 impl Official {
-    fn spawn(sdk: Sdk, f: &TestHub, azurite: &Azurite) -> Official {
-        let tests = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests");
+    async fn spawn(sdk: Sdk, f: &TestHub, azurite: &Azurite) -> Official {
         let args = json!({
             "conn": f.conn(&f.root),
             "hub": HUB,
             "storage": azurite.connection_string(),
-            "container": sdk.container(),
+            "container": container(sdk),
             "checkpoint_every": OFFICIAL_CHECKPOINT_EVERY,
             "load_balancing_interval": 1.0,
         });
-        // Python keys its blobs by the connection string's `host:port`, JavaScript by the bare
-        // host (on Azure there is no port, and every SDK uses the host name).
-        let (mut command, namespace) = match sdk {
-            Sdk::Python => {
-                let mut command = tokio::process::Command::new(tributary_testkit::python());
-                command.arg(tests.join("python/processor.py"));
-                (command, format!("127.0.0.1:{}", f.port()))
-            }
-            Sdk::JavaScript => {
-                let mut command = tokio::process::Command::new("node");
-                command
-                    .env("NODE_PATH", tributary_testkit::node_modules())
-                    .arg(tests.join("js/processor.js"));
-                (command, "127.0.0.1".to_owned())
-            }
+        let mut process = OfficialProcessor::spawn(sdk, &args);
+        let namespace = process.ready().await;
+        let expected = match sdk {
+            Sdk::Python => format!("127.0.0.1:{}", f.port()),
+            Sdk::JavaScript => "127.0.0.1".to_owned(),
         };
-        command.arg(args.to_string());
-        Official {
-            sdk,
-            namespace,
-            lines: JsonLines::spawn(&format!("the {sdk:?} processor"), command),
-            seen: OfficialSeen::default(),
-        }
-    }
-
-    fn apply(&mut self, doc: &Value) {
-        let partition = doc["partition"].as_str().unwrap_or_default().to_owned();
-        match doc["kind"].as_str().unwrap_or_default() {
-            "init" => {
-                self.seen.owned.insert(partition);
-            }
-            "close" => {
-                self.seen.owned.remove(&partition);
-            }
-            "event" => self
-                .seen
-                .events
-                .entry(partition)
-                .or_default()
-                .push(doc["seq"].as_i64().unwrap()),
-            "checkpoint" => {
-                self.seen
-                    .checkpoints
-                    .insert(partition, doc["seq"].as_i64().unwrap());
-            }
-            "error" => self.seen.errors.push(doc.clone()),
-            "stopped" => self.seen.stopped = true,
-            _ => {}
-        }
-    }
-
-    /// Reads the processor's reports until `done` holds; panics after [`STEP_TIMEOUT`].
-    async fn until(&mut self, what: &str, done: impl Fn(&OfficialSeen) -> bool) {
-        let deadline = tokio::time::Instant::now() + STEP_TIMEOUT;
-        while !done(&self.seen) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "timed out waiting for {what}\nofficial: {:?}\nstderr:\n{}",
-                self.seen,
-                self.lines.stderr()
-            );
-            if let Ok(Some(doc)) =
-                tokio::time::timeout(Duration::from_millis(100), self.lines.lines.recv()).await
-            {
-                self.apply(&doc);
-            }
-        }
-    }
-
-    async fn stop(&mut self) {
-        self.lines.write_line("stop").await;
-        self.until("the official processor to stop", |seen| seen.stopped)
-            .await;
-        self.lines.wait_success(STEP_TIMEOUT).await;
-    }
-}
-
-/// The hub under the namespace the official processor keys its blobs by.
-struct NamedAsOfficial {
-    hub: RemoteHub,
-    namespace: String,
-}
-
-#[async_trait::async_trait]
-impl PartitionSource for NamedAsOfficial {
-    fn fully_qualified_namespace(&self) -> &str {
-        &self.namespace
-    }
-
-    fn event_hub_name(&self) -> &str {
-        self.hub.event_hub_name()
-    }
-
-    async fn partition_ids(&self) -> Result<Vec<String>, SourceError> {
-        self.hub.partition_ids().await
-    }
-
-    async fn open_receiver(
-        &self,
-        options: ReceiverOptions,
-    ) -> Result<Box<dyn PartitionReceiver>, SourceError> {
-        self.hub.open_receiver(options).await
+        assert_eq!(namespace, expected, "the {sdk:?} processor's namespace");
+        Official { process, namespace }
     }
 }
 
@@ -193,13 +91,10 @@ async fn start_tributary(
     official: &Official,
     name: &str,
 ) -> Tributary {
-    let remote = Arc::new(NamedAsOfficial {
-        hub: RemoteHub::connect(&f.connection_string, HUB).await.unwrap(),
-        namespace: official.namespace.clone(),
-    });
+    let remote = Arc::new(RemoteHub::connect(&f.connection_string, HUB).await.unwrap());
     let store = BlobCheckpointStore::from_connection_string(
         &azurite.connection_string(),
-        official.sdk.container(),
+        container(official.sdk),
     )
     .await
     .unwrap();
@@ -220,6 +115,7 @@ async fn start_tributary(
     let host = EventProcessorHost::builder(remote, Arc::new(store), factory)
         .options(ProcessorOptions {
             host_name: name.to_owned(),
+            fully_qualified_namespace: Some(official.namespace.clone()),
             receive_timeout: Duration::from_millis(500),
             load_balancing_interval: Duration::from_secs(1),
             ownership_expiration: Duration::from_secs(10),
@@ -246,14 +142,8 @@ async fn wait_balanced(official: &mut Official, t: &Tributary) {
                 seen.owned.len() == half && ours.len() == half && seen.owned.is_disjoint(&ours)
             })
             .await;
-        let settle = tokio::time::Instant::now() + Duration::from_secs(3);
-        while tokio::time::Instant::now() < settle {
-            if let Ok(Some(doc)) =
-                tokio::time::timeout(Duration::from_millis(100), official.lines.lines.recv()).await
-            {
-                official.apply(&doc);
-            }
-        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        official.pump();
         let ours = owned(t);
         if official.seen.owned.len() == half && ours.len() == half {
             return;
@@ -296,18 +186,6 @@ fn since(events: &Events, partition: &str, from: i64) -> Vec<i64> {
         .unwrap_or_default()
 }
 
-/// While balancing, partitions change hands; the loser's receiver is detached by the winner's
-/// higher epoch (or refused while the former owner's is open). Nothing else may go wrong.
-fn drain_balancing_errors(official: &mut Official) {
-    for error in official.seen.errors.drain(..) {
-        let text = error["error"].as_str().unwrap_or_default();
-        assert!(
-            text.contains("stolen") || text.contains("epoch") || text.contains("owner"),
-            "the official processor reported {error}"
-        );
-    }
-}
-
 /// Waits until the store holds a checkpoint at `seq` for each of `partitions`.
 async fn wait_checkpointed(
     official: &Official,
@@ -317,7 +195,7 @@ async fn wait_checkpointed(
 ) {
     let store = BlobCheckpointStore::from_connection_string(
         &azurite.connection_string(),
-        official.sdk.container(),
+        container(official.sdk),
     )
     .await
     .unwrap();
@@ -346,7 +224,7 @@ async fn wait_checkpointed(
 async fn tributary_hands_over_to_official(f: &TestHub, azurite: &Azurite, official: &mut Official) {
     let t = start_tributary(f, azurite, official, "tributary-a").await;
     wait_balanced(official, &t).await;
-    drain_balancing_errors(official);
+    official.drain_balancing_errors();
     one_receiver_per_partition(f).await;
     let ours = owned(&t);
     let theirs = official.seen.owned.clone();
@@ -405,7 +283,7 @@ async fn tributary_hands_over_to_official(f: &TestHub, azurite: &Azurite, offici
 async fn official_hands_over_to_tributary(f: &TestHub, azurite: &Azurite, official: &mut Official) {
     let t = start_tributary(f, azurite, official, "tributary-b").await;
     wait_balanced(official, &t).await;
-    drain_balancing_errors(official);
+    official.drain_balancing_errors();
     one_receiver_per_partition(f).await;
     let ours = owned(&t);
     let theirs = official.seen.owned.clone();
@@ -463,7 +341,7 @@ async fn official_hands_over_to_tributary(f: &TestHub, azurite: &Azurite, offici
 async fn mixed_fleet(sdk: Sdk) {
     let f = TestHub::start(&[(HUB, PARTITIONS)]).await;
     let azurite = Azurite::start().await;
-    let mut official = Official::spawn(sdk, &f, &azurite);
+    let mut official = Official::spawn(sdk, &f, &azurite).await;
     tributary_hands_over_to_official(&f, &azurite, &mut official).await;
     official_hands_over_to_tributary(&f, &azurite, &mut official).await;
     azurite.stop().await;

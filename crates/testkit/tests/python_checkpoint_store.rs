@@ -8,108 +8,49 @@
 //! as JSON lines. Install the clients with `scripts/setup-python-interop` and
 //! `scripts/setup-js-interop`; a missing client FAILS this test, it never skips it.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tributary_testkit::{Azurite, JsonLines, TestHub};
+use tributary_testkit::official::STEP_TIMEOUT;
+use tributary_testkit::{Azurite, OfficialProcessor, OfficialSeen, Sdk, TestHub};
 
 const PARTITIONS: u32 = 8;
 const FIRST_ROUND: i64 = 22;
 const SECOND_ROUND: i64 = 10;
 const CHECKPOINT_EVERY: i64 = 5;
-const STEP_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// What one processor process reported.
-#[derive(Default, Debug)]
-struct Seen {
-    owned: BTreeSet<String>,
-    /// Sequence numbers processed, per partition, in processing order.
-    events: BTreeMap<String, Vec<i64>>,
-    /// The last checkpoint written, per partition: (sequence number, offset).
-    checkpoints: BTreeMap<String, (i64, String)>,
-    errors: Vec<Value>,
-    stopped: Option<Value>,
-}
+type Seen = OfficialSeen;
 
-impl Seen {
-    fn apply(&mut self, doc: &Value) {
-        let partition = doc["partition"].as_str().unwrap_or_default().to_owned();
-        match doc["kind"].as_str().unwrap_or_default() {
-            "init" => {
-                self.owned.insert(partition);
-            }
-            "close" => {
-                self.owned.remove(&partition);
-            }
-            "event" => self
-                .events
-                .entry(partition)
-                .or_default()
-                .push(doc["seq"].as_i64().unwrap()),
-            "checkpoint" => {
-                let seq = doc["seq"].as_i64().unwrap();
-                let offset = doc["offset"].as_str().unwrap().to_owned();
-                self.checkpoints.insert(partition, (seq, offset));
-            }
-            "error" => self.errors.push(doc.clone()),
-            "stopped" => self.stopped = Some(doc.clone()),
-            _ => {}
-        }
-    }
-
-    fn processed(&self, partition: &str, seq: i64) -> bool {
-        self.events
-            .get(partition)
-            .is_some_and(|seqs| seqs.contains(&seq))
-    }
-}
-
-struct Processor {
-    lines: JsonLines,
-    seen: Seen,
-}
-
-impl Processor {
-    fn spawn(name: &str, args: &Value) -> Processor {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/processor.py");
-        let mut cmd = tokio::process::Command::new(tributary_testkit::python());
-        cmd.arg(script).arg(args.to_string());
-        Processor {
-            lines: JsonLines::spawn(name, cmd),
-            seen: Seen::default(),
-        }
-    }
+fn processed(seen: &Seen, partition: &str, seq: i64) -> bool {
+    seen.events
+        .get(partition)
+        .is_some_and(|seqs| seqs.contains(&seq))
 }
 
 /// Reads both processes' reports until `done` holds; panics after [`STEP_TIMEOUT`].
 async fn until(
     what: &str,
-    a: &mut Processor,
-    b: &mut Processor,
+    a: &mut OfficialProcessor,
+    b: &mut OfficialProcessor,
     done: impl Fn(&Seen, &Seen) -> bool,
 ) {
     let deadline = tokio::time::Instant::now() + STEP_TIMEOUT;
-    while !done(&a.seen, &b.seen) {
-        let next = tokio::time::timeout_at(deadline, async {
-            tokio::select! {
-                Some(doc) = a.lines.lines.recv() => (true, doc),
-                Some(doc) = b.lines.lines.recv() => (false, doc),
-            }
-        })
-        .await;
-        match next {
-            Ok((true, doc)) => a.seen.apply(&doc),
-            Ok((false, doc)) => b.seen.apply(&doc),
-            Err(_) => panic!(
-                "timed out waiting for {what}\nA: {:?}\nB: {:?}\nA stderr:\n{}\nB stderr:\n{}",
-                a.seen,
-                b.seen,
-                a.lines.stderr(),
-                b.lines.stderr()
-            ),
+    loop {
+        a.pump();
+        b.pump();
+        if done(&a.seen, &b.seen) {
+            return;
         }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}\nA: {:?}\nB: {:?}\nA stderr:\n{}\nB stderr:\n{}",
+            a.seen,
+            b.seen,
+            a.lines.stderr(),
+            b.lines.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -128,18 +69,12 @@ async fn send_round(f: &TestHub, round: &str, count: i64) {
 }
 
 /// Waits for a stable 4/4 split: balanced now and still so after three load-balancing rounds.
-async fn wait_balanced(a: &mut Processor, b: &mut Processor) {
+async fn wait_balanced(a: &mut OfficialProcessor, b: &mut OfficialProcessor) {
     loop {
         until("a balanced 4/4 split", a, b, balanced).await;
-        let settle = tokio::time::sleep(Duration::from_secs(3));
-        tokio::pin!(settle);
-        loop {
-            tokio::select! {
-                () = &mut settle => break,
-                Some(doc) = a.lines.lines.recv() => a.seen.apply(&doc),
-                Some(doc) = b.lines.lines.recv() => b.seen.apply(&doc),
-            }
-        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        a.pump();
+        b.pump();
         if balanced(&a.seen, &b.seen) {
             return;
         }
@@ -158,8 +93,8 @@ async fn python_processors_share_partitions_and_take_over_from_checkpoints() {
         "checkpoint_every": CHECKPOINT_EVERY,
         "load_balancing_interval": 1.0,
     });
-    let mut a = Processor::spawn("processor A", &args);
-    let mut b = Processor::spawn("processor B", &args);
+    let mut a = OfficialProcessor::spawn(Sdk::Python, &args);
+    let mut b = OfficialProcessor::spawn(Sdk::Python, &args);
     wait_balanced(&mut a, &mut b).await;
     // While they balanced, partitions may have changed hands (even back and forth): the
     // processors use owner level 0, so each loser's receiver was detached with amqp:link:stolen
@@ -178,30 +113,20 @@ async fn python_processors_share_partitions_and_take_over_from_checkpoints() {
     until("round one processed", &mut a, &mut b, |a, b| {
         (0..PARTITIONS).all(|p| {
             let p = p.to_string();
-            a.processed(&p, FIRST_ROUND - 1) || b.processed(&p, FIRST_ROUND - 1)
+            processed(a, &p, FIRST_ROUND - 1) || processed(b, &p, FIRST_ROUND - 1)
         })
     })
     .await;
 
     // A stops (releasing its partitions); B takes them over from A's checkpoints.
-    a.lines.write_line("stop").await;
-    while a.seen.stopped.is_none() {
-        let doc = a.lines.next(STEP_TIMEOUT).await;
-        a.seen.apply(&doc);
-    }
-    a.lines.wait_success(STEP_TIMEOUT).await;
+    a.stop().await;
     send_round(&f, "two", SECOND_ROUND).await;
     let last = FIRST_ROUND + SECOND_ROUND - 1;
     until("B processing everything", &mut a, &mut b, |_, b| {
-        (0..PARTITIONS).all(|p| b.processed(&p.to_string(), last))
+        (0..PARTITIONS).all(|p| processed(b, &p.to_string(), last))
     })
     .await;
-    b.lines.write_line("stop").await;
-    while b.seen.stopped.is_none() {
-        let doc = b.lines.next(STEP_TIMEOUT).await;
-        b.seen.apply(&doc);
-    }
-    b.lines.wait_success(STEP_TIMEOUT).await;
+    b.stop().await;
     azurite.stop().await;
 
     check_takeover(&f, &a.seen, &b.seen, &owned_a, &owned_b).await;
@@ -239,7 +164,7 @@ async fn check_takeover(
             (0..FIRST_ROUND).collect::<Vec<_>>(),
             "A's partition {p} in round one"
         );
-        let (seq, offset) = &a.checkpoints[p];
+        let (seq, offset) = (&a.checkpoints[p], &a.checkpoint_offsets[p]);
         assert_eq!(*seq, last_checkpoint, "A's last checkpoint on {p}");
         let stored = f.read_all("shared", p.parse().unwrap()).await;
         assert_eq!(

@@ -45,7 +45,9 @@ pub struct GroupStore {
     )]
     pub store: Option<String>,
     /// The namespace name ownership and checkpoints are recorded under (default: the host of
-    /// --connection-string, else "localhost").
+    /// --connection-string, else "localhost"). Processors balance a group together only when
+    /// they record it under one name: the official .NET and JavaScript processors use the
+    /// connection string's host, Python its `host:port` when the endpoint names a port.
     #[arg(long)]
     pub namespace: Option<String>,
     /// A remote hub — a Tributary hub's AMQP front door or Azure Event Hubs — instead of the
@@ -80,8 +82,8 @@ pub struct ProcessArgs {
     /// The most events per batch.
     #[arg(long, default_value_t = 100)]
     pub batch_size: u32,
-    /// Balanced takes over one partition per cycle from busier instances; greedy all it is
-    /// short of.
+    /// Balanced moves only the partitions an even split needs moved, by a plan every instance
+    /// computes alike; greedy steals all it is short of each cycle, from the busiest instances.
     #[arg(long, value_enum, default_value_t = Strategy::Balanced)]
     pub strategy: Strategy,
     /// How often ownership is renewed and balanced.
@@ -102,8 +104,8 @@ pub struct OwnershipArgs {
 /// The load-balancing strategy, as a flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Strategy {
-    /// Take over one partition per cycle, from the busiest instance, until the load is even.
+    /// Move only what the even split needs moved, by a plan every instance computes alike.
     Balanced,
-    /// Take over every partition this instance is short of at once (faster, more churn).
+    /// Take over every partition this instance is short of each cycle (more churn).
     Greedy,
 }

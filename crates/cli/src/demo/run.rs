@@ -486,7 +486,7 @@ impl Script {
         let name = fleet.spawn()?;
         publish_instances(fleet, &self.shared);
         self.shared.announce(&format!(
-            "step 2/3: the operator adds {name} (pid {}). Look for: the pool rebalances — {name} takes partitions from the busiest instances, one per balancing interval (1 s), until each has 2 or 3.",
+            "step 2/3: the operator adds {name} (pid {}). Look for: the pool rebalances — {name} steals one partition from the busiest instance, then takes the rest of its share from those above theirs on the next balancing interval (1 s), until each has 2 or 3.",
             fleet.instances.last().map_or(0, |i| i.pid)
         ));
         self.report.insert("added".into(), json!(name));

@@ -211,7 +211,7 @@ fn a_host_takes_only_the_free_partitions_it_is_short_of() {
 }
 
 #[test]
-fn balanced_steals_one_partition_per_cycle_from_the_most_loaded_owner() {
+fn a_balanced_host_owning_nothing_steals_one_partition_from_the_most_loaded_owner() {
     let all = records(&[("a", &[0, 1, 2, 3, 4]), ("c", &[5, 6, 7])]);
     let claims = plan_fresh(&all, "b", 8);
     let taken = acquisitions(&claims);
@@ -228,6 +228,35 @@ fn balanced_steals_one_partition_per_cycle_from_the_most_loaded_owner() {
         taken[0].etag.as_deref(),
         Some(format!("etag-{}-1", taken[0].partition_id).as_str())
     );
+}
+
+#[test]
+fn balanced_hosts_take_disjoint_parts_of_one_plan_in_one_cycle() {
+    // 12 partitions, 3 owners: 4 each. a gives 6; b and c, planning from the same records, take
+    // 3 each, none twice, and leave a exactly 4.
+    let all = records(&[
+        ("a", &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]),
+        ("b", &[10]),
+        ("c", &[11]),
+    ]);
+    let taken: Vec<Vec<String>> = ["b", "c"]
+        .iter()
+        .map(|me| {
+            let claims = plan_fresh(&all, me, 12);
+            let taken = acquisitions(&claims);
+            assert!(taken.iter().all(|c| c.reason
+                == ClaimReason::Steal {
+                    from: "a".to_owned()
+                }));
+            taken.iter().map(|c| c.partition_id.clone()).collect()
+        })
+        .collect();
+    assert_eq!((taken[0].len(), taken[1].len()), (3, 3), "{taken:?}");
+    let distinct: BTreeSet<&String> = taken.iter().flatten().collect();
+    assert_eq!(distinct.len(), 6, "{taken:?}");
+    // a, above its target, plans no steal; a plan's part is stable across cycles.
+    assert!(acquisitions(&plan_fresh(&all, "a", 12)).is_empty());
+    assert_eq!(acquisitions(&plan_fresh(&all, "b", 12)).len(), 3);
 }
 
 #[test]

@@ -1,11 +1,12 @@
 """One EventHubConsumerClient (azure.eventhub.aio) with the blob checkpoint store, in its own process.
 
-Driven by crates/amqp/tests/python_checkpoint_store.rs: it balances the hub's partitions with the
+Driven by crates/testkit/tests/python_checkpoint_store.rs and blob_fleet.rs, the CLI's
+mixed_fleet.rs and the store_requests benchmark: it balances the hub's partitions with the
 other processes that share the checkpoint store (Azurite), processes every event, checkpoints
 every `checkpoint_every`-th event of a partition (sequence numbers n with n % k == k - 1), and
 reports everything it does as one JSON document per line on stdout:
 
-  {"kind": "ready"}                                   the client is receiving
+  {"kind": "ready", "namespace": "…"}                the client is receiving; its blobs' namespace
   {"kind": "init", "partition": "3"}                  a partition was claimed
   {"kind": "close", "partition": "3", "reason": ...}  a partition was closed
   {"kind": "event", "partition": "3", "seq": 7, "offset": "…", "body": "…"}
@@ -17,7 +18,17 @@ It stops (EventHubConsumerClient.close, which releases its ownerships) when a li
 on stdin, then prints the checkpoints and ownerships in the store and exits 0.
 
 Usage: processor.py <json-arguments>
-  {"conn", "hub", "storage", "container", "checkpoint_every", "load_balancing_interval"}
+  {"conn", "hub", "storage", "container", "checkpoint_every", "load_balancing_interval",
+   "custom_endpoint"}
+With "load_balancing_interval" null the SDK's defaults apply (30 s, ownership expiring after 6
+intervals); otherwise ownership expires after 10 intervals.
+
+The processor keys its blobs by the connection string's Endpoint as written, `host:port` when it
+names a port; the .NET and JavaScript processors (and Tributary) use the bare host. To share a
+container with them on a hub at a non-default port, give a connection string whose Endpoint has
+no port (`sb://localhost`) and the real address as `custom_endpoint` (`sb://127.0.0.1:PORT`):
+the client then connects there over plain AMQP (TLS stays off in emulator mode) and keys its
+blobs by `localhost`.
 """
 
 import asyncio
@@ -27,6 +38,7 @@ import os
 import sys
 
 from azure.core.exceptions import ResourceExistsError
+from azure.eventhub import TransportType
 from azure.eventhub.aio import EventHubConsumerClient
 from azure.eventhub.extensions.checkpointstoreblobaio import BlobCheckpointStore
 
@@ -55,14 +67,20 @@ async def stop_requested():
 async def run(args):
     store = BlobCheckpointStore.from_connection_string(args["storage"], args["container"])
     await ensure_container(store)
-    interval = float(args.get("load_balancing_interval", 1.0))
+    balancing = {}
+    if args.get("load_balancing_interval") is not None:
+        interval = float(args["load_balancing_interval"])
+        balancing = {"load_balancing_interval": interval, "partition_ownership_expiration_interval": interval * 10}
+    endpoint = {}
+    if args.get("custom_endpoint"):
+        endpoint = {"custom_endpoint_address": args["custom_endpoint"], "transport_type": TransportType.Amqp}
     client = EventHubConsumerClient.from_connection_string(
         args["conn"],
         consumer_group="$Default",
         eventhub_name=args["hub"],
         checkpoint_store=store,
-        load_balancing_interval=interval,
-        partition_ownership_expiration_interval=interval * 10,
+        **balancing,
+        **endpoint,
     )
     every = int(args.get("checkpoint_every", 5))
 
@@ -93,7 +111,9 @@ async def run(args):
             starting_position="-1",
         )
     )
-    emit(kind="ready")
+    # The namespace the processor keys its blobs by (EventProcessor uses the same attribute).
+    fqns = client._address.hostname  # noqa: SLF001
+    emit(kind="ready", namespace=fqns)
     waiting = asyncio.create_task(stop_requested())
     done, _ = await asyncio.wait({receiving, waiting}, return_when=asyncio.FIRST_COMPLETED)
     if receiving in done:
@@ -103,8 +123,6 @@ async def run(args):
     await client.close()
     await receiving
 
-    # The namespace the processor keys its blobs by (EventProcessor uses the same attribute).
-    fqns = client._address.hostname  # noqa: SLF001
     checkpoints = {
         c["partition_id"]: {"offset": c.get("offset"), "seq": c.get("sequence_number")}
         for c in await store.list_checkpoints(fqns, args["hub"], "$Default")
