@@ -854,11 +854,11 @@ pub(crate) async fn refuse_connection<S>(
 /// Refuses the peer's first link with `amqp:resource-limit-exceeded`, then closes the
 /// connection with the same error.
 ///
-/// Refusing the link rather than closing at `open` is what lets every SDK raise at once: the
-/// JavaScript SDK (rhea-promise) takes an `open` followed by a `close` as an open connection and
-/// then waits its whole operation timeout (60 s) for a session that never begins, retrying
-/// after, while a refused attach reaches it (and the Python SDK) as the condition, which
-/// neither retries.
+/// Refusing the link rather than closing at `open` is what lets the JavaScript SDK raise at
+/// once: it (rhea-promise) takes an `open` followed by a `close` as an open connection and then
+/// waits its whole operation timeout (60 s) for a session that never begins, retrying after,
+/// while a refused attach reaches it as the condition, which it does not retry. The Python SDK
+/// sees the `close` either way and raises after its producer's retries.
 struct Refuser {
     error: definitions::Error,
     /// The peer's `open` arrived (a `close` may be sent only after it).
