@@ -27,6 +27,8 @@
 //! | GET, DELETE | `/admin/v1/hubs/{hub}` | describe a hub with its partitions; delete it → 204 |
 //! | GET, POST | `/admin/v1/hubs/{hub}/consumergroups` | list the hub's (Event Hubs) consumer groups; create one: `{"name"}` → 201 |
 //! | DELETE | `/admin/v1/hubs/{hub}/consumergroups/{group}` | delete one → 204 |
+//! | GET | `/admin/v1/hubs/{hub}/consumergroups/{group}/partitions` | its processors' owners, checkpoints and lag (hub-hosted store) |
+//! | POST | `/admin/v1/hubs/{hub}/consumergroups/{group}/reset` | move its checkpoints: `{"type": "TRIM_HORIZON" \| "LATEST" \| "AT_TIME", "time"?}`; 409 while a processor of it runs |
 //! | GET | `/admin/v1/hubs/{hub}/groups` | list the server-side (OCI) groups: committed offsets, instances |
 //! | DELETE | `/admin/v1/hubs/{hub}/groups/{group}` | delete a server-side group → 204 |
 //!
