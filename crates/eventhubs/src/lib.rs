@@ -53,6 +53,7 @@ pub mod checkpoint_store;
 pub mod condition;
 pub mod connection_string;
 pub mod deliver;
+pub mod foreign;
 pub mod ingest;
 pub mod limits;
 pub mod message;

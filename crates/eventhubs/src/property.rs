@@ -61,7 +61,9 @@ pub fn widen(value: SimpleValue) -> PropertyValue {
         SimpleValue::Short(v) => PropertyValue::Int32(i32::from(v)),
         SimpleValue::Char(v) => PropertyValue::String(v.to_string()),
         SimpleValue::Symbol(v) => PropertyValue::String(v.0),
-        other => PropertyValue::Bytes(Bytes::from(serde_amqp::to_vec(&other).unwrap_or_default())),
+        other => PropertyValue::Bytes(Bytes::from(
+            crate::foreign::to_vec(&other).unwrap_or_default(),
+        )),
     }
 }
 

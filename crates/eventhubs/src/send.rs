@@ -513,19 +513,19 @@ pub(crate) mod serde_reference {
         let fail = |e: serde_amqp::Error| MessageError::Encode(e.to_string());
         let mut out = Vec::new();
         if let Some(header) = &message.header {
-            out.extend(serde_amqp::to_vec(header).map_err(fail)?);
+            out.extend(crate::foreign::to_vec(header).map_err(fail)?);
         }
         if let Some(annotations) = &message.message_annotations {
-            out.extend(serde_amqp::to_vec(annotations).map_err(fail)?);
+            out.extend(crate::foreign::to_vec(annotations).map_err(fail)?);
         }
         if let Some(properties) = &message.properties {
-            out.extend(serde_amqp::to_vec(properties).map_err(fail)?);
+            out.extend(crate::foreign::to_vec(properties).map_err(fail)?);
         }
         if let Some(application_properties) = &message.application_properties {
-            out.extend(serde_amqp::to_vec(application_properties).map_err(fail)?);
+            out.extend(crate::foreign::to_vec(application_properties).map_err(fail)?);
         }
         for data in message.body.iter() {
-            out.extend(serde_amqp::to_vec(data).map_err(fail)?);
+            out.extend(crate::foreign::to_vec(data).map_err(fail)?);
         }
         Ok(out)
     }

@@ -86,24 +86,24 @@ impl Kept {
                 .map_err(|e| MessageError::Encode(format!("a message section: {e}")))
         };
         if let Some(h) = &self.header {
-            put(serde_amqp::to_vec(h))?;
+            put(crate::foreign::to_vec(h))?;
         }
         if let Some(a) = &self.annotations {
-            put(serde_amqp::to_vec(a))?;
+            put(crate::foreign::check_annotations(&a.0).and_then(|()| crate::foreign::to_vec(a)))?;
         }
         if let Some(p) = &self.properties {
-            put(serde_amqp::to_vec(p))?;
+            put(crate::foreign::to_vec(p))?;
         }
         if !self.application_properties.is_empty() {
-            put(serde_amqp::to_vec(&ApplicationProperties(
+            put(crate::foreign::to_vec(&ApplicationProperties(
                 self.application_properties,
             )))?;
         }
         if let Some(b) = &self.body {
-            put(serde_amqp::to_vec(b))?;
+            put(crate::foreign::check_body(b).and_then(|()| crate::foreign::to_vec(b)))?;
         }
         if let Some(f) = &self.footer {
-            put(serde_amqp::to_vec(f))?;
+            put(crate::foreign::check_annotations(&f.0).and_then(|()| crate::foreign::to_vec(f)))?;
         }
         Ok((!out.is_empty()).then(|| Bytes::from(out)))
     }

@@ -108,7 +108,7 @@ pub(crate) fn decode_received(
         })
         .unwrap_or_default();
     let data = EventData {
-        body: body_bytes(message.body),
+        body: body_bytes(message.body)?,
         properties,
         partition_key,
         content_type,
@@ -133,12 +133,15 @@ fn message_id_text(id: MessageId) -> String {
     }
 }
 
-fn body_bytes(body: Body<Value>) -> Bytes {
-    match body {
+fn body_bytes(body: Body<Value>) -> Result<Bytes, MessageError> {
+    let encode = |e: serde_amqp::Error| MessageError::Encode(format!("the message's body: {e}"));
+    Ok(match body {
         Body::Data(sections) => {
             let mut sections: Vec<Data> = sections.into_inner();
             if sections.len() == 1 {
-                return Bytes::from(sections.pop().map(|d| d.0.into_vec()).unwrap_or_default());
+                return Ok(Bytes::from(
+                    sections.pop().map(|d| d.0.into_vec()).unwrap_or_default(),
+                ));
             }
             let mut out = Vec::new();
             for section in sections {
@@ -149,17 +152,25 @@ fn body_bytes(body: Body<Value>) -> Bytes {
         Body::Value(value) => match value.0 {
             Value::Binary(bytes) => Bytes::from(bytes.into_vec()),
             Value::String(text) => Bytes::from(text.into_bytes()),
-            other => Bytes::from(serde_amqp::to_vec(&other).unwrap_or_default()),
+            other => {
+                crate::foreign::check(&other).map_err(encode)?;
+                Bytes::from(crate::foreign::to_vec(&other).map_err(encode)?)
+            }
         },
         Body::Sequence(sequences) => {
             let mut out = Vec::new();
             for sequence in sequences.into_inner() {
-                out.extend(serde_amqp::to_vec(&sequence).unwrap_or_default());
+                sequence
+                    .0
+                    .iter()
+                    .try_for_each(crate::foreign::check)
+                    .map_err(encode)?;
+                out.extend(crate::foreign::to_vec(&sequence).map_err(encode)?);
             }
             Bytes::from(out)
         }
         Body::Empty => Bytes::new(),
-    }
+    })
 }
 
 /// The partition's last-enqueued event from a delivery's annotations (the runtime metric),
@@ -224,22 +235,38 @@ mod tests {
     #[test]
     fn bodies_of_every_kind_become_bytes() {
         use fe2o3_amqp_types::messaging::{AmqpSequence, AmqpValue};
-        assert_eq!(body_bytes(Body::Empty), Bytes::new());
+        let bytes = |body| body_bytes(body).unwrap();
+        assert_eq!(bytes(Body::Empty), Bytes::new());
         assert_eq!(
-            body_bytes(Body::Value(AmqpValue(Value::String("text".to_owned())))),
+            bytes(Body::Value(AmqpValue(Value::String("text".to_owned())))),
             Bytes::from_static(b"text")
         );
         assert_eq!(
-            body_bytes(Body::Data(Batch::from(vec![
+            bytes(Body::Data(Batch::from(vec![
                 Data(Binary::from(b"ab".to_vec())),
                 Data(Binary::from(b"cd".to_vec())),
             ]))),
             Bytes::from_static(b"abcd")
         );
-        let sequence = body_bytes(Body::Sequence(Batch::from(vec![AmqpSequence(vec![
+        let sequence = bytes(Body::Sequence(Batch::from(vec![AmqpSequence(vec![
             Value::Int(1),
         ])])));
         assert!(!sequence.is_empty());
+    }
+
+    /// A body the AMQP encoder cannot write again (a map with a timestamp key and a string
+    /// value) is an error, not a panic and not an empty body.
+    #[test]
+    fn a_body_that_cannot_be_encoded_again_is_an_error() {
+        use fe2o3_amqp_types::messaging::AmqpValue;
+        use fe2o3_amqp_types::primitives::{OrderedMap, Timestamp};
+        let mut map = OrderedMap::new();
+        map.insert(
+            Value::Timestamp(Timestamp::from_milliseconds(5)),
+            Value::String("x".into()),
+        );
+        let error = body_bytes(Body::Value(AmqpValue(Value::Map(map)))).unwrap_err();
+        assert!(matches!(error, MessageError::Encode(_)), "{error}");
     }
 
     #[test]
