@@ -34,17 +34,29 @@ pub const PORT_TLS: u16 = 5671;
 /// with `UseDevelopmentEmulator=true` so they speak plain TCP (no TLS). It holds the key: print
 /// it only where the key may be shown.
 pub fn emulator_connection_string(host: &str, port: u16, key_name: &str, key: &str) -> String {
+    let host = url_host(host);
     format!(
         "Endpoint=sb://{host}:{port};SharedAccessKeyName={key_name};SharedAccessKey={key};UseDevelopmentEmulator=true"
     )
+}
+
+/// A host as an endpoint URL writes it: an IPv6 literal in brackets (`[::1]`), so that a port
+/// after it reads as one.
+pub fn url_host(host: &str) -> std::borrow::Cow<'_, str> {
+    if host.contains(':') && !host.starts_with('[') {
+        std::borrow::Cow::Owned(format!("[{host}]"))
+    } else {
+        std::borrow::Cow::Borrowed(host)
+    }
 }
 
 /// The connection string the official SDKs take for the policy `key_name`/`key` on `host:port`
 /// over TLS (AMQPS), as Azure Event Hubs gives them; the port is left out when it is 5671, the
 /// SDKs' default. It holds the key: print it only where the key may be shown.
 pub fn tls_connection_string(host: &str, port: u16, key_name: &str, key: &str) -> String {
+    let host = url_host(host);
     let endpoint = if port == PORT_TLS {
-        host.to_owned()
+        host.into_owned()
     } else {
         format!("{host}:{port}")
     };
@@ -239,7 +251,7 @@ impl fmt::Debug for ConnectionString {
 /// The connection string with its secret replaced by `<redacted>`.
 impl fmt::Display for ConnectionString {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Endpoint={}://{}", self.scheme, self.host)?;
+        write!(f, "Endpoint={}://{}", self.scheme, url_host(&self.host))?;
         if let Some(port) = self.port {
             write!(f, ":{port}")?;
         }
@@ -505,6 +517,13 @@ mod tests {
         .unwrap();
         assert_eq!(cs.host(), "::1");
         assert_eq!(cs.port(), 6000);
+        // Written back (and made) with the brackets, so the port still reads as one.
+        let again = parse(&cs.to_string()).unwrap();
+        assert_eq!((again.host(), again.port()), ("::1", 6000));
+        let made = emulator_connection_string("::1", 6001, "k", KEY);
+        assert_eq!(parse(&made).unwrap().port(), 6001);
+        let made = tls_connection_string("::1", 5671, "k", KEY);
+        assert_eq!(parse(&made).unwrap().host(), "::1");
     }
 
     #[test]
