@@ -20,6 +20,8 @@ pub struct Sql {
     pub staging: String,
     /// `COPY` into the staging table.
     pub copy: String,
+    /// `COPY` straight into a history table (`None` for a compacted one).
+    pub copy_direct: Option<String>,
     /// Moves the staged rows into the tables.
     pub merges: Vec<String>,
     /// Creates the progress row if absent, locks it and returns its sequence number.
@@ -116,6 +118,8 @@ COMMIT;"
                 "CREATE TEMP TABLE IF NOT EXISTS tributary_staging ON COMMIT DELETE ROWS AS SELECT {list} FROM {table} WITH NO DATA"
             ),
             copy: format!("COPY tributary_staging ({list}) FROM STDIN (FORMAT binary)"),
+            copy_direct: (config.shape == Shape::History)
+                .then(|| format!("COPY {table} ({list}) FROM STDIN (FORMAT binary)")),
             merges,
             lock_progress: format!(
                 "INSERT INTO {progress} (task, table_name, source_hub, source_partition, sequence_number) \
