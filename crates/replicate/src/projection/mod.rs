@@ -28,13 +28,13 @@
 //! - A failed write (the database down, a lost connection) is retried with the task's backoff
 //!   without end, on a new connection; nothing of a failed transaction is kept.
 //!
-//! Rows travel by `COPY … FROM STDIN (FORMAT binary)`. A history table takes them straight:
+//! A history table takes a batch's rows by one `COPY … FROM STDIN (FORMAT binary)` straight:
 //! the locked progress row shuts out every other writer of the partition for this task and
 //! the rows after it are new, so nothing in the batch can already be there — unless another
 //! task projects the same source hub into the same table. Then the `COPY` fails on the
 //! primary key, nothing of the transaction stays, and the batch is written again the careful
-//! way, as a compacted table always is: `COPY` into a temporary staging table, then one
-//! `INSERT … SELECT … ON CONFLICT` into the table.
+//! way, as a compacted table always is: one `INSERT … SELECT … FROM unnest(…) … ON CONFLICT`
+//! with the batch's rows as one array parameter per column (binary, like the `COPY`).
 
 pub mod config;
 pub mod row;
@@ -53,7 +53,7 @@ use tributary_processor::store::describe_postgres_error;
 use crate::forward::{Outgoing, Poison, RetryPolicy};
 use config::{Keyless, ProjectionConfig, Shape};
 use row::{Cell, Origin};
-use sql::Sql;
+use sql::{Merge, Rows, Sql};
 
 /// A projection target of a running task.
 pub struct Projection {
@@ -304,10 +304,8 @@ impl Projection {
             _ if fresh.is_empty() => {}
             Some(copy) if direct => written = self.copy(&transaction, copy, &fresh).await?,
             _ => {
-                transaction.batch_execute(&self.sql.staging).await?;
-                self.copy(&transaction, &self.sql.copy, &fresh).await?;
                 for merge in &self.sql.merges {
-                    written += transaction.execute(merge, &[]).await?;
+                    written += self.merge(&transaction, merge, &fresh).await?;
                 }
             }
         }
@@ -327,6 +325,36 @@ impl Projection {
             .await?;
         transaction.commit().await?;
         Ok(usize::try_from(written).unwrap_or(usize::MAX))
+    }
+
+    /// Runs `merge` on the rows of `rows` it takes, one array parameter per column; returns
+    /// how many rows it wrote.
+    async fn merge(
+        &self,
+        transaction: &tokio_postgres::Transaction<'_>,
+        merge: &Merge,
+        rows: &[&Vec<Cell>],
+    ) -> Result<u64, tokio_postgres::Error> {
+        let taken: Vec<&Vec<Cell>> = rows
+            .iter()
+            .copied()
+            .filter(|cells| match merge.rows {
+                Rows::All => true,
+                Rows::Keyed => cells[row::KEY_COLUMN] != Cell::Null,
+                Rows::Keyless => cells[row::KEY_COLUMN] == Cell::Null,
+            })
+            .collect();
+        if taken.is_empty() {
+            return Ok(0);
+        }
+        let columns: Vec<Vec<&Cell>> = (0..self.column_types.len())
+            .map(|column| taken.iter().map(|cells| &cells[column]).collect())
+            .collect();
+        let params: Vec<&(dyn ToSql + Sync)> = columns
+            .iter()
+            .map(|column| column as &(dyn ToSql + Sync))
+            .collect();
+        transaction.execute(&merge.sql, &params).await
     }
 
     /// `COPY`s `rows` by `statement`; returns how many rows it took.
