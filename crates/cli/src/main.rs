@@ -72,7 +72,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Replicate(args) => {
             anyhow::ensure!(
                 global.alias.failover_options()?.is_none(),
-                "replicate takes its endpoints from the task file; --alias-file and --alias-srv do not apply to it"
+                "replicate takes its endpoints and their aliases from the task file (alias_file, alias_srv); --alias-file and --alias-srv do not apply to it"
             );
             replicate::run(args).await
         }

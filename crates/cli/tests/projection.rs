@@ -291,3 +291,72 @@ async fn a_replicator_killed_mid_batch_and_restarted_projects_every_event_exactl
     first.start_kill().unwrap();
     first.wait().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tasks_projecting_one_hub_into_one_history_table_write_each_event_once() {
+    let server = PostgresServer::shared();
+    let url = server.create_database("shared");
+    let dir = tempfile::tempdir().unwrap();
+    let hub = TestHub::start(&[("orders", PARTITIONS)]).await;
+    let tasks: Vec<_> = ["one", "two"]
+        .into_iter()
+        .map(|name| {
+            let task = dir.path().join(format!("{name}.toml"));
+            std::fs::write(
+                &task,
+                format!(
+                    "name = \"{name}\"\n[source]\nconnection_string = \"{}\"\nevent_hub = \"orders\"\nbatch_events_max = 25\n\
+                     [[target]]\nname = \"all\"\nkind = \"postgres\"\nurl = \"{url}\"\ntable = \"history\"\nshape = \"history\"\n{COMMON}",
+                    hub.connection_string
+                ),
+            )
+            .unwrap();
+            task
+        })
+        .collect();
+    let mut processes: Vec<_> = tasks.iter().map(|task| replicator(task, "only")).collect();
+    let mut sent: Vec<(String, i64)> = Vec::new();
+    for round in 0..50 {
+        let to = SendTarget::PartitionKey(format!("k{}", round % 7));
+        let events: Vec<EventData> = (0..4)
+            .map(|i| EventData::new(format!(r#"{{"round": {round}, "i": {i}}}"#)))
+            .collect();
+        let receipt = hub.broker.send("orders", to, events).await.unwrap();
+        for i in 0..4 {
+            sent.push((receipt.partition.to_string(), receipt.base_sequence + i));
+        }
+    }
+    sent.sort();
+    // Both tasks get to the end (the later writer of a batch meets the other's rows, and
+    // merges instead of copying), and the table holds each event once.
+    wait_for_rows(server, &url, "history", sent.len()).await;
+    let partitions: BTreeSet<&String> = sent.iter().map(|(p, _)| p).collect();
+    within(
+        "both tasks' progress to reach every partition's end",
+        async {
+            loop {
+                let done = rows(
+                server,
+                &url,
+                "SELECT task, source_partition, sequence_number FROM tributary_projection_progress",
+            )
+            .into_iter()
+            .filter(|row| {
+                let last = sent.iter().filter(|(p, _)| *p == row[1]).map(|(_, s)| *s).max();
+                last.is_some_and(|last| row[2] == last.to_string())
+            })
+            .count();
+                if done == 2 * partitions.len() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        },
+    )
+    .await;
+    assert_eq!(projected(server, &url, "history"), sent, "every event once");
+    for process in &mut processes {
+        process.start_kill().unwrap();
+        process.wait().await.unwrap();
+    }
+}

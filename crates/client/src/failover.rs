@@ -139,7 +139,9 @@ impl FailoverOptions {
         self
     }
 
-    pub(crate) fn check(&self) -> Result<(), ClientError> {
+    /// Checks the options as connecting would: a count of at least 1, a poll interval above
+    /// zero, a DNS name an SRV query can take.
+    pub fn check(&self) -> Result<(), ClientError> {
         let invalid = |what: &str| Err(ClientError::InvalidArgument(what.to_owned()));
         if self.failures_before_switch == 0 {
             return invalid("failover: failures_before_switch must be at least 1");

@@ -47,19 +47,14 @@ async fn fill(broker: &Broker, events: u64) {
     }
 }
 
-fn progress(url: &str, table: &str) -> i64 {
-    // Through psql: the bench needs no driver of its own.
-    let output = std::process::Command::new("psql")
-        .args(["-X", "-q", "-A", "-t", "-d", url, "-c"])
-        .arg(format!(
-            "SELECT coalesce(sum(sequence_number + 1), 0) FROM tributary_projection_progress WHERE table_name = 'public.{table}'"
-        ))
-        .output()
-        .expect("psql runs (install postgresql-client)");
-    String::from_utf8_lossy(&output.stdout)
-        .trim()
-        .parse()
-        .unwrap_or(0)
+/// How many events the table's progress covers, over every partition.
+async fn progress(database: &tokio_postgres::Client, table: &str) -> i64 {
+    let sql = "SELECT coalesce(sum(sequence_number + 1), 0)::bigint \
+               FROM tributary_projection_progress WHERE table_name = $1";
+    database
+        .query_one(sql, &[&format!("public.{table}")])
+        .await
+        .map_or(0, |row| row.get(0))
 }
 
 async fn run(dir: &std::path::Path, brokers: &Brokers, url: &str, shape: &str, events: u64) {
@@ -88,8 +83,12 @@ async fn run(dir: &std::path::Path, brokers: &Brokers, url: &str, shape: &str, e
     )
     .await
     .expect("the task starts");
+    let (database, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("the database answers");
+    tokio::spawn(connection);
     let total = i64::try_from(events).unwrap();
-    while progress(url, &table) < total {
+    while progress(&database, &table).await < total {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let elapsed = start.elapsed();

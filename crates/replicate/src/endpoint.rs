@@ -4,7 +4,9 @@
 //! A hub named by a data directory runs in this process; every endpoint on one directory
 //! shares one broker ([`Brokers`]), since a data directory is opened by one broker at a time. A
 //! hub named by a connection string is reached over AMQP (TLS unless the string says
-//! `UseDevelopmentEmulator=true`). Opening checks that the hub exists and the credentials
+//! `UseDevelopmentEmulator=true`), or, when the task file names an alias for it, wherever the
+//! alias says ([`tributary_client::failover`]: the client follows the alias, and switches on its
+//! change or on persistent errors). Opening checks that the hub exists and the credentials
 //! work, so a task with an unreachable endpoint fails before it reads anything.
 
 use std::collections::HashMap;
@@ -13,7 +15,7 @@ use std::sync::Arc;
 
 use tokio::sync::Mutex;
 use tributary_broker::{Broker, BrokerConfig, BrokerSource};
-use tributary_client::{ClientOptions, ProducerClient, RemoteHub};
+use tributary_client::{ClientOptions, FailoverOptions, ProducerClient, RemoteHub};
 use tributary_source::PartitionSource;
 
 use crate::limits::CONNECT_TIMEOUT;
@@ -84,12 +86,15 @@ fn canonical(dir: &Path) -> PathBuf {
     std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_owned())
 }
 
-fn client_options(ca_file: Option<&PathBuf>) -> ClientOptions {
-    let options = ClientOptions::default().with_application_id("tributary-replicate");
-    match ca_file {
-        Some(path) => options.with_trusted_certificates(path),
-        None => options,
+fn client_options(ca_file: Option<&PathBuf>, failover: Option<&FailoverOptions>) -> ClientOptions {
+    let mut options = ClientOptions::default().with_application_id("tributary-replicate");
+    if let Some(path) = ca_file {
+        options = options.with_trusted_certificates(path);
     }
+    if let Some(failover) = failover {
+        options = options.with_failover(failover.clone());
+    }
+    options
 }
 
 /// Runs `future` under the connect timeout, naming what it waited for.
@@ -138,13 +143,14 @@ pub async fn open_source(endpoint: &Endpoint, brokers: &Brokers) -> Result<Opene
         Connection::Remote {
             connection_string,
             ca_file,
+            failover,
         } => {
             let what = format!("event hub {hub:?}");
             timed(&what, async {
                 let remote = RemoteHub::connect_with_options(
                     connection_string,
                     Some(hub),
-                    client_options(ca_file.as_ref()),
+                    client_options(ca_file.as_ref(), failover.as_ref()),
                 )
                 .await
                 .map_err(|e| format!("cannot connect: {e}"))?;
@@ -181,12 +187,13 @@ pub async fn open_target(
         Connection::Remote {
             connection_string,
             ca_file,
+            failover,
         } => {
             let producer = timed(&format!("event hub {hub:?}"), async {
                 ProducerClient::connect_with_options(
                     connection_string,
                     Some(hub),
-                    client_options(ca_file.as_ref()),
+                    client_options(ca_file.as_ref(), failover.as_ref()),
                 )
                 .await
                 .map_err(|e| format!("cannot connect: {e}"))

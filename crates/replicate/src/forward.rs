@@ -65,6 +65,9 @@ pub struct Destination {
     pub batch_bytes_max: u64,
     /// Whether keyless events keep their source partition number.
     pub keep_partition: bool,
+    /// Whether an alias names the hub: it can move to another hub, whose sequence numbers
+    /// are not this one's, so the offset map records no syncs for it.
+    pub follows_alias: bool,
 }
 
 /// How failed sends are retried.

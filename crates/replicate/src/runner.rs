@@ -389,6 +389,13 @@ async fn destination(
         identity,
         batch_bytes_max,
         keep_partition,
+        follows_alias: matches!(
+            &endpoint.connection,
+            crate::task::Connection::Remote {
+                failover: Some(_),
+                ..
+            }
+        ),
     })
 }
 
@@ -540,7 +547,8 @@ impl EventProcessor for ReplicationProcessor {
             .routes
             .iter()
             .filter_map(|route| match &route.sink {
-                Sink::Hub(destination) => Some(destination),
+                Sink::Hub(destination) if !destination.follows_alias => Some(destination),
+                Sink::Hub(_) => None,
                 #[cfg(feature = "postgres")]
                 Sink::Table(_) => None,
             })

@@ -18,6 +18,14 @@
 //! name = "backup"
 //! connection_string_env = "BACKUP_CS"
 //! event_hub = "orders"
+//! alias_file = "backup.alias"          # any hub reached by connection string may name an alias:
+//!                                      # a file holding host[:port], or alias_srv = "NAME" (DNS
+//!                                      # SRV _azure_eventhub._amqp.NAME; dns_server = "IP:PORT");
+//!                                      # the key stays the connection string's. The task follows
+//!                                      # the alias when it changes, or after failover_failures
+//!                                      # (default 3) failed connections or failover_after
+//!                                      # (default "10s") without one. No offset-map syncs are
+//!                                      # taken for an aliased target (its hub may change)
 //! keep_partition = true                # keyless events keep their partition number (needs
 //!                                      # equal partition counts); keyed ones always go by key
 //! when = "user.kind = 'alarm'"         # a routing condition (default: every event); the
@@ -74,6 +82,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 use toml::Spanned;
+use tributary_client::FailoverOptions;
 use tributary_edit::{CompileContext, Condition, Step};
 use tributary_event::EventPosition;
 use tributary_event::names::{validate_consumer_group_name, validate_hub_name};
@@ -146,6 +155,16 @@ pub struct EndpointSpec {
     pub event_hub: Option<String>,
     /// A PEM file of certificates to trust for TLS (a development CA).
     pub ca_file: Option<PathBuf>,
+    /// A file naming the hub's active endpoint (`host[:port]`), followed when it changes.
+    pub alias_file: Option<PathBuf>,
+    /// A DNS SRV alias: the records `_azure_eventhub._amqp.<alias_srv>` name the endpoints.
+    pub alias_srv: Option<String>,
+    /// The DNS server `alias_srv` asks (`IP:PORT`; default the system's).
+    pub dns_server: Option<String>,
+    /// Consecutive failed connection attempts before the alias is resolved again.
+    pub failover_failures: Option<u32>,
+    /// How long without a working connection before the alias is resolved again.
+    pub failover_after: Option<Spanned<String>>,
     /// The consumer group (source only).
     pub consumer_group: Option<String>,
     /// Where partitions without a checkpoint start (source only).
@@ -251,6 +270,9 @@ pub enum Connection {
         connection_string: String,
         /// Certificates to trust.
         ca_file: Option<PathBuf>,
+        /// The alias naming where the hub is, when one does (its endpoint is then the
+        /// connection string's only in name).
+        failover: Option<FailoverOptions>,
     },
     /// In this process, on this data directory.
     Local {
@@ -641,6 +663,13 @@ impl Checker<'_> {
             ));
         }
         if let Some(dir) = &spec.data_dir {
+            if let Some(alias_key) = Self::alias_keys(spec).first() {
+                return Err(self.error(
+                    span,
+                    &format!("{key}.{alias_key}"),
+                    "a hub in this process (data_dir) is not reached through an alias; give a connection string",
+                ));
+            }
             if spec.ca_file.is_some() {
                 return Err(self.error(
                     span,
@@ -669,7 +698,86 @@ impl Checker<'_> {
         Ok(Connection::Remote {
             connection_string,
             ca_file: spec.ca_file.as_ref().map(|f| self.base_dir().join(f)),
+            failover: self.failover(spec, span, key)?,
         })
+    }
+
+    /// The alias keys `spec` sets.
+    fn alias_keys(spec: &EndpointSpec) -> Vec<&'static str> {
+        [
+            ("alias_file", spec.alias_file.is_some()),
+            ("alias_srv", spec.alias_srv.is_some()),
+            ("dns_server", spec.dns_server.is_some()),
+            ("failover_failures", spec.failover_failures.is_some()),
+            ("failover_after", spec.failover_after.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(key, set)| set.then_some(key))
+        .collect()
+    }
+
+    /// The alias of a hub reached by connection string, checked as connecting would check it;
+    /// an alias file must exist and name an endpoint already.
+    fn failover(
+        &self,
+        spec: &EndpointSpec,
+        span: Range<usize>,
+        key: &str,
+    ) -> Result<Option<FailoverOptions>, TaskError> {
+        let at = |name: &str, message: String| {
+            self.error(span.clone(), &format!("{key}.{name}"), message)
+        };
+        let options = match (&spec.alias_file, &spec.alias_srv) {
+            (Some(_), Some(_)) => {
+                return Err(at(
+                    "alias_srv",
+                    "give alias_file or alias_srv, not both".into(),
+                ));
+            }
+            (Some(file), None) => {
+                if spec.dns_server.is_some() {
+                    return Err(at("dns_server", "dns_server is for alias_srv".into()));
+                }
+                let path = self.base_dir().join(file);
+                tributary_client::failover::read_alias_file(&path)
+                    .map_err(|e| at("alias_file", e.to_string()))?;
+                FailoverOptions::file(path)
+            }
+            (None, Some(name)) => {
+                let server = match &spec.dns_server {
+                    Some(text) => Some(text.parse::<SocketAddr>().map_err(|e| {
+                        at(
+                            "dns_server",
+                            format!("{text:?} is not an address such as \"10.0.0.2:53\": {e}"),
+                        )
+                    })?),
+                    None => None,
+                };
+                FailoverOptions::srv(name, server)
+            }
+            (None, None) => {
+                return match Self::alias_keys(spec).first() {
+                    Some(other) => Err(at(other, "needs alias_file or alias_srv".into())),
+                    None => Ok(None),
+                };
+            }
+        };
+        let mut options = options;
+        if let Some(failures) = spec.failover_failures {
+            if failures == 0 {
+                return Err(at("failover_failures", "must be at least 1".into()));
+            }
+            options = options.with_failures_before_switch(failures);
+        }
+        let after_key = format!("{key}.failover_after");
+        if let Some(after) = self.duration(&spec.failover_after, &after_key)? {
+            options = options.with_unavailable_after(after);
+        }
+        // What is left to refuse is the SRV name.
+        options
+            .check()
+            .map_err(|e| at("alias_srv", e.to_string()))?;
+        Ok(Some(options))
     }
 
     fn source(&self, table: &Spanned<EndpointSpec>) -> Result<SourceConfig, TaskError> {
@@ -826,10 +934,12 @@ impl Checker<'_> {
             ("event_hub", spec.event_hub.is_some()),
             ("ca_file", spec.ca_file.is_some()),
         ];
+        let alias_keys = Self::alias_keys(spec);
         let misplaced = hub_keys
             .into_iter()
             .find(|(_, set)| *set)
             .map(|(k, _)| k)
+            .or_else(|| alias_keys.first().copied())
             .or_else(|| Self::misplaced(spec, &keys));
         if let Some(misplaced) = misplaced {
             return Err(self.error(

@@ -91,6 +91,21 @@ impl TestHub {
         }
     }
 
+    /// Another namespace with these event hubs that takes this one's keys, as the two hubs of a
+    /// failover pair share their authorization rules: one connection string's key works on
+    /// both (its endpoint decides, or an alias does).
+    pub async fn start_sharing_keys(&self, hubs: &[(&str, u32)]) -> TestHub {
+        let mut twin = TestHub::start(hubs).await;
+        twin.policies = self.policies.clone();
+        twin.root = self.root.clone();
+        twin.listen = self.listen.clone();
+        twin.send = self.send.clone();
+        twin.connection_string = twin.conn(&twin.root);
+        twin.stop_server().await;
+        twin.restart_server().await;
+        twin
+    }
+
     /// Also starts the HTTP door on 127.0.0.1:0 (HTTPS with `tls`, no request signatures),
     /// handing its AMQP-over-WebSockets connections to this hub's AMQP door, as `tributary
     /// serve` wires them.

@@ -39,13 +39,7 @@ const GROUP: &str = "processor";
 /// authorization rules, so the connection string's key works on both).
 async fn twin_hubs() -> (TestHub, TestHub) {
     let a = TestHub::start(&[(HUB, PARTITIONS)]).await;
-    let mut b = TestHub::start(&[(HUB, PARTITIONS)]).await;
-    b.policies = a.policies.clone();
-    b.root = a.root.clone();
-    b.listen = a.listen.clone();
-    b.send = a.send.clone();
-    b.stop_server().await;
-    b.restart_server().await;
+    let b = a.start_sharing_keys(&[(HUB, PARTITIONS)]).await;
     for hub in [&a, &b] {
         hub.broker
             .create_consumer_group(HUB, GROUP)

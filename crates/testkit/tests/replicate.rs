@@ -650,3 +650,192 @@ fn a_task_file_error_names_the_file_line_and_key() {
         assert!(error.contains(key), "{error}");
     }
 }
+
+/// A task file whose target `t` has `keys` (and no way to reach it yet).
+fn alias_task(keys: &str) -> String {
+    format!(
+        "name = \"x\"\n[source]\ndata_dir = \".\"\nevent_hub = \"o\"\n[[target]]\nname = \"t\"\nevent_hub = \"o\"\n{keys}\n"
+    )
+}
+
+/// [`alias_task`] with a connection string (its key is `v`) and `keys`.
+fn aliased_remote(keys: &str) -> String {
+    let cs = "Endpoint=sb://127.0.0.1:1/;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true";
+    alias_task(&format!("connection_string = \"{cs}\"\n{keys}"))
+}
+
+#[test]
+fn a_task_file_checks_its_aliases_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("aliases.toml");
+    std::fs::write(dir.path().join("good.alias"), "127.0.0.1:5672\n").unwrap();
+    let secret = "Endpoint=sb://x/;SharedAccessKey=k\n";
+    std::fs::write(dir.path().join("secret.alias"), secret).unwrap();
+    let remote = aliased_remote;
+    let t = "target \"t\"";
+    let cases = [
+        (
+            alias_task("data_dir = \".\"\nalias_file = \"good.alias\""),
+            "alias_file",
+            "give a connection string",
+        ),
+        (
+            remote("alias_file = \"missing.alias\""),
+            "alias_file",
+            "missing.alias",
+        ),
+        (
+            remote("alias_file = \"secret.alias\""),
+            "alias_file",
+            "looks like a connection string",
+        ),
+        (
+            remote("alias_file = \"good.alias\"\nalias_srv = \"eh.example.com\""),
+            "alias_srv",
+            "not both",
+        ),
+        (
+            remote("alias_srv = \"bad name\""),
+            "alias_srv",
+            "not a DNS name",
+        ),
+        (
+            remote("alias_srv = \"eh.example.com\"\ndns_server = \"nowhere\""),
+            "dns_server",
+            "not an address",
+        ),
+        (
+            remote("alias_file = \"good.alias\"\ndns_server = \"127.0.0.1:53\""),
+            "dns_server",
+            "for alias_srv",
+        ),
+        (
+            remote("alias_file = \"good.alias\"\nfailover_failures = 0"),
+            "failover_failures",
+            "at least 1",
+        ),
+        (
+            remote("alias_file = \"good.alias\"\nfailover_after = \"soon\""),
+            "failover_after",
+            "duration",
+        ),
+        (
+            remote("failover_failures = 2"),
+            "failover_failures",
+            "needs alias_file or alias_srv",
+        ),
+    ];
+    for (text, key, message) in cases {
+        std::fs::write(&file, &text).unwrap();
+        let error = TaskConfig::load(&file).expect_err(&text).to_string();
+        // The table's line, or the value's own for a value with a place (a duration).
+        let line = if key == "failover_after" { 10 } else { 5 };
+        assert!(
+            error.starts_with(&format!("{}:{line}: {t}.{key}: ", file.display())),
+            "{error}"
+        );
+        assert!(error.contains(message), "{error}");
+        assert!(!error.contains("SharedAccessKey="), "no secret: {error}");
+    }
+}
+
+#[test]
+fn a_task_file_alias_reaches_the_endpoint_with_its_thresholds() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("aliases.toml");
+    std::fs::write(dir.path().join("good.alias"), "127.0.0.1:5672\n").unwrap();
+    let keys = "alias_file = \"good.alias\"\nfailover_failures = 2\nfailover_after = \"3s\"";
+    std::fs::write(&file, aliased_remote(keys)).unwrap();
+    let config = TaskConfig::load(&file).unwrap();
+    let endpoint = match &config.targets[0].kind {
+        tributary_replicate::task::TargetKind::Hub { endpoint, .. } => endpoint,
+        // Only with the postgres feature is there another kind.
+        #[allow(unreachable_patterns)]
+        other => panic!("a hub target: {other:?}"),
+    };
+    let tributary_replicate::task::Connection::Remote {
+        failover: Some(failover),
+        ..
+    } = &endpoint.connection
+    else {
+        panic!("an aliased hub: {endpoint:?}");
+    };
+    let expected = tributary_client::FailoverOptions::file(dir.path().join("good.alias"))
+        .with_failures_before_switch(2)
+        .with_unavailable_after(Duration::from_secs(3));
+    assert_eq!(failover, &expected);
+}
+
+/// Every body `hub` holds.
+async fn all_bodies(hub: &TestHub, partitions: u32) -> BTreeSet<String> {
+    contents(hub, partitions)
+        .await
+        .into_values()
+        .flatten()
+        .map(|e| String::from_utf8_lossy(&e.data.body).into_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_follows_its_target_alias_file_from_one_hub_to_the_other_losing_nothing() {
+    use tributary_client::AliasEndpoint;
+    use tributary_client::failover::write_alias_file;
+    let dir = tempfile::tempdir().unwrap();
+    let source = TestHub::start(&[("orders", 4)]).await;
+    let b = TestHub::start(&[("orders", 4)]).await;
+    let c = b.start_sharing_keys(&[("orders", 4)]).await;
+    let alias = dir.path().join("backup.alias");
+    let at = |hub: &TestHub| AliasEndpoint::new("127.0.0.1", Some(hub.port()));
+    write_alias_file(&alias, &at(&b)).unwrap();
+    let config = copy_task(
+        dir.path(),
+        "aliased",
+        &source,
+        &b,
+        "alias_file = \"backup.alias\"\nfailover_failures = 1\nfailover_after = \"2s\"",
+    )
+    .await;
+    let replicator = Replicator::start(&config, StartOptions::default())
+        .await
+        .expect("starts");
+    let before = produce(&source, "before").await;
+    wait_for(&b, 4, before).await;
+
+    // Switch while events keep coming, until C has some; then one more round.
+    write_alias_file(&alias, &at(&c)).unwrap();
+    within("the task moving to C", async {
+        for round in 0.. {
+            produce(&source, &format!("during{round}")).await;
+            if !all_bodies(&c, 4).await.is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    produce(&source, "after").await;
+    let sent = all_bodies(&source, 4).await;
+    within("every event in B or C", async {
+        loop {
+            let mut landed = all_bodies(&b, 4).await;
+            landed.extend(all_bodies(&c, 4).await);
+            if landed.is_superset(&sent) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let on_c = all_bodies(&c, 4).await;
+    assert!(
+        on_c.iter().all(|body| !body.starts_with("before-")),
+        "C got only what was sent after the switch: {on_c:?}"
+    );
+    let after: BTreeSet<String> = sent
+        .iter()
+        .filter(|body| body.starts_with("after-"))
+        .cloned()
+        .collect();
+    assert!(on_c.is_superset(&after), "after the switch, C gets it all");
+    replicator.shutdown().await.expect("stops");
+}

@@ -28,8 +28,13 @@
 //! - A failed write (the database down, a lost connection) is retried with the task's backoff
 //!   without end, on a new connection; nothing of a failed transaction is kept.
 //!
-//! Writes go through `COPY … FROM STDIN (FORMAT binary)` into a temporary staging table, then
-//! one `INSERT … SELECT … ON CONFLICT` into the table.
+//! A history table takes a batch's rows by one `COPY … FROM STDIN (FORMAT binary)` straight:
+//! the locked progress row shuts out every other writer of the partition for this task and
+//! the rows after it are new, so nothing in the batch can already be there — unless another
+//! task projects the same source hub into the same table. Then the `COPY` fails on the
+//! primary key, nothing of the transaction stays, and the batch is written again the careful
+//! way, as a compacted table always is: one `INSERT … SELECT … FROM unnest(…) … ON CONFLICT`
+//! with the batch's rows as one array parameter per column (binary, like the `COPY`).
 
 pub mod config;
 pub mod row;
@@ -40,6 +45,7 @@ use std::pin::pin;
 use tokio::sync::Mutex;
 use tokio_postgres::Client;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 use tributary_edit::Position;
 use tributary_processor::store::describe_postgres_error;
@@ -47,7 +53,7 @@ use tributary_processor::store::describe_postgres_error;
 use crate::forward::{Outgoing, Poison, RetryPolicy};
 use config::{Keyless, ProjectionConfig, Shape};
 use row::{Cell, Origin};
-use sql::Sql;
+use sql::{Merge, Rows, Sql};
 
 /// A projection target of a running task.
 pub struct Projection {
@@ -69,6 +75,14 @@ impl std::fmt::Debug for Projection {
             .field("table", &self.config.table)
             .finish_non_exhaustive()
     }
+}
+
+/// A failed attempt to write a batch.
+struct Failure {
+    /// What went wrong, for the log.
+    message: String,
+    /// Whether a row of the batch was already in the table (a direct `COPY` met a duplicate).
+    duplicate: bool,
 }
 
 /// A failed database call, described.
@@ -165,17 +179,30 @@ impl Projection {
         let (rows, poison) = self.rows(partition, items);
         let mut pause = retry.backoff_min;
         let mut attempt: u64 = 0;
+        let mut direct = self.sql.copy_direct.is_some();
         loop {
-            match self.write_once(partition, &rows, last).await {
+            match self.write_once(partition, &rows, last, direct).await {
                 Ok(written) => return (written, poison),
-                Err(error) => {
+                Err(failure) if direct && failure.duplicate => {
+                    // Rows past the progress are already there: another writer (another task
+                    // from the same source hub) shares the table. Merge, skipping them.
+                    tracing::info!(
+                        target_name = %self.name,
+                        partition,
+                        error = %failure.message,
+                        "{} already holds some of the batch's rows; merging instead of copying",
+                        self.describe()
+                    );
+                    direct = false;
+                }
+                Err(failure) => {
                     attempt += 1;
                     tracing::warn!(
                         target_name = %self.name,
                         partition,
                         attempt,
                         retry_in_ms = pause.as_millis() as u64,
-                        %error,
+                        error = %failure.message,
                         "writing to {} failed; retrying",
                         self.describe()
                     );
@@ -231,20 +258,31 @@ impl Projection {
         partition: &str,
         rows: &[Vec<Cell>],
         last: Position,
-    ) -> Result<usize, String> {
-        let mut client = self.take().await?;
-        let result = self.transaction(&mut client, partition, rows, last).await;
+        direct: bool,
+    ) -> Result<usize, Failure> {
+        let mut client = self.take().await.map_err(|message| Failure {
+            message,
+            duplicate: false,
+        })?;
+        let result = self
+            .transaction(&mut client, partition, rows, last, direct)
+            .await;
         self.give_back(client).await;
-        result.map_err(|e| db(&e))
+        result.map_err(|e| Failure {
+            message: db(&e),
+            duplicate: e.code() == Some(&SqlState::UNIQUE_VIOLATION),
+        })
     }
 
-    /// The transaction: lock the progress, stage the rows after it, merge them, move it.
+    /// The transaction: lock the progress, write the rows after it — `direct`ly into a
+    /// history table, else staged and merged — and move it.
     async fn transaction(
         &self,
         client: &mut Client,
         partition: &str,
         rows: &[Vec<Cell>],
         last: Position,
+        direct: bool,
     ) -> Result<usize, tokio_postgres::Error> {
         let transaction = client.transaction().await?;
         let key: [&(dyn ToSql + Sync); 4] =
@@ -262,18 +300,13 @@ impl Projection {
             .filter(|cells| matches!(cells[2], Cell::Bigint(seq) if seq > done))
             .collect();
         let mut written = 0;
-        if !fresh.is_empty() {
-            transaction.batch_execute(&self.sql.staging).await?;
-            let sink = transaction.copy_in(&self.sql.copy).await?;
-            let mut writer = pin!(BinaryCopyInWriter::new(sink, &self.column_types));
-            for cells in &fresh {
-                let values: Vec<&(dyn ToSql + Sync)> =
-                    cells.iter().map(|c| c as &(dyn ToSql + Sync)).collect();
-                writer.as_mut().write(&values).await?;
-            }
-            writer.finish().await?;
-            for merge in &self.sql.merges {
-                written += transaction.execute(merge, &[]).await?;
+        match &self.sql.copy_direct {
+            _ if fresh.is_empty() => {}
+            Some(copy) if direct => written = self.copy(&transaction, copy, &fresh).await?,
+            _ => {
+                for merge in &self.sql.merges {
+                    written += self.merge(&transaction, merge, &fresh).await?;
+                }
             }
         }
         let offset = i64::try_from(last.offset).unwrap_or(i64::MAX);
@@ -292,5 +325,50 @@ impl Projection {
             .await?;
         transaction.commit().await?;
         Ok(usize::try_from(written).unwrap_or(usize::MAX))
+    }
+
+    /// Runs `merge` on the rows of `rows` it takes, one array parameter per column; returns
+    /// how many rows it wrote.
+    async fn merge(
+        &self,
+        transaction: &tokio_postgres::Transaction<'_>,
+        merge: &Merge,
+        rows: &[&Vec<Cell>],
+    ) -> Result<u64, tokio_postgres::Error> {
+        let taken: Vec<&Vec<Cell>> = rows
+            .iter()
+            .copied()
+            .filter(|cells| match merge.rows {
+                Rows::All => true,
+                Rows::Keyed => cells[row::KEY_COLUMN] != Cell::Null,
+                Rows::Keyless => cells[row::KEY_COLUMN] == Cell::Null,
+            })
+            .collect();
+        if taken.is_empty() {
+            return Ok(0);
+        }
+        let columns: Vec<Vec<&Cell>> = (0..self.column_types.len())
+            .map(|column| taken.iter().map(|cells| &cells[column]).collect())
+            .collect();
+        let params: Vec<&(dyn ToSql + Sync)> = columns
+            .iter()
+            .map(|column| column as &(dyn ToSql + Sync))
+            .collect();
+        transaction.execute(&merge.sql, &params).await
+    }
+
+    /// `COPY`s `rows` by `statement`; returns how many rows it took.
+    async fn copy(
+        &self,
+        transaction: &tokio_postgres::Transaction<'_>,
+        statement: &str,
+        rows: &[&Vec<Cell>],
+    ) -> Result<u64, tokio_postgres::Error> {
+        let sink = transaction.copy_in(statement).await?;
+        let mut writer = pin!(BinaryCopyInWriter::new(sink, &self.column_types));
+        for cells in rows {
+            writer.as_mut().write_raw(cells.iter()).await?;
+        }
+        writer.finish().await
     }
 }

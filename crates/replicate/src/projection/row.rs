@@ -86,6 +86,9 @@ impl ToSql for Cell {
     to_sql_checked!();
 }
 
+/// The index of `partition_key` among the fixed columns.
+pub const KEY_COLUMN: usize = 6;
+
 /// The SQL types of the fixed columns, in [`super::config::FIXED_COLUMNS`] order.
 pub const FIXED_TYPES: [Type; 10] = [
     Type::TEXT,

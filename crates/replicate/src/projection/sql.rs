@@ -7,6 +7,40 @@ use super::config::{ColumnType, FIXED_COLUMNS, Keyless, ProjectionConfig, Shape}
 /// The progress table, in the URL's schema.
 pub const PROGRESS_TABLE: &str = "tributary_projection_progress";
 
+/// The SQL types of the fixed columns, in [`FIXED_COLUMNS`] order.
+const FIXED_SQL_TYPES: [&str; 10] = [
+    "text",
+    "text",
+    "bigint",
+    "integer",
+    "bigint",
+    "timestamptz",
+    "text",
+    "jsonb",
+    "bytea",
+    "jsonb",
+];
+
+/// One merge statement, and which rows of a batch it takes.
+#[derive(Debug, Clone)]
+pub struct Merge {
+    /// `INSERT … SELECT … FROM unnest($1::text[], …)`: one array parameter per column.
+    pub sql: String,
+    /// The rows it is given.
+    pub rows: Rows,
+}
+
+/// Which rows of a batch a [`Merge`] takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rows {
+    /// Every row.
+    All,
+    /// The rows with a partition key.
+    Keyed,
+    /// The rows without one.
+    Keyless,
+}
+
 /// The statements of one projection target.
 #[derive(Debug, Clone)]
 pub struct Sql {
@@ -16,12 +50,10 @@ pub struct Sql {
     pub create: String,
     /// Selects every column the task writes from every table it writes (no rows).
     pub probe: String,
-    /// Creates the connection's staging table if absent.
-    pub staging: String,
-    /// `COPY` into the staging table.
-    pub copy: String,
-    /// Moves the staged rows into the tables.
-    pub merges: Vec<String>,
+    /// `COPY` straight into a history table (`None` for a compacted one).
+    pub copy_direct: Option<String>,
+    /// Merges rows, passed as one array per column, into the tables.
+    pub merges: Vec<Merge>,
     /// Creates the progress row if absent, locks it and returns its sequence number.
     pub lock_progress: String,
     /// Reads the progress.
@@ -112,10 +144,8 @@ COMMIT;"
             table: format!("{schema}.{}", config.table),
             create,
             probe,
-            staging: format!(
-                "CREATE TEMP TABLE IF NOT EXISTS tributary_staging ON COMMIT DELETE ROWS AS SELECT {list} FROM {table} WITH NO DATA"
-            ),
-            copy: format!("COPY tributary_staging ({list}) FROM STDIN (FORMAT binary)"),
+            copy_direct: (config.shape == Shape::History)
+                .then(|| format!("COPY {table} ({list}) FROM STDIN (FORMAT binary)")),
             merges,
             lock_progress: format!(
                 "INSERT INTO {progress} (task, table_name, source_hub, source_partition, sequence_number) \
@@ -130,21 +160,32 @@ COMMIT;"
         }
     }
 
-    /// The `INSERT … SELECT` statements that move staged rows into the tables.
+    /// The `INSERT … SELECT … FROM unnest(…)` statements that merge rows into the tables.
     fn merges(
         config: &ProjectionConfig,
         table: &str,
         keyless_table: &str,
         names: &[String],
-    ) -> Vec<String> {
+    ) -> Vec<Merge> {
         let list = names.join(", ");
+        let arrays: Vec<String> = FIXED_SQL_TYPES
+            .iter()
+            .map(|kind| (*kind).to_owned())
+            .chain(config.columns.iter().map(|c| c.kind.sql().to_owned()))
+            .enumerate()
+            .map(|(index, kind)| format!("${}::{kind}[]", index + 1))
+            .collect();
+        let source = format!("unnest({}) AS r({list})", arrays.join(", "));
         let history = |into: &str, filter: &str| {
             format!(
-                "INSERT INTO {into} ({list}) SELECT {list} FROM tributary_staging {filter} ON CONFLICT DO NOTHING"
+                "INSERT INTO {into} ({list}) SELECT {list} FROM {source} {filter} ON CONFLICT DO NOTHING"
             )
         };
         match (config.shape, config.keyless) {
-            (Shape::History, _) => vec![history(table, "")],
+            (Shape::History, _) => vec![Merge {
+                sql: history(table, ""),
+                rows: Rows::All,
+            }],
             (Shape::Compacted, keyless) => {
                 let updates: Vec<String> = names
                     .iter()
@@ -153,7 +194,7 @@ COMMIT;"
                     .collect();
                 let compacted = format!(
                     "INSERT INTO {table} AS t ({list}) \
-                     SELECT DISTINCT ON (partition_key) {list} FROM tributary_staging \
+                     SELECT DISTINCT ON (partition_key) {list} FROM {source} \
                      WHERE partition_key IS NOT NULL \
                      ORDER BY partition_key, sequence_number DESC, part DESC \
                      ON CONFLICT (partition_key) DO UPDATE SET {} \
@@ -163,10 +204,17 @@ COMMIT;"
                             AND t.enqueued_time < EXCLUDED.enqueued_time)",
                     updates.join(", ")
                 );
+                let compacted = Merge {
+                    sql: compacted,
+                    rows: Rows::Keyed,
+                };
                 match keyless {
                     Keyless::History => vec![
                         compacted,
-                        history(keyless_table, "WHERE partition_key IS NULL"),
+                        Merge {
+                            sql: history(keyless_table, "WHERE partition_key IS NULL"),
+                            rows: Rows::Keyless,
+                        },
                     ],
                     Keyless::Refuse => vec![compacted],
                 }
