@@ -51,7 +51,7 @@ pub use config::BrokerConfig;
 pub use error::{BrokerError, DisconnectReason, ReceiveError};
 pub use ownership_registry::{
     CheckpointRecord, OWNER_ID_BYTES_MAX, OWNER_RUNNING_WINDOW_MS, OwnershipClaim, OwnershipRecord,
-    ProcessorPartitionState,
+    PROCESSOR_HOST_RETENTION_MS, ProcessorHostRecord, ProcessorPartitionState,
 };
 pub use receiver::{DisconnectWatch, LastEnqueuedEvent, Receiver};
 pub use source::BrokerSource;

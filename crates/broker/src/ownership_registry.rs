@@ -11,6 +11,10 @@
 //!   never go back (the processor opens its receiver with the version as its epoch).
 //! - A checkpoint is fenced: it is written only if the fence's owner id is the partition's
 //!   current (non-empty) owner, else [`BrokerError::OwnershipLost`] and nothing changes.
+//! - A processor host may keep a liveness record ([`ProcessorHostRecord`]) per group, renewed
+//!   with every balancing cycle, which proves all its ownership records alive at once. Host
+//!   records live in memory only: after a restart every host's next renewal creates its record
+//!   again, and processors count any change of a record's version as a renewal.
 //! - Hub and group names compare case-insensitively; a claim or checkpoint for an unknown hub,
 //!   group or partition is refused. Deleting a hub or a consumer group deletes its records.
 //!
@@ -43,7 +47,22 @@ pub const OWNER_ID_BYTES_MAX: usize = 256;
 /// default, expiring after 5 s); a minute leaves room for slow intervals and long expirations.
 pub const OWNER_RUNNING_WINDOW_MS: i64 = 60_000;
 
+/// How long a host record is kept without a renewal: a live processor renews every balancing
+/// interval, so a record this old is a crashed host's (as the processor's own stores keep them).
+pub const PROCESSOR_HOST_RETENTION_MS: i64 = 24 * 60 * 60 * 1000;
+
 const FILE_VERSION: u32 = 1;
+
+/// A processor host's liveness record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessorHostRecord {
+    /// The host's owner id.
+    pub owner_id: String,
+    /// One more with every renewal, starting at 1.
+    pub version: i64,
+    /// When the broker last renewed it, ms since the Unix epoch (its clock).
+    pub last_modified_ms: i64,
+}
 
 /// Who owns one partition for one consumer group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,6 +125,9 @@ struct GroupRecords {
     version: u32,
     ownership: BTreeMap<String, OwnershipRecord>,
     checkpoints: BTreeMap<String, CheckpointRecord>,
+    /// Host records by owner id; in memory only (see the module docs).
+    #[serde(skip)]
+    hosts: BTreeMap<String, ProcessorHostRecord>,
 }
 
 /// Every group's records that were read or written since the broker opened, keyed by
@@ -197,6 +219,52 @@ impl Locked<'_> {
             .collect())
     }
 
+    /// Renews `owner`'s host record (forgetting records silent for
+    /// [`PROCESSOR_HOST_RETENTION_MS`]) and returns the group's ownership and host records.
+    pub(crate) fn renew_host(
+        &mut self,
+        hub: &Hub,
+        group: &str,
+        owner: &str,
+        now_ms: i64,
+    ) -> Result<(Vec<OwnershipRecord>, Vec<ProcessorHostRecord>), BrokerError> {
+        check_owner_id(owner)?;
+        if owner.is_empty() {
+            return Err(BrokerError::InvalidProcessorRecord(
+                "a host record needs an owner id".to_owned(),
+            ));
+        }
+        let records = self.records(hub, group)?;
+        records.hosts.retain(|_, host| {
+            now_ms.saturating_sub(host.last_modified_ms) < PROCESSOR_HOST_RETENTION_MS
+        });
+        let host = records
+            .hosts
+            .entry(owner.to_owned())
+            .or_insert_with(|| ProcessorHostRecord {
+                owner_id: owner.to_owned(),
+                version: 0,
+                last_modified_ms: now_ms,
+            });
+        host.version += 1;
+        host.last_modified_ms = now_ms;
+        Ok((
+            records.ownership.values().cloned().collect(),
+            records.hosts.values().cloned().collect(),
+        ))
+    }
+
+    /// Forgets `owner`'s host record.
+    pub(crate) fn remove_host(
+        &mut self,
+        hub: &Hub,
+        group: &str,
+        owner: &str,
+    ) -> Result<(), BrokerError> {
+        self.records(hub, group)?.hosts.remove(owner);
+        Ok(())
+    }
+
     /// Applies every claim that wins, writes the file, and returns the won records.
     pub(crate) fn claim(
         &mut self,
@@ -274,7 +342,8 @@ impl Locked<'_> {
     }
 
     /// Replaces every checkpoint of `group` with `checkpoints`, unless a partition has an owner
-    /// that claimed or renewed it within [`OWNER_RUNNING_WINDOW_MS`] of `now_ms`
+    /// that claimed or renewed it, or renewed its host record, within [`OWNER_RUNNING_WINDOW_MS`]
+    /// of `now_ms`
     /// ([`BrokerError::ProcessorGroupRunning`]: a running processor would carry on from its own
     /// position and overwrite the reset). Ownership records are kept, so versions never go back.
     pub(crate) fn reset_checkpoints(
@@ -286,10 +355,13 @@ impl Locked<'_> {
     ) -> Result<(), BrokerError> {
         let current = self.records(hub, group)?;
         let mut running: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        let recent = |modified_ms: i64| now_ms - modified_ms < OWNER_RUNNING_WINDOW_MS;
         for record in current.ownership.values() {
-            if !record.owner_id.is_empty()
-                && now_ms - record.last_modified_ms < OWNER_RUNNING_WINDOW_MS
-            {
+            let host_renewed = current
+                .hosts
+                .get(&record.owner_id)
+                .is_some_and(|host| recent(host.last_modified_ms));
+            if !record.owner_id.is_empty() && (recent(record.last_modified_ms) || host_renewed) {
                 running
                     .entry(&record.owner_id)
                     .or_default()
@@ -454,6 +526,36 @@ impl Broker {
         let now_ms = self.clock().now_ms();
         self.with_registry(hub, group, move |locked, hub, group| {
             locked.claim(hub, group, claims, now_ms)
+        })
+        .await
+    }
+
+    /// Renews processor host `owner`'s liveness record in `group` and returns the group's
+    /// ownership and host records (see the module docs).
+    pub async fn renew_processor_host(
+        &self,
+        hub: &str,
+        group: &str,
+        owner: &str,
+    ) -> Result<(Vec<OwnershipRecord>, Vec<ProcessorHostRecord>), BrokerError> {
+        let now_ms = self.clock().now_ms();
+        let owner = owner.to_owned();
+        self.with_registry(hub, group, move |locked, hub, group| {
+            locked.renew_host(hub, group, &owner, now_ms)
+        })
+        .await
+    }
+
+    /// Forgets processor host `owner`'s liveness record in `group`.
+    pub async fn remove_processor_host(
+        &self,
+        hub: &str,
+        group: &str,
+        owner: &str,
+    ) -> Result<(), BrokerError> {
+        let owner = owner.to_owned();
+        self.with_registry(hub, group, move |locked, hub, group| {
+            locked.remove_host(hub, group, &owner)
         })
         .await
     }

@@ -345,3 +345,62 @@ async fn a_processor_group_resets_to_earliest_latest_or_a_time() {
         .unwrap();
     assert_eq!(sequences(stored), by_time);
 }
+
+/// Host records: a renewal lists the group's ownership and hosts, versions grow, a removed
+/// host is gone; a host renewing its record keeps its group "running" for a reset although its
+/// ownership records stand still.
+#[tokio::test]
+async fn host_records_are_renewed_listed_and_keep_a_group_running() {
+    use tributary_event::EventPosition::Earliest;
+    let (_dir, broker, clock) = readings().await;
+    broker
+        .claim_ownership("readings", "$Default", vec![claim("0", "host-a", None)])
+        .await
+        .unwrap();
+    let (ownership, hosts) = broker
+        .renew_processor_host("readings", "$Default", "host-a")
+        .await
+        .unwrap();
+    assert_eq!(ownership.len(), 1);
+    assert_eq!(hosts[0].owner_id, "host-a");
+    assert_eq!(hosts[0].version, 1);
+    clock.advance_ms(tributary_broker::OWNER_RUNNING_WINDOW_MS);
+    // The claim is a minute old, but the host renewed its record just now.
+    let (_, hosts) = broker
+        .renew_processor_host("readings", "$DEFAULT", "host-a")
+        .await
+        .unwrap();
+    assert_eq!(hosts[0].version, 2);
+    let refused = broker.reset_processor_group("readings", "$Default", &Earliest);
+    assert!(matches!(
+        refused.await,
+        Err(BrokerError::ProcessorGroupRunning { .. })
+    ));
+    broker
+        .remove_processor_host("readings", "$Default", "host-a")
+        .await
+        .unwrap();
+    let (_, hosts) = broker
+        .renew_processor_host("readings", "$Default", "host-b")
+        .await
+        .unwrap();
+    assert_eq!(hosts.len(), 1);
+    assert_eq!(hosts[0].owner_id, "host-b");
+    let reset = broker.reset_processor_group("readings", "$Default", &Earliest);
+    assert_eq!(sequences(reset.await.unwrap()).len(), 2);
+    // Silent for the retention: forgotten by the next renewal of anyone.
+    clock.advance_ms(tributary_broker::PROCESSOR_HOST_RETENTION_MS);
+    let (_, hosts) = broker
+        .renew_processor_host("readings", "$Default", "host-c")
+        .await
+        .unwrap();
+    assert_eq!(hosts.len(), 1);
+    assert_eq!(hosts[0].owner_id, "host-c");
+    let unknown = broker
+        .renew_processor_host("readings", "nope", "host-a")
+        .await;
+    assert!(matches!(
+        unknown,
+        Err(BrokerError::ConsumerGroupNotFound { .. })
+    ));
+}

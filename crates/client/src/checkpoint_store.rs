@@ -5,8 +5,8 @@
 //! (`tributary_eventhubs::checkpoint_store`) over the AMQP connection the processor already
 //! reads through — so a processor of a Tributary hub needs no storage account and no store flag.
 //! It implements `tributary_processor::store::CheckpointStore` with that trait's semantics
-//! (conditional claims, growing versions, fenced checkpoints); the hub enforces them, in one
-//! place, for every processor of the group.
+//! (conditional claims, growing versions, fenced checkpoints, host records); the hub enforces
+//! them, in one place, for every processor of the group.
 //!
 //! The store talks to whichever hub a call names, over the connection of a [`ConsumerClient`]
 //! for that hub: the one it was made with, or one it opens with the same credentials. The
@@ -30,7 +30,8 @@ use tributary_eventhubs::checkpoint_store::{
 use tributary_eventhubs::names::checkpoint_store as n;
 use tributary_eventhubs::names::management as m;
 use tributary_processor::store::{
-    Checkpoint, CheckpointStore, Ownership, OwnershipFence, StoreError,
+    Checkpoint, CheckpointStore, HostRecord, Ownership, OwnershipFence, OwnershipListing,
+    StoreError,
 };
 
 use crate::connection::Connector;
@@ -229,6 +230,59 @@ impl CheckpointStore for HubCheckpointStore {
             .into_iter()
             .map(|e| ownership_of(fully_qualified_namespace, event_hub_name, consumer_group, e))
             .collect())
+    }
+
+    fn keeps_host_records(&self) -> bool {
+        true
+    }
+
+    async fn renew_host(
+        &self,
+        fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+        owner_id: &str,
+    ) -> Result<OwnershipListing, StoreError> {
+        const OPERATION: &str = "renewing the host record";
+        if owner_id.is_empty() {
+            return Err(invalid("host record", "the owner id is empty"));
+        }
+        let request = StoreRequest::RenewHost {
+            owner_id: owner_id.to_owned(),
+        };
+        let call = scope_call(event_hub_name, consumer_group, request);
+        let response = self.call(OPERATION, &call).await?;
+        let (ownership, hosts) =
+            wire::decode_listing(&response.body).map_err(|e| protocol(OPERATION, &e))?;
+        let scope = (fully_qualified_namespace, event_hub_name, consumer_group);
+        Ok(OwnershipListing {
+            ownership: ownership
+                .into_iter()
+                .map(|e| ownership_of(scope.0, scope.1, scope.2, e))
+                .collect(),
+            hosts: hosts
+                .into_iter()
+                .map(|h| HostRecord {
+                    owner_id: h.owner_id,
+                    version: h.version,
+                    last_modified_time_ms: h.last_modified_ms,
+                })
+                .collect(),
+        })
+    }
+
+    async fn remove_host(
+        &self,
+        _fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+        owner_id: &str,
+    ) -> Result<(), StoreError> {
+        let request = StoreRequest::RemoveHost {
+            owner_id: owner_id.to_owned(),
+        };
+        let call = scope_call(event_hub_name, consumer_group, request);
+        self.call("removing the host record", &call).await.map(drop)
     }
 
     async fn claim_ownership(&self, claims: Vec<Ownership>) -> Result<Vec<Ownership>, StoreError> {

@@ -10,8 +10,10 @@
 //! and, for the lists and claims, an `amqp-value` list of records.
 //!
 //! Records are maps with string keys: `partition-id`, `owner-id`, `etag` (string or null),
-//! `version` (long), `last-modified` (timestamp) for ownership; `partition-id`, `offset` (ulong
-//! or null), `sequence-number` (long or null) for checkpoints. [`StoreCall`] and the
+//! `version` (long), `last-modified` (timestamp) for ownership; `owner-id`, `version`,
+//! `last-modified` for a processor host's liveness record; `partition-id`, `offset` (ulong
+//! or null), `sequence-number` (long or null) for checkpoints. A host renewal (its owner id in
+//! `com.tributary:owner-id`) is answered with a map: `ownership` and `hosts`, each a list. [`StoreCall`] and the
 //! `encode_*`/`decode_*` functions here are the one encoder and decoder both the server
 //! (`tributary-amqp`) and the client (`tributary-client`) use.
 //!
@@ -50,6 +52,17 @@ pub struct OwnershipEntry {
     pub last_modified_ms: i64,
 }
 
+/// A processor host's liveness record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostEntry {
+    /// The host's owner id.
+    pub owner_id: String,
+    /// Grows with every renewal.
+    pub version: i64,
+    /// When the hub last renewed it, ms since the Unix epoch.
+    pub last_modified_ms: i64,
+}
+
 /// A checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckpointEntry {
@@ -77,6 +90,16 @@ pub enum StoreRequest {
         /// The owner the partition's record must show.
         fence_owner_id: String,
     },
+    /// Renew this host's liveness record; answer the ownership and host records.
+    RenewHost {
+        /// The host.
+        owner_id: String,
+    },
+    /// Forget this host's liveness record.
+    RemoveHost {
+        /// The host.
+        owner_id: String,
+    },
 }
 
 /// One request to the hub-hosted store: which hub and group, and what.
@@ -97,6 +120,8 @@ pub fn is_store_operation(operation: &str) -> bool {
         n::CLAIM_OWNERSHIP,
         n::LIST_CHECKPOINTS,
         n::UPDATE_CHECKPOINT,
+        n::RENEW_HOST,
+        n::REMOVE_HOST,
     ]
     .contains(&operation)
 }
@@ -113,6 +138,8 @@ impl StoreCall {
             StoreRequest::ClaimOwnership(_) => n::CLAIM_OWNERSHIP,
             StoreRequest::ListCheckpoints => n::LIST_CHECKPOINTS,
             StoreRequest::UpdateCheckpoint { .. } => n::UPDATE_CHECKPOINT,
+            StoreRequest::RenewHost { .. } => n::RENEW_HOST,
+            StoreRequest::RemoveHost { .. } => n::REMOVE_HOST,
         };
         let mut properties = ApplicationProperties::default();
         let mut put = |key: &str, value: &str| {
@@ -134,6 +161,10 @@ impl StoreCall {
             } => {
                 put(n::FENCE_OWNER_ID, fence_owner_id);
                 Body::Value(AmqpValue(checkpoint_map(checkpoint)))
+            }
+            StoreRequest::RenewHost { owner_id } | StoreRequest::RemoveHost { owner_id } => {
+                put(n::FENCE_OWNER_ID, owner_id);
+                Body::Value(AmqpValue(Value::Null))
             }
         };
         (properties, body)
@@ -163,21 +194,25 @@ fn decode_call(operation: &str, request: &AmqpMessage) -> Result<StoreCall, Mess
         Body::Value(AmqpValue(value)) => Some(value),
         _ => None,
     };
+    let owner_id = |what: &str| {
+        property(request, n::FENCE_OWNER_ID)
+            .map(str::to_owned)
+            .ok_or_else(|| malformed(format!("{what} names no owner (`{}`)", n::FENCE_OWNER_ID)))
+    };
     let request = match operation {
         n::LIST_OWNERSHIP => StoreRequest::ListOwnership,
         n::LIST_CHECKPOINTS => StoreRequest::ListCheckpoints,
         n::CLAIM_OWNERSHIP => StoreRequest::ClaimOwnership(decode_ownership_value(
             body.ok_or_else(|| malformed("a claim needs an amqp-value list of claims"))?,
         )?),
+        n::RENEW_HOST => StoreRequest::RenewHost {
+            owner_id: owner_id("a host renewal")?,
+        },
+        n::REMOVE_HOST => StoreRequest::RemoveHost {
+            owner_id: owner_id("a host removal")?,
+        },
         _ => {
-            let fence_owner_id = property(request, n::FENCE_OWNER_ID)
-                .ok_or_else(|| {
-                    malformed(format!(
-                        "a checkpoint names no owner (`{}`)",
-                        n::FENCE_OWNER_ID
-                    ))
-                })?
-                .to_owned();
+            let fence_owner_id = owner_id("a checkpoint")?;
             let map = match body {
                 Some(Value::Map(map)) => map,
                 _ => return Err(malformed("a checkpoint must be an amqp-value map")),
@@ -232,6 +267,69 @@ pub fn encode_ownership(entries: &[OwnershipEntry]) -> Body<Value> {
         })
         .collect();
     Body::Value(AmqpValue(Value::List(list)))
+}
+
+fn ownership_list(entries: &[OwnershipEntry]) -> Value {
+    let Body::Value(AmqpValue(list)) = encode_ownership(entries) else {
+        unreachable!("ownership records are an amqp-value")
+    };
+    list
+}
+
+/// A host renewal's answer: the group's ownership and host records.
+pub fn encode_listing(ownership: &[OwnershipEntry], hosts: &[HostEntry]) -> Body<Value> {
+    let hosts = hosts
+        .iter()
+        .map(|host| {
+            let mut map = OrderedMap::new();
+            map.insert(key(n::OWNER_ID), Value::String(host.owner_id.clone()));
+            map.insert(key(n::VERSION), Value::Long(host.version));
+            map.insert(
+                key(n::LAST_MODIFIED),
+                Value::Timestamp(Timestamp::from_milliseconds(host.last_modified_ms)),
+            );
+            Value::Map(map)
+        })
+        .collect();
+    let mut listing = OrderedMap::new();
+    listing.insert(key(n::OWNERSHIP), ownership_list(ownership));
+    listing.insert(key(n::HOSTS), Value::List(hosts));
+    Body::Value(AmqpValue(Value::Map(listing)))
+}
+
+/// The ownership and host records of a host renewal's answer.
+pub fn decode_listing(
+    body: &Body<Value>,
+) -> Result<(Vec<OwnershipEntry>, Vec<HostEntry>), MessageError> {
+    let Body::Value(AmqpValue(Value::Map(map))) = body else {
+        return Err(malformed(
+            "a host renewal's answer must be an amqp-value map",
+        ));
+    };
+    let fields = Fields(map);
+    let ownership = decode_ownership_value(
+        fields
+            .get(n::OWNERSHIP)
+            .ok_or_else(|| Fields::bad(n::OWNERSHIP, "missing"))?,
+    )?;
+    let hosts = fields
+        .get(n::HOSTS)
+        .ok_or_else(|| Fields::bad(n::HOSTS, "missing"))?;
+    let hosts = records(hosts, "host records")?
+        .iter()
+        .map(|record| {
+            let Value::Map(map) = record else {
+                return Err(malformed("a host record must be a map"));
+            };
+            let fields = Fields(map);
+            Ok(HostEntry {
+                owner_id: fields.string(n::OWNER_ID)?,
+                version: fields.optional_long(n::VERSION)?.unwrap_or(0),
+                last_modified_ms: fields.optional_time(n::LAST_MODIFIED)?.unwrap_or(0),
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((ownership, hosts))
 }
 
 fn checkpoint_map(entry: &CheckpointEntry) -> Value {
@@ -420,6 +518,12 @@ mod tests {
                 checkpoint,
                 fence_owner_id: "host-a".into(),
             },
+            StoreRequest::RenewHost {
+                owner_id: "host-a".into(),
+            },
+            StoreRequest::RemoveHost {
+                owner_id: "host-b".into(),
+            },
         ] {
             let call = StoreCall {
                 hub: "Orders".into(),
@@ -437,7 +541,10 @@ mod tests {
     #[test]
     fn answers_decode_back_and_other_operations_are_not_ours() {
         let records = vec![ownership("0", Some("x")), ownership("1", Some("y"))];
-        assert_eq!(decode_ownership(&encode_ownership(&records)), Ok(records));
+        assert_eq!(
+            decode_ownership(&encode_ownership(&records)),
+            Ok(records.clone())
+        );
         let checkpoints = vec![CheckpointEntry {
             partition_id: "0".into(),
             offset: None,
@@ -447,6 +554,16 @@ mod tests {
             decode_checkpoints(&encode_checkpoints(&checkpoints)),
             Ok(checkpoints)
         );
+        let hosts = vec![HostEntry {
+            owner_id: "host-a".into(),
+            version: 3,
+            last_modified_ms: 1_700_000_000_000,
+        }];
+        assert_eq!(
+            decode_listing(&encode_listing(&records, &hosts)),
+            Ok((records.clone(), hosts))
+        );
+        assert!(decode_listing(&encode_ownership(&records)).is_err());
         let mut read = empty_message();
         let mut properties = ApplicationProperties::default();
         properties

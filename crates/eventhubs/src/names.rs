@@ -126,10 +126,21 @@ pub mod checkpoint_store {
     pub const LIST_CHECKPOINTS: &str = "com.tributary:list-checkpoints";
     /// Operation: a checkpoint, fenced by its owner id.
     pub const UPDATE_CHECKPOINT: &str = "com.tributary:update-checkpoint";
+    /// Operation: renew a processor host's liveness record; answers the group's ownership and
+    /// host records.
+    pub const RENEW_HOST: &str = "com.tributary:renew-host";
+    /// Operation: forget a processor host's liveness record.
+    pub const REMOVE_HOST: &str = "com.tributary:remove-host";
     /// Request property: the consumer group (the hub is [`super::management::NAME`]).
     pub const CONSUMER_GROUP: &str = "com.tributary:consumer-group";
-    /// Request property of an update: the owner id the partition's record must show.
+    /// Request property: of an update, the owner id the partition's record must show; of a
+    /// host renewal or removal, the host's owner id.
     pub const FENCE_OWNER_ID: &str = "com.tributary:owner-id";
+    /// Listing key: the ownership records (list).
+    pub const OWNERSHIP: &str = "ownership";
+    /// Listing key: the host records (list of maps with `owner-id`, `version`,
+    /// `last-modified`).
+    pub const HOSTS: &str = "hosts";
     /// Response property on every answer to these operations (int, the protocol's version,
     /// 1): what tells a hub that hosts checkpoints from one that refused an unknown operation.
     pub const STORE_VERSION: &str = "com.tributary:checkpoint-store";

@@ -13,6 +13,10 @@
 //!   `last_modified_time_ms` values from other machines are never compared (clock skew between
 //!   hosts cannot make a live owner look dead). A record seen for the first time counts as just
 //!   changed, so a new host waits a full expiration before declaring anyone dead.
+//! - **Host records prove a whole host alive.** Where the store keeps [`HostRecord`]s, a record
+//!   is expired only when its owner's host record has not moved for the expiration either: the
+//!   host renews one record per cycle, not one per partition. An owner without a host record
+//!   (or whose record the store forgot) is judged by its ownership records alone.
 //! - **Free partitions** have no record, were relinquished (owner `""`), or are expired.
 //! - **Active owners** own at least one unexpired record; this host is always one. With `P`
 //!   partitions and `N` active owners every owner should hold `⌊P/N⌋` or `⌈P/N⌉`, and at most
@@ -35,24 +39,27 @@
 //!   ever stolen.
 //! - **Renew what is mine.** Every record this host owns is re-claimed with its current etag each
 //!   cycle; that bumps its version, which is how other hosts see this one is alive. In steady
-//!   state renewals are the only claims.
+//!   state renewals are the only claims. (A host whose store keeps host records sends only the
+//!   renewals of records it does not hold as listed; its host record proves the rest.)
 //! - **Spread the contention.** Hosts rank candidate partitions by a hash of (host, partition)
 //!   (rendezvous hashing), so hosts starting together reach for different partitions first and
 //!   few claims collide.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::options::LoadBalancingStrategy;
-use crate::store::Ownership;
+use crate::store::{HostRecord, Ownership};
 
-/// Per partition, when this host last saw its ownership version change.
+/// Per partition, and per host record, when this host last saw its version change.
 #[derive(Debug, Clone)]
 pub struct ExpiryTracker {
     expiration: Duration,
     seen: HashMap<String, SeenVersion>,
+    /// By owner id: the host records of the last listing.
+    hosts: HashMap<String, SeenVersion>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -68,34 +75,50 @@ impl ExpiryTracker {
         ExpiryTracker {
             expiration,
             seen: HashMap::new(),
+            hosts: HashMap::new(),
         }
     }
 
     /// Records the versions in `records` as seen at `now`.
     pub fn observe(&mut self, records: &[Ownership], now: Instant) {
         for record in records {
-            let seen = self
-                .seen
-                .entry(record.partition_id.clone())
-                .or_insert(SeenVersion {
-                    version: record.version,
-                    changed_at: now,
-                });
-            if seen.version != record.version {
-                seen.version = record.version;
-                seen.changed_at = now;
-            }
-            assert!(seen.changed_at <= now, "the caller's clock went backwards");
+            see(&mut self.seen, &record.partition_id, record.version, now);
         }
     }
 
-    /// Whether the record of `partition_id` has kept one version for the whole expiration.
-    /// A partition never observed is not expired (it has no record to expire).
-    pub fn is_expired(&self, partition_id: &str, now: Instant) -> bool {
-        self.seen
-            .get(partition_id)
-            .is_some_and(|seen| now.saturating_duration_since(seen.changed_at) >= self.expiration)
+    /// Records the versions of the host records of a listing as seen at `now`, and forgets
+    /// hosts the listing no longer has.
+    pub fn observe_hosts(&mut self, hosts: &[HostRecord], now: Instant) {
+        let listed: HashSet<&str> = hosts.iter().map(|host| host.owner_id.as_str()).collect();
+        self.hosts
+            .retain(|owner_id, _| listed.contains(owner_id.as_str()));
+        for host in hosts {
+            see(&mut self.hosts, &host.owner_id, host.version, now);
+        }
     }
+
+    /// Whether the record of `partition_id`, owned by `owner_id`, is expired: it has kept one
+    /// version for the whole expiration, and so has its owner's host record, if there is one.
+    /// A partition never observed is not expired (it has no record to expire).
+    pub fn is_expired(&self, partition_id: &str, owner_id: &str, now: Instant) -> bool {
+        let still =
+            |seen: &SeenVersion| now.saturating_duration_since(seen.changed_at) >= self.expiration;
+        self.seen.get(partition_id).is_some_and(still) && self.hosts.get(owner_id).is_none_or(still)
+    }
+}
+
+/// Notes `version` for `key` as seen at `now`: a new key or a changed version counts as just
+/// changed.
+fn see(seen: &mut HashMap<String, SeenVersion>, key: &str, version: i64, now: Instant) {
+    let entry = seen.entry(key.to_owned()).or_insert(SeenVersion {
+        version,
+        changed_at: now,
+    });
+    if entry.version != version {
+        entry.version = version;
+        entry.changed_at = now;
+    }
+    assert!(entry.changed_at <= now, "the caller's clock went backwards");
 }
 
 /// What the balancer looks at.
@@ -103,6 +126,8 @@ impl ExpiryTracker {
 pub struct BalanceInput<'a> {
     /// Every ownership record of the consumer group on the hub.
     pub records: &'a [Ownership],
+    /// Every host record of the consumer group (empty where the store keeps none).
+    pub hosts: &'a [HostRecord],
     /// This host's owner id (never empty).
     pub my_owner_id: &'a str,
     /// The hub's partition ids.
@@ -161,7 +186,8 @@ struct Landscape<'a> {
 
 /// The claims this host should make now: renewals of everything it owns, then whatever it takes.
 ///
-/// Updates `tracker` with the versions in `input.records` as seen at `now` first.
+/// Updates `tracker` with the versions in `input.records` and `input.hosts` as seen at `now`
+/// first.
 pub fn plan_claims(
     input: &BalanceInput<'_>,
     tracker: &mut ExpiryTracker,
@@ -169,6 +195,7 @@ pub fn plan_claims(
 ) -> Vec<Claim> {
     assert!(!input.my_owner_id.is_empty());
     tracker.observe(input.records, now);
+    tracker.observe_hosts(input.hosts, now);
     let mut landscape = survey(input, tracker, now);
     let mut claims: Vec<Claim> = landscape
         .mine
@@ -281,7 +308,7 @@ fn survey<'a>(input: &BalanceInput<'a>, tracker: &ExpiryTracker, now: Instant) -
                 .free
                 .push(free(record.etag.clone(), ClaimReason::Relinquished)),
             Some(record) if record.owner_id == input.my_owner_id => landscape.mine.push(record),
-            Some(record) if tracker.is_expired(partition_id, now) => {
+            Some(record) if tracker.is_expired(partition_id, &record.owner_id, now) => {
                 landscape.free.push(free(
                     record.etag.clone(),
                     ClaimReason::Expired {

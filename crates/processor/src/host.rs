@@ -6,9 +6,10 @@
 //!
 //! The coordinator owns all of the host's state: the ownership records it holds, the expiry
 //! tracker, and one pump task per owned partition (in a `JoinSet`, so aborting the coordinator
-//! aborts every pump). Every balancing interval — the first one at once — it lists ownership,
-//! asks [`plan_claims`] what to claim, sends renewals and acquisitions in one
-//! `claim_ownership` call, then:
+//! aborts every pump). Every balancing interval — the first one at once — it lists ownership
+//! (renewing its host record in the same call where the store keeps host records), asks
+//! [`plan_claims`] what to claim, sends renewals (only of records it does not hold as listed,
+//! where its host record proves it alive) and acquisitions in one `claim_ownership` call, then:
 //! - stops the pump of every partition it no longer owns (stolen, or its renewal lost a race),
 //!   closing it with [`CloseReason::OwnershipLost`];
 //! - starts a pump for every owned partition without one, at the checkpoint (offset exclusive,
@@ -304,28 +305,44 @@ impl Coordinator {
     async fn run_cycle(&mut self) {
         let now = Instant::now();
         self.refresh_partition_ids(now).await;
+        let host_records = self.store.keeps_host_records();
+        let operation = if host_records {
+            "renewing the host record"
+        } else {
+            "listing ownership"
+        };
         let listed = self
             .store_call(
-                "listing ownership",
-                self.store.list_ownership(
+                operation,
+                self.store.renew_host(
                     &self.scope.fully_qualified_namespace,
                     &self.scope.event_hub_name,
                     &self.scope.consumer_group,
+                    &self.options.host_name,
                 ),
             )
             .await;
-        let Some(records) = listed else {
+        let Some(listing) = listed else {
             self.fence_if_renewal_expired(Instant::now());
             return;
         };
-        self.drop_partitions_owned_by_others(&records);
+        if host_records {
+            self.last_renewed_at = now;
+        }
+        self.drop_partitions_owned_by_others(&listing.ownership);
         let input = BalanceInput {
-            records: &records,
+            records: &listing.ownership,
+            hosts: &listing.hosts,
             my_owner_id: &self.options.host_name,
             partition_ids: &self.partition_ids,
             strategy: self.options.load_balancing_strategy,
         };
-        let claims = plan_claims(&input, &mut self.tracker, now);
+        let mut claims = plan_claims(&input, &mut self.tracker, now);
+        if host_records {
+            // The host record just renewed proves this host alive; a record it holds exactly
+            // as listed needs no claim of its own.
+            claims.retain(|claim| !self.holds_as_listed(claim));
+        }
         let requests: Vec<Ownership> = claims.iter().map(|c| self.claim_request(c)).collect();
         let claimed = if requests.is_empty() {
             Some(Vec::new())
@@ -341,6 +358,15 @@ impl Coordinator {
         self.apply_claim_results(&claims, won);
         self.start_missing_pumps().await;
         self.publish_owned();
+    }
+
+    /// Whether `claim` renews a record this host holds with the listed etag.
+    fn holds_as_listed(&self, claim: &Claim) -> bool {
+        claim.is_renewal()
+            && self
+                .owned
+                .get(&claim.partition_id)
+                .is_some_and(|held| held.etag == claim.etag)
     }
 
     async fn refresh_partition_ids(&mut self, now: Instant) {
@@ -703,12 +729,37 @@ impl Coordinator {
                     timeout_ms: u64::try_from(self.store_timeout().as_millis()).unwrap_or(u64::MAX),
                 }),
             };
+        let result = match result {
+            Ok(()) => self.remove_host_record().await,
+            Err(error) => Err(error),
+        };
         if let Err(error) = &result {
             self.report(error.clone());
         }
         self.owned.clear();
         self.publish_owned();
         result
+    }
+
+    /// Forgets this host's host record, once its partitions are relinquished.
+    async fn remove_host_record(&self) -> Result<(), HostError> {
+        if !self.store.keeps_host_records() {
+            return Ok(());
+        }
+        let removal = self.store.remove_host(
+            &self.scope.fully_qualified_namespace,
+            &self.scope.event_hub_name,
+            &self.scope.consumer_group,
+            &self.options.host_name,
+        );
+        match tokio::time::timeout(self.store_timeout(), removal).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(HostError::Store(error)),
+            Err(_) => Err(HostError::StoreTimeout {
+                operation: "removing the host record",
+                timeout_ms: u64::try_from(self.store_timeout().as_millis()).unwrap_or(u64::MAX),
+            }),
+        }
     }
 }
 

@@ -138,7 +138,8 @@ pub use store::SqliteCheckpointStore;
 #[cfg(feature = "blob")]
 pub use store::{BlobCheckpointStore, BlobCredential};
 pub use store::{
-    Checkpoint, CheckpointStore, InMemoryCheckpointStore, Ownership, OwnershipFence, StoreError,
+    Checkpoint, CheckpointStore, HostRecord, InMemoryCheckpointStore, Ownership, OwnershipFence,
+    OwnershipListing, StoreError,
 };
 pub use tributary_source::{
     LastEnqueuedEventProperties, PartitionReceiver, PartitionSource, ReceiverOptions, SourceError,

@@ -24,6 +24,13 @@ pub const HOST_NAME_CHARS_MAX: usize = 256;
 /// (azure-sdk-for-rust#3851 shipped with expiration < interval).
 pub const EXPIRATION_INTERVALS_MIN: u32 = 3;
 
+/// How long a store keeps the host record of a host it has not heard from. A live host renews
+/// its record every balancing interval; a record this old belongs to a host that crashed (a
+/// host stopping gracefully removes its own), kept meanwhile only so the listing shows it.
+/// Forgetting a live host's record would be safe anyway (its partitions would then be judged by
+/// their own versions, and receiver epochs fence whoever loses them).
+pub const HOST_RECORD_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// The shortest balancing interval accepted. Every host lists and claims once per interval;
 /// below 50 ms a store shared by a few hosts spends its time on renewals.
 pub const LOAD_BALANCING_INTERVAL_MIN: Duration = Duration::from_millis(50);

@@ -16,6 +16,10 @@
 //! 4. the spread converges to ⌊P/N⌋ or ⌈P/N⌉ per host, every partition owned;
 //! 5. once converged, no ownership changes.
 //!
+//! Even seeds run with host records (hosts prove they are alive with one record each, as with
+//! the SQLite, PostgreSQL and hub-hosted stores); odd seeds without (every owned partition is
+//! renewed, as with the Azure Blob store).
+//!
 //! A failure names its seed. `TRIBUTARY_SIM_SEED=<n>` replays one seed;
 //! `TRIBUTARY_SIM_SEEDS=<count>` runs more (the default is 24).
 
@@ -26,7 +30,9 @@ use std::time::Duration;
 use tokio::time::sleep;
 use tributary_broker::{Broker, BrokerConfig, BrokerSource, Durability, HubSpec, SendTarget};
 use tributary_event::{EventData, ManualClock, ReceivedEvent};
-use tributary_processor::store::{Checkpoint, Ownership, OwnershipFence, StoreError};
+use tributary_processor::store::{
+    Checkpoint, Ownership, OwnershipFence, OwnershipListing, StoreError,
+};
 use tributary_processor::{
     CheckpointStore, CloseReason, EventProcessor, EventProcessorHost, InMemoryCheckpointStore,
     PartitionContext, ProcessorOptions, RunningHost,
@@ -108,6 +114,8 @@ impl Drop for Processing {
 struct FaultyStore {
     inner: Arc<InMemoryCheckpointStore>,
     down_until: Mutex<Option<tokio::time::Instant>>,
+    /// Whether the store offers host records to the host.
+    host_records: bool,
 }
 
 impl FaultyStore {
@@ -161,6 +169,40 @@ impl CheckpointStore for FaultyStore {
     ) -> Result<(), StoreError> {
         self.check("updating a checkpoint")?;
         self.inner.update_checkpoint(checkpoint, fence).await
+    }
+
+    fn keeps_host_records(&self) -> bool {
+        self.host_records
+    }
+
+    async fn renew_host(
+        &self,
+        ns: &str,
+        hub: &str,
+        group: &str,
+        owner_id: &str,
+    ) -> Result<OwnershipListing, StoreError> {
+        self.check("renewing the host record")?;
+        if self.host_records {
+            self.inner.renew_host(ns, hub, group, owner_id).await
+        } else {
+            let ownership = self.inner.list_ownership(ns, hub, group).await?;
+            Ok(OwnershipListing {
+                ownership,
+                hosts: Vec::new(),
+            })
+        }
+    }
+
+    async fn remove_host(
+        &self,
+        ns: &str,
+        hub: &str,
+        group: &str,
+        owner_id: &str,
+    ) -> Result<(), StoreError> {
+        self.check("removing the host record")?;
+        self.inner.remove_host(ns, hub, group, owner_id).await
     }
 }
 
@@ -254,6 +296,7 @@ struct Sim {
     next_host: u32,
     produced: BTreeMap<u32, i64>,
     partitions: u32,
+    host_records: bool,
 }
 
 impl Sim {
@@ -288,6 +331,7 @@ impl Sim {
         let store = Arc::new(FaultyStore {
             inner: self.store.clone(),
             down_until: Mutex::new(None),
+            host_records: self.host_records,
         });
         let shared: Arc<dyn CheckpointStore> = store.clone();
         let host = EventProcessorHost::builder(source, shared, factory)
@@ -370,6 +414,7 @@ async fn run(seed: u64) -> Result<(), String> {
         next_host: 0,
         produced: BTreeMap::new(),
         partitions,
+        host_records: seed.is_multiple_of(2),
     };
     let initial = 1 + sim.rng.below(3);
     for _ in 0..initial {

@@ -1,14 +1,18 @@
-//! Blob store requests per partition per minute in steady state, side by side on one Azurite
-//! container over the same minutes: the official Python processor with its default timing
-//! (30 s balancing interval, ownership expiring after 180 s) and Tributary hosts with the same
-//! ownership expiration, at the longest interval our options allow (a third of it) and at our
-//! usual ratio (a tenth of it).
+//! Checkpoint store requests per partition per minute in steady state, side by side over the
+//! same minutes: the official Python processor on an Azurite container with its default timing
+//! (30 s balancing interval, ownership expiring after 180 s), and Tributary hosts with the same
+//! ownership expiration — so the same failover time — on each of our stores: the Azure Blob
+//! store on the same container (at the longest interval our options allow, a third of the
+//! expiration, and at our usual ratio, a tenth), and the stores that keep host records (the
+//! hub-hosted store, PostgreSQL, SQLite) at Python's 30 s interval.
 //!
 //! Each processor owns a 16-partition hub of its own (one consumer group each, so none balances
 //! with another) and sees no events: the requests are ownership listing and renewal only.
 //! Python's requests are counted in Azurite's debug log (one line per request, with the
-//! client's user agent); ours by `BlobCheckpointStore::requests_sent`. Counting starts once
-//! every processor owns its 16 partitions.
+//! client's user agent); our blob store's by `BlobCheckpointStore::requests_sent`; the other
+//! stores' by a `CountingStore` around them (every store call is one request: one AMQP
+//! request, one SQL statement, one SQLite transaction). Counting starts once every processor
+//! owns its 16 partitions.
 //!
 //! Run with `cargo bench -p tributary-testkit --bench store_requests` (or, as a debug build,
 //! `cargo test -p tributary-testkit --bench store_requests -- --bench`: the counts do not depend
@@ -18,37 +22,83 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tributary_client::RemoteHub;
+use tributary_client::{HubCheckpointStore, RemoteHub};
+use tributary_processor::store::open_url;
 use tributary_processor::{
-    BlobCheckpointStore, EventProcessorHost, ProcessorOptions, RunningHost, processor_fn,
+    BlobCheckpointStore, CheckpointStore, EventProcessorHost, ProcessorOptions, RunningHost,
+    processor_fn,
 };
-use tributary_testkit::{Azurite, OfficialProcessor, Sdk, TestHub};
+use tributary_testkit::{Azurite, CountingStore, OfficialProcessor, PostgresServer, Sdk, TestHub};
 
 const PARTITIONS: u32 = 16;
 const CONTAINER: &str = "store-requests";
 /// The official processors' default ownership expiration: 6 × the 30 s interval.
 const EXPIRATION: Duration = Duration::from_secs(180);
+/// The official processors' default balancing interval.
+const PYTHON_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Counts one Tributary host's store requests.
+enum Requests {
+    Blob(Arc<BlobCheckpointStore>),
+    Counted(Arc<CountingStore>),
+}
+
+impl Requests {
+    fn sent(&self) -> u64 {
+        match self {
+            Requests::Blob(store) => store.requests_sent(),
+            Requests::Counted(store) => store.calls().total(),
+        }
+    }
+}
 
 /// A Tributary host on its own hub, with its own store (so its requests are its own).
 struct Ours {
     label: String,
-    store: Arc<BlobCheckpointStore>,
+    requests: Requests,
     host: RunningHost,
 }
 
-async fn start_ours(hub: &TestHub, azurite: &Azurite, name: &str, interval: Duration) -> Ours {
+/// Which store a host of ours uses.
+enum StoreKind<'a> {
+    Blob(&'a Azurite),
+    Hub,
+    Url(String),
+}
+
+async fn start_ours(hub: &TestHub, kind: StoreKind<'_>, name: &str, interval: Duration) -> Ours {
     let remote = Arc::new(
         RemoteHub::connect(&hub.connection_string, name)
             .await
             .unwrap(),
     );
-    let store = Arc::new(
-        BlobCheckpointStore::from_connection_string(&azurite.connection_string(), CONTAINER)
-            .await
-            .unwrap(),
-    );
+    let (store, requests, store_name): (Arc<dyn CheckpointStore>, Requests, &str) = match kind {
+        StoreKind::Blob(azurite) => {
+            let store = Arc::new(
+                BlobCheckpointStore::from_connection_string(
+                    &azurite.connection_string(),
+                    CONTAINER,
+                )
+                .await
+                .unwrap(),
+            );
+            (store.clone(), Requests::Blob(store), "Azure Blob (Azurite)")
+        }
+        StoreKind::Hub => counted(
+            Arc::new(HubCheckpointStore::new(remote.consumer())),
+            "hub-hosted",
+        ),
+        StoreKind::Url(url) => {
+            let name = if url.starts_with("postgres") {
+                "PostgreSQL"
+            } else {
+                "SQLite"
+            };
+            counted(open_url(&url).await.unwrap(), name)
+        }
+    };
     let factory = processor_fn(|_, _| async {});
-    let host = EventProcessorHost::builder(remote, store.clone(), factory)
+    let host = EventProcessorHost::builder(remote, store, factory)
         .options(ProcessorOptions {
             host_name: name.to_owned(),
             load_balancing_interval: interval,
@@ -60,10 +110,20 @@ async fn start_ours(hub: &TestHub, azurite: &Azurite, name: &str, interval: Dura
         .start()
         .expect("in a runtime");
     Ours {
-        label: format!("Tributary, interval {interval:?}, expiration {EXPIRATION:?}"),
-        store,
+        label: format!(
+            "Tributary, {store_name} store, interval {interval:?}, expiration {EXPIRATION:?}"
+        ),
+        requests,
         host,
     }
+}
+
+fn counted(
+    store: Arc<dyn CheckpointStore>,
+    name: &str,
+) -> (Arc<dyn CheckpointStore>, Requests, &str) {
+    let counting = Arc::new(CountingStore::new(store));
+    (counting.clone(), Requests::Counted(counting), name)
 }
 
 /// Requests in Azurite's debug log whose user agent is the Python SDK's.
@@ -80,11 +140,37 @@ fn per_partition_per_minute(requests: u64, elapsed: Duration) -> f64 {
     requests as f64 / f64::from(PARTITIONS) / (elapsed.as_secs_f64() / 60.0)
 }
 
+/// Our hosts: two on the blob store beside Python, one on each store with host records.
+/// The SQLite store's file goes into `dir`.
+async fn start_all_ours(hub: &TestHub, azurite: &Azurite, dir: &std::path::Path) -> Vec<Ours> {
+    let postgres_url = PostgresServer::shared().create_database("store_requests");
+    let sqlite_url = dir.join("store.db").display().to_string();
+    let kinds = [
+        (StoreKind::Blob(azurite), "third", EXPIRATION / 3),
+        (StoreKind::Blob(azurite), "tenth", EXPIRATION / 10),
+        (StoreKind::Hub, "hub-store", PYTHON_INTERVAL),
+        (
+            StoreKind::Url(postgres_url),
+            "postgres-store",
+            PYTHON_INTERVAL,
+        ),
+        (StoreKind::Url(sqlite_url), "sqlite-store", PYTHON_INTERVAL),
+    ];
+    let mut ours = Vec::new();
+    for (kind, name, interval) in kinds {
+        ours.push(start_ours(hub, kind, name, interval).await);
+    }
+    ours
+}
+
 async fn measure(minutes: u64) {
     let hubs = [
         ("python", PARTITIONS),
         ("third", PARTITIONS),
         ("tenth", PARTITIONS),
+        ("hub-store", PARTITIONS),
+        ("postgres-store", PARTITIONS),
+        ("sqlite-store", PARTITIONS),
     ];
     let hub = TestHub::start(&hubs).await;
     let log_dir = tempfile::tempdir().unwrap();
@@ -101,10 +187,7 @@ async fn measure(minutes: u64) {
         }),
     );
     python.ready().await;
-    let ours = [
-        start_ours(&hub, &azurite, "third", EXPIRATION / 3).await,
-        start_ours(&hub, &azurite, "tenth", EXPIRATION / 10).await,
-    ];
+    let ours = start_all_ours(&hub, &azurite, log_dir.path()).await;
     python
         .until("Python owning its 16 partitions", |seen| {
             seen.owned.len() == PARTITIONS as usize
@@ -118,7 +201,7 @@ async fn measure(minutes: u64) {
     }
     let started = Instant::now();
     let python_before = python_requests(&log);
-    let ours_before: Vec<u64> = ours.iter().map(|o| o.store.requests_sent()).collect();
+    let ours_before: Vec<u64> = ours.iter().map(|o| o.requests.sent()).collect();
     tokio::time::sleep(Duration::from_secs(60 * minutes)).await;
     let elapsed = started.elapsed();
     let python_rate = per_partition_per_minute(python_requests(&log) - python_before, elapsed);
@@ -130,7 +213,7 @@ async fn measure(minutes: u64) {
          {python_rate:.2} requests per partition per minute"
     );
     for (o, before) in ours.iter().zip(ours_before) {
-        let rate = per_partition_per_minute(o.store.requests_sent() - before, elapsed);
+        let rate = per_partition_per_minute(o.requests.sent() - before, elapsed);
         let share = rate / python_rate;
         println!(
             "{}: {rate:.2} requests per partition per minute ({share:.2} of Python's)",

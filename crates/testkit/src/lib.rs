@@ -1,6 +1,7 @@
 //! The integration-test harness: what the tests of several crates share, in one place.
 //!
 //! - [`azurite`]: Azurite's blob service on a free port, for the blob checkpoint store tests.
+//! - [`counting_store`]: a checkpoint store wrapper counting a processor's store calls.
 //! - [`hub`]: a real hub on a free port — a broker on a temporary directory and its AMQP front
 //!   door (AMQPS when given a certificate) with root, listen-only and send-only policies.
 //! - [`sdk`]: running the official SDKs' scenario scripts (Python `azure-eventhub`, JavaScript
@@ -17,6 +18,7 @@
 //! Nothing here is published; a missing SDK fails a test, it never skips it.
 
 pub mod azurite;
+pub mod counting_store;
 pub mod hub;
 pub mod oci;
 pub mod official;
@@ -24,6 +26,7 @@ pub mod postgres;
 pub mod sdk;
 
 pub use azurite::Azurite;
+pub use counting_store::{CountingStore, StoreCalls};
 pub use hub::{TestHub, within};
 pub use official::{OfficialProcessor, OfficialSeen, Sdk};
 pub use postgres::PostgresServer;

@@ -9,7 +9,7 @@ use tributary_processor::store::{CheckpointStore, StoreError, conformance};
 use tributary_testkit::TestHub;
 
 /// Every hub the conformance checks use (each 4 partitions), and the groups beyond `$Default`.
-const HUBS: [&str; 12] = [
+const HUBS: [&str; 14] = [
     "first-claim",
     "second-first-claim",
     "etag-claims",
@@ -22,6 +22,8 @@ const HUBS: [&str; 12] = [
     "invalid",
     "versions",
     "race",
+    "hosts",
+    "other-hub",
 ];
 
 async fn hub() -> TestHub {

@@ -1,6 +1,6 @@
 //! The hub-hosted checkpoint store's `$management` operations (list and claim ownership, list
-//! and update checkpoints; `tributary_eventhubs::checkpoint_store`), answered from the broker's
-//! ownership registry.
+//! and update checkpoints, renew and remove host records; `tributary_eventhubs::checkpoint_store`),
+//! answered from the broker's ownership registry.
 //!
 //! Every operation needs Listen (or Manage) on the hub: ownership and checkpoints are a
 //! receiver's business, as with Event Hubs' roles, where a processor runs with the Data
@@ -14,10 +14,12 @@ use std::pin::Pin;
 
 use fe2o3_amqp_types::messaging::{AmqpValue, Body};
 use fe2o3_amqp_types::primitives::{SimpleValue, Value};
-use tributary_broker::{BrokerError, CheckpointRecord, OwnershipClaim, OwnershipRecord};
+use tributary_broker::{
+    Broker, BrokerError, CheckpointRecord, OwnershipClaim, OwnershipRecord, ProcessorHostRecord,
+};
 use tributary_eventhubs::MessageError;
 use tributary_eventhubs::checkpoint_store::{
-    self as store, CheckpointEntry, OwnershipEntry, StoreCall, StoreRequest,
+    self as store, CheckpointEntry, HostEntry, OwnershipEntry, StoreCall, StoreRequest,
 };
 use tributary_eventhubs::message::AmqpMessage;
 use tributary_eventhubs::names::checkpoint_store as n;
@@ -53,63 +55,73 @@ pub(crate) fn answer(
     let broker = connection.ctx.broker.clone();
     let request = request.clone();
     Err(Box::pin(async move {
-        let (hub, group) = (&call.hub, &call.consumer_group);
-        let done = match call.request {
-            StoreRequest::ListOwnership => broker
-                .list_ownership(hub, group)
-                .await
-                .map(|records| ownership_body(&records)),
-            StoreRequest::ListCheckpoints => {
-                broker.list_checkpoints(hub, group).await.map(|records| {
-                    let entries: Vec<CheckpointEntry> = records
-                        .into_iter()
-                        .map(|c| CheckpointEntry {
-                            partition_id: c.partition_id,
-                            offset: c.offset,
-                            sequence_number: c.sequence_number,
-                        })
-                        .collect();
-                    store::encode_checkpoints(&entries)
-                })
-            }
-            StoreRequest::ClaimOwnership(claims) => {
-                let claims = claims
-                    .into_iter()
-                    .map(|c| OwnershipClaim {
-                        partition_id: c.partition_id,
-                        owner_id: c.owner_id,
-                        etag: c.etag,
-                    })
-                    .collect();
-                broker
-                    .claim_ownership(hub, group, claims)
-                    .await
-                    .map(|records| ownership_body(&records))
-            }
-            StoreRequest::UpdateCheckpoint {
-                checkpoint,
-                fence_owner_id,
-            } => {
-                let record = CheckpointRecord {
-                    partition_id: checkpoint.partition_id,
-                    offset: checkpoint.offset,
-                    sequence_number: checkpoint.sequence_number,
-                };
-                broker
-                    .update_checkpoint(hub, group, record, &fence_owner_id)
-                    .await
-                    .map(|()| Body::Value(AmqpValue(Value::Null)))
-            }
-        };
-        marked(match done {
+        marked(match perform(&broker, call).await {
             Ok(body) => response(&request, 200, "OK", body),
             Err(e) => refused(&request, &e),
         })
     }))
 }
 
-fn ownership_body(records: &[OwnershipRecord]) -> Body<Value> {
-    let entries: Vec<OwnershipEntry> = records
+/// Carries out one store call on the broker; the answer's body.
+async fn perform(broker: &Broker, call: StoreCall) -> Result<Body<Value>, BrokerError> {
+    let (hub, group) = (&call.hub, &call.consumer_group);
+    match call.request {
+        StoreRequest::ListOwnership => broker
+            .list_ownership(hub, group)
+            .await
+            .map(|records| ownership_body(&records)),
+        StoreRequest::ListCheckpoints => broker.list_checkpoints(hub, group).await.map(|records| {
+            let entries: Vec<CheckpointEntry> = records
+                .into_iter()
+                .map(|c| CheckpointEntry {
+                    partition_id: c.partition_id,
+                    offset: c.offset,
+                    sequence_number: c.sequence_number,
+                })
+                .collect();
+            store::encode_checkpoints(&entries)
+        }),
+        StoreRequest::ClaimOwnership(claims) => {
+            let claims = claims
+                .into_iter()
+                .map(|c| OwnershipClaim {
+                    partition_id: c.partition_id,
+                    owner_id: c.owner_id,
+                    etag: c.etag,
+                })
+                .collect();
+            broker
+                .claim_ownership(hub, group, claims)
+                .await
+                .map(|records| ownership_body(&records))
+        }
+        StoreRequest::UpdateCheckpoint {
+            checkpoint,
+            fence_owner_id,
+        } => {
+            let record = CheckpointRecord {
+                partition_id: checkpoint.partition_id,
+                offset: checkpoint.offset,
+                sequence_number: checkpoint.sequence_number,
+            };
+            broker
+                .update_checkpoint(hub, group, record, &fence_owner_id)
+                .await
+                .map(|()| Body::Value(AmqpValue(Value::Null)))
+        }
+        StoreRequest::RenewHost { owner_id } => broker
+            .renew_processor_host(hub, group, &owner_id)
+            .await
+            .map(|(ownership, hosts)| listing_body(&ownership, &hosts)),
+        StoreRequest::RemoveHost { owner_id } => broker
+            .remove_processor_host(hub, group, &owner_id)
+            .await
+            .map(|()| Body::Value(AmqpValue(Value::Null))),
+    }
+}
+
+fn ownership_entries(records: &[OwnershipRecord]) -> Vec<OwnershipEntry> {
+    records
         .iter()
         .map(|r| OwnershipEntry {
             partition_id: r.partition_id.clone(),
@@ -118,8 +130,23 @@ fn ownership_body(records: &[OwnershipRecord]) -> Body<Value> {
             version: r.version,
             last_modified_ms: r.last_modified_ms,
         })
+        .collect()
+}
+
+fn ownership_body(records: &[OwnershipRecord]) -> Body<Value> {
+    store::encode_ownership(&ownership_entries(records))
+}
+
+fn listing_body(ownership: &[OwnershipRecord], hosts: &[ProcessorHostRecord]) -> Body<Value> {
+    let hosts: Vec<HostEntry> = hosts
+        .iter()
+        .map(|h| HostEntry {
+            owner_id: h.owner_id.clone(),
+            version: h.version,
+            last_modified_ms: h.last_modified_ms,
+        })
         .collect();
-    store::encode_ownership(&entries)
+    store::encode_listing(&ownership_entries(ownership), &hosts)
 }
 
 /// The answer to a request the broker refused.

@@ -47,6 +47,7 @@ fn plan(
     let partition_ids = ids(partition_count);
     let input = BalanceInput {
         records,
+        hosts: &[],
         my_owner_id: me,
         partition_ids: &partition_ids,
         strategy,
@@ -170,9 +171,9 @@ fn a_moving_version_keeps_a_record_alive_whatever_its_wall_clock_says() {
     frozen.last_modified_time_ms = i64::MAX;
     let mut tracker = ExpiryTracker::new(EXPIRATION);
     tracker.observe(std::slice::from_ref(&frozen), start);
-    assert!(!tracker.is_expired("0", start + EXPIRATION / 2));
-    assert!(tracker.is_expired("0", start + EXPIRATION));
-    assert!(!tracker.is_expired("never-seen", start + EXPIRATION * 10));
+    assert!(!tracker.is_expired("0", "a", start + EXPIRATION / 2));
+    assert!(tracker.is_expired("0", "a", start + EXPIRATION));
+    assert!(!tracker.is_expired("never-seen", "a", start + EXPIRATION * 10));
 }
 
 #[test]
@@ -182,8 +183,86 @@ fn a_version_change_restarts_the_expiry_clock() {
     tracker.observe(&[record("0", "a", 1)], start);
     let later = start + EXPIRATION - Duration::from_millis(10);
     tracker.observe(&[record("0", "a", 2)], later);
-    assert!(!tracker.is_expired("0", start + EXPIRATION));
-    assert!(tracker.is_expired("0", later + EXPIRATION));
+    assert!(!tracker.is_expired("0", "a", start + EXPIRATION));
+    assert!(tracker.is_expired("0", "a", later + EXPIRATION));
+}
+
+fn host(owner_id: &str, version: i64) -> HostRecord {
+    HostRecord {
+        owner_id: owner_id.to_owned(),
+        version,
+        last_modified_time_ms: 0,
+    }
+}
+
+#[test]
+fn a_moving_host_record_keeps_its_still_partitions_alive() {
+    let start = Instant::now();
+    let mut tracker = ExpiryTracker::new(EXPIRATION);
+    let still = records(&[("a", &[0, 1]), ("b", &[2, 3])]);
+    // "a" renews its host record every interval, "b" stopped after the first listing.
+    let mut now = start;
+    for version in 1..=20 {
+        tracker.observe(&still, now);
+        tracker.observe_hosts(&[host("a", version), host("b", 1)], now);
+        now += INTERVAL;
+    }
+    let now = now - INTERVAL;
+    assert!(now >= start + EXPIRATION);
+    assert!(!tracker.is_expired("0", "a", now));
+    assert!(!tracker.is_expired("1", "a", now));
+    assert!(tracker.is_expired("2", "b", now));
+    assert!(tracker.is_expired("3", "b", now));
+    // A host the listing no longer has is judged by its partitions' versions alone.
+    tracker.observe_hosts(&[host("b", 1)], now);
+    assert!(tracker.is_expired("0", "a", now));
+}
+
+#[test]
+fn a_live_host_record_is_no_excuse_for_a_moving_partition_to_be_judged_still() {
+    // The partition's own version moving also proves its owner alive (a host without host
+    // records among hosts with them, or a claim in between).
+    let start = Instant::now();
+    let mut tracker = ExpiryTracker::new(EXPIRATION);
+    tracker.observe(&[record("0", "a", 1)], start);
+    tracker.observe_hosts(&[host("a", 1)], start);
+    let later = start + EXPIRATION - INTERVAL;
+    tracker.observe(&[record("0", "a", 2)], later);
+    tracker.observe_hosts(&[host("a", 1)], later);
+    assert!(!tracker.is_expired("0", "a", start + EXPIRATION));
+    assert!(tracker.is_expired("0", "a", later + EXPIRATION));
+}
+
+#[test]
+fn with_host_records_a_dead_hosts_partitions_are_taken_after_the_expiration() {
+    let partition_ids = ids(4);
+    let all = records(&[("a", &[0, 1]), ("b", &[2, 3])]);
+    let mut tracker = ExpiryTracker::new(EXPIRATION);
+    let start = Instant::now();
+    let mut now = start;
+    let mut claims = Vec::new();
+    // "a" is alive (its host record moves), "b" crashed (its record stands still).
+    for version in 1.. {
+        let hosts = [host("a", version), host("b", 7)];
+        let input = BalanceInput {
+            records: &all,
+            hosts: &hosts,
+            my_owner_id: "a",
+            partition_ids: &partition_ids,
+            strategy: LoadBalancingStrategy::Balanced,
+        };
+        claims = plan_claims(&input, &mut tracker, now);
+        if !acquisitions(&claims).is_empty() {
+            break;
+        }
+        now += INTERVAL;
+    }
+    assert_eq!(now - start, EXPIRATION);
+    let taken: BTreeSet<&str> = acquisitions(&claims)
+        .iter()
+        .map(|claim| claim.partition_id.as_str())
+        .collect();
+    assert_eq!(taken, BTreeSet::from(["2", "3"]));
 }
 
 #[test]
@@ -522,6 +601,7 @@ impl Simulation {
             };
             let input = BalanceInput {
                 records: &records,
+                hosts: &[],
                 my_owner_id: &self.hosts[host],
                 partition_ids: &self.partition_ids,
                 strategy: self.strategy,

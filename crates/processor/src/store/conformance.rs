@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tributary_event::ManualClock;
 
-use super::{Checkpoint, CheckpointStore, Ownership, OwnershipFence, StoreError};
+use super::{Checkpoint, CheckpointStore, HostRecord, Ownership, OwnershipFence, StoreError};
 
 /// The (namespace, hub, consumer group) the helpers below use.
 pub const SCOPE: (&str, &str, &str) = ("ns.example.test", "hub", "$Default");
@@ -83,6 +83,7 @@ pub async fn run_all(store: &dyn CheckpointStore, clock: &ManualClock) {
     clock.set_ms(123_456);
     a_first_claim_creates_version_one(store, Some(123_456)).await;
     run_the_rest(store).await;
+    silent_hosts_are_forgotten_after_the_retention(store, clock).await;
 }
 
 /// Runs every check against `store`, whose modification times come from its server's clock
@@ -102,6 +103,7 @@ async fn run_the_rest(store: &dyn CheckpointStore) {
     checkpoints_overwrite_and_are_scoped(store).await;
     checkpoints_without_a_position_are_invalid(store).await;
     versions_never_go_back(store).await;
+    host_records_are_renewed_listed_and_removed(store).await;
 }
 
 /// `expected_time_ms`: the modification time the store must stamp; `None` for "about now".
@@ -388,6 +390,90 @@ async fn versions_never_go_back(store: &dyn CheckpointStore) {
         current = next;
     }
     assert_eq!(list(store, hub).await, vec![current]);
+}
+
+async fn renew(store: &dyn CheckpointStore, hub: &str, owner_id: &str) -> Vec<HostRecord> {
+    let listing = store
+        .renew_host(SCOPE.0, hub, SCOPE.2, owner_id)
+        .await
+        .unwrap();
+    let mut ownership = listing.ownership;
+    ownership.sort_by(|a, b| a.partition_id.cmp(&b.partition_id));
+    assert_eq!(
+        ownership,
+        list(store, hub).await,
+        "a renewal lists ownership too"
+    );
+    let mut hosts = listing.hosts;
+    hosts.sort_by(|a, b| a.owner_id.cmp(&b.owner_id));
+    hosts
+}
+
+fn versions(hosts: &[HostRecord]) -> Vec<(&str, i64)> {
+    hosts
+        .iter()
+        .map(|host| (host.owner_id.as_str(), host.version))
+        .collect()
+}
+
+/// Host records (stores that keep them): a renewal creates or bumps the host's record and lists
+/// the group's ownership and hosts in one call; records are scoped and removable. A store that
+/// keeps none lists ownership and no hosts.
+async fn host_records_are_renewed_listed_and_removed(store: &dyn CheckpointStore) {
+    let hub = "hosts";
+    claim_one(store, claim_in(hub, "0", "host-a", None))
+        .await
+        .unwrap();
+    if !store.keeps_host_records() {
+        assert_eq!(renew(store, hub, "host-a").await, vec![]);
+        return;
+    }
+    assert_eq!(
+        versions(&renew(store, hub, "host-a").await),
+        [("host-a", 1)]
+    );
+    assert_eq!(
+        versions(&renew(store, hub, "host-a").await),
+        [("host-a", 2)]
+    );
+    let hosts = renew(store, "HOSTS", "host-b").await;
+    assert_eq!(versions(&hosts), [("host-a", 2), ("host-b", 1)]);
+    assert!(hosts.iter().all(|host| host.last_modified_time_ms > 0));
+    assert_eq!(
+        versions(&renew(store, "other-hub", "host-c").await),
+        [("host-c", 1)]
+    );
+    store
+        .remove_host(SCOPE.0, hub, SCOPE.2, "host-a")
+        .await
+        .unwrap();
+    assert_eq!(
+        versions(&renew(store, hub, "host-b").await),
+        [("host-b", 2)]
+    );
+    let empty = store.renew_host(SCOPE.0, hub, SCOPE.2, "").await;
+    assert!(
+        matches!(empty, Err(StoreError::Invalid { .. })),
+        "{empty:?}"
+    );
+}
+
+/// A host record not renewed for the retention is forgotten by the next renewal of any host.
+async fn silent_hosts_are_forgotten_after_the_retention(
+    store: &dyn CheckpointStore,
+    clock: &ManualClock,
+) {
+    if !store.keeps_host_records() {
+        return;
+    }
+    let hub = "retention";
+    renew(store, hub, "crashed").await;
+    let retention = crate::limits::HOST_RECORD_RETENTION;
+    clock.advance_ms(i64::try_from(retention.as_millis()).unwrap() - 1);
+    let hosts = renew(store, hub, "alive").await;
+    assert_eq!(versions(&hosts), [("alive", 1), ("crashed", 1)]);
+    clock.advance_ms(1);
+    assert_eq!(versions(&renew(store, hub, "alive").await), [("alive", 2)]);
 }
 
 /// Many claimants race for one partition with the same etag; exactly one may win. Give each

@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use tributary_event::{Clock, SystemClock};
 
 use super::{
-    Checkpoint, CheckpointStore, Ownership, OwnershipFence, ScopeKey, StoreError, new_etag,
-    validate_checkpoint, validate_claim,
+    Checkpoint, CheckpointStore, HostRecord, Ownership, OwnershipFence, OwnershipListing, ScopeKey,
+    StoreError, new_etag, validate_checkpoint, validate_claim, validate_host,
 };
+use crate::limits::HOST_RECORD_RETENTION;
 
 type RecordKey = (ScopeKey, String);
 
@@ -27,6 +28,8 @@ pub struct InMemoryCheckpointStore {
 struct Records {
     ownership: BTreeMap<RecordKey, Ownership>,
     checkpoints: BTreeMap<RecordKey, Checkpoint>,
+    /// Host records by (scope, owner id).
+    hosts: BTreeMap<RecordKey, HostRecord>,
 }
 
 impl Default for InMemoryCheckpointStore {
@@ -104,6 +107,16 @@ fn try_claim(records: &mut Records, claim: Ownership, now_ms: i64) -> Option<Own
     Some(stored)
 }
 
+impl Records {
+    fn ownership_of(&self, scope: &ScopeKey) -> Vec<Ownership> {
+        self.ownership
+            .iter()
+            .filter(|((record_scope, _), _)| record_scope == scope)
+            .map(|(_, record)| record.clone())
+            .collect()
+    }
+}
+
 #[async_trait::async_trait]
 impl CheckpointStore for InMemoryCheckpointStore {
     async fn list_ownership(
@@ -113,13 +126,60 @@ impl CheckpointStore for InMemoryCheckpointStore {
         consumer_group: &str,
     ) -> Result<Vec<Ownership>, StoreError> {
         let scope = ScopeKey::new(fully_qualified_namespace, event_hub_name, consumer_group);
-        let records = self.lock();
-        Ok(records
-            .ownership
+        Ok(self.lock().ownership_of(&scope))
+    }
+
+    fn keeps_host_records(&self) -> bool {
+        true
+    }
+
+    async fn renew_host(
+        &self,
+        fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+        owner_id: &str,
+    ) -> Result<OwnershipListing, StoreError> {
+        validate_host(owner_id)?;
+        let scope = ScopeKey::new(fully_qualified_namespace, event_hub_name, consumer_group);
+        let now_ms = self.clock.now_ms();
+        let retention_ms = i64::try_from(HOST_RECORD_RETENTION.as_millis()).unwrap_or(i64::MAX);
+        let mut records = self.lock();
+        records.hosts.retain(|(host_scope, _), host| {
+            *host_scope != scope || now_ms.saturating_sub(host.last_modified_time_ms) < retention_ms
+        });
+        let host = records
+            .hosts
+            .entry((scope.clone(), owner_id.to_owned()))
+            .or_insert_with(|| HostRecord {
+                owner_id: owner_id.to_owned(),
+                version: 0,
+                last_modified_time_ms: now_ms,
+            });
+        host.version += 1;
+        host.last_modified_time_ms = now_ms;
+        let hosts = records
+            .hosts
             .iter()
-            .filter(|((record_scope, _), _)| *record_scope == scope)
-            .map(|(_, record)| record.clone())
-            .collect())
+            .filter(|((host_scope, _), _)| *host_scope == scope)
+            .map(|(_, host)| host.clone())
+            .collect();
+        Ok(OwnershipListing {
+            ownership: records.ownership_of(&scope),
+            hosts,
+        })
+    }
+
+    async fn remove_host(
+        &self,
+        fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+        owner_id: &str,
+    ) -> Result<(), StoreError> {
+        let scope = ScopeKey::new(fully_qualified_namespace, event_hub_name, consumer_group);
+        self.lock().hosts.remove(&(scope, owner_id.to_owned()));
+        Ok(())
     }
 
     async fn claim_ownership(&self, claims: Vec<Ownership>) -> Result<Vec<Ownership>, StoreError> {

@@ -13,6 +13,14 @@
 //!   and refuses ([`StoreError::OwnershipLost`]) a checkpoint from anyone but the partition's
 //!   current owner, so a host that lost a partition cannot move its checkpoint.
 //!
+//! - **Host records.** Stores only Tributary processors read (memory, SQLite, PostgreSQL, the
+//!   hub-hosted store) also keep one liveness record per host ([`HostRecord`]). A host then
+//!   proves it is alive with one [`CheckpointStore::renew_host`] per balancing cycle — which
+//!   also lists the group's ownership — instead of re-claiming every partition it owns, so a
+//!   fleet's steady state costs one store request per host per cycle whatever the partition
+//!   count. The Azure Blob store keeps none: the official processors sharing its container judge
+//!   each ownership blob by its own modification time, so every partition must be renewed there.
+//!
 //! A claim is conditional on the etag the claimant last saw: `None` means "only if no record
 //! exists", `Some(etag)` means "only if the record still has this etag". Losing that race is a
 //! normal outcome, not an error: the lost claim is simply missing from the result.
@@ -82,6 +90,32 @@ impl Ownership {
     pub fn is_relinquished(&self) -> bool {
         self.owner_id.is_empty()
     }
+}
+
+/// One host's liveness record, in stores that keep one per host (see
+/// [`CheckpointStore::renew_host`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostRecord {
+    /// The host's owner id, as its ownership records name it.
+    pub owner_id: String,
+    /// Grows with every renewal; other hosts judge the host alive while they see it move. A
+    /// store may start it again from 1 when it loses its host records (the hub-hosted store
+    /// keeps them in memory): any change counts as a renewal.
+    pub version: i64,
+    /// When the store last renewed the record, ms since the Unix epoch (its clock). For people
+    /// reading the table, and for the store to forget hosts silent for
+    /// [`HOST_RECORD_RETENTION`](crate::limits::HOST_RECORD_RETENTION); never used to judge
+    /// expiry.
+    pub last_modified_time_ms: i64,
+}
+
+/// A consumer group's ownership records and, where the store keeps them, its host records.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OwnershipListing {
+    /// Every ownership record of the group's partitions.
+    pub ownership: Vec<Ownership>,
+    /// Every host record of the group (empty in stores that keep none).
+    pub hosts: Vec<HostRecord>,
 }
 
 /// How far one consumer group has processed one partition.
@@ -186,6 +220,64 @@ pub trait CheckpointStore: Send + Sync + 'static {
         checkpoint: Checkpoint,
         fence: &OwnershipFence,
     ) -> Result<(), StoreError>;
+
+    /// Whether the store keeps a [`HostRecord`] per host, so that hosts prove they are alive
+    /// with [`CheckpointStore::renew_host`] instead of re-claiming each partition. Only for
+    /// stores no other kind of processor reads. Default: `false`.
+    fn keeps_host_records(&self) -> bool {
+        false
+    }
+
+    /// Renews `owner_id`'s host record (creating it at version 1; forgetting other hosts'
+    /// records silent for [`HOST_RECORD_RETENTION`](crate::limits::HOST_RECORD_RETENTION)) and
+    /// returns the group's ownership and host records, the renewed one included — in one
+    /// request where the store can. Stores without host records (the default) only list
+    /// ownership.
+    async fn renew_host(
+        &self,
+        fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+        owner_id: &str,
+    ) -> Result<OwnershipListing, StoreError> {
+        let _ = owner_id;
+        let ownership = self
+            .list_ownership(fully_qualified_namespace, event_hub_name, consumer_group)
+            .await?;
+        Ok(OwnershipListing {
+            ownership,
+            hosts: Vec::new(),
+        })
+    }
+
+    /// Forgets `owner_id`'s host record, when a host stops gracefully after relinquishing its
+    /// partitions. Default (stores without host records): nothing.
+    async fn remove_host(
+        &self,
+        fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+        owner_id: &str,
+    ) -> Result<(), StoreError> {
+        let _ = (
+            fully_qualified_namespace,
+            event_hub_name,
+            consumer_group,
+            owner_id,
+        );
+        Ok(())
+    }
+}
+
+/// Refuses a host record a store cannot keep.
+pub(crate) fn validate_host(owner_id: &str) -> Result<(), StoreError> {
+    if owner_id.is_empty() {
+        return Err(StoreError::Invalid {
+            what: "host record",
+            reason: "the owner id is empty".to_owned(),
+        });
+    }
+    Ok(())
 }
 
 /// The case-insensitive key of (namespace, hub, consumer group): what stores index by.

@@ -1,9 +1,15 @@
-//! A checkpoint store in two PostgreSQL tables, shared by processors on any number of machines.
+//! A checkpoint store in PostgreSQL tables, shared by processors on any number of machines.
 //!
-//! Tables: `tributary_ownership` and `tributary_checkpoint`, created if absent, in the schema
-//! the URL's `schema` parameter names (default `public`; created if absent). Both are keyed by
-//! (namespace, event hub, consumer group, partition), the first three in lowercase. Where they
-//! exist already the store needs only SELECT, INSERT and UPDATE on them (no CREATE privilege).
+//! Tables: `tributary_ownership` and `tributary_checkpoint`, keyed by (namespace, event hub,
+//! consumer group, partition), and `tributary_host` (host records), keyed by (namespace, event
+//! hub, consumer group, owner id) — the first three in lowercase — created if absent, in the
+//! schema the URL's `schema` parameter names (default `public`; created if absent). Where they
+//! exist already the store needs only SELECT, INSERT, UPDATE and DELETE on them (no CREATE
+//! privilege).
+//!
+//! A host's renewal is one statement: it renews the host's row, forgets rows silent for the
+//! retention, and returns the group's host and ownership rows — one round trip per host per
+//! balancing cycle in steady state.
 //!
 //! Guarantees, and how:
 //! - **Atomic claims across hosts.** Every claim is one statement that compares and writes:
@@ -36,9 +42,10 @@ use tokio_postgres::{Client, Config, NoTls, Statement};
 use tributary_event::{Clock, SystemClock};
 
 use super::{
-    Checkpoint, CheckpointStore, Ownership, OwnershipFence, ScopeKey, StoreError, new_etag,
-    sql_offset, validate_checkpoint, validate_claim,
+    Checkpoint, CheckpointStore, HostRecord, Ownership, OwnershipFence, OwnershipListing, ScopeKey,
+    StoreError, new_etag, sql_offset, validate_checkpoint, validate_claim, validate_host,
 };
+use crate::limits::HOST_RECORD_RETENTION;
 
 /// The URL query parameter that picks the schema; removed before the URL reaches the driver.
 const SCHEMA_PARAMETER: &str = "schema";
@@ -71,6 +78,8 @@ struct Connected {
     list_ownership: Statement,
     list_checkpoints: Statement,
     fenced_checkpoint: Statement,
+    renew_host: Statement,
+    remove_host: Statement,
 }
 
 fn backend(operation: &'static str) -> impl Fn(tokio_postgres::Error) -> StoreError {
@@ -255,10 +264,12 @@ impl PostgresCheckpointStore {
         // administrator gave only reads and writes on existing tables skips it.
         let present: bool = client
             .query_one(
-                "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL",
+                "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL \
+                 AND to_regclass($3) IS NOT NULL",
                 &[
                     &format!("\"{}\".tributary_ownership", self.schema),
                     &format!("\"{}\".tributary_checkpoint", self.schema),
+                    &format!("\"{}\".tributary_host", self.schema),
                 ],
             )
             .await
@@ -287,6 +298,8 @@ impl PostgresCheckpointStore {
                 .prepare(&sql.fenced_checkpoint)
                 .await
                 .map_err(&prepare)?,
+            renew_host: client.prepare(&sql.renew_host).await.map_err(&prepare)?,
+            remove_host: client.prepare(&sql.remove_host).await.map_err(&prepare)?,
             client,
         })
     }
@@ -320,6 +333,15 @@ CREATE TABLE IF NOT EXISTS \"{schema}\".tributary_checkpoint (
     sequence_number BIGINT,
     PRIMARY KEY (namespace, event_hub, consumer_group, partition_id)
 );
+CREATE TABLE IF NOT EXISTS \"{schema}\".tributary_host (
+    namespace TEXT NOT NULL,
+    event_hub TEXT NOT NULL,
+    consumer_group TEXT NOT NULL,
+    owner_id TEXT NOT NULL,
+    last_modified_time_ms BIGINT NOT NULL,
+    version BIGINT NOT NULL CHECK (version >= 1),
+    PRIMARY KEY (namespace, event_hub, consumer_group, owner_id)
+);
 COMMIT;"
     )
 }
@@ -331,12 +353,15 @@ struct Sql {
     list_ownership: String,
     list_checkpoints: String,
     fenced_checkpoint: String,
+    renew_host: String,
+    remove_host: String,
 }
 
 impl Sql {
     fn new(schema: &str) -> Sql {
         let ownership = format!("\"{schema}\".tributary_ownership");
         let checkpoint = format!("\"{schema}\".tributary_checkpoint");
+        let host = format!("\"{schema}\".tributary_host");
         let key = "namespace = $1 AND event_hub = $2 AND consumer_group = $3";
         Sql {
             first_claim: format!(
@@ -372,6 +397,26 @@ impl Sql {
                      RETURNING 1) \
                  SELECT (SELECT owner_id FROM fence), EXISTS (SELECT 1 FROM written)"
             ),
+            // $4 the host, $5 now, $6 the retention horizon. Every part of the statement sees
+            // the table as it was before, so the renewed row comes from `renewed`, and rows
+            // `forgotten` deletes are left out of the listing by the same condition.
+            renew_host: format!(
+                "WITH forgotten AS (DELETE FROM {host} \
+                     WHERE {key} AND owner_id <> $4 AND last_modified_time_ms <= $6), \
+                 renewed AS (INSERT INTO {host} (namespace, event_hub, consumer_group, owner_id, \
+                     last_modified_time_ms, version) VALUES ($1, $2, $3, $4, $5, 1) \
+                     ON CONFLICT (namespace, event_hub, consumer_group, owner_id) DO UPDATE \
+                     SET last_modified_time_ms = excluded.last_modified_time_ms, \
+                         version = {host}.version + 1 \
+                     RETURNING owner_id, version, last_modified_time_ms) \
+                 SELECT TRUE, owner_id, NULL::TEXT, version, last_modified_time_ms, NULL::TEXT \
+                     FROM renewed \
+                 UNION ALL SELECT TRUE, owner_id, NULL, version, last_modified_time_ms, NULL \
+                     FROM {host} WHERE {key} AND owner_id <> $4 AND last_modified_time_ms > $6 \
+                 UNION ALL SELECT FALSE, owner_id, partition_id, version, last_modified_time_ms, \
+                     etag FROM {ownership} WHERE {key}"
+            ),
+            remove_host: format!("DELETE FROM {host} WHERE {key} AND owner_id = $4"),
         }
     }
 }
@@ -470,6 +515,87 @@ impl CheckpointStore for PostgresCheckpointStore {
                 version: row.get(4),
             })
             .collect())
+    }
+
+    fn keeps_host_records(&self) -> bool {
+        true
+    }
+
+    async fn renew_host(
+        &self,
+        fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+        owner_id: &str,
+    ) -> Result<OwnershipListing, StoreError> {
+        validate_host(owner_id)?;
+        let scope = ScopeKey::new(fully_qualified_namespace, event_hub_name, consumer_group);
+        let now_ms = self.clock.now_ms();
+        let retention_ms = i64::try_from(HOST_RECORD_RETENTION.as_millis()).unwrap_or(i64::MAX);
+        let horizon_ms = now_ms.saturating_sub(retention_ms);
+        let connected = self.connected().await?;
+        let rows = connected
+            .client
+            .query(
+                &connected.renew_host,
+                &[
+                    &scope.namespace,
+                    &scope.hub,
+                    &scope.consumer_group,
+                    &owner_id,
+                    &now_ms,
+                    &horizon_ms,
+                ],
+            )
+            .await
+            .map_err(backend("renewing the host record"))?;
+        let mut listing = OwnershipListing::default();
+        for row in rows {
+            if row.get::<_, bool>(0) {
+                listing.hosts.push(HostRecord {
+                    owner_id: row.get(1),
+                    version: row.get(3),
+                    last_modified_time_ms: row.get(4),
+                });
+            } else {
+                listing.ownership.push(Ownership {
+                    fully_qualified_namespace: scope.namespace.clone(),
+                    event_hub_name: scope.hub.clone(),
+                    consumer_group: scope.consumer_group.clone(),
+                    partition_id: row.get(2),
+                    owner_id: row.get(1),
+                    last_modified_time_ms: row.get(4),
+                    etag: Some(row.get(5)),
+                    version: row.get(3),
+                });
+            }
+        }
+        Ok(listing)
+    }
+
+    async fn remove_host(
+        &self,
+        fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+        owner_id: &str,
+    ) -> Result<(), StoreError> {
+        let scope = ScopeKey::new(fully_qualified_namespace, event_hub_name, consumer_group);
+        let connected = self.connected().await?;
+        connected
+            .client
+            .execute(
+                &connected.remove_host,
+                &[
+                    &scope.namespace,
+                    &scope.hub,
+                    &scope.consumer_group,
+                    &owner_id,
+                ],
+            )
+            .await
+            .map_err(backend("removing the host record"))?;
+        Ok(())
     }
 
     async fn claim_ownership(&self, claims: Vec<Ownership>) -> Result<Vec<Ownership>, StoreError> {

@@ -26,13 +26,15 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tributary_event::{Clock, SystemClock};
 
 use super::{
-    Checkpoint, CheckpointStore, Ownership, OwnershipFence, ScopeKey, StoreError, new_etag,
-    sql_offset, validate_checkpoint, validate_claim,
+    Checkpoint, CheckpointStore, HostRecord, Ownership, OwnershipFence, OwnershipListing, ScopeKey,
+    StoreError, new_etag, sql_offset, validate_checkpoint, validate_claim, validate_host,
 };
-use crate::limits::SQLITE_BUSY_TIMEOUT;
+use crate::limits::{HOST_RECORD_RETENTION, SQLITE_BUSY_TIMEOUT};
 
 /// The schema this code writes; a file with a higher `user_version` came from newer code.
-const SCHEMA_VERSION: i64 = 1;
+/// Version 2 added the host records; older code refuses such a file rather than renewing every
+/// partition beside hosts that do not.
+const SCHEMA_VERSION: i64 = 2;
 
 const CREATE_SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS ownership (
@@ -54,6 +56,15 @@ CREATE TABLE IF NOT EXISTS checkpoint (
     event_offset INTEGER,
     sequence_number INTEGER,
     PRIMARY KEY (namespace, event_hub, consumer_group, partition_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS host (
+    namespace TEXT NOT NULL,
+    event_hub TEXT NOT NULL,
+    consumer_group TEXT NOT NULL,
+    owner_id TEXT NOT NULL,
+    last_modified_time_ms INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    PRIMARY KEY (namespace, event_hub, consumer_group, owner_id)
 ) WITHOUT ROWID;
 ";
 
@@ -337,6 +348,70 @@ fn list_ownership_rows(
     rows.collect::<Result<Vec<_>, _>>().map_err(&sql)
 }
 
+/// Renews `owner_id`'s host record, forgets the scope's silent ones, and lists the scope's
+/// ownership and host records, in one transaction.
+fn renew_host_row(
+    connection: &mut Connection,
+    scope: &ScopeKey,
+    owner_id: &str,
+    now_ms: i64,
+) -> Result<OwnershipListing, StoreError> {
+    let sql = backend("renewing the host record");
+    let transaction = connection
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(&sql)?;
+    let retention_ms = i64::try_from(HOST_RECORD_RETENTION.as_millis()).unwrap_or(i64::MAX);
+    let scoped = params![scope.namespace, scope.hub, scope.consumer_group];
+    transaction
+        .execute(
+            "DELETE FROM host WHERE namespace = ?1 AND event_hub = ?2 AND consumer_group = ?3 \
+             AND last_modified_time_ms <= ?4",
+            params![
+                scope.namespace,
+                scope.hub,
+                scope.consumer_group,
+                now_ms.saturating_sub(retention_ms)
+            ],
+        )
+        .map_err(&sql)?;
+    transaction
+        .execute(
+            "INSERT INTO host (namespace, event_hub, consumer_group, owner_id, \
+             last_modified_time_ms, version) VALUES (?1, ?2, ?3, ?4, ?5, 1) \
+             ON CONFLICT (namespace, event_hub, consumer_group, owner_id) DO UPDATE SET \
+             last_modified_time_ms = excluded.last_modified_time_ms, version = version + 1",
+            params![
+                scope.namespace,
+                scope.hub,
+                scope.consumer_group,
+                owner_id,
+                now_ms
+            ],
+        )
+        .map_err(&sql)?;
+    let hosts = {
+        let mut statement = transaction
+            .prepare(
+                "SELECT owner_id, version, last_modified_time_ms FROM host \
+                 WHERE namespace = ?1 AND event_hub = ?2 AND consumer_group = ?3",
+            )
+            .map_err(&sql)?;
+        let rows = statement
+            .query_map(scoped, |row| {
+                Ok(HostRecord {
+                    owner_id: row.get(0)?,
+                    version: row.get(1)?,
+                    last_modified_time_ms: row.get(2)?,
+                })
+            })
+            .map_err(&sql)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(&sql)?
+    };
+    let ownership = list_ownership_rows(&transaction, scope)?;
+    transaction.commit().map_err(&sql)?;
+    Ok(OwnershipListing { ownership, hosts })
+}
+
 fn list_checkpoint_rows(
     connection: &Connection,
     scope: &ScopeKey,
@@ -459,6 +534,49 @@ impl CheckpointStore for SqliteCheckpointStore {
         let now_ms = self.clock.now_ms();
         self.with_connection("claiming ownership", move |connection| {
             claim_all(connection, claims, now_ms)
+        })
+        .await
+    }
+
+    fn keeps_host_records(&self) -> bool {
+        true
+    }
+
+    async fn renew_host(
+        &self,
+        fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+        owner_id: &str,
+    ) -> Result<OwnershipListing, StoreError> {
+        validate_host(owner_id)?;
+        let scope = ScopeKey::new(fully_qualified_namespace, event_hub_name, consumer_group);
+        let owner_id = owner_id.to_owned();
+        let now_ms = self.clock.now_ms();
+        self.with_connection("renewing the host record", move |connection| {
+            renew_host_row(connection, &scope, &owner_id, now_ms)
+        })
+        .await
+    }
+
+    async fn remove_host(
+        &self,
+        fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+        owner_id: &str,
+    ) -> Result<(), StoreError> {
+        let scope = ScopeKey::new(fully_qualified_namespace, event_hub_name, consumer_group);
+        let owner_id = owner_id.to_owned();
+        self.with_connection("removing the host record", move |connection| {
+            connection
+                .execute(
+                    "DELETE FROM host WHERE namespace = ?1 AND event_hub = ?2 \
+                     AND consumer_group = ?3 AND owner_id = ?4",
+                    params![scope.namespace, scope.hub, scope.consumer_group, owner_id],
+                )
+                .map(drop)
+                .map_err(backend("removing the host record"))
         })
         .await
     }
