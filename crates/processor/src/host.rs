@@ -12,7 +12,8 @@
 //! where its host record proves it alive) and acquisitions in one `claim_ownership` call, then:
 //! - stops the pump of every partition it no longer owns (stolen, or its renewal lost a race),
 //!   closing it with [`CloseReason::OwnershipLost`];
-//! - starts a pump for every owned partition without one, at the checkpoint (offset exclusive,
+//! - starts a pump for every owned partition without one — a partition stolen from a live owner
+//!   only once that owner has noticed (see `handoff`) — at the checkpoint (offset exclusive,
 //!   else sequence number exclusive, else the initial position provider) with the won record's
 //!   version as the receiver's owner level.
 //!
@@ -33,6 +34,7 @@ use tributary_event::EventPosition;
 
 use crate::balance::{BalanceInput, Claim, ClaimReason, ExpiryTracker, plan_claims};
 use crate::error::{HostError, InvalidOption};
+use crate::handoff::Handoff;
 use crate::limits::PARTITION_IDS_REFRESH_INTERVAL;
 use crate::options::ProcessorOptions;
 use crate::processor::{CloseReason, ContextScope, EventProcessorFactory, PartitionContext};
@@ -216,9 +218,9 @@ struct Coordinator {
     pump_tasks: JoinSet<CloseReason>,
     pump_partitions: HashMap<tokio::task::Id, String>,
     last_renewed_at: Instant,
-    /// Partitions stolen from a live owner, and when their pumps may start: not before the
-    /// former owner has had a balancing cycle to notice and stop processing.
-    handoff_until: HashMap<String, Instant>,
+    /// Partitions stolen from a live owner, whose pumps wait until the former owner has
+    /// noticed and stopped processing (see [`Handoff`]).
+    handoffs: HashMap<String, Handoff>,
     owned_sender: watch::Sender<Vec<String>>,
 }
 
@@ -263,7 +265,7 @@ impl Coordinator {
             pump_tasks: JoinSet::new(),
             pump_partitions: HashMap::new(),
             last_renewed_at: Instant::now(),
-            handoff_until: HashMap::new(),
+            handoffs: HashMap::new(),
             owned_sender,
         }
     }
@@ -328,6 +330,9 @@ impl Coordinator {
         };
         if host_records {
             self.last_renewed_at = now;
+        }
+        for handoff in self.handoffs.values_mut() {
+            handoff.watch(&listing);
         }
         self.drop_partitions_owned_by_others(&listing.ownership);
         let input = BalanceInput {
@@ -496,10 +501,10 @@ impl Coordinator {
                     if !claim.is_renewal() || !self.owned.contains_key(&claim.partition_id) {
                         log_acquisition(self.me(), claim, &record);
                     }
-                    if matches!(claim.reason, ClaimReason::Steal { .. }) {
-                        let handoff = 2 * self.options.load_balancing_interval;
-                        self.handoff_until
-                            .insert(claim.partition_id.clone(), Instant::now() + handoff);
+                    if let ClaimReason::Steal { from } = &claim.reason {
+                        let expiration = self.options.ownership_expiration;
+                        let handoff = Handoff::new(from, Instant::now(), expiration);
+                        self.handoffs.insert(claim.partition_id.clone(), handoff);
                     }
                     self.owned.insert(claim.partition_id.clone(), record);
                 }
@@ -526,13 +531,14 @@ impl Coordinator {
     /// Starts a pump for every owned partition without one, at its checkpoint.
     async fn start_missing_pumps(&mut self) {
         let now = Instant::now();
-        self.handoff_until
-            .retain(|partition_id, until| *until > now && self.owned.contains_key(partition_id));
+        self.handoffs.retain(|partition_id, handoff| {
+            !handoff.is_over(now) && self.owned.contains_key(partition_id)
+        });
         let missing: Vec<String> = self
             .owned
             .keys()
             .filter(|partition_id| !self.pumps.contains_key(*partition_id))
-            .filter(|partition_id| !self.handoff_until.contains_key(*partition_id))
+            .filter(|partition_id| !self.handoffs.contains_key(*partition_id))
             .cloned()
             .collect();
         if missing.is_empty() {

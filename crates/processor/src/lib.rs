@@ -114,6 +114,7 @@
 
 pub mod balance;
 mod error;
+mod handoff;
 mod host;
 pub mod limits;
 mod options;

@@ -21,7 +21,7 @@
 //! renewed, as with the Azure Blob store).
 //!
 //! A failure names its seed. `TRIBUTARY_SIM_SEED=<n>` replays one seed;
-//! `TRIBUTARY_SIM_SEEDS=<count>` runs more (the default is 24).
+//! `TRIBUTARY_SIM_SEEDS=<count>` runs more or fewer (the default is 64).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -471,7 +471,7 @@ fn seeds() -> Vec<u64> {
     if let Ok(seed) = std::env::var("TRIBUTARY_SIM_SEED") {
         return vec![seed.parse().expect("TRIBUTARY_SIM_SEED is a number")];
     }
-    let count = std::env::var("TRIBUTARY_SIM_SEEDS").map_or(24, |n| n.parse().expect("a number"));
+    let count = std::env::var("TRIBUTARY_SIM_SEEDS").map_or(64, |n| n.parse().expect("a number"));
     (1..=count).collect()
 }
 
