@@ -13,6 +13,10 @@
 //! - **scale out**: one host owns every partition, then 31 more start at one instant;
 //! - **one at a time**: 32 hosts join one interval apart (counted from the last one's start).
 //!
+//! Every scenario runs twice: with a store that keeps host records (as the hub-hosted,
+//! PostgreSQL and SQLite stores do: one renewal per host per cycle) and with one that does not
+//! (as the Azure Blob store: every owned partition renewed each cycle).
+//!
 //! The split counts as reached when every host owns exactly 32 partitions and no partition is
 //! owned twice; it must then hold for 20 more intervals. Run with
 //! `cargo bench -p tributary-processor --bench convergence`.
@@ -23,8 +27,8 @@ use std::time::Duration;
 
 use tributary_processor::{
     Checkpoint, CheckpointStore, EventProcessorHost, InMemoryCheckpointStore,
-    LoadBalancingStrategy, Ownership, OwnershipFence, ProcessorOptions, RunningHost, StoreError,
-    processor_fn,
+    LoadBalancingStrategy, Ownership, OwnershipFence, OwnershipListing, ProcessorOptions,
+    RunningHost, StoreError, processor_fn,
 };
 use tributary_source::PartitionSource;
 use tributary_source::testing::InMemoryPartitionSource;
@@ -41,6 +45,8 @@ const GIVE_UP_INTERVALS: u32 = 400;
 struct Remote {
     store: InMemoryCheckpointStore,
     latency: Duration,
+    /// Whether hosts renew a host record instead of each partition.
+    host_records: bool,
 }
 
 #[async_trait::async_trait]
@@ -78,6 +84,28 @@ impl CheckpointStore for Remote {
         tokio::time::sleep(self.latency).await;
         self.store.update_checkpoint(checkpoint, fence).await
     }
+
+    fn keeps_host_records(&self) -> bool {
+        self.host_records
+    }
+
+    async fn renew_host(
+        &self,
+        ns: &str,
+        hub: &str,
+        group: &str,
+        owner_id: &str,
+    ) -> Result<OwnershipListing, StoreError> {
+        if !self.host_records {
+            let ownership = self.list_ownership(ns, hub, group).await?;
+            return Ok(OwnershipListing {
+                ownership,
+                hosts: Vec::new(),
+            });
+        }
+        tokio::time::sleep(self.latency).await;
+        self.store.renew_host(ns, hub, group, owner_id).await
+    }
 }
 
 struct Fleet {
@@ -88,14 +116,15 @@ struct Fleet {
 }
 
 impl Fleet {
-    fn new(strategy: LoadBalancingStrategy, latency: Duration) -> Fleet {
+    fn new(scenario: &Scenario) -> Fleet {
         Fleet {
             source: Arc::new(InMemoryPartitionSource::new("ns", "hub", PARTITIONS)),
             store: Arc::new(Remote {
                 store: InMemoryCheckpointStore::new(),
-                latency,
+                latency: scenario.latency,
+                host_records: scenario.host_records,
             }),
-            strategy,
+            strategy: scenario.strategy,
             hosts: Vec::new(),
         }
     }
@@ -164,16 +193,16 @@ impl Fleet {
     }
 }
 
-async fn start_together(strategy: LoadBalancingStrategy, latency: Duration) -> Option<f64> {
-    let mut fleet = Fleet::new(strategy, latency);
+async fn start_together(scenario: &Scenario) -> Option<f64> {
+    let mut fleet = Fleet::new(scenario);
     fleet.start(HOSTS);
     let intervals = fleet.intervals_to_even().await;
     fleet.shutdown().await;
     intervals
 }
 
-async fn scale_out(strategy: LoadBalancingStrategy, latency: Duration) -> Option<f64> {
-    let mut fleet = Fleet::new(strategy, latency);
+async fn scale_out(scenario: &Scenario) -> Option<f64> {
+    let mut fleet = Fleet::new(scenario);
     fleet.start(1);
     tokio::time::sleep(Fleet::interval() * 4).await;
     assert_eq!(fleet.hosts[0].owned_partitions().len(), PARTITIONS as usize);
@@ -183,8 +212,8 @@ async fn scale_out(strategy: LoadBalancingStrategy, latency: Duration) -> Option
     intervals
 }
 
-async fn one_at_a_time(strategy: LoadBalancingStrategy, latency: Duration) -> Option<f64> {
-    let mut fleet = Fleet::new(strategy, latency);
+async fn one_at_a_time(scenario: &Scenario) -> Option<f64> {
+    let mut fleet = Fleet::new(scenario);
     for _ in 0..HOSTS {
         fleet.start(1);
         tokio::time::sleep(Fleet::interval()).await;
@@ -194,13 +223,23 @@ async fn one_at_a_time(strategy: LoadBalancingStrategy, latency: Duration) -> Op
     intervals.map(|n| n + 1.0)
 }
 
-fn report(
-    scenario: &str,
+/// How the hosts balance and what their store is like.
+struct Scenario {
     strategy: LoadBalancingStrategy,
     latency: Duration,
-    intervals: Option<f64>,
-) {
-    let what = format!("{scenario:<16} {strategy:?}, store round trip {latency:?}:");
+    host_records: bool,
+}
+
+fn report(name: &str, scenario: &Scenario, intervals: Option<f64>) {
+    let renewals = if scenario.host_records {
+        "host records"
+    } else {
+        "partition renewals"
+    };
+    let what = format!(
+        "{name:<16} {:?}, {renewals}, store round trip {:?}:",
+        scenario.strategy, scenario.latency
+    );
     match intervals {
         Some(n) => println!("{what} even split after {n:.2} intervals"),
         None => println!("{what} no even split within {GIVE_UP_INTERVALS} intervals"),
@@ -226,14 +265,21 @@ fn main() {
         LoadBalancingStrategy::Balanced,
         LoadBalancingStrategy::Greedy,
     ];
-    for latency in [Duration::ZERO, Duration::from_millis(20)] {
-        for strategy in strategies {
-            let n = runtime.block_on(start_together(strategy, latency));
-            report("start together", strategy, latency, n);
-            let n = runtime.block_on(scale_out(strategy, latency));
-            report("scale out", strategy, latency, n);
-            let n = runtime.block_on(one_at_a_time(strategy, latency));
-            report("one at a time", strategy, latency, n);
+    for host_records in [true, false] {
+        for latency in [Duration::ZERO, Duration::from_millis(20)] {
+            for strategy in strategies {
+                let scenario = Scenario {
+                    strategy,
+                    latency,
+                    host_records,
+                };
+                let n = runtime.block_on(start_together(&scenario));
+                report("start together", &scenario, n);
+                let n = runtime.block_on(scale_out(&scenario));
+                report("scale out", &scenario, n);
+                let n = runtime.block_on(one_at_a_time(&scenario));
+                report("one at a time", &scenario, n);
+            }
         }
     }
 }

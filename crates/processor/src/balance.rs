@@ -231,6 +231,19 @@ pub fn plan_claims(
     claims
 }
 
+/// Whether this host holds more partitions than an even split gives any owner (⌈P/N⌉ with N
+/// active owners): the others' plans take the excess from it, and it learns which at its next
+/// listing. Call after [`plan_claims`] has updated `tracker` with the same records.
+pub fn holds_more_than_its_share(
+    input: &BalanceInput<'_>,
+    tracker: &ExpiryTracker,
+    now: Instant,
+) -> bool {
+    let landscape = survey(input, tracker, now);
+    let owners = landscape.others.len() + 1;
+    landscape.mine.len() > landscape.partition_count.div_ceil(owners)
+}
+
 /// This host's part of the hand-over every host with the same records plans alike: each active
 /// owner's target is the smaller share, plus one for the `P mod N` owners holding the most
 /// (ties by owner id); owners above their target give the partitions they prefer least, and the

@@ -32,7 +32,9 @@ use tokio::task::{JoinError, JoinSet};
 use tokio::time::Instant;
 use tributary_event::EventPosition;
 
-use crate::balance::{BalanceInput, Claim, ClaimReason, ExpiryTracker, plan_claims};
+use crate::balance::{
+    BalanceInput, Claim, ClaimReason, ExpiryTracker, holds_more_than_its_share, plan_claims,
+};
 use crate::error::{HostError, InvalidOption};
 use crate::handoff::Handoff;
 use crate::limits::PARTITION_IDS_REFRESH_INTERVAL;
@@ -221,6 +223,9 @@ struct Coordinator {
     /// Partitions stolen from a live owner, whose pumps wait until the former owner has
     /// noticed and stopped processing (see [`Handoff`]).
     handoffs: HashMap<String, Handoff>,
+    /// Whether the next cycle comes after a quarter interval: this host holds more than its
+    /// share, so others are taking partitions from it.
+    cycle_soon: bool,
     owned_sender: watch::Sender<Vec<String>>,
 }
 
@@ -266,6 +271,7 @@ impl Coordinator {
             pump_partitions: HashMap::new(),
             last_renewed_at: Instant::now(),
             handoffs: HashMap::new(),
+            cycle_soon: false,
             owned_sender,
         }
     }
@@ -285,7 +291,9 @@ impl Coordinator {
                 () = sleep_until_some(fence_at) => self.fence_if_renewal_expired(Instant::now()),
                 () = tokio::time::sleep_until(next_cycle_at) => {
                     self.run_cycle().await;
-                    next_cycle_at = Instant::now() + self.options.load_balancing_interval;
+                    let interval = self.options.load_balancing_interval;
+                    let pause = if self.cycle_soon { interval / 4 } else { interval };
+                    next_cycle_at = Instant::now() + pause;
                 }
             }
         }
@@ -343,6 +351,10 @@ impl Coordinator {
             strategy: self.options.load_balancing_strategy,
         };
         let mut claims = plan_claims(&input, &mut self.tracker, now);
+        // While others' plans are taking partitions from this host, it looks again after a
+        // quarter interval: it stops processing what it lost sooner (with a host record it
+        // learns of a steal only from a listing), and the hand-over ends sooner.
+        self.cycle_soon = holds_more_than_its_share(&input, &self.tracker, now);
         if host_records {
             // The host record just renewed proves this host alive; a record it holds exactly
             // as listed needs no claim of its own.
