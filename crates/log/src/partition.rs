@@ -260,9 +260,11 @@ impl PartitionLog {
     /// checked against their index files, the active segment is scanned and any torn or corrupt
     /// tail is cut off and synced away.
     ///
-    /// Fails with [`LogError::Corrupted`] if a sealed segment is damaged (acknowledged data would
-    /// be lost, so it is not silently dropped), and with an I/O error if another process has the
-    /// partition open.
+    /// Fails with [`LogError::Corrupted`] if a sealed segment is found damaged (acknowledged data
+    /// would be lost, so it is not silently dropped), and with an I/O error if another process
+    /// has the partition open. A sealed segment whose index agrees with its length is not
+    /// scanned: damage inside one of its batches is found by that batch's checksum when a read
+    /// reaches it, which fails with [`LogError::Corrupted`] — damaged events are never served.
     pub fn open(
         dir: &Path,
         config: LogConfig,
