@@ -1,7 +1,8 @@
 //! What the editor costs per event: a chain of filter + transform + validate on 1 KiB JSON
 //! events (the replication issue's target is 2 µs an event), and each part alone.
 //!
-//! `cargo bench -p tributary-edit --bench chain` prints nanoseconds per event for: parsing and
+//! `cargo bench -p tributary-edit --bench chain` prints nanoseconds per event for: the bench's
+//! own cost (events cloned into items and out again, no step), parsing and
 //! writing the body alone (the floor every JSON-editing chain pays once), the filter, the
 //! transform and the validate step alone, and the whole chain — each from the event's bytes to the edited event's
 //! bytes, over batches of 1,000 events as a replication task hands them over.
@@ -45,6 +46,10 @@ fn main() {
     );
     let runs = [
         (
+            "no step: events in and out, the bench's own cost",
+            Editor::new(Vec::new()),
+        ),
+        (
             "JSON parsed and written back, no step",
             Editor::new(vec![touch()]),
         ),
@@ -56,7 +61,13 @@ fn main() {
             Editor::new(vec![filter, transform, validate]),
         ),
     ];
+    // `TRIBUTARY_BENCH_ROWS=transform` runs only the rows whose name holds that text (to
+    // profile one row).
+    let only = std::env::var("TRIBUTARY_BENCH_ROWS").ok();
     for (what, editor) in runs {
+        if only.as_deref().is_some_and(|only| !what.contains(only)) {
+            continue;
+        }
         let ns = measure(&editor, &events, batches);
         println!(
             "editor, {what}: {ns:.0} ns per {bytes}-byte JSON event ({} events, batches of {BATCH_EVENTS})",

@@ -192,6 +192,7 @@ impl Item {
             return Some(doc.get(path).map(|found| match found {
                 Found::Tape(index) => doc.tape.kind_name(index),
                 Found::Value(value) => lazy::value_kind(value),
+                Found::Object(_) => "object",
             }));
         }
         let tape = self.tape()?;

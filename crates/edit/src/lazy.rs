@@ -69,22 +69,28 @@ struct Node {
     next: u32,
     /// An object's members or an array's elements.
     len: u32,
+    /// An object that may name a key twice (every object with an escaped key counts).
+    repeats: bool,
 }
 
 /// The tape of one body, with each value's `Value` made at most once.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Tape {
     nodes: Vec<Node>,
-    values: Box<[OnceLock<Value>]>,
+    values: Values,
 }
 
-impl Clone for Tape {
-    fn clone(&self) -> Tape {
-        Tape {
-            nodes: self.nodes.clone(),
-            values: self.values.clone(),
-        }
-    }
+/// How many values of one body are kept beside the tape before a slot for every node is made:
+/// steps name a handful of fields, and a slot per node costs an allocation (and its drop) per
+/// event that few fields would repay.
+const VALUE_SLOTS: usize = 8;
+
+/// The `Value`s made of a tape's nodes: the first few in slots tagged with their node, the
+/// rest (rarely any) in a slot per node made when those are full.
+#[derive(Debug, Clone, Default)]
+struct Values {
+    slots: [OnceLock<(usize, Value)>; VALUE_SLOTS],
+    all: OnceLock<Box<[OnceLock<Value>]>>,
 }
 
 /// Indexes `body`, or `None` when it is not in the subset the scanner takes (see the module
@@ -97,18 +103,16 @@ pub(crate) fn scan(body: &[u8]) -> Option<Tape> {
         bytes: body,
         at: 0,
         nodes: Vec::with_capacity(body.len() / 12 + 4),
+        keys: Vec::new(),
     };
     scanner.value(0)?;
     scanner.whitespace();
     if scanner.at != body.len() {
         return None;
     }
-    let values = std::iter::repeat_with(OnceLock::new)
-        .take(scanner.nodes.len())
-        .collect();
     Some(Tape {
         nodes: scanner.nodes,
-        values,
+        values: Values::default(),
     })
 }
 
@@ -116,7 +120,12 @@ struct Scanner<'b> {
     bytes: &'b [u8],
     at: usize,
     nodes: Vec<Node>,
+    /// Scratch for [`Scanner::repeats`]: each key of one object as (fingerprint, key node).
+    keys: Vec<(u64, usize)>,
 }
+
+/// The most keys of an object compared pair by pair for a repeat; more are sorted first.
+const KEYS_COMPARED_PAIRWISE: usize = 16;
 
 impl Scanner<'_> {
     fn whitespace(&mut self) {
@@ -139,6 +148,7 @@ impl Scanner<'_> {
             end: start,
             next: 0,
             len: 0,
+            repeats: false,
         });
         index
     }
@@ -269,7 +279,54 @@ impl Scanner<'_> {
             }
         }
         self.nodes[index].len = len;
-        self.close(index)
+        self.close(index)?;
+        if kind == Kind::Object {
+            self.nodes[index].repeats = self.repeats(index);
+        }
+        Some(())
+    }
+
+    /// Whether the object at `index` (closed) names a key twice, or has an escaped key (whose
+    /// text its bytes do not show). Exact otherwise: keys whose fingerprints match are
+    /// compared byte for byte.
+    fn repeats(&mut self, index: usize) -> bool {
+        let mut keys = std::mem::take(&mut self.keys);
+        keys.clear();
+        let node = self.nodes[index];
+        let mut at = index + 1;
+        for _ in 0..node.len {
+            let key = self.nodes[at];
+            if key.kind != Kind::Str {
+                self.keys = keys;
+                return true;
+            }
+            keys.push((fingerprint(self.key_bytes(at)), at));
+            at = self.nodes[at + 1].next as usize;
+        }
+        let same = |a: &(u64, usize), b: &(u64, usize)| {
+            a.0 == b.0 && same_bytes(self.key_bytes(a.1), self.key_bytes(b.1))
+        };
+        let repeats = if keys.len() <= KEYS_COMPARED_PAIRWISE {
+            keys.iter()
+                .enumerate()
+                .any(|(i, a)| keys[i + 1..].iter().any(|b| same(a, b)))
+        } else {
+            keys.sort_unstable_by(|a, b| {
+                a.0.cmp(&b.0)
+                    .then_with(|| self.key_bytes(a.1).cmp(self.key_bytes(b.1)))
+            });
+            keys.windows(2).any(|pair| same(&pair[0], &pair[1]))
+        };
+        self.keys = keys;
+        repeats
+    }
+
+    /// The bytes between the quotes of the string node `index`.
+    fn key_bytes(&self, index: usize) -> &[u8] {
+        let node = self.nodes[index];
+        self.bytes
+            .get(node.start as usize + 1..(node.end as usize).saturating_sub(1))
+            .unwrap_or_default()
     }
 
     fn member_key(&mut self) -> Option<()> {
@@ -287,6 +344,47 @@ impl Scanner<'_> {
     }
 }
 
+/// The members of an object of a tape: `(key node, value node)` in body order.
+#[derive(Debug, Clone)]
+pub(crate) struct MembersOf<'t> {
+    tape: &'t Tape,
+    at: usize,
+    left: u32,
+}
+
+impl Iterator for MembersOf<'_> {
+    type Item = (usize, usize);
+
+    fn next(&mut self) -> Option<(usize, usize)> {
+        self.left = self.left.checked_sub(1)?;
+        let (key, value) = (self.at, self.at + 1);
+        self.at = self.tape.nodes[value].next as usize;
+        Some((key, value))
+    }
+}
+
+/// A cheap fingerprint of a key's bytes (its length, first eight and last eight bytes): keys
+/// with different fingerprints differ.
+fn fingerprint(bytes: &[u8]) -> u64 {
+    let n = bytes.len();
+    let (head, tail) = match (bytes.first_chunk::<8>(), bytes.last_chunk::<8>()) {
+        (Some(head), Some(tail)) => (u64::from_le_bytes(*head), u64::from_le_bytes(*tail)),
+        _ => (
+            bytes
+                .iter()
+                .fold(0u64, |word, &b| (word << 8) | u64::from(b)),
+            0,
+        ),
+    };
+    head ^ tail.rotate_left(29) ^ (n as u64).rotate_right(8)
+}
+
+/// Whether two keys' bytes are equal: the first and last bytes decide most unequal keys of
+/// one length without a call to `memcmp`.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.first() == b.first() && a.last() == b.last() && a == b
+}
+
 impl Tape {
     fn node(&self, index: usize) -> Node {
         self.nodes[index]
@@ -298,25 +396,42 @@ impl Tape {
             .unwrap_or_default()
     }
 
+    /// The body's bytes from the start of node `first` to the end of node `last`.
+    fn span<'b>(&self, body: &'b [u8], first: usize, last: usize) -> &'b [u8] {
+        body.get(self.node(first).start as usize..self.node(last).end as usize)
+            .unwrap_or_default()
+    }
+
+    /// The bytes a member whose key is node `key` takes written as `"key":value`.
+    fn member_bytes(&self, key: usize) -> usize {
+        let (key, value) = (self.node(key), self.node(key + 1));
+        (key.end - key.start + 1 + value.end - value.start) as usize
+    }
+
+    /// Whether node `next` is the one right after the value at node `value` and everything in
+    /// it (in an object: the next member's key).
+    fn follows(&self, value: usize, next: usize) -> bool {
+        self.node(value).next as usize == next
+    }
+
     /// Whether the body is a JSON object.
     pub(crate) fn is_object(&self) -> bool {
         self.nodes.first().is_some_and(|n| n.kind == Kind::Object)
     }
 
     /// `(key node, value node)` of each member of the object at `index`, in body order.
-    pub(crate) fn members(&self, index: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+    pub(crate) fn members(&self, index: usize) -> MembersOf<'_> {
         let node = self.node(index);
-        let count = if node.kind == Kind::Object {
+        let left = if node.kind == Kind::Object {
             node.len
         } else {
             0
         };
-        let mut at = index + 1;
-        (0..count).map(move |_| {
-            let (key, value) = (at, at + 1);
-            at = self.nodes[value].next as usize;
-            (key, value)
-        })
+        MembersOf {
+            tape: self,
+            at: index + 1,
+            left,
+        }
     }
 
     /// The element nodes of the array at `index`, in order.
@@ -339,7 +454,9 @@ impl Tape {
     pub(crate) fn key_is(&self, body: &[u8], index: usize, key: &str) -> bool {
         let raw = self.raw(body, index);
         match self.node(index).kind {
-            Kind::Str => raw.get(1..raw.len().saturating_sub(1)) == Some(key.as_bytes()),
+            Kind::Str => raw
+                .get(1..raw.len().saturating_sub(1))
+                .is_some_and(|text| same_bytes(text, key.as_bytes())),
             _ => serde_json::from_slice::<String>(raw).is_ok_and(|text| text == key),
         }
     }
@@ -359,10 +476,21 @@ impl Tape {
     /// The value node of the last member `key` of the object at `index` (the one a parse
     /// keeps).
     pub(crate) fn member(&self, body: &[u8], index: usize, key: &str) -> Option<usize> {
-        self.members(index)
+        let mut members = self.members(index);
+        if !self.repeats(index) {
+            return members
+                .find(|&(k, _)| self.key_is(body, k, key))
+                .map(|(_, v)| v);
+        }
+        members
             .filter(|&(k, _)| self.key_is(body, k, key))
             .last()
             .map(|(_, v)| v)
+    }
+
+    /// Whether the object at `index` may name a key twice (`false` for anything else).
+    pub(crate) fn repeats(&self, index: usize) -> bool {
+        self.node(index).repeats
     }
 
     /// The node at `path` below `index`.
@@ -375,7 +503,18 @@ impl Tape {
 
     /// The value at node `index`, made on the first call.
     pub(crate) fn value(&self, body: &[u8], index: usize) -> &Value {
-        self.values[index].get_or_init(|| self.to_value(body, index))
+        for slot in &self.values.slots {
+            let (at, value) = slot.get_or_init(|| (index, self.to_value(body, index)));
+            if *at == index {
+                return value;
+            }
+        }
+        let all = self.values.all.get_or_init(|| {
+            std::iter::repeat_with(OnceLock::new)
+                .take(self.nodes.len())
+                .collect()
+        });
+        all[index].get_or_init(|| self.to_value(body, index))
     }
 
     /// The value at node `index`, made anew.
@@ -387,9 +526,7 @@ impl Tape {
             Kind::Str | Kind::EscapedStr => self
                 .text(body, index)
                 .map_or(Value::Null, |t| Value::String(t.into_owned())),
-            // serde_json reads the number, so it is exactly the number a parse makes; the
-            // scanner took only numbers serde_json takes.
-            Kind::Number => serde_json::from_slice(self.raw(body, index)).unwrap_or(Value::Null),
+            Kind::Number => self.number(body, index).map_or(Value::Null, Value::Number),
             Kind::Array => Value::Array(
                 self.elements(index)
                     .map(|e| self.to_value(body, e))
@@ -447,7 +584,8 @@ impl Tape {
         if self.node(index).kind != Kind::Number {
             return None;
         }
-        serde_json::from_slice(self.raw(body, index)).ok()
+        let raw = self.raw(body, index);
+        integer(raw).or_else(|| serde_json::from_slice(raw).ok())
     }
 
     pub(crate) fn len(&self, index: usize) -> usize {
@@ -455,7 +593,30 @@ impl Tape {
     }
 }
 
-/// A top-level member's key: as the body wrote it, or new.
+/// An integer the scanner took (at most [`INT_DIGITS_MAX`] digits, so it fits) read as
+/// serde_json reads it: a `u64` when not negative, an `i64` when negative. `None` for a
+/// fraction, and for `-0`, which serde_json reads as the float -0.0.
+fn integer(raw: &[u8]) -> Option<serde_json::Number> {
+    let (negative, digits) = match raw.split_first()? {
+        (b'-', digits) => (true, digits),
+        _ => (false, raw),
+    };
+    if digits.is_empty() || digits.len() > INT_DIGITS_MAX || !digits.iter().all(u8::is_ascii_digit)
+    {
+        return None;
+    }
+    let magnitude = digits
+        .iter()
+        .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    match (negative, magnitude) {
+        (false, n) => Some(n.into()),
+        (true, 0) => None,
+        // At most 18 digits: below i64::MAX.
+        (true, n) => i64::try_from(n).ok().map(|n| (-n).into()),
+    }
+}
+
+/// An edited object's member key: as the body wrote it, or new.
 #[derive(Debug, Clone)]
 pub(crate) enum Key {
     /// The key node in the tape.
@@ -464,30 +625,40 @@ pub(crate) enum Key {
     New(String),
 }
 
-/// A top-level member's value: as the body wrote it, or a value a step made.
+/// An edited object's member value: as the body wrote it, a value a step made, or an object
+/// of the body with edited members of its own.
 #[derive(Debug, Clone)]
 pub(crate) enum Member {
     /// The value node in the tape.
     Raw(usize),
     /// A value a step made (or took out of the body to change).
     Value(Value),
+    /// An object of the body (a tape node) whose members are edited in turn.
+    Object(Box<Overlay>),
 }
 
-/// The edited top-level members of an object body, in order (duplicate keys kept as they
-/// came; the last counts).
+/// The edited members of one object of the body, in order (duplicate keys kept as they came;
+/// the last counts).
 #[derive(Debug, Clone)]
 pub(crate) struct Overlay {
     pub(crate) members: Vec<(Key, Member)>,
+    /// Some key may appear twice (the tape object's [`Tape::repeats`]; edits never add a
+    /// repeat: a write to a key that is there replaces its value).
+    pub(crate) repeats: bool,
+    /// The object as a `Value`, made when a reader asks for it and forgotten on every edit.
+    value: OnceLock<Value>,
 }
 
-/// A value in a document being edited: in the tape, or made by a step.
+/// A value in a document being edited: in the tape, made by a step, or an edited object.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Found<'d> {
     Tape(usize),
     Value(&'d Value),
+    Object(&'d Overlay),
 }
 
-/// An object body being edited: the tape, its body and the top-level members.
+/// An edited object of a body (the body itself, or one nested in it): the tape, its body and
+/// the object's members.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Doc<'d> {
     pub(crate) tape: &'d Tape,
@@ -495,7 +666,7 @@ pub(crate) struct Doc<'d> {
     pub(crate) overlay: &'d Overlay,
 }
 
-/// The same, to change.
+/// An object body to change.
 #[derive(Debug)]
 pub(crate) struct DocMut<'d> {
     pub(crate) tape: &'d Tape,
@@ -506,11 +677,18 @@ pub(crate) struct DocMut<'d> {
 impl Overlay {
     /// Every member of the object body the tape indexes, untouched.
     pub(crate) fn of(tape: &Tape) -> Overlay {
+        Overlay::of_node(tape, 0)
+    }
+
+    /// Every member of the object at node `index`, untouched.
+    fn of_node(tape: &Tape, index: usize) -> Overlay {
         Overlay {
             members: tape
-                .members(0)
+                .members(index)
                 .map(|(k, v)| (Key::Raw(k), Member::Raw(v)))
                 .collect(),
+            repeats: tape.repeats(index),
+            value: OnceLock::new(),
         }
     }
 }
@@ -518,7 +696,7 @@ impl Overlay {
 fn key_is(tape: &Tape, body: &[u8], key: &Key, text: &str) -> bool {
     match key {
         Key::Raw(index) => tape.key_is(body, *index, text),
-        Key::New(new) => new == text,
+        Key::New(new) => same_bytes(new.as_bytes(), text.as_bytes()),
     }
 }
 
@@ -534,6 +712,12 @@ fn member_value(tape: &Tape, body: &[u8], member: Member) -> Value {
     match member {
         Member::Raw(index) => tape.to_value(body, index),
         Member::Value(value) => value,
+        Member::Object(overlay) => Doc {
+            tape,
+            body,
+            overlay: &overlay,
+        }
+        .to_value(),
     }
 }
 
@@ -541,6 +725,11 @@ impl<'d> Doc<'d> {
     /// The position of the member `key` a parse keeps (the last).
     pub(crate) fn position(&self, key: &str) -> Option<usize> {
         position(self.tape, self.body, self.overlay, key)
+    }
+
+    /// The document of a nested edited object.
+    pub(crate) fn nested(&self, overlay: &'d Overlay) -> Doc<'d> {
+        Doc { overlay, ..*self }
     }
 
     /// The value at `path` (not empty).
@@ -552,50 +741,119 @@ impl<'d> Doc<'d> {
         match &self.overlay.members[at].1 {
             Member::Raw(index) => self.tape.find(self.body, *index, rest).map(Found::Tape),
             Member::Value(value) => field::get_in(rest, value).map(Found::Value),
+            Member::Object(overlay) if rest.is_empty() => Some(Found::Object(overlay)),
+            Member::Object(overlay) => self.nested(overlay).get(rest),
         }
     }
 
-    /// The value at `path` as a `Value` (made once for a tape node).
+    /// The value at `path` as a `Value` (made once for a tape node or an edited object).
     pub(crate) fn value(&self, path: &[Segment]) -> Option<&'d Value> {
         match self.get(path)? {
             Found::Tape(index) => Some(self.tape.value(self.body, index)),
             Found::Value(value) => Some(value),
+            Found::Object(overlay) => Some(
+                overlay
+                    .value
+                    .get_or_init(|| self.nested(overlay).to_value()),
+            ),
         }
     }
 
-    /// The whole body as a `Value`.
+    /// The whole object as a `Value`.
     pub(crate) fn to_value(self) -> Value {
         let mut map = Map::new();
         for (key, member) in &self.overlay.members {
             let value = match member {
                 Member::Raw(index) => self.tape.to_value(self.body, *index),
                 Member::Value(value) => value.clone(),
+                Member::Object(overlay) => self.nested(overlay).to_value(),
             };
             map.insert(key_text(self.tape, self.body, key).into_owned(), value);
         }
         Value::Object(map)
     }
 
-    /// The body written out: members in order, untouched ones as they came.
+    /// The object written out: members in order, untouched ones as they came.
     pub(crate) fn write(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.body.len() + 64);
+        self.write_to(&mut out);
+        out
+    }
+
+    fn write_to(&self, out: &mut Vec<u8>) {
         out.push(b'{');
-        for (i, (key, member)) in self.overlay.members.iter().enumerate() {
+        let members = &self.overlay.members;
+        let mut i = 0;
+        while i < members.len() {
             if i > 0 {
                 out.push(b',');
             }
-            match key {
-                Key::Raw(index) => out.extend_from_slice(self.tape.raw(self.body, *index)),
-                Key::New(text) => write_json(&mut out, text),
+            let (run, compact) = self.raw_run(&members[i..]);
+            if run > 0 {
+                if compact {
+                    // Untouched members that follow one another in the body, which wrote
+                    // them as this writes them (no whitespace), are copied in one piece.
+                    out.extend_from_slice(self.run_bytes(&members[i..i + run]));
+                } else {
+                    for (j, member) in members[i..i + run].iter().enumerate() {
+                        if j > 0 {
+                            out.push(b',');
+                        }
+                        self.write_member(out, member);
+                    }
+                }
+                i += run;
+                continue;
             }
-            out.push(b':');
-            match member {
-                Member::Raw(index) => out.extend_from_slice(self.tape.raw(self.body, *index)),
-                Member::Value(value) => write_json(&mut out, value),
-            }
+            self.write_member(out, &members[i]);
+            i += 1;
         }
         out.push(b'}');
-        out
+    }
+
+    /// How many members from the first of `members` are untouched and follow one another in
+    /// the body (0 when the first is not such a member), and whether the body wrote them as
+    /// [`Doc::write`] does, without whitespace.
+    fn raw_run(&self, members: &[(Key, Member)]) -> (usize, bool) {
+        let mut run = 0;
+        let mut written = 0;
+        let mut last = None;
+        for (key, member) in members {
+            let (Key::Raw(key), Member::Raw(value)) = (key, member) else {
+                break;
+            };
+            if *value != key + 1 || last.is_some_and(|last| !self.tape.follows(last, *key)) {
+                break;
+            }
+            written += usize::from(run > 0) + self.tape.member_bytes(*key);
+            run += 1;
+            last = Some(*value);
+        }
+        let compact = run > 0 && self.run_bytes(&members[..run]).len() == written;
+        (run, compact)
+    }
+
+    /// The body's bytes from the first member's key to the last one's value.
+    fn run_bytes(&self, run: &[(Key, Member)]) -> &'d [u8] {
+        match (run.first(), run.last()) {
+            (Some((Key::Raw(first), _)), Some((_, Member::Raw(last)))) => {
+                self.tape.span(self.body, *first, *last)
+            }
+            _ => &[],
+        }
+    }
+
+    fn write_member(&self, out: &mut Vec<u8>, (key, member): &(Key, Member)) {
+        match key {
+            Key::Raw(index) => out.extend_from_slice(self.tape.raw(self.body, *index)),
+            Key::New(text) => write_json(out, text),
+        }
+        out.push(b':');
+        match member {
+            Member::Raw(index) => out.extend_from_slice(self.tape.raw(self.body, *index)),
+            Member::Value(value) => write_json(out, value),
+            Member::Object(overlay) => self.nested(overlay).write_to(out),
+        }
     }
 }
 
@@ -624,38 +882,101 @@ fn position(tape: &Tape, body: &[u8], overlay: &Overlay, key: &str) -> Option<us
         .rposition(|(k, _)| key_is(tape, body, k, key))
 }
 
-impl DocMut<'_> {
-    /// The member at `at`, made a `Value` to change in place.
-    fn value_mut(&mut self, at: usize) -> &mut Value {
-        let slot = &mut self.overlay.members[at].1;
-        if let Member::Raw(index) = *slot {
-            *slot = Member::Value(self.tape.to_value(self.body, index));
+/// The member in `slot` made ready to edit below: an object of the tape becomes an overlay
+/// of its members when `rest` names a key in it; anything else of the tape becomes a `Value`.
+fn open<'m>(tape: &Tape, body: &[u8], slot: &'m mut Member, rest: &[Segment]) -> &'m mut Member {
+    if let Member::Raw(index) = *slot {
+        *slot = match rest.first() {
+            Some(Segment::Key(_)) if tape.is_object_at(index) => {
+                Member::Object(Box::new(Overlay::of_node(tape, index)))
+            }
+            _ => Member::Value(tape.to_value(body, index)),
+        };
+    }
+    slot
+}
+
+/// Removes the member at `path` below `overlay` (not empty; a key of `overlay` itself: every
+/// copy of it).
+fn remove_in(tape: &Tape, body: &[u8], overlay: &mut Overlay, path: &[Segment]) -> Option<Member> {
+    let (Segment::Key(first), rest) = path.split_first()? else {
+        return None;
+    };
+    overlay.value = OnceLock::new();
+    if rest.is_empty() {
+        let mut taken = None;
+        overlay.members.retain_mut(|(key, member)| {
+            if !key_is(tape, body, key, first) {
+                return true;
+            }
+            taken = Some(std::mem::replace(member, Member::Value(Value::Null)));
+            false
+        });
+        return taken;
+    }
+    let at = position(tape, body, overlay, first)?;
+    match open(tape, body, &mut overlay.members[at].1, rest) {
+        Member::Object(nested) => remove_in(tape, body, nested, rest),
+        Member::Value(value) => field::remove_in(rest, value).map(Member::Value),
+        Member::Raw(_) => unreachable!("opened above"),
+    }
+}
+
+/// Puts `new` at `path` below `overlay` (not empty), making objects on the way; fails where
+/// the way passes through a value that is not an object, as [`FieldPath::set`] does.
+///
+/// [`FieldPath::set`]: crate::field::FieldPath::set
+fn set_in(
+    tape: &Tape,
+    body: &[u8],
+    overlay: &mut Overlay,
+    path: &[Segment],
+    new: Member,
+) -> Result<(), ()> {
+    let Some((Segment::Key(first), rest)) = path.split_first() else {
+        return Err(());
+    };
+    overlay.value = OnceLock::new();
+    let at = position(tape, body, overlay, first);
+    match (at, rest.is_empty()) {
+        (Some(at), true) => overlay.members[at].1 = new,
+        (None, true) => overlay.members.push((Key::New(first.clone()), new)),
+        (Some(at), false) => match open(tape, body, &mut overlay.members[at].1, rest) {
+            Member::Object(nested) => set_in(tape, body, nested, rest, new)?,
+            Member::Value(value) => {
+                let new = member_value(tape, body, new);
+                field::set_in(rest, value, new).map_err(|_| ())?;
+            }
+            Member::Raw(_) => unreachable!("opened above"),
+        },
+        (None, false) => {
+            let mut value = Value::Object(Map::new());
+            let new = member_value(tape, body, new);
+            let result = field::set_in(rest, &mut value, new).map_err(|_| ());
+            overlay
+                .members
+                .push((Key::New(first.clone()), Member::Value(value)));
+            result?;
         }
-        match slot {
-            Member::Value(value) => value,
-            Member::Raw(_) => unreachable!("made a value above"),
+    }
+    Ok(())
+}
+
+impl DocMut<'_> {
+    /// The document as it stands, to read.
+    pub(crate) fn doc(&self) -> Doc<'_> {
+        Doc {
+            tape: self.tape,
+            body: self.body,
+            overlay: self.overlay,
         }
     }
 
-    /// Removes and returns the value at `path` (a top-level key: every copy of it).
+    /// Removes and returns the value at `path` (a top-level key: every copy of it). Objects
+    /// of the body on the way are edited member by member; a missing path changes nothing.
     pub(crate) fn remove(&mut self, path: &[Segment]) -> Option<Member> {
-        let (Segment::Key(first), rest) = path.split_first()? else {
-            return None;
-        };
-        if rest.is_empty() {
-            let mut taken = None;
-            let (tape, body) = (self.tape, self.body);
-            self.overlay.members.retain_mut(|(key, member)| {
-                if !key_is(tape, body, key, first) {
-                    return true;
-                }
-                taken = Some(std::mem::replace(member, Member::Value(Value::Null)));
-                false
-            });
-            return taken;
-        }
-        let at = position(self.tape, self.body, self.overlay, first)?;
-        field::remove_in(rest, self.value_mut(at)).map(Member::Value)
+        self.doc().get(path)?;
+        remove_in(self.tape, self.body, self.overlay, path)
     }
 
     /// Puts `new` at `path` (not empty), making objects on the way; fails where the way
@@ -663,28 +984,7 @@ impl DocMut<'_> {
     ///
     /// [`FieldPath::set`]: crate::field::FieldPath::set
     pub(crate) fn set(&mut self, path: &[Segment], new: Member) -> Result<(), ()> {
-        let Some((Segment::Key(first), rest)) = path.split_first() else {
-            return Err(());
-        };
-        let at = position(self.tape, self.body, self.overlay, first);
-        match (at, rest.is_empty()) {
-            (Some(at), true) => self.overlay.members[at].1 = new,
-            (None, true) => self.overlay.members.push((Key::New(first.clone()), new)),
-            (Some(at), false) => {
-                let new = member_value(self.tape, self.body, new);
-                field::set_in(rest, self.value_mut(at), new).map_err(|_| ())?;
-            }
-            (None, false) => {
-                let mut value = Value::Object(Map::new());
-                let new = member_value(self.tape, self.body, new);
-                let result = field::set_in(rest, &mut value, new).map_err(|_| ());
-                self.overlay
-                    .members
-                    .push((Key::New(first.clone()), Member::Value(value)));
-                result?;
-            }
-        }
-        Ok(())
+        set_in(self.tape, self.body, self.overlay, path, new)
     }
 }
 
