@@ -61,11 +61,11 @@ fn main() {
             Editor::new(vec![filter, transform, validate]),
         ),
     ];
-    // `TRIBUTARY_BENCH_ROWS=transform` runs only the rows whose name holds that text (to
-    // profile one row).
-    let only = std::env::var("TRIBUTARY_BENCH_ROWS").ok();
+    // `TRIBUTARY_BENCH_ROW=transform` runs only the row of that name (to profile or time one
+    // row alone).
+    let only = std::env::var("TRIBUTARY_BENCH_ROW").ok();
     for (what, editor) in runs {
-        if only.as_deref().is_some_and(|only| !what.contains(only)) {
+        if only.as_deref().is_some_and(|only| what != only) {
             continue;
         }
         let ns = measure(&editor, &events, batches);
