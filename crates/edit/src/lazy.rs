@@ -180,13 +180,30 @@ impl Scanner<'_> {
         if !self.bytes[self.at..].starts_with(text) {
             return None;
         }
-        let index = self.open(kind);
+        let start = self.at;
         self.at += text.len();
-        self.close(index)
+        self.leaf(kind, start);
+        Some(())
+    }
+
+    /// Records the value of `kind` that starts at `start` and ends here (not a container).
+    fn leaf(&mut self, kind: Kind, start: usize) {
+        // Offsets and node counts fit: `scan` refuses bodies over u32::MAX bytes, and every
+        // node takes at least one byte.
+        let offset = |at: usize| u32::try_from(at).unwrap_or(u32::MAX);
+        self.nodes.push(Node {
+            kind,
+            start: offset(start),
+            end: offset(self.at),
+            next: offset(self.nodes.len() + 1),
+            len: 0,
+            repeats: false,
+        });
     }
 
     fn string(&mut self) -> Option<()> {
-        let index = self.open(Kind::Str);
+        let start = self.at;
+        let mut kind = Kind::Str;
         self.at += 1;
         loop {
             self.at += special(&self.bytes[self.at..])?;
@@ -203,9 +220,10 @@ impl Scanner<'_> {
                 b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.at += 2,
                 _ => return None,
             }
-            self.nodes[index].kind = Kind::EscapedStr;
+            kind = Kind::EscapedStr;
         }
-        self.close(index)
+        self.leaf(kind, start);
+        Some(())
     }
 
     fn digits(&mut self) -> usize {
@@ -217,7 +235,7 @@ impl Scanner<'_> {
     }
 
     fn number(&mut self) -> Option<()> {
-        let index = self.open(Kind::Number);
+        let start = self.at;
         if self.peek() == Some(b'-') {
             self.at += 1;
         }
@@ -240,7 +258,8 @@ impl Scanner<'_> {
         if let Some(b'e' | b'E') = self.peek() {
             return None;
         }
-        self.close(index)
+        self.leaf(Kind::Number, start);
+        Some(())
     }
 
     fn container(&mut self, depth: usize, kind: Kind) -> Option<()> {
@@ -387,20 +406,18 @@ impl Iterator for MembersOf<'_> {
     }
 }
 
-/// A cheap fingerprint of a key's bytes (its length, first eight and last eight bytes): keys
-/// with different fingerprints differ.
+/// A cheap fingerprint of a key's bytes (its length and first and last bytes, eight or four
+/// of each): keys with different fingerprints differ.
 fn fingerprint(bytes: &[u8]) -> u64 {
     let n = bytes.len();
-    let (head, tail) = match (bytes.first_chunk::<8>(), bytes.last_chunk::<8>()) {
-        (Some(head), Some(tail)) => (u64::from_le_bytes(*head), u64::from_le_bytes(*tail)),
-        _ => (
-            bytes
-                .iter()
-                .fold(0u64, |word, &b| (word << 8) | u64::from(b)),
-            0,
-        ),
+    let word = if let (Some(head), Some(tail)) = (bytes.first_chunk(), bytes.last_chunk()) {
+        u64::from_le_bytes(*head) ^ u64::from_le_bytes(*tail).rotate_left(29)
+    } else if let (Some(head), Some(tail)) = (bytes.first_chunk(), bytes.last_chunk()) {
+        u64::from(u32::from_le_bytes(*head)) | (u64::from(u32::from_le_bytes(*tail)) << 32)
+    } else {
+        bytes.iter().fold(0u64, |word, &b| (word << 8) | u64::from(b))
     };
-    head ^ tail.rotate_left(29) ^ (n as u64).rotate_right(8)
+    word ^ (n as u64).rotate_right(8)
 }
 
 /// Whether two keys' bytes are equal: the first and last bytes decide most unequal keys of
