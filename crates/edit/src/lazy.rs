@@ -28,7 +28,7 @@
 //! refuses), and the faster parsers build a whole tree or need CPU flags at build time.
 
 use std::borrow::Cow;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::{Map, Value};
 
@@ -415,7 +415,9 @@ fn fingerprint(bytes: &[u8]) -> u64 {
     } else if let (Some(head), Some(tail)) = (bytes.first_chunk(), bytes.last_chunk()) {
         u64::from(u32::from_le_bytes(*head)) | (u64::from(u32::from_le_bytes(*tail)) << 32)
     } else {
-        bytes.iter().fold(0u64, |word, &b| (word << 8) | u64::from(b))
+        bytes
+            .iter()
+            .fold(0u64, |word, &b| (word << 8) | u64::from(b))
     };
     word ^ (n as u64).rotate_right(8)
 }
@@ -493,13 +495,16 @@ impl Tape {
 
     /// Whether the key node `index` spells `key`.
     pub(crate) fn key_is(&self, body: &[u8], index: usize, key: &str) -> bool {
-        let raw = self.raw(body, index);
-        match self.node(index).kind {
-            Kind::Str => raw
-                .get(1..raw.len().saturating_sub(1))
-                .is_some_and(|text| same_bytes(text, key.as_bytes())),
-            _ => serde_json::from_slice::<String>(raw).is_ok_and(|text| text == key),
+        let node = self.node(index);
+        if node.kind != Kind::Str {
+            let raw = self.raw(body, index);
+            return serde_json::from_slice::<String>(raw).is_ok_and(|text| text == key);
         }
+        // The length first: it tells most keys apart without reading them.
+        (node.end - node.start) as usize == key.len() + 2
+            && body
+                .get(node.start as usize + 1..node.end as usize - 1)
+                .is_some_and(|text| same_bytes(text, key.as_bytes()))
     }
 
     /// The text of the string node `index`.
@@ -676,6 +681,31 @@ pub(crate) enum Member {
     Value(Value),
     /// An object of the body (a tape node) whose members are edited in turn.
     Object(Box<Overlay>),
+    /// A value a step writes into every body, shared and written out once.
+    Shared(Arc<Shared>),
+}
+
+/// A value a step writes into every body it edits, with its JSON text made once.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    value: Value,
+    json: Box<[u8]>,
+}
+
+impl Shared {
+    /// The value.
+    pub(crate) fn value(&self) -> &Value {
+        &self.value
+    }
+
+    pub(crate) fn new(value: Value) -> Arc<Shared> {
+        let mut json = Vec::new();
+        write_json(&mut json, &value);
+        Arc::new(Shared {
+            value,
+            json: json.into_boxed_slice(),
+        })
+    }
 }
 
 /// The edited members of one object of the body, in order (duplicate keys kept as they came;
@@ -753,6 +783,7 @@ fn member_value(tape: &Tape, body: &[u8], member: Member) -> Value {
     match member {
         Member::Raw(index) => tape.to_value(body, index),
         Member::Value(value) => value,
+        Member::Shared(shared) => shared.value.clone(),
         Member::Object(overlay) => Doc {
             tape,
             body,
@@ -782,6 +813,7 @@ impl<'d> Doc<'d> {
         match &self.overlay.members[at].1 {
             Member::Raw(index) => self.tape.find(self.body, *index, rest).map(Found::Tape),
             Member::Value(value) => field::get_in(rest, value).map(Found::Value),
+            Member::Shared(shared) => field::get_in(rest, &shared.value).map(Found::Value),
             Member::Object(overlay) if rest.is_empty() => Some(Found::Object(overlay)),
             Member::Object(overlay) => self.nested(overlay).get(rest),
         }
@@ -807,6 +839,7 @@ impl<'d> Doc<'d> {
             let value = match member {
                 Member::Raw(index) => self.tape.to_value(self.body, *index),
                 Member::Value(value) => value.clone(),
+                Member::Shared(shared) => shared.value.clone(),
                 Member::Object(overlay) => self.nested(overlay).to_value(),
             };
             map.insert(key_text(self.tape, self.body, key).into_owned(), value);
@@ -893,6 +926,7 @@ impl<'d> Doc<'d> {
         match member {
             Member::Raw(index) => out.extend_from_slice(self.tape.raw(self.body, *index)),
             Member::Value(value) => write_json(out, value),
+            Member::Shared(shared) => out.extend_from_slice(&shared.json),
             Member::Object(overlay) => self.nested(overlay).write_to(out),
         }
     }
@@ -924,15 +958,21 @@ fn position(tape: &Tape, body: &[u8], overlay: &Overlay, key: &str) -> Option<us
 }
 
 /// The member in `slot` made ready to edit below: an object of the tape becomes an overlay
-/// of its members when `rest` names a key in it; anything else of the tape becomes a `Value`.
+/// of its members when `rest` names a key in it; anything else of the tape, and a shared
+/// value, becomes a `Value` of its own.
 fn open<'m>(tape: &Tape, body: &[u8], slot: &'m mut Member, rest: &[Segment]) -> &'m mut Member {
-    if let Member::Raw(index) = *slot {
-        *slot = match rest.first() {
-            Some(Segment::Key(_)) if tape.is_object_at(index) => {
-                Member::Object(Box::new(Overlay::of_node(tape, index)))
-            }
-            _ => Member::Value(tape.to_value(body, index)),
-        };
+    match slot {
+        Member::Raw(index) => {
+            let index = *index;
+            *slot = match rest.first() {
+                Some(Segment::Key(_)) if tape.is_object_at(index) => {
+                    Member::Object(Box::new(Overlay::of_node(tape, index)))
+                }
+                _ => Member::Value(tape.to_value(body, index)),
+            };
+        }
+        Member::Shared(shared) => *slot = Member::Value(shared.value.clone()),
+        Member::Value(_) | Member::Object(_) => {}
     }
     slot
 }
@@ -956,10 +996,17 @@ fn remove_in(tape: &Tape, body: &[u8], overlay: &mut Overlay, path: &[Segment]) 
         return taken;
     }
     let at = position(tape, body, overlay, first)?;
-    match open(tape, body, &mut overlay.members[at].1, rest) {
+    let slot = &mut overlay.members[at].1;
+    if let Member::Raw(index) = *slot
+        && tape.find(body, index, rest).is_none()
+    {
+        // Nothing to remove: leave the member as it came.
+        return None;
+    }
+    match open(tape, body, slot, rest) {
         Member::Object(nested) => remove_in(tape, body, nested, rest),
         Member::Value(value) => field::remove_in(rest, value).map(Member::Value),
-        Member::Raw(_) => unreachable!("opened above"),
+        Member::Raw(_) | Member::Shared(_) => unreachable!("opened above"),
     }
 }
 
@@ -988,7 +1035,7 @@ fn set_in(
                 let new = member_value(tape, body, new);
                 field::set_in(rest, value, new).map_err(|_| ())?;
             }
-            Member::Raw(_) => unreachable!("opened above"),
+            Member::Raw(_) | Member::Shared(_) => unreachable!("opened above"),
         },
         (None, false) => {
             let mut value = Value::Object(Map::new());
@@ -1004,19 +1051,9 @@ fn set_in(
 }
 
 impl DocMut<'_> {
-    /// The document as it stands, to read.
-    pub(crate) fn doc(&self) -> Doc<'_> {
-        Doc {
-            tape: self.tape,
-            body: self.body,
-            overlay: self.overlay,
-        }
-    }
-
     /// Removes and returns the value at `path` (a top-level key: every copy of it). Objects
-    /// of the body on the way are edited member by member; a missing path changes nothing.
+    /// of the body on the way are edited member by member.
     pub(crate) fn remove(&mut self, path: &[Segment]) -> Option<Member> {
-        self.doc().get(path)?;
         remove_in(self.tape, self.body, self.overlay, path)
     }
 

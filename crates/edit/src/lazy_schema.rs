@@ -199,6 +199,7 @@ fn member_node<'a>(doc: Doc<'a>, member: &'a Member) -> LazyNode<'a> {
     match member {
         Member::Raw(index) => LazyNode::Tape(doc.tape, doc.body, *index),
         Member::Value(value) => LazyNode::Value(value),
+        Member::Shared(shared) => LazyNode::Value(shared.value()),
         Member::Object(overlay) => LazyNode::Edited(doc.nested(overlay)),
     }
 }
