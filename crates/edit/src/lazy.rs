@@ -103,24 +103,40 @@ pub(crate) fn scan(body: &[u8]) -> Option<Tape> {
         bytes: body,
         at: 0,
         nodes: Vec::with_capacity(body.len() / 12 + 4),
-        keys: Vec::new(),
+        keys: KEYS_SCRATCH.take(),
     };
-    scanner.value(0)?;
-    scanner.whitespace();
-    if scanner.at != body.len() {
-        return None;
+    let scanned = scanner.value(0).is_some() && {
+        scanner.whitespace();
+        scanner.at == body.len()
+    };
+    let mut keys = std::mem::take(&mut scanner.keys);
+    if keys.capacity() <= KEYS_SCRATCH_KEPT_MAX {
+        keys.clear();
+        KEYS_SCRATCH.set(keys);
     }
-    Some(Tape {
+    scanned.then(|| Tape {
         nodes: scanner.nodes,
         values: Values::default(),
     })
+}
+
+/// The most keys the scratch stack keeps room for between bodies (64 KiB): enough for any
+/// usual body; a huge one's stack is freed rather than held by the thread.
+const KEYS_SCRATCH_KEPT_MAX: usize = 4096;
+
+thread_local! {
+    /// The scanner's scratch stack of keys, kept from one body to the next of a batch.
+    static KEYS_SCRATCH: std::cell::Cell<Vec<(u64, usize)>> = const {
+        std::cell::Cell::new(Vec::new())
+    };
 }
 
 struct Scanner<'b> {
     bytes: &'b [u8],
     at: usize,
     nodes: Vec<Node>,
-    /// Scratch for [`Scanner::repeats`]: each key of one object as (fingerprint, key node).
+    /// Scratch for [`Scanner::repeats`]: the keys of the objects being read, innermost last,
+    /// as (fingerprint, key node).
     keys: Vec<(u64, usize)>,
 }
 
@@ -271,12 +287,20 @@ impl Scanner<'_> {
         self.at += 1;
         self.whitespace();
         let mut len = 0u32;
+        // This object's keys go on the scratch stack above `keys_base` (nested objects push
+        // and pop their own above them); an escaped key makes the object count as repeating.
+        let keys_base = self.keys.len();
+        let mut escaped = false;
         if self.peek() == Some(close) {
             self.at += 1;
         } else {
             loop {
                 if kind == Kind::Object {
-                    self.member_key()?;
+                    let key = self.member_key()?;
+                    match self.nodes[key].kind {
+                        Kind::Str => self.keys.push((fingerprint(self.key_bytes(key)), key)),
+                        _ => escaped = true,
+                    }
                 }
                 self.value(depth + 1)?;
                 len = len.checked_add(1)?;
@@ -294,67 +318,62 @@ impl Scanner<'_> {
         self.nodes[index].len = len;
         self.close(index)?;
         if kind == Kind::Object {
-            self.nodes[index].repeats = self.repeats(index);
+            self.nodes[index].repeats = escaped || self.repeats(keys_base);
+            self.keys.truncate(keys_base);
         }
         Some(())
     }
 
-    /// Whether the object at `index` (closed) names a key twice, or has an escaped key (whose
-    /// text its bytes do not show). Exact otherwise: keys whose fingerprints match are
-    /// compared byte for byte.
-    fn repeats(&mut self, index: usize) -> bool {
-        let mut keys = std::mem::take(&mut self.keys);
-        keys.clear();
-        let node = self.nodes[index];
-        let mut at = index + 1;
-        for _ in 0..node.len {
-            let key = self.nodes[at];
-            if key.kind != Kind::Str {
-                self.keys = keys;
-                return true;
-            }
-            keys.push((fingerprint(self.key_bytes(at)), at));
-            at = self.nodes[at + 1].next as usize;
-        }
+    /// Whether two of the keys on the scratch stack from `base` are the same. Exact: keys
+    /// whose fingerprints match are compared byte for byte.
+    fn repeats(&mut self, base: usize) -> bool {
+        let (nodes, bytes) = (&self.nodes, self.bytes);
+        let key_bytes = |index: usize| key_bytes(nodes, bytes, index);
         let same = |a: &(u64, usize), b: &(u64, usize)| {
-            a.0 == b.0 && same_bytes(self.key_bytes(a.1), self.key_bytes(b.1))
+            a.0 == b.0 && same_bytes(key_bytes(a.1), key_bytes(b.1))
         };
-        let repeats = if keys.len() <= KEYS_COMPARED_PAIRWISE {
-            keys.iter()
+        let keys = &mut self.keys[base..];
+        if keys.len() <= KEYS_COMPARED_PAIRWISE {
+            return keys
+                .iter()
                 .enumerate()
-                .any(|(i, a)| keys[i + 1..].iter().any(|b| same(a, b)))
-        } else {
-            keys.sort_unstable_by(|a, b| {
-                a.0.cmp(&b.0)
-                    .then_with(|| self.key_bytes(a.1).cmp(self.key_bytes(b.1)))
-            });
-            keys.windows(2).any(|pair| same(&pair[0], &pair[1]))
-        };
-        self.keys = keys;
-        repeats
+                .any(|(i, a)| keys[i + 1..].iter().any(|b| same(a, b)));
+        }
+        keys.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| key_bytes(a.1).cmp(key_bytes(b.1)))
+        });
+        keys.windows(2).any(|pair| same(&pair[0], &pair[1]))
     }
 
     /// The bytes between the quotes of the string node `index`.
     fn key_bytes(&self, index: usize) -> &[u8] {
-        let node = self.nodes[index];
-        self.bytes
-            .get(node.start as usize + 1..(node.end as usize).saturating_sub(1))
-            .unwrap_or_default()
+        key_bytes(&self.nodes, self.bytes, index)
     }
 
-    fn member_key(&mut self) -> Option<()> {
+    /// Reads an object member's key and its colon; returns the key's node.
+    fn member_key(&mut self) -> Option<usize> {
         self.whitespace();
         if self.peek()? != b'"' {
             return None;
         }
+        let key = self.nodes.len();
         self.string()?;
         self.whitespace();
         if self.peek()? != b':' {
             return None;
         }
         self.at += 1;
-        Some(())
+        Some(key)
     }
+}
+
+/// The bytes between the quotes of the string node `index` of `nodes`.
+fn key_bytes<'b>(nodes: &[Node], bytes: &'b [u8], index: usize) -> &'b [u8] {
+    let node = nodes[index];
+    bytes
+        .get(node.start as usize + 1..(node.end as usize).saturating_sub(1))
+        .unwrap_or_default()
 }
 
 /// Where the first quote, backslash or control character of `bytes` is: the bytes that end
@@ -1149,6 +1168,32 @@ mod tests {
                 let parsed: Value = serde_json::from_str(&text)
                     .map_err(|e| TestCaseError::fail(format!("{text:?}: {e}")))?;
                 prop_assert_eq!(tape.to_value(text.as_bytes(), 0), parsed);
+            }
+        }
+
+        #[test]
+        fn an_object_repeats_exactly_when_a_key_appears_twice_or_is_escaped(
+            outer in proptest::collection::vec("[ab/]{0,2}", 0..40),
+            inner in proptest::collection::vec("[ab]{0,2}", 0..24),
+            escape in any::<bool>(),
+        ) {
+            let member = |key: &str| {
+                let key = if escape { key.replace('/', "\\/") } else { key.to_owned() };
+                format!("\"{key}\":1")
+            };
+            let inner: Vec<String> = inner.iter().map(|k| member(k)).collect();
+            let mut members: Vec<String> = outer.iter().map(|k| member(k)).collect();
+            members.insert(members.len() / 2, format!("\"in\":{{{}}}", inner.join(",")));
+            let body = format!("{{{}}}", members.join(","));
+            let tape = scan(body.as_bytes()).expect("indexed");
+            for index in (0..tape.nodes.len()).filter(|&i| tape.is_object_at(i)) {
+                let keys: Vec<(Kind, String)> = tape
+                    .members(index)
+                    .map(|(k, _)| (tape.node(k).kind, tape.text(body.as_bytes(), k).unwrap_or_default().into_owned()))
+                    .collect();
+                let escaped = keys.iter().any(|(kind, _)| *kind != Kind::Str);
+                let twice = keys.iter().enumerate().any(|(i, a)| keys[i + 1..].iter().any(|b| a.1 == b.1));
+                prop_assert_eq!(tape.repeats(index), escaped || twice, "{}", body);
             }
         }
 
