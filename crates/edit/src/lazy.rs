@@ -1,7 +1,9 @@
 //! A JSON body read lazily: one scan indexes where every value lies in the body's bytes (a
 //! tape), a value is turned into a `serde_json::Value` only when a step names it, and edits of
-//! the body's top-level members are kept beside the bytes and spliced in when the body is
-//! written out, untouched members copied as they came.
+//! the body's members are kept beside the bytes and spliced in when the body is written out,
+//! untouched members copied as they came. An edit below a member descends into the objects
+//! on its way (their members are edited in turn); only an array or a
+//! scalar on the way is made a `Value`.
 //!
 //! This is what lets a chain of filter, transform and validate cost a fraction of parsing the
 //! body into a `Value` and writing it back: building the whole tree (every key and string an
@@ -15,13 +17,16 @@
 //!   not; the caller then parses the body with serde_json as before, which decides. So every
 //!   body the tape indexes is one `serde_json::from_slice` accepts, and every value read from
 //!   the tape equals what serde_json makes of it (numbers and escaped strings are parsed by
-//!   serde_json itself). Property tests and the fuzz corpus check the first claim.
+//!   serde_json itself, except integers, whose value the digits give exactly). Property
+//!   tests and the fuzz corpus check the first claim.
 //! - **Same meaning as a parse.** Duplicate keys read as serde_json reads them: the last one
 //!   wins; a removal removes every copy.
 //! - **No panic on any input**, and the scanner's recursion is bounded by its depth limit.
 //! - Written out, an edited body parses to the same `Value` as editing the parsed body would
 //!   have made; members keep the order they came in (the parsed body sorted them) and
-//!   untouched members keep their bytes.
+//!   untouched members keep their bytes. Objects with an edit below them are written
+//!   without whitespace, as before; untouched members that follow one another and were
+//!   written without whitespace are copied in one piece.
 //!
 //! Hand-written because no crate gives this: serde_json's `RawValue` skips nested values
 //! without checking numbers, surrogates or depth (so it accepts bodies its own `Value` parse
@@ -1070,8 +1075,8 @@ fn set_in(
 }
 
 impl DocMut<'_> {
-    /// Removes and returns the value at `path` (a top-level key: every copy of it). Objects
-    /// of the body on the way are edited member by member.
+    /// Removes and returns the value at `path` (a key of the body itself: every copy of it).
+    /// Objects of the body on the way are edited member by member.
     pub(crate) fn remove(&mut self, path: &[Segment]) -> Option<Member> {
         remove_in(self.tape, self.body, self.overlay, path)
     }
