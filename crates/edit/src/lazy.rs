@@ -149,12 +149,14 @@ struct Scanner<'b> {
 const KEYS_COMPARED_PAIRWISE: usize = 16;
 
 impl Scanner<'_> {
+    #[inline(always)]
     fn whitespace(&mut self) {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.bytes.get(self.at) {
             self.at += 1;
         }
     }
 
+    #[inline(always)]
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.at).copied()
     }
@@ -197,6 +199,7 @@ impl Scanner<'_> {
         }
     }
 
+    #[inline(always)]
     fn literal(&mut self, text: &[u8], kind: Kind) -> Option<()> {
         if !self.bytes[self.at..].starts_with(text) {
             return None;
@@ -208,6 +211,7 @@ impl Scanner<'_> {
     }
 
     /// Records the value of `kind` that starts at `start` and ends here (not a container).
+    #[inline(always)]
     fn leaf(&mut self, kind: Kind, start: usize) {
         // Offsets and node counts fit: `scan` refuses bodies over u32::MAX bytes, and every
         // node takes at least one byte.
@@ -222,6 +226,7 @@ impl Scanner<'_> {
         });
     }
 
+    #[inline(always)]
     fn string(&mut self) -> Option<()> {
         let start = self.at;
         let mut kind = Kind::Str;
@@ -247,6 +252,7 @@ impl Scanner<'_> {
         Some(())
     }
 
+    #[inline(always)]
     fn digits(&mut self) -> usize {
         let from = self.at;
         while let Some(b'0'..=b'9') = self.peek() {
@@ -255,6 +261,7 @@ impl Scanner<'_> {
         self.at - from
     }
 
+    #[inline(always)]
     fn number(&mut self) -> Option<()> {
         let start = self.at;
         if self.peek() == Some(b'-') {
@@ -357,6 +364,7 @@ impl Scanner<'_> {
     }
 
     /// Reads an object member's key and its colon; returns the key's node.
+    #[inline(always)]
     fn member_key(&mut self) -> Option<usize> {
         self.whitespace();
         if self.peek()? != b'"' {
@@ -388,6 +396,7 @@ fn key_bytes<'b>(nodes: &[Node], bytes: &'b [u8], index: usize) -> &'b [u8] {
 /// not a class, and serde_json's own scan of this kind is private. The flags of each test are
 /// exact at the lowest match (a false one only follows a true one), so the lowest flag of the
 /// three is the first special byte.
+#[inline(always)]
 fn special(bytes: &[u8]) -> Option<usize> {
     const ONES: u64 = u64::from_le_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
