@@ -437,7 +437,13 @@ impl Iterator for MembersOf<'_> {
         self.at = self.tape.nodes[value].next as usize;
         Some((key, value))
     }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left as usize, Some(self.left as usize))
+    }
 }
+
+impl ExactSizeIterator for MembersOf<'_> {}
 
 /// A cheap fingerprint of a key's bytes (its length and first and last bytes, eight or four
 /// of each): keys with different fingerprints differ.
