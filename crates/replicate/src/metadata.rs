@@ -21,7 +21,6 @@
 //! Ids never contain `;` (a Tributary id is a UUID; a host name and a hub name cannot hold one),
 //! so the lists split unambiguously.
 
-use smol_str::ToSmolStr;
 use time::OffsetDateTime;
 use time::format_description::FormatItem;
 use time::macros::format_description;
@@ -240,10 +239,7 @@ pub fn stamp_with(
         replaced: Vec::new(),
     };
     let time = format_enqueued_time(position.enqueued_time_ms);
-    let (offset, sequence) = (
-        position.offset.to_smolstr(),
-        position.sequence_number.to_smolstr(),
-    );
+    let (offset, sequence) = (decimal(position.offset), decimal(position.sequence_number));
     let partition = SmolStr::new(partition_id);
     if !event
         .properties
@@ -275,6 +271,11 @@ pub fn stamp_with(
     }
     append(event, &mut undo, PATH, &ids.target);
     undo
+}
+
+/// `n` in decimal, held inline (at most 20 characters).
+fn decimal(n: impl itoa::Integer) -> SmolStr {
+    SmolStr::new(itoa::Buffer::new().format(n))
 }
 
 /// One hop of the service metadata, as read back.
