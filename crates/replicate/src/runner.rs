@@ -182,11 +182,6 @@ impl Replicator {
             None => None,
         };
         let metrics = Arc::new(TaskMetrics::new(&config.name));
-        let source_id = config
-            .source
-            .origin_id
-            .clone()
-            .unwrap_or(source.identity.id.clone());
         let syncs = sync_setup(config, &options, &source, &source_id)?;
         let dead_letter_ids = HopIds::new(
             &source_id,
