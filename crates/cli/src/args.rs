@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use tributary_event::{EventPosition, PropertyValue};
+use tributary_event::{EventPosition, PropertyValue, SmolStr};
 use tributary_log::Durability;
 
 mod bench;
@@ -355,7 +355,7 @@ pub struct SendArgs {
     /// An application property for every event, `name=value`; the value is typed as a
     /// boolean, an integer, a float or else a string. Repeat for more.
     #[arg(long = "property", value_parser = parse_property)]
-    pub properties: Vec<(String, PropertyValue)>,
+    pub properties: Vec<(SmolStr, PropertyValue)>,
     /// The most events in one batch (each batch is appended atomically).
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub batch_size: u32,
@@ -572,7 +572,7 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
 }
 
 /// Parses `name=value`, typing the value as bool, integer, float or string.
-pub fn parse_property(s: &str) -> Result<(String, PropertyValue), String> {
+pub fn parse_property(s: &str) -> Result<(SmolStr, PropertyValue), String> {
     let (name, value) = s
         .split_once('=')
         .ok_or_else(|| format!("invalid property {s:?}: expected name=value"))?;
@@ -586,9 +586,9 @@ pub fn parse_property(s: &str) -> Result<(String, PropertyValue), String> {
             .parse::<i64>()
             .map(PropertyValue::Int64)
             .or_else(|_| value.parse::<f64>().map(PropertyValue::Float64))
-            .unwrap_or_else(|_| PropertyValue::String(value.to_owned())),
+            .unwrap_or_else(|_| PropertyValue::String(value.into())),
     };
-    Ok((name.to_owned(), typed))
+    Ok((name.into(), typed))
 }
 
 #[cfg(test)]

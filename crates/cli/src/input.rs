@@ -8,7 +8,7 @@
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use tributary_broker::SendTarget;
-use tributary_event::{EventData, PropertyValue};
+use tributary_event::{EventData, PropertyValue, SmolStr};
 
 use crate::args::InputFormat;
 
@@ -18,7 +18,7 @@ pub struct LineDefaults {
     /// Where events go.
     pub target: SendTarget,
     /// Properties added to every event (a line's own property of the same name wins).
-    pub properties: Vec<(String, PropertyValue)>,
+    pub properties: Vec<(SmolStr, PropertyValue)>,
 }
 
 /// One parsed input line.
@@ -237,7 +237,7 @@ fn take_string(fields: &mut Map<String, Value>, name: &str) -> Result<Option<Str
 }
 
 /// Converts a JSON object of properties to typed values.
-pub fn json_properties(value: Value) -> Result<Vec<(String, PropertyValue)>, String> {
+pub fn json_properties(value: Value) -> Result<Vec<(SmolStr, PropertyValue)>, String> {
     let Value::Object(map) = value else {
         return Err("\"properties\" must be an object".into());
     };
@@ -246,7 +246,7 @@ pub fn json_properties(value: Value) -> Result<Vec<(String, PropertyValue)>, Str
             let typed = match value {
                 Value::Null => PropertyValue::Null,
                 Value::Bool(b) => PropertyValue::Bool(b),
-                Value::String(s) => PropertyValue::String(s),
+                Value::String(s) => PropertyValue::String(s.into()),
                 Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
                     (Some(i), _, _) => PropertyValue::Int64(i),
                     (None, Some(u), _) => PropertyValue::UInt64(u),
@@ -259,7 +259,7 @@ pub fn json_properties(value: Value) -> Result<Vec<(String, PropertyValue)>, Str
                     ));
                 }
             };
-            Ok((name, typed))
+            Ok((name.into(), typed))
         })
         .collect()
 }

@@ -42,7 +42,7 @@ fn property_json(value: &PropertyValue) -> Value {
         PropertyValue::UInt64(v) => json!(v),
         PropertyValue::Float32(v) => json!(v),
         PropertyValue::Float64(v) => json!(v),
-        PropertyValue::String(s) => json!(s),
+        PropertyValue::String(s) => json!(s.as_str()),
         PropertyValue::Bytes(b) => json!(base64::engine::general_purpose::STANDARD.encode(b)),
         PropertyValue::Timestamp(ms) => json!(rfc3339(*ms)),
         PropertyValue::Uuid(u) => json!(uuid_text(u)),
@@ -97,7 +97,7 @@ pub fn write_event(
                 let props: Map<String, Value> = d
                     .properties
                     .iter()
-                    .map(|(k, v)| (k.clone(), property_json(v)))
+                    .map(|(k, v)| (k.to_string(), property_json(v)))
                     .collect();
                 o.insert("properties".into(), Value::Object(props));
             }

@@ -101,7 +101,7 @@ async fn send_stream(source: &TestHub, keyed: bool) -> HashMap<u32, i64> {
 
 fn text(event: &ReceivedEvent, key: &str) -> String {
     match event.data.property(key) {
-        Some(PropertyValue::String(v)) => v.clone(),
+        Some(PropertyValue::String(v)) => v.to_string(),
         other => panic!("{key}: {other:?}"),
     }
 }

@@ -21,7 +21,7 @@ async fn copies(target: &TestHub) -> BTreeMap<(String, i64), usize> {
     for partition in 0..PARTITIONS {
         for event in target.read_all("orders", partition).await {
             let text = |key: &str| match event.data.property(key) {
-                Some(tributary_event::PropertyValue::String(v)) => v.clone(),
+                Some(tributary_event::PropertyValue::String(v)) => v.to_string(),
                 other => panic!("{key}: {other:?}"),
             };
             let key = (

@@ -2563,7 +2563,7 @@ mod tests {
             any::<u64>().prop_map(PropertyValue::UInt64),
             any::<f32>().prop_map(PropertyValue::Float32),
             any::<f64>().prop_map(PropertyValue::Float64),
-            ".{0,8}".prop_map(PropertyValue::String),
+            ".{0,8}".prop_map(|s| PropertyValue::String(s.into())),
             any::<i64>().prop_map(PropertyValue::Timestamp),
             any::<[u8; 16]>().prop_map(PropertyValue::Uuid),
         ];

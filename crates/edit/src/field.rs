@@ -152,7 +152,7 @@ fn property_key(value: &PropertyValue) -> Option<String> {
         PropertyValue::UInt64(n) => n.to_string(),
         PropertyValue::Float32(n) => n.to_string(),
         PropertyValue::Float64(n) => n.to_string(),
-        PropertyValue::String(s) => s.clone(),
+        PropertyValue::String(s) => s.to_string(),
         PropertyValue::Uuid(bytes) => bytes.iter().map(|b| format!("{b:02x}")).collect(),
     })
 }

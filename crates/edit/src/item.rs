@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 use bytes::Bytes;
 use serde_json::Value;
-use tributary_event::{EventData, PropertyValue, ReceivedEvent};
+use tributary_event::{EventData, PropertyValue, ReceivedEvent, SmolStr};
 
 use crate::field::{FieldPath, Segment};
 use crate::lazy::{self, Doc, DocMut, Found, Overlay, Tape};
@@ -82,7 +82,7 @@ impl Item {
     }
 
     /// The application properties, in order.
-    pub fn properties(&self) -> &[(String, PropertyValue)] {
+    pub fn properties(&self) -> &[(SmolStr, PropertyValue)] {
         &self.event.properties
     }
 
@@ -95,7 +95,7 @@ impl Item {
     pub fn set_property(&mut self, key: &str, value: PropertyValue) {
         match self.event.properties.iter_mut().find(|(k, _)| k == key) {
             Some((_, slot)) => *slot = value,
-            None => self.event.properties.push((key.to_owned(), value)),
+            None => self.event.properties.push((key.into(), value)),
         }
     }
 

@@ -1,6 +1,7 @@
 //! Events as producers send them and as consumers receive them.
 
 use bytes::Bytes;
+pub use smol_str::SmolStr;
 
 /// A typed application-property value.
 ///
@@ -26,8 +27,9 @@ pub enum PropertyValue {
     Float32(f32),
     /// A 64-bit float (AMQP `double`, JSON numbers with a fraction).
     Float64(f64),
-    /// A UTF-8 string.
-    String(String),
+    /// A UTF-8 string. Up to 23 bytes are held inline (no allocation); a longer one is shared,
+    /// so cloning any string value is O(1).
+    String(SmolStr),
     /// Raw bytes.
     Bytes(Bytes),
     /// A point in time, milliseconds since the Unix epoch (AMQP `timestamp`).
@@ -64,8 +66,10 @@ impl PropertyValue {
 pub struct EventData {
     /// The payload. Opaque to the hub.
     pub body: Bytes,
-    /// Application properties, in the order the producer gave them. Keys are unique.
-    pub properties: Vec<(String, PropertyValue)>,
+    /// Application properties, in the order the producer gave them. Keys are unique. A key
+    /// is a [`SmolStr`]: inline up to 23 bytes, shared beyond, so decoding or cloning an
+    /// event's properties allocates nothing per short string.
+    pub properties: Vec<(SmolStr, PropertyValue)>,
     /// The partition key the event was routed by, if any. Kept so consumers can see it.
     pub partition_key: Option<String>,
     /// The MIME type of the body, if the producer gave one.
@@ -90,7 +94,7 @@ impl EventData {
     }
 
     /// Adds an application property (builder style).
-    pub fn with_property(mut self, key: impl Into<String>, value: PropertyValue) -> Self {
+    pub fn with_property(mut self, key: impl Into<SmolStr>, value: PropertyValue) -> Self {
         self.properties.push((key.into(), value));
         self
     }
@@ -126,7 +130,7 @@ pub const PAIRWISE_KEY_CHECK_MAX: usize = 16;
 
 /// Whether a key appears twice among `properties`: an event breaking [`EventData`]'s "keys
 /// are unique", which an AMQP map (what the AMQP front door and client write) cannot say.
-pub fn repeats_a_property_key(properties: &[(String, PropertyValue)]) -> bool {
+pub fn repeats_a_property_key(properties: &[(SmolStr, PropertyValue)]) -> bool {
     if properties.len() <= PAIRWISE_KEY_CHECK_MAX {
         properties
             .iter()

@@ -1,7 +1,8 @@
 //! The event data model every Tributary layer shares.
 //!
 //! This crate owns the vocabulary, not the behaviour: what an event is ([`EventData`], with typed
-//! [`PropertyValue`]s), what a stored event carries once the log has accepted it
+//! [`PropertyValue`]s; property keys and string values are [`SmolStr`]s, inline when short and
+//! shared when long), what a stored event carries once the log has accepted it
 //! ([`ReceivedEvent`]: sequence number, offset, enqueued time), where a reader starts
 //! ([`EventPosition`]), how a partition key picks a partition ([`partition_for_key`], the same
 //! hash Azure Event Hubs uses), and which names are legal for event hubs, consumer groups and
@@ -18,7 +19,8 @@ mod position;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use event::{
-    EventData, PAIRWISE_KEY_CHECK_MAX, PropertyValue, ReceivedEvent, repeats_a_property_key,
+    EventData, PAIRWISE_KEY_CHECK_MAX, PropertyValue, ReceivedEvent, SmolStr,
+    repeats_a_property_key,
 };
 pub use partition_key::{partition_for_key, partition_key_hash};
 pub use position::{EventPosition, SendTarget};

@@ -185,6 +185,7 @@ mod tests {
     use super::*;
     use crate::ingest::{decode_strict, event_from_message};
     use crate::message::{AmqpMessage, value_body};
+    use tributary_event::SmolStr;
 
     /// What the engine path writes for the message.
     fn engine_bytes(message: &AmqpMessage) -> Vec<u8> {
@@ -250,7 +251,7 @@ mod tests {
                 Just(f64::MAX)
             ]
             .prop_map(PropertyValue::Float64),
-            text().prop_map(PropertyValue::String),
+            text().prop_map(|s| PropertyValue::String(s.into())),
             prop_oneof![
                 proptest::collection::vec(any::<u8>(), 0..16),
                 proptest::collection::vec(any::<u8>(), 250..300),
@@ -263,15 +264,18 @@ mod tests {
 
     /// Application properties with distinct keys (the `EventData` invariant), sometimes
     /// enough of them for a map32.
-    fn properties() -> impl Strategy<Value = Vec<(String, PropertyValue)>> {
+    fn properties() -> impl Strategy<Value = Vec<(SmolStr, PropertyValue)>> {
         let entries = prop_oneof![
             6 => proptest::collection::vec((text(), property_value()), 0..10),
             1 => proptest::collection::vec((text(), property_value()), 120..140),
         ];
-        entries.prop_map(|mut entries| {
+        entries.prop_map(|entries| {
             let mut seen = std::collections::HashSet::new();
-            entries.retain(|(key, _)| seen.insert(key.clone()));
             entries
+                .into_iter()
+                .filter(|(key, _)| seen.insert(key.clone()))
+                .map(|(key, value)| (SmolStr::from(key), value))
+                .collect()
         })
     }
 
@@ -473,8 +477,8 @@ mod tests {
             assert_eq!(application.len(), count);
             assert_eq!(application.get("k1"), Some(&SimpleValue::Bool(true)));
         }
-        let distinct: Vec<_> = (0..tributary_event::PAIRWISE_KEY_CHECK_MAX + 5)
-            .map(|i| (format!("k{i}"), PropertyValue::Null))
+        let distinct: Vec<(SmolStr, _)> = (0..tributary_event::PAIRWISE_KEY_CHECK_MAX + 5)
+            .map(|i| (format!("k{i}").into(), PropertyValue::Null))
             .collect();
         assert!(!repeats_a_property_key(&distinct));
     }

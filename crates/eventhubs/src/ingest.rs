@@ -65,7 +65,7 @@ use tributary_amqp_codec::message::section_code::{
     PROPERTIES_FIELDS,
 };
 use tributary_amqp_codec::value::{Primitive, Reader};
-use tributary_event::{EventData, PropertyValue, repeats_a_property_key};
+use tributary_event::{EventData, PropertyValue, SmolStr, repeats_a_property_key};
 
 pub(crate) mod general;
 
@@ -361,7 +361,7 @@ fn properties(reader: &mut Reader<'_>, event: &mut EventData) -> Result<(), Fall
 /// when it keeps nothing. A repeated key falls back: the general path's map merges it.
 fn application_properties(
     reader: &mut Reader<'_>,
-) -> Result<Vec<(String, PropertyValue)>, Fallback> {
+) -> Result<Vec<(SmolStr, PropertyValue)>, Fallback> {
     let (entries, end) = map_entries(reader)?;
     // An entry takes at least three bytes, so the input bounds what is reserved.
     let room = end.saturating_sub(reader.position()) / 3;
@@ -369,7 +369,7 @@ fn application_properties(
     for _ in 0..entries {
         let key = reader.string()?;
         let value = property(reader.primitive()?)?;
-        properties.push((key.to_owned(), value));
+        properties.push((SmolStr::new(key), value));
     }
     reader.expect_at(end, "application properties overrun the map")?;
     if repeats_a_property_key(&properties) {
@@ -390,7 +390,7 @@ fn property(value: Primitive<'_>) -> Result<PropertyValue, Fallback> {
         Primitive::Ulong(v) => PropertyValue::UInt64(v),
         Primitive::Float(v) => PropertyValue::Float32(v),
         Primitive::Double(v) => PropertyValue::Float64(v),
-        Primitive::String(v) => PropertyValue::String(v.to_owned()),
+        Primitive::String(v) => PropertyValue::String(SmolStr::new(v)),
         Primitive::Binary(v) => PropertyValue::Bytes(Bytes::copy_from_slice(v)),
         Primitive::Timestamp(v) => PropertyValue::Timestamp(v),
         Primitive::Uuid(v) => PropertyValue::Uuid(v),

@@ -10,7 +10,7 @@
 
 use bytes::Bytes;
 use fe2o3_amqp_types::primitives::{Binary, SimpleValue, Timestamp, Uuid};
-use tributary_event::PropertyValue;
+use tributary_event::{PropertyValue, SmolStr};
 
 /// A property value as its AMQP twin.
 pub fn to_amqp(value: &PropertyValue) -> SimpleValue {
@@ -23,7 +23,7 @@ pub fn to_amqp(value: &PropertyValue) -> SimpleValue {
         PropertyValue::UInt64(v) => SimpleValue::Ulong(*v),
         PropertyValue::Float32(v) => SimpleValue::Float((*v).into()),
         PropertyValue::Float64(v) => SimpleValue::Double((*v).into()),
-        PropertyValue::String(v) => SimpleValue::String(v.clone()),
+        PropertyValue::String(v) => SimpleValue::String(v.to_string()),
         PropertyValue::Bytes(v) => SimpleValue::Binary(Binary::from(v.to_vec())),
         PropertyValue::Timestamp(v) => SimpleValue::Timestamp(Timestamp::from_milliseconds(*v)),
         PropertyValue::Uuid(v) => SimpleValue::Uuid(Uuid::from(*v)),
@@ -41,7 +41,7 @@ pub fn twin(value: &SimpleValue) -> Option<PropertyValue> {
         SimpleValue::Ulong(v) => PropertyValue::UInt64(*v),
         SimpleValue::Float(v) => PropertyValue::Float32(v.into_inner()),
         SimpleValue::Double(v) => PropertyValue::Float64(v.into_inner()),
-        SimpleValue::String(v) => PropertyValue::String(v.clone()),
+        SimpleValue::String(v) => PropertyValue::String(SmolStr::new(v)),
         SimpleValue::Binary(v) => PropertyValue::Bytes(Bytes::copy_from_slice(v)),
         SimpleValue::Timestamp(v) => PropertyValue::Timestamp(v.milliseconds()),
         SimpleValue::Uuid(v) => PropertyValue::Uuid(*v.as_inner()),
@@ -59,8 +59,8 @@ pub fn widen(value: SimpleValue) -> PropertyValue {
         SimpleValue::Ushort(v) => PropertyValue::UInt32(u32::from(v)),
         SimpleValue::Byte(v) => PropertyValue::Int32(i32::from(v)),
         SimpleValue::Short(v) => PropertyValue::Int32(i32::from(v)),
-        SimpleValue::Char(v) => PropertyValue::String(v.to_string()),
-        SimpleValue::Symbol(v) => PropertyValue::String(v.0),
+        SimpleValue::Char(v) => PropertyValue::String(SmolStr::new(v.encode_utf8(&mut [0; 4]))),
+        SimpleValue::Symbol(v) => PropertyValue::String(SmolStr::from(v.0)),
         other => PropertyValue::Bytes(Bytes::from(
             crate::foreign::to_vec(&other).unwrap_or_default(),
         )),
@@ -101,11 +101,11 @@ mod tests {
         assert_eq!(widen(SimpleValue::Short(-3)), PropertyValue::Int32(-3));
         assert_eq!(
             widen(SimpleValue::Symbol(Symbol::from("s"))),
-            PropertyValue::String("s".to_owned())
+            PropertyValue::String("s".into())
         );
         assert_eq!(
             widen(SimpleValue::Char('x')),
-            PropertyValue::String("x".to_owned())
+            PropertyValue::String("x".into())
         );
     }
 }

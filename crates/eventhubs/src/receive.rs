@@ -55,7 +55,7 @@ use tributary_amqp_codec::message::section_code::{
     PROPERTIES_FIELDS,
 };
 use tributary_amqp_codec::value::{Primitive, Reader, check_well_formed};
-use tributary_event::{EventData, PropertyValue, ReceivedEvent};
+use tributary_event::{EventData, PropertyValue, ReceivedEvent, SmolStr};
 
 pub(crate) mod general;
 
@@ -344,20 +344,20 @@ fn message_id_text(reader: &mut Reader<'_>) -> Result<String, Fallback> {
 /// ordered map does.
 fn application_properties(
     reader: &mut Reader<'_>,
-) -> Result<Vec<(String, PropertyValue)>, Fallback> {
+) -> Result<Vec<(SmolStr, PropertyValue)>, Fallback> {
     let (entries, end) = map_entries(reader)?;
     let entries = entries as usize;
     // An entry takes at least three bytes, so the input bounds what is reserved.
     let room = end.saturating_sub(reader.position()) / 3;
-    let mut properties: Vec<(String, PropertyValue)> = Vec::with_capacity(entries.min(room));
-    let mut index: Option<HashMap<String, usize>> = None;
+    let mut properties: Vec<(SmolStr, PropertyValue)> = Vec::with_capacity(entries.min(room));
+    let mut index: Option<HashMap<SmolStr, usize>> = None;
     for _ in 0..entries {
         let key = reader.string()?;
         let value = property(reader.primitive()?)?;
         if properties.len() < tributary_event::PAIRWISE_KEY_CHECK_MAX {
             match properties.iter_mut().find(|(existing, _)| existing == key) {
                 Some((_, slot)) => *slot = value,
-                None => properties.push((key.to_owned(), value)),
+                None => properties.push((SmolStr::new(key), value)),
             }
             continue;
         }
@@ -371,8 +371,9 @@ fn application_properties(
         match index.get(key) {
             Some(&at) => properties[at].1 = value,
             None => {
-                index.insert(key.to_owned(), properties.len());
-                properties.push((key.to_owned(), value));
+                let key = SmolStr::new(key);
+                index.insert(key.clone(), properties.len());
+                properties.push((key, value));
             }
         }
     }
@@ -396,11 +397,11 @@ fn property(value: Primitive<'_>) -> Result<PropertyValue, Fallback> {
         Primitive::Long(v) => PropertyValue::Int64(v),
         Primitive::Float(v) => PropertyValue::Float32(v),
         Primitive::Double(v) => PropertyValue::Float64(v),
-        Primitive::Char(v) => PropertyValue::String(v.to_string()),
+        Primitive::Char(v) => PropertyValue::String(SmolStr::new(v.encode_utf8(&mut [0; 4]))),
         Primitive::Timestamp(v) => PropertyValue::Timestamp(v),
         Primitive::Uuid(v) => PropertyValue::Uuid(v),
         Primitive::Binary(v) => PropertyValue::Bytes(Bytes::copy_from_slice(v)),
-        Primitive::String(v) | Primitive::Symbol(v) => PropertyValue::String(v.to_owned()),
+        Primitive::String(v) | Primitive::Symbol(v) => PropertyValue::String(SmolStr::new(v)),
         Primitive::Decimal32(_) | Primitive::Decimal64(_) | Primitive::Decimal128(_) => {
             return Err(Fallback);
         }
@@ -475,7 +476,7 @@ mod tests {
             any::<u64>().prop_map(PropertyValue::UInt64),
             any::<f32>().prop_map(PropertyValue::Float32),
             any::<f64>().prop_map(PropertyValue::Float64),
-            text().prop_map(PropertyValue::String),
+            text().prop_map(|s| PropertyValue::String(s.into())),
             vec(any::<u8>(), 0..40).prop_map(|b| PropertyValue::Bytes(Bytes::from(b))),
             any::<i64>().prop_map(PropertyValue::Timestamp),
             any::<[u8; 16]>().prop_map(PropertyValue::Uuid),
@@ -495,7 +496,10 @@ mod tests {
             .prop_map(
                 |(body, properties, message_id, correlation_id, content_type)| EventData {
                     body: Bytes::from(body),
-                    properties,
+                    properties: properties
+                        .into_iter()
+                        .map(|(k, v): (String, _)| (k.into(), v))
+                        .collect(),
                     message_id,
                     correlation_id,
                     content_type,
@@ -1121,8 +1125,8 @@ mod tests {
         assert_eq!(
             event.data.properties,
             vec![
-                ("kind".to_owned(), PropertyValue::String("order".to_owned())),
-                ("amount".to_owned(), PropertyValue::Int64(42)),
+                ("kind".into(), PropertyValue::String("order".into())),
+                ("amount".into(), PropertyValue::Int64(42)),
             ]
         );
     }
@@ -1151,11 +1155,11 @@ mod tests {
         assert_eq!(event.data.properties.len(), 20);
         assert_eq!(
             event.data.properties[3],
-            ("k3".to_owned(), PropertyValue::String("last".to_owned()))
+            ("k3".into(), PropertyValue::String("last".into()))
         );
         assert_eq!(
             event.data.properties[4],
-            ("k4".to_owned(), PropertyValue::Int64(24))
+            ("k4".into(), PropertyValue::Int64(24))
         );
         assert_eq!(event.data.body, Bytes::from_static(b"ab"));
     }

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
 use tributary_amqp_codec::message::{ValueWriter, section};
-use tributary_event::{EventData, PropertyValue, repeats_a_property_key};
+use tributary_event::{EventData, PropertyValue, SmolStr, repeats_a_property_key};
 
 use crate::message::MessageError;
 use crate::names::BATCH_MESSAGE_FORMAT;
@@ -289,7 +289,7 @@ fn write_optional_string(
 /// AMQP twin [`crate::property::to_amqp`] gives it.
 fn write_application_properties(
     out: &mut Vec<u8>,
-    properties: &[(String, PropertyValue)],
+    properties: &[(SmolStr, PropertyValue)],
 ) -> Result<(), MessageError> {
     if properties.is_empty() {
         return Ok(());
@@ -338,7 +338,7 @@ fn write_property(out: &mut Vec<u8>, key: &str, value: &PropertyValue) -> Result
 /// The application properties as inserting them in turn into `ApplicationProperties` (an
 /// insertion-ordered map) leaves them: each key once, where it first appears, with its last
 /// value.
-fn merge_repeated_keys(properties: &[(String, PropertyValue)]) -> Vec<(&str, &PropertyValue)> {
+fn merge_repeated_keys(properties: &[(SmolStr, PropertyValue)]) -> Vec<(&str, &PropertyValue)> {
     let mut merged: Vec<(&str, &PropertyValue)> = Vec::with_capacity(properties.len());
     let mut places: HashMap<&str, usize> = HashMap::with_capacity(properties.len());
     for (key, value) in properties {
@@ -481,7 +481,8 @@ pub(crate) mod serde_reference {
         let application_properties = (!event.properties.is_empty()).then(|| {
             let mut map = ApplicationProperties::default();
             for (key, value) in &event.properties {
-                map.0.insert(key.clone(), crate::property::to_amqp(value));
+                map.0
+                    .insert(key.to_string(), crate::property::to_amqp(value));
             }
             map
         });
@@ -638,7 +639,7 @@ mod tests {
             .with_property("u64", PropertyValue::UInt64(u64::MAX))
             .with_property("f32", PropertyValue::Float32(1.5))
             .with_property("f64", PropertyValue::Float64(-2.25))
-            .with_property("string", PropertyValue::String("ü".to_owned()))
+            .with_property("string", PropertyValue::String("ü".into()))
             .with_property(
                 "bytes",
                 PropertyValue::Bytes(Bytes::from_static(b"\x00\x01")),
@@ -767,7 +768,7 @@ mod tests {
                     Just(-0.0f64)
                 ]
                 .prop_map(PropertyValue::Float64),
-                text().prop_map(PropertyValue::String),
+                text().prop_map(|s| PropertyValue::String(s.into())),
                 bytes().prop_map(PropertyValue::Bytes),
                 prop_oneof![any::<i64>(), Just(0)].prop_map(PropertyValue::Timestamp),
                 any::<[u8; 16]>().prop_map(PropertyValue::Uuid),
@@ -777,12 +778,13 @@ mod tests {
 
         /// A few properties; or many (a map32, and more than are checked pairwise for repeated
         /// keys); or keys from a tiny alphabet, so that some repeat.
-        fn properties() -> BoxedStrategy<Vec<(String, PropertyValue)>> {
+        fn properties() -> BoxedStrategy<Vec<(SmolStr, PropertyValue)>> {
             prop_oneof![
                 6 => vec((text(), property_value()), 0..8),
                 1 => vec(("[a-z0-9]{1,12}", property_value()), 20..140),
                 1 => vec(("[a-c]", property_value()), 2..30),
             ]
+            .prop_map(|entries| entries.into_iter().map(|(k, v)| (k.into(), v)).collect())
             .boxed()
         }
 
@@ -858,7 +860,7 @@ mod tests {
             for length in 240..=262 {
                 let text = "x".repeat(length);
                 let mut event = EventData::new(text.clone().into_bytes())
-                    .with_property(text.clone(), PropertyValue::String(text.clone()));
+                    .with_property(text.clone(), PropertyValue::String(text.clone().into()));
                 event.message_id = Some(text.clone());
                 check(std::slice::from_ref(&event), Some(&text));
                 event.correlation_id = Some(text.clone());
@@ -868,7 +870,7 @@ mod tests {
                 // Compounds of about 255 bytes of elements, and batched messages too.
                 let short = "y".repeat(length - 240);
                 let mut event = EventData::new(short.clone().into_bytes())
-                    .with_property("k", PropertyValue::String("z".repeat(length - 8)));
+                    .with_property("k", PropertyValue::String("z".repeat(length - 8).into()));
                 check(std::slice::from_ref(&event), Some(&short));
                 check(&[event.clone(), EventData::default()], None);
                 event.properties.clear();
@@ -913,7 +915,7 @@ mod tests {
                 event = event
                     .with_property("k1", PropertyValue::Bool(true))
                     .with_property("k0", PropertyValue::Null)
-                    .with_property("k1", PropertyValue::String("last".to_owned()));
+                    .with_property("k1", PropertyValue::String("last".into()));
                 assert!(repeats_a_property_key(&event.properties));
                 let (bytes, _) = check(std::slice::from_ref(&event), None);
                 let decoded = decode(&bytes).application_properties.unwrap().0;
@@ -927,8 +929,8 @@ mod tests {
                 );
                 check(&[event.clone(), event], Some("k"));
             }
-            let distinct: Vec<_> = (0..tributary_event::PAIRWISE_KEY_CHECK_MAX + 5)
-                .map(|i| (format!("k{i}"), PropertyValue::Null))
+            let distinct: Vec<(SmolStr, _)> = (0..tributary_event::PAIRWISE_KEY_CHECK_MAX + 5)
+                .map(|i| (format!("k{i}").into(), PropertyValue::Null))
                 .collect();
             assert!(!repeats_a_property_key(&distinct));
         }

@@ -33,7 +33,7 @@ impl From<Value> for PropertyValue {
             Value::UInt64(v) => PropertyValue::UInt64(v),
             Value::Float32(v) => PropertyValue::Float32(v),
             Value::Float64(v) => PropertyValue::Float64(v),
-            Value::String(v) => PropertyValue::String(v),
+            Value::String(v) => PropertyValue::String(v.into()),
             Value::Bytes(v) => PropertyValue::Bytes(v.into()),
             Value::Timestamp(v) => PropertyValue::Timestamp(v),
             Value::Uuid(v) => PropertyValue::Uuid(v),
@@ -59,10 +59,10 @@ pub(crate) fn events(u: &mut Unstructured<'_>, max: usize) -> arbitrary::Result<
 
 fn event(u: &mut Unstructured<'_>) -> arbitrary::Result<EventData> {
     let event = Event::arbitrary(u)?;
-    let mut properties: Vec<(String, PropertyValue)> = Vec::new();
+    let mut properties: Vec<(tributary_event::SmolStr, PropertyValue)> = Vec::new();
     for (key, value) in event.properties {
         if properties.iter().all(|(k, _)| *k != key) {
-            properties.push((key, value.into()));
+            properties.push((key.into(), value.into()));
         }
     }
     Ok(EventData {

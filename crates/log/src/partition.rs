@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::{Bytes, BytesMut};
-use tributary_event::{EventData, EventPosition, ReceivedEvent};
+use tributary_event::{EventData, EventPosition, PAIRWISE_KEY_CHECK_MAX, ReceivedEvent};
 
 use crate::LogError;
 use crate::commit::{GroupCommitter, PendingSync};
@@ -1032,10 +1032,17 @@ fn last_event(segments: &[Arc<Segment>]) -> (Option<u64>, Option<i64>) {
     (None, None)
 }
 
+/// A key `event`'s properties repeat, if any: compared pairwise, without allocating, for the
+/// usual handful of properties; sorted beyond [`PAIRWISE_KEY_CHECK_MAX`].
 fn duplicate_property_key(event: &EventData) -> Option<&str> {
     let props = &event.properties;
-    if props.len() < 2 {
-        return None;
+    if props.len() <= PAIRWISE_KEY_CHECK_MAX {
+        return props.iter().enumerate().find_map(|(i, (key, _))| {
+            props[..i]
+                .iter()
+                .any(|(earlier, _)| earlier == key)
+                .then_some(key.as_str())
+        });
     }
     let mut keys: Vec<&str> = props.iter().map(|(k, _)| k.as_str()).collect();
     keys.sort_unstable();

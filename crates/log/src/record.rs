@@ -10,7 +10,7 @@
 //! than silently ignored.
 
 use bytes::Bytes;
-use tributary_event::{EventData, PropertyValue, ReceivedEvent};
+use tributary_event::{EventData, PropertyValue, ReceivedEvent, SmolStr};
 
 /// "TRB1" read as a little-endian `u32`: marks the start of a batch. A zeroed (preallocated,
 /// never written) region can never look like a batch.
@@ -480,7 +480,7 @@ fn decode_record(record: &Bytes) -> Result<EventData, DecodeError> {
     }
     let mut properties = Vec::with_capacity(property_count as usize);
     for _ in 0..property_count {
-        let key = r.string("property key")?;
+        let key = r.smol("property key")?;
         let value = decode_value(&mut r, record)?;
         properties.push((key, value));
     }
@@ -517,7 +517,7 @@ fn decode_value(r: &mut Reader<'_>, record: &Bytes) -> Result<PropertyValue, Dec
         TAG_UINT64 => PropertyValue::UInt64(r.u64("uint64 property")?),
         TAG_FLOAT32 => PropertyValue::Float32(f32::from_bits(r.u32("float32 property")?)),
         TAG_FLOAT64 => PropertyValue::Float64(f64::from_bits(r.u64("float64 property")?)),
-        TAG_STRING => PropertyValue::String(r.string("string property")?),
+        TAG_STRING => PropertyValue::String(r.smol("string property")?),
         TAG_BYTES => PropertyValue::Bytes(r.bytes_of(record, "bytes property")?),
         TAG_TIMESTAMP => PropertyValue::Timestamp(r.i64("timestamp property")?),
         TAG_UUID => {
@@ -591,12 +591,20 @@ impl<'a> Reader<'a> {
         self.u64(field).map(|v| v as i64)
     }
 
-    fn string(&mut self, field: &'static str) -> Result<String, DecodeError> {
+    /// A length-prefixed UTF-8 field, borrowed from the buffer.
+    fn text(&mut self, field: &'static str) -> Result<&'a str, DecodeError> {
         let len = self.u32(field)? as usize;
         let bytes = self.take(len, field)?;
-        std::str::from_utf8(bytes)
-            .map(str::to_owned)
-            .map_err(|_| DecodeError::NotUtf8 { field })
+        std::str::from_utf8(bytes).map_err(|_| DecodeError::NotUtf8 { field })
+    }
+
+    fn string(&mut self, field: &'static str) -> Result<String, DecodeError> {
+        self.text(field).map(str::to_owned)
+    }
+
+    /// A length-prefixed UTF-8 field as a [`SmolStr`]: inline (no allocation) up to 23 bytes.
+    fn smol(&mut self, field: &'static str) -> Result<SmolStr, DecodeError> {
+        self.text(field).map(SmolStr::new)
     }
 
     /// A length-prefixed byte field, as a zero-copy slice of `whole` (the buffer this reader
@@ -634,7 +642,7 @@ mod tests {
             any::<u64>().prop_map(PropertyValue::UInt64),
             (-1e30f32..1e30).prop_map(PropertyValue::Float32),
             (-1e300f64..1e300).prop_map(PropertyValue::Float64),
-            ".{0,20}".prop_map(PropertyValue::String),
+            ".{0,40}".prop_map(|s| PropertyValue::String(s.into())),
             proptest::collection::vec(any::<u8>(), 0..20)
                 .prop_map(|v| PropertyValue::Bytes(v.into())),
             any::<i64>().prop_map(PropertyValue::Timestamp),
@@ -654,7 +662,10 @@ mod tests {
         )
             .prop_map(|(body, props, key, ct, corr, mid, sections)| EventData {
                 body: body.into(),
-                properties: props.into_iter().collect(),
+                properties: props
+                    .into_iter()
+                    .map(|(k, v): (String, _)| (k.into(), v))
+                    .collect(),
                 partition_key: key,
                 content_type: ct,
                 correlation_id: corr,
@@ -711,6 +722,32 @@ mod tests {
             let _ = BatchHeader::decode(&bytes);
             let _ = decode_record(&bytes);
         }
+    }
+
+    #[test]
+    fn short_property_strings_decode_inline_and_long_ones_shared() {
+        let long = "l".repeat(40);
+        let event = EventData::new("x")
+            .with_property("repl-enqueued-time", PropertyValue::String("short".into()))
+            .with_property(long.as_str(), PropertyValue::String(long.as_str().into()));
+        let (batch, _) = encode(std::slice::from_ref(&event));
+        let header = BatchHeader::decode(&batch).unwrap();
+        let mut out = Vec::new();
+        decode_batch(&batch, &header, 0, usize::MAX, &mut out).unwrap();
+        let properties = &out[0].data.properties;
+        assert_eq!(properties, &event.properties);
+        assert!(!properties[0].0.is_heap_allocated(), "a 18-byte key");
+        let PropertyValue::String(short) = &properties[0].1 else {
+            panic!("a string value");
+        };
+        assert!(!short.is_heap_allocated(), "a 5-byte value");
+        assert!(properties[1].0.is_heap_allocated(), "a 40-byte key");
+        let copy = out[0].data.clone();
+        assert_eq!(
+            copy.properties[1].0.as_ptr(),
+            properties[1].0.as_ptr(),
+            "a clone shares a long string"
+        );
     }
 
     #[test]

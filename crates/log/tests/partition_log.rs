@@ -127,6 +127,17 @@ fn refused_appends_write_nothing() {
         log.append(&[dup]),
         Err(LogError::InvalidEvent { index: 0, .. })
     ));
+    // Many properties (past the pairwise check), one key repeated far apart.
+    let many = (0..40).fold(EventData::new("m"), |event, i| {
+        event.with_property(format!("p{}", i % 39), PropertyValue::Int64(i))
+    });
+    match log.append(&[EventData::new("ok"), many]) {
+        Err(LogError::InvalidEvent { index, reason }) => {
+            assert_eq!(index, 1);
+            assert!(reason.contains("\"p0\""), "{reason}");
+        }
+        other => panic!("expected InvalidEvent, got {other:?}"),
+    }
     assert_eq!(log.committed(), before);
     assert_eq!(read_all(&log, 0).len(), 2);
 }

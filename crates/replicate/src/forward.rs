@@ -25,6 +25,7 @@ use futures_util::StreamExt;
 use tributary_edit::Position;
 use tributary_event::{EventData, SendTarget};
 use tributary_eventhubs::limits::BATCH_EVENTS_MAX;
+use tributary_eventhubs::message::MessageError;
 use tributary_eventhubs::send::BatchSizer;
 
 use crate::limits::SENDS_IN_FLIGHT_MAX;
@@ -119,6 +120,18 @@ fn group(
     keep_partition: bool,
     source_partition: &str,
 ) -> Vec<(SendTarget, Vec<Outgoing>)> {
+    let Some(first) = items.first() else {
+        return Vec::new();
+    };
+    let key = &first.event.partition_key;
+    if (key.is_some() || keep_partition) && items.iter().all(|o| &o.event.partition_key == key) {
+        // One group (one key, or keyless events kept in their partition): the batch as it is.
+        let to = match key {
+            Some(key) => SendTarget::PartitionKey(key.clone()),
+            None => SendTarget::Partition(source_partition.to_owned()),
+        };
+        return vec![(to, items)];
+    }
     let mut groups: Vec<(SendTarget, Vec<Outgoing>)> = Vec::new();
     let mut places: HashMap<Option<String>, usize> = HashMap::new();
     for item in items {
@@ -158,10 +171,18 @@ async fn send_group(
         }
     };
     let max = destination.batch_bytes_max;
+    let sizes: Vec<_> = items
+        .iter()
+        .map(|item| sizer.event_bytes(&item.event))
+        .collect();
+    if fits_one_batch(&sizes, sizer.envelope_bytes(), max) {
+        // The common case: the whole group is one send, its items not moved into a batch.
+        return send_isolating(destination, &to, items, retry, counting).await;
+    }
     let mut batch: Vec<Outgoing> = Vec::new();
     let mut batch_bytes = sizer.envelope_bytes();
-    for item in items {
-        let bytes = match sizer.event_bytes(&item.event) {
+    for (item, size) in items.into_iter().zip(sizes) {
+        let bytes = match size {
             Ok(bytes) if sizer.envelope_bytes() + bytes <= max => bytes,
             Ok(bytes) => {
                 let reason = format!(
@@ -195,6 +216,22 @@ async fn send_group(
         poison.extend(send_isolating(destination, &to, batch, retry, counting).await);
     }
     poison
+}
+
+/// Whether events of these `sizes` go out as one batch, as [`send_group`]'s loop would cut
+/// them: at least one, at most [`BATCH_EVENTS_MAX`], every one encodable, and all of them with
+/// the envelope within `max` bytes (so none is too large on its own either).
+fn fits_one_batch(sizes: &[Result<u64, MessageError>], envelope_bytes: u64, max: u64) -> bool {
+    let mut total = envelope_bytes;
+    !sizes.is_empty()
+        && sizes.len() <= BATCH_EVENTS_MAX
+        && sizes.iter().all(|size| match size {
+            Ok(bytes) => {
+                total += bytes;
+                total <= max
+            }
+            Err(_) => false,
+        })
 }
 
 fn refuse_all(items: Vec<Outgoing>, reason: &str) -> Vec<Poison> {
@@ -337,5 +374,46 @@ mod tests {
         );
         let spread = group(items, false, "3");
         assert_eq!(spread[1].0, SendTarget::RoundRobin);
+    }
+
+    #[test]
+    fn a_batch_of_one_key_or_of_kept_keyless_events_is_one_group() {
+        let keyed: Vec<_> = (0..3).map(|seq| item(Some("a"), seq)).collect();
+        let groups = group(keyed.clone(), false, "3");
+        assert_eq!(groups, vec![(SendTarget::PartitionKey("a".into()), keyed)]);
+        let keyless: Vec<_> = (0..3).map(|seq| item(None, seq)).collect();
+        let groups = group(keyless.clone(), true, "3");
+        assert_eq!(
+            groups,
+            vec![(SendTarget::Partition("3".into()), keyless.clone())]
+        );
+        let spread = group(keyless, false, "3");
+        assert_eq!(spread.len(), 1);
+        assert_eq!(spread[0].0, SendTarget::RoundRobin);
+        assert!(group(Vec::new(), true, "3").is_empty());
+    }
+
+    #[test]
+    fn one_batch_only_when_the_loop_would_not_cut() {
+        let ok = |sizes: &[u64]| -> Vec<Result<u64, MessageError>> {
+            sizes.iter().map(|&bytes| Ok(bytes)).collect()
+        };
+        assert!(fits_one_batch(&ok(&[10, 20, 30]), 5, 65));
+        assert!(!fits_one_batch(&ok(&[10, 20, 30]), 5, 64), "over the limit");
+        assert!(!fits_one_batch(&ok(&[]), 5, 64), "empty");
+        assert!(!fits_one_batch(&ok(&[70]), 5, 64), "one too large");
+        assert!(!fits_one_batch(
+            &ok(&[1; BATCH_EVENTS_MAX + 1]),
+            0,
+            u64::MAX
+        ));
+        assert!(fits_one_batch(&ok(&[1; BATCH_EVENTS_MAX]), 0, u64::MAX));
+        let mut sizes = ok(&[10]);
+        sizes.push(Err(MessageError::TooLong {
+            what: "the body",
+            length: 1,
+            max: 0,
+        }));
+        assert!(!fits_one_batch(&sizes, 5, 1000), "one not encodable");
     }
 }

@@ -25,7 +25,7 @@ use time::OffsetDateTime;
 use time::format_description::FormatItem;
 use time::macros::format_description;
 use tributary_edit::Position;
-use tributary_event::{EventData, PropertyValue};
+use tributary_event::{EventData, PropertyValue, SmolStr};
 
 /// The source's enqueued time, as Azure's helper names it (code spelling; written).
 pub const ENQUEUED_TIME: &str = "repl-enqueued-time";
@@ -87,7 +87,7 @@ impl Undo {
 }
 
 /// Sets `key` to `value`, replacing the value it had (in place, so property order is kept).
-fn put(event: &mut EventData, undo: &mut Undo, key: &str, value: String) {
+fn put(event: &mut EventData, undo: &mut Undo, key: &'static str, value: SmolStr) {
     let value = PropertyValue::String(value);
     match event.properties.iter().position(|(k, _)| k == key) {
         Some(index) => {
@@ -96,26 +96,29 @@ fn put(event: &mut EventData, undo: &mut Undo, key: &str, value: String) {
                 undo.replaced.push((index, before));
             }
         }
-        None => event.properties.push((key.to_owned(), value)),
+        None => event.properties.push((SmolStr::new_static(key), value)),
     }
 }
 
 /// Appends `hop` to the `;`-list in `key` (starting the list if there is none).
-fn append(event: &mut EventData, undo: &mut Undo, key: &str, hop: &str) {
+fn append(event: &mut EventData, undo: &mut Undo, key: &'static str, hop: &SmolStr) {
     let value = match string_property(event, key) {
-        Some(earlier) if !earlier.is_empty() => format!("{earlier}{HOP_SEPARATOR}{hop}"),
-        _ => hop.to_owned(),
+        Some(earlier) if !earlier.is_empty() => {
+            SmolStr::from(format!("{earlier}{HOP_SEPARATOR}{hop}"))
+        }
+        _ => hop.clone(),
     };
     put(event, undo, key, value);
 }
 
 /// Formats a time as .NET's `"u"` format does; times outside what it can write (before year 1
 /// or after 9999) are clamped to its range. The text of the last second formatted on this
-/// thread is kept: a task stamps runs of events enqueued within one second.
-pub fn format_enqueued_time(ms: i64) -> String {
+/// thread is kept: a task stamps runs of events enqueued within one second. The text (20
+/// bytes) is held inline: no allocation.
+pub fn format_enqueued_time(ms: i64) -> SmolStr {
     thread_local! {
-        static LAST: std::cell::RefCell<(i64, String)> =
-            const { std::cell::RefCell::new((i64::MIN, String::new())) };
+        static LAST: std::cell::RefCell<(i64, SmolStr)> =
+            const { std::cell::RefCell::new((i64::MIN, SmolStr::new_static(""))) };
     }
     let clamped = ms.clamp(-62_135_596_800_000, 253_402_300_799_000);
     let second = clamped.div_euclid(1000);
@@ -124,6 +127,7 @@ pub fn format_enqueued_time(ms: i64) -> String {
             *text = OffsetDateTime::from_unix_timestamp(second)
                 .ok()
                 .and_then(|time| time.format(UNIVERSAL_SORTABLE).ok())
+                .map(SmolStr::from)
                 .unwrap_or_default();
             *last = second;
         }
@@ -164,14 +168,47 @@ pub fn azure_merge_copied_into(event: &EventData, hub_name: &str) -> bool {
 /// Sets Azure's merge marker [`AZURE_MERGE_TARGET`] to `target_hub_name`, as the sample does
 /// when it copies an event, so its function on the other side does not copy the event back.
 /// Recorded in `undo` like the rest of the stamp.
-pub fn mark_azure_merge_target(event: &mut EventData, undo: &mut Undo, target_hub_name: &str) {
-    put(event, undo, AZURE_MERGE_TARGET, target_hub_name.to_owned());
+pub fn mark_azure_merge_target(event: &mut EventData, undo: &mut Undo, target_hub_name: &SmolStr) {
+    put(event, undo, AZURE_MERGE_TARGET, target_hub_name.clone());
+}
+
+/// The hub ids one route's stamps write, built once per route: every event then holds a shared
+/// copy of each (the ids are longer than a string held inline), not a string of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HopIds {
+    /// The hub the task reads.
+    source: SmolStr,
+    /// The hub the route writes.
+    target: SmolStr,
+    /// A first hop's path: `<source>;<target>`.
+    first_path: SmolStr,
+}
+
+impl HopIds {
+    /// The ids for forwarding from the hub `source_id` to the hub `target_id`.
+    pub fn new(source_id: &str, target_id: &str) -> HopIds {
+        debug_assert!(!source_id.contains(HOP_SEPARATOR));
+        debug_assert!(!target_id.contains(HOP_SEPARATOR));
+        HopIds {
+            source: SmolStr::new(source_id),
+            target: SmolStr::new(target_id),
+            first_path: SmolStr::from(format!("{source_id}{HOP_SEPARATOR}{target_id}")),
+        }
+    }
+
+    /// The id of the hub the task reads.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The id of the hub the route writes.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
 }
 
 /// Stamps `event`, read at `position` from the hub `source_id`, for forwarding to the hub
-/// `target_id`: appends the service metadata and the target to the path, and records the
-/// source as origin (and first hop) when the event has none yet. Returns what to take back
-/// off to have the event as it was.
+/// `target_id` (see [`stamp_with`], which takes the ids built once).
 pub fn stamp(
     event: &mut EventData,
     partition_id: &str,
@@ -179,45 +216,66 @@ pub fn stamp(
     source_id: &str,
     target_id: &str,
 ) -> Undo {
-    debug_assert!(!source_id.contains(HOP_SEPARATOR));
-    debug_assert!(!target_id.contains(HOP_SEPARATOR));
+    stamp_with(
+        event,
+        partition_id,
+        position,
+        &HopIds::new(source_id, target_id),
+    )
+}
+
+/// Stamps `event`, read at `position` from partition `partition_id` of the hub `ids.source()`,
+/// for forwarding to the hub `ids.target()`: appends the service metadata and the target to the
+/// path, and records the source as origin (and first hop) when the event has none yet. Returns
+/// what to take back off to have the event as it was.
+pub fn stamp_with(
+    event: &mut EventData,
+    partition_id: &str,
+    position: Position,
+    ids: &HopIds,
+) -> Undo {
     let mut undo = Undo {
         properties: event.properties.len(),
         replaced: Vec::new(),
     };
     let time = format_enqueued_time(position.enqueued_time_ms);
-    let (offset, sequence) = (
-        position.offset.to_string(),
-        position.sequence_number.to_string(),
-    );
+    let (offset, sequence) = (decimal(position.offset), decimal(position.sequence_number));
+    let partition = SmolStr::new(partition_id);
     if !event
         .properties
         .iter()
         .any(|(key, _)| key.starts_with(PREFIX))
     {
-        // A first hop (the common case): nothing to find or extend, six appends.
-        let path = format!("{source_id}{HOP_SEPARATOR}{target_id}");
-        let string = |key: &str, value: String| (key.to_owned(), PropertyValue::String(value));
+        // A first hop (the common case): nothing to find or extend, six appends of strings
+        // held inline or shared.
+        let string = |key: &'static str, value: SmolStr| {
+            (SmolStr::new_static(key), PropertyValue::String(value))
+        };
         event.properties.extend([
             string(ENQUEUED_TIME, time),
             string(OFFSET, offset),
             string(SEQUENCE, sequence),
-            string(PARTITION, partition_id.to_owned()),
-            string(ORIGIN, source_id.to_owned()),
-            string(PATH, path),
+            string(PARTITION, partition),
+            string(ORIGIN, ids.source.clone()),
+            string(PATH, ids.first_path.clone()),
         ]);
         return undo;
     }
     append(event, &mut undo, ENQUEUED_TIME, &time);
     append(event, &mut undo, OFFSET, &offset);
     append(event, &mut undo, SEQUENCE, &sequence);
-    append(event, &mut undo, PARTITION, partition_id);
+    append(event, &mut undo, PARTITION, &partition);
     if origin(event).is_none() {
-        put(event, &mut undo, ORIGIN, source_id.to_owned());
-        put(event, &mut undo, PATH, source_id.to_owned());
+        put(event, &mut undo, ORIGIN, ids.source.clone());
+        put(event, &mut undo, PATH, ids.source.clone());
     }
-    append(event, &mut undo, PATH, target_id);
+    append(event, &mut undo, PATH, &ids.target);
     undo
+}
+
+/// `n` in decimal, held inline (at most 20 characters).
+fn decimal(n: impl itoa::Integer) -> SmolStr {
+    SmolStr::new(itoa::Buffer::new().format(n))
 }
 
 /// One hop of the service metadata, as read back.
@@ -305,6 +363,39 @@ mod tests {
     }
 
     #[test]
+    fn a_first_hop_holds_short_values_inline_and_shares_the_hub_ids() {
+        let source = "0f8fad5b-d9cb-469f-a165-70867728950e";
+        let target = "7c9e6679-7425-40de-944b-e07fc1f90ae7";
+        let ids = HopIds::new(source, target);
+        let mut one = EventData::new("1");
+        let mut two = EventData::new("2");
+        stamp_with(&mut one, "3", POSITION, &ids);
+        stamp_with(&mut two, "3", POSITION, &ids);
+        assert_eq!(string_property(&one, ORIGIN), Some(source));
+        assert_eq!(
+            string_property(&one, PATH),
+            Some(format!("{source};{target}").as_str())
+        );
+        let value = |event: &EventData, key: &str| match event.property(key) {
+            Some(PropertyValue::String(value)) => value.clone(),
+            other => panic!("{key}: {other:?}"),
+        };
+        for key in [ENQUEUED_TIME, OFFSET, SEQUENCE, PARTITION] {
+            assert!(!value(&one, key).is_heap_allocated(), "{key} is inline");
+        }
+        for (key, _) in &one.properties {
+            assert!(!key.is_heap_allocated(), "{key} is inline");
+        }
+        for key in [ORIGIN, PATH] {
+            assert_eq!(
+                value(&one, key).as_ptr(),
+                value(&two, key).as_ptr(),
+                "{key} is one shared string"
+            );
+        }
+    }
+
+    #[test]
     fn a_second_hop_appends_after_a_semicolon_and_keeps_the_origin() {
         let mut event = EventData::new("x");
         stamp(&mut event, "3", POSITION, "hub-a", "hub-b");
@@ -349,7 +440,7 @@ mod tests {
         // An origin left empty by another tool, and a path without one: both replaced, both
         // given back.
         let odd = EventData::new("x")
-            .with_property(ORIGIN, PropertyValue::String(String::new()))
+            .with_property(ORIGIN, PropertyValue::String("".into()))
             .with_property(PATH, PropertyValue::String("stray".into()));
         let mut event = odd.clone();
         let undo = stamp(&mut event, "1", POSITION, "hub-a", "hub-b");
@@ -362,14 +453,14 @@ mod tests {
     fn azure_merge_markers_are_read_and_written_and_undone() {
         let mut event = EventData::new("x").with_property(
             AZURE_MERGE_TARGET,
-            PropertyValue::String("Telemetry-West".to_owned()),
+            PropertyValue::String("Telemetry-West".into()),
         );
         let before = event.clone();
         assert!(azure_merge_copied_into(&event, "telemetry-west"));
         assert!(!azure_merge_copied_into(&event, "telemetry-east"));
 
         let mut undo = stamp(&mut event, "0", POSITION, "hub-a", "hub-b");
-        mark_azure_merge_target(&mut event, &mut undo, "telemetry-east");
+        mark_azure_merge_target(&mut event, &mut undo, &"telemetry-east".into());
         assert!(azure_merge_copied_into(&event, "telemetry-east"));
         assert_eq!(
             event

@@ -119,6 +119,37 @@ pub struct OffsetMap {
     connection: Mutex<Connection>,
 }
 
+/// How long a statement waits for another process's lock on the file.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Puts the file in WAL mode with `synchronous = NORMAL`, as the checkpoint store beside it is:
+/// a sync's commit is an append to the write-ahead log, not a rollback journal written, synced
+/// and deleted. A committed sync survives a crash of the process; a power cut may lose the
+/// newest ones, which only makes a translation start from an older sync (more duplicates,
+/// never a gap; and the checkpoints it translates are kept the same way). SQLite answers the
+/// switch with `SQLITE_BUSY` at once, without its busy handler, while another process switches
+/// the file; it is retried until [`BUSY_TIMEOUT`]. A file system that refuses WAL keeps its
+/// journal mode.
+fn switch_to_wal(connection: &Connection) -> rusqlite::Result<()> {
+    let deadline = Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match connection.query_row("PRAGMA journal_mode = WAL", [], |row| {
+            row.get::<_, String>(0)
+        }) {
+            Err(rusqlite::Error::SqliteFailure(failure, _))
+                if failure.code == rusqlite::ErrorCode::DatabaseBusy
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            result => {
+                result?;
+                return connection.pragma_update(None, "synchronous", "NORMAL");
+            }
+        }
+    }
+}
+
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS offset_sync (
     source_id TEXT NOT NULL, source_partitions INTEGER NOT NULL,
     source_partition TEXT NOT NULL, source_sequence INTEGER NOT NULL,
@@ -132,7 +163,8 @@ impl OffsetMap {
     pub fn open(path: &Path) -> Result<OffsetMap, String> {
         let connection = Connection::open(path).map_err(|e| describe(path, &e))?;
         connection
-            .busy_timeout(Duration::from_secs(5))
+            .busy_timeout(BUSY_TIMEOUT)
+            .and_then(|()| switch_to_wal(&connection))
             .and_then(|()| connection.execute_batch(SCHEMA))
             .map_err(|e| describe(path, &e))?;
         Ok(OffsetMap {
@@ -153,7 +185,7 @@ impl OffsetMap {
         let connection = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)
             .map_err(|e| describe(path, &e))?;
         connection
-            .busy_timeout(Duration::from_secs(5))
+            .busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| describe(path, &e))?;
         Ok(OffsetMap {
             path: path.to_owned(),
@@ -237,12 +269,17 @@ fn thin(transaction: &rusqlite::Transaction<'_>, row: &SyncRow) -> rusqlite::Res
         .query_map(key, |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     let keep = kept(&sequences);
+    let mut delete = transaction.prepare(
+        "DELETE FROM offset_sync WHERE source_id = ?1 AND source_partition = ?2 \
+         AND target_id = ?3 AND source_sequence = ?4",
+    )?;
     for dropped in sequences.difference(&keep) {
-        transaction.execute(
-            "DELETE FROM offset_sync WHERE source_id = ?1 AND source_partition = ?2 \
-             AND target_id = ?3 AND source_sequence = ?4",
-            params![row.source_id, row.source_partition, row.target_id, dropped],
-        )?;
+        delete.execute(params![
+            row.source_id,
+            row.source_partition,
+            row.target_id,
+            dropped
+        ])?;
     }
     Ok(())
 }

@@ -22,7 +22,7 @@
 use std::sync::Arc;
 
 use tributary_edit::{Condition, Context, Editor, Item, Position, Rejected, Step};
-use tributary_event::{EventData, PropertyValue, ReceivedEvent};
+use tributary_event::{EventData, PropertyValue, ReceivedEvent, SmolStr};
 use tributary_processor::{
     CheckpointStore, CloseReason, EventProcessor, EventProcessorHost, PartitionContext,
     ProcessorOptions, RunningHost, SqliteCheckpointStore,
@@ -31,7 +31,7 @@ use tributary_processor::{
 use crate::endpoint::{Brokers, OpenedSource, open_source, open_target};
 use crate::forward::{Counting, Destination, Outgoing, Poison, RetryPolicy, forward};
 use crate::limits::TARGETS_MAX;
-use crate::metadata;
+use crate::metadata::{self, HopIds};
 use crate::metrics::{FilterReason, PartitionMetrics, TaskMetrics};
 use crate::offset_map::{self, OffsetMap, PartitionSyncs, SyncPolicy, SyncSetup};
 use crate::status;
@@ -55,7 +55,9 @@ struct Route {
     sink: Sink,
     condition: Option<Condition>,
     /// The target hub's name, for Azure's merge marker (none for a table).
-    hub_name: Option<String>,
+    hub_name: Option<SmolStr>,
+    /// The ids this route's stamps write (none for a table).
+    ids: Option<HopIds>,
 }
 
 /// Where a route's events go.
@@ -91,6 +93,8 @@ struct Routed {
 struct TaskRuntime {
     name: String,
     source_id: String,
+    /// The ids a dead letter's stamp writes (the dead-letter hub's, or `-` without one).
+    dead_letter_ids: HopIds,
     /// The source hub's name, to recognise events Azure's merge sample copied into it.
     source_hub_name: String,
     editor: Editor,
@@ -178,15 +182,15 @@ impl Replicator {
             None => None,
         };
         let metrics = Arc::new(TaskMetrics::new(&config.name));
-        let source_id = config
-            .source
-            .origin_id
-            .clone()
-            .unwrap_or(source.identity.id.clone());
         let syncs = sync_setup(config, &options, &source, &source_id)?;
+        let dead_letter_ids = HopIds::new(
+            &source_id,
+            dead_letter.as_ref().map_or("-", |d| d.identity.id.as_str()),
+        );
         let runtime = Arc::new(TaskRuntime {
             name: config.name.clone(),
             source_id,
+            dead_letter_ids,
             source_hub_name: source_endpoint.event_hub.clone(),
             editor,
             routes,
@@ -359,11 +363,15 @@ async fn open_routes(
                 .map_err(error)?,
             )),
         };
+        let ids = sink
+            .hub_id()
+            .map(|target_id| HopIds::new(source_id, target_id));
         routes.push(Route {
             sink,
             condition: target.when.clone(),
+            ids,
             hub_name: match &target.kind {
-                TargetKind::Hub { endpoint, .. } => Some(endpoint.event_hub.clone()),
+                TargetKind::Hub { endpoint, .. } => Some(SmolStr::new(&endpoint.event_hub)),
                 #[cfg(feature = "postgres")]
                 TargetKind::Postgres(_) => None,
             },
@@ -579,16 +587,10 @@ impl EventProcessor for ReplicationProcessor {
     }
 }
 
-/// `event`, read at `position`, stamped for forwarding from the hub `source_id` to the hub
-/// `target_id`.
-fn stamped(
-    mut event: EventData,
-    position: Position,
-    partition: &str,
-    source_id: &str,
-    target_id: &str,
-) -> Outgoing {
-    let undo = metadata::stamp(&mut event, partition, position, source_id, target_id);
+/// `event`, read at `position`, stamped for forwarding from the hub `ids.source()` to the hub
+/// `ids.target()`.
+fn stamped(mut event: EventData, position: Position, partition: &str, ids: &HopIds) -> Outgoing {
+    let undo = metadata::stamp_with(&mut event, partition, position, ids);
     Outgoing {
         event,
         position,
@@ -682,14 +684,8 @@ impl ReplicationProcessor {
                         .clone()
                         .expect("the event is kept until its last route")
                 };
-                let mut outgoing = match task.routes[route_index].sink.hub_id() {
-                    Some(target_id) => stamped(
-                        copy,
-                        position,
-                        context.partition,
-                        &task.source_id,
-                        target_id,
-                    ),
+                let mut outgoing = match &task.routes[route_index].ids {
+                    Some(ids) => stamped(copy, position, context.partition, ids),
                     // A table keeps the source position in its own columns.
                     None => Outgoing {
                         event: copy,
@@ -777,13 +773,9 @@ impl ReplicationProcessor {
         rejected: Vec<Rejected>,
     ) -> Vec<Outgoing> {
         let task = &self.task;
-        let dead_letter_id = task
-            .dead_letter
-            .as_ref()
-            .map_or("-", |d| d.identity.id.as_str());
         let mut letters = Vec::with_capacity(poison.len() + unmatched.len() + rejected.len());
         let mut add = |event: EventData, position: Position, mark: Mark<'_>| {
-            let mut letter = stamped(event, position, partition, &task.source_id, dead_letter_id);
+            let mut letter = stamped(event, position, partition, &task.dead_letter_ids);
             letter.event = self.letter(letter.event, mark);
             letters.push(letter);
         };
@@ -847,11 +839,12 @@ impl ReplicationProcessor {
     }
 
     fn letter(&self, mut event: EventData, mark: Mark<'_>) -> EventData {
-        let mut put = |key: &str, value: &str| {
+        let mut put = |key: &'static str, value: &str| {
             event.properties.retain(|(k, _)| k != key);
-            event
-                .properties
-                .push((key.to_owned(), PropertyValue::String(value.to_owned())));
+            event.properties.push((
+                SmolStr::new_static(key),
+                PropertyValue::String(SmolStr::new(value)),
+            ));
         };
         put(DEAD_LETTER_TASK, &self.task.name);
         match mark {

@@ -88,7 +88,7 @@ fn bodies(events: &[ReceivedEvent]) -> Vec<String> {
 fn typed_event() -> EventData {
     let mut event = event("e0")
         .with_property("i64", PropertyValue::Int64(-5))
-        .with_property("str", PropertyValue::String("ü".to_owned()))
+        .with_property("str", PropertyValue::String("ü".into()))
         .with_property("f64", PropertyValue::Float64(2.5))
         .with_property("bool", PropertyValue::Bool(true))
         .with_property(

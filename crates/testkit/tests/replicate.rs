@@ -65,7 +65,7 @@ ownership_expiration = "1s"
 
 fn string(event: &EventData, key: &str) -> Option<String> {
     match event.property(key) {
-        Some(PropertyValue::String(value)) => Some(value.clone()),
+        Some(PropertyValue::String(value)) => Some(value.to_string()),
         _ => None,
     }
 }
@@ -177,7 +177,10 @@ fn assert_copied(
             Some(a.offset.to_string())
         );
         let time = metadata::format_enqueued_time(a.enqueued_time_ms);
-        assert_eq!(string(&b.data, metadata::ENQUEUED_TIME), Some(time));
+        assert_eq!(
+            string(&b.data, metadata::ENQUEUED_TIME),
+            Some(time.to_string())
+        );
         assert_eq!(string(&b.data, metadata::ORIGIN), Some(hub_id(source)));
         let path = format!("{};{}", hub_id(source), hub_id(target));
         assert_eq!(string(&b.data, metadata::PATH), Some(path));

@@ -66,7 +66,7 @@ fn sdk_value(value: &PropertyValue) -> AmqpSimpleValue {
         PropertyValue::UInt64(u) => AmqpSimpleValue::ULong(*u),
         PropertyValue::Float32(x) => AmqpSimpleValue::Float(*x),
         PropertyValue::Float64(x) => AmqpSimpleValue::Double(*x),
-        PropertyValue::String(s) => AmqpSimpleValue::String(s.clone()),
+        PropertyValue::String(s) => AmqpSimpleValue::String(s.to_string()),
         PropertyValue::Bytes(b) => AmqpSimpleValue::Binary(b.to_vec()),
         PropertyValue::Timestamp(ms) => AmqpSimpleValue::TimeStamp(at_ms(*ms).into()),
         PropertyValue::Uuid(u) => AmqpSimpleValue::Uuid(uuid::Uuid::from_bytes(*u)),
@@ -81,12 +81,12 @@ fn sdk_properties(stored: &StoredData) -> HashMap<String, AmqpSimpleValue> {
     stored
         .properties
         .iter()
-        .map(|(k, v)| (k.clone(), sdk_value(v)))
+        .map(|(k, v)| (k.to_string(), sdk_value(v)))
         .collect()
 }
 
 /// One property of every type both Tributary and the SDK name.
-fn typed_properties() -> Vec<(String, PropertyValue)> {
+fn typed_properties() -> Vec<(tributary_event::SmolStr, PropertyValue)> {
     let props = [
         ("str", PropertyValue::String("text".into())),
         ("int", PropertyValue::Int32(-7)),
@@ -104,7 +104,7 @@ fn typed_properties() -> Vec<(String, PropertyValue)> {
         ("uuid", PropertyValue::Uuid([0x12; 16])),
         ("none", PropertyValue::Null),
     ];
-    props.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+    props.into_iter().map(|(k, v)| (k.into(), v)).collect()
 }
 
 /// An SDK event carrying `typed_properties`, a content type and correlation and message ids.
@@ -115,7 +115,7 @@ fn sdk_typed_event(body: &str) -> EventData {
         .with_correlation_id("corr-1")
         .with_message_id(format!("msg-{body}"));
     for (key, value) in typed_properties() {
-        builder = builder.add_property(key, sdk_value(&value));
+        builder = builder.add_property(key.to_string(), sdk_value(&value));
     }
     builder.build()
 }

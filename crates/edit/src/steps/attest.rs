@@ -257,7 +257,10 @@ impl Step for Attest {
                 continue;
             };
             let signature = self.key.sign_base64(statement.as_bytes());
-            item.set_property(&self.statement_property, PropertyValue::String(statement));
+            item.set_property(
+                &self.statement_property,
+                PropertyValue::String(statement.into()),
+            );
             item.set_property(&self.signature_property, text(&signature));
             out.pass(item);
         }
@@ -355,7 +358,9 @@ mod tests {
         };
         let forged = s.replace("\"sequence\":42", "\"sequence\":43");
         event.properties.retain(|(k, _)| *k != name);
-        event.properties.push((name, PropertyValue::String(forged)));
+        event
+            .properties
+            .push((name.into(), PropertyValue::String(forged.into())));
         let e = verify_attestation(&event, "eu", &key).expect_err("statement");
         assert!(e.reason.contains("does not match"), "{e}");
         let other = tempfile::tempdir().expect("dir");
@@ -384,8 +389,8 @@ mod tests {
         ) {
             let key = VerifyingKey::Hmac(keys::HmacKey::new(Some("k"), &[7u8; 32]).expect("key"));
             let event = EventData::new(Bytes::from(body))
-                .with_property(attestation_property("eu"), PropertyValue::String(statement))
-                .with_property(signature_property("eu"), PropertyValue::String(signature));
+                .with_property(attestation_property("eu"), PropertyValue::String(statement.into()))
+                .with_property(signature_property("eu"), PropertyValue::String(signature.into()));
             prop_assert!(verify_attestation(&event, "eu", &key).is_err());
         }
     }

@@ -194,7 +194,7 @@ impl Open {
         let count = i64::try_from(self.count).unwrap_or(i64::MAX);
         let event = EventData {
             body: Bytes::from(self.body),
-            properties: vec![(BATCH_COUNT_PROPERTY.to_owned(), PropertyValue::Int64(count))],
+            properties: vec![(BATCH_COUNT_PROPERTY.into(), PropertyValue::Int64(count))],
             partition_key: self.key,
             content_type: Some(JSON_CONTENT_TYPE.to_owned()),
             ..EventData::default()
@@ -324,7 +324,7 @@ fn write_envelope(item: &mut Item, out: &mut Vec<u8>) -> serde_json::Result<()> 
         if i > 0 {
             out.push(b',');
         }
-        serde_json::to_writer(&mut *out, key)?;
+        serde_json::to_writer(&mut *out, key.as_str())?;
         out.push(b':');
         serde_json::to_writer(&mut *out, &property_json(value))?;
     }
@@ -385,7 +385,7 @@ pub fn property_json(value: &PropertyValue) -> Json {
         PropertyValue::Bool(b) => Json::Bool(*b),
         PropertyValue::Int64(n) => Json::from(*n),
         PropertyValue::Float64(f) if f.is_finite() => float_json(*f),
-        PropertyValue::String(s) => Json::String(s.clone()),
+        PropertyValue::String(s) => Json::String(s.to_string()),
         PropertyValue::Float64(f) => tagged("float64", float_json(*f)),
         PropertyValue::Int32(n) => tagged("int32", Json::from(*n)),
         PropertyValue::UInt32(n) => tagged("uint32", Json::from(*n)),
@@ -428,7 +428,7 @@ fn property_value(json: Json) -> Result<PropertyValue, String> {
             (None, None, Some(f)) => PropertyValue::Float64(f),
             _ => return Err(format!("{n} is not a number a property holds")),
         },
-        Json::String(s) => PropertyValue::String(s),
+        Json::String(s) => PropertyValue::String(s.into()),
         Json::Array(_) => return Err("an array is not a property value".to_owned()),
         Json::Object(object) => {
             let kind = object.get("type").and_then(Json::as_str);
@@ -616,7 +616,7 @@ impl Envelope {
         let mut properties = Vec::with_capacity(self.properties.0.len());
         for (key, value) in self.properties.0 {
             let value = property_value(value).map_err(|e| format!("property {key:?}: {e}"))?;
-            properties.push((key, value));
+            properties.push((key.into(), value));
         }
         let protocol_sections = match self.protocol_sections_base64 {
             Some(text) => Some(Bytes::from(
@@ -795,7 +795,7 @@ mod tests {
         }
     }
 
-    fn every_property() -> Vec<(String, PropertyValue)> {
+    fn every_property() -> Vec<(tributary_event::SmolStr, PropertyValue)> {
         let uuid = *b"\x67\xe5\x50\x44\x10\xb1\x42\x6f\x92\x47\xbb\x68\x0e\x5f\xe0\xc8";
         [
             ("z-first", PropertyValue::String("kept in order".into())),
@@ -817,7 +817,7 @@ mod tests {
             ("uuid", PropertyValue::Uuid(uuid)),
         ]
         .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
+        .map(|(k, v)| (k.into(), v))
         .collect()
     }
 

@@ -254,9 +254,8 @@ fn hash_id(id: &str) -> u128 {
 pub(crate) fn key_text(value: FieldValue<'_>) -> Option<Cow<'_, str>> {
     match value {
         FieldValue::Str(s) => Some(Cow::Borrowed(s)),
-        FieldValue::Json(Value::String(s)) | FieldValue::Property(PropertyValue::String(s)) => {
-            Some(Cow::Borrowed(s.as_str()))
-        }
+        FieldValue::Json(Value::String(s)) => Some(Cow::Borrowed(s.as_str())),
+        FieldValue::Property(PropertyValue::String(s)) => Some(Cow::Borrowed(s.as_str())),
         other => other.to_key().map(Cow::Owned),
     }
 }
@@ -375,7 +374,7 @@ mod tests {
         let items = vec![
             with(Some(PropertyValue::Int64(7)), "a"),
             with(Some(PropertyValue::String("7".into())), "b"),
-            with(Some(PropertyValue::String(String::new())), "c"),
+            with(Some(PropertyValue::String("".into())), "c"),
             with(
                 Some(PropertyValue::Bytes(bytes::Bytes::from_static(b"x"))),
                 "d",

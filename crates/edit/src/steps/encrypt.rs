@@ -142,9 +142,10 @@ impl Encrypt {
         event.body = Bytes::from(sealed);
         event.content_type = Some(ENCRYPTED_CONTENT_TYPE.to_owned());
         match content_type {
-            Some(original) => {
-                item.set_property(ORIGINAL_CONTENT_TYPE, PropertyValue::String(original))
-            }
+            Some(original) => item.set_property(
+                ORIGINAL_CONTENT_TYPE,
+                PropertyValue::String(original.into()),
+            ),
             None => {
                 item.remove_property(ORIGINAL_CONTENT_TYPE);
             }

@@ -583,8 +583,10 @@ fn property(value: Value) -> PropertyValue {
             (None, Some(u)) => PropertyValue::UInt64(u),
             _ => PropertyValue::Float64(n.as_f64().unwrap_or(f64::NAN)),
         },
-        Value::String(s) => PropertyValue::String(s),
-        other @ (Value::Array(_) | Value::Object(_)) => PropertyValue::String(other.to_string()),
+        Value::String(s) => PropertyValue::String(s.into()),
+        other @ (Value::Array(_) | Value::Object(_)) => {
+            PropertyValue::String(other.to_string().into())
+        }
     }
 }
 
@@ -943,16 +945,13 @@ mod tests {
         assert_eq!(
             event.properties,
             [
-                ("home_owner".to_owned(), PropertyValue::Null),
+                ("home_owner".into(), PropertyValue::Null),
+                ("home_region".into(), PropertyValue::String("north".into())),
                 (
-                    "home_region".to_owned(),
-                    PropertyValue::String("north".into())
-                ),
-                (
-                    "home_tags".to_owned(),
+                    "home_tags".into(),
                     PropertyValue::String(r#"["roof","solar"]"#.into())
                 ),
-                ("home_tier".to_owned(), PropertyValue::Int64(2)),
+                ("home_tier".into(), PropertyValue::Int64(2)),
             ]
         );
     }
@@ -1267,7 +1266,7 @@ mod tests {
                 .map(|(i, (raw, text, home, number))| {
                     let mut e = EventData::new(if i % 2 == 0 { raw } else { text.into_bytes() });
                     e = match home {
-                        Some(home) => e.with_property("home", PropertyValue::String(home)),
+                        Some(home) => e.with_property("home", PropertyValue::String(home.into())),
                         None => e.with_property("home", PropertyValue::Int64(number)),
                     };
                     item(e)

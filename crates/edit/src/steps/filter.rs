@@ -115,7 +115,7 @@ mod tests {
 
     fn item(sequence_number: i64, body: &str, site: &str) -> Item {
         let event = EventData::new(Bytes::from(body.to_owned()))
-            .with_property("site", PropertyValue::String(site.to_owned()));
+            .with_property("site", PropertyValue::String(site.into()));
         Item::new(
             event,
             Position {

@@ -188,7 +188,7 @@ pub(crate) fn sha256(body: &[u8]) -> [u8; 32] {
 
 /// A string property value.
 pub(crate) fn text(s: &str) -> PropertyValue {
-    PropertyValue::String(s.to_owned())
+    PropertyValue::String(s.into())
 }
 
 /// An application property value as a string, or why it is not one (for a reason).
@@ -389,7 +389,7 @@ impl Step for Sign {
                 &body_sha256,
             );
             let signature = self.key.sign_base64(&signed);
-            item.set_property(SIGNATURE, PropertyValue::String(signature));
+            item.set_property(SIGNATURE, PropertyValue::String(signature.into()));
             item.set_property(SIGNATURE_ALG, text(algorithm.name()));
             item.set_property(SIGNATURE_KEY_ID, text(self.key.id()));
             item.set_property(SIGNED_PROPERTIES, text(&self.list));
@@ -756,7 +756,7 @@ mod tests {
             Just(PropertyValue::Null),
             any::<i64>().prop_map(PropertyValue::Int64),
             any::<bool>().prop_map(PropertyValue::Bool),
-            ".{0,40}".prop_map(PropertyValue::String),
+            ".{0,40}".prop_map(|s| PropertyValue::String(s.into())),
             proptest::collection::vec(any::<u8>(), 0..40)
                 .prop_map(|b| PropertyValue::Bytes(Bytes::from(b))),
         ]

@@ -1218,7 +1218,7 @@ impl Step for Compress {
             match self.compress(&body) {
                 Ok(compressed) if compressed.len() < body.len() => {
                     item.set_body(Bytes::from(compressed));
-                    let encoding = PropertyValue::String(self.algorithm.name().to_owned());
+                    let encoding = PropertyValue::String(self.algorithm.name().into());
                     item.set_property(CONTENT_ENCODING, encoding);
                     out.pass(item);
                 }

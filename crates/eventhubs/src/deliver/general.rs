@@ -83,9 +83,9 @@ fn merge_application_properties(
     let mut out = OrderedMap::new();
     for (key, value) in &data.properties {
         let amqp = kept
-            .swap_remove(key)
+            .swap_remove(key.as_str())
             .unwrap_or_else(|| property_to_amqp(value));
-        out.insert(key.clone(), amqp);
+        out.insert(key.to_string(), amqp);
     }
     for (key, value) in kept.into_iter() {
         out.insert(key, value);

@@ -25,7 +25,7 @@ use fe2o3_amqp_types::messaging::{
     ApplicationProperties, Body, Header, MessageAnnotations, MessageId, Properties,
 };
 use fe2o3_amqp_types::primitives::{OrderedMap, SimpleValue, Symbol, Value};
-use tributary_event::{EventData, PropertyValue};
+use tributary_event::{EventData, PropertyValue, SmolStr};
 
 use crate::message::{AmqpMessage, MessageError};
 use crate::names::annotation::{ENQUEUED_TIME, OFFSET, PARTITION_KEY, SEQUENCE_NUMBER};
@@ -161,7 +161,7 @@ pub fn event_from_message(
         for (key, value) in application_properties.0.into_iter() {
             let (typed, keep) = property_from_amqp(&value);
             if let Some(typed) = typed {
-                event.properties.push((key.clone(), typed));
+                event.properties.push((SmolStr::new(&key), typed));
             }
             if keep {
                 kept.application_properties.insert(key, value);
@@ -206,7 +206,7 @@ fn map_properties(mut p: Properties, event: &mut EventData) -> Option<Properties
 /// string and kept, so AMQP receivers get a symbol back; any other type kept only.
 fn property_from_amqp(value: &SimpleValue) -> (Option<PropertyValue>, bool) {
     match value {
-        SimpleValue::Symbol(s) => (Some(PropertyValue::String(s.as_str().to_owned())), true),
+        SimpleValue::Symbol(s) => (Some(PropertyValue::String(SmolStr::new(s.as_str()))), true),
         other => match crate::property::twin(other) {
             Some(typed) => (Some(typed), false),
             None => (None, true),

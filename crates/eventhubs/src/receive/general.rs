@@ -16,7 +16,7 @@ use bytes::Bytes;
 use fe2o3_amqp_types::messaging::annotations::{Annotations, OwnedKey};
 use fe2o3_amqp_types::messaging::{Body, Data, DeliveryAnnotations, Message, MessageId};
 use fe2o3_amqp_types::primitives::Value;
-use tributary_event::{EventData, ReceivedEvent};
+use tributary_event::{EventData, ReceivedEvent, SmolStr};
 
 use crate::message::{LastEnqueued, MessageError};
 use crate::names::annotation::{
@@ -103,7 +103,7 @@ pub(crate) fn decode_received(
         .application_properties
         .map(|p| {
             p.0.into_iter()
-                .map(|(key, value)| (key, crate::property::widen(value)))
+                .map(|(key, value)| (SmolStr::from(key), crate::property::widen(value)))
                 .collect()
         })
         .unwrap_or_default();
@@ -281,11 +281,11 @@ mod tests {
         );
         assert_eq!(
             crate::property::widen(SimpleValue::Symbol(Symbol::from("s"))),
-            PropertyValue::String("s".to_owned())
+            PropertyValue::String("s".into())
         );
         assert_eq!(
             crate::property::widen(SimpleValue::Char('x')),
-            PropertyValue::String("x".to_owned())
+            PropertyValue::String("x".into())
         );
         assert_eq!(message_id_text(MessageId::Ulong(42)), "42");
         assert_eq!(

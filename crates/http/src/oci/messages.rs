@@ -190,7 +190,7 @@ fn send_key(
         Some(Err(binary)) => {
             let p = partition_for_key(&String::from_utf8_lossy(binary.as_bytes()), partition_count);
             let key = PropertyValue::Bytes(binary.into_bytes().into());
-            event.properties.push((BINARY_KEY_PROPERTY.to_owned(), key));
+            event.properties.push((BINARY_KEY_PROPERTY.into(), key));
             (SendKey::Partition(p), p)
         }
         None => {

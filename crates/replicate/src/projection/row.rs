@@ -146,7 +146,7 @@ pub fn row(
     let json = is_storable_json(&event.body);
     let mut properties = serde_json::Map::with_capacity(event.properties.len());
     for (key, value) in &event.properties {
-        properties.insert(key.clone(), property_json(value));
+        properties.insert(key.to_string(), property_json(value));
     }
     let properties = serde_json::to_vec(&Value::Object(properties)).map_err(|e| e.to_string())?;
     let mut cells = Vec::with_capacity(10 + columns.len());

@@ -33,7 +33,7 @@ impl Step for Audit {
     fn apply(&self, context: &Context<'_>, items: Vec<Item>, out: &mut Output) {
         for mut item in items {
             let by = format!("audit/{}", context.partition);
-            item.set_property("audited-by", PropertyValue::String(by));
+            item.set_property("audited-by", PropertyValue::String(by.into()));
             out.pass(item);
         }
     }
