@@ -81,22 +81,7 @@ pub fn recovery(data: &[u8]) {
     let recovered = match read_until_damage(&log) {
         Ok(recovered) => recovered,
         Err((before, error)) => {
-            // Damage inside a sealed segment's batch that recovery's index check did not reach:
-            // the read that reaches it fails with the batch's checksum, never serves it.
-            assert!(
-                segments_damaged,
-                "a read failed with only index files damaged: {error}"
-            );
-            assert!(
-                matches!(error, tributary_log::LogError::Corrupted { .. }),
-                "damage reads as corruption: {error}"
-            );
-            assert!(
-                same(&before, &appended[..before.len()]),
-                "what reads before the damage is what was appended"
-            );
-            log.append(&[EventData::new(&b"after recovery"[..])])
-                .expect("appends continue past a damaged sealed segment");
+            damage_found_by_a_read(&log, &before, &error, &appended, segments_damaged);
             return;
         }
     };
@@ -126,6 +111,32 @@ pub fn recovery(data: &[u8]) {
         same(&again[..recovered.len()], &recovered),
         "reopening keeps the log"
     );
+}
+
+/// Damage inside a sealed segment's batch that recovery's index check did not reach: the read
+/// that reaches it fails with the batch's checksum and never serves it; what reads before it is
+/// what was appended, and appends continue.
+fn damage_found_by_a_read(
+    log: &PartitionLog,
+    before: &[ReceivedEvent],
+    error: &tributary_log::LogError,
+    appended: &[ReceivedEvent],
+    segments_damaged: bool,
+) {
+    assert!(
+        segments_damaged,
+        "a read failed with only index files damaged: {error}"
+    );
+    assert!(
+        matches!(error, tributary_log::LogError::Corrupted { .. }),
+        "damage reads as corruption: {error}"
+    );
+    assert!(
+        same(before, &appended[..before.len()]),
+        "what reads before the damage is what was appended"
+    );
+    log.append(&[EventData::new(&b"after recovery"[..])])
+        .expect("appends continue past a damaged sealed segment");
 }
 
 /// Whether two runs of events are the same, a NaN property equal to itself.
