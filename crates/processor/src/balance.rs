@@ -60,6 +60,9 @@ pub struct ExpiryTracker {
     seen: HashMap<String, SeenVersion>,
     /// By owner id: the host records of the last listing.
     hosts: HashMap<String, SeenVersion>,
+    /// By partition: its owner in the last listing, and when this host last saw it pass from
+    /// one owner to another (never when first seen, nor when taken after a release).
+    owners: HashMap<String, (String, Option<Instant>)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -76,6 +79,7 @@ impl ExpiryTracker {
             expiration,
             seen: HashMap::new(),
             hosts: HashMap::new(),
+            owners: HashMap::new(),
         }
     }
 
@@ -83,7 +87,31 @@ impl ExpiryTracker {
     pub fn observe(&mut self, records: &[Ownership], now: Instant) {
         for record in records {
             see(&mut self.seen, &record.partition_id, record.version, now);
+            let owner = &record.owner_id;
+            match self.owners.get_mut(&record.partition_id) {
+                Some((previous, moved_at)) if previous != owner => {
+                    if !previous.is_empty() && !owner.is_empty() {
+                        *moved_at = Some(now);
+                    }
+                    previous.clone_from(owner);
+                }
+                Some(_) => {}
+                None => {
+                    self.owners
+                        .insert(record.partition_id.clone(), (owner.clone(), None));
+                }
+            }
         }
+    }
+
+    /// Whether this host saw `partition_id` pass from one owner to another less than an
+    /// expiration before `now` (its current owner may still be waiting for the one before to
+    /// stop).
+    pub fn changed_hands_recently(&self, partition_id: &str, now: Instant) -> bool {
+        self.owners
+            .get(partition_id)
+            .and_then(|(_, moved_at)| *moved_at)
+            .is_some_and(|moved_at| now.saturating_duration_since(moved_at) < self.expiration)
     }
 
     /// Records the versions of the host records of a listing as seen at `now`, and forgets

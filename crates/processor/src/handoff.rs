@@ -15,12 +15,12 @@
 //! owner's fence has stopped its pumps (it last renewed before the steal). In the usual case
 //! the wait is about two balancing intervals.
 //!
-//! Not covered yet: a partition stolen a second time while the first thief is still waiting.
-//! The second thief waits for the first one to notice, not for the owner before it, which may
-//! still be processing if it is cut off from the store (the simulation finds this in about one
-//! seed in 3,000). Closing it needs either the first owner's identity carried along (a thief
-//! that saw the partition change hands within an expiration waiting for the full expiration)
-//! or the receiver's epoch cancelling a former owner's batch in progress.
+//! A partition stolen a second time while the first thief may still be waiting: the first
+//! thief noticing says nothing of the owner before it, which may still be processing if it is
+//! cut off from the store. So a thief that saw the partition pass from one owner to another
+//! within the last expiration waits the full expiration. Not covered: a thief that has not
+//! watched that long (a host that just started sees every record for the first time), which
+//! would need the store to say when a record last changed hands.
 
 use std::collections::BTreeMap;
 
@@ -63,16 +63,27 @@ pub(crate) struct Handoff {
     /// The former owner as the first listing after the steal showed it.
     baseline: Option<Sighting>,
     noticed: bool,
+    /// Whether the former owner's notice ends the wait: not when the partition had just passed
+    /// to it from someone else, who may still be processing it.
+    notice_suffices: bool,
 }
 
 impl Handoff {
-    /// A partition just stolen from `from`; the wait ends by itself after `expiration`.
-    pub(crate) fn new(from: &str, stolen_at: Instant, expiration: std::time::Duration) -> Self {
+    /// A partition just stolen from `from`; the wait ends by itself after `expiration`, and
+    /// earlier when `from` notices unless the partition `changed_hands_recently` before (see
+    /// the module docs).
+    pub(crate) fn new(
+        from: &str,
+        stolen_at: Instant,
+        expiration: std::time::Duration,
+        changed_hands_recently: bool,
+    ) -> Self {
         Handoff {
             from: from.to_owned(),
             deadline: stolen_at + expiration,
             baseline: None,
             noticed: false,
+            notice_suffices: !changed_hands_recently,
         }
     }
 
@@ -101,7 +112,7 @@ impl Handoff {
 
     /// Whether the pump may start at `now`.
     pub(crate) fn is_over(&self, now: Instant) -> bool {
-        self.noticed || now >= self.deadline
+        (self.noticed && self.notice_suffices) || now >= self.deadline
     }
 }
 
@@ -147,7 +158,7 @@ mod tests {
     #[test]
     fn a_former_owner_cut_off_from_the_store_is_waited_out() {
         let stolen_at = Instant::now();
-        let mut handoff = Handoff::new("a", stolen_at, EXPIRATION);
+        let mut handoff = Handoff::new("a", stolen_at, EXPIRATION, false);
         // "a" never writes again: its records and host record stand still.
         let still = listing(&[("0", "b", 5), ("1", "a", 3)], &[("a", 7), ("b", 2)]);
         for _ in 0..10 {
@@ -160,12 +171,22 @@ mod tests {
     #[test]
     fn a_host_record_renewed_after_the_first_listing_ends_the_wait() {
         let stolen_at = Instant::now();
-        let mut handoff = Handoff::new("a", stolen_at, EXPIRATION);
+        let mut handoff = Handoff::new("a", stolen_at, EXPIRATION, false);
         // A renewal between the steal and the first listing proves nothing: it is the baseline.
         handoff.watch(&listing(&[("0", "b", 5)], &[("a", 8)]));
         assert!(!handoff.is_over(stolen_at));
         handoff.watch(&listing(&[("0", "b", 5)], &[("a", 9)]));
         assert!(handoff.is_over(stolen_at));
+    }
+
+    #[test]
+    fn a_partition_that_just_changed_hands_waits_the_whole_expiration() {
+        let stolen_at = Instant::now();
+        let mut handoff = Handoff::new("a", stolen_at, EXPIRATION, true);
+        handoff.watch(&listing(&[("0", "b", 5)], &[("a", 8)]));
+        handoff.watch(&listing(&[("0", "b", 5)], &[("a", 9)]));
+        assert!(!handoff.is_over(stolen_at + EXPIRATION - Duration::from_millis(1)));
+        assert!(handoff.is_over(stolen_at + EXPIRATION));
     }
 
     #[test]
@@ -200,7 +221,7 @@ mod tests {
             ),
         ];
         for (index, (later, noticed)) in cases.into_iter().enumerate() {
-            let mut handoff = Handoff::new("a", stolen_at, EXPIRATION);
+            let mut handoff = Handoff::new("a", stolen_at, EXPIRATION, false);
             handoff.watch(&baseline);
             handoff.watch(&later);
             assert_eq!(handoff.is_over(stolen_at), noticed, "case {index}");

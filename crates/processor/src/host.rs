@@ -514,8 +514,12 @@ impl Coordinator {
                         log_acquisition(self.me(), claim, &record);
                     }
                     if let ClaimReason::Steal { from } = &claim.reason {
+                        let now = Instant::now();
                         let expiration = self.options.ownership_expiration;
-                        let handoff = Handoff::new(from, Instant::now(), expiration);
+                        let moved = self
+                            .tracker
+                            .changed_hands_recently(&claim.partition_id, now);
+                        let handoff = Handoff::new(from, now, expiration, moved);
                         self.handoffs.insert(claim.partition_id.clone(), handoff);
                     }
                     self.owned.insert(claim.partition_id.clone(), record);

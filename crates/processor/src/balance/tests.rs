@@ -679,3 +679,24 @@ proptest! {
         converges_then_stays_put(&s, true, 400);
     }
 }
+
+#[test]
+fn a_partition_passing_between_owners_is_seen_to_change_hands() {
+    let start = Instant::now();
+    let mut tracker = ExpiryTracker::new(EXPIRATION);
+    // First seen: not a change of hands.
+    tracker.observe(&[record("0", "a", 1), record("1", "", 2)], start);
+    assert!(!tracker.changed_hands_recently("0", start));
+    // Taken after a release: not one either (the releaser had stopped).
+    let later = start + INTERVAL;
+    tracker.observe(&[record("0", "a", 2), record("1", "b", 3)], later);
+    assert!(!tracker.changed_hands_recently("0", later));
+    assert!(!tracker.changed_hands_recently("1", later));
+    // From one owner to another: for one expiration.
+    let moved = later + INTERVAL;
+    tracker.observe(&[record("0", "c", 3), record("1", "b", 4)], moved);
+    assert!(tracker.changed_hands_recently("0", moved));
+    assert!(tracker.changed_hands_recently("0", moved + EXPIRATION - INTERVAL));
+    assert!(!tracker.changed_hands_recently("0", moved + EXPIRATION));
+    assert!(!tracker.changed_hands_recently("never-seen", moved));
+}
