@@ -384,7 +384,7 @@ pub async fn ownership(global: &GlobalArgs, args: &OwnershipArgs) -> Result<()> 
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "consumer group\tpartition\towner\townership acquired or renewed\tcheckpoint offset\tcheckpoint sequence number"
+        "consumer group\tpartition\towner\townership last claimed\tcheckpoint offset\tcheckpoint sequence number"
     )?;
     for (partition, (owner, checkpoint)) in rows {
         let owner_name = owner.as_ref().map_or("-".to_owned(), |o| {

@@ -3,7 +3,7 @@
 //!
 //! Filter, transform and validate read the body lazily ([`crate::lazy`]): one scan of the
 //! bytes, a `Value` made only of the fields a step names ([`Item::body_field`]), edits of
-//! top-level members kept beside the bytes and spliced in when the body is written out.
+//! members (at any depth) kept beside the bytes and spliced in when the body is written out.
 //! Steps that need the whole body share one parse ([`Item::json`]) and edit it in place
 //! ([`Item::json_mut`]); the body is written out once, when a step needs the bytes
 //! ([`Item::body`]) or the event leaves the editor ([`Item::into_event`]). Bodies the lazy
@@ -43,7 +43,7 @@ impl Position {
 /// One event in the editor.
 ///
 /// Invariants: while `json_edited` is set, `json` holds a parsed value that is newer than
-/// `event.body`; while `overlay` is set, it holds top-level edits of the object body `tape`
+/// `event.body`; while `overlay` is set, it holds the edits of the object body `tape`
 /// indexes, and `json` (when set) is its value. At most one of the two holds pending edits;
 /// every accessor that hands out the body writes them out first.
 #[derive(Debug, Clone)]
@@ -192,6 +192,7 @@ impl Item {
             return Some(doc.get(path).map(|found| match found {
                 Found::Tape(index) => doc.tape.kind_name(index),
                 Found::Value(value) => lazy::value_kind(value),
+                Found::Object(_) => "object",
             }));
         }
         let tape = self.tape()?;
@@ -211,7 +212,7 @@ impl Item {
         &self.event.body
     }
 
-    /// The pending top-level edits of an object body, as a document to read.
+    /// The pending edits of an object body, as a document to read.
     pub(crate) fn doc(&self) -> Option<Doc<'_>> {
         let overlay = self.overlay.as_ref()?;
         Some(Doc {

@@ -17,7 +17,7 @@ use jsonschema::json::{Array, Json, Node, NodeIdentity, Object};
 use serde_json::{Map, Value};
 
 use crate::item::Item;
-use crate::lazy::{Doc, Member, Tape, key_text};
+use crate::lazy::{Doc, Key, Member, MembersOf, Tape, key_text};
 
 /// The representation: nodes of a tape, of values steps made, or an edited object body.
 #[derive(Debug)]
@@ -30,8 +30,8 @@ pub(crate) enum LazyNode<'a> {
     Tape(&'a Tape, &'a [u8], usize),
     /// A value a step made.
     Value(&'a Value),
-    /// An object body with edited members.
-    Top(Doc<'a>),
+    /// An object of the body with edited members.
+    Edited(Doc<'a>),
 }
 
 /// An object of a lazily read body.
@@ -39,7 +39,7 @@ pub(crate) enum LazyNode<'a> {
 pub(crate) enum LazyObject<'a> {
     Tape(&'a Tape, &'a [u8], usize),
     Map(&'a Map<String, Value>),
-    Top(Doc<'a>),
+    Edited(Doc<'a>),
 }
 
 /// An array of a lazily read body.
@@ -68,7 +68,7 @@ impl Json for LazyJson {
 /// JSON, outside what the scanner indexes, or already parsed: then validate the `Value`).
 pub(crate) fn root(item: &Item) -> Option<LazyNode<'_>> {
     if let Some(doc) = item.doc() {
-        return Some(LazyNode::Top(doc));
+        return Some(LazyNode::Edited(doc));
     }
     if item.parsed().is_some() {
         return None;
@@ -88,7 +88,7 @@ impl<'a> Node<'a, LazyJson> for LazyNode<'a> {
                 .is_object_at(index)
                 .then_some(LazyObject::Tape(tape, body, index)),
             LazyNode::Value(value) => value.as_object().map(LazyObject::Map),
-            LazyNode::Top(doc) => Some(LazyObject::Top(doc)),
+            LazyNode::Edited(doc) => Some(LazyObject::Edited(doc)),
         }
     }
 
@@ -98,7 +98,7 @@ impl<'a> Node<'a, LazyJson> for LazyNode<'a> {
                 .is_array_at(index)
                 .then_some(LazyArray::Tape(tape, body, index)),
             LazyNode::Value(value) => value.as_array().map(|a| LazyArray::Slice(a)),
-            LazyNode::Top(_) => None,
+            LazyNode::Edited(_) => None,
         }
     }
 
@@ -106,7 +106,7 @@ impl<'a> Node<'a, LazyJson> for LazyNode<'a> {
         match *self {
             LazyNode::Tape(tape, body, index) => tape.text(body, index),
             LazyNode::Value(value) => value.as_str().map(Cow::Borrowed),
-            LazyNode::Top(_) => None,
+            LazyNode::Edited(_) => None,
         }
     }
 
@@ -114,7 +114,7 @@ impl<'a> Node<'a, LazyJson> for LazyNode<'a> {
         match *self {
             LazyNode::Tape(tape, body, index) => tape.number(body, index),
             LazyNode::Value(Value::Number(number)) => Some(number.clone()),
-            LazyNode::Value(_) | LazyNode::Top(_) => None,
+            LazyNode::Value(_) | LazyNode::Edited(_) => None,
         }
     }
 
@@ -122,7 +122,7 @@ impl<'a> Node<'a, LazyJson> for LazyNode<'a> {
         match *self {
             LazyNode::Tape(tape, _, index) => tape.boolean(index),
             LazyNode::Value(value) => value.as_bool(),
-            LazyNode::Top(_) => None,
+            LazyNode::Edited(_) => None,
         }
     }
 
@@ -130,7 +130,7 @@ impl<'a> Node<'a, LazyJson> for LazyNode<'a> {
         match *self {
             LazyNode::Tape(tape, _, index) => tape.is_null(index),
             LazyNode::Value(value) => value.is_null(),
-            LazyNode::Top(_) => false,
+            LazyNode::Edited(_) => false,
         }
     }
 
@@ -138,7 +138,7 @@ impl<'a> Node<'a, LazyJson> for LazyNode<'a> {
         let name = match *self {
             LazyNode::Tape(tape, _, index) => tape.kind_name(index),
             LazyNode::Value(value) => crate::lazy::value_kind(value),
-            LazyNode::Top(_) => "object",
+            LazyNode::Edited(_) => "object",
         };
         match name {
             "null" => JsonType::Null,
@@ -154,7 +154,7 @@ impl<'a> Node<'a, LazyJson> for LazyNode<'a> {
         match *self {
             LazyNode::Tape(tape, _, index) => tape.is_string(index),
             LazyNode::Value(value) => value.is_string(),
-            LazyNode::Top(_) => false,
+            LazyNode::Edited(_) => false,
         }
     }
 
@@ -162,7 +162,7 @@ impl<'a> Node<'a, LazyJson> for LazyNode<'a> {
         match *self {
             LazyNode::Tape(tape, body, index) => Cow::Owned(tape.to_value(body, index)),
             LazyNode::Value(value) => Cow::Borrowed(value),
-            LazyNode::Top(doc) => Cow::Owned(doc.to_value()),
+            LazyNode::Edited(doc) => Cow::Owned(doc.to_value()),
         }
     }
 
@@ -173,7 +173,7 @@ impl<'a> Node<'a, LazyJson> for LazyNode<'a> {
                 u32::try_from(index).ok()?,
             ),
             LazyNode::Value(value) => NodeIdentity::new(std::ptr::from_ref(value) as usize),
-            LazyNode::Top(doc) => {
+            LazyNode::Edited(doc) => {
                 NodeIdentity::tagged(std::ptr::from_ref(doc.overlay) as usize, u32::MAX)
             }
         })
@@ -182,9 +182,9 @@ impl<'a> Node<'a, LazyJson> for LazyNode<'a> {
 
 /// Keeps the last member of each name, as a parse does.
 fn last_of_each<'a>(
-    members: Vec<(Cow<'a, str>, LazyNode<'a>)>,
+    members: impl Iterator<Item = (Cow<'a, str>, LazyNode<'a>)>,
 ) -> Vec<(Cow<'a, str>, LazyNode<'a>)> {
-    let mut kept: Vec<(Cow<'a, str>, LazyNode<'a>)> = Vec::with_capacity(members.len());
+    let mut kept: Vec<(Cow<'a, str>, LazyNode<'a>)> = Vec::new();
     for (name, node) in members {
         match kept.iter_mut().find(|(k, _)| *k == name) {
             Some(slot) => slot.1 = node,
@@ -194,34 +194,68 @@ fn last_of_each<'a>(
     kept
 }
 
+/// The node of a member of an edited object.
+fn member_node<'a>(doc: Doc<'a>, member: &'a Member) -> LazyNode<'a> {
+    match member {
+        Member::Raw(index) => LazyNode::Tape(doc.tape, doc.body, *index),
+        Member::Value(value) => LazyNode::Value(value),
+        Member::Shared(shared) => LazyNode::Value(shared.value()),
+        Member::Object(overlay) => LazyNode::Edited(doc.nested(overlay)),
+    }
+}
+
+/// The members of a lazily read object, as a parse keeps them: straight from the tape or the
+/// edited object when no key can repeat, else collected with the last copy of each name.
+#[derive(Debug)]
+pub(crate) enum LazyMembers<'a> {
+    Tape(&'a Tape, &'a [u8], MembersOf<'a>),
+    Edited(Doc<'a>, std::slice::Iter<'a, (Key, Member)>),
+    Map(serde_json::map::Iter<'a>),
+    Kept(std::vec::IntoIter<(Cow<'a, str>, LazyNode<'a>)>),
+}
+
+impl<'a> Iterator for LazyMembers<'a> {
+    type Item = (Cow<'a, str>, LazyNode<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            LazyMembers::Tape(tape, body, members) => {
+                let (key, value) = members.next()?;
+                let name = tape.text(body, key).unwrap_or_default();
+                Some((name, LazyNode::Tape(tape, body, value)))
+            }
+            LazyMembers::Edited(doc, members) => {
+                let (key, member) = members.next()?;
+                let name = key_text(doc.tape, doc.body, key);
+                Some((name, member_node(*doc, member)))
+            }
+            LazyMembers::Map(members) => {
+                let (key, value) = members.next()?;
+                Some((Cow::Borrowed(key.as_str()), LazyNode::Value(value)))
+            }
+            LazyMembers::Kept(members) => members.next(),
+        }
+    }
+}
+
 impl<'a> LazyObject<'a> {
-    fn all_members(&self) -> Vec<(Cow<'a, str>, LazyNode<'a>)> {
+    /// Whether a key may appear twice, so members must be collected to keep the last copy.
+    fn repeats(&self) -> bool {
         match *self {
-            LazyObject::Tape(tape, body, index) => last_of_each(
-                tape.members(index)
-                    .map(|(k, v)| {
-                        let name = tape.text(body, k).unwrap_or_default();
-                        (name, LazyNode::Tape(tape, body, v))
-                    })
-                    .collect(),
-            ),
-            LazyObject::Map(map) => map
-                .iter()
-                .map(|(k, v)| (Cow::Borrowed(k.as_str()), LazyNode::Value(v)))
-                .collect(),
-            LazyObject::Top(doc) => last_of_each(
-                doc.overlay
-                    .members
-                    .iter()
-                    .map(|(key, member)| {
-                        let node = match member {
-                            Member::Raw(index) => LazyNode::Tape(doc.tape, doc.body, *index),
-                            Member::Value(value) => LazyNode::Value(value),
-                        };
-                        (key_text(doc.tape, doc.body, key), node)
-                    })
-                    .collect(),
-            ),
+            LazyObject::Tape(tape, _, index) => tape.repeats(index),
+            LazyObject::Map(_) => false,
+            LazyObject::Edited(doc) => doc.overlay.repeats,
+        }
+    }
+
+    /// Every member in order, repeats and all.
+    fn all_members(&self) -> LazyMembers<'a> {
+        match *self {
+            LazyObject::Tape(tape, body, index) => {
+                LazyMembers::Tape(tape, body, tape.members(index))
+            }
+            LazyObject::Map(map) => LazyMembers::Map(map.iter()),
+            LazyObject::Edited(doc) => LazyMembers::Edited(doc, doc.overlay.members.iter()),
         }
     }
 }
@@ -229,12 +263,14 @@ impl<'a> LazyObject<'a> {
 impl<'a> Object<'a, LazyJson> for LazyObject<'a> {
     type Node = LazyNode<'a>;
     type MemberName = Cow<'a, str>;
-    type MembersIter = std::vec::IntoIter<(Cow<'a, str>, LazyNode<'a>)>;
+    type MembersIter = LazyMembers<'a>;
 
     fn len(&self) -> usize {
         match *self {
             LazyObject::Map(map) => map.len(),
-            _ => self.all_members().len(),
+            LazyObject::Tape(tape, _, index) if !tape.repeats(index) => tape.len(index),
+            LazyObject::Edited(doc) if !doc.overlay.repeats => doc.overlay.members.len(),
+            _ => last_of_each(self.all_members()).len(),
         }
     }
 
@@ -244,17 +280,18 @@ impl<'a> Object<'a, LazyJson> for LazyObject<'a> {
                 .member(body, index, key)
                 .map(|v| LazyNode::Tape(tape, body, v)),
             LazyObject::Map(map) => map.get(key).map(LazyNode::Value),
-            LazyObject::Top(doc) => doc
+            LazyObject::Edited(doc) => doc
                 .position(key)
-                .map(|at| match &doc.overlay.members[at].1 {
-                    Member::Raw(index) => LazyNode::Tape(doc.tape, doc.body, *index),
-                    Member::Value(value) => LazyNode::Value(value),
-                }),
+                .map(|at| member_node(doc, &doc.overlay.members[at].1)),
         }
     }
 
-    fn members(&self) -> Self::MembersIter {
-        self.all_members().into_iter()
+    fn members(&self) -> LazyMembers<'a> {
+        if self.repeats() {
+            LazyMembers::Kept(last_of_each(self.all_members()).into_iter())
+        } else {
+            self.all_members()
+        }
     }
 }
 

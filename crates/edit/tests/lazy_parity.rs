@@ -88,6 +88,63 @@ fn body() -> impl Strategy<Value = String> {
         })
 }
 
+/// `value` written out with a space wherever `spaces` says and, before members where
+/// `repeats` says, an earlier copy of the member with another value (the parse keeps the last
+/// copy), at every depth.
+fn write_with(value: &Value, choices: &mut impl Iterator<Item = (bool, bool)>, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            out.push('{');
+            for (i, (key, member)) in map.iter().enumerate() {
+                let (repeat, space) = choices.next().unwrap_or_default();
+                if i > 0 {
+                    out.push(',');
+                }
+                let key = Value::from(key.as_str()).to_string();
+                if repeat {
+                    out.push_str(&format!("{key}:[0,{{\"a\":1}}],"));
+                }
+                out.push_str(&key);
+                out.push_str(if space { " : " } else { ":" });
+                write_with(member, choices, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    let (_, space) = choices.next().unwrap_or_default();
+                    out.push_str(if space { ", " } else { "," });
+                }
+                write_with(item, choices, out);
+            }
+            out.push(']');
+        }
+        leaf => out.push_str(&leaf.to_string()),
+    }
+}
+
+/// An object body written compactly or with spaces here and there, with members repeated at
+/// any depth.
+fn body_with_repeats() -> impl Strategy<Value = String> {
+    (
+        prop::collection::vec((key(), json_value()), 0..6),
+        prop::collection::vec(any::<(bool, bool)>(), 0..64),
+        0..4u8,
+    )
+        .prop_map(|(members, choices, density)| {
+            let value = Value::Object(members.into_iter().collect::<Map<_, _>>());
+            // Mostly without repeats or spaces: the common, compact case.
+            let mut choices = choices
+                .into_iter()
+                .map(move |(repeat, space)| (repeat && density == 0, space && density < 2));
+            let mut text = String::new();
+            write_with(&value, &mut choices, &mut text);
+            text
+        })
+}
+
 fn path() -> impl Strategy<Value = String> {
     prop::collection::vec(key(), 1..4).prop_map(|keys| {
         keys.iter()
@@ -254,6 +311,71 @@ proptest! {
         let parsed = outcome(run(&steps, true, &bodies));
         prop_assert_eq!(lazy, parsed);
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    /// Nested edits, members repeated at any depth and bodies with and without spaces: the
+    /// chain read lazily edits, filters and validates as the parsed body does.
+    #[test]
+    fn nested_edits_and_repeated_members_read_as_parsed(
+        bodies in prop::collection::vec(body_with_repeats(), 1..6),
+        when in prop::option::of(condition()),
+        transform in transform(),
+        schema in prop::option::of(schema()),
+    ) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut steps = Vec::new();
+        if let Some(when) = when {
+            steps.extend(compile(dir.path(), "filter", json!({"when": when, "unmatched": "dead-letter"})));
+        }
+        let step = compile(dir.path(), "transform", transform);
+        prop_assume!(step.is_some());
+        steps.extend(step);
+        if let Some(schema) = schema {
+            std::fs::write(dir.path().join("s.json"), schema.to_string()).expect("written");
+            steps.extend(compile(dir.path(), "validate", json!({"schema": "s.json"})));
+        }
+        for body in &bodies {
+            let parsed: Value = serde_json::from_str(body).expect("the body is JSON");
+            prop_assert!(parsed.is_object());
+        }
+        let lazy = outcome(run(&steps, false, &bodies));
+        let parsed = outcome(run(&steps, true, &bodies));
+        prop_assert_eq!(lazy, parsed);
+    }
+}
+
+#[test]
+fn a_nested_edit_rewrites_only_the_objects_on_its_way() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let transform = compile(
+        dir.path(),
+        "transform",
+        json!({"drop": ["r.h"], "rename": {"q.t": "t"}, "set": {"q.u.v": 1}}),
+    )
+    .expect("transform");
+    let bodies = [
+        r#"{"a":1,"r":{"s":-1,"h":[1,2],"c":"x"},"q":{"t":20.5,"b":50},"z":[{"k":null}]}"#,
+        r#"{"a": 1,"r":{"s":-1, "h":[1,2],"c":"x"},"q":{"b":50,"t":{"d" : 1}},"z":2}"#,
+    ]
+    .map(str::to_owned);
+    let edited = run(&[transform], false, &bodies);
+    let written: Vec<Vec<u8>> = edited
+        .passed
+        .into_iter()
+        .map(|item| item.into_event().body.to_vec())
+        .collect();
+    assert_eq!(
+        written,
+        vec![
+            br#"{"a":1,"r":{"s":-1,"c":"x"},"q":{"b":50,"u":{"v":1}},"z":[{"k":null}],"t":20.5}"#
+                .to_vec(),
+            br#"{"a":1,"r":{"s":-1,"c":"x"},"q":{"b":50,"u":{"v":1}},"z":2,"t":{"d" : 1}}"#
+                .to_vec(),
+        ]
+    );
 }
 
 #[test]

@@ -709,7 +709,8 @@ impl Coordinator {
         }
     }
 
-    /// Graceful shutdown: close every pump, then relinquish every owned partition.
+    /// Graceful shutdown: close every pump, then relinquish every owned partition (but those
+    /// still in a hand-over).
     async fn shut_down(mut self) -> Result<(), HostError> {
         let partition_ids: Vec<String> = self.pumps.keys().cloned().collect();
         for partition_id in &partition_ids {
@@ -719,9 +720,18 @@ impl Coordinator {
             self.reap(joined);
         }
         assert!(self.pumps.is_empty());
+        // A partition still waiting for its former owner to notice the steal is not released:
+        // whoever claimed a released partition would start at once, while the former owner may
+        // still be processing it. Left to expire, it is taken only after that owner's fence.
+        let now = Instant::now();
         let releases: Vec<Ownership> = self
             .owned
             .values()
+            .filter(|record| {
+                self.handoffs
+                    .get(&record.partition_id)
+                    .is_none_or(|handoff| handoff.is_over(now))
+            })
             .map(|record| Ownership {
                 owner_id: String::new(),
                 ..record.clone()

@@ -42,7 +42,7 @@ use serde_json::{Map, Value};
 
 use crate::field::{FieldPath, Segment};
 use crate::item::Item;
-use crate::lazy::{DocMut, Member, Tape};
+use crate::lazy::{DocMut, Member, Shared, Tape};
 use crate::spec::{CompileContext, SpecError};
 use crate::step::{Context, Output, Step};
 
@@ -125,6 +125,8 @@ struct Transform {
     /// Some rename's target overlaps another's source: take every source out first.
     renames_interfere: bool,
     sets: Vec<(FieldPath, Value)>,
+    /// The set values again, each written out once, for bodies edited member by member.
+    shared: Vec<Arc<Shared>>,
     guards: Vec<Guard>,
     flatten: Option<Flatten>,
     /// pick, rename or set need the body to be an object.
@@ -176,6 +178,10 @@ pub(crate) fn compile(
         drop,
         renames,
         renames_interfere,
+        shared: sets
+            .iter()
+            .map(|(_, value)| Shared::new(value.clone()))
+            .collect(),
         sets,
         guards,
         flatten,
@@ -571,8 +577,8 @@ impl Transform {
                 }
             }
         }
-        for (path, new) in &self.sets {
-            doc_set(doc, path, Member::Value(new.clone()))?;
+        for ((path, _), new) in self.sets.iter().zip(&self.shared) {
+            doc_set(doc, path, Member::Shared(Arc::clone(new)))?;
         }
         Ok(())
     }
