@@ -21,8 +21,10 @@
 //! - **One host on a 32-partition hub processes all 32 within 1 s.** The first cycle runs at
 //!   start, and a host takes every free partition it is short of in one cycle.
 //!
-//! The cost is one list and one claim call per host every 500 ms, which the in-process and
-//! SQLite stores answer in well under a millisecond. Against a remote store (Azure blobs), raise
+//! The cost is one store call per host every 500 ms where the store keeps host records (memory,
+//! SQLite, PostgreSQL, the hub-hosted store: a host renewal that lists ownership too), else a
+//! list and a claim call renewing every owned partition; the in-process and SQLite stores answer
+//! in well under a millisecond. Against a remote store (Azure blobs), raise
 //! both — the Azure SDKs use 10–30 s intervals and 60–120 s expirations. The expiration is 10
 //! intervals, so nine renewals in a row can fail or be late before a live host loses its
 //! partitions.

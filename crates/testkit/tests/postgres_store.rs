@@ -184,8 +184,11 @@ async fn steady_state_calls(
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // Pumps of the last partitions claimed may still be reading their checkpoints.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Pumps of the last partitions claimed may still be reading their checkpoints, and a
+    // partition taken from another host starts only once that host has noticed, at the latest
+    // an ownership expiration later.
+    let settle = ProcessorOptions::default().ownership_expiration + Duration::from_secs(1);
+    tokio::time::sleep(settle).await;
     let before = counting.calls();
     tokio::time::sleep(window).await;
     let calls = counting.calls().since(&before);
