@@ -5,7 +5,10 @@
 //! application property with no plain twin). `serde_amqp` 0.18 panics on some values it decodes
 //! itself: written as a map key, a timestamp leaves its state in the serializer, so a string
 //! value after it (`{<timestamp>: "x"}`, which a peer may put in an `amqp-value` body or an
-//! application property) reaches an `unreachable!()`. A peer's message must never take a connection down, so every
+//! application property) reaches an `unreachable!()`. The same happens when the timestamp is
+//! wrapped in the key: a described value's value is written by the same serializer, so
+//! `{<described timestamp>: "x"}` leaves the state behind just the same. A peer's message must
+//! never take a connection down, so every
 //! encode of a value that came from outside goes through [`to_vec`], which turns such a panic
 //! into an error the caller reports like any other encoding refusal, and the values a peer
 //! controls are first checked by [`check`], which refuses the shape before the encoder sees it
@@ -32,12 +35,14 @@ pub fn to_vec<T: Serialize>(value: &T) -> Result<Vec<u8>, serde_amqp::Error> {
 }
 
 /// Refuses a value `serde_amqp` cannot write back faithfully: one holding, at any depth, a map
-/// with a timestamp key.
+/// with a key that holds a timestamp anywhere in it. Only a bare or described timestamp key
+/// is known to leave the encoder's state behind; a list or array key holding one is refused
+/// too, as the encoder's handling of those is no better tested and no client sends such keys.
 pub fn check(value: &Value) -> Result<(), serde_amqp::Error> {
     match value {
         Value::Map(map) => {
             for (key, value) in map.iter() {
-                if matches!(key, Value::Timestamp(_)) {
+                if holds_timestamp(key) {
                     return Err(cannot_write());
                 }
                 check(key)?;
@@ -49,6 +54,20 @@ pub fn check(value: &Value) -> Result<(), serde_amqp::Error> {
         Value::Array(items) => items.0.iter().try_for_each(check),
         Value::Described(described) => check(&described.value),
         _ => Ok(()),
+    }
+}
+
+/// Whether `value` is, or holds at any depth, a timestamp.
+fn holds_timestamp(value: &Value) -> bool {
+    match value {
+        Value::Timestamp(_) => true,
+        Value::Map(map) => map
+            .iter()
+            .any(|(key, value)| holds_timestamp(key) || holds_timestamp(value)),
+        Value::List(items) => items.iter().any(holds_timestamp),
+        Value::Array(items) => items.0.iter().any(holds_timestamp),
+        Value::Described(described) => holds_timestamp(&described.value),
+        _ => false,
     }
 }
 
@@ -71,6 +90,8 @@ pub fn check_annotations(annotations: &Annotations) -> Result<(), serde_amqp::Er
 #[cfg(test)]
 mod tests {
     use fe2o3_amqp_types::primitives::{OrderedMap, Timestamp, Value};
+    use serde_amqp::described::Described;
+    use serde_amqp::descriptor::Descriptor;
 
     use super::*;
 
@@ -93,6 +114,25 @@ mod tests {
         assert!(error.to_string().contains("cannot write"), "{error}");
         let nested = Value::List(vec![Value::Null, troublesome]);
         assert!(check(&nested).is_err());
+        // The fuzzer's second shape: the timestamp key wrapped in a described value.
+        let mut map = OrderedMap::new();
+        map.insert(
+            Value::Described(Box::new(Described {
+                descriptor: Descriptor::Code(52),
+                value: Value::Timestamp(Timestamp::from_milliseconds(1)),
+            })),
+            Value::String("x".into()),
+        );
+        let described_key = Value::Map(map);
+        assert!(catch_unwind(|| serde_amqp::to_vec(&described_key)).is_err());
+        assert!(check(&described_key).is_err());
+        let mut map = OrderedMap::new();
+        map.insert(
+            Value::String("at".into()),
+            Value::Timestamp(Timestamp::from_milliseconds(1)),
+        );
+        let timestamp_value = Value::Map(map);
+        assert!(check(&timestamp_value).is_ok(), "a timestamp value is fine");
         let fine = Value::List(vec![Value::String("x".into()), Value::Long(-7)]);
         assert_eq!(to_vec(&fine).unwrap(), serde_amqp::to_vec(&fine).unwrap());
         assert!(check(&fine).is_ok());
