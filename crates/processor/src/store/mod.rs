@@ -118,6 +118,16 @@ pub struct OwnershipListing {
     pub hosts: Vec<HostRecord>,
 }
 
+impl OwnershipListing {
+    /// The listing of a store that keeps no host records.
+    pub fn without_hosts(ownership: Vec<Ownership>) -> OwnershipListing {
+        OwnershipListing {
+            ownership,
+            hosts: Vec::new(),
+        }
+    }
+}
+
 /// How far one consumer group has processed one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
@@ -244,10 +254,7 @@ pub trait CheckpointStore: Send + Sync + 'static {
         let ownership = self
             .list_ownership(fully_qualified_namespace, event_hub_name, consumer_group)
             .await?;
-        Ok(OwnershipListing {
-            ownership,
-            hosts: Vec::new(),
-        })
+        Ok(OwnershipListing::without_hosts(ownership))
     }
 
     /// Forgets `owner_id`'s host record, when a host stops gracefully after relinquishing its
