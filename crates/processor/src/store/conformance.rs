@@ -409,6 +409,24 @@ async fn renew(store: &dyn CheckpointStore, hub: &str, owner_id: &str) -> Vec<Ho
     hosts
 }
 
+/// The host records `list_ownership_and_hosts` shows (checking it lists ownership too).
+async fn listed_hosts(store: &dyn CheckpointStore, hub: &str) -> Vec<HostRecord> {
+    let listing = store
+        .list_ownership_and_hosts(SCOPE.0, hub, SCOPE.2)
+        .await
+        .unwrap();
+    let mut ownership = listing.ownership;
+    ownership.sort_by(|a, b| a.partition_id.cmp(&b.partition_id));
+    assert_eq!(
+        ownership,
+        list(store, hub).await,
+        "the listing has ownership"
+    );
+    let mut hosts = listing.hosts;
+    hosts.sort_by(|a, b| a.owner_id.cmp(&b.owner_id));
+    hosts
+}
+
 fn versions(hosts: &[HostRecord]) -> Vec<(&str, i64)> {
     hosts
         .iter()
@@ -417,8 +435,8 @@ fn versions(hosts: &[HostRecord]) -> Vec<(&str, i64)> {
 }
 
 /// Host records (stores that keep them): a renewal creates or bumps the host's record and lists
-/// the group's ownership and hosts in one call; records are scoped and removable. A store that
-/// keeps none lists ownership and no hosts.
+/// the group's ownership and hosts in one call; a listing shows both and renews nothing;
+/// records are scoped and removable. A store that keeps none lists ownership and no hosts.
 async fn host_records_are_renewed_listed_and_removed(store: &dyn CheckpointStore) {
     let hub = "hosts";
     claim_one(store, claim_in(hub, "0", "host-a", None))
@@ -426,8 +444,10 @@ async fn host_records_are_renewed_listed_and_removed(store: &dyn CheckpointStore
         .unwrap();
     if !store.keeps_host_records() {
         assert_eq!(renew(store, hub, "host-a").await, vec![]);
+        assert_eq!(listed_hosts(store, hub).await, vec![]);
         return;
     }
+    assert_eq!(listed_hosts(store, hub).await, vec![]);
     assert_eq!(
         versions(&renew(store, hub, "host-a").await),
         [("host-a", 1)]
@@ -439,6 +459,9 @@ async fn host_records_are_renewed_listed_and_removed(store: &dyn CheckpointStore
     let hosts = renew(store, "HOSTS", "host-b").await;
     assert_eq!(versions(&hosts), [("host-a", 2), ("host-b", 1)]);
     assert!(hosts.iter().all(|host| host.last_modified_time_ms > 0));
+    // Listing shows the records as they are and renews none of them.
+    assert_eq!(listed_hosts(store, hub).await, hosts);
+    assert_eq!(listed_hosts(store, hub).await, hosts);
     assert_eq!(
         versions(&renew(store, "other-hub", "host-c").await),
         [("host-c", 1)]
@@ -473,6 +496,8 @@ async fn silent_hosts_are_forgotten_after_the_retention(
     let hosts = renew(store, hub, "alive").await;
     assert_eq!(versions(&hosts), [("alive", 1), ("crashed", 1)]);
     clock.advance_ms(1);
+    // A listing leaves out what the next renewal forgets.
+    assert_eq!(versions(&listed_hosts(store, hub).await), [("alive", 1)]);
     assert_eq!(versions(&renew(store, hub, "alive").await), [("alive", 2)]);
 }
 

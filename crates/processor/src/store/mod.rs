@@ -251,6 +251,19 @@ pub trait CheckpointStore: Send + Sync + 'static {
         owner_id: &str,
     ) -> Result<OwnershipListing, StoreError> {
         let _ = owner_id;
+        self.list_ownership_and_hosts(fully_qualified_namespace, event_hub_name, consumer_group)
+            .await
+    }
+
+    /// The group's ownership records and, where the store keeps them, its host records,
+    /// renewing nothing: for people and tools looking at a group. Stores without host records
+    /// (the default) list ownership only.
+    async fn list_ownership_and_hosts(
+        &self,
+        fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+    ) -> Result<OwnershipListing, StoreError> {
         let ownership = self
             .list_ownership(fully_qualified_namespace, event_hub_name, consumer_group)
             .await?;
