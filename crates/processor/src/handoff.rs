@@ -27,7 +27,10 @@
 //! the partition) or removed it (it had stopped its pumps first). A host that joins a running
 //! fleet thus starts the partitions it takes as soon as today's owners have noticed, unless
 //! some host's record stands still (a crashed or cut-off host): then, with a store without
-//! host records too, an expiration after it started at the latest.
+//! host records too, an expiration after it started at the latest. This relies on every host
+//! that may still process a partition being listed; the hub-hosted store keeps host records in
+//! memory, so after the hub restarts a host cut off from it since then is not, and that one
+//! case is not covered.
 
 use std::collections::BTreeMap;
 
