@@ -10,7 +10,10 @@ use std::sync::Arc;
 
 use tributary_event::ManualClock;
 
-use super::{Checkpoint, CheckpointStore, HostRecord, Ownership, OwnershipFence, StoreError};
+use super::{
+    Checkpoint, CheckpointStore, HostRecord, Ownership, OwnershipFence, OwnershipListing,
+    StoreError,
+};
 
 /// The (namespace, hub, consumer group) the helpers below use.
 pub const SCOPE: (&str, &str, &str) = ("ns.example.test", "hub", "$Default");
@@ -392,39 +395,30 @@ async fn versions_never_go_back(store: &dyn CheckpointStore) {
     assert_eq!(list(store, hub).await, vec![current]);
 }
 
-async fn renew(store: &dyn CheckpointStore, hub: &str, owner_id: &str) -> Vec<HostRecord> {
-    let listing = store
-        .renew_host(SCOPE.0, hub, SCOPE.2, owner_id)
-        .await
-        .unwrap();
+/// The host records of `listing`, by owner, after checking it holds the hub's ownership too.
+async fn hosts_of(
+    store: &dyn CheckpointStore,
+    hub: &str,
+    listing: OwnershipListing,
+) -> Vec<HostRecord> {
     let mut ownership = listing.ownership;
     ownership.sort_by(|a, b| a.partition_id.cmp(&b.partition_id));
-    assert_eq!(
-        ownership,
-        list(store, hub).await,
-        "a renewal lists ownership too"
-    );
+    assert_eq!(ownership, list(store, hub).await, "a listing has ownership");
     let mut hosts = listing.hosts;
     hosts.sort_by(|a, b| a.owner_id.cmp(&b.owner_id));
     hosts
 }
 
-/// The host records `list_ownership_and_hosts` shows (checking it lists ownership too).
+/// The host records a renewal of `owner_id` answers.
+async fn renew(store: &dyn CheckpointStore, hub: &str, owner_id: &str) -> Vec<HostRecord> {
+    let listing = store.renew_host(SCOPE.0, hub, SCOPE.2, owner_id).await;
+    hosts_of(store, hub, listing.unwrap()).await
+}
+
+/// The host records `list_ownership_and_hosts` shows.
 async fn listed_hosts(store: &dyn CheckpointStore, hub: &str) -> Vec<HostRecord> {
-    let listing = store
-        .list_ownership_and_hosts(SCOPE.0, hub, SCOPE.2)
-        .await
-        .unwrap();
-    let mut ownership = listing.ownership;
-    ownership.sort_by(|a, b| a.partition_id.cmp(&b.partition_id));
-    assert_eq!(
-        ownership,
-        list(store, hub).await,
-        "the listing has ownership"
-    );
-    let mut hosts = listing.hosts;
-    hosts.sort_by(|a, b| a.owner_id.cmp(&b.owner_id));
-    hosts
+    let listing = store.list_ownership_and_hosts(SCOPE.0, hub, SCOPE.2).await;
+    hosts_of(store, hub, listing.unwrap()).await
 }
 
 fn versions(hosts: &[HostRecord]) -> Vec<(&str, i64)> {
