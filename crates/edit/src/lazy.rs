@@ -101,7 +101,9 @@ struct Values {
 /// Indexes `body`, or `None` when it is not in the subset the scanner takes (see the module
 /// docs): the caller then asks serde_json.
 pub(crate) fn scan(body: &[u8]) -> Option<Tape> {
-    if u32::try_from(body.len()).is_err() || std::str::from_utf8(body).is_err() {
+    // UTF-8 is checked string by string (`Scanner::string`): outside strings the scanner
+    // takes ASCII bytes only, so a body whose strings are UTF-8 is UTF-8.
+    if u32::try_from(body.len()).is_err() {
         return None;
     }
     let mut scanner = Scanner {
@@ -230,9 +232,20 @@ impl Scanner<'_> {
     fn string(&mut self) -> Option<()> {
         let start = self.at;
         let mut kind = Kind::Str;
+        // Whether a byte above ASCII was met: then the string's bytes are checked as UTF-8
+        // once its end is found (the scan looks for them only until the first).
+        let mut ascii = true;
         self.at += 1;
         loop {
-            self.at += special(&self.bytes[self.at..])?;
+            self.at += if ascii {
+                special::<true>(&self.bytes[self.at..])?
+            } else {
+                special::<false>(&self.bytes[self.at..])?
+            };
+            if self.bytes[self.at] >= 0x80 {
+                ascii = false;
+                continue;
+            }
             // JSON strings hold no raw control characters (serde_json refuses them).
             if self.bytes[self.at] < 0x20 {
                 return None;
@@ -247,6 +260,9 @@ impl Scanner<'_> {
                 _ => return None,
             }
             kind = Kind::EscapedStr;
+        }
+        if !ascii && std::str::from_utf8(&self.bytes[start + 1..self.at - 1]).is_err() {
+            return None;
         }
         self.leaf(kind, start);
         Some(())
@@ -389,15 +405,15 @@ fn key_bytes<'b>(nodes: &[Node], bytes: &'b [u8], index: usize) -> &'b [u8] {
         .unwrap_or_default()
 }
 
-/// Where the first quote, backslash or control character of `bytes` is: the bytes that end
-/// or interrupt a string's plain text.
+/// Where the first quote, backslash or control character of `bytes` is (and with `HIGH`, the
+/// first byte above ASCII): the bytes that end or interrupt a string's plain text.
 ///
-/// Eight bytes a step (SWAR), one pass for the three tests: `memchr` finds two given bytes,
-/// not a class, and serde_json's own scan of this kind is private. The flags of each test are
-/// exact at the lowest match (a false one only follows a true one), so the lowest flag of the
-/// three is the first special byte.
+/// Eight bytes a step (SWAR), one pass for the tests: `memchr` finds two given bytes, not a
+/// class, and serde_json's own scan of this kind is private. The flags of each test are exact
+/// at the lowest match (a false one only follows a true one), so the lowest flag of all is the
+/// first special byte.
 #[inline(always)]
-fn special(bytes: &[u8]) -> Option<usize> {
+fn special<const HIGH: bool>(bytes: &[u8]) -> Option<usize> {
     const ONES: u64 = u64::from_le_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
     let zero_in = |word: u64| word.wrapping_sub(ONES) & !word & HIGHS;
@@ -407,7 +423,8 @@ fn special(bytes: &[u8]) -> Option<usize> {
         let word = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
         let flags = zero_in(word ^ (ONES * u64::from(b'"')))
             | zero_in(word ^ (ONES * u64::from(b'\\')))
-            | (word.wrapping_sub(ONES * 0x20) & !word & HIGHS);
+            | (word.wrapping_sub(ONES * 0x20) & !word & HIGHS)
+            | if HIGH { word & HIGHS } else { 0 };
         if flags != 0 {
             return Some(at + (flags.trailing_zeros() / 8) as usize);
         }
@@ -416,7 +433,7 @@ fn special(bytes: &[u8]) -> Option<usize> {
     chunks
         .remainder()
         .iter()
-        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20 || (HIGH && b >= 0x80))
         .map(|i| at + i)
 }
 
@@ -1225,7 +1242,36 @@ mod tests {
             ),
         ) {
             let expected = bytes.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20);
-            prop_assert_eq!(special(&bytes), expected);
+            prop_assert_eq!(special::<false>(&bytes), expected);
+            let expected = bytes
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || b < 0x20 || b >= 0x80);
+            prop_assert_eq!(special::<true>(&bytes), expected);
+        }
+
+        #[test]
+        fn plain_utf_8_strings_are_indexed_and_every_indexed_one_reads_as_serde_json_reads_it(
+            text in proptest::collection::vec(
+                prop_oneof![any::<u8>(), 0x80u8..=0xff, 0x20u8..0x7f, Just(b'\\')],
+                0..40,
+            ),
+            multibyte in "[a-zé€😀]{0,8}",
+        ) {
+            let mut inner = multibyte.into_bytes();
+            inner.extend_from_slice(&text);
+            let mut body = b"{\"k\":\"".to_vec();
+            body.extend_from_slice(&inner);
+            body.extend_from_slice(b"\"}");
+            let plain = std::str::from_utf8(&inner).is_ok()
+                && !inner.iter().any(|&b| b == b'"' || b == b'\\' || b < 0x20);
+            match scan(&body) {
+                Some(tape) => {
+                    let parsed: Value = serde_json::from_slice(&body)
+                        .map_err(|e| TestCaseError::fail(format!("{body:?}: {e}")))?;
+                    prop_assert_eq!(tape.to_value(&body, 0), parsed);
+                }
+                None => prop_assert!(!plain, "{:?}", body),
+            }
         }
 
         #[test]
