@@ -550,6 +550,7 @@ impl Tape {
     }
 
     /// Whether the key node `index` spells `key`.
+    #[inline]
     pub(crate) fn key_is(&self, body: &[u8], index: usize, key: &str) -> bool {
         let node = self.node(index);
         if node.kind != Kind::Str {
@@ -722,9 +723,56 @@ fn integer(raw: &[u8]) -> Option<serde_json::Number> {
 #[derive(Debug, Clone)]
 pub(crate) enum Key {
     /// The key node in the tape.
-    Raw(usize),
+    Raw(RawKey),
     /// A key a step added.
-    New(String),
+    New(Box<str>),
+}
+
+/// A key of the body in an edited object: its node, and where its text lies in the body, so
+/// a lookup tells most keys apart by length and compares the rest without reading the tape.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawKey {
+    node: u32,
+    /// Where the bytes between the quotes start.
+    text: u32,
+    /// How many bytes lie between the quotes; [`RawKey::ESCAPED`] for a key with escapes,
+    /// whose text only a parse gives.
+    len: u32,
+}
+
+impl RawKey {
+    const ESCAPED: u32 = u32::MAX;
+
+    /// The key node `index` of `tape`.
+    fn of(tape: &Tape, index: usize) -> RawKey {
+        let node = tape.node(index);
+        // Node indices and offsets fit: `scan` refuses bodies over u32::MAX bytes.
+        RawKey {
+            node: u32::try_from(index).unwrap_or(u32::MAX),
+            text: node.start + 1,
+            len: match node.kind {
+                Kind::Str => node.end - node.start - 2,
+                _ => RawKey::ESCAPED,
+            },
+        }
+    }
+
+    /// The key's node in the tape.
+    pub(crate) fn node(self) -> usize {
+        self.node as usize
+    }
+
+    /// Whether the key spells `text`.
+    #[inline]
+    fn is(self, tape: &Tape, body: &[u8], text: &str) -> bool {
+        if self.len == RawKey::ESCAPED {
+            return tape.key_is(body, self.node(), text);
+        }
+        self.len as usize == text.len()
+            && body
+                .get(self.text as usize..self.text as usize + text.len())
+                .is_some_and(|bytes| same_bytes(bytes, text.as_bytes()))
+    }
 }
 
 /// An edited object's member value: as the body wrote it, a value a step made, or an object
@@ -733,8 +781,9 @@ pub(crate) enum Key {
 pub(crate) enum Member {
     /// The value node in the tape.
     Raw(usize),
-    /// A value a step made (or took out of the body to change).
-    Value(Value),
+    /// A value a step made (or took out of the body to change); boxed, as few members hold
+    /// one, to keep every member small.
+    Value(Box<Value>),
     /// An object of the body (a tape node) whose members are edited in turn.
     Object(Box<Overlay>),
     /// A value a step writes into every body, shared and written out once.
@@ -812,7 +861,7 @@ impl Overlay {
         Overlay {
             members: tape
                 .members(index)
-                .map(|(k, v)| (Key::Raw(k), Member::Raw(v)))
+                .map(|(k, v)| (Key::Raw(RawKey::of(tape, k)), Member::Raw(v)))
                 .collect(),
             repeats: tape.repeats(index),
             value: OnceLock::new(),
@@ -822,7 +871,7 @@ impl Overlay {
 
 fn key_is(tape: &Tape, body: &[u8], key: &Key, text: &str) -> bool {
     match key {
-        Key::Raw(index) => tape.key_is(body, *index, text),
+        Key::Raw(raw) => raw.is(tape, body, text),
         Key::New(new) => same_bytes(new.as_bytes(), text.as_bytes()),
     }
 }
@@ -830,7 +879,7 @@ fn key_is(tape: &Tape, body: &[u8], key: &Key, text: &str) -> bool {
 /// The key's text.
 pub(crate) fn key_text<'b>(tape: &Tape, body: &'b [u8], key: &'b Key) -> Cow<'b, str> {
     match key {
-        Key::Raw(index) => tape.text(body, *index).unwrap_or_default(),
+        Key::Raw(raw) => tape.text(body, raw.node()).unwrap_or_default(),
         Key::New(new) => Cow::Borrowed(new),
     }
 }
@@ -838,7 +887,7 @@ pub(crate) fn key_text<'b>(tape: &Tape, body: &'b [u8], key: &'b Key) -> Cow<'b,
 fn member_value(tape: &Tape, body: &[u8], member: Member) -> Value {
     match member {
         Member::Raw(index) => tape.to_value(body, index),
-        Member::Value(value) => value,
+        Member::Value(value) => *value,
         Member::Shared(shared) => shared.value.clone(),
         Member::Object(overlay) => Doc {
             tape,
@@ -894,7 +943,7 @@ impl<'d> Doc<'d> {
         for (key, member) in &self.overlay.members {
             let value = match member {
                 Member::Raw(index) => self.tape.to_value(self.body, *index),
-                Member::Value(value) => value.clone(),
+                Member::Value(value) => Value::clone(value),
                 Member::Shared(shared) => shared.value.clone(),
                 Member::Object(overlay) => self.nested(overlay).to_value(),
             };
@@ -952,10 +1001,11 @@ impl<'d> Doc<'d> {
             let (Key::Raw(key), Member::Raw(value)) = (key, member) else {
                 break;
             };
-            if *value != key + 1 || last.is_some_and(|last| !self.tape.follows(last, *key)) {
+            let key = key.node();
+            if *value != key + 1 || last.is_some_and(|last| !self.tape.follows(last, key)) {
                 break;
             }
-            written += usize::from(run > 0) + self.tape.member_bytes(*key);
+            written += usize::from(run > 0) + self.tape.member_bytes(key);
             run += 1;
             last = Some(*value);
         }
@@ -967,7 +1017,7 @@ impl<'d> Doc<'d> {
     fn run_bytes(&self, run: &[(Key, Member)]) -> &'d [u8] {
         match (run.first(), run.last()) {
             (Some((Key::Raw(first), _)), Some((_, Member::Raw(last)))) => {
-                self.tape.span(self.body, *first, *last)
+                self.tape.span(self.body, first.node(), *last)
             }
             _ => &[],
         }
@@ -975,8 +1025,8 @@ impl<'d> Doc<'d> {
 
     fn write_member(&self, out: &mut Vec<u8>, (key, member): &(Key, Member)) {
         match key {
-            Key::Raw(index) => out.extend_from_slice(self.tape.raw(self.body, *index)),
-            Key::New(text) => write_json(out, text),
+            Key::Raw(raw) => out.extend_from_slice(self.tape.raw(self.body, raw.node())),
+            Key::New(text) => write_key(out, text),
         }
         out.push(b':');
         match member {
@@ -997,6 +1047,18 @@ pub(crate) fn value_kind(value: &Value) -> &'static str {
         Value::String(_) => "string",
         Value::Array(_) => "array",
         Value::Object(_) => "object",
+    }
+}
+
+/// Writes `key` as a JSON string: as it is between quotes when nothing in it needs an escape
+/// (what serde_json escapes: quotes, backslashes and control characters), else by serde_json.
+fn write_key(out: &mut Vec<u8>, key: &str) {
+    if key.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(key.as_bytes());
+        out.push(b'"');
+    } else {
+        write_json(out, key);
     }
 }
 
@@ -1024,10 +1086,10 @@ fn open<'m>(tape: &Tape, body: &[u8], slot: &'m mut Member, rest: &[Segment]) ->
                 Some(Segment::Key(_)) if tape.is_object_at(index) => {
                     Member::Object(Box::new(Overlay::of_node(tape, index)))
                 }
-                _ => Member::Value(tape.to_value(body, index)),
+                _ => Member::Value(Box::new(tape.to_value(body, index))),
             };
         }
-        Member::Shared(shared) => *slot = Member::Value(shared.value.clone()),
+        Member::Shared(shared) => *slot = Member::Value(Box::new(shared.value.clone())),
         Member::Value(_) | Member::Object(_) => {}
     }
     slot
@@ -1046,7 +1108,8 @@ fn remove_in(tape: &Tape, body: &[u8], overlay: &mut Overlay, path: &[Segment]) 
             if !key_is(tape, body, key, first) {
                 return true;
             }
-            taken = Some(std::mem::replace(member, Member::Value(Value::Null)));
+            // The member is removed: what is left in its place is never read.
+            taken = Some(std::mem::replace(member, Member::Raw(0)));
             false
         });
         return taken;
@@ -1061,7 +1124,7 @@ fn remove_in(tape: &Tape, body: &[u8], overlay: &mut Overlay, path: &[Segment]) 
     }
     match open(tape, body, slot, rest) {
         Member::Object(nested) => remove_in(tape, body, nested, rest),
-        Member::Value(value) => field::remove_in(rest, value).map(Member::Value),
+        Member::Value(value) => field::remove_in(rest, value).map(|v| Member::Value(Box::new(v))),
         Member::Raw(_) | Member::Shared(_) => unreachable!("opened above"),
     }
 }
@@ -1084,7 +1147,7 @@ fn set_in(
     let at = position(tape, body, overlay, first);
     match (at, rest.is_empty()) {
         (Some(at), true) => overlay.members[at].1 = new,
-        (None, true) => overlay.members.push((Key::New(first.clone()), new)),
+        (None, true) => overlay.members.push((Key::New(first.as_str().into()), new)),
         (Some(at), false) => match open(tape, body, &mut overlay.members[at].1, rest) {
             Member::Object(nested) => set_in(tape, body, nested, rest, new)?,
             Member::Value(value) => {
@@ -1097,9 +1160,10 @@ fn set_in(
             let mut value = Value::Object(Map::new());
             let new = member_value(tape, body, new);
             let result = field::set_in(rest, &mut value, new).map_err(|_| ());
-            overlay
-                .members
-                .push((Key::New(first.clone()), Member::Value(value)));
+            overlay.members.push((
+                Key::New(first.as_str().into()),
+                Member::Value(Box::new(value)),
+            ));
             result?;
         }
     }
