@@ -564,6 +564,21 @@ impl Tape {
                 .is_some_and(|text| same_bytes(text, key.as_bytes()))
     }
 
+    /// The text of the string node `index` of the body whose text is `body`.
+    pub(crate) fn text_in<'b>(&self, body: &'b str, index: usize) -> Option<Cow<'b, str>> {
+        let node = self.node(index);
+        match node.kind {
+            Kind::Str => body
+                .get(node.start as usize + 1..(node.end as usize).saturating_sub(1))
+                .map(Cow::Borrowed),
+            Kind::EscapedStr => body
+                .get(node.start as usize..node.end as usize)
+                .and_then(|raw| serde_json::from_str(raw).ok())
+                .map(Cow::Owned),
+            _ => None,
+        }
+    }
+
     /// The text of the string node `index`.
     pub(crate) fn text<'b>(&self, body: &'b [u8], index: usize) -> Option<Cow<'b, str>> {
         let raw = self.raw(body, index);
@@ -873,6 +888,18 @@ fn key_is(tape: &Tape, body: &[u8], key: &Key, text: &str) -> bool {
     match key {
         Key::Raw(raw) => raw.is(tape, body, text),
         Key::New(new) => same_bytes(new.as_bytes(), text.as_bytes()),
+    }
+}
+
+/// The key's text, in the body whose text is `body`.
+pub(crate) fn key_text_in<'b>(tape: &Tape, body: &'b str, key: &'b Key) -> Cow<'b, str> {
+    match key {
+        Key::Raw(raw) if raw.len != RawKey::ESCAPED => body
+            .get(raw.text as usize..raw.text as usize + raw.len as usize)
+            .map(Cow::Borrowed)
+            .unwrap_or_default(),
+        Key::Raw(raw) => tape.text_in(body, raw.node()).unwrap_or_default(),
+        Key::New(new) => Cow::Borrowed(new),
     }
 }
 
