@@ -147,8 +147,15 @@ struct Scanner<'b> {
     keys: Vec<(u64, usize)>,
 }
 
-/// The most keys of an object compared pair by pair for a repeat; more are sorted first.
-const KEYS_COMPARED_PAIRWISE: usize = 16;
+/// The most keys of an object compared pair by pair for a repeat; more go through a table.
+const KEYS_COMPARED_PAIRWISE: usize = 6;
+
+/// The slots of the table [`Scanner::repeats`] puts an object's keys in, by fingerprint.
+const KEY_TABLE_SLOTS: usize = 64;
+
+/// The most keys of an object checked through the table (at most half full, so a key finds a
+/// free slot within a few steps); more are sorted first.
+const KEYS_TABLED_MAX: usize = KEY_TABLE_SLOTS / 2;
 
 impl Scanner<'_> {
     #[inline(always)]
@@ -354,6 +361,12 @@ impl Scanner<'_> {
 
     /// Whether two of the keys on the scratch stack from `base` are the same. Exact: keys
     /// whose fingerprints match are compared byte for byte.
+    ///
+    /// A few keys are compared pair by pair. Up to [`KEYS_TABLED_MAX`] go into an
+    /// open-addressing table, each at the first free slot from the one its fingerprint picks:
+    /// a key passes every earlier key of the same fingerprint on its way (slots are never
+    /// freed, so the run between that key's first slot and its place is still full), and is
+    /// compared with the keys it passes. More are sorted.
     fn repeats(&mut self, base: usize) -> bool {
         let (nodes, bytes) = (&self.nodes, self.bytes);
         let key_bytes = |index: usize| key_bytes(nodes, bytes, index);
@@ -366,6 +379,27 @@ impl Scanner<'_> {
                 .iter()
                 .enumerate()
                 .any(|(i, a)| keys[i + 1..].iter().any(|b| same(a, b)));
+        }
+        if keys.len() <= KEYS_TABLED_MAX {
+            // A key's place in `keys`, or EMPTY.
+            const EMPTY: u8 = u8::MAX;
+            let mut table = [EMPTY; KEY_TABLE_SLOTS];
+            for (i, key) in keys.iter().enumerate() {
+                // The fingerprint's bits mixed into the top six: the first slot.
+                let mut slot = (key.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize;
+                loop {
+                    match table[slot] {
+                        EMPTY => {
+                            // At most KEYS_TABLED_MAX keys: the place fits a byte.
+                            table[slot] = u8::try_from(i).unwrap_or(EMPTY);
+                            break;
+                        }
+                        earlier if same(&keys[usize::from(earlier)], key) => return true,
+                        _ => slot = (slot + 1) % KEY_TABLE_SLOTS,
+                    }
+                }
+            }
+            return false;
         }
         keys.sort_unstable_by(|a, b| {
             a.0.cmp(&b.0)
@@ -884,6 +918,7 @@ impl Overlay {
     }
 }
 
+#[inline]
 fn key_is(tape: &Tape, body: &[u8], key: &Key, text: &str) -> bool {
     match key {
         Key::Raw(raw) => raw.is(tape, body, text),
@@ -1323,6 +1358,23 @@ mod tests {
                 let twice = keys.iter().enumerate().any(|(i, a)| keys[i + 1..].iter().any(|b| a.1 == b.1));
                 prop_assert_eq!(tape.repeats(index), escaped || twice, "{}", body);
             }
+        }
+
+        #[test]
+        fn repeats_are_found_exactly_among_keys_of_equal_fingerprints(
+            middles in proptest::collection::vec("[ab]{0,3}", 0..40),
+            short in any::<bool>(),
+        ) {
+            // Long keys with one head and tail share a fingerprint unless their lengths differ.
+            let keys: Vec<String> = middles
+                .iter()
+                .map(|m| if short { m.clone() } else { format!("head-of-key{m}tail-of-key") })
+                .collect();
+            let members: Vec<String> = keys.iter().map(|k| format!("\"{k}\":0")).collect();
+            let body = format!("{{{}}}", members.join(","));
+            let tape = scan(body.as_bytes()).expect("indexed");
+            let twice = keys.iter().enumerate().any(|(i, a)| keys[i + 1..].contains(a));
+            prop_assert_eq!(tape.repeats(0), twice, "{}", body);
         }
 
         #[test]
