@@ -1388,7 +1388,7 @@ mod tests {
             prop_assert_eq!(special::<false>(&bytes), expected);
             let expected = bytes
                 .iter()
-                .position(|&b| b == b'"' || b == b'\\' || b < 0x20 || b >= 0x80);
+                .position(|&b| b == b'"' || b == b'\\' || !(0x20..0x80).contains(&b));
             prop_assert_eq!(special::<true>(&bytes), expected);
         }
 
