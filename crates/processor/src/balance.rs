@@ -71,6 +71,8 @@ struct OwnerSeen {
     owner_id: String,
     /// From this instant on, this host has seen every change of hands of the partition.
     unchanged_since: Instant,
+    /// Whether `unchanged_since` is a change of hands this host saw (not its first sighting).
+    seen_to_move: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -101,6 +103,7 @@ impl ExpiryTracker {
                     // Taken after a release is not a change of hands: the releaser had stopped.
                     if !seen.owner_id.is_empty() && !owner.is_empty() {
                         seen.unchanged_since = now;
+                        seen.seen_to_move = true;
                     }
                     seen.owner_id.clone_from(owner);
                 }
@@ -109,6 +112,7 @@ impl ExpiryTracker {
                     let seen = OwnerSeen {
                         owner_id: owner.clone(),
                         unchanged_since: now,
+                        seen_to_move: false,
                     };
                     self.owners.insert(record.partition_id.clone(), seen);
                 }
@@ -122,11 +126,20 @@ impl ExpiryTracker {
     /// An owner that lost the partition to a steal stops within an expiration of the steal (its
     /// fence stops it, as it last renewed before). This host knows of every steal since it
     /// began to watch the partition, so the owners before the current one have stopped an
-    /// expiration after the later of the last change of hands it saw and the first listing it
-    /// saw the partition in: a host that just started cannot rule out a steal just before.
-    /// `None` for a partition this host never saw (it has no record, so no owner).
-    pub fn earlier_owners_stop_by(&self, partition_id: &str, now: Instant) -> Option<Instant> {
+    /// expiration after the last change of hands it saw. With `unseen_history`, also an
+    /// expiration after the first listing it saw the partition in: a host that just started
+    /// cannot rule out a steal just before. `None` for a partition this host never saw (it has
+    /// no record, so no owner).
+    pub fn earlier_owners_stop_by(
+        &self,
+        partition_id: &str,
+        now: Instant,
+        unseen_history: bool,
+    ) -> Option<Instant> {
         let seen = self.owners.get(partition_id)?;
+        if !seen.seen_to_move && !unseen_history {
+            return None;
+        }
         let stopped_by = seen.unchanged_since + self.expiration;
         (stopped_by > now).then_some(stopped_by)
     }

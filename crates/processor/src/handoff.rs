@@ -18,19 +18,23 @@
 //! A partition stolen a second time while the first thief may still be waiting: the first
 //! thief noticing says nothing of the owner before it, which may still be processing if it is
 //! cut off from the store. That owner stops within an expiration of the first steal. So when
-//! the partition may have changed hands within the last expiration — this host saw it move, or
-//! has watched it for less than an expiration (a host that just started cannot rule out a steal
-//! just before) — the former owner's notice is not enough. The wait then also lasts until an
-//! expiration after that possible change of hands, or, where the store keeps host records,
-//! until every other host listed after the steal has noticed too: renewed its host record
-//! (which lists the group's ownership in the same request, so its cycle stopped any pump of
-//! the partition) or removed it (it had stopped its pumps first). A host that joins a running
-//! fleet thus starts the partitions it takes as soon as today's owners have noticed, unless
-//! some host's record stands still (a crashed or cut-off host): then, with a store without
-//! host records too, an expiration after it started at the latest. This relies on every host
-//! that may still process a partition being listed; the hub-hosted store keeps host records in
-//! memory, so after the hub restarts a host cut off from it since then is not, and that one
-//! case is not covered.
+//! the partition may have changed hands within the last expiration — this host saw it move,
+//! or, where the store keeps host records, has watched it for less than an expiration (a host
+//! that just started cannot rule out a steal just before) — the former owner's notice is not
+//! enough. The wait then also lasts until an expiration after that possible change of hands,
+//! or, where the store keeps host records, until every other host listed after the steal has
+//! noticed too: renewed its host record (which lists the group's ownership in the same
+//! request, so its cycle stopped any pump of the partition) or removed it (it had stopped its
+//! pumps first). A host that joins a running fleet thus starts the partitions it takes as soon
+//! as today's owners have noticed, unless some host's record stands still (a crashed or
+//! cut-off host): then an expiration after it started at the latest.
+//!
+//! Not covered: this relies on every host that may still process a partition being listed;
+//! the hub-hosted store keeps host records in memory, so after the hub restarts a host cut off
+//! from it since then is not. And with a store without host records (the Azure Blob layout,
+//! shared with official processors that start a stolen partition at once), a host that just
+//! started does not wait for steals it could not have seen: it would idle for an expiration
+//! whenever it joins a fleet.
 
 use std::collections::BTreeMap;
 

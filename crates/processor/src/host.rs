@@ -516,9 +516,18 @@ impl Coordinator {
                     if let ClaimReason::Steal { from } = &claim.reason {
                         let now = Instant::now();
                         let expiration = self.options.ownership_expiration;
-                        let earlier_owners_stop_by = self
-                            .tracker
-                            .earlier_owners_stop_by(&claim.partition_id, now);
+                        // Before its own first expiration a host cannot rule out a steal
+                        // just before it started. It waits for that only where the store
+                        // keeps host records, which let every other host's notice end the
+                        // wait; elsewhere (the Azure Blob layout, shared with processors
+                        // that start stolen partitions at once) a joining host would idle
+                        // for an expiration, so only steals it saw count there.
+                        let unseen_history = self.store.keeps_host_records();
+                        let earlier_owners_stop_by = self.tracker.earlier_owners_stop_by(
+                            &claim.partition_id,
+                            now,
+                            unseen_history,
+                        );
                         let handoff =
                             Handoff::new(self.me(), from, now, expiration, earlier_owners_stop_by);
                         self.handoffs.insert(claim.partition_id.clone(), handoff);

@@ -687,33 +687,43 @@ fn earlier_owners_are_known_stopped_an_expiration_after_the_last_change_of_hands
     // First seen: a steal just before is possible, so an expiration from the first listing.
     tracker.observe(&[record("0", "a", 1), record("1", "", 2)], start);
     assert_eq!(
-        tracker.earlier_owners_stop_by("0", start),
+        tracker.earlier_owners_stop_by("0", start, true),
         Some(start + EXPIRATION)
     );
     assert_eq!(
-        tracker.earlier_owners_stop_by("0", start + EXPIRATION),
+        tracker.earlier_owners_stop_by("0", start + EXPIRATION, true),
         None
     );
-    assert_eq!(tracker.earlier_owners_stop_by("never-seen", start), None);
+    assert_eq!(
+        tracker.earlier_owners_stop_by("never-seen", start, true),
+        None
+    );
+    // Unless the history before the first sighting counts, a first sighting bounds nothing.
+    assert_eq!(tracker.earlier_owners_stop_by("0", start, false), None);
     // Renewed and taken after a release: no change of hands (the releaser had stopped).
     let later = start + EXPIRATION;
     tracker.observe(&[record("0", "a", 2), record("1", "b", 3)], later);
-    assert_eq!(tracker.earlier_owners_stop_by("0", later), None);
-    assert_eq!(tracker.earlier_owners_stop_by("1", later), None);
+    assert_eq!(tracker.earlier_owners_stop_by("0", later, true), None);
+    assert_eq!(tracker.earlier_owners_stop_by("1", later, true), None);
     // From one owner to another: for one expiration from when it was seen.
     let moved = later + INTERVAL;
     tracker.observe(&[record("0", "c", 3), record("1", "b", 4)], moved);
     assert_eq!(
-        tracker.earlier_owners_stop_by("0", moved),
+        tracker.earlier_owners_stop_by("0", moved, true),
         Some(moved + EXPIRATION)
     );
     assert_eq!(
-        tracker.earlier_owners_stop_by("0", moved + EXPIRATION - INTERVAL),
+        tracker.earlier_owners_stop_by("0", moved + EXPIRATION - INTERVAL, true),
         Some(moved + EXPIRATION)
     );
     assert_eq!(
-        tracker.earlier_owners_stop_by("0", moved + EXPIRATION),
+        tracker.earlier_owners_stop_by("0", moved + EXPIRATION, true),
         None
     );
-    assert_eq!(tracker.earlier_owners_stop_by("1", moved), None);
+    assert_eq!(tracker.earlier_owners_stop_by("1", moved, true), None);
+    // A change of hands seen counts either way.
+    assert_eq!(
+        tracker.earlier_owners_stop_by("0", moved, false),
+        Some(moved + EXPIRATION)
+    );
 }
