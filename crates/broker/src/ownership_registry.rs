@@ -254,6 +254,26 @@ impl Locked<'_> {
         ))
     }
 
+    /// The group's ownership and host records, renewing nothing (hosts silent for the
+    /// retention are left out, as a renewal would forget them).
+    pub(crate) fn list_with_hosts(
+        &mut self,
+        hub: &Hub,
+        group: &str,
+        now_ms: i64,
+    ) -> Result<(Vec<OwnershipRecord>, Vec<ProcessorHostRecord>), BrokerError> {
+        let records = self.records(hub, group)?;
+        let hosts = records
+            .hosts
+            .values()
+            .filter(|host| {
+                now_ms.saturating_sub(host.last_modified_ms) < PROCESSOR_HOST_RETENTION_MS
+            })
+            .cloned()
+            .collect();
+        Ok((records.ownership.values().cloned().collect(), hosts))
+    }
+
     /// Forgets `owner`'s host record.
     pub(crate) fn remove_host(
         &mut self,
@@ -542,6 +562,20 @@ impl Broker {
         let owner = owner.to_owned();
         self.with_registry(hub, group, move |locked, hub, group| {
             locked.renew_host(hub, group, &owner, now_ms)
+        })
+        .await
+    }
+
+    /// The ownership records and processor host liveness records of `group`, renewing
+    /// nothing: what `tributary ownership` shows.
+    pub async fn list_ownership_and_hosts(
+        &self,
+        hub: &str,
+        group: &str,
+    ) -> Result<(Vec<OwnershipRecord>, Vec<ProcessorHostRecord>), BrokerError> {
+        let now_ms = self.clock().now_ms();
+        self.with_registry(hub, group, move |locked, hub, group| {
+            locked.list_with_hosts(hub, group, now_ms)
         })
         .await
     }

@@ -366,9 +366,15 @@ async fn ownership_store(
 pub async fn ownership(global: &GlobalArgs, args: &OwnershipArgs) -> Result<()> {
     let store = ownership_store(global, args).await?;
     let namespace = args.at.namespace()?;
-    let owners = store
-        .list_ownership(&namespace, &args.at.hub, &args.at.group)
+    let listing = store
+        .list_ownership_and_hosts(&namespace, &args.at.hub, &args.at.group)
         .await?;
+    let owners = listing.ownership;
+    let last_seen: BTreeMap<String, i64> = listing
+        .hosts
+        .into_iter()
+        .map(|host| (host.owner_id, host.last_modified_time_ms))
+        .collect();
     let checkpoints = store
         .list_checkpoints(&namespace, &args.at.hub, &args.at.group)
         .await?;
@@ -384,7 +390,7 @@ pub async fn ownership(global: &GlobalArgs, args: &OwnershipArgs) -> Result<()> 
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "consumer group\tpartition\towner\townership last claimed\tcheckpoint offset\tcheckpoint sequence number"
+        "consumer group\tpartition\towner\townership last claimed\tcheckpoint offset\tcheckpoint sequence number\towner last seen"
     )?;
     for (partition, (owner, checkpoint)) in rows {
         let owner_name = owner.as_ref().map_or("-".to_owned(), |o| {
@@ -405,9 +411,15 @@ pub async fn ownership(global: &GlobalArgs, args: &OwnershipArgs) -> Result<()> 
             .as_ref()
             .and_then(|c| c.sequence_number)
             .map_or("-".into(), |s| s.to_string());
+        // When the owner's host record was last renewed: stores that keep host records
+        // renew it every balancing interval while the host runs ("-" where there is none).
+        let seen = owner
+            .as_ref()
+            .and_then(|o| last_seen.get(&o.owner_id))
+            .map_or("-".into(), |ms| output::rfc3339(*ms));
         writeln!(
             out,
-            "{}\t{partition}\t{owner_name}\t{since}\t{offset}\t{seq}",
+            "{}\t{partition}\t{owner_name}\t{since}\t{offset}\t{seq}\t{seen}",
             args.at.group
         )?;
     }

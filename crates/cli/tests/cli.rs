@@ -833,6 +833,16 @@ fn five_processes_survive_a_kill_9(d: &Path, store: &str) {
         },
         explain,
     );
+    // Every store here keeps host records: the table says when each owner was last seen.
+    let mut args = vec!["ownership", "h", "--connection-string", &cs];
+    if !store.is_empty() {
+        args.extend(["--store", store]);
+    }
+    let table = run_ok(&client, &args);
+    for row in table.lines().skip(1) {
+        let cols: Vec<&str> = row.split('\t').collect();
+        assert!(cols[6].ends_with('Z'), "the owner's last renewal: {table}");
+    }
     let mut trickle = Trickle::start(&client, &cs);
     trickle.send(300);
     let (victim, mut victim_child) = instances.remove(2);

@@ -109,6 +109,34 @@ impl HubCheckpointStore {
             response,
         )
     }
+
+    /// Sends `request` (answered with the group's ownership and host records) for the group
+    /// `scope` names: (namespace, hub, group).
+    async fn listing(
+        &self,
+        operation: &'static str,
+        scope: (&str, &str, &str),
+        request: StoreRequest,
+    ) -> Result<OwnershipListing, StoreError> {
+        let call = scope_call(scope.1, scope.2, request);
+        let response = self.call(operation, &call).await?;
+        let (ownership, hosts) =
+            wire::decode_listing(&response.body).map_err(|e| protocol(operation, &e))?;
+        Ok(OwnershipListing {
+            ownership: ownership
+                .into_iter()
+                .map(|e| ownership_of(scope.0, scope.1, scope.2, e))
+                .collect(),
+            hosts: hosts
+                .into_iter()
+                .map(|h| HostRecord {
+                    owner_id: h.owner_id,
+                    version: h.version,
+                    last_modified_time_ms: h.last_modified_ms,
+                })
+                .collect(),
+        })
+    }
 }
 
 fn backend(operation: &'static str, error: &ClientError) -> StoreError {
@@ -250,25 +278,23 @@ impl CheckpointStore for HubCheckpointStore {
         let request = StoreRequest::RenewHost {
             owner_id: owner_id.to_owned(),
         };
-        let call = scope_call(event_hub_name, consumer_group, request);
-        let response = self.call(OPERATION, &call).await?;
-        let (ownership, hosts) =
-            wire::decode_listing(&response.body).map_err(|e| protocol(OPERATION, &e))?;
         let scope = (fully_qualified_namespace, event_hub_name, consumer_group);
-        Ok(OwnershipListing {
-            ownership: ownership
-                .into_iter()
-                .map(|e| ownership_of(scope.0, scope.1, scope.2, e))
-                .collect(),
-            hosts: hosts
-                .into_iter()
-                .map(|h| HostRecord {
-                    owner_id: h.owner_id,
-                    version: h.version,
-                    last_modified_time_ms: h.last_modified_ms,
-                })
-                .collect(),
-        })
+        self.listing(OPERATION, scope, request).await
+    }
+
+    async fn list_ownership_and_hosts(
+        &self,
+        fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+    ) -> Result<OwnershipListing, StoreError> {
+        let scope = (fully_qualified_namespace, event_hub_name, consumer_group);
+        self.listing(
+            "listing ownership and hosts",
+            scope,
+            StoreRequest::ListHosts,
+        )
+        .await
     }
 
     async fn remove_host(

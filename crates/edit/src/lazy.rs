@@ -101,7 +101,9 @@ struct Values {
 /// Indexes `body`, or `None` when it is not in the subset the scanner takes (see the module
 /// docs): the caller then asks serde_json.
 pub(crate) fn scan(body: &[u8]) -> Option<Tape> {
-    if u32::try_from(body.len()).is_err() || std::str::from_utf8(body).is_err() {
+    // UTF-8 is checked string by string (`Scanner::string`): outside strings the scanner
+    // takes ASCII bytes only, so a body whose strings are UTF-8 is UTF-8.
+    if u32::try_from(body.len()).is_err() {
         return None;
     }
     let mut scanner = Scanner {
@@ -145,8 +147,15 @@ struct Scanner<'b> {
     keys: Vec<(u64, usize)>,
 }
 
-/// The most keys of an object compared pair by pair for a repeat; more are sorted first.
-const KEYS_COMPARED_PAIRWISE: usize = 16;
+/// The most keys of an object compared pair by pair for a repeat; more go through a table.
+const KEYS_COMPARED_PAIRWISE: usize = 6;
+
+/// The slots of the table [`Scanner::repeats`] puts an object's keys in, by fingerprint.
+const KEY_TABLE_SLOTS: usize = 64;
+
+/// The most keys of an object checked through the table (at most half full, so a key finds a
+/// free slot within a few steps); more are sorted first.
+const KEYS_TABLED_MAX: usize = KEY_TABLE_SLOTS / 2;
 
 impl Scanner<'_> {
     #[inline(always)]
@@ -230,9 +239,20 @@ impl Scanner<'_> {
     fn string(&mut self) -> Option<()> {
         let start = self.at;
         let mut kind = Kind::Str;
+        // Whether a byte above ASCII was met: then the string's bytes are checked as UTF-8
+        // once its end is found (the scan looks for them only until the first).
+        let mut ascii = true;
         self.at += 1;
         loop {
-            self.at += special(&self.bytes[self.at..])?;
+            self.at += if ascii {
+                special::<true>(&self.bytes[self.at..])?
+            } else {
+                special::<false>(&self.bytes[self.at..])?
+            };
+            if self.bytes[self.at] >= 0x80 {
+                ascii = false;
+                continue;
+            }
             // JSON strings hold no raw control characters (serde_json refuses them).
             if self.bytes[self.at] < 0x20 {
                 return None;
@@ -247,6 +267,9 @@ impl Scanner<'_> {
                 _ => return None,
             }
             kind = Kind::EscapedStr;
+        }
+        if !ascii && std::str::from_utf8(&self.bytes[start + 1..self.at - 1]).is_err() {
+            return None;
         }
         self.leaf(kind, start);
         Some(())
@@ -338,6 +361,12 @@ impl Scanner<'_> {
 
     /// Whether two of the keys on the scratch stack from `base` are the same. Exact: keys
     /// whose fingerprints match are compared byte for byte.
+    ///
+    /// A few keys are compared pair by pair. Up to [`KEYS_TABLED_MAX`] go into an
+    /// open-addressing table, each at the first free slot from the one its fingerprint picks:
+    /// a key passes every earlier key of the same fingerprint on its way (slots are never
+    /// freed, so the run between that key's first slot and its place is still full), and is
+    /// compared with the keys it passes. More are sorted.
     fn repeats(&mut self, base: usize) -> bool {
         let (nodes, bytes) = (&self.nodes, self.bytes);
         let key_bytes = |index: usize| key_bytes(nodes, bytes, index);
@@ -350,6 +379,27 @@ impl Scanner<'_> {
                 .iter()
                 .enumerate()
                 .any(|(i, a)| keys[i + 1..].iter().any(|b| same(a, b)));
+        }
+        if keys.len() <= KEYS_TABLED_MAX {
+            // A key's place in `keys`, or EMPTY.
+            const EMPTY: u8 = u8::MAX;
+            let mut table = [EMPTY; KEY_TABLE_SLOTS];
+            for (i, key) in keys.iter().enumerate() {
+                // The fingerprint's bits mixed into the top six: the first slot.
+                let mut slot = (key.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize;
+                loop {
+                    match table[slot] {
+                        EMPTY => {
+                            // At most KEYS_TABLED_MAX keys: the place fits a byte.
+                            table[slot] = u8::try_from(i).unwrap_or(EMPTY);
+                            break;
+                        }
+                        earlier if same(&keys[usize::from(earlier)], key) => return true,
+                        _ => slot = (slot + 1) % KEY_TABLE_SLOTS,
+                    }
+                }
+            }
+            return false;
         }
         keys.sort_unstable_by(|a, b| {
             a.0.cmp(&b.0)
@@ -389,15 +439,15 @@ fn key_bytes<'b>(nodes: &[Node], bytes: &'b [u8], index: usize) -> &'b [u8] {
         .unwrap_or_default()
 }
 
-/// Where the first quote, backslash or control character of `bytes` is: the bytes that end
-/// or interrupt a string's plain text.
+/// Where the first quote, backslash or control character of `bytes` is (and with `HIGH`, the
+/// first byte above ASCII): the bytes that end or interrupt a string's plain text.
 ///
-/// Eight bytes a step (SWAR), one pass for the three tests: `memchr` finds two given bytes,
-/// not a class, and serde_json's own scan of this kind is private. The flags of each test are
-/// exact at the lowest match (a false one only follows a true one), so the lowest flag of the
-/// three is the first special byte.
+/// Eight bytes a step (SWAR), one pass for the tests: `memchr` finds two given bytes, not a
+/// class, and serde_json's own scan of this kind is private. The flags of each test are exact
+/// at the lowest match (a false one only follows a true one), so the lowest flag of all is the
+/// first special byte.
 #[inline(always)]
-fn special(bytes: &[u8]) -> Option<usize> {
+fn special<const HIGH: bool>(bytes: &[u8]) -> Option<usize> {
     const ONES: u64 = u64::from_le_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
     let zero_in = |word: u64| word.wrapping_sub(ONES) & !word & HIGHS;
@@ -407,7 +457,8 @@ fn special(bytes: &[u8]) -> Option<usize> {
         let word = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
         let flags = zero_in(word ^ (ONES * u64::from(b'"')))
             | zero_in(word ^ (ONES * u64::from(b'\\')))
-            | (word.wrapping_sub(ONES * 0x20) & !word & HIGHS);
+            | (word.wrapping_sub(ONES * 0x20) & !word & HIGHS)
+            | if HIGH { word & HIGHS } else { 0 };
         if flags != 0 {
             return Some(at + (flags.trailing_zeros() / 8) as usize);
         }
@@ -416,7 +467,7 @@ fn special(bytes: &[u8]) -> Option<usize> {
     chunks
         .remainder()
         .iter()
-        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20 || (HIGH && b >= 0x80))
         .map(|i| at + i)
 }
 
@@ -533,6 +584,7 @@ impl Tape {
     }
 
     /// Whether the key node `index` spells `key`.
+    #[inline]
     pub(crate) fn key_is(&self, body: &[u8], index: usize, key: &str) -> bool {
         let node = self.node(index);
         if node.kind != Kind::Str {
@@ -544,6 +596,21 @@ impl Tape {
             && body
                 .get(node.start as usize + 1..node.end as usize - 1)
                 .is_some_and(|text| same_bytes(text, key.as_bytes()))
+    }
+
+    /// The text of the string node `index` of the body whose text is `body`.
+    pub(crate) fn text_in<'b>(&self, body: &'b str, index: usize) -> Option<Cow<'b, str>> {
+        let node = self.node(index);
+        match node.kind {
+            Kind::Str => body
+                .get(node.start as usize + 1..(node.end as usize).saturating_sub(1))
+                .map(Cow::Borrowed),
+            Kind::EscapedStr => body
+                .get(node.start as usize..node.end as usize)
+                .and_then(|raw| serde_json::from_str(raw).ok())
+                .map(Cow::Owned),
+            _ => None,
+        }
     }
 
     /// The text of the string node `index`.
@@ -705,9 +772,56 @@ fn integer(raw: &[u8]) -> Option<serde_json::Number> {
 #[derive(Debug, Clone)]
 pub(crate) enum Key {
     /// The key node in the tape.
-    Raw(usize),
+    Raw(RawKey),
     /// A key a step added.
-    New(String),
+    New(Box<str>),
+}
+
+/// A key of the body in an edited object: its node, and where its text lies in the body, so
+/// a lookup tells most keys apart by length and compares the rest without reading the tape.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawKey {
+    node: u32,
+    /// Where the bytes between the quotes start.
+    text: u32,
+    /// How many bytes lie between the quotes; [`RawKey::ESCAPED`] for a key with escapes,
+    /// whose text only a parse gives.
+    len: u32,
+}
+
+impl RawKey {
+    const ESCAPED: u32 = u32::MAX;
+
+    /// The key node `index` of `tape`.
+    fn of(tape: &Tape, index: usize) -> RawKey {
+        let node = tape.node(index);
+        // Node indices and offsets fit: `scan` refuses bodies over u32::MAX bytes.
+        RawKey {
+            node: u32::try_from(index).unwrap_or(u32::MAX),
+            text: node.start + 1,
+            len: match node.kind {
+                Kind::Str => node.end - node.start - 2,
+                _ => RawKey::ESCAPED,
+            },
+        }
+    }
+
+    /// The key's node in the tape.
+    pub(crate) fn node(self) -> usize {
+        self.node as usize
+    }
+
+    /// Whether the key spells `text`.
+    #[inline]
+    fn is(self, tape: &Tape, body: &[u8], text: &str) -> bool {
+        if self.len == RawKey::ESCAPED {
+            return tape.key_is(body, self.node(), text);
+        }
+        self.len as usize == text.len()
+            && body
+                .get(self.text as usize..self.text as usize + text.len())
+                .is_some_and(|bytes| same_bytes(bytes, text.as_bytes()))
+    }
 }
 
 /// An edited object's member value: as the body wrote it, a value a step made, or an object
@@ -716,8 +830,9 @@ pub(crate) enum Key {
 pub(crate) enum Member {
     /// The value node in the tape.
     Raw(usize),
-    /// A value a step made (or took out of the body to change).
-    Value(Value),
+    /// A value a step made (or took out of the body to change); boxed, as few members hold
+    /// one, to keep every member small.
+    Value(Box<Value>),
     /// An object of the body (a tape node) whose members are edited in turn.
     Object(Box<Overlay>),
     /// A value a step writes into every body, shared and written out once.
@@ -795,7 +910,7 @@ impl Overlay {
         Overlay {
             members: tape
                 .members(index)
-                .map(|(k, v)| (Key::Raw(k), Member::Raw(v)))
+                .map(|(k, v)| (Key::Raw(RawKey::of(tape, k)), Member::Raw(v)))
                 .collect(),
             repeats: tape.repeats(index),
             value: OnceLock::new(),
@@ -803,17 +918,30 @@ impl Overlay {
     }
 }
 
+#[inline]
 fn key_is(tape: &Tape, body: &[u8], key: &Key, text: &str) -> bool {
     match key {
-        Key::Raw(index) => tape.key_is(body, *index, text),
+        Key::Raw(raw) => raw.is(tape, body, text),
         Key::New(new) => same_bytes(new.as_bytes(), text.as_bytes()),
+    }
+}
+
+/// The key's text, in the body whose text is `body`.
+pub(crate) fn key_text_in<'b>(tape: &Tape, body: &'b str, key: &'b Key) -> Cow<'b, str> {
+    match key {
+        Key::Raw(raw) if raw.len != RawKey::ESCAPED => body
+            .get(raw.text as usize..raw.text as usize + raw.len as usize)
+            .map(Cow::Borrowed)
+            .unwrap_or_default(),
+        Key::Raw(raw) => tape.text_in(body, raw.node()).unwrap_or_default(),
+        Key::New(new) => Cow::Borrowed(new),
     }
 }
 
 /// The key's text.
 pub(crate) fn key_text<'b>(tape: &Tape, body: &'b [u8], key: &'b Key) -> Cow<'b, str> {
     match key {
-        Key::Raw(index) => tape.text(body, *index).unwrap_or_default(),
+        Key::Raw(raw) => tape.text(body, raw.node()).unwrap_or_default(),
         Key::New(new) => Cow::Borrowed(new),
     }
 }
@@ -821,7 +949,7 @@ pub(crate) fn key_text<'b>(tape: &Tape, body: &'b [u8], key: &'b Key) -> Cow<'b,
 fn member_value(tape: &Tape, body: &[u8], member: Member) -> Value {
     match member {
         Member::Raw(index) => tape.to_value(body, index),
-        Member::Value(value) => value,
+        Member::Value(value) => *value,
         Member::Shared(shared) => shared.value.clone(),
         Member::Object(overlay) => Doc {
             tape,
@@ -877,7 +1005,7 @@ impl<'d> Doc<'d> {
         for (key, member) in &self.overlay.members {
             let value = match member {
                 Member::Raw(index) => self.tape.to_value(self.body, *index),
-                Member::Value(value) => value.clone(),
+                Member::Value(value) => Value::clone(value),
                 Member::Shared(shared) => shared.value.clone(),
                 Member::Object(overlay) => self.nested(overlay).to_value(),
             };
@@ -935,10 +1063,11 @@ impl<'d> Doc<'d> {
             let (Key::Raw(key), Member::Raw(value)) = (key, member) else {
                 break;
             };
-            if *value != key + 1 || last.is_some_and(|last| !self.tape.follows(last, *key)) {
+            let key = key.node();
+            if *value != key + 1 || last.is_some_and(|last| !self.tape.follows(last, key)) {
                 break;
             }
-            written += usize::from(run > 0) + self.tape.member_bytes(*key);
+            written += usize::from(run > 0) + self.tape.member_bytes(key);
             run += 1;
             last = Some(*value);
         }
@@ -950,7 +1079,7 @@ impl<'d> Doc<'d> {
     fn run_bytes(&self, run: &[(Key, Member)]) -> &'d [u8] {
         match (run.first(), run.last()) {
             (Some((Key::Raw(first), _)), Some((_, Member::Raw(last)))) => {
-                self.tape.span(self.body, *first, *last)
+                self.tape.span(self.body, first.node(), *last)
             }
             _ => &[],
         }
@@ -958,8 +1087,8 @@ impl<'d> Doc<'d> {
 
     fn write_member(&self, out: &mut Vec<u8>, (key, member): &(Key, Member)) {
         match key {
-            Key::Raw(index) => out.extend_from_slice(self.tape.raw(self.body, *index)),
-            Key::New(text) => write_json(out, text),
+            Key::Raw(raw) => out.extend_from_slice(self.tape.raw(self.body, raw.node())),
+            Key::New(text) => write_key(out, text),
         }
         out.push(b':');
         match member {
@@ -980,6 +1109,18 @@ pub(crate) fn value_kind(value: &Value) -> &'static str {
         Value::String(_) => "string",
         Value::Array(_) => "array",
         Value::Object(_) => "object",
+    }
+}
+
+/// Writes `key` as a JSON string: as it is between quotes when nothing in it needs an escape
+/// (what serde_json escapes: quotes, backslashes and control characters), else by serde_json.
+fn write_key(out: &mut Vec<u8>, key: &str) {
+    if key.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(key.as_bytes());
+        out.push(b'"');
+    } else {
+        write_json(out, key);
     }
 }
 
@@ -1007,10 +1148,10 @@ fn open<'m>(tape: &Tape, body: &[u8], slot: &'m mut Member, rest: &[Segment]) ->
                 Some(Segment::Key(_)) if tape.is_object_at(index) => {
                     Member::Object(Box::new(Overlay::of_node(tape, index)))
                 }
-                _ => Member::Value(tape.to_value(body, index)),
+                _ => Member::Value(Box::new(tape.to_value(body, index))),
             };
         }
-        Member::Shared(shared) => *slot = Member::Value(shared.value.clone()),
+        Member::Shared(shared) => *slot = Member::Value(Box::new(shared.value.clone())),
         Member::Value(_) | Member::Object(_) => {}
     }
     slot
@@ -1029,7 +1170,8 @@ fn remove_in(tape: &Tape, body: &[u8], overlay: &mut Overlay, path: &[Segment]) 
             if !key_is(tape, body, key, first) {
                 return true;
             }
-            taken = Some(std::mem::replace(member, Member::Value(Value::Null)));
+            // The member is removed: what is left in its place is never read.
+            taken = Some(std::mem::replace(member, Member::Raw(0)));
             false
         });
         return taken;
@@ -1044,7 +1186,7 @@ fn remove_in(tape: &Tape, body: &[u8], overlay: &mut Overlay, path: &[Segment]) 
     }
     match open(tape, body, slot, rest) {
         Member::Object(nested) => remove_in(tape, body, nested, rest),
-        Member::Value(value) => field::remove_in(rest, value).map(Member::Value),
+        Member::Value(value) => field::remove_in(rest, value).map(|v| Member::Value(Box::new(v))),
         Member::Raw(_) | Member::Shared(_) => unreachable!("opened above"),
     }
 }
@@ -1067,7 +1209,7 @@ fn set_in(
     let at = position(tape, body, overlay, first);
     match (at, rest.is_empty()) {
         (Some(at), true) => overlay.members[at].1 = new,
-        (None, true) => overlay.members.push((Key::New(first.clone()), new)),
+        (None, true) => overlay.members.push((Key::New(first.as_str().into()), new)),
         (Some(at), false) => match open(tape, body, &mut overlay.members[at].1, rest) {
             Member::Object(nested) => set_in(tape, body, nested, rest, new)?,
             Member::Value(value) => {
@@ -1080,9 +1222,10 @@ fn set_in(
             let mut value = Value::Object(Map::new());
             let new = member_value(tape, body, new);
             let result = field::set_in(rest, &mut value, new).map_err(|_| ());
-            overlay
-                .members
-                .push((Key::New(first.clone()), Member::Value(value)));
+            overlay.members.push((
+                Key::New(first.as_str().into()),
+                Member::Value(Box::new(value)),
+            ));
             result?;
         }
     }
@@ -1218,6 +1361,23 @@ mod tests {
         }
 
         #[test]
+        fn repeats_are_found_exactly_among_keys_of_equal_fingerprints(
+            middles in proptest::collection::vec("[ab]{0,3}", 0..40),
+            short in any::<bool>(),
+        ) {
+            // Long keys with one head and tail share a fingerprint unless their lengths differ.
+            let keys: Vec<String> = middles
+                .iter()
+                .map(|m| if short { m.clone() } else { format!("head-of-key{m}tail-of-key") })
+                .collect();
+            let members: Vec<String> = keys.iter().map(|k| format!("\"{k}\":0")).collect();
+            let body = format!("{{{}}}", members.join(","));
+            let tape = scan(body.as_bytes()).expect("indexed");
+            let twice = keys.iter().enumerate().any(|(i, a)| keys[i + 1..].contains(a));
+            prop_assert_eq!(tape.repeats(0), twice, "{}", body);
+        }
+
+        #[test]
         fn the_string_scan_finds_the_first_quote_backslash_or_control_character(
             bytes in proptest::collection::vec(
                 prop_oneof![Just(b'"'), Just(b'\\'), 0u8..0x20, any::<u8>(), 0x20u8..0x7f],
@@ -1225,7 +1385,36 @@ mod tests {
             ),
         ) {
             let expected = bytes.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20);
-            prop_assert_eq!(special(&bytes), expected);
+            prop_assert_eq!(special::<false>(&bytes), expected);
+            let expected = bytes
+                .iter()
+                .position(|&b| b == b'"' || b == b'\\' || !(0x20..0x80).contains(&b));
+            prop_assert_eq!(special::<true>(&bytes), expected);
+        }
+
+        #[test]
+        fn plain_utf_8_strings_are_indexed_and_every_indexed_one_reads_as_serde_json_reads_it(
+            text in proptest::collection::vec(
+                prop_oneof![any::<u8>(), 0x80u8..=0xff, 0x20u8..0x7f, Just(b'\\')],
+                0..40,
+            ),
+            multibyte in "[a-zé€😀]{0,8}",
+        ) {
+            let mut inner = multibyte.into_bytes();
+            inner.extend_from_slice(&text);
+            let mut body = b"{\"k\":\"".to_vec();
+            body.extend_from_slice(&inner);
+            body.extend_from_slice(b"\"}");
+            let plain = std::str::from_utf8(&inner).is_ok()
+                && !inner.iter().any(|&b| b == b'"' || b == b'\\' || b < 0x20);
+            match scan(&body) {
+                Some(tape) => {
+                    let parsed: Value = serde_json::from_slice(&body)
+                        .map_err(|e| TestCaseError::fail(format!("{body:?}: {e}")))?;
+                    prop_assert_eq!(tape.to_value(&body, 0), parsed);
+                }
+                None => prop_assert!(!plain, "{:?}", body),
+            }
         }
 
         #[test]

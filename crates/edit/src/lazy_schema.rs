@@ -17,35 +17,36 @@ use jsonschema::json::{Array, Json, Node, NodeIdentity, Object};
 use serde_json::{Map, Value};
 
 use crate::item::Item;
-use crate::lazy::{Doc, Key, Member, MembersOf, Tape, key_text};
+use crate::lazy::{Doc, Key, Member, MembersOf, Tape, key_text_in};
 
 /// The representation: nodes of a tape, of values steps made, or an edited object body.
 #[derive(Debug)]
 pub(crate) struct LazyJson;
 
-/// One value of a lazily read body.
+/// One value of a lazily read body. The body comes as text, checked as UTF-8 once per walk,
+/// so the keys and strings the walk reads are slices of it without a check each.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum LazyNode<'a> {
     /// A node of the body's tape.
-    Tape(&'a Tape, &'a [u8], usize),
+    Tape(&'a Tape, &'a str, usize),
     /// A value a step made.
     Value(&'a Value),
-    /// An object of the body with edited members.
-    Edited(Doc<'a>),
+    /// An object of the body with edited members (and the body's text).
+    Edited(Doc<'a>, &'a str),
 }
 
 /// An object of a lazily read body.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum LazyObject<'a> {
-    Tape(&'a Tape, &'a [u8], usize),
+    Tape(&'a Tape, &'a str, usize),
     Map(&'a Map<String, Value>),
-    Edited(Doc<'a>),
+    Edited(Doc<'a>, &'a str),
 }
 
 /// An array of a lazily read body.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum LazyArray<'a> {
-    Tape(&'a Tape, &'a [u8], usize),
+    Tape(&'a Tape, &'a str, usize),
     Slice(&'a [Value]),
 }
 
@@ -68,13 +69,14 @@ impl Json for LazyJson {
 /// JSON, outside what the scanner indexes, or already parsed: then validate the `Value`).
 pub(crate) fn root(item: &Item) -> Option<LazyNode<'_>> {
     if let Some(doc) = item.doc() {
-        return Some(LazyNode::Edited(doc));
+        return Some(LazyNode::Edited(doc, std::str::from_utf8(doc.body).ok()?));
     }
     if item.parsed().is_some() {
         return None;
     }
     let tape = item.tape()?;
-    Some(LazyNode::Tape(tape, item.raw_body(), 0))
+    let text = std::str::from_utf8(item.raw_body()).ok()?;
+    Some(LazyNode::Tape(tape, text, 0))
 }
 
 impl<'a> Node<'a, LazyJson> for LazyNode<'a> {
@@ -88,7 +90,7 @@ impl<'a> Node<'a, LazyJson> for LazyNode<'a> {
                 .is_object_at(index)
                 .then_some(LazyObject::Tape(tape, body, index)),
             LazyNode::Value(value) => value.as_object().map(LazyObject::Map),
-            LazyNode::Edited(doc) => Some(LazyObject::Edited(doc)),
+            LazyNode::Edited(doc, text) => Some(LazyObject::Edited(doc, text)),
         }
     }
 
@@ -98,23 +100,23 @@ impl<'a> Node<'a, LazyJson> for LazyNode<'a> {
                 .is_array_at(index)
                 .then_some(LazyArray::Tape(tape, body, index)),
             LazyNode::Value(value) => value.as_array().map(|a| LazyArray::Slice(a)),
-            LazyNode::Edited(_) => None,
+            LazyNode::Edited(..) => None,
         }
     }
 
     fn as_string(&self) -> Option<Cow<'a, str>> {
         match *self {
-            LazyNode::Tape(tape, body, index) => tape.text(body, index),
+            LazyNode::Tape(tape, body, index) => tape.text_in(body, index),
             LazyNode::Value(value) => value.as_str().map(Cow::Borrowed),
-            LazyNode::Edited(_) => None,
+            LazyNode::Edited(..) => None,
         }
     }
 
     fn as_number(&self) -> Option<serde_json::Number> {
         match *self {
-            LazyNode::Tape(tape, body, index) => tape.number(body, index),
+            LazyNode::Tape(tape, body, index) => tape.number(body.as_bytes(), index),
             LazyNode::Value(Value::Number(number)) => Some(number.clone()),
-            LazyNode::Value(_) | LazyNode::Edited(_) => None,
+            LazyNode::Value(_) | LazyNode::Edited(..) => None,
         }
     }
 
@@ -122,7 +124,7 @@ impl<'a> Node<'a, LazyJson> for LazyNode<'a> {
         match *self {
             LazyNode::Tape(tape, _, index) => tape.boolean(index),
             LazyNode::Value(value) => value.as_bool(),
-            LazyNode::Edited(_) => None,
+            LazyNode::Edited(..) => None,
         }
     }
 
@@ -130,7 +132,7 @@ impl<'a> Node<'a, LazyJson> for LazyNode<'a> {
         match *self {
             LazyNode::Tape(tape, _, index) => tape.is_null(index),
             LazyNode::Value(value) => value.is_null(),
-            LazyNode::Edited(_) => false,
+            LazyNode::Edited(..) => false,
         }
     }
 
@@ -138,7 +140,7 @@ impl<'a> Node<'a, LazyJson> for LazyNode<'a> {
         let name = match *self {
             LazyNode::Tape(tape, _, index) => tape.kind_name(index),
             LazyNode::Value(value) => crate::lazy::value_kind(value),
-            LazyNode::Edited(_) => "object",
+            LazyNode::Edited(..) => "object",
         };
         match name {
             "null" => JsonType::Null,
@@ -154,15 +156,15 @@ impl<'a> Node<'a, LazyJson> for LazyNode<'a> {
         match *self {
             LazyNode::Tape(tape, _, index) => tape.is_string(index),
             LazyNode::Value(value) => value.is_string(),
-            LazyNode::Edited(_) => false,
+            LazyNode::Edited(..) => false,
         }
     }
 
     fn to_value(&self) -> Cow<'a, Value> {
         match *self {
-            LazyNode::Tape(tape, body, index) => Cow::Owned(tape.to_value(body, index)),
+            LazyNode::Tape(tape, body, index) => Cow::Owned(tape.to_value(body.as_bytes(), index)),
             LazyNode::Value(value) => Cow::Borrowed(value),
-            LazyNode::Edited(doc) => Cow::Owned(doc.to_value()),
+            LazyNode::Edited(doc, _) => Cow::Owned(doc.to_value()),
         }
     }
 
@@ -173,7 +175,7 @@ impl<'a> Node<'a, LazyJson> for LazyNode<'a> {
                 u32::try_from(index).ok()?,
             ),
             LazyNode::Value(value) => NodeIdentity::new(std::ptr::from_ref(value) as usize),
-            LazyNode::Edited(doc) => {
+            LazyNode::Edited(doc, _) => {
                 NodeIdentity::tagged(std::ptr::from_ref(doc.overlay) as usize, u32::MAX)
             }
         })
@@ -194,13 +196,13 @@ fn last_of_each<'a>(
     kept
 }
 
-/// The node of a member of an edited object.
-fn member_node<'a>(doc: Doc<'a>, member: &'a Member) -> LazyNode<'a> {
+/// The node of a member of an edited object (of the body with text `text`).
+fn member_node<'a>(doc: Doc<'a>, text: &'a str, member: &'a Member) -> LazyNode<'a> {
     match member {
-        Member::Raw(index) => LazyNode::Tape(doc.tape, doc.body, *index),
+        Member::Raw(index) => LazyNode::Tape(doc.tape, text, *index),
         Member::Value(value) => LazyNode::Value(value),
         Member::Shared(shared) => LazyNode::Value(shared.value()),
-        Member::Object(overlay) => LazyNode::Edited(doc.nested(overlay)),
+        Member::Object(overlay) => LazyNode::Edited(doc.nested(overlay), text),
     }
 }
 
@@ -208,8 +210,8 @@ fn member_node<'a>(doc: Doc<'a>, member: &'a Member) -> LazyNode<'a> {
 /// edited object when no key can repeat, else collected with the last copy of each name.
 #[derive(Debug)]
 pub(crate) enum LazyMembers<'a> {
-    Tape(&'a Tape, &'a [u8], MembersOf<'a>),
-    Edited(Doc<'a>, std::slice::Iter<'a, (Key, Member)>),
+    Tape(&'a Tape, &'a str, MembersOf<'a>),
+    Edited(Doc<'a>, &'a str, std::slice::Iter<'a, (Key, Member)>),
     Map(serde_json::map::Iter<'a>),
     Kept(std::vec::IntoIter<(Cow<'a, str>, LazyNode<'a>)>),
 }
@@ -221,13 +223,13 @@ impl<'a> Iterator for LazyMembers<'a> {
         match self {
             LazyMembers::Tape(tape, body, members) => {
                 let (key, value) = members.next()?;
-                let name = tape.text(body, key).unwrap_or_default();
+                let name = tape.text_in(body, key).unwrap_or_default();
                 Some((name, LazyNode::Tape(tape, body, value)))
             }
-            LazyMembers::Edited(doc, members) => {
+            LazyMembers::Edited(doc, text, members) => {
                 let (key, member) = members.next()?;
-                let name = key_text(doc.tape, doc.body, key);
-                Some((name, member_node(*doc, member)))
+                let name = key_text_in(doc.tape, text, key);
+                Some((name, member_node(*doc, text, member)))
             }
             LazyMembers::Map(members) => {
                 let (key, value) = members.next()?;
@@ -244,7 +246,7 @@ impl<'a> LazyObject<'a> {
         match *self {
             LazyObject::Tape(tape, _, index) => tape.repeats(index),
             LazyObject::Map(_) => false,
-            LazyObject::Edited(doc) => doc.overlay.repeats,
+            LazyObject::Edited(doc, _) => doc.overlay.repeats,
         }
     }
 
@@ -255,7 +257,9 @@ impl<'a> LazyObject<'a> {
                 LazyMembers::Tape(tape, body, tape.members(index))
             }
             LazyObject::Map(map) => LazyMembers::Map(map.iter()),
-            LazyObject::Edited(doc) => LazyMembers::Edited(doc, doc.overlay.members.iter()),
+            LazyObject::Edited(doc, text) => {
+                LazyMembers::Edited(doc, text, doc.overlay.members.iter())
+            }
         }
     }
 }
@@ -269,7 +273,7 @@ impl<'a> Object<'a, LazyJson> for LazyObject<'a> {
         match *self {
             LazyObject::Map(map) => map.len(),
             LazyObject::Tape(tape, _, index) if !tape.repeats(index) => tape.len(index),
-            LazyObject::Edited(doc) if !doc.overlay.repeats => doc.overlay.members.len(),
+            LazyObject::Edited(doc, _) if !doc.overlay.repeats => doc.overlay.members.len(),
             _ => last_of_each(self.all_members()).len(),
         }
     }
@@ -277,12 +281,12 @@ impl<'a> Object<'a, LazyJson> for LazyObject<'a> {
     fn get(&self, key: &String) -> Option<LazyNode<'a>> {
         match *self {
             LazyObject::Tape(tape, body, index) => tape
-                .member(body, index, key)
+                .member(body.as_bytes(), index, key)
                 .map(|v| LazyNode::Tape(tape, body, v)),
             LazyObject::Map(map) => map.get(key).map(LazyNode::Value),
-            LazyObject::Edited(doc) => doc
+            LazyObject::Edited(doc, text) => doc
                 .position(key)
-                .map(|at| member_node(doc, &doc.overlay.members[at].1)),
+                .map(|at| member_node(doc, text, &doc.overlay.members[at].1)),
         }
     }
 

@@ -13,7 +13,8 @@
 //! `version` (long), `last-modified` (timestamp) for ownership; `owner-id`, `version`,
 //! `last-modified` for a processor host's liveness record; `partition-id`, `offset` (ulong
 //! or null), `sequence-number` (long or null) for checkpoints. A host renewal (its owner id in
-//! `com.tributary:owner-id`) is answered with a map: `ownership` and `hosts`, each a list. [`StoreCall`] and the
+//! `com.tributary:owner-id`) is answered with a map: `ownership` and `hosts`, each a list; so is
+//! a listing of both that renews nothing (`com.tributary:list-hosts`). [`StoreCall`] and the
 //! `encode_*`/`decode_*` functions here are the one encoder and decoder both the server
 //! (`tributary-amqp`) and the client (`tributary-client`) use.
 //!
@@ -100,6 +101,8 @@ pub enum StoreRequest {
         /// The host.
         owner_id: String,
     },
+    /// Answer the ownership and host records, renewing nothing.
+    ListHosts,
 }
 
 /// One request to the hub-hosted store: which hub and group, and what.
@@ -122,6 +125,7 @@ pub fn is_store_operation(operation: &str) -> bool {
         n::UPDATE_CHECKPOINT,
         n::RENEW_HOST,
         n::REMOVE_HOST,
+        n::LIST_HOSTS,
     ]
     .contains(&operation)
 }
@@ -140,6 +144,7 @@ impl StoreCall {
             StoreRequest::UpdateCheckpoint { .. } => n::UPDATE_CHECKPOINT,
             StoreRequest::RenewHost { .. } => n::RENEW_HOST,
             StoreRequest::RemoveHost { .. } => n::REMOVE_HOST,
+            StoreRequest::ListHosts => n::LIST_HOSTS,
         };
         let mut properties = ApplicationProperties::default();
         let mut put = |key: &str, value: &str| {
@@ -151,9 +156,9 @@ impl StoreCall {
         put(m::NAME, &self.hub);
         put(n::CONSUMER_GROUP, &self.consumer_group);
         let body = match &self.request {
-            StoreRequest::ListOwnership | StoreRequest::ListCheckpoints => {
-                Body::Value(AmqpValue(Value::Null))
-            }
+            StoreRequest::ListOwnership
+            | StoreRequest::ListCheckpoints
+            | StoreRequest::ListHosts => Body::Value(AmqpValue(Value::Null)),
             StoreRequest::ClaimOwnership(claims) => encode_ownership(claims),
             StoreRequest::UpdateCheckpoint {
                 checkpoint,
@@ -202,6 +207,7 @@ fn decode_call(operation: &str, request: &AmqpMessage) -> Result<StoreCall, Mess
     let request = match operation {
         n::LIST_OWNERSHIP => StoreRequest::ListOwnership,
         n::LIST_CHECKPOINTS => StoreRequest::ListCheckpoints,
+        n::LIST_HOSTS => StoreRequest::ListHosts,
         n::CLAIM_OWNERSHIP => StoreRequest::ClaimOwnership(decode_ownership_value(
             body.ok_or_else(|| malformed("a claim needs an amqp-value list of claims"))?,
         )?),
@@ -524,6 +530,7 @@ mod tests {
             StoreRequest::RemoveHost {
                 owner_id: "host-b".into(),
             },
+            StoreRequest::ListHosts,
         ] {
             let call = StoreCall {
                 hub: "Orders".into(),

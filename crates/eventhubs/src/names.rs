@@ -131,6 +131,9 @@ pub mod checkpoint_store {
     pub const RENEW_HOST: &str = "com.tributary:renew-host";
     /// Operation: forget a processor host's liveness record.
     pub const REMOVE_HOST: &str = "com.tributary:remove-host";
+    /// List a group's ownership and host records, renewing nothing (answered like
+    /// [`RENEW_HOST`]).
+    pub const LIST_HOSTS: &str = "com.tributary:list-hosts";
     /// Request property: the consumer group (the hub is [`super::management::NAME`]).
     pub const CONSUMER_GROUP: &str = "com.tributary:consumer-group";
     /// Request property: of an update, the owner id the partition's record must show; of a

@@ -160,6 +160,54 @@ impl BatchSizer {
         let header_len = if message_len <= SHORT_MAX { 5 } else { 8 };
         Ok((message_len + header_len) as u64)
     }
+
+    /// At least what [`event_bytes`](Self::event_bytes) gives for `event`, without encoding
+    /// it: every length taken in its four-byte form and every value at its widest. A caller
+    /// whose events fit a batch by these figures need not measure them one by one; where they
+    /// do not, it measures (the bound is up to about 9 bytes a field too large).
+    pub fn event_bytes_at_most(&self, event: &EventData) -> u64 {
+        /// A section's descriptor (3 bytes), and a list's or map's widest header: constructor,
+        /// size and count (9).
+        const SECTION: u64 = 3;
+        const COMPOUND: u64 = 9;
+        /// A string's, symbol's or binary's widest header: constructor and four-byte length.
+        const VARIABLE: u64 = 5;
+        fn variable(len: usize) -> u64 {
+            VARIABLE + len as u64
+        }
+        let optional = |text: &Option<String>| text.as_ref().map_or(1, |text| variable(text.len()));
+        let mut bytes = self.prefix_len as u64;
+        if event.message_id.is_some()
+            || event.correlation_id.is_some()
+            || event.content_type.is_some()
+        {
+            // message-id, user-id, to, subject, reply-to, correlation-id, content-type.
+            bytes += SECTION + COMPOUND + 4 + optional(&event.message_id);
+            bytes += optional(&event.correlation_id) + optional(&event.content_type);
+        }
+        if !event.properties.is_empty() {
+            bytes += SECTION + COMPOUND;
+            for (key, value) in &event.properties {
+                bytes += variable(key.len());
+                bytes += match value {
+                    PropertyValue::Null | PropertyValue::Bool(_) => 2,
+                    PropertyValue::Int32(_)
+                    | PropertyValue::UInt32(_)
+                    | PropertyValue::Float32(_) => 5,
+                    PropertyValue::Int64(_)
+                    | PropertyValue::UInt64(_)
+                    | PropertyValue::Float64(_)
+                    | PropertyValue::Timestamp(_) => 9,
+                    PropertyValue::Uuid(_) => 17,
+                    PropertyValue::String(text) => variable(text.len()),
+                    PropertyValue::Bytes(data) => variable(data.len()),
+                };
+            }
+        }
+        bytes += SECTION + variable(event.body.len());
+        // The `data` section holding the message in the batch: descriptor and vbin32 header.
+        bytes + SECTION + VARIABLE
+    }
 }
 
 /// About how many bytes `event`'s message takes beyond the header and annotations: a guess for
@@ -833,6 +881,26 @@ mod tests {
             ) {
                 let ours = encode_outgoing(&events, partition_key.as_deref()).expect("encodes");
                 prop_assert_eq!(ours, serde_path(&events, partition_key.as_deref()));
+            }
+
+            /// The bound a caller may cut batches by is never below the measured size.
+            #[test]
+            fn event_bytes_at_most_is_never_below_event_bytes(
+                event in event(),
+                partition_key in option::of(text()),
+            ) {
+                let mut sizer = BatchSizer::new(partition_key.as_deref()).expect("a short key");
+                let at_most = sizer.event_bytes_at_most(&event);
+                let measured = sizer.event_bytes(&event).expect("encodes");
+                prop_assert!(at_most >= measured, "{at_most} < {measured}");
+                // Loose by at most 9 bytes a field, and 20 for the sections (unless a repeated
+                // property key is written once).
+                let fields = 2 * event.properties.len() as u64 + 8;
+                prop_assert!(
+                    repeats_a_property_key(&event.properties)
+                        || at_most <= measured + 9 * fields + 20,
+                    "{at_most} vs {measured}"
+                );
             }
         }
 

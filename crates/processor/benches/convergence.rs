@@ -98,10 +98,7 @@ impl CheckpointStore for Remote {
     ) -> Result<OwnershipListing, StoreError> {
         if !self.host_records {
             let ownership = self.list_ownership(ns, hub, group).await?;
-            return Ok(OwnershipListing {
-                ownership,
-                hosts: Vec::new(),
-            });
+            return Ok(OwnershipListing::without_hosts(ownership));
         }
         tokio::time::sleep(self.latency).await;
         self.store.renew_host(ns, hub, group, owner_id).await

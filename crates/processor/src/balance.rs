@@ -60,9 +60,17 @@ pub struct ExpiryTracker {
     seen: HashMap<String, SeenVersion>,
     /// By owner id: the host records of the last listing.
     hosts: HashMap<String, SeenVersion>,
-    /// By partition: its owner in the last listing, and when this host last saw it pass from
-    /// one owner to another (never when first seen, nor when taken after a release).
-    owners: HashMap<String, (String, Option<Instant>)>,
+    /// By partition: its owner in the last listing, and when this host began to watch it or
+    /// last saw it pass from one owner to another, whichever is later (see
+    /// [`earlier_owners_stop_by`](Self::earlier_owners_stop_by)).
+    owners: HashMap<String, OwnerSeen>,
+}
+
+#[derive(Debug, Clone)]
+struct OwnerSeen {
+    owner_id: String,
+    /// From this instant on, this host has seen every change of hands of the partition.
+    unchanged_since: Instant,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -89,29 +97,38 @@ impl ExpiryTracker {
             see(&mut self.seen, &record.partition_id, record.version, now);
             let owner = &record.owner_id;
             match self.owners.get_mut(&record.partition_id) {
-                Some((previous, moved_at)) if previous != owner => {
-                    if !previous.is_empty() && !owner.is_empty() {
-                        *moved_at = Some(now);
+                Some(seen) if seen.owner_id != *owner => {
+                    // Taken after a release is not a change of hands: the releaser had stopped.
+                    if !seen.owner_id.is_empty() && !owner.is_empty() {
+                        seen.unchanged_since = now;
                     }
-                    previous.clone_from(owner);
+                    seen.owner_id.clone_from(owner);
                 }
                 Some(_) => {}
                 None => {
-                    self.owners
-                        .insert(record.partition_id.clone(), (owner.clone(), None));
+                    let seen = OwnerSeen {
+                        owner_id: owner.clone(),
+                        unchanged_since: now,
+                    };
+                    self.owners.insert(record.partition_id.clone(), seen);
                 }
             }
         }
     }
 
-    /// Whether this host saw `partition_id` pass from one owner to another less than an
-    /// expiration before `now` (its current owner may still be waiting for the one before to
-    /// stop).
-    pub fn changed_hands_recently(&self, partition_id: &str, now: Instant) -> bool {
-        self.owners
-            .get(partition_id)
-            .and_then(|(_, moved_at)| *moved_at)
-            .is_some_and(|moved_at| now.saturating_duration_since(moved_at) < self.expiration)
+    /// When every owner of `partition_id` before its current one has stopped processing it at
+    /// the latest, if that may still be after `now`.
+    ///
+    /// An owner that lost the partition to a steal stops within an expiration of the steal (its
+    /// fence stops it, as it last renewed before). This host knows of every steal since it
+    /// began to watch the partition, so the owners before the current one have stopped an
+    /// expiration after the later of the last change of hands it saw and the first listing it
+    /// saw the partition in: a host that just started cannot rule out a steal just before.
+    /// `None` for a partition this host never saw (it has no record, so no owner).
+    pub fn earlier_owners_stop_by(&self, partition_id: &str, now: Instant) -> Option<Instant> {
+        let seen = self.owners.get(partition_id)?;
+        let stopped_by = seen.unchanged_since + self.expiration;
+        (stopped_by > now).then_some(stopped_by)
     }
 
     /// Records the versions of the host records of a listing as seen at `now`, and forgets

@@ -17,10 +17,20 @@
 //!
 //! A partition stolen a second time while the first thief may still be waiting: the first
 //! thief noticing says nothing of the owner before it, which may still be processing if it is
-//! cut off from the store. So a thief that saw the partition pass from one owner to another
-//! within the last expiration waits the full expiration. Not covered: a thief that has not
-//! watched that long (a host that just started sees every record for the first time), which
-//! would need the store to say when a record last changed hands.
+//! cut off from the store. That owner stops within an expiration of the first steal. So when
+//! the partition may have changed hands within the last expiration — this host saw it move, or
+//! has watched it for less than an expiration (a host that just started cannot rule out a steal
+//! just before) — the former owner's notice is not enough. The wait then also lasts until an
+//! expiration after that possible change of hands, or, where the store keeps host records,
+//! until every other host listed after the steal has noticed too: renewed its host record
+//! (which lists the group's ownership in the same request, so its cycle stopped any pump of
+//! the partition) or removed it (it had stopped its pumps first). A host that joins a running
+//! fleet thus starts the partitions it takes as soon as today's owners have noticed, unless
+//! some host's record stands still (a crashed or cut-off host): then, with a store without
+//! host records too, an expiration after it started at the latest. This relies on every host
+//! that may still process a partition being listed; the hub-hosted store keeps host records in
+//! memory, so after the hub restarts a host cut off from it since then is not, and that one
+//! case is not covered.
 
 use std::collections::BTreeMap;
 
@@ -57,33 +67,48 @@ impl Sighting {
 /// A stolen partition whose pump waits for its former owner to notice (see the module docs).
 #[derive(Debug, Clone)]
 pub(crate) struct Handoff {
+    /// This host.
+    me: String,
     from: String,
     /// When the pump may start even without a sign from the former owner.
     deadline: Instant,
     /// The former owner as the first listing after the steal showed it.
     baseline: Option<Sighting>,
     noticed: bool,
-    /// Whether the former owner's notice ends the wait: not when the partition had just passed
-    /// to it from someone else, who may still be processing it.
-    notice_suffices: bool,
+    /// When the owners before the former one have stopped at the latest, if that is not yet
+    /// known to be past: the wait lasts until then, unless every other host noticed.
+    earlier_owners_stop_by: Option<Instant>,
+    /// The other hosts whose host records the first listing after the steal showed, and
+    /// whose notice is still awaited; `None` before that listing, or where the store keeps no
+    /// host records (then only `earlier_owners_stop_by` ends the wait for earlier owners).
+    others_awaited: Option<BTreeMap<String, i64>>,
 }
 
 impl Handoff {
-    /// A partition just stolen from `from`; the wait ends by itself after `expiration`, and
-    /// earlier when `from` notices unless the partition `changed_hands_recently` before (see
-    /// the module docs).
+    /// A partition just stolen by `me` from `from`; the wait ends by itself after
+    /// `expiration`, and earlier when `from` notices — but not before
+    /// `earlier_owners_stop_by`, when the owners before `from` have stopped, unless every other
+    /// host noticed the steal too (see the module docs).
     pub(crate) fn new(
+        me: &str,
         from: &str,
         stolen_at: Instant,
         expiration: std::time::Duration,
-        changed_hands_recently: bool,
+        earlier_owners_stop_by: Option<Instant>,
     ) -> Self {
+        let deadline = stolen_at + expiration;
+        assert!(
+            earlier_owners_stop_by.is_none_or(|at| at <= deadline),
+            "an earlier owner stops within an expiration of a change of hands before this steal"
+        );
         Handoff {
+            me: me.to_owned(),
             from: from.to_owned(),
-            deadline: stolen_at + expiration,
+            deadline,
             baseline: None,
             noticed: false,
-            notice_suffices: !changed_hands_recently,
+            earlier_owners_stop_by,
+            others_awaited: None,
         }
     }
 
@@ -91,6 +116,15 @@ impl Handoff {
     pub(crate) fn watch(&mut self, listing: &OwnershipListing) {
         let Some(baseline) = &self.baseline else {
             self.baseline = Some(Sighting::of(&self.from, listing));
+            if !listing.hosts.is_empty() {
+                let others = listing
+                    .hosts
+                    .iter()
+                    .filter(|host| host.owner_id != self.me && host.owner_id != self.from)
+                    .map(|host| (host.owner_id.clone(), host.version))
+                    .collect();
+                self.others_awaited = Some(others);
+            }
             return;
         };
         let now = Sighting::of(&self.from, listing);
@@ -108,11 +142,22 @@ impl Handoff {
         if now.host_version != baseline.host_version || renewed_or_claimed || relinquished {
             self.noticed = true;
         }
+        if let Some(others) = &mut self.others_awaited {
+            let listed: BTreeMap<&str, i64> = listing
+                .hosts
+                .iter()
+                .map(|host| (host.owner_id.as_str(), host.version))
+                .collect();
+            // Renewed since (its cycle listed the steal), or removed (it had stopped first).
+            others.retain(|owner_id, version| listed.get(owner_id.as_str()) == Some(version));
+        }
     }
 
     /// Whether the pump may start at `now`.
     pub(crate) fn is_over(&self, now: Instant) -> bool {
-        (self.noticed && self.notice_suffices) || now >= self.deadline
+        let earlier_owners_stopped = self.earlier_owners_stop_by.is_none_or(|at| now >= at)
+            || self.others_awaited.as_ref().is_some_and(BTreeMap::is_empty);
+        (self.noticed && earlier_owners_stopped) || now >= self.deadline
     }
 }
 
@@ -158,7 +203,7 @@ mod tests {
     #[test]
     fn a_former_owner_cut_off_from_the_store_is_waited_out() {
         let stolen_at = Instant::now();
-        let mut handoff = Handoff::new("a", stolen_at, EXPIRATION, false);
+        let mut handoff = Handoff::new("me", "a", stolen_at, EXPIRATION, None);
         // "a" never writes again: its records and host record stand still.
         let still = listing(&[("0", "b", 5), ("1", "a", 3)], &[("a", 7), ("b", 2)]);
         for _ in 0..10 {
@@ -171,7 +216,7 @@ mod tests {
     #[test]
     fn a_host_record_renewed_after_the_first_listing_ends_the_wait() {
         let stolen_at = Instant::now();
-        let mut handoff = Handoff::new("a", stolen_at, EXPIRATION, false);
+        let mut handoff = Handoff::new("me", "a", stolen_at, EXPIRATION, None);
         // A renewal between the steal and the first listing proves nothing: it is the baseline.
         handoff.watch(&listing(&[("0", "b", 5)], &[("a", 8)]));
         assert!(!handoff.is_over(stolen_at));
@@ -180,13 +225,37 @@ mod tests {
     }
 
     #[test]
-    fn a_partition_that_just_changed_hands_waits_the_whole_expiration() {
+    fn a_partition_that_just_changed_hands_waits_for_the_owner_before() {
         let stolen_at = Instant::now();
-        let mut handoff = Handoff::new("a", stolen_at, EXPIRATION, true);
-        handoff.watch(&listing(&[("0", "b", 5)], &[("a", 8)]));
-        handoff.watch(&listing(&[("0", "b", 5)], &[("a", 9)]));
-        assert!(!handoff.is_over(stolen_at + EXPIRATION - Duration::from_millis(1)));
-        assert!(handoff.is_over(stolen_at + EXPIRATION));
+        let earlier_stop_by = stolen_at + EXPIRATION / 2;
+        let new = || Handoff::new("me", "a", stolen_at, EXPIRATION, Some(earlier_stop_by));
+        // "c", whose host record stands still, may be the owner before "a", cut off.
+        let mut handoff = new();
+        handoff.watch(&listing(&[("0", "b", 5)], &[("a", 8), ("c", 4), ("me", 1)]));
+        handoff.watch(&listing(&[("0", "b", 5)], &[("a", 9), ("c", 4), ("me", 2)]));
+        // "a" noticed, but "c" may still be processing.
+        assert!(!handoff.is_over(earlier_stop_by - Duration::from_millis(1)));
+        assert!(handoff.is_over(earlier_stop_by));
+        // Without a notice from "a", the whole expiration.
+        let mut silent = new();
+        silent.watch(&listing(&[("0", "b", 5)], &[("a", 8), ("c", 4)]));
+        silent.watch(&listing(&[("0", "b", 5)], &[("a", 8), ("c", 5)]));
+        assert!(!silent.is_over(stolen_at + EXPIRATION - Duration::from_millis(1)));
+        assert!(silent.is_over(stolen_at + EXPIRATION));
+        // Every other host renewed or removed its record since the steal: each has stopped
+        // any pump of the partition, so "a"'s notice is enough.
+        let mut everyone = new();
+        everyone.watch(&listing(&[], &[("a", 8), ("c", 4), ("d", 7), ("me", 1)]));
+        everyone.watch(&listing(&[], &[("a", 9), ("c", 5), ("d", 7), ("me", 2)]));
+        assert!(!everyone.is_over(stolen_at));
+        everyone.watch(&listing(&[], &[("a", 9), ("c", 5), ("me", 3)]));
+        assert!(everyone.is_over(stolen_at));
+        // Without host records nobody else can be seen: the earlier owners' time is waited.
+        let mut blind = new();
+        blind.watch(&listing(&[("0", "a", 5)], &[]));
+        blind.watch(&listing(&[("0", "a", 6)], &[]));
+        assert!(!blind.is_over(stolen_at));
+        assert!(blind.is_over(earlier_stop_by));
     }
 
     #[test]
@@ -221,7 +290,7 @@ mod tests {
             ),
         ];
         for (index, (later, noticed)) in cases.into_iter().enumerate() {
-            let mut handoff = Handoff::new("a", stolen_at, EXPIRATION, false);
+            let mut handoff = Handoff::new("me", "a", stolen_at, EXPIRATION, None);
             handoff.watch(&baseline);
             handoff.watch(&later);
             assert_eq!(handoff.is_over(stolen_at), noticed, "case {index}");

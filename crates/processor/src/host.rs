@@ -516,10 +516,11 @@ impl Coordinator {
                     if let ClaimReason::Steal { from } = &claim.reason {
                         let now = Instant::now();
                         let expiration = self.options.ownership_expiration;
-                        let moved = self
+                        let earlier_owners_stop_by = self
                             .tracker
-                            .changed_hands_recently(&claim.partition_id, now);
-                        let handoff = Handoff::new(from, now, expiration, moved);
+                            .earlier_owners_stop_by(&claim.partition_id, now);
+                        let handoff =
+                            Handoff::new(self.me(), from, now, expiration, earlier_owners_stop_by);
                         self.handoffs.insert(claim.partition_id.clone(), handoff);
                     }
                     self.owned.insert(claim.partition_id.clone(), record);

@@ -125,8 +125,9 @@ pub struct ProcessorOptions {
     /// How long an ownership record's version must stay unchanged before other hosts treat the
     /// partition as free. At least three intervals: an observer can see a live owner's latest
     /// renewal up to two intervals late, and the third is margin for a slow store call (see
-    /// [`EXPIRATION_INTERVALS_MIN`](crate::limits::EXPIRATION_INTERVALS_MIN)). Default: 5 s
-    /// (see the module docs).
+    /// [`EXPIRATION_INTERVALS_MIN`](crate::limits::EXPIRATION_INTERVALS_MIN)). It is also the
+    /// longest a partition taken from a live owner waits before it is processed (see the
+    /// module docs of `handoff`). Default: 5 s (see the module docs).
     pub ownership_expiration: Duration,
     /// Whether receivers report the partition's last enqueued event, for
     /// [`PartitionContext::last_enqueued_event_properties`](crate::PartitionContext::last_enqueued_event_properties).

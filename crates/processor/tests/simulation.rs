@@ -187,10 +187,7 @@ impl CheckpointStore for FaultyStore {
             self.inner.renew_host(ns, hub, group, owner_id).await
         } else {
             let ownership = self.inner.list_ownership(ns, hub, group).await?;
-            Ok(OwnershipListing {
-                ownership,
-                hosts: Vec::new(),
-            })
+            Ok(OwnershipListing::without_hosts(ownership))
         }
     }
 

@@ -171,6 +171,11 @@ async fn send_group(
         }
     };
     let max = destination.batch_bytes_max;
+    if fits_one_batch_at_most(&sizer, &items, max) {
+        // The common case: the whole group is one send by the bound alone (nothing encoded
+        // to measure it), its items not moved into a batch.
+        return send_isolating(destination, &to, items, retry, counting).await;
+    }
     let sizes: Vec<_> = items
         .iter()
         .map(|item| sizer.event_bytes(&item.event))
@@ -216,6 +221,21 @@ async fn send_group(
         poison.extend(send_isolating(destination, &to, batch, retry, counting).await);
     }
     poison
+}
+
+/// Whether `items` go out as one batch by [`BatchSizer::event_bytes_at_most`]: at most
+/// [`BATCH_EVENTS_MAX`] of them, within `max` bytes with the envelope even at their widest.
+/// An event that cannot be encoded at all takes more than 4 GiB by the bound, so none passes
+/// under a `max` below that.
+fn fits_one_batch_at_most(sizer: &BatchSizer, items: &[Outgoing], max: u64) -> bool {
+    let mut total = sizer.envelope_bytes();
+    max < u64::from(u32::MAX)
+        && !items.is_empty()
+        && items.len() <= BATCH_EVENTS_MAX
+        && items.iter().all(|item| {
+            total = total.saturating_add(sizer.event_bytes_at_most(&item.event));
+            total <= max
+        })
 }
 
 /// Whether events of these `sizes` go out as one batch, as [`send_group`]'s loop would cut

@@ -11,7 +11,7 @@ use tributary_processor::store::{
 /// How many calls of each kind a [`CountingStore`] passed on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreCalls {
-    /// `list_ownership` calls.
+    /// `list_ownership` and `list_ownership_and_hosts` calls.
     pub list_ownership: u64,
     /// `renew_host` calls (host renewals with their listing; listings where the store keeps no
     /// host records).
@@ -153,6 +153,18 @@ impl CheckpointStore for CountingStore {
     ) -> Result<OwnershipListing, StoreError> {
         self.count(RENEW_HOST, 1);
         self.inner.renew_host(namespace, hub, group, owner_id).await
+    }
+
+    async fn list_ownership_and_hosts(
+        &self,
+        namespace: &str,
+        hub: &str,
+        group: &str,
+    ) -> Result<OwnershipListing, StoreError> {
+        self.count(LIST_OWNERSHIP, 1);
+        self.inner
+            .list_ownership_and_hosts(namespace, hub, group)
+            .await
     }
 
     async fn remove_host(

@@ -113,6 +113,10 @@ async fn perform(broker: &Broker, call: StoreCall) -> Result<Body<Value>, Broker
             .renew_processor_host(hub, group, &owner_id)
             .await
             .map(|(ownership, hosts)| listing_body(&ownership, &hosts)),
+        StoreRequest::ListHosts => broker
+            .list_ownership_and_hosts(hub, group)
+            .await
+            .map(|(ownership, hosts)| listing_body(&ownership, &hosts)),
         StoreRequest::RemoveHost { owner_id } => broker
             .remove_processor_host(hub, group, &owner_id)
             .await

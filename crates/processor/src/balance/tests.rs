@@ -681,22 +681,39 @@ proptest! {
 }
 
 #[test]
-fn a_partition_passing_between_owners_is_seen_to_change_hands() {
+fn earlier_owners_are_known_stopped_an_expiration_after_the_last_change_of_hands_seen() {
     let start = Instant::now();
     let mut tracker = ExpiryTracker::new(EXPIRATION);
-    // First seen: not a change of hands.
+    // First seen: a steal just before is possible, so an expiration from the first listing.
     tracker.observe(&[record("0", "a", 1), record("1", "", 2)], start);
-    assert!(!tracker.changed_hands_recently("0", start));
-    // Taken after a release: not one either (the releaser had stopped).
-    let later = start + INTERVAL;
+    assert_eq!(
+        tracker.earlier_owners_stop_by("0", start),
+        Some(start + EXPIRATION)
+    );
+    assert_eq!(
+        tracker.earlier_owners_stop_by("0", start + EXPIRATION),
+        None
+    );
+    assert_eq!(tracker.earlier_owners_stop_by("never-seen", start), None);
+    // Renewed and taken after a release: no change of hands (the releaser had stopped).
+    let later = start + EXPIRATION;
     tracker.observe(&[record("0", "a", 2), record("1", "b", 3)], later);
-    assert!(!tracker.changed_hands_recently("0", later));
-    assert!(!tracker.changed_hands_recently("1", later));
-    // From one owner to another: for one expiration.
+    assert_eq!(tracker.earlier_owners_stop_by("0", later), None);
+    assert_eq!(tracker.earlier_owners_stop_by("1", later), None);
+    // From one owner to another: for one expiration from when it was seen.
     let moved = later + INTERVAL;
     tracker.observe(&[record("0", "c", 3), record("1", "b", 4)], moved);
-    assert!(tracker.changed_hands_recently("0", moved));
-    assert!(tracker.changed_hands_recently("0", moved + EXPIRATION - INTERVAL));
-    assert!(!tracker.changed_hands_recently("0", moved + EXPIRATION));
-    assert!(!tracker.changed_hands_recently("never-seen", moved));
+    assert_eq!(
+        tracker.earlier_owners_stop_by("0", moved),
+        Some(moved + EXPIRATION)
+    );
+    assert_eq!(
+        tracker.earlier_owners_stop_by("0", moved + EXPIRATION - INTERVAL),
+        Some(moved + EXPIRATION)
+    );
+    assert_eq!(
+        tracker.earlier_owners_stop_by("0", moved + EXPIRATION),
+        None
+    );
+    assert_eq!(tracker.earlier_owners_stop_by("1", moved), None);
 }

@@ -10,7 +10,10 @@ use std::sync::Arc;
 
 use tributary_event::ManualClock;
 
-use super::{Checkpoint, CheckpointStore, HostRecord, Ownership, OwnershipFence, StoreError};
+use super::{
+    Checkpoint, CheckpointStore, HostRecord, Ownership, OwnershipFence, OwnershipListing,
+    StoreError,
+};
 
 /// The (namespace, hub, consumer group) the helpers below use.
 pub const SCOPE: (&str, &str, &str) = ("ns.example.test", "hub", "$Default");
@@ -392,21 +395,30 @@ async fn versions_never_go_back(store: &dyn CheckpointStore) {
     assert_eq!(list(store, hub).await, vec![current]);
 }
 
-async fn renew(store: &dyn CheckpointStore, hub: &str, owner_id: &str) -> Vec<HostRecord> {
-    let listing = store
-        .renew_host(SCOPE.0, hub, SCOPE.2, owner_id)
-        .await
-        .unwrap();
+/// The host records of `listing`, by owner, after checking it holds the hub's ownership too.
+async fn hosts_of(
+    store: &dyn CheckpointStore,
+    hub: &str,
+    listing: OwnershipListing,
+) -> Vec<HostRecord> {
     let mut ownership = listing.ownership;
     ownership.sort_by(|a, b| a.partition_id.cmp(&b.partition_id));
-    assert_eq!(
-        ownership,
-        list(store, hub).await,
-        "a renewal lists ownership too"
-    );
+    assert_eq!(ownership, list(store, hub).await, "a listing has ownership");
     let mut hosts = listing.hosts;
     hosts.sort_by(|a, b| a.owner_id.cmp(&b.owner_id));
     hosts
+}
+
+/// The host records a renewal of `owner_id` answers.
+async fn renew(store: &dyn CheckpointStore, hub: &str, owner_id: &str) -> Vec<HostRecord> {
+    let listing = store.renew_host(SCOPE.0, hub, SCOPE.2, owner_id).await;
+    hosts_of(store, hub, listing.unwrap()).await
+}
+
+/// The host records `list_ownership_and_hosts` shows.
+async fn listed_hosts(store: &dyn CheckpointStore, hub: &str) -> Vec<HostRecord> {
+    let listing = store.list_ownership_and_hosts(SCOPE.0, hub, SCOPE.2).await;
+    hosts_of(store, hub, listing.unwrap()).await
 }
 
 fn versions(hosts: &[HostRecord]) -> Vec<(&str, i64)> {
@@ -417,8 +429,8 @@ fn versions(hosts: &[HostRecord]) -> Vec<(&str, i64)> {
 }
 
 /// Host records (stores that keep them): a renewal creates or bumps the host's record and lists
-/// the group's ownership and hosts in one call; records are scoped and removable. A store that
-/// keeps none lists ownership and no hosts.
+/// the group's ownership and hosts in one call; a listing shows both and renews nothing;
+/// records are scoped and removable. A store that keeps none lists ownership and no hosts.
 async fn host_records_are_renewed_listed_and_removed(store: &dyn CheckpointStore) {
     let hub = "hosts";
     claim_one(store, claim_in(hub, "0", "host-a", None))
@@ -426,8 +438,10 @@ async fn host_records_are_renewed_listed_and_removed(store: &dyn CheckpointStore
         .unwrap();
     if !store.keeps_host_records() {
         assert_eq!(renew(store, hub, "host-a").await, vec![]);
+        assert_eq!(listed_hosts(store, hub).await, vec![]);
         return;
     }
+    assert_eq!(listed_hosts(store, hub).await, vec![]);
     assert_eq!(
         versions(&renew(store, hub, "host-a").await),
         [("host-a", 1)]
@@ -439,6 +453,9 @@ async fn host_records_are_renewed_listed_and_removed(store: &dyn CheckpointStore
     let hosts = renew(store, "HOSTS", "host-b").await;
     assert_eq!(versions(&hosts), [("host-a", 2), ("host-b", 1)]);
     assert!(hosts.iter().all(|host| host.last_modified_time_ms > 0));
+    // Listing shows the records as they are and renews none of them.
+    assert_eq!(listed_hosts(store, hub).await, hosts);
+    assert_eq!(listed_hosts(store, hub).await, hosts);
     assert_eq!(
         versions(&renew(store, "other-hub", "host-c").await),
         [("host-c", 1)]
@@ -473,6 +490,8 @@ async fn silent_hosts_are_forgotten_after_the_retention(
     let hosts = renew(store, hub, "alive").await;
     assert_eq!(versions(&hosts), [("alive", 1), ("crashed", 1)]);
     clock.advance_ms(1);
+    // A listing leaves out what the next renewal forgets.
+    assert_eq!(versions(&listed_hosts(store, hub).await), [("alive", 1)]);
     assert_eq!(versions(&renew(store, hub, "alive").await), [("alive", 2)]);
 }
 

@@ -115,6 +115,23 @@ impl Records {
             .map(|(_, record)| record.clone())
             .collect()
     }
+
+    /// The ownership and host records of `scope`, without hosts silent for the retention.
+    fn listing_of(&self, scope: &ScopeKey, now_ms: i64, retention_ms: i64) -> OwnershipListing {
+        let hosts = self
+            .hosts
+            .iter()
+            .filter(|((host_scope, _), host)| {
+                host_scope == scope
+                    && now_ms.saturating_sub(host.last_modified_time_ms) < retention_ms
+            })
+            .map(|(_, host)| host.clone())
+            .collect();
+        OwnershipListing {
+            ownership: self.ownership_of(scope),
+            hosts,
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -158,16 +175,19 @@ impl CheckpointStore for InMemoryCheckpointStore {
             });
         host.version += 1;
         host.last_modified_time_ms = now_ms;
-        let hosts = records
-            .hosts
-            .iter()
-            .filter(|((host_scope, _), _)| *host_scope == scope)
-            .map(|(_, host)| host.clone())
-            .collect();
-        Ok(OwnershipListing {
-            ownership: records.ownership_of(&scope),
-            hosts,
-        })
+        Ok(records.listing_of(&scope, now_ms, retention_ms))
+    }
+
+    async fn list_ownership_and_hosts(
+        &self,
+        fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+    ) -> Result<OwnershipListing, StoreError> {
+        let scope = ScopeKey::new(fully_qualified_namespace, event_hub_name, consumer_group);
+        let now_ms = self.clock.now_ms();
+        let retention_ms = i64::try_from(HOST_RECORD_RETENTION.as_millis()).unwrap_or(i64::MAX);
+        Ok(self.lock().listing_of(&scope, now_ms, retention_ms))
     }
 
     async fn remove_host(

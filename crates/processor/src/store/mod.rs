@@ -118,6 +118,16 @@ pub struct OwnershipListing {
     pub hosts: Vec<HostRecord>,
 }
 
+impl OwnershipListing {
+    /// The listing of a store that keeps no host records.
+    pub fn without_hosts(ownership: Vec<Ownership>) -> OwnershipListing {
+        OwnershipListing {
+            ownership,
+            hosts: Vec::new(),
+        }
+    }
+}
+
 /// How far one consumer group has processed one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {
@@ -241,13 +251,23 @@ pub trait CheckpointStore: Send + Sync + 'static {
         owner_id: &str,
     ) -> Result<OwnershipListing, StoreError> {
         let _ = owner_id;
+        self.list_ownership_and_hosts(fully_qualified_namespace, event_hub_name, consumer_group)
+            .await
+    }
+
+    /// The group's ownership records and, where the store keeps them, its host records,
+    /// renewing nothing: for people and tools looking at a group. Stores without host records
+    /// (the default) list ownership only.
+    async fn list_ownership_and_hosts(
+        &self,
+        fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+    ) -> Result<OwnershipListing, StoreError> {
         let ownership = self
             .list_ownership(fully_qualified_namespace, event_hub_name, consumer_group)
             .await?;
-        Ok(OwnershipListing {
-            ownership,
-            hosts: Vec::new(),
-        })
+        Ok(OwnershipListing::without_hosts(ownership))
     }
 
     /// Forgets `owner_id`'s host record, when a host stops gracefully after relinquishing its

@@ -79,6 +79,7 @@ struct Connected {
     list_checkpoints: Statement,
     fenced_checkpoint: Statement,
     renew_host: Statement,
+    list_with_hosts: Statement,
     remove_host: Statement,
 }
 
@@ -299,6 +300,10 @@ impl PostgresCheckpointStore {
                 .await
                 .map_err(&prepare)?,
             renew_host: client.prepare(&sql.renew_host).await.map_err(&prepare)?,
+            list_with_hosts: client
+                .prepare(&sql.list_with_hosts)
+                .await
+                .map_err(&prepare)?,
             remove_host: client.prepare(&sql.remove_host).await.map_err(&prepare)?,
             client,
         })
@@ -354,6 +359,7 @@ struct Sql {
     list_checkpoints: String,
     fenced_checkpoint: String,
     renew_host: String,
+    list_with_hosts: String,
     remove_host: String,
 }
 
@@ -416,9 +422,43 @@ impl Sql {
                  UNION ALL SELECT FALSE, owner_id, partition_id, version, last_modified_time_ms, \
                      etag FROM {ownership} WHERE {key}"
             ),
+            // $4 the retention horizon; rows as `renew_host` gives them.
+            list_with_hosts: format!(
+                "SELECT TRUE, owner_id, NULL::TEXT, version, last_modified_time_ms, NULL::TEXT \
+                     FROM {host} WHERE {key} AND last_modified_time_ms > $4 \
+                 UNION ALL SELECT FALSE, owner_id, partition_id, version, last_modified_time_ms, \
+                     etag FROM {ownership} WHERE {key}"
+            ),
             remove_host: format!("DELETE FROM {host} WHERE {key} AND owner_id = $4"),
         }
     }
+}
+
+/// The rows of `renew_host` or `list_with_hosts`: (is a host record, owner, partition,
+/// version, last modified, etag).
+fn listing_of_rows(scope: &ScopeKey, rows: Vec<tokio_postgres::Row>) -> OwnershipListing {
+    let mut listing = OwnershipListing::default();
+    for row in rows {
+        if row.get::<_, bool>(0) {
+            listing.hosts.push(HostRecord {
+                owner_id: row.get(1),
+                version: row.get(3),
+                last_modified_time_ms: row.get(4),
+            });
+        } else {
+            listing.ownership.push(Ownership {
+                fully_qualified_namespace: scope.namespace.clone(),
+                event_hub_name: scope.hub.clone(),
+                consumer_group: scope.consumer_group.clone(),
+                partition_id: row.get(2),
+                owner_id: row.get(1),
+                last_modified_time_ms: row.get(4),
+                etag: Some(row.get(5)),
+                version: row.get(3),
+            });
+        }
+    }
+    listing
 }
 
 impl Connected {
@@ -549,28 +589,33 @@ impl CheckpointStore for PostgresCheckpointStore {
             )
             .await
             .map_err(backend("renewing the host record"))?;
-        let mut listing = OwnershipListing::default();
-        for row in rows {
-            if row.get::<_, bool>(0) {
-                listing.hosts.push(HostRecord {
-                    owner_id: row.get(1),
-                    version: row.get(3),
-                    last_modified_time_ms: row.get(4),
-                });
-            } else {
-                listing.ownership.push(Ownership {
-                    fully_qualified_namespace: scope.namespace.clone(),
-                    event_hub_name: scope.hub.clone(),
-                    consumer_group: scope.consumer_group.clone(),
-                    partition_id: row.get(2),
-                    owner_id: row.get(1),
-                    last_modified_time_ms: row.get(4),
-                    etag: Some(row.get(5)),
-                    version: row.get(3),
-                });
-            }
-        }
-        Ok(listing)
+        Ok(listing_of_rows(&scope, rows))
+    }
+
+    async fn list_ownership_and_hosts(
+        &self,
+        fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+    ) -> Result<OwnershipListing, StoreError> {
+        let scope = ScopeKey::new(fully_qualified_namespace, event_hub_name, consumer_group);
+        let retention_ms = i64::try_from(HOST_RECORD_RETENTION.as_millis()).unwrap_or(i64::MAX);
+        let horizon_ms = self.clock.now_ms().saturating_sub(retention_ms);
+        let connected = self.connected().await?;
+        let rows = connected
+            .client
+            .query(
+                &connected.list_with_hosts,
+                &[
+                    &scope.namespace,
+                    &scope.hub,
+                    &scope.consumer_group,
+                    &horizon_ms,
+                ],
+            )
+            .await
+            .map_err(backend("listing ownership and hosts"))?;
+        Ok(listing_of_rows(&scope, rows))
     }
 
     async fn remove_host(

@@ -361,7 +361,6 @@ fn renew_host_row(
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(&sql)?;
     let retention_ms = i64::try_from(HOST_RECORD_RETENTION.as_millis()).unwrap_or(i64::MAX);
-    let scoped = params![scope.namespace, scope.hub, scope.consumer_group];
     transaction
         .execute(
             "DELETE FROM host WHERE namespace = ?1 AND event_hub = ?2 AND consumer_group = ?3 \
@@ -389,27 +388,45 @@ fn renew_host_row(
             ],
         )
         .map_err(&sql)?;
-    let hosts = {
-        let mut statement = transaction
-            .prepare(
-                "SELECT owner_id, version, last_modified_time_ms FROM host \
-                 WHERE namespace = ?1 AND event_hub = ?2 AND consumer_group = ?3",
-            )
-            .map_err(&sql)?;
-        let rows = statement
-            .query_map(scoped, |row| {
+    let hosts = list_host_rows(&transaction, scope, now_ms)?;
+    let ownership = list_ownership_rows(&transaction, scope)?;
+    transaction.commit().map_err(&sql)?;
+    Ok(OwnershipListing { ownership, hosts })
+}
+
+/// The scope's host records, but those silent for [`HOST_RECORD_RETENTION`] at `now_ms`.
+fn list_host_rows(
+    connection: &Connection,
+    scope: &ScopeKey,
+    now_ms: i64,
+) -> Result<Vec<HostRecord>, StoreError> {
+    let sql = backend("listing host records");
+    let retention_ms = i64::try_from(HOST_RECORD_RETENTION.as_millis()).unwrap_or(i64::MAX);
+    let mut statement = connection
+        .prepare(
+            "SELECT owner_id, version, last_modified_time_ms FROM host \
+             WHERE namespace = ?1 AND event_hub = ?2 AND consumer_group = ?3 \
+             AND last_modified_time_ms > ?4",
+        )
+        .map_err(&sql)?;
+    let rows = statement
+        .query_map(
+            params![
+                scope.namespace,
+                scope.hub,
+                scope.consumer_group,
+                now_ms.saturating_sub(retention_ms)
+            ],
+            |row| {
                 Ok(HostRecord {
                     owner_id: row.get(0)?,
                     version: row.get(1)?,
                     last_modified_time_ms: row.get(2)?,
                 })
-            })
-            .map_err(&sql)?;
-        rows.collect::<Result<Vec<_>, _>>().map_err(&sql)?
-    };
-    let ownership = list_ownership_rows(&transaction, scope)?;
-    transaction.commit().map_err(&sql)?;
-    Ok(OwnershipListing { ownership, hosts })
+            },
+        )
+        .map_err(&sql)?;
+    rows.collect::<Result<Vec<_>, _>>().map_err(&sql)
 }
 
 fn list_checkpoint_rows(
@@ -555,6 +572,26 @@ impl CheckpointStore for SqliteCheckpointStore {
         let now_ms = self.clock.now_ms();
         self.with_connection("renewing the host record", move |connection| {
             renew_host_row(connection, &scope, &owner_id, now_ms)
+        })
+        .await
+    }
+
+    async fn list_ownership_and_hosts(
+        &self,
+        fully_qualified_namespace: &str,
+        event_hub_name: &str,
+        consumer_group: &str,
+    ) -> Result<OwnershipListing, StoreError> {
+        let scope = ScopeKey::new(fully_qualified_namespace, event_hub_name, consumer_group);
+        let now_ms = self.clock.now_ms();
+        self.with_connection("listing ownership and hosts", move |connection| {
+            // One read transaction, so both lists are of one moment.
+            let transaction = connection
+                .transaction()
+                .map_err(backend("listing ownership and hosts"))?;
+            let hosts = list_host_rows(&transaction, &scope, now_ms)?;
+            let ownership = list_ownership_rows(&transaction, &scope)?;
+            Ok(OwnershipListing { ownership, hosts })
         })
         .await
     }
