@@ -11,9 +11,9 @@ use tributary_event::{Clock, SystemClock};
 
 use super::{
     Checkpoint, CheckpointStore, HostRecord, Ownership, OwnershipFence, OwnershipListing, ScopeKey,
-    StoreError, new_etag, validate_checkpoint, validate_claim, validate_host,
+    StoreError, host_record_horizon_ms, new_etag, validate_checkpoint, validate_claim,
+    validate_host,
 };
-use crate::limits::HOST_RECORD_RETENTION;
 
 type RecordKey = (ScopeKey, String);
 
@@ -116,14 +116,14 @@ impl Records {
             .collect()
     }
 
-    /// The ownership and host records of `scope`, without hosts silent for the retention.
-    fn listing_of(&self, scope: &ScopeKey, now_ms: i64, retention_ms: i64) -> OwnershipListing {
+    /// The ownership and host records of `scope`, without hosts renewed at or before
+    /// `horizon_ms` (see [`host_record_horizon_ms`]).
+    fn listing_of(&self, scope: &ScopeKey, horizon_ms: i64) -> OwnershipListing {
         let hosts = self
             .hosts
             .iter()
             .filter(|((host_scope, _), host)| {
-                host_scope == scope
-                    && now_ms.saturating_sub(host.last_modified_time_ms) < retention_ms
+                host_scope == scope && host.last_modified_time_ms > horizon_ms
             })
             .map(|(_, host)| host.clone())
             .collect();
@@ -160,10 +160,10 @@ impl CheckpointStore for InMemoryCheckpointStore {
         validate_host(owner_id)?;
         let scope = ScopeKey::new(fully_qualified_namespace, event_hub_name, consumer_group);
         let now_ms = self.clock.now_ms();
-        let retention_ms = i64::try_from(HOST_RECORD_RETENTION.as_millis()).unwrap_or(i64::MAX);
+        let horizon_ms = host_record_horizon_ms(now_ms);
         let mut records = self.lock();
         records.hosts.retain(|(host_scope, _), host| {
-            *host_scope != scope || now_ms.saturating_sub(host.last_modified_time_ms) < retention_ms
+            *host_scope != scope || host.last_modified_time_ms > horizon_ms
         });
         let host = records
             .hosts
@@ -175,7 +175,7 @@ impl CheckpointStore for InMemoryCheckpointStore {
             });
         host.version += 1;
         host.last_modified_time_ms = now_ms;
-        Ok(records.listing_of(&scope, now_ms, retention_ms))
+        Ok(records.listing_of(&scope, horizon_ms))
     }
 
     async fn list_ownership_and_hosts(
@@ -185,9 +185,8 @@ impl CheckpointStore for InMemoryCheckpointStore {
         consumer_group: &str,
     ) -> Result<OwnershipListing, StoreError> {
         let scope = ScopeKey::new(fully_qualified_namespace, event_hub_name, consumer_group);
-        let now_ms = self.clock.now_ms();
-        let retention_ms = i64::try_from(HOST_RECORD_RETENTION.as_millis()).unwrap_or(i64::MAX);
-        Ok(self.lock().listing_of(&scope, now_ms, retention_ms))
+        let horizon_ms = host_record_horizon_ms(self.clock.now_ms());
+        Ok(self.lock().listing_of(&scope, horizon_ms))
     }
 
     async fn remove_host(

@@ -289,6 +289,13 @@ pub trait CheckpointStore: Send + Sync + 'static {
     }
 }
 
+/// The horizon of host records at `now_ms`: a record last renewed at or before it has been
+/// silent for [`HOST_RECORD_RETENTION`](crate::limits::HOST_RECORD_RETENTION) and is forgotten.
+pub(crate) fn host_record_horizon_ms(now_ms: i64) -> i64 {
+    let retention = crate::limits::HOST_RECORD_RETENTION;
+    now_ms.saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// Refuses a host record a store cannot keep.
 pub(crate) fn validate_host(owner_id: &str) -> Result<(), StoreError> {
     if owner_id.is_empty() {

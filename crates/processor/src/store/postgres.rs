@@ -43,9 +43,9 @@ use tributary_event::{Clock, SystemClock};
 
 use super::{
     Checkpoint, CheckpointStore, HostRecord, Ownership, OwnershipFence, OwnershipListing, ScopeKey,
-    StoreError, new_etag, sql_offset, validate_checkpoint, validate_claim, validate_host,
+    StoreError, host_record_horizon_ms, new_etag, sql_offset, validate_checkpoint, validate_claim,
+    validate_host,
 };
-use crate::limits::HOST_RECORD_RETENTION;
 
 /// The URL query parameter that picks the schema; removed before the URL reaches the driver.
 const SCHEMA_PARAMETER: &str = "schema";
@@ -571,8 +571,7 @@ impl CheckpointStore for PostgresCheckpointStore {
         validate_host(owner_id)?;
         let scope = ScopeKey::new(fully_qualified_namespace, event_hub_name, consumer_group);
         let now_ms = self.clock.now_ms();
-        let retention_ms = i64::try_from(HOST_RECORD_RETENTION.as_millis()).unwrap_or(i64::MAX);
-        let horizon_ms = now_ms.saturating_sub(retention_ms);
+        let horizon_ms = host_record_horizon_ms(now_ms);
         let connected = self.connected().await?;
         let rows = connected
             .client
@@ -599,8 +598,7 @@ impl CheckpointStore for PostgresCheckpointStore {
         consumer_group: &str,
     ) -> Result<OwnershipListing, StoreError> {
         let scope = ScopeKey::new(fully_qualified_namespace, event_hub_name, consumer_group);
-        let retention_ms = i64::try_from(HOST_RECORD_RETENTION.as_millis()).unwrap_or(i64::MAX);
-        let horizon_ms = self.clock.now_ms().saturating_sub(retention_ms);
+        let horizon_ms = host_record_horizon_ms(self.clock.now_ms());
         let connected = self.connected().await?;
         let rows = connected
             .client

@@ -27,9 +27,10 @@ use tributary_event::{Clock, SystemClock};
 
 use super::{
     Checkpoint, CheckpointStore, HostRecord, Ownership, OwnershipFence, OwnershipListing, ScopeKey,
-    StoreError, new_etag, sql_offset, validate_checkpoint, validate_claim, validate_host,
+    StoreError, host_record_horizon_ms, new_etag, sql_offset, validate_checkpoint, validate_claim,
+    validate_host,
 };
-use crate::limits::{HOST_RECORD_RETENTION, SQLITE_BUSY_TIMEOUT};
+use crate::limits::SQLITE_BUSY_TIMEOUT;
 
 /// The schema this code writes; a file with a higher `user_version` came from newer code.
 /// Version 2 added the host records; older code refuses such a file rather than renewing every
@@ -360,7 +361,6 @@ fn renew_host_row(
     let transaction = connection
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(&sql)?;
-    let retention_ms = i64::try_from(HOST_RECORD_RETENTION.as_millis()).unwrap_or(i64::MAX);
     transaction
         .execute(
             "DELETE FROM host WHERE namespace = ?1 AND event_hub = ?2 AND consumer_group = ?3 \
@@ -369,7 +369,7 @@ fn renew_host_row(
                 scope.namespace,
                 scope.hub,
                 scope.consumer_group,
-                now_ms.saturating_sub(retention_ms)
+                host_record_horizon_ms(now_ms)
             ],
         )
         .map_err(&sql)?;
@@ -394,14 +394,13 @@ fn renew_host_row(
     Ok(OwnershipListing { ownership, hosts })
 }
 
-/// The scope's host records, but those silent for [`HOST_RECORD_RETENTION`] at `now_ms`.
+/// The scope's host records, but those past [`host_record_horizon_ms`] at `now_ms`.
 fn list_host_rows(
     connection: &Connection,
     scope: &ScopeKey,
     now_ms: i64,
 ) -> Result<Vec<HostRecord>, StoreError> {
     let sql = backend("listing host records");
-    let retention_ms = i64::try_from(HOST_RECORD_RETENTION.as_millis()).unwrap_or(i64::MAX);
     let mut statement = connection
         .prepare(
             "SELECT owner_id, version, last_modified_time_ms FROM host \
@@ -415,7 +414,7 @@ fn list_host_rows(
                 scope.namespace,
                 scope.hub,
                 scope.consumer_group,
-                now_ms.saturating_sub(retention_ms)
+                host_record_horizon_ms(now_ms)
             ],
             |row| {
                 Ok(HostRecord {
