@@ -225,6 +225,10 @@ fn rfc3339_ms(ms: i64) -> Option<String> {
 }
 
 impl Step for Attest {
+    fn edits_each_event_alone(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

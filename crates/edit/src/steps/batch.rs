@@ -734,6 +734,10 @@ impl Unbatch {
 }
 
 impl Step for Unbatch {
+    fn edits_each_event_alone(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

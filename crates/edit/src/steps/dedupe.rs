@@ -202,6 +202,10 @@ impl Dedupe {
 }
 
 impl Step for Dedupe {
+    fn edits_each_event_alone(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

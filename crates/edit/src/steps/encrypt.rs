@@ -157,6 +157,10 @@ impl Encrypt {
 }
 
 impl Step for Encrypt {
+    fn edits_each_event_alone(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         &self.name
     }
@@ -294,6 +298,10 @@ impl Decrypt {
 }
 
 impl Step for Decrypt {
+    fn edits_each_event_alone(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

@@ -771,6 +771,10 @@ fn fits(path: &FieldPath, body: &Value) -> bool {
 }
 
 impl Step for Enrich {
+    fn edits_each_event_alone(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

@@ -78,6 +78,10 @@ pub(crate) fn compile(
 }
 
 impl Step for Filter {
+    fn edits_each_event_alone(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

@@ -366,6 +366,10 @@ pub(crate) fn compile_sign(
 }
 
 impl Step for Sign {
+    fn edits_each_event_alone(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         &self.name
     }
@@ -547,6 +551,10 @@ fn parse_list(list: &str) -> Result<Vec<Entry<'_>>, String> {
 }
 
 impl Step for Verify {
+    fn edits_each_event_alone(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

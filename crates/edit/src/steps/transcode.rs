@@ -248,6 +248,10 @@ struct Transcode {
 }
 
 impl Step for Transcode {
+    fn edits_each_event_alone(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         &self.name
     }
@@ -1200,6 +1204,10 @@ impl Compress {
 }
 
 impl Step for Compress {
+    fn edits_each_event_alone(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         &self.name
     }
@@ -1348,6 +1356,10 @@ impl Decompress {
 }
 
 impl Step for Decompress {
+    fn edits_each_event_alone(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

@@ -591,6 +591,10 @@ fn doc_set(doc: &mut DocMut<'_>, path: &FieldPath, new: Member) -> Result<(), St
 }
 
 impl Step for Transform {
+    fn edits_each_event_alone(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         &self.name
     }

@@ -173,6 +173,10 @@ fn read_schema(path: &Path) -> Result<Value, SpecError> {
 }
 
 impl Step for Validate {
+    fn edits_each_event_alone(&self) -> bool {
+        true
+    }
+
     fn name(&self) -> &str {
         &self.name
     }
