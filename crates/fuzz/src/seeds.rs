@@ -301,9 +301,16 @@ fn signatures() -> Vec<Vec<u8>> {
 
 fn batches() -> Vec<Vec<u8>> {
     let events = sample_events();
+    // Records that repeat the properties of the record before (written as references to them),
+    // one value changed in the middle one.
+    let full = &events[0];
+    let mut changed = full.clone();
+    changed.properties[2].1 = PropertyValue::Int32(8);
+    let repeating = [full.clone(), changed, full.clone()];
     vec![
         encode_batch_bytes(0, 0, 1_700_000_000_000, &events),
         encode_batch_bytes(4096, 17, -1, &events[1..2]),
+        encode_batch_bytes(8192, 18, 1_700_000_000_001, &repeating),
     ]
 }
 

@@ -372,7 +372,7 @@ impl PartitionLog {
         events: &[EventData],
         completion: AppendCompletion,
     ) -> Result<(), LogError> {
-        let batch_len = self.validate(events)?;
+        let batch_len_at_most = self.validate(events)?;
         let shared = &self.shared;
         shared.check_poisoned()?;
         let mut writer = shared.writer.lock().expect("writer lock");
@@ -386,11 +386,12 @@ impl PartitionLog {
             .expect("segment lock")
             .end_position;
         if active_end > SEGMENT_HEADER_BYTES as u64
-            && active_end + batch_len > shared.config.segment_bytes_max
+            && active_end + batch_len_at_most > shared.config.segment_bytes_max
         {
             self.roll(&mut writer)?;
         }
-        let (receipt, committed) = self.write_batch(&mut writer, events, time_ms, batch_len)?;
+        let (receipt, committed) =
+            self.write_batch(&mut writer, events, time_ms, batch_len_at_most)?;
         match shared.config.durability {
             Durability::Fsync => {
                 shared.committer.enqueue(PendingSync {
@@ -419,7 +420,8 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Checks a batch against every limit before anything is written; returns its encoded size.
+    /// Checks a batch against every limit before anything is written; returns the most it
+    /// takes encoded (each record on its own; references between records only shrink it).
     fn validate(&self, events: &[EventData]) -> Result<u64, LogError> {
         if events.is_empty() {
             return Err(LogError::EmptyBatch);
@@ -458,7 +460,7 @@ impl PartitionLog {
         writer: &mut Writer,
         events: &[EventData],
         time_ms: i64,
-        batch_len: u64,
+        batch_len_at_most: u64,
     ) -> Result<(AppendReceipt, Committed), LogError> {
         let active = writer.active.clone();
         let position = active.contents.read().expect("segment lock").end_position;
@@ -473,7 +475,11 @@ impl PartitionLog {
             events,
             &mut offsets,
         );
-        assert_eq!(buf.len() as u64, batch_len);
+        let batch_len = buf.len() as u64;
+        assert!(
+            batch_len <= batch_len_at_most,
+            "a batch is never longer than validated"
+        );
         self.preallocate(writer, position + batch_len);
         let written = active.file.write_all_at(&buf, position);
         let header = BatchHeader::decode(&buf).expect("encoded header decodes");

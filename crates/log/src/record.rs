@@ -41,6 +41,22 @@ const KNOWN_RECORD_FLAGS: u8 = HAS_PARTITION_KEY
     | HAS_MESSAGE_ID
     | HAS_PROTOCOL_SECTIONS;
 
+// Batch flags.
+/// Records of the batch may name a property of the record before them instead of writing it
+/// again (see [`SAME_PROPERTY`]).
+const BATCH_PROPERTY_REFS: u32 = 1 << 0;
+const KNOWN_BATCH_FLAGS: u32 = BATCH_PROPERTY_REFS;
+
+// A property's key length field with its top bit set is a reference to the property at the same
+// place in the record before (in a batch flagged `BATCH_PROPERTY_REFS`, never in its first
+// record): `SAME_PROPERTY` takes that property's key and value, and nothing follows;
+// `SAME_KEY` takes its key, and the value follows. Replicated events carry the same hub ids
+// and property names event after event; naming them instead halves a stamped record. No key
+// is 2 GiB long (a record fits a batch), so literal lengths never set the bit.
+const SAME_PROPERTY: u32 = 0x8000_0000;
+const SAME_KEY: u32 = 0x8000_0001;
+const _: () = assert!(crate::limits::BATCH_BYTES_MAX < SAME_PROPERTY);
+
 // Property value tags.
 const TAG_NULL: u8 = 0;
 const TAG_BOOL: u8 = 1;
@@ -116,6 +132,8 @@ pub(crate) struct BatchHeader {
     pub record_count: u32,
     /// When the batch was appended; shared by its records.
     pub enqueued_time_ms: i64,
+    /// Whether records may name properties of the record before them.
+    pub property_refs: bool,
 }
 
 impl BatchHeader {
@@ -136,13 +154,18 @@ impl BatchHeader {
             base_sequence: r.i64("batch base sequence")?,
             record_count: r.u32("batch record count")?,
             enqueued_time_ms: r.i64("batch enqueued time")?,
+            property_refs: false,
         };
         let flags = r.u32("batch flags")?;
         debug_assert_eq!(r.position(), BATCH_HEADER_BYTES);
         let invalid = |field, value: u64| Err(DecodeError::Invalid { field, value });
-        if flags != 0 {
+        if flags & !KNOWN_BATCH_FLAGS != 0 {
             return invalid("batch flags", u64::from(flags));
         }
+        let header = BatchHeader {
+            property_refs: flags & BATCH_PROPERTY_REFS != 0,
+            ..header
+        };
         if (header.batch_len as usize) < BATCH_HEADER_BYTES + 4 {
             return invalid("batch length", u64::from(header.batch_len));
         }
@@ -190,7 +213,9 @@ pub(crate) fn verify_checksum(batch: &[u8], header: &BatchHeader) -> Result<(), 
     Ok(())
 }
 
-/// The encoded size of one record, length prefix included. Must agree with [`encode_record`].
+/// The encoded size of one record on its own (no property written as a reference to the
+/// record before), length prefix included: what limits apply to, and the most
+/// [`encode_record`] writes.
 pub(crate) fn record_len(event: &EventData) -> u64 {
     let str_len = |s: &Option<String>| s.as_ref().map_or(0, |s| 4 + s.len() as u64);
     let mut len = 4 + 1; // record length, flags
@@ -238,10 +263,18 @@ pub(crate) fn encode_batch(
     assert!(base_sequence >= 0);
     out.clear();
     out.resize(BATCH_HEADER_BYTES, 0);
+    let mut property_refs = false;
+    let mut previous: &[(SmolStr, PropertyValue)] = &[];
     for event in events {
         offsets.push(batch_offset + out.len() as u64);
-        encode_record(out, event);
+        property_refs |= encode_record(out, event, previous);
+        previous = &event.properties;
     }
+    let flags = if property_refs {
+        BATCH_PROPERTY_REFS
+    } else {
+        0
+    };
     let batch_len = u32::try_from(out.len()).expect("batch length checked against BATCH_BYTES_MAX");
     let record_count = u32::try_from(events.len()).expect("record count fits in u32");
     out[MAGIC_AT..BATCH_LEN_AT].copy_from_slice(&BATCH_MAGIC.to_le_bytes());
@@ -250,7 +283,7 @@ pub(crate) fn encode_batch(
     out[BASE_SEQUENCE_AT..RECORD_COUNT_AT].copy_from_slice(&base_sequence.to_le_bytes());
     out[RECORD_COUNT_AT..ENQUEUED_TIME_AT].copy_from_slice(&record_count.to_le_bytes());
     out[ENQUEUED_TIME_AT..FLAGS_AT].copy_from_slice(&enqueued_time_ms.to_le_bytes());
-    out[FLAGS_AT..BATCH_HEADER_BYTES].copy_from_slice(&0u32.to_le_bytes());
+    out[FLAGS_AT..BATCH_HEADER_BYTES].copy_from_slice(&flags.to_le_bytes());
     let crc = crc32c::crc32c(&out[CRC_COVERS_FROM..]);
     out[CRC_AT..CRC_COVERS_FROM].copy_from_slice(&crc.to_le_bytes());
     // Pair assertion: what we are about to write decodes back to what we meant to write.
@@ -258,6 +291,7 @@ pub(crate) fn encode_batch(
     assert_eq!(header.batch_offset, batch_offset);
     assert_eq!(header.base_sequence, base_sequence);
     assert_eq!(header.record_count, record_count);
+    assert_eq!(header.property_refs, property_refs);
 }
 
 fn put_u32(out: &mut Vec<u8>, v: u32) {
@@ -272,7 +306,13 @@ fn put_len_prefixed(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
-fn encode_record(out: &mut Vec<u8>, event: &EventData) {
+/// Encodes `event`'s record; properties equal to those at the same place in `previous` (the
+/// record before in the batch) are written as references to them. Returns whether any was.
+fn encode_record(
+    out: &mut Vec<u8>,
+    event: &EventData,
+    previous: &[(SmolStr, PropertyValue)],
+) -> bool {
     let start = out.len();
     put_u32(out, 0); // patched below
     let mut flags = 0u8;
@@ -310,14 +350,39 @@ fn encode_record(out: &mut Vec<u8>, event: &EventData) {
         out,
         u32::try_from(event.properties.len()).expect("property count fits in u32"),
     );
-    for (key, value) in &event.properties {
-        put_len_prefixed(out, key.as_bytes());
-        encode_value(out, value);
+    let mut referred = false;
+    for (index, (key, value)) in event.properties.iter().enumerate() {
+        match previous.get(index) {
+            Some((before_key, before_value)) if before_key == key => {
+                referred = true;
+                if same_value(before_value, value) {
+                    put_u32(out, SAME_PROPERTY);
+                } else {
+                    put_u32(out, SAME_KEY);
+                    encode_value(out, value);
+                }
+            }
+            _ => {
+                put_len_prefixed(out, key.as_bytes());
+                encode_value(out, value);
+            }
+        }
     }
     put_len_prefixed(out, &event.body);
     let len = u32::try_from(out.len() - start - 4).expect("record length fits in u32");
     out[start..start + 4].copy_from_slice(&len.to_le_bytes());
-    debug_assert_eq!((out.len() - start) as u64, record_len(event));
+    debug_assert!((out.len() - start) as u64 <= record_len(event));
+    referred
+}
+
+/// Whether `a` and `b` are the same value, bit for bit: a reference must decode to exactly what
+/// was given (`0.0 == -0.0` as floats, but they are two values).
+fn same_value(a: &PropertyValue, b: &PropertyValue) -> bool {
+    match (a, b) {
+        (PropertyValue::Float32(a), PropertyValue::Float32(b)) => a.to_bits() == b.to_bits(),
+        (PropertyValue::Float64(a), PropertyValue::Float64(b)) => a.to_bits() == b.to_bits(),
+        _ => a == b,
+    }
 }
 
 fn encode_value(out: &mut Vec<u8>, value: &PropertyValue) {
@@ -380,6 +445,10 @@ pub(crate) fn decode_batch(
     out: &mut Vec<ReceivedEvent>,
 ) -> Result<(), DecodeError> {
     let mut position = BATCH_HEADER_BYTES;
+    // The properties of the record before, which a record may refer to: the last event pushed
+    // (`previous_pushed`), or one decoded only for that (before `from_sequence`).
+    let mut previous_skipped: Vec<(SmolStr, PropertyValue)> = Vec::new();
+    let mut previous_pushed = false;
     for i in 0..header.record_count {
         if max_events == 0 || out.len() >= max_events {
             return Ok(());
@@ -387,15 +456,25 @@ pub(crate) fn decode_batch(
         let sequence_number = header.base_sequence + i64::from(i);
         let record_start = position;
         let record = record_slice(batch, &mut position)?;
+        let previous = match (header.property_refs, previous_pushed) {
+            (false, _) => None,
+            (true, false) => Some(previous_skipped.as_slice()),
+            (true, true) => out.last().map(|event| event.data.properties.as_slice()),
+        };
         if sequence_number < from_sequence {
+            if previous.is_some() {
+                previous_skipped = decode_record(&record, previous)?.properties;
+            }
             continue;
         }
+        let data = decode_record(&record, previous)?;
         out.push(ReceivedEvent {
             sequence_number,
             offset: header.batch_offset + record_start as u64,
             enqueued_time_ms: header.enqueued_time_ms,
-            data: decode_record(&record)?,
+            data,
         });
+        previous_pushed = true;
     }
     if position != batch.len() {
         return Err(DecodeError::Trailing {
@@ -445,7 +524,12 @@ fn record_slice(batch: &Bytes, position: &mut usize) -> Result<Bytes, DecodeErro
     Ok(record)
 }
 
-fn decode_record(record: &Bytes) -> Result<EventData, DecodeError> {
+/// Decodes one record. `previous` holds the properties of the record before in its batch where
+/// the batch allows references to them (`None` where it does not: a reference is then invalid).
+fn decode_record(
+    record: &Bytes,
+    previous: Option<&[(SmolStr, PropertyValue)]>,
+) -> Result<EventData, DecodeError> {
     let mut r = Reader::new(record);
     let flags = r.u8("record flags")?;
     if flags & !KNOWN_RECORD_FLAGS != 0 {
@@ -470,19 +554,42 @@ fn decode_record(record: &Bytes) -> Result<EventData, DecodeError> {
         None
     };
     let property_count = r.u32("property count")?;
-    // Each property takes at least 5 bytes, so a count the record cannot hold is corrupt; this
+    // Each property takes at least 4 bytes, so a count the record cannot hold is corrupt; this
     // bounds the allocation below.
-    if u64::from(property_count) * 5 > r.left() as u64 {
+    if u64::from(property_count) * 4 > r.left() as u64 {
         return Err(DecodeError::Invalid {
             field: "property count",
             value: u64::from(property_count),
         });
     }
     let mut properties = Vec::with_capacity(property_count as usize);
-    for _ in 0..property_count {
-        let key = r.smol("property key")?;
-        let value = decode_value(&mut r, record)?;
-        properties.push((key, value));
+    for index in 0..property_count as usize {
+        let key_len = r.u32("property key")?;
+        if key_len & SAME_PROPERTY == 0 {
+            let key = r.take(key_len as usize, "property key")?;
+            let key = std::str::from_utf8(key).map_err(|_| DecodeError::NotUtf8 {
+                field: "property key",
+            })?;
+            properties.push((SmolStr::new(key), decode_value(&mut r, record)?));
+            continue;
+        }
+        let Some((key, value)) = previous.and_then(|previous| previous.get(index)) else {
+            return Err(DecodeError::Invalid {
+                field: "property reference (no such property in the record before)",
+                value: u64::from(key_len),
+            });
+        };
+        let value = match key_len {
+            SAME_PROPERTY => value.clone(),
+            SAME_KEY => decode_value(&mut r, record)?,
+            other => {
+                return Err(DecodeError::Invalid {
+                    field: "property reference",
+                    value: u64::from(other),
+                });
+            }
+        };
+        properties.push((key.clone(), value));
     }
     let body = r.bytes_of(record, "body")?;
     r.finish("a record")?;
@@ -685,9 +792,13 @@ mod tests {
         #[test]
         fn batches_round_trip(events in proptest::collection::vec(arb_event(), 1..8)) {
             let (batch, offsets) = encode(&events);
-            let expected_len: u64 = BATCH_HEADER_BYTES as u64 + events.iter().map(record_len).sum::<u64>();
-            prop_assert_eq!(batch.len() as u64, expected_len);
+            let at_most: u64 = BATCH_HEADER_BYTES as u64 + events.iter().map(record_len).sum::<u64>();
             let header = BatchHeader::decode(&batch).unwrap();
+            if header.property_refs {
+                prop_assert!((batch.len() as u64) < at_most);
+            } else {
+                prop_assert_eq!(batch.len() as u64, at_most);
+            }
             verify_checksum(&batch, &header).unwrap();
             let mut out = Vec::new();
             decode_batch(&batch, &header, 0, usize::MAX, &mut out).unwrap();
@@ -716,12 +827,143 @@ mod tests {
             }
         }
 
+        /// Events that repeat the properties of the event before them (as replicated events
+        /// do) decode to exactly what was appended, whichever record a read starts at.
+        #[test]
+        fn repeated_properties_round_trip_from_every_record(
+            base in proptest::collection::vec(arb_value(), 0..6),
+            events in proptest::collection::vec(
+                (
+                    proptest::collection::vec(any::<u8>(), 0..40),
+                    proptest::collection::vec((0u8..4, arb_value()), 6),
+                ),
+                1..8,
+            ),
+        ) {
+            // Each of the base properties is, per event: the same key and value (0), the same
+            // key with another value (1), another key (2), or left out (3).
+            let events: Vec<EventData> = events
+                .into_iter()
+                .map(|(body, choices)| {
+                    let mut event = EventData::new(body);
+                    for (j, (value, (choice, other))) in base.iter().zip(choices).enumerate() {
+                        match choice {
+                            0 => event.properties.push((format!("k{j}").into(), value.clone())),
+                            1 => event.properties.push((format!("k{j}").into(), other)),
+                            2 => event.properties.push((format!("x{j}").into(), other)),
+                            _ => {}
+                        }
+                    }
+                    event
+                })
+                .collect();
+            let (batch, offsets) = encode(&events);
+            let header = BatchHeader::decode(&batch).unwrap();
+            verify_checksum(&batch, &header).unwrap();
+            prop_assert_eq!(record_offsets(&batch, &header).unwrap(), offsets);
+            for from in 0..events.len() {
+                let mut out = Vec::new();
+                decode_batch(&batch, &header, 7 + from as i64, usize::MAX, &mut out).unwrap();
+                let got: Vec<&EventData> = out.iter().map(|e| &e.data).collect();
+                let want: Vec<&EventData> = events[from..].iter().collect();
+                prop_assert_eq!(got, want);
+            }
+        }
+
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
             let bytes = Bytes::from(bytes);
             let _ = BatchHeader::decode(&bytes);
-            let _ = decode_record(&bytes);
+            let _ = decode_record(&bytes, None);
+            let previous = [(SmolStr::new("k"), PropertyValue::Int32(1))];
+            let _ = decode_record(&bytes, Some(&previous));
         }
+    }
+
+    /// What a replication task's stamps cost in the log: the same six properties on every event,
+    /// four of them with the same value.
+    fn stamped(i: u64) -> EventData {
+        let origin = "5f0c7a52-2b7e-4b7c-9d43-6f1b3c2a9e10";
+        let path = format!("{origin};0e1d2c3b-4a59-4687-9a8b-7c6d5e4f3a21");
+        EventData::new(vec![b'x'; 100])
+            .with_property(
+                "repl-enqueued-time",
+                PropertyValue::String(format!("2026-11-28T03:0{}:00.000Z", i % 10).into()),
+            )
+            .with_property(
+                "repl-offset",
+                PropertyValue::String((i * 113).to_string().into()),
+            )
+            .with_property("repl-sequence", PropertyValue::String(i.to_string().into()))
+            .with_property("repl-partition", PropertyValue::String("0".into()))
+            .with_property("repl-origin", PropertyValue::String(origin.into()))
+            .with_property("repl-path", PropertyValue::String(path.into()))
+    }
+
+    #[test]
+    fn repeated_properties_are_written_once_per_batch() {
+        let events: Vec<EventData> = (1_000_000..1_000_100).map(stamped).collect();
+        let alone: u64 = events.iter().map(record_len).sum();
+        let (batch, _) = encode(&events);
+        let header = BatchHeader::decode(&batch).unwrap();
+        assert!(header.property_refs);
+        let written = (batch.len() - BATCH_HEADER_BYTES) as u64;
+        // 393 bytes a record on its own; 192 after the first.
+        assert!(
+            written * 2 < alone,
+            "{written} bytes against {alone} written alone"
+        );
+        let mut out = Vec::new();
+        decode_batch(&batch, &header, 0, usize::MAX, &mut out).unwrap();
+        let got: Vec<EventData> = out.into_iter().map(|e| e.data).collect();
+        assert_eq!(got, events);
+        // A batch of events that share nothing is written as before, without the flag.
+        let (batch, _) = encode(&[EventData::new("a"), EventData::new("b")]);
+        assert!(!BatchHeader::decode(&batch).unwrap().property_refs);
+    }
+
+    #[test]
+    fn a_reference_keeps_a_float_s_sign_and_its_bits() {
+        let events = [
+            EventData::new("a").with_property("t", PropertyValue::Float64(0.0)),
+            EventData::new("b").with_property("t", PropertyValue::Float64(-0.0)),
+            EventData::new("c").with_property("t", PropertyValue::Float64(-0.0)),
+        ];
+        let (batch, _) = encode(&events);
+        let header = BatchHeader::decode(&batch).unwrap();
+        let mut out = Vec::new();
+        decode_batch(&batch, &header, 0, usize::MAX, &mut out).unwrap();
+        let bits: Vec<u64> = out
+            .iter()
+            .map(|e| match e.data.properties[0].1 {
+                PropertyValue::Float64(v) => v.to_bits(),
+                ref other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            bits,
+            [0.0f64.to_bits(), (-0.0f64).to_bits(), (-0.0f64).to_bits()]
+        );
+    }
+
+    #[test]
+    fn a_reference_with_nothing_to_refer_to_is_refused() {
+        // A record naming property 0 of the record before: invalid without the batch's flag,
+        // and in a batch's first record, and where the record before has no property 0.
+        let mut record = vec![0u8]; // no optional fields
+        record.extend_from_slice(&1u32.to_le_bytes()); // one property
+        record.extend_from_slice(&SAME_PROPERTY.to_le_bytes());
+        record.extend_from_slice(&0u32.to_le_bytes()); // empty body
+        let record = Bytes::from(record);
+        let refused = Err(DecodeError::Invalid {
+            field: "property reference (no such property in the record before)",
+            value: u64::from(SAME_PROPERTY),
+        });
+        assert_eq!(decode_record(&record, None), refused);
+        assert_eq!(decode_record(&record, Some(&[])), refused);
+        let previous = [(SmolStr::new("k"), PropertyValue::Bool(true))];
+        let decoded = decode_record(&record, Some(&previous)).unwrap();
+        assert_eq!(decoded.properties, previous);
     }
 
     #[test]
@@ -810,7 +1052,7 @@ mod tests {
     fn unknown_record_flags_are_refused() {
         let record = Bytes::from_static(&[0x80, 0, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(
-            decode_record(&record),
+            decode_record(&record, None),
             Err(DecodeError::Invalid {
                 field: "record flags",
                 value: 0x80
