@@ -43,7 +43,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tributary_client::{ClientOptions, ConsumerClient, ProducerClient, SendTarget};
-use tributary_event::{EventData, EventPosition};
+use tributary_event::{EventData, EventPosition, PropertyValue, SmolStr};
 use tributary_processor::SqliteCheckpointStore;
 use tributary_processor::store::CheckpointStore;
 
@@ -276,7 +276,14 @@ async fn rust_producer(
         let key = KEYS[rng.gen_range(0..KEYS.len())];
         let n = rng.gen_range(1..=BATCH_MAX);
         let events: Vec<EventData> = (sequence..sequence + n)
-            .map(|s| EventData::new(format!("{name}/{s}/{key}")))
+            .map(|s| {
+                EventData::new(format!("{name}/{s}/{key}"))
+                    .with_property(
+                        PRODUCER_PROPERTY,
+                        PropertyValue::String(name.as_str().into()),
+                    )
+                    .with_property(KEY_PROPERTY, PropertyValue::String(key.into()))
+            })
             .collect();
         let ok = send_once(&mut producer, &cs, &events, key).await;
         let batch = Batch {
@@ -401,6 +408,30 @@ impl Log {
     }
 }
 
+/// The application properties every producer's event carries: its producer and key, as its
+/// body says them. Every event of a batch repeats them, so the log writes them once per batch
+/// and reads them back by reference to the record before: the soak checks that under SIGKILL.
+const PRODUCER_PROPERTY: &str = "producer";
+const KEY_PROPERTY: &str = "key";
+
+/// Why an event's properties do not say what its body says (`None` when they do).
+fn properties_disagree(body: &str, properties: &[(SmolStr, PropertyValue)]) -> Option<String> {
+    let mut parts = body.splitn(3, '/');
+    let (producer, key) = (parts.next()?, parts.nth(1)?);
+    let text = |name: &str| {
+        properties.iter().find_map(|(k, v)| match v {
+            PropertyValue::String(v) if k == name => Some(v.as_str()),
+            _ => None,
+        })
+    };
+    let expected = [(PRODUCER_PROPERTY, producer), (KEY_PROPERTY, key)];
+    (properties.len() != expected.len()
+        || expected
+            .iter()
+            .any(|(name, value)| text(name) != Some(*value)))
+    .then(|| format!("{body:?} carries the properties {properties:?}"))
+}
+
 /// Reads partition `id` from `start` through sequence number `last` into `events`.
 async fn read_partition(
     consumer: &ConsumerClient,
@@ -428,6 +459,12 @@ async fn read_partition(
             .unwrap()
         {
             let body = String::from_utf8_lossy(&event.data.body).into_owned();
+            if let Some(problem) = properties_disagree(&body, &event.data.properties) {
+                found.push(format!(
+                    "partition {id}: event {}: {problem}",
+                    event.sequence_number
+                ));
+            }
             if first {
                 first = false;
                 let before = events.last().expect("re-read only after one was read");

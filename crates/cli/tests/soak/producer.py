@@ -3,7 +3,8 @@ sending keyed batches to a `tributary serve` that the soak kills with SIGKILL at
 
 Every batch's outcome is appended to a record file as one JSON line, flushed and fsynced before
 the next batch is sent: {"p": producer, "s": first sequence, "n": events, "k": key, "ok": bool}.
-An event's body is "<producer>/<sequence>/<key>". The SDK's own retries are off (retry_total=0):
+An event's body is "<producer>/<sequence>/<key>", and its application properties "producer" and
+"key" say the same (every event of a batch repeats them, as a replication task's stamps do). The SDK's own retries are off (retry_total=0):
 a retried batch that the hub had stored before its acknowledgement was lost would be stored
 twice, and the soak wants every outcome the producer saw, not the SDK's second try. After a
 failure the client is closed and a new one made, as an application would.
@@ -19,6 +20,10 @@ import sys
 import time
 
 from azure.eventhub import EventData, EventHubProducerClient
+
+# The application properties every event carries (the soak's checker reads them back).
+PRODUCER = "producer"
+KEY = "key"
 
 
 def record(out, doc):
@@ -44,6 +49,8 @@ def main():
                     client = EventHubProducerClient.from_connection_string(
                         args["conn"], eventhub_name=args["hub"], retry_total=0)
                 events = [EventData(f"{name}/{sequence + i}/{key}") for i in range(n)]
+                for event in events:
+                    event.properties = {PRODUCER: name, KEY: key}
                 client.send_batch(events, partition_key=key)
                 ok = True
             except Exception:  # noqa: BLE001 - a failed send is an outcome the soak records
