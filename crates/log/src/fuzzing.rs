@@ -44,6 +44,7 @@ pub fn encode_batch_bytes(
         base_sequence,
         enqueued_time_ms,
         events,
+        true,
         &mut Vec::new(),
     );
     out

@@ -473,6 +473,7 @@ impl PartitionLog {
             writer.next_sequence,
             time_ms,
             events,
+            active.header.allows_property_refs(),
             &mut offsets,
         );
         let batch_len = buf.len() as u64;
@@ -587,6 +588,7 @@ impl PartitionLog {
             return Err(e);
         }
         let header = SegmentHeader {
+            version: SEGMENT_VERSION,
             base_offset: old.header.base_offset + contents.end_position,
             base_sequence: contents.next_sequence,
             created_ms: shared.clock.now_ms(),
@@ -1089,4 +1091,97 @@ fn lock_directory(
             LogError::io("lock", &path, e)
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use tributary_event::{ManualClock, PropertyValue};
+
+    use super::*;
+
+    const T0: i64 = 1_700_000_000_000;
+
+    /// An event with a property every event repeats and one that changes.
+    fn stamped(i: usize) -> EventData {
+        let origin = "5f0c7a52-2b7e-4b7c-9d43-6f1b3c2a9e10";
+        EventData::new(format!("event {i} {:.<100}", ""))
+            .with_property("repl-origin", PropertyValue::String(origin.into()))
+            .with_property("repl-sequence", PropertyValue::String(i.to_string().into()))
+    }
+
+    /// The segment files of `dir`, by base offset: each one's version and whether each of its
+    /// batches may refer to the record before.
+    fn segments(dir: &Path) -> Vec<(u32, Vec<bool>)> {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+            .expect("the partition directory")
+            .map(|entry| entry.expect("an entry").path())
+            .filter(|path| path.extension().is_some_and(|e| e == "log"))
+            .collect();
+        paths.sort();
+        paths
+            .iter()
+            .map(|path| {
+                let bytes = std::fs::read(path).expect("a segment file");
+                let header = SegmentHeader::decode(&bytes, path).expect("a segment header");
+                let mut at = SEGMENT_HEADER_BYTES;
+                let mut flags = Vec::new();
+                while bytes.len() >= at + BATCH_HEADER_BYTES && bytes[at..at + 4] != [0; 4] {
+                    let batch = BatchHeader::decode(&bytes[at..]).expect("a batch header");
+                    flags.push(batch.property_refs);
+                    at += batch.batch_len as usize;
+                }
+                (header.version, flags)
+            })
+            .collect()
+    }
+
+    /// A log written before segments had version 2 is appended to as it was (a build that
+    /// reads only version 1 can still read it all); the segments it rolls to are version 2.
+    #[test]
+    fn a_version_1_segment_is_appended_to_without_references_and_the_next_with_them() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let v1 = SegmentHeader {
+            version: 1,
+            base_offset: 0,
+            base_sequence: 0,
+            created_ms: T0,
+            prev_last_offset: None,
+            prev_last_time_ms: None,
+        };
+        create_segment(&OsStorage, dir.path(), v1).expect("a version 1 segment");
+        let config = LogConfig {
+            durability: Durability::None,
+            segment_bytes_max: 4096,
+            ..LogConfig::default()
+        };
+        let clock = Arc::new(ManualClock::new(T0));
+        let log = PartitionLog::open(dir.path(), config, GroupCommitter::start(), clock)
+            .expect("the log opens");
+        let mut appended = Vec::new();
+        for round in 0..12 {
+            let events: Vec<EventData> = (0..4).map(|i| stamped(round * 4 + i)).collect();
+            log.append(&events).expect("appended");
+            appended.extend(events);
+        }
+
+        let found = segments(dir.path());
+        assert!(found.len() >= 2, "the log rolled: {found:?}");
+        let (version, flags) = &found[0];
+        assert_eq!(*version, 1);
+        assert!(flags.iter().all(|refers| !refers), "{found:?}");
+        for (version, flags) in &found[1..] {
+            assert_eq!(*version, SEGMENT_VERSION);
+            assert!(flags.iter().all(|refers| *refers), "{found:?}");
+        }
+        let mut cursor = ReadCursor::new(0);
+        let mut read = Vec::new();
+        loop {
+            let events = log.read(&mut cursor, 5, 1 << 20).expect("read");
+            if events.is_empty() {
+                break;
+            }
+            read.extend(events.into_iter().map(|e| e.data));
+        }
+        assert_eq!(read, appended);
+    }
 }

@@ -250,13 +250,15 @@ fn value_len(value: &PropertyValue) -> u64 {
 }
 
 /// Encodes a whole batch into `out` (cleared first) and pushes each record's offset to
-/// `offsets`. The caller has checked every size against the limits.
+/// `offsets`; records name properties of the record before only if `property_refs_allowed`
+/// (the segment's version allows it). The caller has checked every size against the limits.
 pub(crate) fn encode_batch(
     out: &mut Vec<u8>,
     batch_offset: u64,
     base_sequence: i64,
     enqueued_time_ms: i64,
     events: &[EventData],
+    property_refs_allowed: bool,
     offsets: &mut Vec<u64>,
 ) {
     assert!(!events.is_empty());
@@ -268,7 +270,9 @@ pub(crate) fn encode_batch(
     for event in events {
         offsets.push(batch_offset + out.len() as u64);
         property_refs |= encode_record(out, event, previous);
-        previous = &event.properties;
+        if property_refs_allowed {
+            previous = &event.properties;
+        }
     }
     let flags = if property_refs {
         BATCH_PROPERTY_REFS
@@ -784,7 +788,15 @@ mod tests {
     fn encode(events: &[EventData]) -> (Bytes, Vec<u64>) {
         let mut out = Vec::new();
         let mut offsets = Vec::new();
-        encode_batch(&mut out, 1000, 7, 1_700_000_000_000, events, &mut offsets);
+        encode_batch(
+            &mut out,
+            1000,
+            7,
+            1_700_000_000_000,
+            events,
+            true,
+            &mut offsets,
+        );
         (Bytes::from(out), offsets)
     }
 

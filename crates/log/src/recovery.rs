@@ -39,6 +39,7 @@ pub(crate) fn recover_segments(
     }
     if segments.is_empty() {
         let header = SegmentHeader {
+            version: SEGMENT_VERSION,
             base_offset: 0,
             base_sequence: 0,
             created_ms: clock.now_ms(),

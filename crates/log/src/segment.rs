@@ -20,7 +20,15 @@ use crate::record::{BATCH_HEADER_BYTES, BatchHeader, Reader, record_offsets, ver
 use crate::storage::{OpenMode, Storage, StorageFile, read_whole};
 
 const SEGMENT_MAGIC: [u8; 8] = *b"TRIBSEG\0";
-const SEGMENT_VERSION: u32 = 1;
+/// The version new segments are written with. Version 2's batches may name properties of the
+/// record before (the batch flag in `record.rs`); version 1's never do, and a log keeps
+/// appending to a version 1 segment without them until it rolls, so that a build that reads
+/// only version 1 refuses the new segments (an unsupported version, an error) instead of
+/// cutting them off as a torn tail.
+pub(crate) const SEGMENT_VERSION: u32 = 2;
+
+/// The segment versions this build reads.
+const SEGMENT_VERSIONS_READ: std::ops::RangeInclusive<u32> = 1..=SEGMENT_VERSION;
 const SEG_MAGIC_AT: usize = 0;
 const SEG_VERSION_AT: usize = SEG_MAGIC_AT + 8;
 const SEG_HEADER_LEN_AT: usize = SEG_VERSION_AT + 4;
@@ -54,6 +62,8 @@ const NO_TIME: i64 = i64::MIN;
 /// The fixed facts of a segment, written once when it is created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SegmentHeader {
+    /// The segment's format version ([`SEGMENT_VERSION`] for new segments).
+    pub version: u32,
     /// The offset of the segment's first byte.
     pub base_offset: u64,
     /// The sequence number of the segment's first event.
@@ -68,10 +78,16 @@ pub(crate) struct SegmentHeader {
 }
 
 impl SegmentHeader {
+    /// Whether batches in this segment may name properties of the record before.
+    pub(crate) fn allows_property_refs(&self) -> bool {
+        self.version >= 2
+    }
+
     pub(crate) fn encode(&self) -> [u8; SEGMENT_HEADER_BYTES] {
+        assert!(SEGMENT_VERSIONS_READ.contains(&self.version));
         let mut b = [0u8; SEGMENT_HEADER_BYTES];
         b[SEG_MAGIC_AT..SEG_VERSION_AT].copy_from_slice(&SEGMENT_MAGIC);
-        b[SEG_VERSION_AT..SEG_HEADER_LEN_AT].copy_from_slice(&SEGMENT_VERSION.to_le_bytes());
+        b[SEG_VERSION_AT..SEG_HEADER_LEN_AT].copy_from_slice(&self.version.to_le_bytes());
         b[SEG_HEADER_LEN_AT..SEG_BASE_OFFSET_AT]
             .copy_from_slice(&(SEGMENT_HEADER_BYTES as u32).to_le_bytes());
         b[SEG_BASE_OFFSET_AT..SEG_BASE_SEQUENCE_AT]
@@ -103,7 +119,7 @@ impl SegmentHeader {
         let version = r
             .u32("segment version")
             .map_err(|e| corrupt(0, e.to_string()))?;
-        if version != SEGMENT_VERSION {
+        if !SEGMENT_VERSIONS_READ.contains(&version) {
             return Err(corrupt(
                 SEG_VERSION_AT,
                 format!("unsupported segment version {version}"),
@@ -124,6 +140,7 @@ impl SegmentHeader {
         let prev_last_offset = field(&mut r, "previous last offset")?;
         let prev_last_time = field(&mut r, "previous last time")? as i64;
         Ok(SegmentHeader {
+            version,
             base_offset,
             base_sequence,
             created_ms,
@@ -517,6 +534,7 @@ mod tests {
     #[test]
     fn segment_header_round_trips_and_detects_damage() {
         let h = SegmentHeader {
+            version: SEGMENT_VERSION,
             base_offset: 12345,
             base_sequence: 99,
             created_ms: 1_700_000_000_000,
@@ -526,6 +544,19 @@ mod tests {
         let b = h.encode();
         let p = Path::new("x.log");
         assert_eq!(SegmentHeader::decode(&b, p).unwrap(), h);
+        // Version 1 segments (written before batches could refer between records) still read;
+        // a version this build does not know is refused.
+        let v1 = SegmentHeader { version: 1, ..h };
+        assert_eq!(SegmentHeader::decode(&v1.encode(), p).unwrap(), v1);
+        let mut v3 = v1.encode();
+        v3[SEG_VERSION_AT..SEG_HEADER_LEN_AT].copy_from_slice(&3u32.to_le_bytes());
+        let crc = crc32c::crc32c(&v3[..SEG_CRC_AT]);
+        v3[SEG_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        let refused = SegmentHeader::decode(&v3, p).unwrap_err().to_string();
+        assert!(
+            refused.contains("unsupported segment version 3"),
+            "{refused}"
+        );
         let mut damaged = b;
         damaged[20] ^= 1;
         assert!(SegmentHeader::decode(&damaged, p).is_err());

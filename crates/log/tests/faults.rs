@@ -28,7 +28,7 @@ use std::sync::mpsc::{Receiver, sync_channel};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tributary_event::EventData;
+use tributary_event::{EventData, PropertyValue};
 use tributary_log::faults::{FaultConfig, FaultCounts, FaultyStorage, SimRng};
 use tributary_log::{
     AppendReceipt, Durability, GroupCommitter, LogConfig, LogError, ManualClock, PartitionLog,
@@ -117,7 +117,8 @@ impl Sim {
         self.log.as_ref().expect("the log is open")
     }
 
-    /// A batch of 1-5 events with unique bodies of 0-700 bytes.
+    /// A batch of 1-5 events with unique bodies of 0-700 bytes, each with a property the whole
+    /// batch repeats (so records refer to the one before) and one of its own.
     fn batch(&mut self) -> Vec<EventData> {
         let id = self.next_batch;
         self.next_batch += 1;
@@ -126,6 +127,11 @@ impl Sim {
             .map(|i| {
                 let pad = self.rng.below(700) as usize;
                 EventData::new(format!("batch {id} event {i} {:.<pad$}", ""))
+                    .with_property(
+                        BATCH_PROPERTY,
+                        PropertyValue::String(format!("batch {id}").into()),
+                    )
+                    .with_property(EVENT_PROPERTY, PropertyValue::UInt64(i))
             })
             .collect()
     }
@@ -375,8 +381,33 @@ fn read_checked(log: &PartitionLog) -> Result<Vec<Bytes>, String> {
             e.sequence_number
         ));
     }
+    for event in &events {
+        let body = String::from_utf8_lossy(&event.data.body);
+        let expected = match body.split(' ').collect::<Vec<_>>()[..] {
+            ["batch", id, "event", i, ..] => Some((format!("batch {id}"), i.parse::<u64>().ok())),
+            _ => None,
+        };
+        let found = match &event.data.properties[..] {
+            [
+                (b, PropertyValue::String(batch)),
+                (e, PropertyValue::UInt64(i)),
+            ] if b == BATCH_PROPERTY && e == EVENT_PROPERTY => Some((batch.to_string(), Some(*i))),
+            _ => None,
+        };
+        // The simulation's events (other tests append plain ones).
+        if expected.is_some() && found != expected {
+            return Err(format!(
+                "event {} holds properties {:?} for its body {body:?}",
+                event.sequence_number, event.data.properties
+            ));
+        }
+    }
     Ok(events.into_iter().map(|e| e.data.body).collect())
 }
+
+/// The properties every event of the simulation carries.
+const BATCH_PROPERTY: &str = "batch";
+const EVENT_PROPERTY: &str = "event";
 
 fn run(seed: u64) -> Result<Totals, String> {
     let mut sim = Sim::new(seed);
