@@ -605,6 +605,26 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Consumes the next value if it is a `string` (`str8` or `str32`) of exactly `known`'s
+    /// bytes, and says whether it did; otherwise nothing is consumed, whatever the next bytes
+    /// are. No UTF-8 check is needed: the bytes are a `str`'s. A decoder that expects the value
+    /// an earlier message had (a property repeated on every event of a batch) keeps that
+    /// message's copy instead of checking and copying the same text again.
+    #[inline]
+    pub fn take_string_equal_to(&mut self, known: &str) -> bool {
+        let rest = &self.bytes[self.at..];
+        let (header, length) = match rest {
+            [0xa1, length, ..] => (2, usize::from(*length)),
+            [0xb1, a, b, c, d, ..] => (5, u32::from_be_bytes([*a, *b, *c, *d]) as usize),
+            _ => return false,
+        };
+        if length != known.len() || rest.get(header..header + length) != Some(known.as_bytes()) {
+            return false;
+        }
+        self.at += header + length;
+        true
+    }
+
     /// A `symbol` (`sym8` or `sym32`), borrowed and checked to be UTF-8: the specification
     /// limits symbols to ASCII, but the reference decoder accepts UTF-8 and producers send it
     /// (a content type, say), so this reader does too.
@@ -1131,6 +1151,48 @@ mod tests {
             let mut reader = Reader::new(&bytes);
             reader.skip_checked(0).unwrap();
             prop_assert!(reader.is_at_end());
+        }
+
+        /// `take_string_equal_to` takes exactly the strings `string` reads as `known`, in
+        /// either width, and leaves everything else, any bytes at all, where it was.
+        #[test]
+        fn take_string_equal_to_takes_what_string_reads_as_the_same_text(
+            known in ".{0,40}",
+            bytes in prop_oneof![
+                ".{0,40}".prop_map(|text| serde_amqp::to_vec(&Value::String(text)).unwrap()),
+                ".{0,40}".prop_map(|text| {
+                    let mut wide = vec![0xb1];
+                    wide.extend_from_slice(&(text.len() as u32).to_be_bytes());
+                    wide.extend_from_slice(text.as_bytes());
+                    wide
+                }),
+                vec(any::<u8>(), 0..48),
+            ],
+            same in any::<bool>(),
+        ) {
+            // Half the time the bytes are `known` itself, in one width or the other.
+            let bytes = if same {
+                let mut narrow = vec![0xa1];
+                if known.len() <= 255 && bytes.first() != Some(&0xb1) {
+                    narrow.push(known.len() as u8);
+                } else {
+                    narrow[0] = 0xb1;
+                    narrow.extend_from_slice(&(known.len() as u32).to_be_bytes());
+                }
+                narrow.extend_from_slice(known.as_bytes());
+                narrow
+            } else {
+                bytes
+            };
+            let mut plain = Reader::new(&bytes);
+            let read = plain.string().ok();
+            let mut reader = Reader::new(&bytes);
+            let took = reader.take_string_equal_to(&known);
+            prop_assert_eq!(took, read == Some(known.as_str()));
+            prop_assert_eq!(reader.position(), if took { plain.position() } else { 0 });
+            if same {
+                prop_assert!(took);
+            }
         }
 
         /// No reader panics or reads past its input, whatever the bytes.

@@ -115,9 +115,10 @@ pub fn events_of(
                     "a batch holds 1 to {BATCH_EVENTS_MAX} messages, not {count}"
                 )));
             }
-            let mut events = Vec::with_capacity(count);
+            let mut events: Vec<EventData> = Vec::with_capacity(count);
             for (index, message) in envelope.messages.iter().enumerate() {
-                let event = event_of(message, route_by_key)
+                let earlier = events.last().map_or(&[][..], |e| &e.properties[..]);
+                let event = event_after(message, route_by_key, earlier)
                     .map_err(|e| decode(format!("batched message {index}: {e}")))?;
                 events.push(event);
             }
@@ -140,20 +141,36 @@ pub fn events_of(
 /// One message's event: the fast path's when it applies, else the general path's
 /// ([`decode_strict`], then [`event_from_message`]), errors included.
 pub fn event_of(bytes: &[u8], route_by_key: bool) -> Result<EventData, MessageError> {
-    match fast_event(bytes, route_by_key) {
-        Some(event) => Ok(event),
-        None => event_from_message(decode_strict(bytes)?, route_by_key),
+    event_after(bytes, route_by_key, &[])
+}
+
+/// [`event_of`] for a message of a batch, given the application properties of the event
+/// before it: the same event, but a key or string value equal to the one at the same place
+/// there is that event's copy (see [`application_properties`]).
+fn event_after(
+    bytes: &[u8],
+    route_by_key: bool,
+    earlier: &[(SmolStr, PropertyValue)],
+) -> Result<EventData, MessageError> {
+    match fast(bytes, route_by_key, earlier) {
+        Ok(event) => Ok(event),
+        Err(Fallback) => event_from_message(decode_strict(bytes)?, route_by_key),
     }
 }
 
 /// The event the general path makes of `bytes`, if the message has the fast path's shape (see
 /// the module docs); `None` otherwise, and then nothing is decided.
+#[cfg(test)]
 fn fast_event(bytes: &[u8], route_by_key: bool) -> Option<EventData> {
-    fast(bytes, route_by_key).ok()
+    fast(bytes, route_by_key, &[]).ok()
 }
 
-/// The fast path (see the module docs).
-fn fast(bytes: &[u8], route_by_key: bool) -> Result<EventData, Fallback> {
+/// The fast path (see the module docs); `earlier` as for [`application_properties`].
+fn fast(
+    bytes: &[u8],
+    route_by_key: bool,
+    earlier: &[(SmolStr, PropertyValue)],
+) -> Result<EventData, Fallback> {
     let mut reader = Reader::new(bytes);
     let mut event = EventData::default();
     let mut partition = None;
@@ -174,7 +191,7 @@ fn fast(bytes: &[u8], route_by_key: bool) -> Result<EventData, Fallback> {
         section = next_section(&mut reader)?;
     }
     if section == Some(APPLICATION_PROPERTIES) {
-        event.properties = application_properties(&mut reader)?;
+        event.properties = application_properties(&mut reader, earlier)?;
         section = next_section(&mut reader)?;
     }
     if section == Some(DATA) {
@@ -359,20 +376,43 @@ fn properties(reader: &mut Reader<'_>, event: &mut EventData) -> Result<(), Fall
 
 /// The application properties: string keys, values mapped as `property_from_amqp` maps them
 /// when it keeps nothing. A repeated key falls back: the general path's map merges it.
+///
+/// `earlier` is the previous event's of a batch (or nothing). A key, or a string value, whose
+/// bytes are those of the one at the same place in `earlier` is taken as a copy of that one,
+/// without checking and copying the text again: a replication task stamps every event with
+/// the same names and mostly the same values, several of them too long to be stored inline,
+/// and checking UTF-8 and allocating them was most of what the hub spent on a stamped event.
+/// When every key is `earlier`'s, in its order, no key repeats: `earlier`'s did not.
 fn application_properties(
     reader: &mut Reader<'_>,
+    earlier: &[(SmolStr, PropertyValue)],
 ) -> Result<Vec<(SmolStr, PropertyValue)>, Fallback> {
     let (entries, end) = map_entries(reader)?;
     // An entry takes at least three bytes, so the input bounds what is reserved.
     let room = end.saturating_sub(reader.position()) / 3;
     let mut properties = Vec::with_capacity((entries as usize).min(room));
-    for _ in 0..entries {
-        let key = reader.string()?;
-        let value = property(reader.primitive()?)?;
-        properties.push((SmolStr::new(key), value));
+    let mut keys_as_earlier = entries as usize == earlier.len();
+    for index in 0..entries as usize {
+        let known = earlier.get(index);
+        let key = match known {
+            Some((key, _)) if reader.take_string_equal_to(key) => key.clone(),
+            _ => {
+                keys_as_earlier = false;
+                SmolStr::new(reader.string()?)
+            }
+        };
+        let value = match known {
+            Some((_, PropertyValue::String(text))) if reader.take_string_equal_to(text) => {
+                PropertyValue::String(text.clone())
+            }
+            _ => property(reader.primitive()?)?,
+        };
+        properties.push((key, value));
     }
     reader.expect_at(end, "application properties overrun the map")?;
-    if repeats_a_property_key(&properties) {
+    if keys_as_earlier {
+        debug_assert!(!repeats_a_property_key(&properties), "an earlier event repeated a key");
+    } else if repeats_a_property_key(&properties) {
         return Err(Fallback);
     }
     Ok(properties)
@@ -1027,6 +1067,12 @@ mod tests {
     }
 
     fn application_properties() -> BoxedStrategy<Section> {
+        application_entries()
+            .prop_map(Section::ApplicationProperties)
+            .boxed()
+    }
+
+    fn application_entries() -> BoxedStrategy<Vec<(Value, Value)>> {
         let key = prop_oneof![
             16 => text().prop_map(Value::String),
             // Repeated keys.
@@ -1034,8 +1080,57 @@ mod tests {
             1 => text().prop_map(symbol),
         ];
         let value = prop_oneof![24 => mapped(), 1 => kept(), 1 => compound()];
-        vec((key, value), 0..6)
-            .prop_map(Section::ApplicationProperties)
+        vec((key, value), 0..6).boxed()
+    }
+
+    /// A batch's messages whose application properties repeat one another's entry by entry,
+    /// a key or a value changed here and there, as a replication task's stamps do: what the
+    /// decoder that takes the previous event's copies sees.
+    fn repeating_messages() -> BoxedStrategy<Vec<Message>> {
+        let change = (any::<Index>(), any::<bool>(), text());
+        let changes = vec(vec(change, 0..3), 4);
+        (vec(message(), 1..4), application_entries(), changes)
+            .prop_map(|(mut messages, shared, changes)| {
+                for (message, changes) in messages.iter_mut().zip(changes) {
+                    let mut entries = shared.clone();
+                    for (at, key, text) in changes {
+                        if entries.is_empty() {
+                            break;
+                        }
+                        let at = at.index(entries.len());
+                        let entry = &mut entries[at];
+                        if key {
+                            entry.0 = Value::String(text);
+                        } else {
+                            entry.1 = Value::String(text);
+                        }
+                    }
+                    let section = Section::ApplicationProperties(entries);
+                    let sections = &mut message.sections;
+                    if let Some(own) = sections
+                        .iter_mut()
+                        .find(|s| matches!(s, Section::ApplicationProperties(_)))
+                    {
+                        *own = section;
+                    } else {
+                        // Before the body, where application properties belong.
+                        let at = sections
+                            .iter()
+                            .position(|s| {
+                                matches!(
+                                    s,
+                                    Section::Data(_)
+                                        | Section::AmqpSequence(_)
+                                        | Section::AmqpValue(_)
+                                        | Section::Footer(_)
+                                )
+                            })
+                            .unwrap_or(sections.len());
+                        sections.insert(at, section);
+                    }
+                }
+                messages
+            })
             .boxed()
     }
 
@@ -1221,7 +1316,10 @@ mod tests {
         /// out of `events_of` as they did before the fast path.
         #[test]
         fn ingest_deliveries_come_out_as_before(
-            (messages, envelope) in vec(message(), 0..4).prop_flat_map(|messages| {
+            (messages, envelope) in prop_oneof![
+                vec(message(), 0..4),
+                repeating_messages(),
+            ].prop_flat_map(|messages| {
                 let encoded: Vec<Vec<u8>> = messages.iter().map(Message::encode).collect();
                 (Just(messages), envelope(encoded))
             }),
@@ -1378,6 +1476,47 @@ mod tests {
             events_of(&payload, BATCH_FORMAT, true),
             reference_events_of(&payload, BATCH_FORMAT, true)
         );
+    }
+
+    #[test]
+    fn ingest_a_batch_takes_the_previous_events_copy_of_a_repeated_long_string() {
+        // Events stamped as a replication task stamps them: the same long origin on each, a
+        // time that changes, and on the last a key of its own in the origin's place.
+        let origin = "hub-0123456789abcdef0123456789abcdef";
+        let stamped = |time: &str, origin_key: &str| {
+            let mut event = EventData::new(Bytes::from_static(b"{}"));
+            event.properties = vec![
+                (origin_key.into(), PropertyValue::String(origin.into())),
+                ("repl-enqueued-time".into(), PropertyValue::String(time.into())),
+                ("n".into(), PropertyValue::Int64(1)),
+            ];
+            event
+        };
+        let sent = vec![
+            stamped("2026-11-28T05:00:00.0000000Z", "repl-origin"),
+            stamped("2026-11-28T05:00:00.0000000Z", "repl-origin"),
+            stamped("2026-11-28T05:00:01.0000000Z", "repl-origin"),
+            stamped("2026-11-28T05:00:01.0000000Z", "another-origin"),
+        ];
+        let (payload, format) = crate::send::encode_outgoing(&sent, None).unwrap();
+        let (_, events) = events_of(&payload, format, true).unwrap();
+        assert_eq!(events, sent);
+        assert_eq!(
+            Ok((None, events.clone())),
+            reference_events_of(&payload, format, true)
+        );
+        let text_at = |event: usize, at: usize| match &events[event].properties[at].1 {
+            PropertyValue::String(text) => text.as_ptr(),
+            other => panic!("not a string: {other:?}"),
+        };
+        // The origin is the first event's copy throughout, even after another key; the time
+        // is shared while it repeats, and a new copy once it changes.
+        for event in 1..4 {
+            assert_eq!(text_at(event, 0), text_at(0, 0), "event {event}");
+        }
+        assert_eq!(text_at(1, 1), text_at(0, 1));
+        assert_ne!(text_at(2, 1), text_at(1, 1));
+        assert_eq!(text_at(3, 1), text_at(2, 1));
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //!   before the call fails with [`StoreError::Backend`].
 //! - **The async runtime never blocks.** Every SQLite call runs under
 //!   `tokio::task::spawn_blocking`; one connection per store, behind a mutex, serialises this
-//!   process's calls.
+//!   process's calls. Statements are prepared once per connection (`prepare_cached`): a
+//!   replication task writes a checkpoint per batch, and parsing the same SQL every time was a
+//!   visible part of its CPU.
 //! - **Durability.** `synchronous = NORMAL`: a committed transaction survives a process crash;
 //!   a power loss may take back the last few commits. For checkpoints that means some events are
 //!   processed again (delivery is at-least-once anyway); for ownership it means a partition's
@@ -245,11 +247,13 @@ fn try_claim(
     let won_version: Option<i64> = match &claim.etag {
         None => {
             let inserted = transaction
-                .execute(
+                .prepare_cached(
                     "INSERT INTO ownership (namespace, event_hub, consumer_group, partition_id, \
                      owner_id, last_modified_time_ms, etag, version) \
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1) ON CONFLICT DO NOTHING",
-                    params![
+                )
+                .and_then(|mut statement| {
+                    statement.execute(params![
                         scope.namespace,
                         scope.hub,
                         scope.consumer_group,
@@ -257,29 +261,33 @@ fn try_claim(
                         claim.owner_id,
                         now_ms,
                         etag
-                    ],
-                )
+                    ])
+                })
                 .map_err(&sql)?;
             (inserted == 1).then_some(1)
         }
         Some(expected_etag) => transaction
-            .query_row(
+            .prepare_cached(
                 "UPDATE ownership SET owner_id = ?5, last_modified_time_ms = ?6, etag = ?7, \
                  version = version + 1 \
                  WHERE namespace = ?1 AND event_hub = ?2 AND consumer_group = ?3 \
                  AND partition_id = ?4 AND etag = ?8 RETURNING version",
-                params![
-                    scope.namespace,
-                    scope.hub,
-                    scope.consumer_group,
-                    claim.partition_id,
-                    claim.owner_id,
-                    now_ms,
-                    etag,
-                    expected_etag
-                ],
-                |row| row.get(0),
             )
+            .and_then(|mut statement| {
+                statement.query_row(
+                    params![
+                        scope.namespace,
+                        scope.hub,
+                        scope.consumer_group,
+                        claim.partition_id,
+                        claim.owner_id,
+                        now_ms,
+                        etag,
+                        expected_etag
+                    ],
+                    |row| row.get(0),
+                )
+            })
             .optional()
             .map_err(&sql)?,
     };
@@ -323,7 +331,7 @@ fn list_ownership_rows(
 ) -> Result<Vec<Ownership>, StoreError> {
     let sql = backend("listing ownership");
     let mut statement = connection
-        .prepare(
+        .prepare_cached(
             "SELECT partition_id, owner_id, last_modified_time_ms, etag, version FROM ownership \
              WHERE namespace = ?1 AND event_hub = ?2 AND consumer_group = ?3 \
              ORDER BY partition_id",
@@ -362,31 +370,35 @@ fn renew_host_row(
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(&sql)?;
     transaction
-        .execute(
+        .prepare_cached(
             "DELETE FROM host WHERE namespace = ?1 AND event_hub = ?2 AND consumer_group = ?3 \
              AND last_modified_time_ms <= ?4",
-            params![
+        )
+        .and_then(|mut statement| {
+            statement.execute(params![
                 scope.namespace,
                 scope.hub,
                 scope.consumer_group,
                 host_record_horizon_ms(now_ms)
-            ],
-        )
+            ])
+        })
         .map_err(&sql)?;
     transaction
-        .execute(
+        .prepare_cached(
             "INSERT INTO host (namespace, event_hub, consumer_group, owner_id, \
              last_modified_time_ms, version) VALUES (?1, ?2, ?3, ?4, ?5, 1) \
              ON CONFLICT (namespace, event_hub, consumer_group, owner_id) DO UPDATE SET \
              last_modified_time_ms = excluded.last_modified_time_ms, version = version + 1",
-            params![
+        )
+        .and_then(|mut statement| {
+            statement.execute(params![
                 scope.namespace,
                 scope.hub,
                 scope.consumer_group,
                 owner_id,
                 now_ms
-            ],
-        )
+            ])
+        })
         .map_err(&sql)?;
     let hosts = list_host_rows(&transaction, scope, now_ms)?;
     let ownership = list_ownership_rows(&transaction, scope)?;
@@ -402,7 +414,7 @@ fn list_host_rows(
 ) -> Result<Vec<HostRecord>, StoreError> {
     let sql = backend("listing host records");
     let mut statement = connection
-        .prepare(
+        .prepare_cached(
             "SELECT owner_id, version, last_modified_time_ms FROM host \
              WHERE namespace = ?1 AND event_hub = ?2 AND consumer_group = ?3 \
              AND last_modified_time_ms > ?4",
@@ -434,7 +446,7 @@ fn list_checkpoint_rows(
 ) -> Result<Vec<Checkpoint>, StoreError> {
     let sql = backend("listing checkpoints");
     let mut statement = connection
-        .prepare(
+        .prepare_cached(
             "SELECT partition_id, event_offset, sequence_number FROM checkpoint \
              WHERE namespace = ?1 AND event_hub = ?2 AND consumer_group = ?3 \
              ORDER BY partition_id",
@@ -487,17 +499,21 @@ fn write_fenced_checkpoint(
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(&sql)?;
     let current_owner: String = transaction
-        .query_row(
+        .prepare_cached(
             "SELECT owner_id FROM ownership WHERE namespace = ?1 AND event_hub = ?2 \
              AND consumer_group = ?3 AND partition_id = ?4",
-            params![
-                scope.namespace,
-                scope.hub,
-                scope.consumer_group,
-                checkpoint.partition_id
-            ],
-            |row| row.get(0),
         )
+        .and_then(|mut statement| {
+            statement.query_row(
+                params![
+                    scope.namespace,
+                    scope.hub,
+                    scope.consumer_group,
+                    checkpoint.partition_id
+                ],
+                |row| row.get(0),
+            )
+        })
         .optional()
         .map_err(&sql)?
         .unwrap_or_default();
@@ -509,20 +525,22 @@ fn write_fenced_checkpoint(
         });
     }
     transaction
-        .execute(
+        .prepare_cached(
             "INSERT INTO checkpoint (namespace, event_hub, consumer_group, partition_id, \
              event_offset, sequence_number) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
              ON CONFLICT (namespace, event_hub, consumer_group, partition_id) DO UPDATE SET \
              event_offset = excluded.event_offset, sequence_number = excluded.sequence_number",
-            params![
+        )
+        .and_then(|mut statement| {
+            statement.execute(params![
                 scope.namespace,
                 scope.hub,
                 scope.consumer_group,
                 checkpoint.partition_id,
                 offset,
                 checkpoint.sequence_number
-            ],
-        )
+            ])
+        })
         .map_err(&sql)?;
     transaction.commit().map_err(&sql)
 }
@@ -606,11 +624,18 @@ impl CheckpointStore for SqliteCheckpointStore {
         let owner_id = owner_id.to_owned();
         self.with_connection("removing the host record", move |connection| {
             connection
-                .execute(
+                .prepare_cached(
                     "DELETE FROM host WHERE namespace = ?1 AND event_hub = ?2 \
                      AND consumer_group = ?3 AND owner_id = ?4",
-                    params![scope.namespace, scope.hub, scope.consumer_group, owner_id],
                 )
+                .and_then(|mut statement| {
+                    statement.execute(params![
+                        scope.namespace,
+                        scope.hub,
+                        scope.consumer_group,
+                        owner_id
+                    ])
+                })
                 .map(drop)
                 .map_err(backend("removing the host record"))
         })
