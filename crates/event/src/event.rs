@@ -138,9 +138,8 @@ pub fn repeats_a_property_key(properties: &[(SmolStr, PropertyValue)]) -> bool {
         for (length, (key, _)) in lengths.iter_mut().zip(properties) {
             *length = key.len();
         }
-        (1..properties.len()).any(|i| {
-            (0..i).any(|j| lengths[j] == lengths[i] && properties[j].0 == properties[i].0)
-        })
+        (1..properties.len())
+            .any(|i| (0..i).any(|j| lengths[j] == lengths[i] && properties[j].0 == properties[i].0))
     } else {
         let mut seen = std::collections::HashSet::with_capacity(properties.len());
         !properties.iter().all(|(key, _)| seen.insert(key.as_str()))

@@ -411,7 +411,10 @@ fn application_properties(
     }
     reader.expect_at(end, "application properties overrun the map")?;
     if keys_as_earlier {
-        debug_assert!(!repeats_a_property_key(&properties), "an earlier event repeated a key");
+        debug_assert!(
+            !repeats_a_property_key(&properties),
+            "an earlier event repeated a key"
+        );
     } else if repeats_a_property_key(&properties) {
         return Err(Fallback);
     }
@@ -1487,7 +1490,10 @@ mod tests {
             let mut event = EventData::new(Bytes::from_static(b"{}"));
             event.properties = vec![
                 (origin_key.into(), PropertyValue::String(origin.into())),
-                ("repl-enqueued-time".into(), PropertyValue::String(time.into())),
+                (
+                    "repl-enqueued-time".into(),
+                    PropertyValue::String(time.into()),
+                ),
                 ("n".into(), PropertyValue::Int64(1)),
             ];
             event
