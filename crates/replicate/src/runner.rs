@@ -450,6 +450,12 @@ async fn start_host(
     let factory = move |context: &PartitionContext| ReplicationProcessor {
         metrics: runtime.metrics.partition(context.partition_id()),
         syncs: PartitionSyncs::new(runtime.syncs.clone(), context.partition_id()),
+        route_ids: runtime
+            .routes
+            .iter()
+            .map(|route| route.ids.as_ref().map(HopIds::own_copy))
+            .collect(),
+        dead_letter_ids: runtime.dead_letter_ids.own_copy(),
         task: Arc::clone(&runtime),
     };
     EventProcessorHost::builder(source.source, store, factory)
@@ -524,6 +530,10 @@ struct ReplicationProcessor {
     task: Arc<TaskRuntime>,
     metrics: Arc<PartitionMetrics>,
     syncs: PartitionSyncs,
+    /// Each route's ids (none for a table), this partition's own copy.
+    route_ids: Vec<Option<HopIds>>,
+    /// The dead-letter stamp's ids, this partition's own copy.
+    dead_letter_ids: HopIds,
 }
 
 #[async_trait::async_trait]
@@ -684,7 +694,7 @@ impl ReplicationProcessor {
                         .clone()
                         .expect("the event is kept until its last route")
                 };
-                let mut outgoing = match &task.routes[route_index].ids {
+                let mut outgoing = match &self.route_ids[route_index] {
                     Some(ids) => stamped(copy, position, context.partition, ids),
                     // A table keeps the source position in its own columns.
                     None => Outgoing {
@@ -772,10 +782,9 @@ impl ReplicationProcessor {
         poison: Vec<(String, Poison)>,
         rejected: Vec<Rejected>,
     ) -> Vec<Outgoing> {
-        let task = &self.task;
         let mut letters = Vec::with_capacity(poison.len() + unmatched.len() + rejected.len());
         let mut add = |event: EventData, position: Position, mark: Mark<'_>| {
-            let mut letter = stamped(event, position, partition, &task.dead_letter_ids);
+            let mut letter = stamped(event, position, partition, &self.dead_letter_ids);
             letter.event = self.letter(letter.event, mark);
             letters.push(letter);
         };
