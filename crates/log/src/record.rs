@@ -147,7 +147,7 @@ impl BatchHeader {
                 value: u64::from(magic),
             });
         }
-        let header = BatchHeader {
+        let mut header = BatchHeader {
             batch_len: r.u32("batch length")?,
             crc: r.u32("batch crc")?,
             batch_offset: r.u64("batch offset")?,
@@ -162,10 +162,7 @@ impl BatchHeader {
         if flags & !KNOWN_BATCH_FLAGS != 0 {
             return invalid("batch flags", u64::from(flags));
         }
-        let header = BatchHeader {
-            property_refs: flags & BATCH_PROPERTY_REFS != 0,
-            ..header
-        };
+        header.property_refs = flags & BATCH_PROPERTY_REFS != 0;
         if (header.batch_len as usize) < BATCH_HEADER_BYTES + 4 {
             return invalid("batch length", u64::from(header.batch_len));
         }
