@@ -56,7 +56,8 @@ struct Route {
     condition: Option<Condition>,
     /// The target hub's name, for Azure's merge marker (none for a table).
     hub_name: Option<SmolStr>,
-    /// The ids this route's stamps write (none for a table).
+    /// The ids this route's stamps write (none for a table); each partition's processor
+    /// stamps with its own copy ([`HopIds::own_copy`]).
     ids: Option<HopIds>,
 }
 
@@ -93,7 +94,8 @@ struct Routed {
 struct TaskRuntime {
     name: String,
     source_id: String,
-    /// The ids a dead letter's stamp writes (the dead-letter hub's, or `-` without one).
+    /// The ids a dead letter's stamp writes (the dead-letter hub's, or `-` without one); each
+    /// partition's processor stamps with its own copy.
     dead_letter_ids: HopIds,
     /// The source hub's name, to recognise events Azure's merge sample copied into it.
     source_hub_name: String,
