@@ -354,7 +354,7 @@ fn encode_record(
     let mut referred = false;
     for (index, (key, value)) in event.properties.iter().enumerate() {
         match previous.get(index) {
-            Some((before_key, before_value)) if before_key == key => {
+            Some((before_key, before_value)) if same_text(before_key, key) => {
                 referred = true;
                 if same_value(before_value, value) {
                     put_u32(out, SAME_PROPERTY);
@@ -380,10 +380,18 @@ fn encode_record(
 /// was given (`0.0 == -0.0` as floats, but they are two values).
 fn same_value(a: &PropertyValue, b: &PropertyValue) -> bool {
     match (a, b) {
+        (PropertyValue::String(a), PropertyValue::String(b)) => same_text(a, b),
         (PropertyValue::Float32(a), PropertyValue::Float32(b)) => a.to_bits() == b.to_bits(),
         (PropertyValue::Float64(a), PropertyValue::Float64(b)) => a.to_bits() == b.to_bits(),
         _ => a == b,
     }
+}
+
+/// Whether `a` and `b` are the same text. Texts shared between records (a static key, a long
+/// value cloned from one event to the next, as a replication task's stamps are) are one
+/// allocation: equal addresses and lengths answer without reading the bytes.
+fn same_text(a: &str, b: &str) -> bool {
+    (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b
 }
 
 fn encode_value(out: &mut Vec<u8>, value: &PropertyValue) {
