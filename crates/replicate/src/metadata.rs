@@ -230,19 +230,19 @@ pub fn stamp(
 ) -> Undo {
     stamp_with(
         event,
-        partition_id,
+        &SmolStr::new(partition_id),
         position,
         &HopIds::new(source_id, target_id),
     )
 }
 
-/// Stamps `event`, read at `position` from partition `partition_id` of the hub `ids.source()`,
+/// Stamps `event`, read at `position` from partition `partition` of the hub `ids.source()`,
 /// for forwarding to the hub `ids.target()`: appends the service metadata and the target to the
 /// path, and records the source as origin (and first hop) when the event has none yet. Returns
 /// what to take back off to have the event as it was.
 pub fn stamp_with(
     event: &mut EventData,
-    partition_id: &str,
+    partition: &SmolStr,
     position: Position,
     ids: &HopIds,
 ) -> Undo {
@@ -252,7 +252,7 @@ pub fn stamp_with(
     };
     let time = format_enqueued_time(position.enqueued_time_ms);
     let (offset, sequence) = (decimal(position.offset), decimal(position.sequence_number));
-    let partition = SmolStr::new(partition_id);
+    let partition = partition.clone();
     if !event
         .properties
         .iter()
@@ -381,8 +381,8 @@ mod tests {
         let ids = HopIds::new(source, target);
         let mut one = EventData::new("1");
         let mut two = EventData::new("2");
-        stamp_with(&mut one, "3", POSITION, &ids);
-        stamp_with(&mut two, "3", POSITION, &ids);
+        stamp_with(&mut one, &"3".into(), POSITION, &ids);
+        stamp_with(&mut two, &"3".into(), POSITION, &ids);
         assert_eq!(string_property(&one, ORIGIN), Some(source));
         assert_eq!(
             string_property(&one, PATH),

@@ -458,6 +458,7 @@ async fn start_host(
             .map(|route| route.ids.as_ref().map(HopIds::own_copy))
             .collect(),
         dead_letter_ids: runtime.dead_letter_ids.own_copy(),
+        partition: SmolStr::new(context.partition_id()),
         task: Arc::clone(&runtime),
     };
     EventProcessorHost::builder(source.source, store, factory)
@@ -536,6 +537,8 @@ struct ReplicationProcessor {
     route_ids: Vec<Option<HopIds>>,
     /// The dead-letter stamp's ids, this partition's own copy.
     dead_letter_ids: HopIds,
+    /// The source partition's id, as stamps record it.
+    partition: SmolStr,
 }
 
 #[async_trait::async_trait]
@@ -601,7 +604,12 @@ impl EventProcessor for ReplicationProcessor {
 
 /// `event`, read at `position`, stamped for forwarding from the hub `ids.source()` to the hub
 /// `ids.target()`.
-fn stamped(mut event: EventData, position: Position, partition: &str, ids: &HopIds) -> Outgoing {
+fn stamped(
+    mut event: EventData,
+    position: Position,
+    partition: &SmolStr,
+    ids: &HopIds,
+) -> Outgoing {
     let undo = metadata::stamp_with(&mut event, partition, position, ids);
     Outgoing {
         event,
@@ -611,8 +619,13 @@ fn stamped(mut event: EventData, position: Position, partition: &str, ids: &HopI
 }
 
 /// The routes (bits) in `mask`.
-fn routes_in(mask: u64) -> impl Iterator<Item = usize> {
-    (0..u64::BITS as usize).filter(move |bit| mask & (1 << bit) != 0)
+fn routes_in(mut mask: u64) -> impl Iterator<Item = usize> {
+    // One step per set bit (lowest first), not one per bit of the mask: this runs per event.
+    std::iter::from_fn(move || {
+        let bit = mask.trailing_zeros() as usize;
+        mask &= mask.checked_sub(1)?;
+        Some(bit)
+    })
 }
 
 impl ReplicationProcessor {
@@ -664,6 +677,10 @@ impl ReplicationProcessor {
             per_route: vec![Vec::new(); task.routes.len()],
             unmatched: Vec::new(),
         };
+        if let [only] = routed.per_route.as_mut_slice() {
+            // Room for the whole batch at once: growing a vector of events copies them.
+            only.reserve_exact(items.len());
+        }
         for item in items {
             let position = item.position();
             let mut mask = self.matching_routes(context, &item);
@@ -684,40 +701,46 @@ impl ReplicationProcessor {
                     mask &= !(1 << route_index);
                 }
             }
-            // Each route but the last gets a copy; the last takes the event itself.
-            let mut event = Some(event);
-            while mask != 0 {
-                let route_index = mask.trailing_zeros() as usize;
-                mask &= mask - 1;
-                let copy = if mask == 0 {
-                    event.take().expect("the event goes to its last route once")
-                } else {
-                    event
-                        .clone()
-                        .expect("the event is kept until its last route")
-                };
-                let mut outgoing = match &self.route_ids[route_index] {
-                    Some(ids) => stamped(copy, position, context.partition, ids),
-                    // A table keeps the source position in its own columns.
-                    None => Outgoing {
-                        event: copy,
-                        position,
-                        undo: metadata::Undo::default(),
-                    },
-                };
-                if task.azure_marker
-                    && let Some(hub_name) = &task.routes[route_index].hub_name
-                {
-                    metadata::mark_azure_merge_target(
-                        &mut outgoing.event,
-                        &mut outgoing.undo,
-                        hub_name,
-                    );
-                }
-                routed.per_route[route_index].push(outgoing);
+            if mask == 0 {
+                continue;
             }
+            // Each route but the last gets a copy; the last takes the event itself.
+            let last_route = (u64::BITS - 1 - mask.leading_zeros()) as usize;
+            for route_index in routes_in(mask & !(1 << last_route)) {
+                self.push_for_route(&mut routed, route_index, event.clone(), position);
+            }
+            self.push_for_route(&mut routed, last_route, event, position);
         }
         routed
+    }
+
+    /// Adds `event` to the events for route `route_index`, stamped for its hub. Pushed first and
+    /// stamped where it lies: an event is a few hundred bytes, and each move of it is a copy.
+    #[inline(always)]
+    fn push_for_route(
+        &self,
+        routed: &mut Routed,
+        route_index: usize,
+        event: EventData,
+        position: Position,
+    ) {
+        let list = &mut routed.per_route[route_index];
+        list.push(Outgoing {
+            event,
+            position,
+            undo: metadata::Undo::default(),
+        });
+        let outgoing = list.last_mut().expect("just pushed");
+        // A table keeps the source position in its own columns: no stamp.
+        if let Some(ids) = &self.route_ids[route_index] {
+            outgoing.undo =
+                metadata::stamp_with(&mut outgoing.event, &self.partition, position, ids);
+        }
+        if self.task.azure_marker
+            && let Some(hub_name) = &self.task.routes[route_index].hub_name
+        {
+            metadata::mark_azure_merge_target(&mut outgoing.event, &mut outgoing.undo, hub_name);
+        }
     }
 
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
@@ -779,14 +802,13 @@ impl ReplicationProcessor {
     /// refused it, and marked with the reason.
     fn letters(
         &self,
-        partition: &str,
         unmatched: Vec<(EventData, Position)>,
         poison: Vec<(String, Poison)>,
         rejected: Vec<Rejected>,
     ) -> Vec<Outgoing> {
         let mut letters = Vec::with_capacity(poison.len() + unmatched.len() + rejected.len());
         let mut add = |event: EventData, position: Position, mark: Mark<'_>| {
-            let mut letter = stamped(event, position, partition, &self.dead_letter_ids);
+            let mut letter = stamped(event, position, &self.partition, &self.dead_letter_ids);
             letter.event = self.letter(letter.event, mark);
             letters.push(letter);
         };
@@ -826,7 +848,7 @@ impl ReplicationProcessor {
         if poison.is_empty() && unmatched.is_empty() && rejected.is_empty() {
             return;
         }
-        let letters = self.letters(partition, unmatched, poison, rejected);
+        let letters = self.letters(unmatched, poison, rejected);
         let task = &self.task;
         let Some(destination) = &task.dead_letter else {
             self.lose(partition, &letters, "the task has no [dead_letter] target");
@@ -886,5 +908,19 @@ impl ReplicationProcessor {
             );
         }
         self.metrics.lost(letters.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::routes_in;
+
+    #[test]
+    fn routes_in_names_every_set_bit_lowest_first() {
+        let masks = [0, 1, 2, 0b1011, 1 << 63, u64::MAX, 0x8000_0000_0000_0001];
+        for mask in masks {
+            let want: Vec<usize> = (0..64).filter(|bit| mask & (1 << bit) != 0).collect();
+            assert_eq!(routes_in(mask).collect::<Vec<_>>(), want, "mask {mask:#x}");
+        }
     }
 }
