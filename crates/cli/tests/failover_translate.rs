@@ -46,7 +46,8 @@ async fn start_task(dir: &Path, source: &TestHub, replica: &TestHub, keyed: bool
         "name = \"copy\"\n[source]\nconnection_string = \"{}\"\nevent_hub = \"orders\"\n\
          consumer_group = \"replication\"\nbatch_events_max = {BATCH}\nprefetch = {BATCH}\n\
          checkpoint_store = \"{}\"\n[[target]]\nname = \"replica\"\nconnection_string = \"{}\"\n\
-         event_hub = \"orders\"\nkeep_partition = {}\n[processor]\nload_balancing_interval = \"200ms\"\n",
+         event_hub = \"orders\"\nkeep_partition = {}\n[processor]\nload_balancing_interval = \"200ms\"\n\
+         [offset_map]\nevery_events = 7\nevery = \"60s\"\n",
         source.connection_string,
         dir.join("task.sqlite").display(),
         replica.connection_string,
@@ -54,14 +55,16 @@ async fn start_task(dir: &Path, source: &TestHub, replica: &TestHub, keyed: bool
     );
     std::fs::write(&task, &text).unwrap();
     let config = TaskConfig::parse(&task, &text).unwrap();
-    let options = StartOptions {
-        offset_sync: SyncPolicy {
+    assert_eq!(
+        config.offset_sync,
+        SyncPolicy {
             every_events: 7,
             every: Duration::from_secs(60),
-        },
-        ..StartOptions::default()
-    };
-    Replicator::start(&config, options).await.unwrap()
+        }
+    );
+    Replicator::start(&config, StartOptions::default())
+        .await
+        .unwrap()
 }
 
 /// Sends the stream in rounds (so the task reads it in many batches); keyed events go by key.

@@ -33,7 +33,7 @@ use crate::forward::{Counting, Destination, Outgoing, Poison, RetryPolicy, forwa
 use crate::limits::TARGETS_MAX;
 use crate::metadata::{self, HopIds};
 use crate::metrics::{FilterReason, PartitionMetrics, TaskMetrics};
-use crate::offset_map::{self, OffsetMap, PartitionSyncs, SyncPolicy, SyncSetup};
+use crate::offset_map::{self, OffsetMap, PartitionSyncs, SyncSetup};
 use crate::status;
 use crate::task::{Endpoint, StepPlan, TargetKind, TaskConfig, TaskError, Unmatched};
 
@@ -135,8 +135,6 @@ pub struct StartOptions {
     /// Steps of the library user's own, by the name a task file's `kind = "custom"` step
     /// gives.
     pub steps: Vec<(String, Arc<dyn Step>)>,
-    /// How often each source partition records an offset sync.
-    pub offset_sync: SyncPolicy,
 }
 
 impl std::fmt::Debug for StartOptions {
@@ -184,7 +182,7 @@ impl Replicator {
             None => None,
         };
         let metrics = Arc::new(TaskMetrics::new(&config.name));
-        let syncs = sync_setup(config, &options, &source, &source_id)?;
+        let syncs = sync_setup(config, &source, &source_id)?;
         let dead_letter_ids = HopIds::new(
             &source_id,
             dead_letter.as_ref().map_or("-", |d| d.identity.id.as_str()),
@@ -278,7 +276,6 @@ async fn write_status(dir: std::path::PathBuf, host: Arc<RunningHost>, metrics: 
 /// Opens the task's offset map beside its checkpoint store.
 fn sync_setup(
     config: &TaskConfig,
-    options: &StartOptions,
     source: &OpenedSource,
     source_id: &str,
 ) -> Result<SyncSetup, TaskError> {
@@ -291,7 +288,7 @@ fn sync_setup(
     })?;
     Ok(SyncSetup {
         map: Arc::new(map),
-        policy: options.offset_sync,
+        policy: config.offset_sync,
         guard: i64::from(config.source.batch_events_max) + i64::from(config.source.prefetch),
         source_id: source_id.to_owned(),
         source_partitions: source.identity.partition_count,

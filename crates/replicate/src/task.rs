@@ -66,6 +66,13 @@
 //! load_balancing_interval = "500ms"
 //! ownership_expiration = "5s"
 //!
+//! [offset_map]                         # the syncs `tributary failover translate-checkpoints`
+//! every_events = 10000                 # reads: one per source partition after this many
+//! every = "10s"                        # events or this long, whichever comes first. A
+//!                                      # translated checkpoint replays up to every_events
+//!                                      # events; each sync asks every target partition its
+//!                                      # newest sequence number and writes a transaction
+//!
 //! [metrics]
 //! listen = "127.0.0.1:9464"            # Prometheus text at /metrics
 //! ```
@@ -91,6 +98,7 @@ use crate::limits::{
     BACKOFF_MAX_DEFAULT, BACKOFF_MIN_DEFAULT, BATCH_EVENTS_DEFAULT, TARGETS_MAX,
     TASK_NAME_CHARS_MAX,
 };
+use crate::offset_map::SyncPolicy;
 
 /// A task file that could not be used: where, which key, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -134,6 +142,9 @@ pub struct TaskSpec {
     /// The processor host's balancing.
     #[serde(default)]
     pub processor: ProcessorSpec,
+    /// How often the offset map records a sync.
+    #[serde(default)]
+    pub offset_map: OffsetMapSpec,
     /// The Prometheus endpoint.
     pub metrics: Option<MetricsSpec>,
 }
@@ -251,6 +262,16 @@ pub struct ProcessorSpec {
     pub ownership_expiration: Option<Spanned<String>>,
     /// This process's name among the task's processes (default: generated).
     pub host_name: Option<String>,
+}
+
+/// `[offset_map]`.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct OffsetMapSpec {
+    /// A sync after this many source events.
+    pub every_events: Option<Spanned<i64>>,
+    /// Or after this long, e.g. `"10s"`.
+    pub every: Option<Spanned<String>>,
 }
 
 /// `[metrics]`.
@@ -414,6 +435,8 @@ pub struct TaskConfig {
     pub ownership_expiration: Option<Duration>,
     /// This process's name, if set.
     pub host_name: Option<String>,
+    /// How often each source partition records an offset sync.
+    pub offset_sync: SyncPolicy,
     /// Where to serve metrics.
     pub metrics_listen: Option<SocketAddr>,
 }
@@ -529,6 +552,7 @@ impl Checker<'_> {
                 "must be above zero and at most retry.backoff_max ({backoff_max:?}), not {backoff_min:?}"
             )));
         }
+        let offset_sync = self.offset_sync(&spec.offset_map)?;
         let metrics_listen = match &spec.metrics {
             Some(metrics) => Some(metrics.listen.get_ref().parse().map_err(|e| {
                 self.error(
@@ -563,7 +587,34 @@ impl Checker<'_> {
                 "processor.ownership_expiration",
             )?,
             host_name: spec.processor.host_name.clone(),
+            offset_sync,
             metrics_listen,
+        })
+    }
+
+    fn offset_sync(&self, spec: &OffsetMapSpec) -> Result<SyncPolicy, TaskError> {
+        let default = SyncPolicy::default();
+        let every_events = match &spec.every_events {
+            Some(value) if *value.get_ref() < 1 => {
+                return Err(self.error(
+                    value.span(),
+                    "offset_map.every_events",
+                    format!("must be at least 1, not {}", value.get_ref()),
+                ));
+            }
+            Some(value) => *value.get_ref(),
+            None => default.every_events,
+        };
+        let every = self
+            .duration(&spec.every, "offset_map.every")?
+            .unwrap_or(default.every);
+        if every.is_zero() {
+            let span = spec.every.as_ref().map_or(0..0, Spanned::span);
+            return Err(self.error(span, "offset_map.every", "must be above zero"));
+        }
+        Ok(SyncPolicy {
+            every_events,
+            every,
         })
     }
 

@@ -642,6 +642,16 @@ fn a_task_file_error_names_the_file_line_and_key() {
             ":10",
             "routing.unmatched",
         ),
+        (
+            "name = \"x\"\n[source]\ndata_dir = \".\"\nevent_hub = \"o\"\n[[target]]\nname = \"t\"\ndata_dir = \".\"\nevent_hub = \"o\"\n[offset_map]\nevery_events = 0\n",
+            ":10",
+            "offset_map.every_events",
+        ),
+        (
+            "name = \"x\"\n[source]\ndata_dir = \".\"\nevent_hub = \"o\"\n[[target]]\nname = \"t\"\ndata_dir = \".\"\nevent_hub = \"o\"\n[offset_map]\nevery = \"0s\"\n",
+            ":10",
+            "offset_map.every",
+        ),
     ];
     for (text, line, key) in cases {
         std::fs::write(&file, text).unwrap();
