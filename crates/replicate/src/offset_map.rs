@@ -43,7 +43,7 @@
 //! # Size
 //!
 //! A sync is taken every [`SyncPolicy::every_events`] events or [`SyncPolicy::every`] per
-//! source partition, whichever comes first. Per (source partition, target) the newest
+//! source partition, whichever comes first (the task file's `[offset_map]` table). Per (source partition, target) the newest
 //! [`RECENT_SYNCS_KEPT`] are kept, and of older ones the newest in each power-of-two distance
 //! from the newest, plus the oldest ([`kept`]): an old checkpoint still translates, less
 //! precisely, and the file stays a few thousand rows.
@@ -73,8 +73,8 @@ impl Default for SyncPolicy {
     /// Every 10,000 events or 10 s: at most 10,000 events replayed per partition after a
     /// translation (a failover is rare, and consumers see duplicates after one anyway). A sync
     /// costs one properties request per target partition before its batch is sent and a
-    /// SQLite transaction after its checkpoint; taken for every batch of a task's default
-    /// 1,000 events, that was about a third of a busy task's CPU.
+    /// SQLite transaction after its checkpoint, so one every batch of a task's default 1,000
+    /// events would be a large share of a busy task's CPU.
     fn default() -> Self {
         SyncPolicy {
             every_events: 10_000,
