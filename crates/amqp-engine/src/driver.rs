@@ -39,6 +39,13 @@ const COMMANDS_PER_TURN: usize = 256;
 /// A read buffer above this capacity is given back once empty.
 const BUFFER_KEEP_BYTES: usize = 256 * 1024;
 
+/// The least and the most room a read offers the socket. A read takes at most the room the
+/// buffer has; without a floor, a buffer drained to a few bytes each turn would read a few
+/// hundred bytes per system call for the rest of the connection.
+const READ_ROOM_MIN: usize = 8 * 1024;
+const READ_ROOM_MAX: usize = 128 * 1024;
+const _: () = assert!(READ_ROOM_MIN <= READ_ROOM_MAX && READ_ROOM_MAX <= BUFFER_KEEP_BYTES);
+
 /// The application on top of a connection.
 pub trait Handler {
     /// What the handler's own tasks send it.
@@ -109,6 +116,7 @@ where
             .map(|ms| io.last_read + Duration::from_millis(u64::from(ms)));
         let room = io.out.len() - io.written < OUT_BYTES_HIGH;
         let reading = room && io.ending.is_none();
+        let offered = if reading { io.make_read_room() } else { 0 };
         let flushed = io.written == io.out.len();
         tokio::select! {
             biased;
@@ -121,7 +129,7 @@ where
             },
             result = reader.read_buf(&mut io.input), if reading => match result {
                 Ok(0) => io.read_ended(&connection),
-                Ok(_) => io.last_read = Instant::now(),
+                Ok(n) => io.read(n, offered),
                 Err(error) => return (connection, Ending::Io(error)),
             },
             command = commands.recv(), if room && commands_open && io.ending.is_none() => match command {
@@ -155,6 +163,10 @@ where
 /// What [`run`] keeps between wake-ups: the bytes read and to write, the clocks, the ending.
 struct Io {
     input: Vec<u8>,
+    /// The room the next read gets: doubled after a read that filled it, halved after one that
+    /// used under a quarter, within [`READ_ROOM_MIN`]..=[`READ_ROOM_MAX`]. A busy connection
+    /// reads in large chunks; a quiet one asks for little.
+    read_room: usize,
     out: Vec<u8>,
     /// Bytes of `out` written so far.
     written: usize,
@@ -169,6 +181,7 @@ impl Io {
         let now = Instant::now();
         Io {
             input: buffered,
+            read_room: READ_ROOM_MIN,
             out: Vec::new(),
             written: 0,
             last_read: now,
@@ -207,6 +220,24 @@ impl Io {
             self.ending = Some(Ending::Closed);
         }
         self.ending.is_some() && self.written == self.out.len()
+    }
+
+    /// Makes room in the input buffer for the next read; returns the room offered.
+    fn make_read_room(&mut self) -> usize {
+        self.input.reserve(self.read_room);
+        self.input.capacity() - self.input.len()
+    }
+
+    /// A read of `n` bytes arrived (`n > 0`) into `offered` bytes of room.
+    fn read(&mut self, n: usize, offered: usize) {
+        debug_assert!(n > 0 && n <= offered);
+        self.last_read = Instant::now();
+        if n >= offered {
+            self.read_room = (self.read_room * 2).min(READ_ROOM_MAX);
+        } else if n < self.read_room / 4 {
+            self.read_room = (self.read_room / 2).max(READ_ROOM_MIN);
+        }
+        assert!((READ_ROOM_MIN..=READ_ROOM_MAX).contains(&self.read_room));
     }
 
     /// `n` more bytes of the output reached the socket.
@@ -255,5 +286,46 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_get_more_room_while_they_fill_it_and_less_when_they_use_little() {
+        let mut io = Io::new(Vec::new());
+        // A busy socket: every read fills the room it was offered.
+        let mut offers = Vec::new();
+        for _ in 0..8 {
+            let offered = io.make_read_room();
+            offers.push(offered);
+            io.read(offered, offered);
+        }
+        assert!(offers[0] >= READ_ROOM_MIN);
+        assert!(offers.windows(2).all(|pair| pair[1] >= pair[0]));
+        assert!(*offers.last().unwrap() >= READ_ROOM_MAX);
+        assert_eq!(io.read_room, READ_ROOM_MAX);
+        // A quiet one: small reads shrink the room back to the floor, never below it.
+        for _ in 0..8 {
+            let offered = io.make_read_room();
+            io.read(100, offered);
+        }
+        assert_eq!(io.read_room, READ_ROOM_MIN);
+        // A read between a quarter and all of the room leaves it as it is.
+        io.read_room = 4 * READ_ROOM_MIN;
+        io.read(2 * READ_ROOM_MIN, 4 * READ_ROOM_MIN);
+        assert_eq!(io.read_room, 4 * READ_ROOM_MIN);
+    }
+
+    #[test]
+    fn a_buffer_drained_each_turn_still_offers_the_floor() {
+        let mut io = Io::new(Vec::new());
+        for leftover in [0usize, 37, 500, 4000] {
+            io.input.clear();
+            io.input.resize(leftover, 0);
+            assert!(io.make_read_room() >= READ_ROOM_MIN);
+        }
     }
 }
