@@ -557,11 +557,30 @@ impl EventProcessor for ReplicationProcessor {
             partition,
             now_ms: wall_clock_ms(),
         };
-        let items = self.admitted(events);
-        let edited = self.task.editor.apply(&edit_context, items);
-        let dropped: u64 = edited.dropped.iter().map(|(_, count)| count).sum();
-        self.metrics.filtered(FilterReason::Editor, dropped);
-        let routed = self.route(&edit_context, edited.passed);
+        let admitted = self.admitted(events);
+        let (routed, rejected) = match self.unconditional_routes() {
+            // No step to run and no condition to test: events go to their routes as they were
+            // read, never made into editor items (each move of an item copies it).
+            Some(mask) => {
+                let events = admitted.map(|event| {
+                    let position = Position::of(&event);
+                    (event.data, position, mask)
+                });
+                (self.route(events), Vec::new())
+            }
+            None => {
+                let items = admitted.map(Item::received).collect();
+                let edited = self.task.editor.apply(&edit_context, items);
+                let dropped: u64 = edited.dropped.iter().map(|(_, count)| count).sum();
+                self.metrics.filtered(FilterReason::Editor, dropped);
+                let events = edited.passed.into_iter().map(|item| {
+                    let (position, mask) =
+                        (item.position(), self.matching_routes(&edit_context, &item));
+                    (item.into_event(), position, mask)
+                });
+                (self.route(events), edited.rejected)
+            }
+        };
         let destinations: Vec<&Destination> = self
             .task
             .routes
@@ -575,7 +594,7 @@ impl EventProcessor for ReplicationProcessor {
             .collect();
         let sync = self.syncs.before_batch(first_sequence, &destinations).await;
         let poison = self.forward_routes(partition, routed.per_route, last).await;
-        self.dead_letter(partition, routed.unmatched, poison, edited.rejected)
+        self.dead_letter(partition, routed.unmatched, poison, rejected)
             .await;
         match context.checkpoint().await {
             Ok(()) => {
@@ -626,23 +645,30 @@ fn routes_in(mut mask: u64) -> impl Iterator<Item = usize> {
 }
 
 impl ReplicationProcessor {
-    /// The events the task forwards at all, as editor items: with `forward_replicated` off,
-    /// those produced at the source (not replicated into it by a task of ours, nor by Azure's
-    /// merge sample).
-    fn admitted(&self, events: Vec<ReceivedEvent>) -> Vec<Item> {
+    /// The events the task forwards at all: with `forward_replicated` off, those produced at
+    /// the source (not replicated into it by a task of ours, nor by Azure's merge sample).
+    fn admitted(&self, events: Vec<ReceivedEvent>) -> impl Iterator<Item = ReceivedEvent> + '_ {
         let task = &self.task;
-        let mut items = Vec::with_capacity(events.len());
-        for event in events {
-            if !task.forward_replicated
+        events.into_iter().filter(move |event| {
+            let replicated = !task.forward_replicated
                 && (metadata::origin(&event.data).is_some_and(|origin| origin != task.source_id)
-                    || metadata::azure_merge_copied_into(&event.data, &task.source_hub_name))
-            {
+                    || metadata::azure_merge_copied_into(&event.data, &task.source_hub_name));
+            if replicated {
                 self.metrics.filtered(FilterReason::Replicated, 1);
-                continue;
             }
-            items.push(Item::received(event));
-        }
-        items
+            !replicated
+        })
+    }
+
+    /// The routes (bits) every event takes when nothing about an event can change them: the
+    /// editor has no steps and no route has a condition. `None` when an event's routes depend
+    /// on it.
+    fn unconditional_routes(&self) -> Option<u64> {
+        let routes = &self.task.routes;
+        let unconditional = self.task.editor.is_empty()
+            && !routes.is_empty()
+            && routes.iter().all(|route| route.condition.is_none());
+        unconditional.then(|| u64::MAX >> (u64::BITS as usize - routes.len()))
     }
 
     /// The routes `item` takes (a bit each): those whose condition it meets, else the task's
@@ -666,22 +692,19 @@ impl ReplicationProcessor {
         }
     }
 
-    /// Routes the edited events: each route's events (stamped for it), and the events no
-    /// route matched (to be dead-lettered).
-    fn route(&self, context: &Context<'_>, items: Vec<Item>) -> Routed {
+    /// Routes the edited events, each with the routes (bits) it matched: each route's events
+    /// (stamped for it), and the events no route matched (to be dead-lettered).
+    fn route(&self, events: impl Iterator<Item = (EventData, Position, u64)>) -> Routed {
         let task = &self.task;
         let mut routed = Routed {
             per_route: vec![Vec::new(); task.routes.len()],
             unmatched: Vec::new(),
         };
-        if let [only] = routed.per_route.as_mut_slice() {
+        if let ([only], Some(most)) = (routed.per_route.as_mut_slice(), events.size_hint().1) {
             // Room for the whole batch at once: growing a vector of events copies them.
-            only.reserve_exact(items.len());
+            only.reserve_exact(most);
         }
-        for item in items {
-            let position = item.position();
-            let mut mask = self.matching_routes(context, &item);
-            let event = item.into_event();
+        for (event, position, mut mask) in events {
             if mask == 0 {
                 match task.unmatched {
                     Unmatched::DeadLetter => routed.unmatched.push((event, position)),
