@@ -20,11 +20,16 @@
 //!   all → events/s, and its ratio to the baseline. The target's log counts its appends, so the
 //!   line gives the events per send the task made; offsets are byte positions, so the logs'
 //!   bytes per event show what the task's stamps add.
-//! * **lag**: a fresh task (its own consumer group, from latest) while the producers offer a
-//!   fixed rate (`--lag-rates`: by default half the copy throughput, and 10,000 events/s) for
-//!   `--lag-seconds` after a 2 s warm-up; then the producers stop and the task catches up. The
-//!   task's lag histogram (source enqueued time → target acknowledgement) over that window:
-//!   p50, p99, p999 and max, as the upper bounds of its buckets.
+//! * **rounds**: `--rounds N` runs the baseline and the copy N times, alternating, each copy
+//!   with event hubs of its own (`bench`, `bench-2`, …), and prints each round's ratio and the
+//!   median: this machine's rates drift from one minute to the next, and a baseline and a copy
+//!   taken side by side drift together.
+//! * **lag**: after the last round, a fresh task (its own consumer group, from latest) while the
+//!   producers offer a fixed rate (`--lag-rates`: by default half the (median) copy throughput,
+//!   and 10,000 events/s) for `--lag-seconds` after a 2 s warm-up; then the producers stop and
+//!   the task catches up. The task's lag histogram (source enqueued time → target
+//!   acknowledgement) over that window: p50, p99, p999 and max, as the upper bounds of its
+//!   buckets.
 //!
 //! Every result line states the durability, event size, batch size, partitions, producers and
 //! the rates, so no figure is quoted without its conditions.
@@ -85,33 +90,97 @@ pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
 }
 
 async fn measure(setup: &Setup, source: &Hub, target: &Hub) -> Result<()> {
-    let baseline = {
-        let producers = Producers::connect(setup, &source.connection_string, INGEST_HUB).await?;
-        let rate = ingest(setup, &producers, source).await;
+    let mut rounds = Vec::with_capacity(setup.rounds);
+    for round in 1..=setup.rounds {
+        let hub = copy_hub(round);
+        let baseline = {
+            let producers =
+                Producers::connect(setup, &source.connection_string, INGEST_HUB).await?;
+            let rate = ingest(setup, &producers, source).await;
+            producers.close().await;
+            rate?
+        };
+        let producers = Producers::connect(setup, &source.connection_string, &hub).await?;
+        let copied = fill_and_copy(setup, &producers, (source, target), &hub, baseline).await;
         producers.close().await;
-        rate?
-    };
-    let producers = Producers::connect(setup, &source.connection_string, HUB).await?;
-    let outcome = copy_and_lag(setup, &producers, (source, target), baseline).await;
+        rounds.push((baseline, copied?));
+    }
+    let copy_rate = summarize(&rounds);
+    let hub = copy_hub(setup.rounds);
+    let producers = Producers::connect(setup, &source.connection_string, &hub).await?;
+    let outcome = lags(setup, &producers, (source, target), &hub, copy_rate).await;
     producers.close().await;
     outcome
 }
 
-async fn copy_and_lag(
+/// The event hub round `round` (from 1) fills and copies, on both hubs.
+fn copy_hub(round: usize) -> String {
+    match round {
+        1 => HUB.to_owned(),
+        _ => format!("{HUB}-{round}"),
+    }
+}
+
+/// With more than one round, prints each round's copy / baseline and their median; returns the
+/// median copy rate (the lag runs' `half` is half of it).
+fn summarize(rounds: &[(f64, f64)]) -> f64 {
+    let copy_rate = median(rounds.iter().map(|(_, copy)| *copy).collect());
+    if rounds.len() > 1 {
+        let ratios: Vec<f64> = rounds
+            .iter()
+            .map(|(base, copy)| 100.0 * copy / base)
+            .collect();
+        let listed: Vec<String> = ratios.iter().map(|ratio| format!("{ratio:.1}")).collect();
+        println!(
+            "replicate rounds: copy / baseline {} % in {} rounds, median {:.1} %; copy median {} events/s, baseline median {} events/s",
+            listed.join(", "),
+            rounds.len(),
+            median(ratios.clone()),
+            thousands(copy_rate),
+            thousands(median(rounds.iter().map(|(base, _)| *base).collect()))
+        );
+    }
+    copy_rate
+}
+
+/// The median of `values` (the mean of the middle two of an even count); NaN for none.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let middle = values.len() / 2;
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[middle],
+        _ => (values[middle - 1] + values[middle]) / 2.0,
+    }
+}
+
+/// Fills the source's `hub` and copies it to the target's; returns the copy's events/s.
+async fn fill_and_copy(
     setup: &Setup,
     producers: &Producers,
     (source, target): (&Hub, &Hub),
+    hub: &str,
     baseline: f64,
+) -> Result<f64> {
+    fill(setup, producers, source, hub).await?;
+    let held = source.events(hub, setup.partitions)?;
+    copy(setup, (source, target), hub, held, baseline).await
+}
+
+/// The lag runs, on the event hub `hub`, after copies at `copy_rate` events/s.
+async fn lags(
+    setup: &Setup,
+    producers: &Producers,
+    (source, target): (&Hub, &Hub),
+    hub: &str,
+    copy_rate: f64,
 ) -> Result<()> {
-    fill(setup, producers, source).await?;
-    let held = source.events(HUB, setup.partitions)?;
-    let copy_rate = copy(setup, source, target, held, baseline).await?;
     for (index, rate) in setup.lag_rates.iter().enumerate() {
         let rate = match rate {
             LagRate::HalfCopy => ((copy_rate / 2.0) as u64).max(1),
             LagRate::EventsPerSecond(rate) => *rate,
         };
-        lag(setup, producers, (source, target), rate, index).await?;
+        lag(setup, producers, (source, target), hub, rate, index).await?;
     }
     Ok(())
 }
@@ -127,6 +196,7 @@ struct Setup {
     send_window: usize,
     seconds: u64,
     copy_events: u64,
+    rounds: usize,
     lag_rates: Vec<LagRate>,
     lag_seconds: u64,
     task_batch_events: Option<u32>,
@@ -153,6 +223,7 @@ impl Setup {
             send_window: args.send_window,
             seconds: args.seconds,
             copy_events: args.copy_events.max(1),
+            rounds: args.rounds.max(1),
             lag_rates: args.lag_rates.clone(),
             lag_seconds: args.lag_seconds.max(1),
             task_batch_events: args.task_batch_events,
@@ -179,17 +250,16 @@ impl Setup {
         )
     }
 
-    /// A copy task `name` from `source` to `target`, reading in `group` from `position`, with
-    /// its checkpoint store beside its (never written) task file.
+    /// A copy task `name` of the event hub `hub` from `source` to `target`, reading in `group`
+    /// from `position`, with its checkpoint store beside its (never written) task file.
     fn task(
         &self,
-        name: &str,
-        group: &str,
-        position: &str,
+        (name, group, position): (&str, &str, &str),
         hubs: (&Hub, &Hub),
+        hub: &str,
     ) -> Result<TaskConfig> {
         let mut text = format!(
-            "name = \"{name}\"\n[source]\n{}\nevent_hub = \"{HUB}\"\nconsumer_group = \"{group}\"\ninitial_position = \"{position}\"\ncheckpoint_store = \"{name}.sqlite\"\n",
+            "name = \"{name}\"\n[source]\n{}\nevent_hub = \"{hub}\"\nconsumer_group = \"{group}\"\ninitial_position = \"{position}\"\ncheckpoint_store = \"{name}.sqlite\"\n",
             self.endpoint(hubs.0)
         );
         if let Some(batch) = self.task_batch_events {
@@ -199,7 +269,7 @@ impl Setup {
             text.push_str(&format!("prefetch = {prefetch}\n"));
         }
         text.push_str(&format!(
-            "[[target]]\nname = \"copy\"\n{}\nevent_hub = \"{HUB}\"\nkeep_partition = true\n",
+            "[[target]]\nname = \"copy\"\n{}\nevent_hub = \"{hub}\"\nkeep_partition = true\n",
             self.endpoint(hubs.1)
         ));
         TaskConfig::parse(&self.dir.join(format!("{name}.toml")), &text)
@@ -290,7 +360,7 @@ impl Hub {
     async fn start(role: &str, setup: &Setup) -> Result<Hub> {
         let runtime = OwnRuntime::new(&format!("{role}-hub"))?;
         let dir = setup.dir.join(role);
-        let (durability, partitions) = (setup.durability, setup.partitions);
+        let (durability, partitions, rounds) = (setup.durability, setup.partitions, setup.rounds);
         let (broker, server, connection_string) = runtime
             .run(async move {
                 let mut config = BrokerConfig::new(&dir);
@@ -298,7 +368,8 @@ impl Hub {
                 let broker = Broker::open(config)
                     .await
                     .with_context(|| format!("cannot open {}", dir.display()))?;
-                for hub in [HUB, INGEST_HUB] {
+                let hubs = (1..=rounds).map(copy_hub).chain([INGEST_HUB.to_owned()]);
+                for hub in hubs {
                     broker
                         .create_hub(HubSpec::new(hub, partitions))
                         .await
@@ -384,20 +455,16 @@ struct Producers {
 
 impl Producers {
     /// `setup.producers` clients of the event hub `hub`.
-    async fn connect(
-        setup: &Setup,
-        connection_string: &str,
-        hub: &'static str,
-    ) -> Result<Producers> {
+    async fn connect(setup: &Setup, connection_string: &str, hub: &str) -> Result<Producers> {
         let runtime = OwnRuntime::new("producers")?;
         let mut clients = Vec::with_capacity(setup.producers);
         for _ in 0..setup.producers {
-            let connection_string = connection_string.to_owned();
+            let (connection_string, hub) = (connection_string.to_owned(), hub.to_owned());
             let client = runtime
                 .run(async move {
                     ProducerClient::connect_with_options(
                         &connection_string,
-                        Some(hub),
+                        Some(&hub),
                         ClientOptions::default(),
                     )
                     .await
@@ -505,14 +572,14 @@ async fn ingest(setup: &Setup, producers: &Producers, source: &Hub) -> Result<f6
     Ok(rate)
 }
 
-/// Fills the source's `bench` hub with `copy_events` events (a little more: the sends in
+/// Fills the source's event hub `hub` with `copy_events` events (a little more: the sends in
 /// flight when the count is reached), the same way.
-async fn fill(setup: &Setup, producers: &Producers, source: &Hub) -> Result<()> {
+async fn fill(setup: &Setup, producers: &Producers, source: &Hub, hub: &str) -> Result<()> {
     let (acked, stop) = (Arc::default(), Arc::default());
     let started = Instant::now();
     let tasks = flood(setup, producers, &acked, &stop, setup.copy_events)?;
     join_all(tasks).await?;
-    let held = source.events(HUB, setup.partitions)?;
+    let held = source.events(hub, setup.partitions)?;
     println!(
         "replicate fill: {held} events into the source hub in {:.2} s = {} events/s (the same producers; the copy's input)",
         started.elapsed().as_secs_f64(),
@@ -521,24 +588,25 @@ async fn fill(setup: &Setup, producers: &Producers, source: &Hub) -> Result<()> 
     Ok(())
 }
 
-/// Copies the `events` the source holds to the (empty) target; returns the events/s from the
-/// task's start to the last event acknowledged.
+/// Copies the `events` the source's event hub `hub` holds to the target's (empty); returns the
+/// events/s from the task's start to the last event acknowledged.
 async fn copy(
     setup: &Setup,
-    source: &Hub,
-    target: &Hub,
+    (source, target): (&Hub, &Hub),
+    hub: &str,
     events: u64,
     baseline: f64,
 ) -> Result<f64> {
-    let config = setup.task("copy", "$Default", "earliest", (source, target))?;
-    let goal = target.events(HUB, setup.partitions)? + events;
+    let name = format!("copy-{hub}");
+    let config = setup.task((&name, "$Default", "earliest"), (source, target), hub)?;
+    let goal = target.events(hub, setup.partitions)? + events;
     let (cpu, syncs) = (ThreadCpu::now(), target.broker.sync_times());
     let started = Instant::now();
     let options = setup.start_options((source, target)).await;
     let replicator = Replicator::start(&config, options)
         .await
         .context("the copy task did not start")?;
-    let first = wait_for(target, setup.partitions, goal, started).await?;
+    let first = wait_for((target, hub), setup.partitions, goal, started).await?;
     let took = started.elapsed();
     let (cpu, syncs) = (cpu.since(), target.broker.sync_times().since(&syncs));
     let snapshot = replicator.metrics().snapshot();
@@ -568,8 +636,8 @@ async fn copy(
         )
     );
     println!("  target disk: {syncs}");
-    let per_event = |hub: &Hub| -> Result<f64> {
-        Ok(hub.log_bytes(HUB, setup.partitions)? as f64 / events.max(1) as f64)
+    let per_event = |side: &Hub| -> Result<f64> {
+        Ok(side.log_bytes(hub, setup.partitions)? as f64 / events.max(1) as f64)
     };
     println!(
         "  log bytes per event: source {:.0}, target {:.0} (the stamps the task adds)",
@@ -593,12 +661,18 @@ fn sends_note(syncs: &SyncTimes, events: u64, retries: u64) -> String {
     )
 }
 
-/// Waits until `hub` holds `goal` events; returns when the first new one arrived, from `since`.
-async fn wait_for(hub: &Hub, partitions: u32, goal: u64, since: Instant) -> Result<Duration> {
-    let at_start = hub.events(HUB, partitions)?;
+/// Waits until the event hub `name` of `hub` holds `goal` events; returns when the first new one
+/// arrived, from `since`.
+async fn wait_for(
+    (hub, name): (&Hub, &str),
+    partitions: u32,
+    goal: u64,
+    since: Instant,
+) -> Result<Duration> {
+    let at_start = hub.events(name, partitions)?;
     let (mut first, mut seen, mut progress) = (None, at_start, Instant::now());
     loop {
-        let now = hub.events(HUB, partitions)?;
+        let now = hub.events(name, partitions)?;
         if now > at_start && first.is_none() {
             first = Some(since.elapsed());
         }
@@ -637,16 +711,17 @@ async fn lag(
     setup: &Setup,
     producers: &Producers,
     (source, target): (&Hub, &Hub),
+    hub: &str,
     rate: u64,
     index: usize,
 ) -> Result<()> {
     let group = format!("lag-{index}");
     source
         .broker
-        .create_consumer_group(HUB, &group)
+        .create_consumer_group(hub, &group)
         .await
         .context("cannot create the lag run's consumer group")?;
-    let config = setup.task(&group, &group, "latest", (source, target))?;
+    let config = setup.task((&group, &group, "latest"), (source, target), hub)?;
     let options = setup.start_options((source, target)).await;
     let replicator = Replicator::start(&config, options)
         .await
@@ -925,4 +1000,24 @@ fn thousands(value: f64) -> String {
         out.push(c);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_is_the_middle_value_or_the_mean_of_the_middle_two() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(vec![7.5]), 7.5);
+        assert!(median(Vec::new()).is_nan());
+    }
+
+    #[test]
+    fn each_round_copies_an_event_hub_of_its_own() {
+        let hubs: Vec<String> = (1..=3).map(copy_hub).collect();
+        assert_eq!(hubs, ["bench", "bench-2", "bench-3"]);
+        assert!(!hubs.iter().any(|hub| hub == INGEST_HUB));
+    }
 }

@@ -76,6 +76,12 @@ pub struct BenchArgs {
     /// Events the replicate scenario fills the source with and copies.
     #[arg(long, default_value_t = 3_000_000)]
     pub copy_events: u64,
+    /// Rounds of ingest baseline, fill and copy the replicate scenario runs before its lag runs,
+    /// each copy into event hubs of its own; with more than one it prints each round's copy /
+    /// baseline and their median (this machine's rates drift between runs), and `half` is half
+    /// the median copy rate.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
     /// Rates at which the replicate scenario measures the lag, comma-separated: events/s, or
     /// `half` for half the copy throughput it measured.
     #[arg(long, value_delimiter = ',', default_value = "half,10000", value_parser = parse_lag_rate)]
