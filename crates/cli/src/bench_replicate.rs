@@ -95,7 +95,7 @@ async fn measure(setup: &Setup, source: &Hub, target: &Hub) -> Result<()> {
         let hub = copy_hub(round);
         let baseline = {
             let producers =
-                Producers::connect(setup, &source.connection_string, INGEST_HUB).await?;
+                Producers::connect(setup, &source.connection_string, &ingest_hub(round)).await?;
             let rate = ingest(setup, &producers, source).await;
             producers.close().await;
             rate?
@@ -115,9 +115,19 @@ async fn measure(setup: &Setup, source: &Hub, target: &Hub) -> Result<()> {
 
 /// The event hub round `round` (from 1) fills and copies, on both hubs.
 fn copy_hub(round: usize) -> String {
+    hub_of_round(HUB, round)
+}
+
+/// The source's event hub round `round`'s baseline writes: a fresh one each round, as in a
+/// single round.
+fn ingest_hub(round: usize) -> String {
+    hub_of_round(INGEST_HUB, round)
+}
+
+fn hub_of_round(name: &str, round: usize) -> String {
     match round {
-        1 => HUB.to_owned(),
-        _ => format!("{HUB}-{round}"),
+        1 => name.to_owned(),
+        _ => format!("{name}-{round}"),
     }
 }
 
@@ -368,7 +378,7 @@ impl Hub {
                 let broker = Broker::open(config)
                     .await
                     .with_context(|| format!("cannot open {}", dir.display()))?;
-                let hubs = (1..=rounds).map(copy_hub).chain([INGEST_HUB.to_owned()]);
+                let hubs = (1..=rounds).flat_map(|round| [copy_hub(round), ingest_hub(round)]);
                 for hub in hubs {
                     broker
                         .create_hub(HubSpec::new(hub, partitions))
@@ -1015,9 +1025,10 @@ mod tests {
     }
 
     #[test]
-    fn each_round_copies_an_event_hub_of_its_own() {
+    fn each_round_writes_and_copies_event_hubs_of_its_own() {
         let hubs: Vec<String> = (1..=3).map(copy_hub).collect();
         assert_eq!(hubs, ["bench", "bench-2", "bench-3"]);
-        assert!(!hubs.iter().any(|hub| hub == INGEST_HUB));
+        let ingest: Vec<String> = (1..=3).map(ingest_hub).collect();
+        assert_eq!(ingest, ["ingest", "ingest-2", "ingest-3"]);
     }
 }
