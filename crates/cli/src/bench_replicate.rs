@@ -20,9 +20,10 @@
 //!   all → events/s, and its ratio to the baseline. The target's log counts its appends, so the
 //!   line gives the events per send the task made; offsets are byte positions, so the logs'
 //!   bytes per event show what the task's stamps add.
-//! * **rounds**: `--rounds N` runs the baseline and the copy N times, alternating, each copy
-//!   with event hubs of its own (`bench`, `bench-2`, …), and prints each round's ratio and the
-//!   median: this machine's rates drift from one minute to the next, and a baseline and a copy
+//! * **rounds**: `--rounds N` runs the baseline and the copy N times, alternating, each round
+//!   with event hubs of its own (`ingest-2` and `bench-2`, …), and prints each round's ratio and
+//!   the median: this machine's rates drift from one minute to the next (on a VM, memory the
+//!   host has not backed makes the page cache's first touch slow), and a baseline and a copy
 //!   taken side by side drift together.
 //! * **lag**: after the last round, a fresh task (its own consumer group, from latest) while the
 //!   producers offer a fixed rate (`--lag-rates`: by default half the (median) copy throughput,
