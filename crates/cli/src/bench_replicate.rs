@@ -146,7 +146,7 @@ fn summarize(rounds: &[(f64, f64)]) -> f64 {
             "replicate rounds: copy / baseline {} % in {} rounds, median {:.1} %; copy median {} events/s, baseline median {} events/s",
             listed.join(", "),
             rounds.len(),
-            median(ratios.clone()),
+            median(ratios),
             thousands(copy_rate),
             thousands(median(rounds.iter().map(|(base, _)| *base).collect()))
         );

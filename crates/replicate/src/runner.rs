@@ -692,8 +692,9 @@ impl ReplicationProcessor {
         }
     }
 
-    /// Routes the edited events, each with the routes (bits) it matched: each route's events
-    /// (stamped for it), and the events no route matched (to be dead-lettered).
+    /// Routes events (as the editor left them, or as read when there is nothing to edit), each
+    /// with the routes (bits) it matched: each route's events (stamped for it), and the events
+    /// no route matched (to be dead-lettered).
     fn route(&self, events: impl Iterator<Item = (EventData, Position, u64)>) -> Routed {
         let task = &self.task;
         let mut routed = Routed {
