@@ -748,8 +748,13 @@ async fn lag(
     tokio::time::sleep(LAG_WARM_UP).await;
     let lag_before = replicator.metrics().lag();
     let (cpu, syncs) = (ThreadCpu::now(), target.broker.sync_times());
+    let source_syncs = source.broker.sync_times();
     let (offered_before, started) = (acked.load(Ordering::Relaxed), Instant::now());
-    join_all(pacers).await?;
+    let mut by_second = Vec::new();
+    tokio::select! {
+        paced = join_all(pacers) => paced?,
+        () = lag_by_second(&replicator, &mut by_second) => unreachable!("watches until stopped"),
+    }
     let (offered, elapsed) = (
         acked.load(Ordering::Relaxed) - offered_before,
         started.elapsed(),
@@ -757,6 +762,7 @@ async fn lag(
     caught_up(&replicator, acked.load(Ordering::Relaxed)).await?;
     let lag = replicator.metrics().lag().since(&lag_before);
     let (cpu, syncs) = (cpu.since(), target.broker.sync_times().since(&syncs));
+    let source_syncs = source.broker.sync_times().since(&source_syncs);
     replicator
         .shutdown()
         .await
@@ -772,8 +778,10 @@ async fn lag(
         LAG_WARM_UP.as_secs(),
         lag_line(&lag)
     );
+    println!("  lag p99 second by second: {}", p99_series(&by_second));
     println!("  {}", cpu.line(lag.count));
     println!("  {}", sends_note(&syncs, lag.count, 0));
+    println!("  source disk: {source_syncs}");
     println!("  target disk: {syncs}");
     Ok(())
 }
@@ -838,6 +846,33 @@ fn pace(
         }));
     }
     Ok(pacers)
+}
+
+/// Pushes the lag of each second onto `seconds` until dropped: one p99 over a run hides whether
+/// its tail is a steady state or a backlog that one disturbance left and that takes seconds to
+/// drain.
+async fn lag_by_second(replicator: &Replicator, seconds: &mut Vec<DurationCounts>) {
+    let mut before = replicator.metrics().lag();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = replicator.metrics().lag();
+        seconds.push(now.since(&before));
+        before = now;
+    }
+}
+
+/// Each second's lag p99 (its bucket's upper bound) as "20, 150, 30 ms": `-` for a second
+/// with no event acknowledged, `>10000` beyond the last bucket.
+fn p99_series(seconds: &[DurationCounts]) -> String {
+    let figures: Vec<String> = seconds
+        .iter()
+        .map(|second| match second.quantile(0.99) {
+            Some(bound) => bound.as_millis().to_string(),
+            None if second.count == 0 => "-".to_owned(),
+            None => ">10000".to_owned(),
+        })
+        .collect();
+    format!("{} ms", figures.join(", "))
 }
 
 /// The lag quantiles and maximum (bucket upper bounds), and the mean.
@@ -1031,5 +1066,21 @@ mod tests {
         assert_eq!(hubs, ["bench", "bench-2", "bench-3"]);
         let ingest: Vec<String> = (1..=3).map(ingest_hub).collect();
         assert_eq!(ingest, ["ingest", "ingest-2", "ingest-3"]);
+    }
+
+    #[test]
+    fn each_seconds_p99_is_its_bucket_bound_or_says_why_there_is_none() {
+        let second = |lags_ms: &[u64]| {
+            let histogram = tributary_log::DurationHistogram::default();
+            histogram.record_all(lags_ms.iter().map(|&ms| Duration::from_millis(ms)));
+            histogram.snapshot()
+        };
+        let seconds = [
+            second(&[1, 2, 140]),
+            second(&[]),
+            second(&[3; 200]),
+            second(&[20_000]),
+        ];
+        assert_eq!(p99_series(&seconds), "150, -, 3, >10000 ms");
     }
 }
