@@ -30,7 +30,8 @@
 //!   and 10,000 events/s) for `--lag-seconds` after a 2 s warm-up; then the producers stop and
 //!   the task catches up. The task's lag histogram (source enqueued time → target
 //!   acknowledgement) over that window: p50, p99, p999 and max, as the upper bounds of its
-//!   buckets.
+//!   buckets, and the p99 of each second (a steady tail and a backlog draining look alike in
+//!   one figure).
 //!
 //! Every result line states the durability, event size, batch size, partitions, producers and
 //! the rates, so no figure is quoted without its conditions.
