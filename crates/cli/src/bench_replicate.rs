@@ -849,9 +849,9 @@ fn pace(
     Ok(pacers)
 }
 
-/// Pushes the lag of each second onto `seconds` until dropped: one p99 over a run hides whether
-/// its tail is a steady state or a backlog that one disturbance left and that takes seconds to
-/// drain.
+/// Pushes the lag of each whole second onto `seconds` until dropped (a last, partial second is
+/// left out; the window's own figures cover it): one p99 over a run hides whether its tail is a
+/// steady state or a backlog that one disturbance left and that takes seconds to drain.
 async fn lag_by_second(replicator: &Replicator, seconds: &mut Vec<DurationCounts>) {
     let mut before = replicator.metrics().lag();
     loop {

@@ -43,10 +43,10 @@
 //! # Size
 //!
 //! A sync is taken every [`SyncPolicy::every_events`] events or [`SyncPolicy::every`] per
-//! source partition, whichever comes first (the task file's `[offset_map]` table). Per (source partition, target) the newest
-//! [`RECENT_SYNCS_KEPT`] are kept, and of older ones the newest in each power-of-two distance
-//! from the newest, plus the oldest ([`kept`]): an old checkpoint still translates, less
-//! precisely, and the file stays a few thousand rows.
+//! source partition, whichever comes first (the task file's `[offset_map]` table). Per (source
+//! partition, target) the newest [`RECENT_SYNCS_KEPT`] are kept, and of older ones the newest
+//! in each power-of-two distance from the newest, plus the oldest ([`kept`]): an old checkpoint
+//! still translates, less precisely, and the file stays a few thousand rows.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
