@@ -17,6 +17,11 @@
 //!   origin first. A task never forwards an event to a hub already on its path, so mirrored hubs
 //!   (any number, any names) never loop. Azure's sample marks events with the target hub's
 //!   *name*, which breaks with three hubs or two hubs of one name.
+//! - **Fan-out**, Tributary's own: [`FANOUT`] holds the ids of the hubs a hop sent the event to
+//!   besides the one holding this copy (one task routing an event to several hubs), appended
+//!   per hop. Those hubs receive the event directly, so a task later in the path skips them
+//!   ([`reached`]): in a full mesh whose hubs each run one task with every other hub as a
+//!   target, every event reaches every hub once, while a chain still relays.
 //!
 //! Ids never contain `;` (a Tributary id is a UUID; a host name and a hub name cannot hold one),
 //! so the lists split unambiguously.
@@ -41,6 +46,8 @@ pub const PARTITION: &str = "repl-partition";
 pub const ORIGIN: &str = "repl-origin";
 /// The ids of the hubs the event has been stored in, origin first.
 pub const PATH: &str = "repl-path";
+/// The ids of the hubs the event's hops sent other copies of it to directly.
+pub const FANOUT: &str = "repl-fanout";
 
 /// The marker Azure's merge sample (`EventHubMerge`) sets on each event it copies: the name of
 /// the hub it copied the event into. Read, and written when a task asks for it, so a Tributary
@@ -155,6 +162,21 @@ pub fn has_passed_through(event: &EventData, hub_id: &str) -> bool {
     origin(event) == Some(hub_id)
         || string_property(event, PATH)
             .is_some_and(|path| path.split(HOP_SEPARATOR).any(|hop| hop == hub_id))
+}
+
+/// Whether `hub_id` has the event or is getting it directly: it is on the path (or is the
+/// origin), or a hop sent a copy of the event there ([`FANOUT`]). A task skips such a target:
+/// forwarding would make a loop or a second copy.
+pub fn reached(event: &EventData, hub_id: &str) -> bool {
+    has_passed_through(event, hub_id)
+        || string_property(event, FANOUT)
+            .is_some_and(|sent| sent.split(HOP_SEPARATOR).any(|hub| hub == hub_id))
+}
+
+/// Records in `event`'s [`FANOUT`] that this hop also sends a copy to the hub `ids.target()`.
+/// Recorded in `undo` like the rest of the stamp.
+pub fn mark_fanout(event: &mut EventData, undo: &mut Undo, ids: &HopIds) {
+    append(event, undo, FANOUT, &ids.target);
 }
 
 /// Whether Azure's merge sample copied `event` into the hub named `hub_name`: its
@@ -459,6 +481,27 @@ mod tests {
         assert_eq!(string_property(&event, PATH), Some("hub-a;hub-b"));
         undo.apply(&mut event);
         assert_eq!(event, odd);
+    }
+
+    #[test]
+    fn a_fanout_marks_the_hubs_other_copies_went_to() {
+        let mut event = EventData::new("x");
+        let before = event.clone();
+        let mut undo = stamp(&mut event, "0", POSITION, "hub-a", "hub-b");
+        mark_fanout(&mut event, &mut undo, &HopIds::new("hub-a", "hub-c"));
+        assert!(reached(&event, "hub-a"), "the origin");
+        assert!(reached(&event, "hub-b"), "on the path");
+        assert!(reached(&event, "hub-c"), "a sibling copy went there");
+        assert!(!reached(&event, "hub-d"));
+        assert!(!has_passed_through(&event, "hub-c"), "not stored there yet");
+        let second = event.clone();
+        let mut again = stamp(&mut event, "1", POSITION, "hub-b", "hub-d");
+        mark_fanout(&mut event, &mut again, &HopIds::new("hub-b", "hub-e"));
+        assert_eq!(string_property(&event, FANOUT), Some("hub-c;hub-e"));
+        again.apply(&mut event);
+        assert_eq!(event, second, "a second hop's fan-out comes off");
+        undo.apply(&mut event);
+        assert_eq!(event, before, "a first hop's fan-out comes off");
     }
 
     #[test]

@@ -29,7 +29,8 @@ pub enum FilterReason {
     Editor,
     /// No route's condition matched it, and unmatched events are dropped.
     Unmatched,
-    /// The target is already on its path: forwarding it would make a loop.
+    /// The target is already on its path, or an earlier hop sent it a copy directly:
+    /// forwarding it would make a loop or a second copy.
     Loop,
     /// It was replicated into the source, and the task forwards only events produced there.
     Replicated,

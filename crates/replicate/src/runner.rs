@@ -8,9 +8,10 @@
 //! 2. the editor's steps run ([`tributary_edit::Editor`]): they may change, drop, refuse, split
 //!    or merge events;
 //! 3. every event is matched against each route's condition; an event goes to every route it
-//!    matches (none: [`Unmatched`]), unless the route's target is already on its path (a loop);
-//! 4. each route's events are stamped (service metadata, origin, path) and forwarded, all
-//!    routes at once ([`crate::forward`]);
+//!    matches (none: [`Unmatched`]), unless the route's target already has it or is getting it
+//!    directly from an earlier hop ([`metadata::reached`]: a loop, or a second copy);
+//! 4. each route's events are stamped (service metadata, origin, path, and the other routes'
+//!    hubs as the fan-out) and forwarded, all routes at once ([`crate::forward`]);
 //! 5. events a step or a target refused go to the dead-letter target with the reason;
 //! 6. only then is the batch checkpointed. A crash anywhere before this point replays the batch
 //!    from the previous checkpoint: **at least once, nothing skipped**, and the duplicates are
@@ -717,7 +718,7 @@ impl ReplicationProcessor {
                 let Some(target_id) = task.routes[route_index].sink.hub_id() else {
                     continue;
                 };
-                if metadata::has_passed_through(&event, target_id) {
+                if metadata::reached(&event, target_id) {
                     self.metrics.filtered(FilterReason::Loop, 1);
                     mask &= !(1 << route_index);
                 }
@@ -728,20 +729,22 @@ impl ReplicationProcessor {
             // Each route but the last gets a copy; the last takes the event itself.
             let last_route = (u64::BITS - 1 - mask.leading_zeros()) as usize;
             for route_index in routes_in(mask & !(1 << last_route)) {
-                self.push_for_route(&mut routed, route_index, event.clone(), position);
+                self.push_for_route(&mut routed, route_index, mask, event.clone(), position);
             }
-            self.push_for_route(&mut routed, last_route, event, position);
+            self.push_for_route(&mut routed, last_route, mask, event, position);
         }
         routed
     }
 
-    /// Adds `event` to the events for route `route_index`, stamped for its hub. Pushed first and
-    /// stamped where it lies: an event is a few hundred bytes, and each move of it is a copy.
+    /// Adds `event` to the events for route `route_index`, stamped for its hub, with the other
+    /// hubs of `mask` (the routes the event takes) as its fan-out. Pushed first and stamped
+    /// where it lies: an event is a few hundred bytes, and each move of it is a copy.
     #[inline(always)]
     fn push_for_route(
         &self,
         routed: &mut Routed,
         route_index: usize,
+        mask: u64,
         event: EventData,
         position: Position,
     ) {
@@ -756,6 +759,12 @@ impl ReplicationProcessor {
         if let Some(ids) = &self.route_ids[route_index] {
             outgoing.undo =
                 metadata::stamp_with(&mut outgoing.event, &self.partition, position, ids);
+            // The other hubs get their copies from this hop directly: a later hop skips them.
+            for sibling in routes_in(mask & !(1 << route_index)) {
+                if let Some(sibling_ids) = &self.route_ids[sibling] {
+                    metadata::mark_fanout(&mut outgoing.event, &mut outgoing.undo, sibling_ids);
+                }
+            }
         }
         if self.task.azure_marker
             && let Some(hub_name) = &self.task.routes[route_index].hub_name

@@ -52,9 +52,12 @@
 //!
 //! [merge]
 //! forward_replicated = true            # false: forward only events produced at the source
-//!                                      # (what a full mesh of mirrored hubs needs); events
-//!                                      # Azure's merge sample copied in (`repl-target` = the
-//!                                      # source hub) count as replicated too
+//!                                      # (what a mesh of one task per pair of hubs needs: such
+//!                                      # tasks cannot see each other's copies; a mesh of one
+//!                                      # task per hub, every other hub a target, needs nothing:
+//!                                      # `repl-fanout` names the hubs a hop already sent to);
+//!                                      # events Azure's merge sample copied in (`repl-target` =
+//!                                      # the source hub) count as replicated too
 //! azure_marker = false                 # true: also set `repl-target` = the target hub's name,
 //!                                      # for a mesh shared with Azure's EventHubMerge functions
 //!

@@ -16,6 +16,8 @@ use tributary_testkit::{TestHub, within};
 
 #[path = "replicate/edit.rs"]
 mod edit;
+#[path = "replicate/mesh.rs"]
+mod mesh;
 
 /// A task file in `dir` with `text`, checked.
 fn task(dir: &Path, name: &str, text: &str) -> TaskConfig {
