@@ -360,3 +360,105 @@ async fn two_tasks_projecting_one_hub_into_one_history_table_write_each_event_on
         process.wait().await.unwrap();
     }
 }
+
+/// Application properties of every type, and the body of an order whose `n` is `n`.
+fn order_with_properties(n: &str) -> EventData {
+    use tributary_event::PropertyValue as V;
+    let mut event = EventData::new(format!(r#"{{"n": {n}}}"#));
+    event.properties = vec![
+        ("site".into(), V::String("north".into())),
+        (
+            "long-text".into(),
+            V::String("a string longer than one held inline".into()),
+        ),
+        ("count".into(), V::Int64(-7)),
+        ("small".into(), V::Int32(12)),
+        ("unsigned".into(), V::UInt32(40_000)),
+        ("big".into(), V::UInt64(u64::MAX)),
+        ("ratio".into(), V::Float64(0.25)),
+        ("single".into(), V::Float32(1.5)),
+        ("urgent".into(), V::Bool(true)),
+        ("raw".into(), V::Bytes(vec![0, 1, 254, 255].into())),
+        ("at".into(), V::Timestamp(1_795_860_000_123)),
+        ("id".into(), V::Uuid([7; 16])),
+        ("empty".into(), V::Null),
+    ];
+    event
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_the_table_refuses_is_dead_lettered_with_all_its_own_properties() {
+    let server = PostgresServer::shared();
+    let url = server.create_database("refused");
+    let dir = tempfile::tempdir().unwrap();
+    let hub = TestHub::start(&[("orders", 1), ("dead", 1)]).await;
+    let task = dir.path().join("project.toml");
+    std::fs::write(
+        &task,
+        format!(
+            "name = \"project\"\n[source]\nconnection_string = \"{cs}\"\nevent_hub = \"orders\"\n\
+             [[target]]\nname = \"all\"\nkind = \"postgres\"\nurl = \"{url}\"\ntable = \"orders\"\nshape = \"history\"\n\
+             [target.columns]\nn = {{ path = \"body.n\", type = \"bigint\" }}\n\
+             [dead_letter]\nconnection_string = \"{cs}\"\nevent_hub = \"dead\"\n{COMMON}",
+            cs = hub.connection_string
+        ),
+    )
+    .unwrap();
+    let mut process = replicator(&task, "only");
+    let (good, refused) = (
+        order_with_properties("1"),
+        order_with_properties("\"five\""),
+    );
+    hub.broker
+        .send(
+            "orders",
+            SendTarget::RoundRobin,
+            vec![good, refused.clone()],
+        )
+        .await
+        .unwrap();
+    wait_for_rows(server, &url, "orders", 1).await;
+    let letters = within("the refused row dead-lettered", async {
+        loop {
+            let letters = hub.read_all("dead", 0).await;
+            if !letters.is_empty() {
+                return letters;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert_eq!(letters.len(), 1);
+    let letter = &letters[0].data;
+
+    // Every property the event had, in its order, then the dead-letter hub's stamp and marks.
+    let own: Vec<_> = letter
+        .properties
+        .iter()
+        .filter(|(key, _)| !key.starts_with("repl-") && !key.starts_with("dead-letter-"))
+        .cloned()
+        .collect();
+    assert_eq!(own, refused.properties, "the event's own properties");
+    assert_eq!(
+        &letter.properties[..refused.properties.len()],
+        refused.properties.as_slice()
+    );
+    let text = |key: &str| match letter.property(key) {
+        Some(tributary_event::PropertyValue::String(text)) => text.to_string(),
+        other => panic!("{key}: {other:?}"),
+    };
+    assert!(text(tributary_replicate::DEAD_LETTER_REASON).contains("column n (bigint)"));
+    assert_eq!(text(tributary_replicate::DEAD_LETTER_ROUTE), "all");
+    assert_eq!(text(tributary_replicate::DEAD_LETTER_TASK), "project");
+    assert_eq!(letter.body, refused.body);
+
+    // The row of the event the table took keeps them too.
+    let kept = rows(
+        server,
+        &url,
+        "SELECT n, (SELECT count(*) FROM jsonb_object_keys(properties)) FROM orders",
+    );
+    assert_eq!(kept, vec![vec!["1", "13"]]);
+    process.start_kill().unwrap();
+    process.wait().await.unwrap();
+}

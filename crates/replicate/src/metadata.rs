@@ -74,20 +74,28 @@ fn string_property<'a>(event: &'a EventData, key: &str) -> Option<&'a str> {
 
 /// What [`stamp`] changed in an event, so [`Undo::apply`] gives the event back as it was (for
 /// a dead letter, which is stamped for the dead-letter hub instead). On a first hop a stamp
-/// only appends properties, and the record holds no copy of anything.
+/// only appends properties, and the record holds no copy of anything. The empty record
+/// (`Undo::default()`, what an event sent without a stamp carries, such as a table's row)
+/// changes nothing.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Undo {
-    /// How many properties the event had.
-    properties: usize,
+    /// How many properties the stamp appended: the event's last ones.
+    appended: usize,
     /// The properties the stamp changed in place, with their values before.
     replaced: Vec<(usize, PropertyValue)>,
 }
 
 impl Undo {
-    /// Takes the stamp back off `event`.
+    /// Takes the stamp back off `event` (the event as the stamp left it).
     pub fn apply(self, event: &mut EventData) {
-        event.properties.truncate(self.properties);
+        assert!(
+            self.appended <= event.properties.len(),
+            "a stamp appended more properties than the event has"
+        );
+        let kept = event.properties.len() - self.appended;
+        event.properties.truncate(kept);
         for (index, value) in self.replaced.into_iter().rev() {
+            assert!(index < kept, "a property replaced in place was appended");
             event.properties[index].1 = value;
         }
     }
@@ -99,11 +107,15 @@ fn put(event: &mut EventData, undo: &mut Undo, key: &'static str, value: SmolStr
     match event.properties.iter().position(|(k, _)| k == key) {
         Some(index) => {
             let before = std::mem::replace(&mut event.properties[index].1, value);
-            if index < undo.properties {
+            // A property this stamp appended goes with the stamp; one the event had is restored.
+            if index < event.properties.len() - undo.appended {
                 undo.replaced.push((index, before));
             }
         }
-        None => event.properties.push((SmolStr::new_static(key), value)),
+        None => {
+            event.properties.push((SmolStr::new_static(key), value));
+            undo.appended += 1;
+        }
     }
 }
 
@@ -268,10 +280,7 @@ pub fn stamp_with(
     position: Position,
     ids: &HopIds,
 ) -> Undo {
-    let mut undo = Undo {
-        properties: event.properties.len(),
-        replaced: Vec::new(),
-    };
+    let mut undo = Undo::default();
     let time = format_enqueued_time(position.enqueued_time_ms);
     let (offset, sequence) = (decimal(position.offset), decimal(position.sequence_number));
     let partition = partition.clone();
@@ -285,14 +294,16 @@ pub fn stamp_with(
         let string = |key: &'static str, value: SmolStr| {
             (SmolStr::new_static(key), PropertyValue::String(value))
         };
-        event.properties.extend([
+        let stamp = [
             string(ENQUEUED_TIME, time),
             string(OFFSET, offset),
             string(SEQUENCE, sequence),
             string(PARTITION, partition),
             string(ORIGIN, ids.source.clone()),
             string(PATH, ids.first_path.clone()),
-        ]);
+        ];
+        undo.appended = stamp.len();
+        event.properties.extend(stamp);
         return undo;
     }
     append(event, &mut undo, ENQUEUED_TIME, &time);
@@ -502,6 +513,18 @@ mod tests {
         assert_eq!(event, second, "a second hop's fan-out comes off");
         undo.apply(&mut event);
         assert_eq!(event, before, "a first hop's fan-out comes off");
+    }
+
+    #[test]
+    fn the_empty_undo_of_an_unstamped_event_changes_nothing() {
+        // What a table's row carries: it is sent without a stamp, and a refused row is
+        // dead-lettered with every property it had.
+        let sent = EventData::new("x")
+            .with_property("kind", PropertyValue::Int64(1))
+            .with_property("site", PropertyValue::String("north".into()));
+        let mut event = sent.clone();
+        Undo::default().apply(&mut event);
+        assert_eq!(event, sent);
     }
 
     #[test]
