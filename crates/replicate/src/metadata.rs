@@ -154,14 +154,18 @@ pub fn format_enqueued_time(ms: i64) -> SmolStr {
     })
 }
 
-/// Parses one hop of [`ENQUEUED_TIME`]: .NET's `"u"` format or RFC 3339; ms since the epoch.
-pub fn parse_enqueued_time(text: &str) -> Option<i64> {
+/// Parses a time written in .NET's `"u"` format or RFC 3339, to the nanosecond it gives.
+pub fn parse_time(text: &str) -> Option<OffsetDateTime> {
     let text = text.trim();
-    let parsed = time::PrimitiveDateTime::parse(text, UNIVERSAL_SORTABLE)
+    time::PrimitiveDateTime::parse(text, UNIVERSAL_SORTABLE)
         .map(|t| t.assume_utc())
         .or_else(|_| OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339))
-        .ok()?;
-    i64::try_from(parsed.unix_timestamp_nanos() / 1_000_000).ok()
+        .ok()
+}
+
+/// Parses one hop of [`ENQUEUED_TIME`] (as [`parse_time`] does); ms since the epoch.
+pub fn parse_enqueued_time(text: &str) -> Option<i64> {
+    i64::try_from(parse_time(text)?.unix_timestamp_nanos() / 1_000_000).ok()
 }
 
 /// The origin of `event`, if a replication task recorded one.

@@ -8,6 +8,8 @@
 //!   [`tributary_edit::steps::batch::property_json`]'s form.
 //! - A mapped column whose field is absent or JSON `null` (or whose body is not JSON) is NULL;
 //!   a field of the wrong type refuses the event, naming the column and the field.
+//! - A `timestamptz` field keeps the microseconds it was written with (PostgreSQL's precision);
+//!   finer digits are rounded to the nearest microsecond.
 
 use std::error::Error;
 
@@ -185,6 +187,15 @@ pub fn row(
     Ok(cells)
 }
 
+/// The time `text` (RFC 3339, or .NET's `"u"` format) in microseconds since the Unix epoch:
+/// PostgreSQL's precision, so a time with microseconds is stored as the event wrote it. Finer
+/// digits are rounded to the nearest microsecond (a tie, exactly half of one, to the later), as
+/// PostgreSQL itself rounds a time it reads as text.
+fn time_us(text: &str) -> Option<i64> {
+    let ns = crate::metadata::parse_time(text)?.unix_timestamp_nanos();
+    i64::try_from((ns + 500).div_euclid(1000)).ok()
+}
+
 /// A mapped column's cell from the body field's `value`.
 fn cell(value: Option<&Value>, column: &ColumnMap) -> Result<Cell, String> {
     let Some(value) = value.filter(|v| !v.is_null()) else {
@@ -196,9 +207,7 @@ fn cell(value: Option<&Value>, column: &ColumnMap) -> Result<Cell, String> {
         (ColumnType::Bigint, Value::Number(n)) => n.as_i64().map(Cell::Bigint),
         (ColumnType::Double, Value::Number(n)) => n.as_f64().map(Cell::Double),
         (ColumnType::Boolean, Value::Bool(b)) => Some(Cell::Bool(*b)),
-        (ColumnType::Timestamptz, Value::String(text)) => {
-            crate::metadata::parse_enqueued_time(text).map(|ms| Cell::Time(ms.saturating_mul(1000)))
-        }
+        (ColumnType::Timestamptz, Value::String(text)) => time_us(text).map(Cell::Time),
         (ColumnType::Timestamptz, Value::Number(n)) => {
             n.as_i64().map(|ms| Cell::Time(ms.saturating_mul(1000)))
         }
@@ -260,12 +269,43 @@ mod tests {
             get(r#"{"x": "1970-01-01T00:00:01Z"}"#, ColumnType::Timestamptz),
             Ok(Cell::Time(1_000_000))
         );
+        assert_eq!(
+            get(r#"{"x": 1000}"#, ColumnType::Timestamptz),
+            Ok(Cell::Time(1_000_000)),
+            "a number is milliseconds"
+        );
         let refused = get(r#"{"x": "five"}"#, ColumnType::Bigint).unwrap_err();
         assert!(
             refused.contains("column c (bigint)") && refused.contains("body.x"),
             "{refused}"
         );
         assert!(get(r#"{"x": 2.5}"#, ColumnType::Bigint).is_err());
+    }
+
+    #[test]
+    fn times_keep_their_microseconds_and_round_finer_digits() {
+        // 2026-11-28T10:00:00Z in microseconds since the Unix epoch.
+        let whole_us = 1_795_860_000_000_000;
+        assert_eq!(
+            time_us("2026-11-28T10:00:00.123456Z"),
+            Some(whole_us + 123_456)
+        );
+        assert_eq!(
+            time_us("2026-11-28T10:00:00.1234564Z"),
+            Some(whole_us + 123_456)
+        );
+        assert_eq!(
+            time_us("2026-11-28T10:00:00.1234565Z"),
+            Some(whole_us + 123_457)
+        );
+        assert_eq!(
+            time_us("2026-11-28T10:00:00.9999996Z"),
+            Some(whole_us + 1_000_000)
+        );
+        assert_eq!(time_us("2026-11-28 10:00:00Z"), Some(whole_us));
+        assert_eq!(time_us("1969-12-31T23:59:59.9999994Z"), Some(-1));
+        assert_eq!(time_us("1969-12-31T23:59:59.9999995Z"), Some(0));
+        assert_eq!(time_us("tomorrow"), None);
     }
 
     #[test]
