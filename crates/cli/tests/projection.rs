@@ -462,3 +462,63 @@ async fn a_row_the_table_refuses_is_dead_lettered_with_all_its_own_properties() 
     process.start_kill().unwrap();
     process.wait().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mapped_columns_are_created_in_file_order_and_times_keep_microseconds() {
+    let server = PostgresServer::shared();
+    let url = server.create_database("columns");
+    let dir = tempfile::tempdir().unwrap();
+    let hub = TestHub::start(&[("readings", 1)]).await;
+    let task = dir.path().join("project.toml");
+    std::fs::write(
+        &task,
+        format!(
+            "name = \"project\"\n[source]\nconnection_string = \"{}\"\nevent_hub = \"readings\"\n\
+             [[target]]\nname = \"all\"\nkind = \"postgres\"\nurl = \"{url}\"\ntable = \"readings\"\nshape = \"history\"\n\
+             [target.columns]\nzone = {{ path = \"body.zone\", type = \"text\" }}\n\
+             placed = {{ path = \"body.placed\", type = \"timestamptz\" }}\namount = {{ path = \"body.amount\", type = \"double precision\" }}\n{COMMON}",
+            hub.connection_string
+        ),
+    )
+    .unwrap();
+    let mut process = replicator(&task, "only");
+    let events = [
+        r#"{"zone": "a", "placed": "2026-11-28T10:00:00.123456Z", "amount": 1}"#,
+        r#"{"zone": "b", "placed": "2026-11-28T10:00:00.9999996Z", "amount": 2}"#,
+    ]
+    .map(EventData::new)
+    .to_vec();
+    hub.broker
+        .send("readings", SendTarget::RoundRobin, events)
+        .await
+        .unwrap();
+    wait_for_rows(server, &url, "readings", 2).await;
+
+    let columns: Vec<String> = rows(
+        server,
+        &url,
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'readings' ORDER BY ordinal_position",
+    )
+    .into_iter()
+    .map(|row| row[0].clone())
+    .collect();
+    let fixed = tributary_replicate::projection::config::FIXED_COLUMNS;
+    assert_eq!(columns[..fixed.len()], fixed);
+    assert_eq!(columns[fixed.len()..], ["zone", "placed", "amount"]);
+
+    let times = rows(
+        server,
+        &url,
+        "SELECT zone, to_char(placed AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US') FROM readings ORDER BY zone",
+    );
+    assert_eq!(
+        times,
+        vec![
+            vec!["a", "2026-11-28T10:00:00.123456"],
+            vec!["b", "2026-11-28T10:00:01.000000"],
+        ],
+        "microseconds kept, nanoseconds rounded"
+    );
+    process.start_kill().unwrap();
+    process.wait().await.unwrap();
+}

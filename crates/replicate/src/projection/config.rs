@@ -10,7 +10,8 @@
 //! shape = "compacted"              # one row per partition key (latest wins) | "history"
 //! keyless = "history"              # compacted only: keyless events go to <table>_keyless
 //!                                  # (history shape) | "refuse" (dead-lettered)
-//! [target.columns]                 # optional: JSON body fields as typed columns
+//! [target.columns]                 # optional: JSON body fields as typed columns, created
+//!                                  # in this order
 //! total = { path = "body.order.total", type = "double precision" }
 //! placed = { path = "body.placed_at", type = "timestamptz" }
 //! ```
@@ -323,6 +324,16 @@ mod tests {
         let history =
             parse("url = \"postgres://h/db\"\ntable = \"t\"\nshape = \"history\"\n").unwrap();
         assert_eq!(history.shape, Shape::History);
+    }
+
+    #[test]
+    fn mapped_columns_keep_the_task_files_order() {
+        let config = parse(
+            "url = \"postgres://h/db\"\ntable = \"t\"\nshape = \"history\"\n[target.columns]\nzone = { path = \"body.zone\", type = \"text\" }\nplaced = { path = \"body.placed\", type = \"timestamptz\" }\namount = { path = \"body.amount\", type = \"double precision\" }\n",
+        )
+        .unwrap();
+        let names: Vec<&str> = config.columns.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["zone", "placed", "amount"]);
     }
 
     #[test]
