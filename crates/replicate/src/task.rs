@@ -34,9 +34,12 @@
 //! [[target]]                           # kind = "postgres": a table instead of a hub (the
 //! name = "orders-table"                # postgres feature; crate::projection::config lists
 //! kind = "postgres"                    # its keys: url or url_env, table, shape, keyless,
-//! url_env = "ORDERS_DB"                # [target.columns]); when routes to it as to a hub
-//! table = "orders"
+//! url_env = "ORDERS_DB"                # backoff_max, [target.columns]); when routes to it as
+//! table = "orders"                     # to a hub
 //! shape = "history"
+//! backoff_max = "30s"                  # a failed write is retried without end, the pause
+//!                                      # doubling from [retry] backoff_min up to this
+//!                                      # (default: [retry] backoff_max)
 //!
 //! [[step]]                             # the editor: steps run in file order on each batch,
 //! kind = "filter"                      # before routing (tributary_edit lists every kind and
@@ -61,9 +64,9 @@
 //! azure_marker = false                 # true: also set `repl-target` = the target hub's name,
 //!                                      # for a mesh shared with Azure's EventHubMerge functions
 //!
-//! [retry]
-//! backoff_min = "200ms"
-//! backoff_max = "5m"
+//! [retry]                              # a failed send (or table write) is retried without
+//! backoff_min = "200ms"                # end; the pause doubles from backoff_min up to
+//! backoff_max = "5m"                   # backoff_max
 //!
 //! [processor]
 //! load_balancing_interval = "500ms"
@@ -209,6 +212,8 @@ pub struct EndpointSpec {
     pub keyless: Option<String>,
     /// Body fields mapped to typed columns.
     pub columns: Option<toml::Table>,
+    /// The longest pause between tries of a postgres target's failed write.
+    pub backoff_max: Option<Spanned<String>>,
 }
 
 /// `[routing]`.
@@ -470,7 +475,7 @@ impl Checker<'_> {
         }
     }
 
-    fn duration(
+    pub(crate) fn duration(
         &self,
         value: &Option<Spanned<String>>,
         key: &str,
@@ -656,6 +661,7 @@ impl Checker<'_> {
             ("shape", spec.shape.is_some()),
             ("keyless", spec.keyless.is_some()),
             ("columns", spec.columns.is_some()),
+            ("backoff_max", spec.backoff_max.is_some()),
         ];
         set.into_iter()
             .find(|(key, is_set)| *is_set && !allowed.contains(key))

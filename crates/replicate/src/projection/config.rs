@@ -10,6 +10,9 @@
 //! shape = "compacted"              # one row per partition key (latest wins) | "history"
 //! keyless = "history"              # compacted only: keyless events go to <table>_keyless
 //!                                  # (history shape) | "refuse" (dead-lettered)
+//! backoff_max = "30s"              # a failed write (the database down) is retried without
+//!                                  # end, the pause doubling from [retry] backoff_min up to
+//!                                  # this (default: [retry] backoff_max, itself 5 minutes)
 //! [target.columns]                 # optional: JSON body fields as typed columns, created
 //!                                  # in this order
 //! total = { path = "body.order.total", type = "double precision" }
@@ -20,6 +23,7 @@
 //! password never appears in an error.
 
 use std::ops::Range;
+use std::time::Duration;
 
 use tributary_edit::FieldPath;
 use tributary_processor::store::PostgresUrl;
@@ -124,6 +128,8 @@ pub struct ProjectionConfig {
     pub keyless: Keyless,
     /// Mapped columns, in file order.
     pub columns: Vec<ColumnMap>,
+    /// The longest pause between tries of a failed write (`None`: the task's).
+    pub backoff_max: Option<Duration>,
 }
 
 /// Whether `name` is an identifier PostgreSQL takes unquoted (so no quoting surprises):
@@ -138,8 +144,17 @@ fn is_identifier(name: &str, max: usize) -> bool {
 }
 
 /// The keys a postgres target takes.
-pub const KEYS: [&str; 9] = [
-    "name", "kind", "url", "url_env", "table", "shape", "keyless", "columns", "when",
+pub const KEYS: [&str; 10] = [
+    "name",
+    "kind",
+    "url",
+    "url_env",
+    "table",
+    "shape",
+    "keyless",
+    "columns",
+    "backoff_max",
+    "when",
 ];
 
 impl Checker<'_> {
@@ -214,7 +229,25 @@ impl Checker<'_> {
             shape,
             keyless,
             columns,
+            backoff_max: self.backoff_max(spec, key)?,
         })
+    }
+
+    /// The target's `backoff_max`, if it sets one: a duration above zero.
+    fn backoff_max(&self, spec: &EndpointSpec, key: &str) -> Result<Option<Duration>, TaskError> {
+        let key = format!("{key}.backoff_max");
+        let backoff_max = self.duration(&spec.backoff_max, &key)?;
+        match (backoff_max, &spec.backoff_max) {
+            (Some(pause), Some(text)) if pause.is_zero() => Err(self.error(
+                text.span(),
+                &key,
+                format!(
+                    "must be above zero, not {:?}: it caps the pause between tries of a failed write",
+                    text.get_ref()
+                ),
+            )),
+            _ => Ok(backoff_max),
+        }
     }
 
     fn columns(
@@ -334,6 +367,30 @@ mod tests {
         .unwrap();
         let names: Vec<&str> = config.columns.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["zone", "placed", "amount"]);
+    }
+
+    #[test]
+    fn a_postgres_target_may_cap_its_retry_pause() {
+        let target = "url = \"postgres://h/db\"\ntable = \"t\"\nshape = \"history\"\n";
+        assert_eq!(
+            parse(target).unwrap().backoff_max,
+            None,
+            "the task's by default"
+        );
+        let capped = parse(&format!("{target}backoff_max = \"30s\"\n")).unwrap();
+        assert_eq!(capped.backoff_max, Some(Duration::from_secs(30)));
+        for bad in ["soon", "0s"] {
+            let error = refused(&format!("{target}backoff_max = \"{bad}\"\n"));
+            assert_eq!(error.key, "target \"db\".backoff_max", "{error}");
+            assert_eq!(error.line, Some(11), "{error}");
+            assert!(error.message.contains(bad), "{error}");
+        }
+        let hub_with_backoff = TaskConfig::parse(
+            Path::new("task.toml"),
+            "name = \"t\"\n[source]\ndata_dir = \"d\"\nevent_hub = \"h\"\n[[target]]\nname = \"x\"\ndata_dir = \"d\"\nevent_hub = \"h\"\nbackoff_max = \"1s\"\n",
+        )
+        .unwrap_err();
+        assert_eq!(hub_with_backoff.key, "target \"x\".backoff_max");
     }
 
     #[test]

@@ -25,8 +25,11 @@
 //! - **Keyless events** go to the history table itself, or, for a compacted table, to
 //!   `<table>_keyless` (history shape) or are refused (`keyless = "refuse"`) to the
 //!   dead-letter target, as are events whose mapped field has the wrong type.
-//! - A failed write (the database down, a lost connection) is retried with the task's backoff
-//!   without end, on a new connection; nothing of a failed transaction is kept.
+//! - A failed write (the database down, a lost connection) is retried without end, on a new
+//!   connection; nothing of a failed transaction is kept. The pause between tries starts at the
+//!   task's `[retry] backoff_min` and doubles up to the target's `backoff_max` (default: the
+//!   task's `[retry] backoff_max`, itself 5 minutes by default), so a table back after an outage
+//!   is written to at most that long later. The partition's batches wait meanwhile.
 //!
 //! A history table takes a batch's rows by one `COPY … FROM STDIN (FORMAT binary)` straight:
 //! the locked progress row shuts out every other writer of the partition for this task and
@@ -41,6 +44,7 @@ pub mod row;
 pub mod sql;
 
 use std::pin::pin;
+use std::time::Duration;
 
 use tokio::sync::Mutex;
 use tokio_postgres::Client;
@@ -83,6 +87,18 @@ struct Failure {
     message: String,
     /// Whether a row of the batch was already in the table (a direct `COPY` met a duplicate).
     duplicate: bool,
+}
+
+/// The pauses between tries of a failed write: the task's, capped at the target's own
+/// `backoff_max` when it sets one (a cap below the task's first pause is the first pause too).
+fn write_retry(task: RetryPolicy, backoff_max: Option<Duration>) -> RetryPolicy {
+    match backoff_max {
+        Some(backoff_max) => RetryPolicy {
+            backoff_min: task.backoff_min.min(backoff_max),
+            backoff_max,
+        },
+        None => task,
+    }
 }
 
 /// A failed database call, described.
@@ -167,8 +183,9 @@ impl Projection {
 
     /// Writes one batch of `partition` — `items`, and the progress `last` (the batch's last
     /// source event, whichever route its events took) — in one transaction, retrying without
-    /// end; returns the events refused before writing (keyless in a refusing compacted table,
-    /// a mapped field of the wrong type).
+    /// end (the task's `retry`, capped by the target's `backoff_max`); returns the events
+    /// refused before writing (keyless in a refusing compacted table, a mapped field of the
+    /// wrong type).
     pub async fn write(
         &self,
         partition: &str,
@@ -177,6 +194,7 @@ impl Projection {
         retry: RetryPolicy,
     ) -> (usize, Vec<Poison>) {
         let (rows, poison) = self.rows(partition, items);
+        let retry = write_retry(retry, self.config.backoff_max);
         let mut pause = retry.backoff_min;
         let mut attempt: u64 = 0;
         let mut direct = self.sql.copy_direct.is_some();
@@ -370,5 +388,26 @@ impl Projection {
             writer.as_mut().write_raw(cells.iter()).await?;
         }
         writer.finish().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_targets_backoff_max_caps_the_tasks_retry_pause() {
+        let task = RetryPolicy {
+            backoff_min: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(300),
+        };
+        let own = |max| write_retry(task, max);
+        assert_eq!(own(None), task, "the task's pauses by default");
+        let capped = own(Some(Duration::from_secs(30)));
+        assert_eq!(capped.backoff_min, Duration::from_millis(200));
+        assert_eq!(capped.backoff_max, Duration::from_secs(30));
+        let below = own(Some(Duration::from_millis(50)));
+        assert_eq!(below.backoff_min, Duration::from_millis(50));
+        assert_eq!(below.backoff_max, Duration::from_millis(50));
     }
 }
