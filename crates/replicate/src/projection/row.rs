@@ -189,8 +189,9 @@ pub fn row(
 
 /// The time `text` (RFC 3339, or .NET's `"u"` format) in microseconds since the Unix epoch:
 /// PostgreSQL's precision, so a time with microseconds is stored as the event wrote it. Finer
-/// digits are rounded to the nearest microsecond (a tie, exactly half of one, to the later), as
-/// PostgreSQL itself rounds a time it reads as text.
+/// digits are rounded to the nearest microsecond, as PostgreSQL rounds a time it reads as text
+/// (a tie, exactly half of one, goes to the later microsecond here; PostgreSQL's `rint` takes
+/// the even one).
 fn time_us(text: &str) -> Option<i64> {
     let ns = crate::metadata::parse_time(text)?.unix_timestamp_nanos();
     i64::try_from((ns + 500).div_euclid(1000)).ok()
