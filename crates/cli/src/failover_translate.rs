@@ -85,7 +85,8 @@ fn rows_of_target(rows: Vec<SyncRow>, name: Option<&str>) -> Result<Vec<SyncRow>
     let chosen = match (name, targets.len()) {
         (_, 0) => bail!(
             "the offset map has no syncs yet: a task takes a partition's first sync once it has \
-             read one batch and its prefetch past where it started"
+             read one batch and its prefetch past where it started, or once the partition has \
+             been idle for [offset_map] every"
         ),
         (None, 1) => targets.iter().next().expect("one target").1.to_owned(),
         (None, _) => {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tributary_broker::{BrokerSource, SendTarget};
-use tributary_event::{EventData, EventPosition, PropertyValue, ReceivedEvent};
+use tributary_event::{EventData, EventPosition, PropertyValue, ReceivedEvent, partition_for_key};
 use tributary_processor::{
     CheckpointStore, EventProcessorHost, ProcessorOptions, SqliteCheckpointStore, processor_fn,
 };
@@ -25,11 +25,12 @@ const GROUP: &str = "app";
 const SOURCE_NS: &str = "source.example";
 const REPLICA_NS: &str = "replica.example";
 
-/// How far the source processor gets in each source partition (inclusive): 40 % of the way
-/// in partition 0, 50 % in 1, …, so the replica's partitions mix events from partitions at
-/// different points.
+/// How far the source processor gets in each source partition that holds events (inclusive):
+/// 40 % of the way in partition 0, 50 % in 1, …, so the replica's partitions mix events from
+/// partitions at different points.
 fn limits(ends: &HashMap<u32, i64>) -> HashMap<u32, i64> {
     ends.iter()
+        .filter(|(_, end)| **end >= 0)
         .map(|(p, end)| (*p, end * (4 + i64::from(*p)) / 10))
         .collect()
 }
@@ -47,7 +48,7 @@ async fn start_task(dir: &Path, source: &TestHub, replica: &TestHub, keyed: bool
          consumer_group = \"replication\"\nbatch_events_max = {BATCH}\nprefetch = {BATCH}\n\
          checkpoint_store = \"{}\"\n[[target]]\nname = \"replica\"\nconnection_string = \"{}\"\n\
          event_hub = \"orders\"\nkeep_partition = {}\n[processor]\nload_balancing_interval = \"200ms\"\n\
-         [offset_map]\nevery_events = 7\nevery = \"60s\"\n",
+         [offset_map]\nevery_events = 7\nevery = \"300ms\"\n",
         source.connection_string,
         dir.join("task.sqlite").display(),
         replica.connection_string,
@@ -59,7 +60,7 @@ async fn start_task(dir: &Path, source: &TestHub, replica: &TestHub, keyed: bool
         config.offset_sync,
         SyncPolicy {
             every_events: 7,
-            every: Duration::from_secs(60),
+            every: Duration::from_millis(300),
         }
     );
     Replicator::start(&config, StartOptions::default())
@@ -68,15 +69,20 @@ async fn start_task(dir: &Path, source: &TestHub, replica: &TestHub, keyed: bool
 }
 
 /// Sends the stream in rounds (so the task reads it in many batches); keyed events go by key.
-/// Returns each source partition's last sequence number.
-async fn send_stream(source: &TestHub, keyed: bool) -> HashMap<u32, i64> {
+/// Nothing goes to the source partition `empty`, if one is named (keys that hash there are
+/// left out). Returns each source partition's last sequence number.
+async fn send_stream(source: &TestHub, keyed: bool, empty: Option<u32>) -> HashMap<u32, i64> {
+    let free = |key: &String| Some(partition_for_key(key, SOURCE_PARTITIONS)) != empty;
     for round in 0..EVENTS_PER_PARTITION / 10 {
-        for partition in 0..SOURCE_PARTITIONS {
+        for partition in (0..SOURCE_PARTITIONS).filter(|p| Some(*p) != empty) {
             let events: Vec<EventData> = (0..10)
                 .map(|i| {
                     let mut event = EventData::new(format!("r{round}-p{partition}-{i}"));
                     if keyed {
-                        event.partition_key = Some(format!("key-{}", (i * 7 + round) % 23));
+                        let key = (0..)
+                            .map(|n| format!("key-{}", (i * 7 + round + n) % 23))
+                            .find(free);
+                        event.partition_key = key;
                     }
                     event
                 })
@@ -291,16 +297,60 @@ async fn process_replica(replica: &TestHub, partitions: u32, store: &Path) -> Ve
     seen.lock().unwrap().clone()
 }
 
-async fn fail_over(replica_partitions: u32, keyed: bool) {
+/// What a failover left: the source's ends and the group's checkpoints there, the translation
+/// table, and the source positions the processor on the replica processed.
+struct FailedOver {
+    ends: HashMap<u32, i64>,
+    checkpoints: HashMap<String, i64>,
+    table: String,
+    seen: Vec<(u32, i64)>,
+}
+
+impl FailedOver {
+    /// Never after an unprocessed event: everything past each source checkpoint (all of a
+    /// partition the group never checkpointed) came again.
+    fn assert_nothing_skipped(&self) {
+        let seen: BTreeSet<(u32, i64)> = self.seen.iter().copied().collect();
+        for partition in 0..SOURCE_PARTITIONS {
+            let done = self.checkpoints.get(&partition.to_string()).copied();
+            for sequence in done.unwrap_or(-1) + 1..=self.ends[&partition] {
+                assert!(
+                    seen.contains(&(partition, sequence)),
+                    "source event {partition}/{sequence} (after checkpoint {done:?}) was skipped on the replica\n{}",
+                    self.table
+                );
+            }
+        }
+    }
+
+    /// How many events of each source partition the group had processed came again.
+    fn replayed(&self) -> BTreeMap<u32, usize> {
+        let mut replayed = BTreeMap::new();
+        for (partition, sequence) in &self.seen {
+            if *sequence <= self.checkpoints[&partition.to_string()] {
+                *replayed.entry(*partition).or_default() += 1;
+            }
+        }
+        replayed
+    }
+
+    fn processed(&self) -> i64 {
+        self.checkpoints.values().map(|c| c + 1).sum()
+    }
+}
+
+async fn fail_over(replica_partitions: u32, keyed: bool, empty: Option<u32>) -> FailedOver {
     let dir = tempfile::tempdir().unwrap();
     let source = TestHub::start(&[("orders", SOURCE_PARTITIONS)]).await;
     let replica = TestHub::start(&[("orders", replica_partitions)]).await;
     let task = start_task(dir.path(), &source, &replica, keyed).await;
-    let ends = send_stream(&source, keyed).await;
+    let ends = send_stream(&source, keyed, empty).await;
     let sent = ends.values().map(|end| end + 1).sum::<i64>() as usize;
     wait_replicated(&replica, replica_partitions, sent).await;
     let source_groups = dir.path().join("source-groups.sqlite");
     let checkpoints = process_part_of_source(&source, &source_groups, &limits(&ends)).await;
+    // Long enough for an idle partition's sync (every 300 ms) to be taken.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     task.shutdown().await.unwrap();
     source.stop().await; // the source is gone: translation reads only the map and the stores
 
@@ -310,9 +360,13 @@ async fn fail_over(replica_partitions: u32, keyed: bool) {
         replica_partitions as usize + 1,
         "{table}"
     );
+    let placed = |line: &&str| empty.is_none_or(|p| !line.starts_with(&format!("replica\t{p}\t")));
     assert!(
-        !table.contains("(beginning)"),
-        "every partition translates\n{table}"
+        !table
+            .lines()
+            .filter(placed)
+            .any(|line| line.contains("(beginning)")),
+        "every partition that holds events translates\n{table}"
     );
     assert!(
         !dir.path().join("replica-groups.sqlite").exists(),
@@ -321,39 +375,60 @@ async fn fail_over(replica_partitions: u32, keyed: bool) {
     translate(dir.path(), &[]);
     let replica_store = dir.path().join("replica-groups.sqlite");
     let seen = process_replica(&replica, replica_partitions, &replica_store).await;
-
-    // Never after an unprocessed event: everything past each source checkpoint comes again.
-    let seen_set: BTreeSet<(u32, i64)> = seen.iter().copied().collect();
-    for partition in 0..SOURCE_PARTITIONS {
-        let done = checkpoints[&partition.to_string()];
-        for sequence in done + 1..=ends[&partition] {
-            assert!(
-                seen_set.contains(&(partition, sequence)),
-                "source event {partition}/{sequence} (after checkpoint {done}) was skipped on the replica\n{table}"
-            );
-        }
+    replica.stop().await;
+    FailedOver {
+        ends,
+        checkpoints,
+        table,
+        seen,
     }
-    // And not from the beginning: the replay of processed events is a fraction of them.
-    let replayed = seen
-        .iter()
-        .filter(|(p, s)| *s <= checkpoints[&p.to_string()])
-        .count();
-    let processed: i64 = checkpoints.values().map(|c| c + 1).sum();
-    // Every source partition bounds every replica partition (a key may route anywhere), so
-    // the replay reaches back to the least advanced partition's checkpoint: a share, not all.
+}
+
+/// Every source partition bounds every replica partition (a key may route anywhere), so the
+/// replay reaches back to the least advanced partition's checkpoint: a share, not all.
+fn assert_keyed_replay_is_a_share(failed: &FailedOver) {
+    let replayed: usize = failed.replayed().values().sum();
+    let processed = failed.processed();
     assert!(
         (replayed as i64) < processed * 3 / 4,
-        "{replayed} of {processed} processed events came again\n{table}"
+        "{replayed} of {processed} processed events came again\n{}",
+        failed.table
     );
-    replica.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_processor_moved_to_a_mirror_resumes_without_skipping() {
-    fail_over(SOURCE_PARTITIONS, false).await;
+    let failed = fail_over(SOURCE_PARTITIONS, false, None).await;
+    failed.assert_nothing_skipped();
+    assert_keyed_replay_is_a_share(&failed);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keyed_routing_into_fewer_partitions_resumes_without_skipping() {
-    fail_over(3, true).await;
+    let failed = fail_over(3, true, None).await;
+    failed.assert_nothing_skipped();
+    assert_keyed_replay_is_a_share(&failed);
+}
+
+/// A source partition that never received an event (no checkpoint, no sync from a batch)
+/// neither sends the mirror's other partitions back to their beginning nor widens their
+/// replay: each replays at most about one sync's worth (a sync every 7 events, batches of 10).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_source_partition_leaves_the_others_replaying_one_sync_at_most() {
+    let failed = fail_over(SOURCE_PARTITIONS, false, Some(3)).await;
+    failed.assert_nothing_skipped();
+    let replayed = failed.replayed();
+    assert!(
+        replayed.values().all(|n| *n <= 2 * BATCH as usize),
+        "replayed per source partition: {replayed:?}\n{}",
+        failed.table
+    );
+}
+
+/// The same when the task routes by key: the empty partition's idle sync places it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_routing_with_an_empty_source_partition_resumes_without_replaying_everything() {
+    let failed = fail_over(3, true, Some(3)).await;
+    failed.assert_nothing_skipped();
+    assert_keyed_replay_is_a_share(&failed);
 }

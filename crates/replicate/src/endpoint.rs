@@ -114,6 +114,40 @@ pub struct OpenedSource {
     pub source: Arc<dyn PartitionSource>,
     /// Its identity and partitions.
     pub identity: HubIdentity,
+    /// Where its partitions' newest sequence numbers are read.
+    pub newest: SourceNewest,
+}
+
+/// Reads a source partition's newest sequence number over the source's own connection (an
+/// idle partition's offset sync needs it when its owner has read nothing yet).
+#[derive(Debug, Clone)]
+pub enum SourceNewest {
+    /// A hub in this process.
+    Local {
+        /// Its broker.
+        broker: Broker,
+        /// The hub.
+        hub: String,
+    },
+    /// A hub over AMQP.
+    Remote(RemoteHub),
+}
+
+impl SourceNewest {
+    /// The newest sequence number of `partition` (-1: it never held an event).
+    pub async fn last_sequence_number(&self, partition: &str) -> Result<i64, String> {
+        match self {
+            SourceNewest::Local { broker, hub } => broker
+                .partition_properties(hub, partition)
+                .map(|p| p.last_enqueued_sequence_number)
+                .map_err(|e| e.to_string()),
+            SourceNewest::Remote(remote) => remote
+                .partition_properties(partition)
+                .await
+                .map(|p| p.last_enqueued_sequence_number)
+                .map_err(|e| e.to_string()),
+        }
+    }
 }
 
 impl std::fmt::Debug for OpenedSource {
@@ -133,10 +167,14 @@ pub async fn open_source(endpoint: &Endpoint, brokers: &Brokers) -> Result<Opene
             let broker = brokers.open(data_dir).await?;
             let definition = broker.describe_hub(hub).map_err(|e| e.to_string())?;
             Ok(OpenedSource {
-                source: Arc::new(BrokerSource::new(broker, "localhost", hub.clone())),
+                source: Arc::new(BrokerSource::new(broker.clone(), "localhost", hub.clone())),
                 identity: HubIdentity {
                     id: definition.id,
                     partition_count: definition.partition_count,
+                },
+                newest: SourceNewest::Local {
+                    broker,
+                    hub: hub.clone(),
                 },
             })
         }
@@ -166,6 +204,7 @@ pub async fn open_source(endpoint: &Endpoint, brokers: &Brokers) -> Result<Opene
                         id,
                         partition_count: properties.partition_ids.len() as u32,
                     },
+                    newest: SourceNewest::Remote(remote.clone()),
                     source: Arc::new(remote),
                 })
             })

@@ -14,9 +14,11 @@
 //!
 //! # What a sync means
 //!
-//! A sync `(source partition s, sequence a) → (target partition t, sequence L)` is taken before
-//! a batch of `s` that starts at `a` is sent: `L` is `t`'s newest sequence number at that
-//! moment. It is kept only when it guarantees:
+//! A sync `(source partition s, sequence a) → (target partition t, sequence L)` is taken by the
+//! owner of `s` when it has sent every event of `s` before `a` and none from `a` on: before a
+//! batch that starts at `a`, or while the partition is idle (`a` is then the next sequence
+//! number to read). `L` is `t`'s newest sequence number at that moment. It is kept only when it
+//! guarantees:
 //!
 //! > **No copy of an event of `s` with a sequence number ≥ `a` was at or before `L` in `t`.**
 //!
@@ -24,29 +26,40 @@
 //!   forwarded one after another, each acknowledged before the next).
 //! - An earlier owner of `s` may have sent events past the checkpoint it left before it lost
 //!   the partition or crashed — at most what it had received: one batch and its prefetch.
-//!   So no sync is taken until the owner is that far past where it started
-//!   ([`PartitionSyncs`]'s guard).
+//!   So no sync is taken before a batch until the owner is that far past where it started
+//!   ([`SyncSetup::guard`]). An idle partition needs no such distance: its receive found no
+//!   event from `a` on, and once this owner's receiver is open no earlier one can receive
+//!   more, so no copy of an event from `a` on exists before this owner sends it.
 //! - A later owner could start sending before this one notices it lost `s`; that is ruled out
-//!   by writing the sync only after the batch's checkpoint succeeded — the store fences
-//!   checkpoints by ownership, so no one else had claimed `s` by then.
+//!   by writing the sync only after this owner proved it still owned `s` after reading `L`:
+//!   the batch's checkpoint succeeded (the store fences checkpoints by ownership), or, for an
+//!   idle sync, the ownership record still names it.
+//!
+//! So a partition has syncs from its first batch past that distance, then every
+//! [`SyncPolicy::every_events`] events or [`SyncPolicy::every`], and every
+//! [`SyncPolicy::every`] while it is idle: an empty partition has a sync at 0, a quiet one a
+//! sync where it stopped, and their syncs keep up with what other partitions send into the
+//! same target partitions.
 //!
 //! # Translation
 //!
-//! A consumer that processed `s` up to `c` may skip, in `t`, everything at or before `L` of any
-//! sync with `a ≤ c + 1`: by the guarantee, all of it is events it processed. [`translate`]
-//! takes, per target partition, the minimum over the source partitions of the largest such `L`
-//! (routing by key sends one source partition to many target partitions, and one target
-//! partition receives from all of them); with no usable sync, or no checkpoint for some source
-//! partition, the target partition starts from its beginning. The result can replay events the
-//! consumer already processed — duplicates, never gaps.
+//! A consumer that processed `s` up to `c` (or nothing of it: `c` = -1) may skip, in `t`,
+//! everything at or before `L` of any sync of `s` with `a ≤ c + 1`: by the guarantee, all of
+//! it that came from `s` is events it processed. [`translate`] takes, per target
+//! partition, the least of those positions over the source partitions that feed it: only
+//! partition `t` when the task kept partitions ([`SyncRow::keeps_partitions`]), every source
+//! partition when it routed by key or round-robin (one target partition then receives from
+//! all of them). A target partition with a feeding source partition that has no usable sync
+//! starts from its beginning; the other target partitions are not affected. So a translated
+//! checkpoint is **never past an unprocessed event**: the consumer may see events again
+//! (duplicates), never miss one.
 //!
 //! # Size
 //!
-//! A sync is taken every [`SyncPolicy::every_events`] events or [`SyncPolicy::every`] per
-//! source partition, whichever comes first (the task file's `[offset_map]` table). Per (source
-//! partition, target) the newest [`RECENT_SYNCS_KEPT`] are kept, and of older ones the newest
-//! in each power-of-two distance from the newest, plus the oldest ([`kept`]): an old checkpoint
-//! still translates, less precisely, and the file stays a few thousand rows.
+//! Per (source partition, target) the newest [`RECENT_SYNCS_KEPT`] syncs are kept, and of older
+//! ones the newest in each power-of-two distance from the newest, plus the oldest ([`kept`]):
+//! an old checkpoint still translates, less precisely, and the file stays a few thousand rows.
+//! A sync of an idle partition at the same `a` replaces the previous one.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -113,6 +126,12 @@ pub struct SyncRow {
     pub target_sequence: i64,
     /// When, in ms since the Unix epoch.
     pub recorded_at_ms: i64,
+    /// Whether every event of a source partition lands in the target partition of its number:
+    /// the route keeps partitions (`keep_partition`, equal partition counts) and no editor
+    /// step can change a partition key. A keyless event then keeps its partition, and a keyed
+    /// one goes by its key's hash, which placed it in the source partition of that number too
+    /// (a hub refuses a keyed event sent to a partition).
+    pub keeps_partitions: bool,
 }
 
 /// The offset map's file.
@@ -158,8 +177,31 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS offset_sync (
     source_partition TEXT NOT NULL, source_sequence INTEGER NOT NULL,
     target_id TEXT NOT NULL, target_name TEXT NOT NULL, target_partitions INTEGER NOT NULL,
     target_partition TEXT NOT NULL, target_sequence INTEGER NOT NULL,
-    recorded_at_ms INTEGER NOT NULL,
+    recorded_at_ms INTEGER NOT NULL, keeps_partitions INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (source_id, source_partition, target_id, source_sequence, target_partition))";
+
+/// Whether the map's table has the `keeps_partitions` column (a map written before it was
+/// added has not: its syncs read as routed, which only widens a translation).
+fn keeps_partitions_column(connection: &Connection) -> rusqlite::Result<bool> {
+    let mut statement = connection.prepare("SELECT name FROM pragma_table_info('offset_sync')")?;
+    let names = statement.query_map([], |row| row.get::<_, String>(0))?;
+    for name in names {
+        if name? == "keeps_partitions" {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Adds the `keeps_partitions` column to a map written before it existed.
+fn add_keeps_partitions(connection: &Connection) -> rusqlite::Result<()> {
+    if keeps_partitions_column(connection)? {
+        return Ok(());
+    }
+    connection.execute_batch(
+        "ALTER TABLE offset_sync ADD COLUMN keeps_partitions INTEGER NOT NULL DEFAULT 0",
+    )
+}
 
 impl OffsetMap {
     /// Opens the map at `path`, creating it if needed (a task's processes share it).
@@ -169,6 +211,7 @@ impl OffsetMap {
             .busy_timeout(BUSY_TIMEOUT)
             .and_then(|()| switch_to_wal(&connection))
             .and_then(|()| connection.execute_batch(SCHEMA))
+            .and_then(|()| add_keeps_partitions(&connection))
             .map_err(|e| describe(path, &e))?;
         Ok(OffsetMap {
             path: path.to_owned(),
@@ -209,7 +252,7 @@ impl OffsetMap {
             .map_err(|e| describe(&self.path, &e))?;
         let mut insert = transaction
             .prepare_cached(
-                "INSERT OR REPLACE INTO offset_sync VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
+                "INSERT OR REPLACE INTO offset_sync VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
             )
             .map_err(|e| describe(&self.path, &e))?;
         for row in rows {
@@ -224,7 +267,8 @@ impl OffsetMap {
                     row.target_partitions,
                     row.target_partition,
                     row.target_sequence,
-                    row.recorded_at_ms
+                    row.recorded_at_ms,
+                    row.keeps_partitions
                 ])
                 .map_err(|e| describe(&self.path, &e))?;
         }
@@ -237,10 +281,17 @@ impl OffsetMap {
     pub fn rows(&self) -> Result<Vec<SyncRow>, String> {
         let connection = self.connection.lock().expect("offset map connection");
         let read = || -> rusqlite::Result<Vec<SyncRow>> {
-            let mut statement = connection.prepare(
-                "SELECT * FROM offset_sync ORDER BY source_id, source_partition, target_id, \
-                 source_sequence, target_partition",
-            )?;
+            let keeps = if keeps_partitions_column(&connection)? {
+                "keeps_partitions"
+            } else {
+                "0"
+            };
+            let mut statement = connection.prepare(&format!(
+                "SELECT source_id, source_partitions, source_partition, source_sequence, \
+                 target_id, target_name, target_partitions, target_partition, target_sequence, \
+                 recorded_at_ms, {keeps} FROM offset_sync ORDER BY source_id, source_partition, \
+                 target_id, source_sequence, target_partition"
+            ))?;
             let rows = statement.query_map([], |row| {
                 Ok(SyncRow {
                     source_id: row.get(0)?,
@@ -253,6 +304,7 @@ impl OffsetMap {
                     target_partition: row.get(7)?,
                     target_sequence: row.get(8)?,
                     recorded_at_ms: row.get(9)?,
+                    keeps_partitions: row.get(10)?,
                 })
             })?;
             rows.collect()
@@ -330,8 +382,9 @@ pub struct Translated {
 }
 
 /// Translates a consumer group's checkpoints on the source (`processed`: source partition →
-/// sequence number of the last processed event) into one resume position per partition of a
-/// target, from that target's syncs (see the module docs for the rule and why it is safe).
+/// sequence number of the last processed event; a partition without one counts as nothing
+/// processed) into one resume position per partition of a target, from that target's syncs
+/// (see the module docs for the rule and why it is never past an unprocessed event).
 ///
 /// `source_partitions` and `target_partitions` are the hubs' partition counts; partitions are
 /// numbered from 0.
@@ -349,15 +402,24 @@ pub fn translate(
             .or_default()
             .push((row.source_sequence, row.target_sequence));
     }
+    // One routed sync makes every source partition a possible sender to every target one.
+    let keeps_partitions = source_partitions == target_partitions
+        && !syncs.is_empty()
+        && syncs.iter().all(|row| row.keeps_partitions);
     (0..target_partitions)
         .map(|t| {
+            let feeding = if keeps_partitions {
+                t..t + 1
+            } else {
+                0..source_partitions
+            };
             let t = t.to_string();
             let mut result = Translated {
                 partition: t.clone(),
                 sequence_number: i64::MAX,
                 reason: String::new(),
             };
-            for s in (0..source_partitions).map(|s| s.to_string()) {
+            for s in feeding.map(|s| s.to_string()) {
                 let pairs = by_pair.get(&(t.as_str(), s.as_str()));
                 let (position, reason) = safe_position(&s, processed.get(&s).copied(), pairs);
                 if position < result.sequence_number {
@@ -380,12 +442,11 @@ fn safe_position(
     processed: Option<i64>,
     pairs: Option<&Vec<(i64, i64)>>,
 ) -> (i64, String) {
-    let Some(processed) = processed else {
-        return (
-            -1,
-            format!("source partition {s} has no checkpoint: from the beginning"),
-        );
+    let checkpoint = match processed {
+        Some(processed) => format!("checkpoint {processed}"),
+        None => "no checkpoint (nothing processed)".to_owned(),
     };
+    let processed = processed.unwrap_or(-1);
     let best = pairs
         .into_iter()
         .flatten()
@@ -394,12 +455,12 @@ fn safe_position(
     match best {
         Some(&(a, l)) => (
             l,
-            format!("source partition {s}: checkpoint {processed}, sync at {a} → {l}"),
+            format!("source partition {s}: {checkpoint}, sync at {a} → {l}"),
         ),
         None => (
             -1,
             format!(
-                "source partition {s}: no sync at or before its checkpoint {processed}: from the beginning"
+                "source partition {s}: {checkpoint}, no sync at or before it: from the beginning"
             ),
         ),
     }
@@ -410,11 +471,20 @@ fn safe_position(
 pub(crate) struct SyncSetup {
     pub(crate) map: Arc<OffsetMap>,
     pub(crate) policy: SyncPolicy,
-    /// How far past where it started an owner reads before its first sync: what an earlier
-    /// owner may have sent past its checkpoint (one batch and the prefetch).
+    /// How far past where it started an owner reads before its first sync before a batch:
+    /// what an earlier owner may have sent past its checkpoint (one batch and the prefetch).
     pub(crate) guard: i64,
     pub(crate) source_id: String,
     pub(crate) source_partitions: u32,
+}
+
+/// A target a sync covers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SyncTarget<'a> {
+    pub(crate) destination: &'a Destination,
+    /// See [`SyncRow::keeps_partitions`]: then only the target partition of the source
+    /// partition's number is asked and recorded.
+    pub(crate) keeps_partitions: bool,
 }
 
 /// One source partition's syncs while this process owns it.
@@ -428,7 +498,7 @@ pub(crate) struct PartitionSyncs {
     last: Option<(i64, Instant)>,
 }
 
-/// A sync taken before a batch, written once its checkpoint succeeded.
+/// A sync taken, to be written once the owner proved it still owned the partition.
 #[derive(Debug)]
 pub(crate) struct PendingSync(Vec<Vec<SyncRow>>);
 
@@ -442,6 +512,9 @@ impl PartitionSyncs {
         }
     }
 
+    /// Whether a batch starting at `first` takes a sync: the first batch past
+    /// [`SyncSetup::guard`] does, then one every [`SyncPolicy::every_events`] events or
+    /// [`SyncPolicy::every`].
     fn due(&mut self, first: i64) -> bool {
         let started_at = *self.started_at.get_or_insert(first);
         if first < started_at.saturating_add(self.setup.guard) {
@@ -453,33 +526,51 @@ impl PartitionSyncs {
         })
     }
 
-    /// Before a batch starting at `first` goes to `routes`: the targets' newest sequence
-    /// numbers, if a sync is due and every target could say.
+    /// Whether an idle partition takes a sync: when it has none yet, or its last one is
+    /// [`SyncPolicy::every`] old.
+    pub(crate) fn idle_due(&self) -> bool {
+        self.last
+            .is_none_or(|(_, at)| at.elapsed() >= self.setup.policy.every)
+    }
+
+    /// Before a batch starting at `first` goes to `targets`: a sync, if one is due and every
+    /// target could say.
     pub(crate) async fn before_batch(
         &mut self,
         first: i64,
-        routes: &[&Destination],
+        targets: &[SyncTarget<'_>],
     ) -> Option<PendingSync> {
         if !self.due(first) {
             return None;
         }
+        self.take(first, targets).await
+    }
+
+    /// A sync at `next` (every event before it sent, none from it on): the targets' newest
+    /// sequence numbers, if every target could say.
+    pub(crate) async fn take(&self, next: i64, targets: &[SyncTarget<'_>]) -> Option<PendingSync> {
         let now_ms = crate::wall_clock_ms();
-        let mut pending = Vec::with_capacity(routes.len());
-        for destination in routes {
+        let mut pending = Vec::with_capacity(targets.len());
+        for target in targets {
+            let destination = target.destination;
             let count = destination.identity.partition_count;
-            let ids: Vec<String> = (0..count).map(|t| t.to_string()).collect();
+            let ids: Vec<String> = if target.keeps_partitions {
+                vec![self.partition.clone()]
+            } else {
+                (0..count).map(|t| t.to_string()).collect()
+            };
             let newest = futures_util::future::join_all(
                 ids.iter()
                     .map(|t| destination.target.last_sequence_number(t)),
             )
             .await;
             let mut rows = Vec::with_capacity(newest.len());
-            for (t, newest) in newest.into_iter().enumerate() {
+            for (t, newest) in ids.into_iter().zip(newest) {
                 let target_sequence = match newest {
                     Ok(Some(sequence)) => sequence,
                     Ok(None) => return None,
                     Err(error) => {
-                        tracing::debug!(partition = %self.partition, %error, "no offset sync this batch");
+                        tracing::debug!(partition = %self.partition, %error, "no offset sync now");
                         return None;
                     }
                 };
@@ -487,13 +578,14 @@ impl PartitionSyncs {
                     source_id: self.setup.source_id.clone(),
                     source_partitions: self.setup.source_partitions,
                     source_partition: self.partition.clone(),
-                    source_sequence: first,
+                    source_sequence: next,
                     target_id: destination.identity.id.clone(),
                     target_name: destination.name.clone(),
                     target_partitions: count,
-                    target_partition: t.to_string(),
+                    target_partition: t,
                     target_sequence,
                     recorded_at_ms: now_ms,
+                    keeps_partitions: target.keeps_partitions,
                 });
             }
             pending.push(rows);
@@ -501,8 +593,9 @@ impl PartitionSyncs {
         Some(PendingSync(pending))
     }
 
-    /// Writes `pending` (its batch was acknowledged and checkpointed).
-    pub(crate) async fn after_checkpoint(&mut self, pending: PendingSync) {
+    /// Writes `pending`: its owner has since proved it still owned the partition (its batch's
+    /// checkpoint succeeded, or the ownership record still names it).
+    pub(crate) async fn write(&mut self, pending: PendingSync) {
         let Some(first) = pending.0.first().and_then(|rows| rows.first()) else {
             return;
         };
@@ -538,41 +631,78 @@ mod tests {
             target_partition: t.to_string(),
             target_sequence: l,
             recorded_at_ms: 0,
+            keeps_partitions: false,
         }
     }
 
-    /// A tiny replication model: source partition events (s, seq) routed to target partitions,
-    /// with syncs taken before some batches; checks the translation against the target logs.
-    #[test]
-    fn translation_never_skips_an_unprocessed_event() {
-        // Deterministic pseudo-random runs (no extra crate for one property test).
+    /// Deterministic pseudo-random numbers below `n` (no extra crate for property tests).
+    fn generator() -> impl FnMut(u64) -> u64 {
         let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = |n: u64| {
+        move |n| {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
             state % n
+        }
+    }
+
+    /// What [`replicate`] made: each target partition's log of (source partition, sequence),
+    /// the syncs, and how many events each source partition had.
+    struct Model {
+        logs: Vec<Vec<(u32, i64)>>,
+        syncs: Vec<SyncRow>,
+        sent: Vec<i64>,
+    }
+
+    /// A tiny replication model: source partition events sent to target partitions (by
+    /// partition number when `keep`, else anywhere), syncs taken before some batches and while
+    /// idle (an empty batch), some source partitions never synced.
+    fn replicate(
+        next: &mut impl FnMut(u64) -> u64,
+        sources: u32,
+        targets: u32,
+        keep: bool,
+    ) -> Model {
+        let mut model = Model {
+            logs: vec![Vec::new(); targets as usize],
+            syncs: Vec::new(),
+            sent: vec![0; sources as usize],
         };
-        for _ in 0..300 {
-            let (sources, targets) = (1 + next(3) as u32, 1 + next(4) as u32);
-            let mut logs: Vec<Vec<(u32, i64)>> = vec![Vec::new(); targets as usize];
-            let mut sent = vec![0i64; sources as usize];
-            let mut syncs = Vec::new();
-            for _ in 0..next(60) {
-                let s = next(u64::from(sources)) as u32;
-                let batch = 1 + next(5) as i64;
-                if next(2) == 0 {
-                    for t in 0..targets {
-                        let l = logs[t as usize].len() as i64 - 1;
-                        syncs.push(row(s, sent[s as usize], t, l));
-                    }
+        let synced: Vec<bool> = (0..sources).map(|_| next(4) != 0).collect();
+        for _ in 0..next(60) {
+            let s = next(u64::from(sources)) as u32;
+            let first = model.sent[s as usize];
+            let batch = if next(4) == 0 { 0 } else { 1 + next(5) as i64 };
+            if synced[s as usize] && next(2) == 0 {
+                for t in (0..targets).filter(|t| !keep || *t == s) {
+                    let l = model.logs[t as usize].len() as i64 - 1;
+                    let mut sync = row(s, first, t, l);
+                    sync.keeps_partitions = keep;
+                    model.syncs.push(sync);
                 }
-                for seq in sent[s as usize]..sent[s as usize] + batch {
-                    let t = next(u64::from(targets)) as usize;
-                    logs[t].push((s, seq));
-                }
-                sent[s as usize] += batch;
             }
+            for seq in first..first + batch {
+                let t = if keep {
+                    s as usize
+                } else {
+                    next(u64::from(targets)) as usize
+                };
+                model.logs[t].push((s, seq));
+            }
+            model.sent[s as usize] += batch;
+        }
+        model
+    }
+
+    /// Checks translations of random checkpoints (some partitions without one) against
+    /// [`replicate`]'s logs: no target partition resumes after an event not processed, and
+    /// with kept partitions each translates from its own source partition alone.
+    fn check_translation(keep: bool) {
+        let mut next = generator();
+        for _ in 0..400 {
+            let sources = 1 + next(4) as u32;
+            let targets = if keep { sources } else { 1 + next(4) as u32 };
+            let Model { logs, syncs, sent } = replicate(&mut next, sources, targets, keep);
             let mut processed: HashMap<String, i64> = HashMap::new();
             for s in 0..sources {
                 if next(5) != 0 {
@@ -590,8 +720,90 @@ mod tests {
                         position.sequence_number
                     );
                 }
+                if keep && !syncs.is_empty() {
+                    let c = processed.get(&t.to_string()).copied().unwrap_or(-1);
+                    let own = syncs
+                        .iter()
+                        .filter(|r| r.source_partition == t.to_string())
+                        .filter(|r| r.source_sequence <= c + 1)
+                        .map(|r| r.target_sequence)
+                        .max()
+                        .unwrap_or(-1);
+                    assert_eq!(position.sequence_number, own, "{position:?}");
+                }
             }
         }
+    }
+
+    #[test]
+    fn translation_never_skips_an_unprocessed_event_when_routing() {
+        check_translation(false);
+    }
+
+    #[test]
+    fn translation_never_skips_an_unprocessed_event_when_keeping_partitions() {
+        check_translation(true);
+    }
+
+    /// The failover of issue "found from outside": one source partition never received an
+    /// event, so the group has no checkpoint there; the others were processed and synced.
+    #[test]
+    fn an_empty_partition_does_not_send_the_others_back_to_the_beginning() {
+        let processed = HashMap::from([("0".to_owned(), 99), ("1".to_owned(), 99)]);
+        let keeping = |s: u32, a: i64, l: i64| SyncRow {
+            keeps_partitions: true,
+            ..row(s, a, s, l)
+        };
+        // Kept partitions, the empty one never synced: only its own partition is unplaced.
+        let syncs = vec![keeping(0, 90, 89), keeping(1, 95, 94)];
+        let out = translate(&syncs, &processed, 3, 3);
+        let positions: Vec<i64> = out.iter().map(|t| t.sequence_number).collect();
+        assert_eq!(positions, [89, 94, -1], "{out:?}");
+        // Routed, with the empty partition's idle sync at 0: it bounds nothing below the others.
+        let syncs = vec![
+            row(0, 90, 0, 180),
+            row(0, 90, 1, 170),
+            row(1, 95, 0, 185),
+            row(1, 95, 1, 178),
+            row(2, 0, 0, 199),
+            row(2, 0, 1, 199),
+        ];
+        let out = translate(&syncs, &processed, 3, 2);
+        let positions: Vec<i64> = out.iter().map(|t| t.sequence_number).collect();
+        assert_eq!(positions, [180, 170], "{out:?}");
+        // Routed, without it: nothing says where the empty partition's events went.
+        let out = translate(&syncs[..4], &processed, 3, 2);
+        assert!(out.iter().all(|t| t.sequence_number == -1), "{out:?}");
+    }
+
+    #[test]
+    fn batches_sync_past_the_guard_then_by_policy_and_idle_partitions_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let setup = SyncSetup {
+            map: Arc::new(OffsetMap::open(&dir.path().join("map")).unwrap()),
+            policy: SyncPolicy {
+                every_events: 100,
+                every: Duration::from_secs(3600),
+            },
+            guard: 30,
+            source_id: "src".into(),
+            source_partitions: 1,
+        };
+        let mut syncs = PartitionSyncs::new(setup, "0");
+        assert!(
+            syncs.idle_due(),
+            "an idle partition without a sync, wherever it is"
+        );
+        assert!(!syncs.due(4_970), "where the owner starts");
+        assert!(!syncs.due(4_999));
+        assert!(syncs.due(5_000), "the first batch past the guard");
+        syncs.last = Some((5_000, Instant::now()));
+        assert!(!syncs.due(5_099));
+        assert!(syncs.due(5_100));
+        assert!(!syncs.idle_due());
+        syncs.last = Some((5_000, Instant::now() - Duration::from_secs(3600)));
+        assert!(syncs.due(5_001), "or after `every`");
+        assert!(syncs.idle_due());
     }
 
     #[test]

@@ -29,12 +29,12 @@ use tributary_processor::{
     ProcessorOptions, RunningHost, SqliteCheckpointStore,
 };
 
-use crate::endpoint::{Brokers, OpenedSource, open_source, open_target};
+use crate::endpoint::{Brokers, OpenedSource, SourceNewest, open_source, open_target};
 use crate::forward::{Counting, Destination, Outgoing, Poison, RetryPolicy, forward};
 use crate::limits::TARGETS_MAX;
 use crate::metadata::{self, HopIds};
 use crate::metrics::{FilterReason, PartitionMetrics, TaskMetrics};
-use crate::offset_map::{self, OffsetMap, PartitionSyncs, SyncSetup};
+use crate::offset_map::{self, OffsetMap, PartitionSyncs, SyncSetup, SyncTarget};
 use crate::status;
 use crate::task::{Endpoint, StepPlan, TargetKind, TaskConfig, TaskError, Unmatched};
 
@@ -109,6 +109,8 @@ struct TaskRuntime {
     retry: RetryPolicy,
     metrics: Arc<TaskMetrics>,
     syncs: SyncSetup,
+    /// Where an idle partition's sync reads the source's newest sequence number.
+    source_newest: SourceNewest,
 }
 
 /// A replication task running in this process.
@@ -205,6 +207,7 @@ impl Replicator {
             },
             metrics: Arc::clone(&metrics),
             syncs,
+            source_newest: source.newest.clone(),
         });
         let namespace = source.source.fully_qualified_namespace().to_owned();
         let host = Arc::new(start_host(config, source, runtime).await?);
@@ -431,6 +434,9 @@ async fn start_host(
         consumer_group: config.source.consumer_group.clone(),
         batch_events_max: config.source.batch_events_max,
         prefetch_count: config.source.prefetch,
+        // An idle partition's processor is called every sync interval, to sync it.
+        invoke_processor_after_receive_timeout: true,
+        receive_timeout: config.offset_sync.every,
         ..ProcessorOptions::default()
     }
     .with_initial_position(move |_| initial);
@@ -447,9 +453,12 @@ async fn start_host(
     {
         options.start_position_override = resume_from_tables(&runtime.routes, initial);
     }
+    let ownership_store = Arc::clone(&store);
     let factory = move |context: &PartitionContext| ReplicationProcessor {
         metrics: runtime.metrics.partition(context.partition_id()),
         syncs: PartitionSyncs::new(runtime.syncs.clone(), context.partition_id()),
+        store: Arc::clone(&ownership_store),
+        next_sequence: None,
         route_ids: runtime
             .routes
             .iter()
@@ -531,6 +540,10 @@ struct ReplicationProcessor {
     task: Arc<TaskRuntime>,
     metrics: Arc<PartitionMetrics>,
     syncs: PartitionSyncs,
+    /// The task's checkpoint store, where an idle sync checks the partition is still ours.
+    store: Arc<dyn CheckpointStore>,
+    /// The sequence number after the last event this owner forwarded (none yet: `None`).
+    next_sequence: Option<i64>,
     /// Each route's ids (none for a table), this partition's own copy.
     route_ids: Vec<Option<HopIds>>,
     /// The dead-letter stamp's ids, this partition's own copy.
@@ -547,6 +560,7 @@ impl EventProcessor for ReplicationProcessor {
 
     async fn process_events(&mut self, context: &PartitionContext, events: Vec<ReceivedEvent>) {
         if events.is_empty() {
+            self.sync_while_idle(context).await;
             return;
         }
         let first_sequence = events[0].sequence_number;
@@ -582,26 +596,19 @@ impl EventProcessor for ReplicationProcessor {
                 (self.route(events), edited.rejected)
             }
         };
-        let destinations: Vec<&Destination> = self
-            .task
-            .routes
-            .iter()
-            .filter_map(|route| match &route.sink {
-                Sink::Hub(destination) if !destination.follows_alias => Some(destination),
-                Sink::Hub(_) => None,
-                #[cfg(feature = "postgres")]
-                Sink::Table(_) => None,
-            })
-            .collect();
-        let sync = self.syncs.before_batch(first_sequence, &destinations).await;
+        let sync = self
+            .syncs
+            .before_batch(first_sequence, &Self::sync_targets(&self.task))
+            .await;
         let poison = self.forward_routes(partition, routed.per_route, last).await;
         self.dead_letter(partition, routed.unmatched, poison, rejected)
             .await;
+        self.next_sequence = Some(last_sequence.saturating_add(1));
         match context.checkpoint().await {
             Ok(()) => {
                 self.metrics.checkpointed(last_sequence);
                 if let Some(sync) = sync {
-                    self.syncs.after_checkpoint(sync).await;
+                    self.syncs.write(sync).await;
                 }
             }
             Err(error) => tracing::info!(
@@ -646,6 +653,73 @@ fn routes_in(mut mask: u64) -> impl Iterator<Item = usize> {
 }
 
 impl ReplicationProcessor {
+    /// The targets an offset sync covers: every hub route but those named through an alias
+    /// (the hub behind one may change, with other sequence numbers).
+    fn sync_targets(task: &TaskRuntime) -> Vec<SyncTarget<'_>> {
+        // An editor step may change a partition key, and so send an event elsewhere.
+        let keys_unchanged = task.editor.is_empty();
+        task.routes
+            .iter()
+            .filter_map(|route| match &route.sink {
+                Sink::Hub(destination) if !destination.follows_alias => Some(SyncTarget {
+                    destination,
+                    keeps_partitions: destination.keep_partition && keys_unchanged,
+                }),
+                Sink::Hub(_) => None,
+                #[cfg(feature = "postgres")]
+                Sink::Table(_) => None,
+            })
+            .collect()
+    }
+
+    /// Syncs an idle partition when one is due ([`PartitionSyncs::idle_due`]), at the sequence
+    /// number after the last event this owner forwarded, or, before it forwarded any, after
+    /// the source partition's newest (never before where this owner started). Written only if
+    /// the ownership record still names this owner after the targets were read.
+    async fn sync_while_idle(&mut self, context: &PartitionContext) {
+        if !self.syncs.idle_due() {
+            return;
+        }
+        let next = match self.next_sequence {
+            Some(next) => next,
+            None => match self
+                .task
+                .source_newest
+                .last_sequence_number(context.partition_id())
+                .await
+            {
+                Ok(newest) => newest.saturating_add(1),
+                Err(error) => {
+                    tracing::debug!(partition = context.partition_id(), %error, "no idle offset sync");
+                    return;
+                }
+            },
+        };
+        let Some(sync) = self.syncs.take(next, &Self::sync_targets(&self.task)).await else {
+            return;
+        };
+        if self.still_owns(context).await {
+            self.syncs.write(sync).await;
+        }
+    }
+
+    /// Whether the checkpoint store's ownership record of the partition names this owner.
+    async fn still_owns(&self, context: &PartitionContext) -> bool {
+        let owners = self
+            .store
+            .list_ownership(
+                context.fully_qualified_namespace(),
+                context.event_hub_name(),
+                context.consumer_group(),
+            )
+            .await;
+        owners.is_ok_and(|owners| {
+            owners.iter().any(|o| {
+                o.partition_id == context.partition_id() && o.owner_id == context.owner_id()
+            })
+        })
+    }
+
     /// The events the task forwards at all: with `forward_replicated` off, those produced at
     /// the source (not replicated into it by a task of ours, nor by Azure's merge sample).
     fn admitted(&self, events: Vec<ReceivedEvent>) -> impl Iterator<Item = ReceivedEvent> + '_ {

@@ -73,11 +73,14 @@
 //! ownership_expiration = "5s"
 //!
 //! [offset_map]                         # the syncs `tributary failover translate-checkpoints`
-//! every_events = 10000                 # reads: one per source partition after this many
-//! every = "10s"                        # events or this long, whichever comes first. A
-//!                                      # translated checkpoint replays up to every_events
-//!                                      # events; each sync asks every target partition its
-//!                                      # newest sequence number and writes a transaction
+//! every_events = 10000                 # reads: one per source partition once the task read a
+//! every = "10s"                        # batch and the prefetch there, then after this many
+//!                                      # events or this long, whichever comes first, and every
+//!                                      # `every` while it is idle (an empty partition too). A
+//!                                      # translated checkpoint replays about one sync's worth
+//!                                      # of events per partition; each sync asks every target
+//!                                      # partition (with keep_partition: the one) its newest
+//!                                      # sequence number and writes a transaction
 //!
 //! [metrics]
 //! listen = "127.0.0.1:9464"            # Prometheus text at /metrics

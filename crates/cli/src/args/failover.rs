@@ -100,9 +100,10 @@ pub enum FailoverCommand {
     /// resume where they stopped instead of from the start or a guessed time.
     ///
     /// Conservative: a translated checkpoint is never past an event the group has not
-    /// processed; events it already processed may come again (at most about one offset-sync
-    /// interval per partition). A replica partition the map cannot place starts from its
-    /// beginning. Run it with the group's processors stopped on the replica.
+    /// processed; events it already processed may come again (about one offset-sync interval
+    /// per partition). A replica partition the map cannot place starts from its beginning;
+    /// that widens no other partition's replay when the task kept partitions. Run it with the
+    /// group's processors stopped on the replica.
     #[command(name = "translate-checkpoints")]
     Translate(TranslateArgs),
 }
