@@ -69,7 +69,8 @@ pub use auth::{KeyFileError, write_key_file};
 pub use cursor::CursorKeyError;
 pub use limits::HttpLimits;
 pub use websocket::{
-    AMQP_WEBSOCKET_PATH, AMQP_WEBSOCKET_PROTOCOL, AmqpOverWebSockets, ByteStream, ServeFuture,
+    AMQP_WEBSOCKET_PATH, AMQP_WEBSOCKET_PATH_SLASHED, AMQP_WEBSOCKET_PROTOCOL, AmqpOverWebSockets,
+    ByteStream, ServeFuture,
 };
 
 use std::net::SocketAddr;

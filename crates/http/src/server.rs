@@ -27,7 +27,9 @@ use crate::limits::{BODY_DRAIN_BYTES_MAX, REQUEST_BODY_BYTES_MAX, REQUEST_ID_CHA
 use crate::metrics::Metrics;
 use crate::ratelimit::Buckets;
 use crate::tls::TlsListener;
-use crate::websocket::{self, AMQP_WEBSOCKET_PATH, AmqpOverWebSockets};
+use crate::websocket::{
+    self, AMQP_WEBSOCKET_PATH, AMQP_WEBSOCKET_PATH_SLASHED, AmqpOverWebSockets,
+};
 use crate::{AuthConfig, HttpConfig, HttpError, admin, oci};
 
 /// What every handler shares.
@@ -164,6 +166,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .merge(admin::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     api.route(AMQP_WEBSOCKET_PATH, get(websocket::amqp_upgrade))
+        .route(AMQP_WEBSOCKET_PATH_SLASHED, get(websocket::amqp_upgrade))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .merge(crate::dashboard::routes())

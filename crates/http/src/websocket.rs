@@ -1,7 +1,8 @@
 //! AMQP over WebSockets (the Azure SDKs' `AmqpOverWebsocket` transport): the upgrade at
 //! [`AMQP_WEBSOCKET_PATH`] and the hand-over of the carried byte stream to the AMQP door.
 //!
-//! A client opens `wss://<host>/$servicebus/websocket` (or `ws://` without TLS) asking for the
+//! A client opens `wss://<host>/$servicebus/websocket` (or `ws://` without TLS; with or without
+//! a trailing slash, as Event Hubs accepts both) asking for the
 //! subprotocol [`AMQP_WEBSOCKET_PROTOCOL`], then speaks ordinary AMQP 1.0 — the SASL header and
 //! frames — inside binary messages. This module accepts the upgrade (answering the subprotocol;
 //! refusing with 400 without it), turns the WebSocket into a byte stream (`ws_stream`) and hands
@@ -36,6 +37,10 @@ use crate::ws_stream;
 
 /// Where clients open AMQP over WebSockets, as the Azure SDKs spell it.
 pub const AMQP_WEBSOCKET_PATH: &str = "/$servicebus/websocket";
+
+/// The same path with a trailing slash, as pyamqp's own clients may spell it; Event Hubs
+/// accepts both, and so does this door.
+pub const AMQP_WEBSOCKET_PATH_SLASHED: &str = "/$servicebus/websocket/";
 
 /// The WebSocket subprotocol of AMQP 1.0's WebSocket binding.
 pub const AMQP_WEBSOCKET_PROTOCOL: &str = "AMQPWSB10";

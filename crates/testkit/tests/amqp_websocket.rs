@@ -35,13 +35,22 @@ async fn echo_server() -> (Server, mpsc::UnboundedReceiver<SocketAddr>) {
     (server, peers_rx)
 }
 
-/// Opens the WebSocket, asking for `protocol` if any.
+/// Opens the WebSocket at the SDKs' path, asking for `protocol` if any.
 async fn connect(
     server: &Server,
     protocol: Option<&str>,
 ) -> Result<(Client, SocketAddr, Option<String>), WsError> {
+    connect_at(server, AMQP_WEBSOCKET_PATH, protocol).await
+}
+
+/// Opens the WebSocket at `path`, asking for `protocol` if any.
+async fn connect_at(
+    server: &Server,
+    path: &str,
+    protocol: Option<&str>,
+) -> Result<(Client, SocketAddr, Option<String>), WsError> {
     let addr = server.http.local_addr();
-    let url = format!("ws://{addr}{AMQP_WEBSOCKET_PATH}");
+    let url = format!("ws://{addr}{path}");
     let mut request = url.into_client_request().unwrap();
     if let Some(protocol) = protocol {
         request
@@ -99,6 +108,24 @@ async fn the_upgrade_answers_amqpwsb10_and_carries_a_byte_stream() {
     );
     client.close(None).await.unwrap();
     while let Some(Ok(_)) = client.next().await {}
+}
+
+/// Event Hubs accepts the path with a trailing slash too, as pyamqp's own clients spell it.
+#[tokio::test]
+async fn the_path_with_a_trailing_slash_upgrades_too() {
+    let (server, mut peers) = echo_server().await;
+    let (mut client, local, answered) =
+        connect_at(&server, "/$servicebus/websocket/", Some("AMQPWSB10"))
+            .await
+            .unwrap();
+    assert_eq!(answered.as_deref(), Some("AMQPWSB10"));
+    assert_eq!(peers.recv().await.unwrap(), local);
+    client
+        .send(Message::binary(&b"AMQP\x03\x01\x00\x00"[..]))
+        .await
+        .unwrap();
+    assert_eq!(read_bytes(&mut client, 8).await, b"AMQP\x03\x01\x00\x00");
+    client.close(None).await.unwrap();
 }
 
 #[tokio::test]
