@@ -478,6 +478,44 @@ impl Checker<'_> {
         }
     }
 
+    /// A TOML error (a syntax error, or a value of the wrong type) about `key`.
+    fn toml_error(&self, error: &toml::de::Error, key: &str) -> TaskError {
+        TaskError {
+            file: self.file.to_owned(),
+            line: error.span().map(|span| self.line_of(span)),
+            key: key.to_owned(),
+            message: error.message().to_owned(),
+        }
+    }
+
+    /// A deserialization error, naming the dotted key it is about. An unknown key in an
+    /// endpoint table is answered with the keys that table takes in its role, and the one it
+    /// was probably meant to be.
+    fn deserialize_error(&self, error: &serde_path_to_error::Error<toml::de::Error>) -> TaskError {
+        let key = dotted_key(error.path());
+        let mut task_error = self.toml_error(error.inner(), &key);
+        if !error.inner().message().starts_with("unknown field") {
+            return task_error;
+        }
+        let table = key.split(['.', '[']).next().unwrap_or_default();
+        let unknown = key.rsplit('.').next().unwrap_or_default();
+        let meant = match keys_of_endpoint(table) {
+            Some((sentence, keys)) => {
+                task_error.message = format!("unknown key {unknown:?}; {sentence}");
+                closest_key(unknown, keys)
+            }
+            // The parser lists the table's keys in backquotes.
+            None => closest_key(
+                unknown,
+                error.inner().message().split('`').skip(3).step_by(2),
+            ),
+        };
+        if let Some(meant) = meant {
+            task_error.message = format!("{} (did you mean {meant}?)", task_error.message);
+        }
+        task_error
+    }
+
     pub(crate) fn duration(
         &self,
         value: &Option<Spanned<String>>,
@@ -515,17 +553,110 @@ impl TaskConfig {
     /// to the file's directory).
     pub fn parse(path: &Path, text: &str) -> Result<TaskConfig, TaskError> {
         let checker = Checker { file: path, text };
-        let spec: TaskSpec = toml::from_str(text).map_err(|e| {
-            let line = e.span().map(|span| checker.line_of(span));
-            TaskError {
-                file: path.to_owned(),
-                line,
-                key: "-".to_owned(),
-                message: e.message().to_owned(),
-            }
-        })?;
+        let document = toml::Deserializer::parse(text).map_err(|e| checker.toml_error(&e, "-"))?;
+        let spec: TaskSpec = serde_path_to_error::deserialize(document)
+            .map_err(|e| checker.deserialize_error(&e))?;
         checker.task(&spec)
     }
+}
+
+/// The keys every hub endpoint takes, as a source, a target or the dead-letter target.
+const HUB_KEYS: [&str; 10] = [
+    "event_hub",
+    "connection_string",
+    "connection_string_env",
+    "data_dir",
+    "ca_file",
+    "alias_file",
+    "alias_srv",
+    "dns_server",
+    "failover_failures",
+    "failover_after",
+];
+
+/// The keys only `[source]` takes.
+const SOURCE_KEYS: [&str; 6] = [
+    "consumer_group",
+    "initial_position",
+    "checkpoint_store",
+    "batch_events_max",
+    "prefetch",
+    "origin_id",
+];
+
+/// The keys only a hub `[[target]]` takes.
+const HUB_TARGET_KEYS: [&str; 4] = ["name", "kind", "keep_partition", "when"];
+
+/// A dotted key as a task file's errors name it (`source.consumer_group`, `target[1].when`),
+/// from where deserialization stopped; `-` for the file as a whole.
+fn dotted_key(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut key = String::new();
+    for segment in path.iter() {
+        match segment {
+            // `toml::Spanned` wraps a value in a table of its own: not a key of the file.
+            Segment::Map { key: k } if k.starts_with("$__serde_spanned") => {}
+            Segment::Map { key: k } | Segment::Enum { variant: k } => {
+                if !key.is_empty() {
+                    key.push('.');
+                }
+                key.push_str(k);
+            }
+            Segment::Seq { index } => key.push_str(&format!("[{index}]")),
+            Segment::Unknown => {}
+        }
+    }
+    if key.is_empty() { "-".to_owned() } else { key }
+}
+
+/// What an endpoint table takes in its role, for an unknown key in it: the sentence and the
+/// keys. None for the other tables, whose parser's own list (every field of the table's type)
+/// is already right.
+fn keys_of_endpoint(table: &str) -> Option<(String, Vec<&'static str>)> {
+    let hub_and = |own: &[&'static str]| [&HUB_KEYS[..], own].concat();
+    match table {
+        "source" => {
+            let keys = hub_and(&SOURCE_KEYS);
+            Some((format!("[source] takes {}", keys.join(", ")), keys))
+        }
+        "dead_letter" => Some((
+            format!("[dead_letter] takes {}", HUB_KEYS.join(", ")),
+            HUB_KEYS.to_vec(),
+        )),
+        "target" => {
+            let hub = hub_and(&HUB_TARGET_KEYS);
+            let postgres = postgres_target_keys();
+            let mut sentence = format!("a [[target]] takes {}", hub.join(", "));
+            if !postgres.is_empty() {
+                sentence.push_str(&format!(
+                    "; with kind = \"postgres\": {}",
+                    postgres.join(", ")
+                ));
+            }
+            Some((sentence, [hub, postgres].concat()))
+        }
+        _ => None,
+    }
+}
+
+/// A postgres target's keys (none without the feature that projects into PostgreSQL).
+fn postgres_target_keys() -> Vec<&'static str> {
+    #[cfg(feature = "postgres")]
+    return crate::projection::config::KEYS.to_vec();
+    #[cfg(not(feature = "postgres"))]
+    Vec::new()
+}
+
+/// The known key closest to `unknown`, when one is close enough to be a typo of it.
+fn closest_key<'k>(unknown: &str, known: impl IntoIterator<Item = &'k str>) -> Option<&'k str> {
+    // Jaro-Winkler weighs a shared beginning, which the misspelled and the shortened or
+    // lengthened keys of a file (`consumer_gruop`, `backoff_maximum`) keep.
+    known
+        .into_iter()
+        .map(|k| (strsim::jaro_winkler(unknown, k), k))
+        .filter(|(similarity, _)| *similarity >= 0.85)
+        .max_by(|(a, _), (b, _)| a.total_cmp(b))
+        .map(|(_, k)| k)
 }
 
 impl Checker<'_> {
@@ -685,7 +816,7 @@ impl Checker<'_> {
                 &format!("{key}.{misplaced}"),
                 format!(
                     "{misplaced:?} does not belong in {key}; it takes {}",
-                    allowed.join(", ")
+                    [&HUB_KEYS[..], allowed].concat().join(", ")
                 ),
             ));
         }
@@ -844,15 +975,7 @@ impl Checker<'_> {
     }
 
     fn source(&self, table: &Spanned<EndpointSpec>) -> Result<SourceConfig, TaskError> {
-        let allowed = [
-            "consumer_group",
-            "initial_position",
-            "checkpoint_store",
-            "batch_events_max",
-            "prefetch",
-            "origin_id",
-        ];
-        let endpoint = self.endpoint(table, "source", &allowed)?;
+        let endpoint = self.endpoint(table, "source", &SOURCE_KEYS)?;
         let spec = table.get_ref();
         let span = table.span();
         let consumer_group = spec
@@ -963,8 +1086,7 @@ impl Checker<'_> {
         let spec = table.get_ref();
         match spec.kind.as_deref() {
             None | Some("hub") => {
-                let endpoint =
-                    self.endpoint(table, key, &["name", "kind", "keep_partition", "when"])?;
+                let endpoint = self.endpoint(table, key, &HUB_TARGET_KEYS)?;
                 Ok(TargetKind::Hub {
                     endpoint,
                     keep_partition: spec.keep_partition.unwrap_or(false),

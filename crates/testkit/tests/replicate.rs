@@ -622,7 +622,7 @@ fn a_task_file_error_names_the_file_line_and_key() {
         (
             "name = \"x\"\n[source]\ndata_dir = \".\"\nevent_hub = \"o\"\nbogus = 1\n",
             ":5",
-            "unknown field `bogus`",
+            "source.bogus: unknown key \"bogus\"",
         ),
         (
             "name = \"x\"\n[source]\ndata_dir = \".\"\nevent_hub = \"o\"\n[[target]]\nname = \"t\"\ndata_dir = \".\"\nevent_hub = \"o\"\nconsumer_group = \"g\"\n",
@@ -664,6 +664,72 @@ fn a_task_file_error_names_the_file_line_and_key() {
         );
         assert!(error.contains(key), "{error}");
     }
+}
+
+/// An unknown key is named by its dotted path, answered with the keys its table takes in its
+/// role (a source's, not a target's), and with the key it was probably meant to be.
+#[test]
+fn an_unknown_key_is_named_with_its_path_and_the_keys_its_table_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("typo-key.toml");
+    let source = "name = \"x\"\n[source]\ndata_dir = \".\"\nevent_hub = \"o\"\n";
+    let target = "[[target]]\nname = \"t\"\ndata_dir = \".\"\nevent_hub = \"o\"\n";
+    let error = |text: String| {
+        std::fs::write(&file, &text).unwrap();
+        TaskConfig::load(&file).expect_err(&text)
+    };
+
+    let typo = error(format!("{source}consumer_gruop = \"g\"\n{target}"));
+    assert_eq!(
+        (typo.line, typo.key.as_str()),
+        (Some(5), "source.consumer_gruop")
+    );
+    assert!(typo.message.contains("[source] takes"), "{typo}");
+    assert!(typo.message.contains("initial_position"), "{typo}");
+    assert!(
+        !typo.message.contains("keep_partition"),
+        "only a source's keys: {typo}"
+    );
+    assert!(
+        !typo.message.contains("shape"),
+        "only a source's keys: {typo}"
+    );
+    assert!(
+        typo.message.ends_with("(did you mean consumer_group?)"),
+        "{typo}"
+    );
+
+    let second = error(format!("{source}{target}{target}kep_partition = true\n"));
+    assert_eq!(second.key, "target[1].kep_partition", "{second}");
+    assert!(second.message.contains("a [[target]] takes"), "{second}");
+    assert!(
+        second.message.contains("(did you mean keep_partition?)"),
+        "{second}"
+    );
+
+    let dead = error(format!(
+        "{source}{target}[dead_letter]\ndata_dir = \".\"\nevent_hub = \"d\"\nwhen = \"true\"\n"
+    ));
+    assert_eq!(dead.key, "dead_letter.when", "{dead}");
+    assert!(!dead.message.contains("consumer_group"), "{dead}");
+
+    let top = error(format!("{source}{target}[retyr]\nbackoff_min = \"1s\"\n"));
+    assert_eq!(top.key, "retyr", "{top}");
+    assert!(top.message.contains("(did you mean retry?)"), "{top}");
+
+    let nested = error(format!(
+        "{source}{target}[retry]\nbackoff_maximum = \"1s\"\n"
+    ));
+    assert_eq!(nested.key, "retry.backoff_maximum", "{nested}");
+    assert!(
+        nested.message.contains("(did you mean backoff_max?)"),
+        "{nested}"
+    );
+
+    let wrong_type = error(format!(
+        "{source}{target}[offset_map]\nevery_events = \"ten\"\n"
+    ));
+    assert_eq!(wrong_type.key, "offset_map.every_events", "{wrong_type}");
 }
 
 /// A task file whose target `t` has `keys` (and no way to reach it yet).
