@@ -23,8 +23,9 @@
 //! - an optional `header`, each field null or of its type: kept, encoded by
 //!   `kept_header` exactly as the general path keeps it (the Python SDK and our client send
 //!   `durable` with every keyed message);
-//! - optional `delivery-annotations` with symbol keys and primitive values (dropped, as the
-//!   general path drops them);
+//! - optional `delivery-annotations` with symbol keys and primitive values, holding only the
+//!   runtime-metric annotations the broker sets (dropped, as the general path drops them; a
+//!   sender's own are kept by the general path);
 //! - optional `message-annotations` with symbol keys and primitive values, holding only
 //!   `x-opt-partition-key` (when the send routes by key; a string, symbol or null) and the
 //!   system annotations the broker sets (dropped);
@@ -37,7 +38,7 @@
 //!
 //! Section descriptors are numeric (in any `ulong` encoding); every length, count and value is
 //! checked. A batch's envelope (`Envelope::fast`) is an optional `header`, optional
-//! `delivery-annotations`, optional `message-annotations` holding only the partition key, then
+//! `delivery-annotations` (any: the envelope is not stored), optional `message-annotations` holding only the partition key, then
 //! one or more `data` sections and the end.
 //!
 //! # Fallback
@@ -69,7 +70,7 @@ use tributary_event::{EventData, PropertyValue, SmolStr, repeats_a_property_key}
 
 pub(crate) mod general;
 
-use self::general::{SYSTEM_ANNOTATIONS, kept_header, partition_key};
+use self::general::{RUNTIME_ANNOTATIONS, SYSTEM_ANNOTATIONS, kept_header, partition_key};
 pub use self::general::{decode_strict, event_from_message};
 use crate::condition::{self as conditions, Refusal};
 use crate::limits::BATCH_EVENTS_MAX;
@@ -174,7 +175,15 @@ fn fast(
     let mut reader = Reader::new(bytes);
     let mut event = EventData::default();
     let mut partition = None;
-    let (header, mut section) = leading(&mut reader, |name, value| {
+    let kept_delivery_annotation = |name: &str, _| {
+        // A sender's own delivery annotations are kept by the general path.
+        if RUNTIME_ANNOTATIONS.contains(&name) {
+            Ok(())
+        } else {
+            Err(Fallback)
+        }
+    };
+    let (header, mut section) = leading(&mut reader, kept_delivery_annotation, |name, value| {
         if name == PARTITION_KEY && route_by_key {
             partition = Some(value);
             Ok(())
@@ -251,14 +260,18 @@ impl<'a> Envelope<'a> {
         let mut reader = Reader::new(bytes);
         let mut partition = None;
         // The header and other annotations of an envelope are not kept; only the key is read.
-        let (_, mut section) = leading(&mut reader, |name, value| {
-            if name == PARTITION_KEY {
-                partition = Some(value);
-                Ok(())
-            } else {
-                Err(Fallback)
-            }
-        })?;
+        let (_, mut section) = leading(
+            &mut reader,
+            |_, _| Ok(()),
+            |name, value| {
+                if name == PARTITION_KEY {
+                    partition = Some(value);
+                    Ok(())
+                } else {
+                    Err(Fallback)
+                }
+            },
+        )?;
         let key = if route_by_key {
             key_text(partition)?
         } else {
@@ -300,10 +313,12 @@ impl<'a> Envelope<'a> {
 }
 
 /// The sections before `properties`: an optional header (returned), optional delivery
-/// annotations (checked, dropped) and optional message annotations, each of whose entries goes
-/// to `annotation`. Returns the header and the next section's code.
+/// annotations, each of whose entries goes to `delivery_annotation` (and is dropped), and
+/// optional message annotations, each of whose entries goes to `annotation`. Returns the header
+/// and the next section's code.
 fn leading<'a>(
     reader: &mut Reader<'a>,
+    delivery_annotation: impl FnMut(&'a str, Primitive<'a>) -> Result<(), Fallback>,
     annotation: impl FnMut(&'a str, Primitive<'a>) -> Result<(), Fallback>,
 ) -> Result<(Option<Header>, Option<u64>), Fallback> {
     // The general path refuses an empty message, in its words.
@@ -317,7 +332,7 @@ fn leading<'a>(
         section = next_section(reader)?;
     }
     if section == Some(DELIVERY_ANNOTATIONS) {
-        annotations(reader, |_, _| Ok(()))?;
+        annotations(reader, delivery_annotation)?;
         section = next_section(reader)?;
     }
     if section == Some(MESSAGE_ANNOTATIONS) {
@@ -795,9 +810,11 @@ mod tests {
     }
 
     /// The leading sections (header, delivery and message annotations) both shapes share, each
-    /// message annotation accepted by `annotation`; returns the rest.
+    /// delivery annotation accepted by `delivery_annotation` and each message annotation by
+    /// `annotation`; returns the rest.
     fn usual_leading(
         mut sections: &[Section],
+        delivery_annotation: impl Fn(&Value) -> bool,
         annotation: impl Fn(&Value) -> bool,
         route_by_key: bool,
     ) -> Option<&[Section]> {
@@ -806,7 +823,8 @@ mod tests {
             sections = rest;
         }
         if let [Section::DeliveryAnnotations(entries), rest @ ..] = sections {
-            usual_annotations(entries).then_some(())?;
+            let keys = entries.iter().all(|(k, _)| delivery_annotation(k));
+            (usual_annotations(entries) && keys).then_some(())?;
             sections = rest;
         }
         if let [Section::MessageAnnotations(entries), rest @ ..] = sections {
@@ -827,7 +845,9 @@ mod tests {
         if message.form.symbolic || message.sections.is_empty() {
             return false;
         }
-        let Some(mut rest) = usual_leading(&message.sections, annotation, route_by_key) else {
+        let runtime = |k: &Value| RUNTIME_ANNOTATIONS.iter().any(|name| is_symbol(k, name));
+        let Some(mut rest) = usual_leading(&message.sections, runtime, annotation, route_by_key)
+        else {
             return false;
         };
         if let [Section::Properties(fields), tail @ ..] = rest {
@@ -866,7 +886,7 @@ mod tests {
             return false;
         }
         let annotation = |k: &Value| is_symbol(k, PARTITION_KEY);
-        match usual_leading(&message.sections, annotation, route_by_key) {
+        match usual_leading(&message.sections, |_| true, annotation, route_by_key) {
             Some(rest) => !rest.is_empty() && rest.iter().all(|s| matches!(s, Section::Data(_))),
             None => false,
         }

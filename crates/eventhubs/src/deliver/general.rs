@@ -1,6 +1,7 @@
 //! The general delivery path: a stored event's kept protocol sections decoded and merged back,
 //! the system annotations added, as `fe2o3-amqp`'s message. A receiver gets back the message
-//! the producer sent, plus the broker's annotations.
+//! the producer sent, plus the broker's annotations: its delivery annotations too, as Event
+//! Hubs delivers a sender's, beside the runtime-metric ones a link asked for.
 
 use fe2o3_amqp_types::messaging::annotations::OwnedKey;
 use fe2o3_amqp_types::messaging::{
@@ -57,8 +58,23 @@ pub fn message_for_delivery(event: &ReceivedEvent, runtime: Option<&LastEnqueued
     if message.body.is_empty() {
         message.body = Body::Data(vec![Data(Binary::from(data.body.to_vec()))].into());
     }
-    message.delivery_annotations = runtime.map(runtime_annotations);
+    message.delivery_annotations =
+        merge_delivery_annotations(message.delivery_annotations, runtime);
     message
+}
+
+/// The sender's kept delivery annotations, then the runtime-metric ones (which the broker
+/// alone sets: ingest drops a sender's).
+fn merge_delivery_annotations(
+    kept: Option<DeliveryAnnotations>,
+    runtime: Option<&LastEnqueued>,
+) -> Option<DeliveryAnnotations> {
+    let Some(last) = runtime else { return kept };
+    let mut merged = kept.map(|d| d.0).unwrap_or_default();
+    for (key, value) in runtime_annotations(last).0.into_iter() {
+        merged.insert(key, value);
+    }
+    Some(DeliveryAnnotations(merged))
 }
 
 fn merge_properties(kept: Option<Properties>, data: &EventData) -> Option<Properties> {
@@ -242,6 +258,59 @@ pub(crate) mod tests {
             )))
         );
         assert_eq!(back.delivery_annotations, None);
+    }
+
+    /// A sender's delivery annotations are kept with the event and delivered, beside the
+    /// runtime-metric ones the link asked for; runtime-metric annotations a sender wrote (a
+    /// copy of a received event) are not kept.
+    #[test]
+    fn a_senders_delivery_annotations_are_delivered_beside_the_runtime_metric() {
+        let mut sent = OrderedMap::new();
+        sent.insert(
+            OwnedKey::from("delann_key"),
+            Value::String("delann_value".into()),
+        );
+        sent.insert(
+            OwnedKey::from(LAST_ENQUEUED_SEQUENCE_NUMBER),
+            Value::Long(-5),
+        );
+        let message = AmqpMessage {
+            delivery_annotations: Some(DeliveryAnnotations(sent)),
+            ..empty_message()
+        };
+        let event = event_from_message(message, false).unwrap();
+        let delivered = |runtime| {
+            message_for_delivery(&received(event.clone()), runtime)
+                .delivery_annotations
+                .map(|d| d.0.into_iter().collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        let kept = (
+            OwnedKey::from("delann_key"),
+            Value::String("delann_value".into()),
+        );
+        assert_eq!(delivered(None), std::slice::from_ref(&kept));
+        let last = LastEnqueued {
+            sequence_number: 9,
+            offset: Some(4096),
+            enqueued_time_ms: Some(1),
+            retrieved_time_ms: 2,
+        };
+        let with_runtime = delivered(Some(&last));
+        assert_eq!(with_runtime.len(), 5, "{with_runtime:?}");
+        assert_eq!(with_runtime[0], kept);
+        assert!(with_runtime.contains(&(
+            OwnedKey::from(LAST_ENQUEUED_SEQUENCE_NUMBER),
+            Value::Long(9)
+        )));
+        // Delivered through the fast writer's entry point too: the same bytes decode to it.
+        let mut bytes = Vec::new();
+        crate::deliver::write_delivery_message(&received(event.clone()), Some(&last), &mut bytes);
+        let decoded = decode_strict(&bytes).unwrap();
+        assert_eq!(
+            decoded.delivery_annotations.unwrap().0.into_iter().next(),
+            Some(kept)
+        );
     }
 
     #[test]

@@ -13,8 +13,10 @@
 //! - Everything else — the header, other message annotations, other properties, the footer — is
 //!   kept as encoded AMQP sections in [`EventData::protocol_sections`] (a partial AMQP message:
 //!   the sections in their standard order, no body section unless the body was kept). Delivery
-//!   annotations are per hop and dropped; `x-opt-sequence-number`, `x-opt-offset` and
-//!   `x-opt-enqueued-time` are the broker's to set and dropped.
+//!   annotations are kept too, as Event Hubs keeps a sender's and delivers them with the event;
+//!   the runtime-metric ones (`last_enqueued_*`, `runtime_info_retrieval_time_utc`) and
+//!   `x-opt-sequence-number`, `x-opt-offset` and `x-opt-enqueued-time` are the broker's to set
+//!   on delivery and dropped.
 //!
 //! The way back — the kept sections merged with the event — is
 //! [`deliver`](crate::deliver)'s general path.
@@ -22,18 +24,42 @@
 use bytes::Bytes;
 use fe2o3_amqp_types::messaging::annotations::OwnedKey;
 use fe2o3_amqp_types::messaging::{
-    ApplicationProperties, Body, Header, MessageAnnotations, MessageId, Properties,
+    ApplicationProperties, Body, DeliveryAnnotations, Header, MessageAnnotations, MessageId,
+    Properties,
 };
 use fe2o3_amqp_types::primitives::{OrderedMap, SimpleValue, Symbol, Value};
 use tributary_event::{EventData, PropertyValue, SmolStr};
 
 use crate::message::{AmqpMessage, MessageError};
 use crate::names::annotation::{ENQUEUED_TIME, OFFSET, PARTITION_KEY, SEQUENCE_NUMBER};
+use crate::names::runtime_metric::{
+    LAST_ENQUEUED_OFFSET, LAST_ENQUEUED_SEQUENCE_NUMBER, LAST_ENQUEUED_TIME_UTC, RETRIEVAL_TIME_UTC,
+};
 use crate::receive::general::uuid_text;
 use crate::scan::{canonical_bytes, scan_message};
 
 /// The annotations the broker sets on delivery; dropped from what a producer sends.
 pub(crate) const SYSTEM_ANNOTATIONS: [&str; 3] = [SEQUENCE_NUMBER, OFFSET, ENQUEUED_TIME];
+
+/// The delivery annotations the broker sets on delivery to a link that asked for runtime
+/// metrics; dropped from what a producer sends (a copy of a received event may carry them).
+pub(crate) const RUNTIME_ANNOTATIONS: [&str; 4] = [
+    LAST_ENQUEUED_SEQUENCE_NUMBER,
+    LAST_ENQUEUED_OFFSET,
+    LAST_ENQUEUED_TIME_UTC,
+    RETRIEVAL_TIME_UTC,
+];
+
+/// A sender's delivery annotations as they are kept: without the runtime-metric ones; None
+/// when nothing is left.
+pub(crate) fn kept_delivery_annotations(
+    annotations: Option<DeliveryAnnotations>,
+) -> Option<DeliveryAnnotations> {
+    let mut kept = annotations?.0;
+    kept.as_inner_mut()
+        .retain(|key, _| !symbol_key(key).is_some_and(|k| RUNTIME_ANNOTATIONS.contains(&k)));
+    (!kept.is_empty()).then_some(DeliveryAnnotations(kept))
+}
 
 /// A message annotation's key as text, if it is a symbol.
 pub(crate) fn symbol_key(key: &OwnedKey) -> Option<&str> {
@@ -70,6 +96,7 @@ pub(crate) fn partition_key(message: &AmqpMessage) -> Result<Option<String>, Mes
 #[derive(Default)]
 struct Kept {
     header: Option<Header>,
+    delivery_annotations: Option<DeliveryAnnotations>,
     annotations: Option<MessageAnnotations>,
     properties: Option<Properties>,
     application_properties: OrderedMap<String, SimpleValue>,
@@ -87,6 +114,9 @@ impl Kept {
         };
         if let Some(h) = &self.header {
             put(crate::foreign::to_vec(h))?;
+        }
+        if let Some(d) = &self.delivery_annotations {
+            put(crate::foreign::check_annotations(&d.0).and_then(|()| crate::foreign::to_vec(d)))?;
         }
         if let Some(a) = &self.annotations {
             put(crate::foreign::check_annotations(&a.0).and_then(|()| crate::foreign::to_vec(a)))?;
@@ -129,6 +159,7 @@ pub fn event_from_message(
     let mut event = EventData::default();
     let mut kept = Kept {
         header: message.header,
+        delivery_annotations: kept_delivery_annotations(message.delivery_annotations),
         footer: message.footer,
         ..Kept::default()
     };
