@@ -125,14 +125,9 @@ fn claims_required(needed: Needed, entity_path: &str) -> String {
 }
 
 impl ConnectionGrants {
-    /// Verifies a token and, if it is good, remembers what it grants.
-    pub(crate) fn put_token(
-        &self,
-        token: &str,
-        policies: &AccessPolicies,
-        now_secs: i64,
-    ) -> Result<(), SasError> {
-        let grant = verify(token, policies, now_secs)?;
+    /// Remembers what a verified token grants (see [`verify`]), in place of an earlier grant
+    /// for the same audience.
+    pub(crate) fn record(&self, grant: Grant, now_secs: i64) {
         let mut grants = self.grants.lock().expect("grants");
         grants.retain(|g| g.expiry > now_secs && g.audience != grant.audience);
         if grants.len() >= GRANTS_PER_CONNECTION_MAX {
@@ -140,7 +135,6 @@ impl ConnectionGrants {
         }
         grants.push(grant);
         self.authenticated.store(true, Ordering::Relaxed);
-        Ok(())
     }
 
     /// Whether a token or a PLAIN login was ever accepted on this connection.
@@ -221,7 +215,7 @@ mod tests {
         let now = 1_000;
         assert!(grants.authorize("hub", SEND, now).is_err(), "no token yet");
         let token = sas::sign("sb://localhost/hub", "listener", "listen-key", 1_060);
-        grants.put_token(&token, &policies(), now).unwrap();
+        grants.record(verify(&token, &policies(), now).unwrap(), now);
         assert!(
             grants
                 .authorize("hub/consumergroups/$default/partitions/0", LISTEN, now)
@@ -239,7 +233,7 @@ mod tests {
             "expired"
         );
         let root = sas::sign("sb://localhost/", "root", "c2VjcmV0LWtleQ==", 1_060);
-        grants.put_token(&root, &policies(), now).unwrap();
+        grants.record(verify(&root, &policies(), now).unwrap(), now);
         assert!(grants.authorize("other/partitions/1", SEND, now).is_ok());
     }
 }

@@ -110,12 +110,6 @@ impl Default for ConnectionLimits {
     }
 }
 
-/// How long a refused link stays attached before it is detached with the error. The Python SDK
-/// only looks at a link's error once it has seen the link attached and started using it (sent
-/// credit or a transfer); a detach that arrives while it is still opening the link is dropped and
-/// the client retries silently instead of reporting the condition. A second covers its polling.
-pub const REFUSAL_DETACH_DELAY: Duration = Duration::from_secs(1);
-
 /// How long closing a link or a connection waits for the peer's answer.
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 

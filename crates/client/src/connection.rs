@@ -616,7 +616,10 @@ async fn put_token(
         .await?;
     match response.success() {
         Ok(_) => Ok(()),
-        // Every refusal of a token is an authorization failure, whatever status it came with.
+        // The hub the token is for does not exist (Event Hubs answers a token for a missing
+        // entity 404, "The messaging entity … could not be found").
+        Err(ClientError::NotFound { description }) => Err(ClientError::NotFound { description }),
+        // Every other refusal of a token is an authorization failure, whatever its status.
         Err(ClientError::Unauthorized { description })
         | Err(ClientError::Refused { description, .. })
         | Err(ClientError::Other { description, .. }) => Err(ClientError::Unauthorized {

@@ -322,6 +322,49 @@ async fn python_bad_credentials_are_refused() {
     f.stop().await;
 }
 
+/// A hub that does not exist is refused as Event Hubs refuses it, at the token for it
+/// (`$cbs` answers 404 "The messaging entity … could not be found"): `create_batch` raises a
+/// `ConnectError` (at its first try when retries are off) and a consumer's `on_error` gets an
+/// `AuthenticationError`, as
+/// azure-eventhub's live test `test_client_invalid_credential` expects of the service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_raises_connect_error_for_a_hub_that_does_not_exist() {
+    let f = TestHub::start(&[("real", 1)]).await;
+    let fake = json!({"conn": f.conn(&f.root), "hub": "fakehub", "count": 1, "timeout": 8,
+                      "position": "earliest"});
+    let mut once = fake.clone();
+    once["retry_total"] = json!(0);
+    let (created, created_once, consumed) = tokio::join!(
+        run_python("create-batch", fake),
+        run_python("create-batch", once.clone()),
+        run_python("consume", once)
+    );
+    assert_eq!(created["created"], false, "{created}");
+    assert_eq!(created["connect_error"], true, "{created}");
+    let error = created["error"].as_str().unwrap();
+    assert!(
+        error.contains("404") && error.contains("'sb://") && error.contains("fakehub"),
+        "{created}"
+    );
+    // The SDK retries a refused token (0.8 s, 1.6 s, 3.2 s … apart); without retries the
+    // refusal is the first answer.
+    assert_eq!(created_once["connect_error"], true, "{created_once}");
+    let elapsed = created_once["elapsed_s"].as_f64().unwrap();
+    assert!(elapsed < 3.0, "raised after {elapsed} s: {created_once}");
+    assert_eq!(
+        consumed["errors"][0]["error_type"], "AuthenticationError",
+        "{consumed}"
+    );
+    // A hub that exists opens as before.
+    let real = run_python(
+        "create-batch",
+        json!({"conn": f.conn(&f.root), "hub": "real"}),
+    )
+    .await;
+    assert_eq!(real["created"], true, "{real}");
+    f.stop().await;
+}
+
 /// A refusal reaches the SDK as a raised error within its send timeout, and stores nothing: an
 /// event over the hub's size limit, a partition key that is not a string, a policy without the
 /// `Send` claim. (azure-eventhub 5.15.1 hung in `send_batch` when a rejection's error had two
@@ -380,7 +423,8 @@ async fn python_sdk_raises_every_refusal_within_its_timeout() {
 }
 
 /// pyamqp writes a message's delivery-annotations section after its body; the service takes
-/// such a message, and so do we, with everything but the hop-by-hop delivery annotations kept.
+/// such a message, keeps everything, and delivers the sender's delivery annotations back (the
+/// SDK's live test `test_send_amqp_annotated_message`), beside the runtime-metric ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_annotated_message_with_delivery_annotations_is_stored() {
     let f = TestHub::start(&[("annotated", 1)]).await;
@@ -396,11 +440,22 @@ async fn python_annotated_message_with_delivery_annotations_is_stored() {
         stored[0].data.property("source"),
         Some(&PropertyValue::String("pyamqp".into()))
     );
+    let consume = json!({"conn": f.conn(&f.root), "hub": "annotated", "partition": 0,
+                         "position": "earliest", "count": 1});
+    let consumed = run_python("consume", consume).await;
+    let delivered = &consumed["events"][0]["delivery_annotations"];
+    assert_eq!(
+        delivered["delann_key"],
+        json!(["str", "delann_value"]),
+        "{consumed}"
+    );
+    assert!(
+        delivered.get("last_enqueued_sequence_number").is_some(),
+        "the runtime metric the consumer asked for is there too: {consumed}"
+    );
     f.stop().await;
 }
 
-/// The SDK's low-level `ReceiveClient` attaches with no selector filter: the link starts at the
-/// beginning of the partition, as on Event Hubs, so events sent before it are received.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_low_level_receiver_without_a_filter_starts_at_the_beginning() {
     let f = TestHub::start(&[("early", 2)]).await;
@@ -637,7 +692,8 @@ async fn python_sdk_over_websockets_sends_and_receives_and_a_wrong_key_is_refuse
 
 /// AMQP over secure WebSockets (`wss://`, the SDK's form without `UseDevelopmentEmulator`)
 /// through the HTTPS door: a client trusting the development authority (`connection_verify`)
-/// sends a batch and receives it; one trusting another authority is refused.
+/// sends a batch and receives it; one trusting another authority is refused; the path with a
+/// trailing slash is served as well.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_over_secure_websockets_trusts_our_authority_and_no_other() {
     let certificates = tempfile::tempdir().unwrap();
@@ -683,5 +739,20 @@ async fn python_sdk_over_secure_websockets_trusts_our_authority_and_no_other() {
         "{refused}"
     );
     assert_eq!(bodies(&f.read_all("wss", 0).await), numbered("secure", 3));
+    // The path with a trailing slash, as pyamqp's own tests open it, is served over HTTPS too.
+    let url = format!("wss://localhost:{}/$servicebus/websocket/", f.http_port());
+    let verify = ours.ca_cert.to_str().unwrap();
+    let opened = run_python("websocket-header", json!({"url": url, "verify": verify})).await;
+    assert_eq!(opened["connected"], true, "{opened}");
+    assert_eq!(
+        opened["answer"],
+        hex_of(b"AMQP\x03\x01\x00\x00"),
+        "{opened}"
+    );
     f.stop().await;
+}
+
+/// Bytes as lowercase hexadecimal, as Python's `bytes.hex()` writes them.
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -10,10 +10,11 @@
 //! addresses, selectors, tokens, conditions, messages in and out — is `tributary-eventhubs`'s.
 //!
 //! # Refusals
-//! A refused attach is answered (the peer's terminus echoed) and detached with the error
-//! after [`crate::limits::REFUSAL_DETACH_DELAY`]: the Python SDK reports a link's error only
-//! once it uses the link. A refused send link gets credit, and every message on it is rejected
-//! with the error; nothing on a refused link is ever appended or delivered.
+//! A refused attach is answered as Event Hubs answers one (AMQP 1.0 section 2.6.3): with a
+//! null terminus on this side — no target for a client's sender, no source for its receiver —
+//! and at once a closing detach carrying the error. The SDKs raise that error while they are
+//! still opening the link; a refused link never gets credit, so nothing on it is ever appended
+//! or delivered.
 //!
 //! # Unauthenticated connections
 //! A connection is unauthenticated until a SASL PLAIN login or its first accepted `$cbs` token
@@ -53,8 +54,8 @@ use crate::auth::ConnectionGrants;
 use crate::budget::Budgeted;
 use crate::conditions::{self, Refusal};
 use crate::limits::{
-    CHANNEL_MAX, ConnectionLimits, FRAME_BYTES_MAX, HANDLE_MAX, REFUSAL_DETACH_DELAY,
-    SEND_LINK_CREDIT, UNAUTHENTICATED_LINKS_MAX, UNAUTHENTICATED_SESSIONS_MAX,
+    CHANNEL_MAX, ConnectionLimits, FRAME_BYTES_MAX, HANDLE_MAX, SEND_LINK_CREDIT,
+    UNAUTHENTICATED_LINKS_MAX, UNAUTHENTICATED_SESSIONS_MAX,
 };
 use crate::policies::AccessPolicies;
 use tributary_eventhubs::address::{self, Node};
@@ -120,8 +121,6 @@ pub(crate) enum Command {
     },
     /// Detach a link with this error.
     Detach { link: LinkRef, refusal: Refusal },
-    /// A refused link's delay is over: detach it with its error.
-    RefusalDue { link: LinkRef },
     /// A `$management` answer that took work off the connection's task is ready.
     Reply {
         session: SessionId,
@@ -266,8 +265,6 @@ enum LinkKind {
     Send(send_link::SendLinkHandle),
     /// Events out of the broker.
     Receive(receive_link::ReceiveLinkHandle),
-    /// Refused: detached with the refusal once its delay is over.
-    Refused(Refusal),
 }
 
 /// The Event Hubs dialect over one connection's engine (see the module docs).
@@ -354,13 +351,6 @@ impl Handler for ServerHandler {
             }
             Command::OpenDue => self.on_deadline(connection, true),
             Command::AuthDue => self.on_deadline(connection, false),
-            Command::RefusalDue { link } => {
-                if let Some(LinkKind::Refused(refusal)) = self.kind_mut(link) {
-                    let error = amqp_error(refusal);
-                    self.links.remove(&link.id);
-                    connection.detach(link.id, true, Some(error));
-                }
-            }
             Command::Reply {
                 session,
                 kind,
@@ -385,7 +375,7 @@ impl Handler for ServerHandler {
             // The client's `$cbs` and `$management` links stay until the close: a client may
             // take their loss for its connection's and give up on its sends still settling.
             LinkKind::Requests(_) | LinkKind::Replies(_) => true,
-            LinkKind::Receive(_) | LinkKind::Refused(_) => {
+            LinkKind::Receive(_) => {
                 connection.detach(*id, true, Some(amqp_error(&refusal)));
                 false
             }
@@ -510,10 +500,7 @@ impl ServerHandler {
         if self.shutting_down {
             // A client re-attaching after its link drained: nothing new while shutting down.
             let refusal = Refusal::new(conditions::DETACH_FORCED, "the broker is shutting down");
-            if connection.attach_answer(link, answer_for(&attach)).is_ok() {
-                connection.detach(link, true, Some(amqp_error(&refusal)));
-            }
-            return;
+            return self.refuse(connection, link, &attach, refusal);
         }
         let node = match attached_node(&attach) {
             Ok(node) => node,
@@ -623,8 +610,8 @@ impl ServerHandler {
         Ok(())
     }
 
-    /// Refuses an attach: answers it, lets a sending client send (each message is rejected
-    /// with the refusal), and detaches with the refusal after [`REFUSAL_DETACH_DELAY`].
+    /// Refuses an attach: answers it with a null terminus on this side and detaches it with the
+    /// refusal in the same turn (see the module docs).
     fn refuse(
         &mut self,
         connection: &mut Connection,
@@ -633,18 +620,7 @@ impl ServerHandler {
         refusal: Refusal,
     ) {
         tracing::debug!(link = %attach.name, condition = refusal.condition, description = %refusal.description, "refusing link");
-        if connection.attach_answer(link, answer_for(attach)).is_err() {
-            return;
-        }
-        let link_ref = self.register(link, LinkKind::Refused(refusal));
-        if matches!(attach.role, Role::Sender) {
-            let _ = connection.flow(link, SEND_LINK_CREDIT);
-        }
-        let commands = self.commands.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(REFUSAL_DETACH_DELAY).await;
-            let _ = commands.send(Command::RefusalDue { link: link_ref });
-        });
+        refuse_link(connection, link, attach, amqp_error(&refusal));
     }
 
     fn on_delivery(&mut self, connection: &mut Connection, delivery: Delivery) {
@@ -679,19 +655,6 @@ impl ServerHandler {
                 let _ = connection.flow(link, SEND_LINK_CREDIT);
             }
             LinkKind::Send(send) => send.deliver(connection, delivery),
-            LinkKind::Refused(refusal) => {
-                if !delivery.settled {
-                    let state = nodes::rejected(refusal);
-                    let _ = connection.disposition(
-                        link.session,
-                        true,
-                        delivery.delivery_id,
-                        delivery.delivery_id,
-                        true,
-                        Some(&state),
-                    );
-                }
-            }
             LinkKind::Replies(_) | LinkKind::Receive(_) => {}
         }
     }
@@ -768,6 +731,24 @@ fn settle_request(connection: &mut Connection, session: SessionId, delivery: &De
         true,
         Some(&state),
     );
+}
+
+/// Refuses an attach the way Event Hubs does (see the module docs): answers it with a null
+/// terminus on this side and detaches it at once with `error`.
+fn refuse_link(
+    connection: &mut Connection,
+    link: LinkId,
+    attach: &Attach,
+    error: definitions::Error,
+) {
+    let mut answer = answer_for(attach);
+    match attach.role {
+        Role::Sender => answer.target = None,
+        Role::Receiver => answer.source = None,
+    }
+    if connection.attach_answer(link, answer).is_ok() {
+        connection.detach(link, true, Some(error));
+    }
 }
 
 /// The answer to a peer's attach: its terminus echoed, settled in mode `first` (Python asks
@@ -883,9 +864,7 @@ impl Handler for Refuser {
                 attach,
                 answer: false,
             } => {
-                if connection.attach_answer(link, answer_for(&attach)).is_ok() {
-                    connection.detach(link, true, Some(self.error.clone()));
-                }
+                refuse_link(connection, link, &attach, self.error.clone());
                 connection.close(Some(self.error.clone()));
             }
             _ => {}

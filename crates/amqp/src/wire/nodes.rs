@@ -7,7 +7,10 @@
 //! `correlation-id` and the status in `status-code` (int) / `status-description`.
 //!
 //! - `$cbs` `put-token`: verifies a SAS token and records its grant on the connection
-//!   (202 Accepted, or 401 with the reason — never the token).
+//!   (202 Accepted, or 401 with the reason — never the token). A token whose audience names an
+//!   event hub that does not exist is answered 404 `amqp:not-found`, "The messaging entity …
+//!   could not be found", as Event Hubs answers it: the SDKs raise that at once, before any
+//!   link is attached.
 //! - `$management` `READ` of `com.microsoft:eventhub` / `com.microsoft:partition`: the hub's or
 //!   partition's properties as an amqp-value map with the keys and types the SDKs read (404 for an
 //!   unknown hub or partition, 401 without Listen, Send or Manage on the hub).
@@ -233,19 +236,54 @@ fn put_token(request: &AmqpMessage, connection: &ConnectionState) -> AmqpMessage
             );
         }
     };
-    let policies = &connection.ctx.policies;
-    match connection.grants.put_token(token, policies, now_secs()) {
-        Ok(()) => response(
-            request,
-            202,
-            "Accepted",
-            Body::Value(AmqpValue(Value::Null)),
-        ),
+    let now = now_secs();
+    let grant = match auth::verify(token, &connection.ctx.policies, now) {
+        Ok(grant) => grant,
         Err(e) => {
             tracing::debug!(peer = %connection.peer, reason = %e, "put-token refused");
-            failure(request, 401, conditions::UNAUTHORIZED, &e.to_string())
+            return token_refused(request, 401, &e.to_string());
         }
+    };
+    if !audience_exists(&grant.audience, &connection.ctx.broker) {
+        let description = format!(
+            "The messaging entity '{}' could not be found.",
+            grant.audience
+        );
+        return token_refused(request, 404, &description);
     }
+    connection.grants.record(grant, now);
+    response(
+        request,
+        202,
+        "Accepted",
+        Body::Value(AmqpValue(Value::Null)),
+    )
+}
+
+/// A refused `put-token`: the status and its description, without the `error-condition` that
+/// other refusals carry, as Event Hubs answers it — pyamqp reports a token refusal that has
+/// one as "Status code: None", dropping the status and the description.
+fn token_refused(request: &AmqpMessage, status: i32, description: &str) -> AmqpMessage {
+    response(
+        request,
+        status,
+        description,
+        Body::Value(AmqpValue(Value::Null)),
+    )
+}
+
+/// Whether the entity a token's audience names exists: the namespace, a `$` node, or an event
+/// hub (and what lies below it, which its links check themselves).
+fn audience_exists(audience: &str, broker: &tributary_broker::Broker) -> bool {
+    let path = tributary_eventhubs::address::strip_host(audience);
+    let hub = path.split('/').next().unwrap_or_default();
+    if hub.is_empty() || hub.starts_with('$') {
+        return true;
+    }
+    !matches!(
+        broker.describe_hub(hub),
+        Err(BrokerError::HubNotFound { .. })
+    )
 }
 
 /// Whether the request has one of the rights `needed` on `hub`: by its own `security_token`,

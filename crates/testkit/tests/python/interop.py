@@ -19,6 +19,7 @@ import traceback
 import uuid
 
 from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient, TransportType
+from azure.eventhub.exceptions import ConnectError
 
 TIMEOUT_S = 30
 
@@ -49,6 +50,10 @@ def describe_event(event):
         "content_type": event.content_type,
         "correlation_id": event.correlation_id,
         "message_id": event.message_id,
+        "delivery_annotations": {
+            (k.decode() if isinstance(k, bytes) else k): describe_value(v.decode() if isinstance(v, bytes) else v)
+            for k, v in (event.raw_amqp_message.delivery_annotations or {}).items()
+        },
     }
     return out
 
@@ -85,8 +90,15 @@ def transport(args):
     return options
 
 
+def retries(args):
+    """The SDK's `retry_total`, when a scenario sets one."""
+    return {"retry_total": args["retry_total"]} if "retry_total" in args else {}
+
+
 def producer(args):
-    return EventHubProducerClient.from_connection_string(args["conn"], eventhub_name=args["hub"], **transport(args))
+    return EventHubProducerClient.from_connection_string(
+        args["conn"], eventhub_name=args["hub"], **transport(args), **retries(args)
+    )
 
 
 def consumer(args, conn=None, **kwargs):
@@ -95,6 +107,7 @@ def consumer(args, conn=None, **kwargs):
         consumer_group=args.get("group", "$Default"),
         eventhub_name=args["hub"],
         **transport(args),
+        **retries(args),
         **kwargs,
     )
 
@@ -285,6 +298,20 @@ def cmd_send_batch(args):
         return {"sent": False, **error_doc(e)}
 
 
+def cmd_create_batch(args):
+    """Creates a batch for partition 0, which opens the producer's send link (as the SDK's live
+    test `test_client_invalid_credential` does with a hub that does not exist), with the SDK's
+    retries or `retry_total`; reports the outcome and how long it took."""
+    started = time.monotonic()
+    try:
+        with producer(args) as client:
+            client.create_batch(partition_id="0")
+        return {"created": True, "elapsed_s": time.monotonic() - started}
+    except Exception as e:  # noqa: BLE001 - reported in the JSON
+        return {"created": False, "elapsed_s": time.monotonic() - started,
+                "connect_error": isinstance(e, ConnectError), **error_doc(e)}
+
+
 def cmd_properties_expect(args):
     try:
         with producer(args) as client:
@@ -337,13 +364,14 @@ def cmd_send_until_refused(args):
 
 
 def cmd_send_delivery_annotations(args):
-    """Sends an AmqpAnnotatedMessage with delivery annotations: pyamqp writes that section after
-    the body, which the service accepts."""
+    """Sends an AmqpAnnotatedMessage with delivery annotations, as the SDK's live test
+    `test_send_amqp_annotated_message` does: pyamqp writes that section after the body, which
+    the service accepts, keeps and delivers."""
     from azure.eventhub.amqp import AmqpAnnotatedMessage
 
     message = AmqpAnnotatedMessage(
         data_body=[b"annotated"],
-        delivery_annotations={"hop": "first"},
+        delivery_annotations={"delann_key": "delann_value"},
         annotations={"x-opt-custom": "kept"},
         application_properties={"source": "pyamqp"},
     )
@@ -353,6 +381,29 @@ def cmd_send_delivery_annotations(args):
         return {"sent": True}
     except Exception as e:  # noqa: BLE001 - reported in the JSON
         return {"sent": False, **error_doc(e)}
+
+
+def cmd_websocket_header(args):
+    """Opens AMQP over WebSockets at `url` with the SDK's WebSocket library (websocket-client),
+    trusting `verify`, sends the SASL protocol header and reports the server's first 8 bytes."""
+    import ssl
+
+    import websocket
+
+    sslopt = {"cert_reqs": ssl.CERT_REQUIRED, "ca_certs": args["verify"]} if "verify" in args else None
+    try:
+        sock = websocket.create_connection(args["url"], subprotocols=["AMQPWSB10"], timeout=TIMEOUT_S,
+                                           sslopt=sslopt)
+    except Exception as e:  # noqa: BLE001 - reported in the JSON
+        return {"connected": False, **error_doc(e)}
+    try:
+        sock.send_binary(b"AMQP\x03\x01\x00\x00")
+        answer = b""
+        while len(answer) < 8:
+            answer += sock.recv()
+        return {"connected": True, "answer": answer[:8].hex()}
+    finally:
+        sock.close()
 
 
 def cmd_low_level_receive(args):
@@ -386,6 +437,7 @@ COMMANDS = {
     "send-until-refused": cmd_send_until_refused,
     "send-delivery-annotations": cmd_send_delivery_annotations,
     "low-level-receive": cmd_low_level_receive,
+    "websocket-header": cmd_websocket_header,
     "produce": cmd_produce,
     "properties": cmd_properties,
     "consume": cmd_consume,
@@ -393,6 +445,7 @@ COMMANDS = {
     "sixth": cmd_sixth,
     "send-expect": cmd_send_expect,
     "send-batch": cmd_send_batch,
+    "create-batch": cmd_create_batch,
     "properties-expect": cmd_properties_expect,
 }
 
