@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tributary_eventhubs::sas::{self, SasError};
+use tributary_eventhubs::sas::SasError;
 
 use crate::conditions::{self, Refusal};
 use crate::limits::GRANTS_PER_CONNECTION_MAX;
@@ -41,15 +41,12 @@ pub(crate) fn verify(
     policies: &AccessPolicies,
     now_secs: i64,
 ) -> Result<Grant, SasError> {
-    let key_of = |name: &str| policies.get(name).map(|p| p.key.as_str());
-    let verified = sas::verify(token, key_of, now_secs)?;
-    let rights = policies
-        .get(&verified.key_name)
-        .map(|p| p.rights.clone())
-        .unwrap_or_default();
+    // The rights are those of the policy whose key signed it: two policies may share a name
+    // (a saved one and `serve --emulator-compat`'s unsaved one).
+    let (verified, policy) = policies.verify_token(token, now_secs)?;
     Ok(Grant {
         audience: verified.audience,
-        rights,
+        rights: policy.rights.clone(),
         expiry: verified.expiry,
         key_name: verified.key_name,
     })
@@ -192,6 +189,8 @@ impl ConnectionGrants {
 
 #[cfg(test)]
 mod tests {
+    use tributary_eventhubs::sas;
+
     use super::*;
 
     fn policies() -> AccessPolicies {

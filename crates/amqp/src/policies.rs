@@ -13,12 +13,23 @@
 //! string once, so the operator can copy it. A policies file readable by group or others is
 //! refused with an error naming it and the `chmod 600` that fixes it (the rule and wording of
 //! the editor's key files, `tributary-edit`'s `steps::keys`, which this crate cannot depend on).
+//!
+//! # Keys accepted for one run only
+//! [`AccessPolicies::accepting_unsaved`] adds a policy that is accepted but never saved: `serve
+//! --emulator-compat` adds Microsoft's Event Hubs emulator's publicly known key
+//! ([`AccessPolicy::emulator_well_known`]) that way, so it is accepted only while that flag is
+//! given, and never lands in the file. Such a policy may share its name with a saved one (the
+//! emulator's key name is `RootManageSharedAccessKey`, as is the root policy's): a token or a
+//! PLAIN login is accepted when any key of that name proves it, as an Event Hubs policy takes
+//! either of its two keys, and gets the rights of the policy whose key proved it.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
+
+use tributary_eventhubs::sas;
 
 use crate::AmqpError;
 
@@ -27,6 +38,14 @@ pub const POLICIES_FILE: &str = "access-policies.json";
 
 /// The name of the policy created on first start, as in every Event Hubs namespace.
 pub const ROOT_POLICY: &str = "RootManageSharedAccessKey";
+
+/// The key name in the connection string Microsoft's Event Hubs emulator documents
+/// (`Endpoint=sb://localhost;SharedAccessKeyName=RootManageSharedAccessKey;SharedAccessKey=SAS_KEY_VALUE;UseDevelopmentEmulator=true;`).
+pub const EMULATOR_KEY_NAME: &str = "RootManageSharedAccessKey";
+
+/// The key in that connection string: the same for every emulator, published in its README,
+/// so anyone can sign with it. Accepted only by `serve --emulator-compat`.
+pub const EMULATOR_KEY: &str = "SAS_KEY_VALUE";
 
 /// The port a connection string names when the caller has no other: the AMQP port.
 pub const DEFAULT_PORT: u16 = 5672;
@@ -86,6 +105,18 @@ impl AccessPolicy {
         })
     }
 
+    /// The policy the Event Hubs emulator's well-known connection string signs with:
+    /// [`EMULATOR_KEY_NAME`] with [`EMULATOR_KEY`], with the Manage right (the emulator's key
+    /// can do everything). Publicly known: add it only with
+    /// [`AccessPolicies::accepting_unsaved`], for development.
+    pub fn emulator_well_known() -> Self {
+        AccessPolicy {
+            name: EMULATOR_KEY_NAME.to_owned(),
+            key: EMULATOR_KEY.to_owned(),
+            rights: vec![Right::Manage],
+        }
+    }
+
     /// Whether the policy grants `right` (Manage grants everything).
     pub fn allows(&self, right: Right) -> bool {
         self.rights.contains(&right) || self.rights.contains(&Right::Manage)
@@ -100,7 +131,10 @@ struct PoliciesFile {
 /// The namespace's shared access policies. Cheap to clone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccessPolicies {
+    /// The policies of the file (or of [`AccessPolicies::new`]): what [`Self::save`] writes.
     policies: Vec<AccessPolicy>,
+    /// Policies accepted for this process only; never saved, never listed by [`Self::policies`].
+    unsaved: Vec<AccessPolicy>,
 }
 
 impl AccessPolicies {
@@ -138,7 +172,50 @@ impl AccessPolicies {
                 )));
             }
         }
-        Ok(AccessPolicies { policies })
+        Ok(AccessPolicies {
+            policies,
+            unsaved: Vec::new(),
+        })
+    }
+
+    /// These policies, also accepting `policy` for as long as this value lives: it is never
+    /// saved and not among [`Self::policies`], and may share a saved policy's name (see the
+    /// module docs). What `serve --emulator-compat` does with the emulator's well-known key.
+    pub fn accepting_unsaved(mut self, policy: AccessPolicy) -> Self {
+        assert!(!policy.name.is_empty(), "an unsaved policy has a name");
+        assert!(!policy.key.is_empty(), "an unsaved policy has a key");
+        assert!(!policy.rights.is_empty(), "an unsaved policy has rights");
+        self.unsaved.push(policy);
+        self
+    }
+
+    /// Every accepted policy named `name` (case-sensitive): the saved one, if any, first.
+    pub fn named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a AccessPolicy> + 'a {
+        self.policies
+            .iter()
+            .chain(&self.unsaved)
+            .filter(move |p| p.name == name)
+    }
+
+    /// Verifies a SAS token against every accepted key of its key name at `now_secs` (unix
+    /// seconds); returns what it says and the policy whose key signed it.
+    pub fn verify_token(
+        &self,
+        token: &str,
+        now_secs: i64,
+    ) -> Result<(sas::Verified, &AccessPolicy), sas::SasError> {
+        let key_name = sas::parse(token)?.key_name;
+        let mut refusal = sas::SasError::UnknownKeyName(key_name.clone());
+        let named = self.policies.iter().chain(&self.unsaved);
+        for policy in named.filter(|p| p.name == key_name) {
+            match sas::verify(token, |_| Some(policy.key.as_str()), now_secs) {
+                Ok(verified) => return Ok((verified, policy)),
+                // Signed with this key but expired: that is the answer.
+                Err(e @ sas::SasError::Expired { .. }) => return Err(e),
+                Err(e) => refusal = e,
+            }
+        }
+        Err(refusal)
     }
 
     /// Loads `<data_dir>/access-policies.json`, or creates it with a new
@@ -206,7 +283,7 @@ impl AccessPolicies {
         &self.policies
     }
 
-    /// The policy named `name`, if any (names are case-sensitive).
+    /// The saved policy named `name`, if any (names are case-sensitive).
     pub fn get(&self, name: &str) -> Option<&AccessPolicy> {
         self.policies.iter().find(|p| p.name == name)
     }
@@ -372,6 +449,40 @@ mod tests {
             AccessPolicies::load_or_create(dir.path()),
             Err(AmqpError::PoliciesInvalid { .. })
         ));
+    }
+
+    #[test]
+    fn the_emulator_key_is_accepted_only_when_added_and_never_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let (saved, _) = AccessPolicies::load_or_create(dir.path()).unwrap();
+        let now: i64 = 1_000;
+        let token = sas::sign("sb://localhost/", EMULATOR_KEY_NAME, EMULATOR_KEY, 1_060);
+        assert!(matches!(
+            saved.verify_token(&token, now),
+            Err(sas::SasError::BadSignature(_))
+        ));
+        let compat = saved
+            .clone()
+            .accepting_unsaved(AccessPolicy::emulator_well_known());
+        let (verified, policy) = compat.verify_token(&token, now).unwrap();
+        assert_eq!(verified.key_name, EMULATOR_KEY_NAME);
+        assert_eq!(policy.key, EMULATOR_KEY);
+        assert!(policy.allows(Right::Manage));
+        // The saved root policy of the same name still signs, with its own key.
+        let root = saved.get(ROOT_POLICY).unwrap();
+        let own = sas::sign("sb://localhost/", ROOT_POLICY, &root.key, 1_060);
+        assert_eq!(compat.verify_token(&own, now).unwrap().1.key, root.key);
+        // Expired is told as expired, whichever key signed it.
+        assert!(matches!(
+            compat.verify_token(&token, now + 61),
+            Err(sas::SasError::Expired { .. })
+        ));
+        assert_eq!(compat.policies(), saved.policies());
+        compat.save(dir.path()).unwrap();
+        let file = std::fs::read_to_string(dir.path().join(POLICIES_FILE)).unwrap();
+        assert!(!file.contains(EMULATOR_KEY), "{file}");
+        let (reloaded, _) = AccessPolicies::load_or_create(dir.path()).unwrap();
+        assert!(reloaded.verify_token(&token, now).is_err());
     }
 
     #[test]

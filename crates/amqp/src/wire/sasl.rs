@@ -63,11 +63,13 @@ fn plain(policies: &AccessPolicies, response: &[u8]) -> Option<(String, Vec<Righ
         return None;
     };
     let name = std::str::from_utf8(name).ok()?;
-    let policy = policies.get(name)?;
     // `subtle` compares in time that depends only on the lengths (a key's length is not
     // secret: every generated key is 44 base64 characters), never on where the bytes differ.
-    bool::from(policy.key.as_bytes().ct_eq(key))
-        .then(|| (policy.name.clone(), policy.rights.clone()))
+    // Every key of that name is tried (`serve --emulator-compat` adds one beside the saved).
+    policies
+        .named(name)
+        .find(|policy| bool::from(policy.key.as_bytes().ct_eq(key)))
+        .map(|policy| (policy.name.clone(), policy.rights.clone()))
 }
 
 #[cfg(test)]
@@ -108,5 +110,26 @@ mod tests {
         assert_eq!(judge(&p, &init("MSSBCBS")), Some(None));
         assert_eq!(judge(&p, &init("PLAIN")), None);
         assert_eq!(judge(&p, &init("EXTERNAL")), None);
+    }
+
+    #[test]
+    fn plain_takes_an_unsaved_key_of_a_saved_name_only_once_added() {
+        let saved = AccessPolicies::new(vec![AccessPolicy {
+            name: crate::policies::EMULATOR_KEY_NAME.into(),
+            key: "own-key".into(),
+            rights: vec![Right::Listen],
+        }])
+        .unwrap();
+        let login = b"\0RootManageSharedAccessKey\0SAS_KEY_VALUE";
+        assert_eq!(plain(&saved, login), None);
+        let compat = saved.accepting_unsaved(AccessPolicy::emulator_well_known());
+        assert_eq!(
+            plain(&compat, login),
+            Some(("RootManageSharedAccessKey".to_owned(), vec![Right::Manage]))
+        );
+        assert_eq!(
+            plain(&compat, b"\0RootManageSharedAccessKey\0own-key"),
+            Some(("RootManageSharedAccessKey".to_owned(), vec![Right::Listen]))
+        );
     }
 }
