@@ -11,7 +11,8 @@
 //! the event keeps:
 //! - an optional `header` (checked, ignored);
 //! - optional `delivery-annotations`: `last_enqueued_sequence_number`, `last_enqueued_offset`,
-//!   `last_enqueued_time_utc`, `runtime_info_retrieval_time_utc`;
+//!   `last_enqueued_time_utc`, `runtime_info_retrieval_time_utc` (a sender's own delivery
+//!   annotations, which the general path keeps with the event, fall back);
 //! - `message-annotations`: `x-opt-sequence-number`, `x-opt-offset`, `x-opt-enqueued-time`
 //!   (each of the types the general path accepts for it), `x-opt-partition-key`;
 //! - optional `properties`: every field checked, message id, correlation id (of any of the four
@@ -168,10 +169,11 @@ fn fast(payload: &[u8], now_ms: i64) -> Result<Received, Fallback> {
 }
 
 /// Walks an annotations map (`delivery-annotations`, `message-annotations`): symbol or ulong
-/// keys, primitive values; calls `entry` with each symbol key and its value, in order.
+/// keys, primitive values; calls `entry` with each key (None for a ulong) and its value, in
+/// order.
 fn annotations<'a>(
     reader: &mut Reader<'a>,
-    mut entry: impl FnMut(&'a str, Primitive<'a>),
+    mut entry: impl FnMut(Option<&'a str>, Primitive<'a>),
 ) -> Result<(), Fallback> {
     let (entries, end) = map_entries(reader)?;
     for _ in 0..entries {
@@ -182,29 +184,31 @@ fn annotations<'a>(
                 None
             }
         };
-        let value = reader.primitive()?;
-        if let Some(key) = key {
-            entry(key, value);
-        }
+        entry(key, reader.primitive()?);
     }
     reader.expect_at(end, "annotations overrun the map")?;
     Ok(())
 }
 
 /// The runtime metric from the delivery annotations, as [`last_enqueued`] reads it: the last
-/// value of each key counts.
+/// value of each key counts. Any other key falls back: the general path keeps a sender's
+/// delivery annotations with the event.
 fn delivery_annotations(
     reader: &mut Reader<'_>,
     now_ms: i64,
 ) -> Result<Option<LastEnqueued>, Fallback> {
     let (mut sequence, mut offset, mut enqueued, mut retrieved) = (None, None, None, None);
+    let mut senders = false;
     annotations(reader, |key, value| match key {
-        LAST_ENQUEUED_SEQUENCE_NUMBER => sequence = Some(value),
-        LAST_ENQUEUED_OFFSET => offset = Some(value),
-        LAST_ENQUEUED_TIME_UTC => enqueued = Some(value),
-        RETRIEVAL_TIME_UTC => retrieved = Some(value),
-        _ => {}
+        Some(LAST_ENQUEUED_SEQUENCE_NUMBER) => sequence = Some(value),
+        Some(LAST_ENQUEUED_OFFSET) => offset = Some(value),
+        Some(LAST_ENQUEUED_TIME_UTC) => enqueued = Some(value),
+        Some(RETRIEVAL_TIME_UTC) => retrieved = Some(value),
+        _ => senders = true,
     })?;
+    if senders {
+        return Err(Fallback);
+    }
     let last = (|| {
         Some(LastEnqueued {
             sequence_number: as_i64(sequence?)?,
@@ -230,6 +234,7 @@ struct SystemAnnotations {
 fn message_annotations(reader: &mut Reader<'_>) -> Result<SystemAnnotations, Fallback> {
     let (mut sequence, mut offset, mut enqueued, mut key) = (None, None, None, None);
     annotations(reader, |name, value| {
+        let Some(name) = name else { return };
         if name == SEQUENCE_NUMBER_ANNOTATION {
             sequence = Some(value);
         } else if name == OFFSET_ANNOTATION {
@@ -774,7 +779,8 @@ mod tests {
             shuffled.extend(entries.into_iter().skip(12));
             let message_annotations = (!shuffled.is_empty())
                 .then(|| MessageAnnotations(shuffled.into_iter().collect::<Annotations>()));
-            // Delivery annotations: the runtime metric, complete or not, and extras.
+            // Delivery annotations: the runtime metric, complete or not, and extras (a sender's
+            // own, which the general path keeps with the event: never the fast path).
             let delivery_annotations = delivery_annotations.map(|(sequence, offset, time, retrieved)| {
                 let mut annotations = Annotations::new();
                 for (name, value) in [
@@ -787,8 +793,8 @@ mod tests {
                         annotations.insert(OwnedKey::from(name), value);
                     }
                 }
-                for (key, value, odd) in &extra_delivery {
-                    unusual |= odd;
+                for (key, value, _) in &extra_delivery {
+                    unusual = true;
                     annotations.insert(key.clone(), value.clone());
                 }
                 DeliveryAnnotations(annotations)

@@ -105,6 +105,16 @@ pub struct Section<'a> {
     pub payload: &'a [u8],
 }
 
+/// The encoded section of `kind` in `bytes` (a message, or an event's kept protocol sections),
+/// descriptor included; None when there is none or the bytes are not a well-formed message.
+pub(crate) fn encoded_section(bytes: &[u8], kind: SectionKind) -> Option<&[u8]> {
+    scan_message(bytes)
+        .ok()?
+        .into_iter()
+        .find(|section| section.kind == kind)
+        .map(|section| section.encoded)
+}
+
 /// Checks the shape of an encoded message and returns its sections in the specification's order
 /// (delivery annotations written last, as pyamqp does, are returned second or first).
 pub fn scan_message(bytes: &[u8]) -> Result<Vec<Section<'_>>, ScanError> {

@@ -6,7 +6,10 @@
 //! key as the `x-opt-partition-key` message annotation (with `header.durable = true`, as the
 //! Python SDK sends it). More than one event travel as one batch: a transfer with message format
 //! [`BATCH_MESSAGE_FORMAT`] whose `data` sections each hold one complete encoded message, with
-//! the partition key also on the envelope. The hub stores a batch all or nothing.
+//! the partition key also on the envelope. The hub stores a batch all or nothing. Delivery
+//! annotations an event carries in its kept protocol sections (a received event's, which a
+//! replication task forwards) are sent as its message's last section, where pyamqp writes them
+//! and where Event Hubs and Tributary take them; nothing else of the kept sections is sent.
 //! [`encode_outgoing`] writes these bytes directly, section by section, byte for byte what
 //! `serde_amqp` makes of the same `fe2o3-amqp` message: building and serializing that message
 //! cost the producer one to two microseconds of CPU per event, some twenty times what writing
@@ -23,6 +26,7 @@ use tributary_event::{EventData, PropertyValue, SmolStr, repeats_a_property_key}
 use crate::message::MessageError;
 use crate::names::BATCH_MESSAGE_FORMAT;
 use crate::names::annotation::PARTITION_KEY as PARTITION_KEY_ANNOTATION;
+use crate::scan::{SectionKind, encoded_section};
 
 /// The descriptor code of the `header` section (the codec's [`section`] codes are those the
 /// server writes, and it writes no header).
@@ -205,6 +209,7 @@ impl BatchSizer {
             }
         }
         bytes += SECTION + variable(event.body.len());
+        bytes += kept_delivery_annotations(event).len() as u64;
         // The `data` section holding the message in the batch: descriptor and vbin32 header.
         bytes + SECTION + VARIABLE
     }
@@ -260,12 +265,23 @@ fn write_prefix(out: &mut Vec<u8>, partition_key: Option<&str>) -> Result<(), Me
 }
 
 /// Appends `event`'s message after its prefix: `properties` and `application-properties` when
-/// it has any, and its body as one `data` section.
+/// it has any, its body as one `data` section, and its kept delivery annotations last.
 fn write_message(out: &mut Vec<u8>, event: &EventData) -> Result<(), MessageError> {
     write_properties(out, event)?;
     write_application_properties(out, &event.properties)?;
     out.extend_from_slice(&[0x00, 0x53, section::DATA]);
-    write_variable(out, VBIN8, &event.body, "the body")
+    write_variable(out, VBIN8, &event.body, "the body")?;
+    out.extend_from_slice(kept_delivery_annotations(event));
+    Ok(())
+}
+
+/// The encoded delivery-annotations section among `event`'s kept protocol sections, or nothing.
+fn kept_delivery_annotations(event: &EventData) -> &[u8] {
+    event
+        .protocol_sections
+        .as_deref()
+        .and_then(|kept| encoded_section(kept, SectionKind::DeliveryAnnotations))
+        .unwrap_or_default()
 }
 
 /// Appends `event`'s complete message as a `data` section of the batch envelope in `out`, whose
@@ -539,7 +555,11 @@ pub(crate) mod serde_reference {
                 durable: true,
                 ..Header::default()
             }),
-            delivery_annotations: None,
+            delivery_annotations: event
+                .protocol_sections
+                .as_deref()
+                .and_then(|kept| crate::ingest::decode_strict(kept).ok())
+                .and_then(|kept| kept.delivery_annotations),
             message_annotations: partition_key.map(partition_key_annotations),
             properties,
             application_properties,
@@ -575,6 +595,10 @@ pub(crate) mod serde_reference {
         }
         for data in message.body.iter() {
             out.extend(crate::foreign::to_vec(data).map_err(fail)?);
+        }
+        // Last, where pyamqp writes them.
+        if let Some(annotations) = &message.delivery_annotations {
+            out.extend(crate::foreign::to_vec(annotations).map_err(fail)?);
         }
         Ok(out)
     }
@@ -1011,6 +1035,74 @@ mod tests {
             let (bytes, format) = check(&[], Some("k"));
             assert_eq!(format, BATCH_MESSAGE_FORMAT);
             assert_eq!(bytes[..7], DURABLE_HEADER);
+        }
+
+        /// A received event keeps the sender's delivery annotations (not the runtime-metric
+        /// ones the receive link asked for); sent again, alone or in a batch, they travel as its
+        /// message's last section, and the hub keeps them: a replication task carries them on.
+        #[test]
+        fn a_received_events_delivery_annotations_travel_on_when_it_is_sent_again() {
+            use crate::message::{AmqpMessage, LastEnqueued};
+            use fe2o3_amqp_types::messaging::DeliveryAnnotations;
+            use fe2o3_amqp_types::messaging::annotations::{Annotations, OwnedKey};
+            use fe2o3_amqp_types::primitives::Value;
+            use tributary_event::ReceivedEvent;
+
+            let mut sent = Annotations::new();
+            sent.insert(
+                OwnedKey::from("delann_key"),
+                Value::String("delann_value".into()),
+            );
+            let stored = crate::ingest::event_from_message(
+                AmqpMessage {
+                    delivery_annotations: Some(DeliveryAnnotations(sent.clone())),
+                    ..crate::message::empty_message()
+                },
+                false,
+            )
+            .unwrap();
+            let delivered = ReceivedEvent {
+                sequence_number: 3,
+                offset: 512,
+                enqueued_time_ms: 1_700_000_000_000,
+                data: stored,
+            };
+            let last = LastEnqueued {
+                sequence_number: 3,
+                offset: Some(512),
+                enqueued_time_ms: Some(1_700_000_000_000),
+                retrieved_time_ms: 1_700_000_000_001,
+            };
+            let mut payload = Vec::new();
+            crate::deliver::write_delivery_message(&delivered, Some(&last), &mut payload);
+            let (received, metric) =
+                crate::receive::decode_received_bytes(&payload, 0).expect("decodes");
+            assert_eq!(metric, Some(last));
+            let kept = |event: &EventData| {
+                let sections = event.protocol_sections.as_deref().expect("kept sections");
+                crate::ingest::decode_strict(sections)
+                    .unwrap()
+                    .delivery_annotations
+                    .map(|d| d.0)
+            };
+            assert_eq!(
+                kept(&received.data),
+                Some(sent.clone()),
+                "runtime ones dropped"
+            );
+
+            let again = [received.data.clone(), received.data];
+            for events in [&again[..1], &again[..]] {
+                let (bytes, format) = check(events, Some("key"));
+                let (_, ingested) = crate::ingest::events_of(&bytes, format, true).unwrap();
+                assert_eq!(ingested.len(), events.len());
+                for event in &ingested {
+                    assert_eq!(kept(event), Some(sent.clone()));
+                }
+                let mut sizer = BatchSizer::new(Some("key")).unwrap();
+                let exact = sizer.event_bytes(&events[0]).unwrap();
+                assert!(sizer.event_bytes_at_most(&events[0]) >= exact);
+            }
         }
 
         /// Each data section of a batch is the complete message of its event.

@@ -115,11 +115,43 @@ async fn produce(hub: &TestHub, tag: &str) -> usize {
             .expect("sent");
     }
     for i in 0..20 {
-        let events = vec![EventData::new(format!("{tag}-free-{i}"))];
+        let mut event = EventData::new(format!("{tag}-free-{i}"));
+        if i % 5 == 0 {
+            event.protocol_sections = with_delivery_annotation(&format!("{tag}-{i}"));
+        }
+        let events = vec![event];
         let to = SendTarget::Partition((i % 4).to_string());
         hub.broker.send("orders", to, events).await.expect("sent");
     }
     60
+}
+
+/// The kept protocol sections of an event whose producer sent the delivery annotation
+/// `delann_key` = `value` (as Event Hubs keeps and delivers it).
+fn with_delivery_annotation(value: &str) -> Option<bytes::Bytes> {
+    use fe2o3_amqp_types::messaging::DeliveryAnnotations;
+    use fe2o3_amqp_types::messaging::annotations::{Annotations, OwnedKey};
+    use fe2o3_amqp_types::primitives::Value;
+    let mut annotations = Annotations::new();
+    annotations.insert(OwnedKey::from("delann_key"), Value::String(value.into()));
+    let message = tributary_eventhubs::message::AmqpMessage {
+        delivery_annotations: Some(DeliveryAnnotations(annotations)),
+        ..tributary_eventhubs::message::empty_message()
+    };
+    tributary_eventhubs::ingest::event_from_message(message, false)
+        .expect("a message with delivery annotations")
+        .protocol_sections
+}
+
+/// The delivery annotations an event keeps, as its debug text (empty for none).
+fn delivery_annotations(event: &EventData) -> String {
+    event
+        .protocol_sections
+        .as_deref()
+        .and_then(|kept| tributary_eventhubs::ingest::decode_strict(kept).ok())
+        .and_then(|kept| kept.delivery_annotations)
+        .map(|d| format!("{:?}", d.0))
+        .unwrap_or_default()
 }
 
 fn hub_id(hub: &TestHub) -> String {
@@ -167,6 +199,11 @@ fn assert_copied(
         assert_eq!(a.data.message_id, b.data.message_id);
         assert_eq!(a.data.correlation_id, b.data.correlation_id);
         assert_eq!(
+            delivery_annotations(&a.data),
+            delivery_annotations(&b.data),
+            "a producer's delivery annotations travel with the event"
+        );
+        assert_eq!(
             &b.data.properties[..a.data.properties.len()],
             &a.data.properties[..]
         );
@@ -210,6 +247,14 @@ async fn a_copy_between_equal_hubs_keeps_partitions_order_properties_and_adds_me
         .expect("starts");
     let copied = wait_for(&target, 4, sent).await;
     let original = contents(&source, 4).await;
+    let annotated = original.values().flatten();
+    assert_eq!(
+        annotated
+            .filter(|e| !delivery_annotations(&e.data).is_empty())
+            .count(),
+        4,
+        "the source holds the events produced with delivery annotations"
+    );
     for partition in 0..4 {
         assert_copied(
             partition,

@@ -139,6 +139,19 @@ impl Kept {
     }
 }
 
+/// What [`event_from_message`] keeps of a message whose delivery annotations are the only thing
+/// it keeps (a received event's, which a copy carries on): the encoded section, or None when
+/// only runtime-metric annotations (or none) were there.
+pub(crate) fn delivery_annotations_section(
+    annotations: Option<DeliveryAnnotations>,
+) -> Result<Option<Bytes>, MessageError> {
+    Kept {
+        delivery_annotations: kept_delivery_annotations(annotations),
+        ..Kept::default()
+    }
+    .encode()
+}
+
 /// What [`event_from_message`] stores as [`EventData::protocol_sections`] for a message whose
 /// header is the only thing it keeps: the fast path asks here, so the encoding of
 /// what is kept stays in one place.

@@ -114,7 +114,11 @@ pub(crate) fn decode_received(
         content_type,
         correlation_id,
         message_id,
-        protocol_sections: None,
+        // A sender's delivery annotations, kept as the hub keeps them: a copy of the event
+        // (a replication task's) carries them on.
+        protocol_sections: crate::ingest::general::delivery_annotations_section(
+            message.delivery_annotations,
+        )?,
     };
     Ok(ReceivedEvent {
         sequence_number,
