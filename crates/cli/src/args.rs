@@ -131,9 +131,10 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 5672)]
     pub amqp_port: u16,
     /// The HTTP front door's port (OCI Streaming message API, admin API, /health, /metrics);
-    /// 0 picks a free one.
-    #[arg(long, default_value_t = 8080)]
-    pub http_port: u16,
+    /// 0 picks a free one [default: 8080; 5300, the emulator's health port, with
+    /// --emulator-compat].
+    #[arg(long)]
+    pub http_port: Option<u16>,
     /// Accept unsigned HTTP requests. For development only: anyone who can reach the port can
     /// read, write and delete.
     #[arg(long)]
@@ -183,6 +184,40 @@ pub struct ServeArgs {
     /// How long an HTTP client has to send a request's body; beyond it, 408 [default: 60s].
     #[arg(long, value_parser = parse_duration_ms)]
     pub http_body_timeout: Option<i64>,
+    /// Create the event hubs and consumer groups of a Microsoft Event Hubs emulator
+    /// configuration file (its Config.json: UserConfig.NamespaceConfig[].Entities[] with Name,
+    /// PartitionCount and ConsumerGroups[].Name) instead of the default hub (--hub). The whole
+    /// file is checked before anything is created; hubs already there with the same partition
+    /// count are kept. Implies nothing about --emulator-compat.
+    #[arg(long, value_name = "CONFIG_JSON")]
+    pub emulator_config: Option<PathBuf>,
+    /// Stand in for Microsoft's Event Hubs emulator, so code and configuration written for it
+    /// run unchanged: also accept its publicly known key (SharedAccessKeyName
+    /// RootManageSharedAccessKey with the key its documentation gives) with the Manage right,
+    /// and put the HTTP door, with /health, on the emulator's health port 5300 unless
+    /// --http-port is given (AMQP stays on 5672, as the emulator's). FOR DEVELOPMENT ONLY:
+    /// anyone who can reach the ports can use that key.
+    #[arg(long)]
+    pub emulator_compat: bool,
+}
+
+/// Where the HTTP door listens by default.
+pub const HTTP_PORT_DEFAULT: u16 = 8080;
+
+/// Where the Event Hubs emulator serves its health check (`GET /health`), and so where the HTTP
+/// door listens by default with --emulator-compat.
+pub const EMULATOR_HEALTH_PORT: u16 = 5300;
+
+impl ServeArgs {
+    /// The HTTP door's port: --http-port, else the emulator's health port with
+    /// --emulator-compat, else 8080.
+    pub fn http_port(&self) -> u16 {
+        match (self.http_port, self.emulator_compat) {
+            (Some(port), _) => port,
+            (None, true) => EMULATOR_HEALTH_PORT,
+            (None, false) => HTTP_PORT_DEFAULT,
+        }
+    }
 }
 
 /// `tributary cert`.
@@ -603,6 +638,30 @@ mod tests {
     fn the_command_definitions_are_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn emulator_flags_parse_and_move_the_http_port_unless_given() {
+        let serve = |args: &[&str]| match parse(args).unwrap().command {
+            Command::Serve(serve) => serve,
+            other => panic!("{other:?}"),
+        };
+        let plain = serve(&["serve"]);
+        assert!(!plain.emulator_compat);
+        assert_eq!(plain.emulator_config, None);
+        assert_eq!((plain.amqp_port, plain.http_port()), (5672, 8080));
+        let compat = serve(&[
+            "serve",
+            "--emulator-compat",
+            "--emulator-config",
+            "Config.json",
+        ]);
+        assert!(compat.emulator_compat);
+        assert_eq!(compat.emulator_config, Some(PathBuf::from("Config.json")));
+        assert_eq!((compat.amqp_port, compat.http_port()), (5672, 5300));
+        let chosen = serve(&["serve", "--emulator-compat", "--http-port", "0"]);
+        assert_eq!(chosen.http_port(), 0);
+        assert!(!serve(&["serve", "--emulator-config", "c.json"]).emulator_compat);
     }
 
     #[test]

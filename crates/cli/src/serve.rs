@@ -4,8 +4,15 @@
 //! Without a certificate the doors are plain: AMQP on --amqp-port (the SDKs' emulator mode) and
 //! HTTP on --http-port. With --tls-cert/--tls-key they are AMQPS on --amqps-port and HTTPS on
 //! --https-port, and the plain ones open only with --plain.
+//!
+//! With --emulator-config it creates the hubs and groups of a Microsoft Event Hubs emulator
+//! configuration file instead of the default hub (see [`crate::emulator`]). With
+//! --emulator-compat it also accepts the emulator's publicly known key, for this run only (it
+//! is never written to the policies file), and moves the HTTP door to the emulator's health
+//! port; it says so on stderr, loudly, before anything else.
 
 use std::io::Write;
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -15,6 +22,7 @@ use tributary_http::{HttpConfig, RunningHttpServer};
 use tributary_tls::ServerTls;
 
 use crate::args::{CertArgs, GlobalArgs, ServeArgs};
+use crate::emulator::{self, EmulatorConfig};
 use crate::running;
 
 /// The log's own limit while front doors run: they enforce the 1 MiB protocol limits on what
@@ -29,16 +37,29 @@ struct Doors {
 
 /// `tributary serve`.
 pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
-    let broker = open_with_default_hub(global, args).await?;
+    if args.emulator_compat {
+        warn_emulator_compat(args);
+    }
+    // The whole file is read and checked before the data directory is even opened.
+    let emulator_config = args
+        .emulator_config
+        .as_deref()
+        .map(emulator::read)
+        .transpose()?;
+    let broker = open_with_hubs(global, args, emulator_config.as_ref()).await?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
             Some(ServerTls::from_pem_files(cert, key).context("cannot use the TLS certificate")?)
         }
         _ => None,
     };
-    let (policies, created) = AccessPolicies::load_or_create(&global.data_dir)
+    let (mut policies, created) = AccessPolicies::load_or_create(&global.data_dir)
         .context("cannot load the shared access policies")?;
     let root = created.and_then(|_| policies.policies().first().cloned());
+    if args.emulator_compat {
+        // For this run only: never saved, so a start without the flag refuses it.
+        policies = policies.accepting_unsaved(AccessPolicy::emulator_well_known());
+    }
     let doors = match start_doors(global, args, &broker, policies, tls).await {
         Ok(doors) => doors,
         Err(e) => {
@@ -50,15 +71,15 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
             return Err(e);
         }
     };
+    // Listening before the banner says "press Ctrl-C", so a Ctrl-C right after it stops cleanly.
+    let ctrl_c = listen_for_ctrl_c()?;
     running::write(&global.data_dir, &listeners(&doors))?;
     print_banner(global, args, &broker, &doors)?;
     if let Some(root) = root {
         print_root_connection_string(&doors, &root);
     }
     eprintln!("press Ctrl-C to stop");
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
+    ctrl_c.await;
     eprintln!("stopping: closing listeners, syncing partitions");
     running::remove(&global.data_dir);
     for (_, amqp) in doors.amqp {
@@ -69,6 +90,24 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
     }
     broker.shutdown().await?;
     Ok(())
+}
+
+/// Ctrl-C (SIGINT), listened for from this call on: `tokio::signal::ctrl_c` only starts
+/// listening when first awaited.
+#[cfg(unix)]
+fn listen_for_ctrl_c() -> Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for Ctrl-C")?;
+    Ok(async move {
+        interrupt.recv().await;
+    })
+}
+
+#[cfg(not(unix))]
+fn listen_for_ctrl_c() -> Result<impl Future<Output = ()>> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }
 
 /// What `server.json` records: the addresses the doors really listen on.
@@ -108,24 +147,87 @@ fn explain_port_in_use(error: anyhow::Error, port: u16, flag: &str) -> anyhow::E
     }
 }
 
-async fn open_with_default_hub(global: &GlobalArgs, args: &ServeArgs) -> Result<Broker> {
+/// Says, before anything else, that --emulator-compat accepts a key anyone knows.
+fn warn_emulator_compat(args: &ServeArgs) {
+    let reach = if args.listen.is_loopback() {
+        "anyone on this machine".to_owned()
+    } else {
+        format!("anyone who can reach {}", args.listen)
+    };
+    eprintln!(
+        "WARNING: --emulator-compat: FOR DEVELOPMENT ONLY.\n\
+         WARNING: this server accepts the Event Hubs emulator's publicly known key \
+         (SharedAccessKeyName={}) with the Manage right:\n\
+         WARNING: {reach} can read, write and delete with it. Never run it this way where others can connect.",
+        tributary_amqp::policies::EMULATOR_KEY_NAME
+    );
+}
+
+/// Opens the data directory and creates its hubs: the emulator configuration's, or the
+/// default hub (--hub) when the directory has none. A configuration that does not fit the
+/// directory creates nothing and closes the broker again.
+async fn open_with_hubs(
+    global: &GlobalArgs,
+    args: &ServeArgs,
+    emulator_config: Option<&EmulatorConfig>,
+) -> Result<Broker> {
+    let broker = open_broker(global, args).await?;
+    let Some(config) = emulator_config else {
+        if broker.list_hubs().is_empty() {
+            let created = broker
+                .create_hub(HubSpec::new(&args.hub, args.partitions))
+                .await
+                .context("cannot create the default hub");
+            if let Err(e) = created {
+                broker.shutdown().await?;
+                return Err(e);
+            }
+        }
+        return Ok(broker);
+    };
+    let file = args.emulator_config.as_deref().unwrap_or(Path::new("-"));
+    let groups_max = broker.config().consumer_groups_max;
+    match emulator::apply(&broker, config, groups_max).await {
+        Ok(applied) => {
+            print_applied(file, &applied);
+            Ok(broker)
+        }
+        Err(e) => {
+            broker.shutdown().await?;
+            Err(e.context(format!("the emulator configuration {}", file.display())))
+        }
+    }
+}
+
+/// One line on what --emulator-config did.
+fn print_applied(file: &Path, applied: &emulator::Applied) {
+    let list = |names: &[String]| {
+        if names.is_empty() {
+            "none".to_owned()
+        } else {
+            names.join(", ")
+        }
+    };
+    eprintln!(
+        "emulator configuration {}: event hubs created: {}; already there: {}; consumer groups created: {}",
+        file.display(),
+        list(&applied.hubs_created),
+        list(&applied.hubs_kept),
+        list(&applied.groups_created)
+    );
+}
+
+async fn open_broker(global: &GlobalArgs, args: &ServeArgs) -> Result<Broker> {
     let mut config = BrokerConfig::new(&global.data_dir);
     config.log.durability = global.durability;
     config.log.event_bytes_max = global.event_bytes_max.max(FRONT_DOOR_EVENT_BYTES_MAX);
     config.retention_check_interval = Duration::from_millis(args.retention_check as u64);
-    let broker = Broker::open(config).await.with_context(|| {
+    Broker::open(config).await.with_context(|| {
         format!(
             "cannot open the data directory {}",
             global.data_dir.display()
         )
-    })?;
-    if broker.list_hubs().is_empty() {
-        broker
-            .create_hub(HubSpec::new(&args.hub, args.partitions))
-            .await
-            .context("cannot create the default hub")?;
-    }
-    Ok(broker)
+    })
 }
 
 /// Starts the AMQP doors, then the HTTP doors (which carry AMQP over WebSockets to the first
@@ -169,7 +271,7 @@ async fn start_doors(
         http_listeners.push(("https", args.https_port, Some(tls.clone())));
     }
     if plain {
-        http_listeners.push(("http", args.http_port, None));
+        http_listeners.push(("http", args.http_port(), None));
     }
     for (scheme, port, tls) in http_listeners {
         let mut config = HttpConfig::new((args.listen, port).into(), http_auth(global, args)?);
@@ -210,23 +312,18 @@ async fn start_doors(
 /// policy with the Manage right, for the whole namespace: what `tributary hub`/`group` send to
 /// a running server.
 fn admin_sas(policies: &AccessPolicies) -> tributary_http::AdminSas {
-    let keys: Vec<(String, String)> = policies
-        .policies()
-        .iter()
-        .filter(|p| p.allows(tributary_amqp::Right::Manage))
-        .map(|p| (p.name.clone(), p.key.clone()))
-        .collect();
+    // Every accepted key, the unsaved one of --emulator-compat included.
+    let policies = policies.clone();
     tributary_http::AdminSas::new(move |token| {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-        let key_of = |name: &str| {
-            keys.iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, key)| key.clone())
-        };
-        tributary_eventhubs::sas::verify(token, key_of, now)
-            .is_ok_and(|v| tributary_eventhubs::address::strip_host(&v.audience).is_empty())
+        policies
+            .verify_token(token, now)
+            .is_ok_and(|(verified, policy)| {
+                policy.allows(tributary_amqp::Right::Manage)
+                    && tributary_eventhubs::address::strip_host(&verified.audience).is_empty()
+            })
     })
 }
 
@@ -352,6 +449,39 @@ fn print_banner(
             http.local_addr()
         )?;
     }
+    if args.emulator_compat {
+        print_emulator_compat(&mut err, doors)?;
+    }
+    Ok(())
+}
+
+/// What --emulator-compat serves where the emulator does, in the banner. The key itself is
+/// never printed.
+fn print_emulator_compat(err: &mut impl Write, doors: &Doors) -> Result<()> {
+    let endpoint = match doors.amqp.iter().find(|(scheme, _)| *scheme == "amqp") {
+        Some((_, amqp)) if amqp.local_addr().port() == tributary_amqp::policies::DEFAULT_PORT => {
+            "sb://localhost".to_owned()
+        }
+        Some((_, amqp)) => format!("sb://localhost:{}", amqp.local_addr().port()),
+        None => "(no plain AMQP door: --plain)".to_owned(),
+    };
+    writeln!(
+        err,
+        "  emulator compatibility (DEVELOPMENT ONLY): the emulator's connection string works: \
+         Endpoint={endpoint};SharedAccessKeyName={};SharedAccessKey=<the emulator's>;UseDevelopmentEmulator=true;",
+        tributary_amqp::policies::EMULATOR_KEY_NAME
+    )?;
+    if let Some((scheme, http)) = doors.http.iter().find(|(scheme, _)| *scheme == "http") {
+        writeln!(
+            err,
+            "  emulator health check: {scheme}://{}/health",
+            http.local_addr()
+        )?;
+    }
+    writeln!(
+        err,
+        "  Kafka (the emulator's port 9092): not served; Tributary has no Kafka door yet"
+    )?;
     Ok(())
 }
 
