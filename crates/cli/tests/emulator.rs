@@ -231,6 +231,23 @@ async fn the_emulators_connection_string_and_config_work_from_python_and_javascr
     assert_eq!(read["errors"], json!([]), "{read}");
     // The JavaScript SDK sends a string body JSON-encoded; Python hands back those bytes.
     assert_eq!(bodies(&read), ["\"js-0\"", "\"js-1\""]);
+
+    // The key is a Manage policy: the admin API takes it too.
+    let admin_url = format!("http://127.0.0.1:{}", server.port("http"));
+    let elsewhere = dir.path().join("elsewhere");
+    let args = [
+        "hub",
+        "list",
+        "--connection-string",
+        &conn,
+        "--admin-url",
+        &admin_url,
+    ];
+    let listed = run_ok(&elsewhere, &args);
+    assert!(
+        listed.starts_with("eh1\t2 partitions") && listed.contains("eh2"),
+        "{listed}"
+    );
     server.stop();
 }
 
