@@ -20,6 +20,15 @@ pub fn rfc3339(ms: i64) -> String {
         .unwrap_or_else(|| ms.to_string())
 }
 
+/// `n` and `noun` in the number it agrees with: "1 partition", "4 partitions".
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// A send receipt as one JSON line.
 pub fn receipt_json(receipt: &SendReceipt) -> String {
     json!({

@@ -10,6 +10,10 @@
 //! --emulator-compat it also accepts the emulator's publicly known key, for this run only (it
 //! is never written to the policies file), and moves the HTTP door to the emulator's health
 //! port; it says so on stderr, loudly, before anything else.
+//!
+//! The banner — where each door listens, the dashboard, how to get a connection string — goes
+//! to stdout; warnings and diagnostics go to stderr. Every port asked for is checked before any
+//! door starts, so ports in use are reported together, each with the flag that moves it.
 
 use std::io::Write;
 use std::path::Path;
@@ -46,6 +50,7 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
         .as_deref()
         .map(emulator::read)
         .transpose()?;
+    check_ports_free(args)?;
     let broker = open_with_hubs(global, args, emulator_config.as_ref()).await?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => {
@@ -74,11 +79,7 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
     // Listening before the banner says "press Ctrl-C", so a Ctrl-C right after it stops cleanly.
     let ctrl_c = listen_for_ctrl_c()?;
     running::write(&global.data_dir, &listeners(&doors))?;
-    print_banner(global, args, &broker, &doors)?;
-    if let Some(root) = root {
-        print_root_connection_string(&doors, &root);
-    }
-    eprintln!("press Ctrl-C to stop");
+    print_banner(global, args, &broker, &doors, root.as_ref())?;
     ctrl_c.await;
     eprintln!("stopping: closing listeners, syncing partitions");
     running::remove(&global.data_dir);
@@ -129,6 +130,48 @@ fn listeners(doors: &Doors) -> running::Listeners {
         }
     }
     listeners
+}
+
+/// The doors' ports with the flags that set them, as `start_doors` will open them.
+fn requested_ports(args: &ServeArgs) -> Vec<(u16, &'static str)> {
+    let tls = args.tls_cert.is_some() && args.tls_key.is_some();
+    let plain = !tls || args.plain;
+    let mut ports = Vec::new();
+    if tls {
+        ports.push((args.amqps_port, "--amqps-port"));
+        ports.push((args.https_port, "--https-port"));
+    }
+    if plain {
+        ports.push((args.amqp_port, "--amqp-port"));
+        ports.push((args.http_port(), "--http-port"));
+    }
+    ports
+}
+
+/// Fails, naming every one of them, when ports the doors are to listen on are taken, before
+/// anything starts: a user sees all the flags to change at once, not one per attempt. The
+/// probes are closed again at once; a port taken in the moment between is still reported by
+/// the door that cannot bind it.
+fn check_ports_free(args: &ServeArgs) -> Result<()> {
+    let taken: Vec<String> = requested_ports(args)
+        .into_iter()
+        .filter(|(port, _)| *port != 0)
+        .filter(|(port, _)| {
+            std::net::TcpListener::bind((args.listen, *port))
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse)
+        })
+        .map(|(port, flag)| format!("{port} ({flag})"))
+        .collect();
+    let ports = match taken.as_slice() {
+        [] => return Ok(()),
+        [one] => format!("port {one} is"),
+        several => format!("ports {} are", several.join(", ")),
+    };
+    anyhow::bail!(
+        "{ports} in use on {} (another `tributary serve`?); choose free ones with the flags \
+         named (0 picks a free port)",
+        args.listen
+    )
 }
 
 /// Adds what to do when a door's port is taken: the flag that moves it.
@@ -199,7 +242,7 @@ async fn open_with_hubs(
     }
 }
 
-/// One line on what --emulator-config did.
+/// One line on what --emulator-config did, on stdout before the banner.
 fn print_applied(file: &Path, applied: &emulator::Applied) {
     let list = |names: &[String]| {
         if names.is_empty() {
@@ -208,7 +251,7 @@ fn print_applied(file: &Path, applied: &emulator::Applied) {
             names.join(", ")
         }
     };
-    eprintln!(
+    println!(
         "emulator configuration {}: event hubs created: {}; already there: {}; consumer groups created: {}",
         file.display(),
         list(&applied.hubs_created),
@@ -380,84 +423,102 @@ fn http_auth(global: &GlobalArgs, args: &ServeArgs) -> Result<tributary_http::Au
     Ok(tributary_http::AuthConfig::signatures())
 }
 
-fn print_root_connection_string(doors: &Doors, root: &AccessPolicy) {
-    let Some((scheme, amqp)) = doors.amqp.first() else {
-        return;
-    };
+/// The connection string of the policy `root` for the first AMQP door.
+fn root_connection_string(doors: &Doors, root: &AccessPolicy) -> Option<String> {
+    let (scheme, amqp) = doors.amqp.first()?;
     let addr = amqp.local_addr();
-    let text = if *scheme == "amqps" {
+    Some(if *scheme == "amqps" {
         // The certificate names the host, so the string names it too: localhost here.
         tributary_amqp::tls_connection_string("localhost", addr.port(), root)
     } else {
         tributary_amqp::connection_string(&running::client_host(addr), addr.port(), root)
-    };
-    eprintln!(
-        "created the shared access policy {:?}; its connection string (shown once; `tributary connection-string` prints it again):\n  {text}",
-        root.name
-    );
+    })
 }
 
+/// The banner, on stdout: the data, where each door listens, the dashboard, and the connection
+/// string — shown in full only when `root` was just created (a secret is shown once), else the
+/// command that prints it.
 fn print_banner(
     global: &GlobalArgs,
     args: &ServeArgs,
     broker: &Broker,
     doors: &Doors,
+    root: Option<&AccessPolicy>,
 ) -> Result<()> {
-    let mut err = std::io::stderr().lock();
+    let mut out = std::io::stdout().lock();
     writeln!(
-        err,
-        "tributary {} serving {}",
+        out,
+        "tributary {} serving {} (durability: {})",
         env!("CARGO_PKG_VERSION"),
-        global.data_dir.display()
+        global.data_dir.display(),
+        global.durability
     )?;
-    writeln!(err, "  durability: {}", global.durability)?;
     for hub in broker.list_hubs() {
         let groups: Vec<_> = hub
             .consumer_groups
             .iter()
             .map(|g| g.name.as_str())
             .collect();
+        let partitions = crate::output::count(u64::from(hub.partition_count), "partition");
         writeln!(
-            err,
-            "  hub {:?}: {} partitions, consumer groups {}",
+            out,
+            "  event hub {:?}: {partitions}, consumer groups {}",
             hub.name,
-            hub.partition_count,
             groups.join(", ")
         )?;
     }
-    let auth = if args.http_unauthenticated {
-        "UNAUTHENTICATED (development mode)".to_owned()
-    } else {
-        format!(
-            "OCI request signatures, keys in {}",
-            global.data_dir.join("oci-api-keys.json").display()
-        )
-    };
-    let policies = global.data_dir.join("access-policies.json");
     for (scheme, amqp) in &doors.amqp {
         writeln!(
-            err,
-            "  {scheme}: {scheme}://{} (Azure Event Hubs SDKs; SAS policies in {})",
-            amqp.local_addr(),
-            policies.display()
+            out,
+            "  {scheme}: {scheme}://{} (the Azure Event Hubs SDKs)",
+            amqp.local_addr()
         )?;
     }
     for (scheme, http) in &doors.http {
+        let addr = http.local_addr();
         writeln!(
-            err,
-            "  {scheme}: {scheme}://{}/20180418 (OCI Streaming), /admin/v1, /health, /metrics; {auth}; AMQP over WebSockets at /$servicebus/websocket",
-            http.local_addr()
+            out,
+            "  dashboard: {scheme}://{addr}/ (log in with a Manage connection string)"
+        )?;
+        writeln!(
+            out,
+            "  {scheme}: {scheme}://{addr} (AMQP over WebSockets at /$servicebus/websocket, \
+             OCI Streaming at /20180418, admin API, /health, /metrics)"
         )?;
     }
-    if args.emulator_compat {
-        print_emulator_compat(&mut err, doors)?;
+    match root.and_then(|root| root_connection_string(doors, root).map(|text| (root, text))) {
+        Some((root, text)) => writeln!(
+            out,
+            "  created the shared access policy {:?}; its connection string, shown this once \
+             ({} prints it again):\n    {text}",
+            root.name,
+            connection_string_command(global)
+        )?,
+        None => writeln!(
+            out,
+            "  connection string: {} prints it",
+            connection_string_command(global)
+        )?,
     }
+    if args.emulator_compat {
+        print_emulator_compat(&mut out, doors)?;
+    }
+    writeln!(out, "press Ctrl-C to stop")?;
+    out.flush()?;
     Ok(())
+}
+
+/// The command that prints the running server's connection string for this data directory.
+fn connection_string_command(global: &GlobalArgs) -> String {
+    format!(
+        "`tributary --data-dir {} connection-string`",
+        global.data_dir.display()
+    )
 }
 
 /// What --emulator-compat serves where the emulator does, in the banner. The key itself is
 /// never printed.
-fn print_emulator_compat(err: &mut impl Write, doors: &Doors) -> Result<()> {
+fn print_emulator_compat(out: &mut impl Write, doors: &Doors) -> Result<()> {
     let endpoint = match doors.amqp.iter().find(|(scheme, _)| *scheme == "amqp") {
         Some((_, amqp)) if amqp.local_addr().port() == tributary_amqp::policies::DEFAULT_PORT => {
             "sb://localhost".to_owned()
@@ -466,20 +527,20 @@ fn print_emulator_compat(err: &mut impl Write, doors: &Doors) -> Result<()> {
         None => "(no plain AMQP door: --plain)".to_owned(),
     };
     writeln!(
-        err,
+        out,
         "  emulator compatibility (DEVELOPMENT ONLY): the emulator's connection string works: \
          Endpoint={endpoint};SharedAccessKeyName={};SharedAccessKey=<the emulator's>;UseDevelopmentEmulator=true;",
         tributary_amqp::policies::EMULATOR_KEY_NAME
     )?;
     if let Some((scheme, http)) = doors.http.iter().find(|(scheme, _)| *scheme == "http") {
         writeln!(
-            err,
+            out,
             "  emulator health check: {scheme}://{}/health",
             http.local_addr()
         )?;
     }
     writeln!(
-        err,
+        out,
         "  Kafka (the emulator's port 9092): not served; Tributary has no Kafka door yet"
     )?;
     Ok(())

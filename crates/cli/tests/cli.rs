@@ -279,14 +279,14 @@ fn a_running_hub_holds_its_data_directory() {
             "0",
         ],
     )
-    .stderr(Stdio::piped())
+    .stdout(Stdio::piped())
     .spawn()
     .unwrap();
-    let mut stderr = BufReader::new(serve.stderr.take().unwrap());
+    let mut stdout = BufReader::new(serve.stdout.take().unwrap());
     let mut banner = String::new();
     while !banner.contains("press Ctrl-C") {
         assert!(
-            stderr.read_line(&mut banner).unwrap() > 0,
+            stdout.read_line(&mut banner).unwrap() > 0,
             "serve exited: {banner}"
         );
     }
@@ -502,12 +502,12 @@ impl Served {
             "0",
         ];
         args.extend_from_slice(extra);
-        let mut child = tributary(d, &args).stderr(Stdio::piped()).spawn().unwrap();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut child = tributary(d, &args).stdout(Stdio::piped()).spawn().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut banner = String::new();
         while !banner.contains("press Ctrl-C") {
             assert!(
-                stderr.read_line(&mut banner).unwrap() > 0,
+                stdout.read_line(&mut banner).unwrap() > 0,
                 "serve exited: {banner}"
             );
         }
@@ -517,8 +517,8 @@ impl Served {
             .find(|l| l.starts_with("Endpoint=sb://"))
             .unwrap_or_else(|| panic!("no connection string in the banner: {banner}"))
             .to_owned();
-        // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
         Served {
             child,
             connection_string,
@@ -606,7 +606,7 @@ fn https_admin_api(served: &Served, client_dir: &Path, ca: &str) {
         .banner
         .split("https://")
         .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|rest| rest.split(['/', ' ']).next())
         .and_then(|addr| addr.rsplit(':').next())
         .unwrap_or_else(|| panic!("no https door in the banner: {}", served.banner));
     let url = format!("https://localhost:{port}");

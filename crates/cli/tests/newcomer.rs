@@ -82,7 +82,9 @@ fn wait_for_line(lines: &Receiver<String>, wanted: &str, what: &str) -> String {
 /// A `tributary serve`, stopped (SIGKILL) when dropped.
 struct Server {
     child: Child,
+    /// Its standard output up to the banner's end.
     banner: String,
+    /// Its standard error, line by line.
     stderr: Receiver<String>,
 }
 
@@ -91,12 +93,13 @@ impl Server {
         let mut args = vec!["serve", "--hub", "h", "--partitions", "4"];
         args.extend_from_slice(extra);
         let mut child = tributary(data, &args)
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        let stdout = lines_of(child.stdout.take().unwrap());
         let stderr = lines_of(child.stderr.take().unwrap());
-        let banner = wait_for_line(&stderr, "press Ctrl-C", "serve");
+        let banner = wait_for_line(&stdout, "press Ctrl-C", "serve");
         Server {
             child,
             banner,
@@ -239,13 +242,27 @@ fn errors_are_said_once_and_name_the_partition() {
     let err = failed(&tributary(&client, &args).output().unwrap(), "receive");
     assert_eq!(err.matches("\"99\"").count(), 1, "{err}");
     assert!(err.contains("no partition \"99\""), "{err}");
-    // A port in use: said once, with the flag that moves it.
+    // A port in use: said once, with the flag that moves it; ports in use: all of them at once.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port().to_string();
     let serve = ["serve", "--amqp-port", &port, "--http-port", "0"];
     let err = failed(&tributary(&d.join("s"), &serve).output().unwrap(), "serve");
-    assert_eq!(err.matches("in use (os error").count(), 1, "{err}");
-    assert!(err.contains("--amqp-port"), "{err}");
+    assert_eq!(err.matches(" in use").count(), 1, "{err}");
+    assert!(
+        err.contains(&format!("port {port} (--amqp-port) is in use")),
+        "{err}"
+    );
+    let also = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let http = also.local_addr().unwrap().port().to_string();
+    let serve = ["serve", "--amqp-port", &port, "--http-port", &http];
+    let err = failed(&tributary(&d.join("s"), &serve).output().unwrap(), "serve");
+    assert!(
+        err.contains(&format!(
+            "ports {port} (--amqp-port), {http} (--http-port) are in use"
+        )),
+        "{err}"
+    );
+    assert!(!d.join("s").join("access-policies.json").exists(), "{err}");
 }
 
 #[test]
@@ -354,7 +371,10 @@ fn a_failed_first_start_keeps_its_connection_string_for_the_next() {
     let port = taken.local_addr().unwrap().port().to_string();
     let serve = ["serve", "--amqp-port", &port, "--http-port", "0"];
     let err = failed(&tributary(d, &serve).output().unwrap(), "serve");
-    assert!(err.contains("choose another with --amqp-port"), "{err}");
+    assert!(
+        err.contains(&format!("port {port} (--amqp-port) is in use")),
+        "{err}"
+    );
     assert!(!err.contains("SharedAccessKey="), "{err}");
     let server = Server::start(d, &["--amqp-port", "0", "--http-port", "0"]);
     assert!(server.connection_string().contains("SharedAccessKey="));
@@ -363,6 +383,41 @@ fn a_failed_first_start_keeps_its_connection_string_for_the_next() {
         stderr_rest.push_str(&line);
     }
     assert!(!stderr_rest.contains("ERROR"), "{stderr_rest}");
+}
+
+/// `serve` prints its banner on stdout (a user redirecting it gets it): the dashboard's
+/// address, the connection string on the first start and the command that prints it after a
+/// restart; on stderr nothing an Event Hubs user does not need (no OCI key warning).
+#[test]
+fn the_banner_is_on_stdout_with_the_dashboard_and_the_connection_string_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ports = ["--amqp-port", "0", "--http-port", "0"];
+    let first = Server::start(d, &ports);
+    assert!(
+        first.banner.contains("dashboard: http://127.0.0.1:"),
+        "{}",
+        first.banner
+    );
+    assert!(first.connection_string().contains("SharedAccessKey="));
+    first.stop();
+    let again = Server::start(d, &ports);
+    assert!(
+        !again.banner.contains("SharedAccessKey="),
+        "{}",
+        again.banner
+    );
+    let command = format!("`tributary --data-dir {} connection-string`", d.display());
+    assert!(
+        again
+            .banner
+            .contains(&format!("connection string: {command} prints it")),
+        "{}",
+        again.banner
+    );
+    let said: Vec<String> = again.stderr.try_iter().collect();
+    assert!(said.is_empty(), "{said:?}");
+    again.stop();
 }
 
 /// A raw HTTP/1.1 request; the status line of the answer.

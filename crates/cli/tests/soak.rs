@@ -126,7 +126,7 @@ impl Server {
         loop {
             match Server::start_once(data, amqp, http).await {
                 Ok(started) => return started,
-                Err(said) if said.contains("is in use") && tries < 300 => tries += 1,
+                Err(said) if said.contains(" in use") && tries < 300 => tries += 1,
                 Err(said) => panic!("serve exited while starting: {said}"),
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -149,11 +149,12 @@ impl Server {
         ];
         let mut cmd = tokio::process::Command::from(common::tributary(data, &args));
         cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         let mut child = cmd.spawn().expect("tributary serve starts");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut errors = child.stderr.take().unwrap();
         let mut banner = String::new();
         while !banner.contains("press Ctrl-C") {
             let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
@@ -161,14 +162,20 @@ impl Server {
                 .unwrap_or_else(|_| panic!("serve printed no banner in 60 s: {banner}"))
                 .unwrap();
             let Some(line) = line else {
+                // It exited before its banner was out: why is on stderr.
+                let mut said = String::new();
+                let _ = tokio::io::AsyncReadExt::read_to_string(&mut errors, &mut said).await;
                 let _ = child.wait().await;
-                return Err(banner);
+                return Err(format!("{banner}{said}"));
             };
             banner.push_str(&line);
             banner.push('\n');
         }
-        // Keep draining stderr so the server never blocks on a full pipe.
+        // Keep draining both so the server never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut errors, &mut tokio::io::sink()).await;
+        });
         Ok((Server { child }, banner))
     }
 
