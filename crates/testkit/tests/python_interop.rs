@@ -142,6 +142,15 @@ async fn python_reads_hub_and_partition_properties() {
     assert_eq!(p0["beginning_sequence_number"], 0);
     assert_eq!(p0["last_enqueued_sequence_number"], -1);
     assert_eq!(p0["last_enqueued_offset"], "-1");
+    // The SDK reads a management error's description from `statusDescription`: it names what
+    // is missing instead of "Description: None".
+    let missing = result["missing_partition"]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        missing.contains("404") && missing.contains("\"99\"") && !missing.contains("None"),
+        "{result}"
+    );
     f.stop().await;
 }
 

@@ -184,6 +184,12 @@ pub(super) fn response(
         m::STATUS_DESCRIPTION.to_owned(),
         SimpleValue::String(description.to_owned()),
     );
+    // Also as older services spell it, where pyamqp's `$management` client reads the
+    // description (it reads the status under either name).
+    application_properties.insert(
+        m::STATUS_DESCRIPTION_CAMEL.to_owned(),
+        SimpleValue::String(description.to_owned()),
+    );
     AmqpMessage {
         properties: Some(Properties {
             correlation_id,
