@@ -9,7 +9,10 @@
 //! consumer group through the hub-hosted checkpoint store, over an AMQP door on the same broker)
 //! and moves the partitions of the host it asks this test to kill (as `kill -9` would) to the
 //! other without a reload, and that two operator actions work; this test then checks their
-//! effect on the broker and the coordinator. Screenshots go to `target/dashboard-screenshots/`.
+//! effect on the broker and the coordinator. It also checks what a reader sees: the login page
+//! styled as the dashboard, the charts' time axis and value scale, the header's count of
+//! consumer groups (processor and server-side), and singular forms ("lag 1 event", never
+//! "1 events"). Screenshots go to `target/dashboard-screenshots/`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,6 +37,8 @@ const OCI_GROUPS: usize = 50;
 const FLEET_HUB: &str = "hub-01";
 const FLEET_GROUP: &str = "fleet";
 const FLEET_HOSTS: [&str; 2] = ["instance-a", "instance-b"];
+/// The hub holding exactly one event, which its server-side group has not read.
+const SINGLE_EVENT_HUB: &str = "hub-02";
 
 /// The admin check of `tributary serve`: a valid token for the whole namespace.
 fn admin_sas() -> AdminSas {
@@ -82,6 +87,15 @@ async fn populate(broker: &Broker, coordinator: &tributary_groups::GroupCoordina
             .await
             .unwrap();
     }
+    // One event waits for `readers-02` on hub-02: its table says "lag 1 event".
+    broker
+        .send(
+            SINGLE_EVENT_HUB,
+            SendTarget::Partition("0".into()),
+            vec![EventData::new(b"one".to_vec())],
+        )
+        .await
+        .unwrap();
     for i in 0..20 {
         broker
             .send(
@@ -179,6 +193,10 @@ fn script_args(port: u16, chromium: &Path, kill_marker: &Path) -> serde_json::Va
         "fleetHosts": FLEET_HOSTS,
         "fleetPartitions": PARTITIONS,
         "killMarker": kill_marker,
+        "processorGroups": 1,
+        "serverSideGroups": OCI_GROUPS,
+        "singleEventHub": SINGLE_EVENT_HUB,
+        "singleEventGroup": "readers-02",
     })
 }
 

@@ -62,29 +62,46 @@ fn opt_ms(ms: Option<f64>) -> String {
     ms.map_or_else(|| "–".to_owned(), |v| format!("{v:.2} ms"))
 }
 
-/// The overview: totals and the log's sync latency.
+/// `n` and the noun that goes with it: "1 event", "2 events", "0 events".
+pub(crate) fn count<T: std::fmt::Display + PartialEq + From<u8>>(
+    n: T,
+    one: &str,
+    many: &str,
+) -> String {
+    let noun = if n == T::from(1) { one } else { many };
+    format!("{n} {noun}")
+}
+
+/// The overview: totals, the consumer groups the page has a table for (by kind), and the
+/// log's sync latency.
 pub(crate) fn overview(snapshot: &Snapshot) -> String {
     let (events_in, events_out, lag) = snapshot.totals();
     let partitions: usize = snapshot.hubs.iter().map(|h| h.partitions.len()).sum();
-    let groups: usize = snapshot.hubs.iter().map(|h| h.groups.len()).sum();
+    let tables = || snapshot.hubs.iter().flat_map(|h| &h.groups);
+    let processor = tables().filter(|g| g.kind == "processor").count();
+    let server_side = tables().count() - processor;
+    let hubs = snapshot.hubs.len();
     let s = &snapshot.sync;
     format!(
         r#"<div class="cards">
-<div class="card"><b id="total-hubs">{hubs}</b> hubs · {partitions} partitions · {groups} groups</div>
+<div class="card"><b id="total-hubs">{hubs}</b> {} · {} · <span id="total-groups" title="the groups with a table below: processor groups (ownership and checkpoints kept by the hub) and server-side groups (offsets kept by the group coordinator)">{} ({processor} processor, {server_side} server-side)</span></div>
 <div class="card">in <b id="total-in">{}</b> events/s · out <b id="total-out">{}</b> events/s</div>
-<div class="card">lag <b id="total-lag">{lag}</b> events</div>
-<div class="card" title="fdatasync calls of the log's group committer">log sync: last second {} syncs, mean {}, p99 {} · since start {} syncs, mean {}, p50 {}, p99 {}</div>
+<div class="card">lag <b id="total-lag">{lag}</b> {}</div>
+<div class="card" title="fdatasync calls of the log's group committer">log sync: last second {}, mean {}, p99 {} · since start {}, mean {}, p50 {}, p99 {}</div>
 </div>"#,
+        if hubs == 1 { "hub" } else { "hubs" },
+        count(partitions, "partition", "partitions"),
+        count(processor + server_side, "consumer group", "consumer groups"),
         rate(events_in),
         rate(events_out),
-        s.recent_count,
+        if lag == 1 { "event" } else { "events" },
+        count(s.recent_count, "sync", "syncs"),
         opt_ms(s.recent_mean_ms),
         opt_ms(s.recent_p99_ms),
-        s.total_count,
+        count(s.total_count, "sync", "syncs"),
         opt_ms(s.total_mean_ms),
         opt_ms(s.total_p50_ms),
         opt_ms(s.total_p99_ms),
-        hubs = snapshot.hubs.len(),
     )
 }
 
@@ -125,7 +142,7 @@ fn group_table(out: &mut String, g: &GroupTable, now_ms: i64) {
     let lag: i64 = g.rows.iter().map(|r| r.lag_events).sum();
     let _ = write!(
         out,
-        "<h3>{} group <span class=\"name\">{}</span> <small>lag {lag} events</small></h3>\
+        "<h3>{} group <span class=\"name\">{}</span> <small>lag {}</small></h3>\
          <table class=\"group\" data-group=\"{}\"><thead><tr><th>Partition</th><th>Owner</th>\
          <th>Checkpoint</th><th>Last enqueued</th><th>Lag (events)</th><th>Lag (time)</th></tr></thead><tbody>",
         if g.kind == "processor" {
@@ -134,6 +151,7 @@ fn group_table(out: &mut String, g: &GroupTable, now_ms: i64) {
             "Server-side"
         },
         escape(&g.name),
+        count(lag, "event", "events"),
         escape(&g.name),
     );
     for r in &g.rows {
@@ -178,11 +196,11 @@ pub(crate) fn hub(h: &HubRow, now_ms: i64) -> String {
     let mut out = String::with_capacity(256 + h.partitions.len() * 160);
     let _ = write!(
         out,
-        "<h2>{}</h2><p class=\"meta\">{} partitions · retention {retention} · in {} events/s · out {} events/s · consumer groups: {}</p>\
+        "<h2>{}</h2><p class=\"meta\">{} · retention {retention} · in {} events/s · out {} events/s · consumer groups: {}</p>\
          <table class=\"partitions\"><thead><tr><th>Partition</th><th>Begin seq.</th><th>Last seq.</th><th>Size</th>\
          <th>Last enqueued (UTC)</th><th>In/s</th><th>Out/s</th><th>Receivers (group: epoch)</th></tr></thead><tbody>",
         escape(&h.name),
-        h.partitions.len(),
+        count(h.partitions.len(), "partition", "partitions"),
         rate(events_in),
         rate(events_out),
         h.consumer_groups
@@ -220,8 +238,8 @@ pub(crate) fn page(snapshot: &Snapshot, csrf: &str, development: bool) -> String
     );
     out.push_str(ACTIONS);
     out.push_str(
-        r#"<section class="charts"><figure><figcaption>Events/s — <span class="in">in</span>, <span class="out">out</span></figcaption><svg id="chart-rates" viewBox="0 0 600 120" preserveAspectRatio="none"></svg></figure>
-<figure><figcaption>Lag (events, all groups)</figcaption><svg id="chart-lag" viewBox="0 0 600 120" preserveAspectRatio="none"></svg></figure></section>"#,
+        r#"<section class="charts"><figure><figcaption>Events/s — <span class="in">in</span>, <span class="out">out</span> · last 2 minutes, UTC</figcaption><svg id="chart-rates" role="img" aria-label="events per second in and out over the last 2 minutes"></svg></figure>
+<figure><figcaption>Lag (events, all consumer groups) · last 2 minutes, UTC</figcaption><svg id="chart-lag" role="img" aria-label="lag in events over the last 2 minutes"></svg></figure></section>"#,
     );
     let _ = write!(
         out,
@@ -240,17 +258,19 @@ pub(crate) fn page(snapshot: &Snapshot, csrf: &str, development: bool) -> String
     out
 }
 
-/// The login page (`error`: why the last attempt failed).
+/// The login page (`error`: why the last attempt failed): the dashboard's header bar and its
+/// form in a card, with the same style sheet.
 pub(crate) fn login(error: Option<&str>) -> String {
     format!(
         r#"<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>Tributary — log in</title><link rel="stylesheet" href="/dashboard/app.css"></head>
-<body class="login"><main><h1>Tributary</h1>
-<form method="post" action="/dashboard/login">
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Tributary — log in</title><link rel="stylesheet" href="/dashboard/app.css"></head>
+<body class="login"><header><h1>Tributary</h1><span class="status">dashboard · log in</span></header>
+<main><form class="card" method="post" action="/dashboard/login">
+<h2>Log in</h2>
 <label for="credential">Connection string or SAS token of a policy with the Manage right</label>
 <input id="credential" name="credential" type="password" autocomplete="off" required autofocus>
-<button type="submit">Log in</button>
-{}
+{}<button type="submit">Log in</button>
 <p class="hint"><code>tributary connection-string</code> prints the root policy's connection string. It is checked by the server and never stored: the browser gets a session cookie.</p>
 </form></main></body></html>"#,
         error

@@ -1,7 +1,8 @@
 // Drives the dashboard of a running `tributary` HTTP door in headless chromium (playwright-core)
 // for crates/testkit/tests/dashboard.rs. Usage: node dashboard.js '<json args>' with
 // {url, credential, wrongCredential, screenshots, liveHub, livePartition, groupHub, newGroup,
-//  ociGroup, hubCount, fleetHub, fleetGroup, fleetHosts, fleetPartitions, killMarker}. Writes the
+//  ociGroup, hubCount, fleetHub, fleetGroup, fleetHosts, fleetPartitions, killMarker,
+//  processorGroups, serverSideGroups, singleEventHub, singleEventGroup}. Writes the
 // file killMarker when the test is to kill the fleet's second host. Prints one JSON line with what
 // it measured; exits 1 on any failed check.
 "use strict";
@@ -11,9 +12,41 @@ const path = require("path");
 
 const args = JSON.parse(process.argv[2]);
 const origin = new URL(args.url).origin;
+const screenshot = (page, name) => page.screenshot({ path: path.join(args.screenshots, `${name}.png`), fullPage: false });
 
 function check(ok, what) {
   if (!ok) throw new Error(`check failed: ${what}`);
+}
+
+// What a reader sees beyond the numbers: both charts have a time axis (UTC clock labels, left
+// to right in time order) and a value scale from 0; the header counts every consumer group the
+// page has a table for and says which kinds; one thing is never "1 things".
+async function checkReading(page) {
+  await page.locator(".charts").scrollIntoViewIfNeeded();
+  await screenshot(page, "03-charts");
+  for (const chart of ["chart-rates", "chart-lag"]) {
+    const axes = await page.evaluate((id) => {
+      const svg = document.getElementById(id);
+      const texts = (cls) =>
+        Array.from(svg.querySelectorAll(`text.${cls}`), (t) => ({ text: t.textContent, x: Number(t.getAttribute("x")) }));
+      return { x: texts("axis-x"), y: texts("axis-y").map((t) => t.text) };
+    }, chart);
+    check(axes.x.length >= 2, `${chart} has time-axis labels: ${JSON.stringify(axes.x)}`);
+    check(axes.x.every((l) => /^\d\d:\d\d:\d\d$/.test(l.text)), `${chart}'s time labels are UTC clock times: ${JSON.stringify(axes.x)}`);
+    const ordered = axes.x.every((l, i) => i === 0 || (l.x > axes.x[i - 1].x && l.text !== axes.x[i - 1].text));
+    check(ordered, `${chart}'s time labels run left to right: ${JSON.stringify(axes.x)}`);
+    check(axes.y.length >= 2 && axes.y.includes("0"), `${chart} has a value scale from 0: ${JSON.stringify(axes.y)}`);
+  }
+  const total = args.processorGroups + args.serverSideGroups;
+  const groups = `${total} consumer groups (${args.processorGroups} processor, ${args.serverSideGroups} server-side)`;
+  const overview = await page.locator("#overview").textContent();
+  check(overview.includes(groups), `the header says "${groups}": ${overview}`);
+  const single = page.locator(`section.hub[data-hub="${args.singleEventHub}"] h3`, { hasText: args.singleEventGroup });
+  const heading = await single.textContent();
+  check(/lag 1 event$/.test(heading.trim()), `one waiting event is "lag 1 event": ${heading}`);
+  const text = await page.locator("body").textContent();
+  const plural = text.match(/\b1 (hubs|partitions|groups|consumer groups|events|syncs)\b/);
+  check(!plural, `no "1 <plural>" on the page: ${plural && plural[0]}`);
 }
 
 async function main() {
@@ -33,12 +66,16 @@ async function main() {
       return route.abort();
     });
     const page = await context.newPage();
-    const shot = (name) => page.screenshot({ path: path.join(args.screenshots, `${name}.png`), fullPage: false });
+    const shot = (name) => screenshot(page, name);
 
     // Unauthenticated: the page is the login form (401), the live stream and the admin API refuse.
     const anonymous = await page.goto(args.url);
     check(anonymous.status() === 401, `GET / without a session answers ${anonymous.status()}`);
     check(await page.locator("#credential").count() === 1, "the login form is shown");
+    // Styled as the dashboard is: its header bar and a card around the form.
+    check(await page.locator("body.login header h1").count() === 1, "the login page has the dashboard's header");
+    check(await page.locator("body.login form.card").count() === 1, "the login form is a card");
+    await shot("00-login");
     const events = await page.request.get(args.url + "/dashboard/events");
     check(events.status() === 401, `the event stream without a session answers ${events.status()}`);
     await page.fill("#credential", args.wrongCredential);
@@ -105,6 +142,7 @@ async function main() {
     check(epochText.includes("epoch 3"), "the epoch receiver is shown");
     await page.locator(`section.hub[data-hub="${args.liveHub}"]`).scrollIntoViewIfNeeded();
     await shot("03-live");
+    await checkReading(page);
 
     // A processor fleet: its group's table shows each host's even share; once the test kills
     // the second host, its partitions move to the first without a reload.

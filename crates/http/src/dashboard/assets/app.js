@@ -1,12 +1,20 @@
 // Tributary dashboard: applies the sections the server sends over server-sent events, draws
-// the charts, and sends the operator's forms to the admin API with the session's CSRF token.
+// the charts (its own SVG: a UTC time axis over the last two minutes and a value scale from 0;
+// nothing is fetched to draw them), and sends the operator's forms to the admin API with the
+// session's CSRF token.
 "use strict";
 (function () {
   const csrf = document.querySelector('meta[name="csrf-token"]').content;
   const status = document.getElementById("status");
   const hubs = document.getElementById("hubs");
   const POINTS = 120;
-  const series = { in: [], out: [], lag: [] };
+  // The charts' window: the last POINTS ticks of about a second.
+  const WINDOW_MS = POINTS * 1000;
+  // A time-axis label every 30 s, on the clock's half minutes.
+  const TIME_STEP_MS = 30000;
+  // Room around the plot for the value labels (left) and the time labels (below).
+  const MARGIN = { left: 46, right: 10, top: 8, bottom: 20 };
+  const series = { t: [], in: [], out: [], lag: [] };
 
   function hubSection(name) {
     for (const s of hubs.children) if (s.dataset.hub === name) return s;
@@ -26,9 +34,11 @@
       if (html !== undefined) s.innerHTML = html;
       if (hubs.children[i] !== s) hubs.insertBefore(s, hubs.children[i] || null);
     });
-    for (const k of ["in", "out", "lag"]) {
-      series[k].push(message.totals[k]);
-      if (series[k].length > POINTS) series[k].shift();
+    series.t.push(message.time);
+    for (const k of ["in", "out", "lag"]) series[k].push(message.totals[k]);
+    // Points older than the window (or beyond POINTS, after a reconnect's burst) leave it.
+    while (series.t.length > POINTS || series.t[0] < message.time - WINDOW_MS) {
+      for (const k of ["t", "in", "out", "lag"]) series[k].shift();
     }
     for (const cell of document.querySelectorAll("td[data-since]")) {
       cell.textContent = age(message.time - Number(cell.dataset.since));
@@ -49,25 +59,56 @@
     return `${(ms / 3600000).toFixed(1)} h`;
   }
 
+  // A value scale for 0..max: a top and a step of 1, 2 or 5 × a power of ten, 2 to 4 steps.
+  function scale(max) {
+    const m = Math.max(max, 1);
+    const power = 10 ** Math.floor(Math.log10(m / 4));
+    const step = [1, 2, 5, 10].map((f) => f * power).find((s) => s >= m / 4);
+    return { top: Math.ceil(m / step) * step, step };
+  }
+
+  // A value-axis label: 0, 0.5, 40, 1.5k, 2M.
+  function short(v) {
+    if (v >= 1e6) return `${+(v / 1e6).toFixed(1)}M`;
+    if (v >= 1e3) return `${+(v / 1e3).toFixed(1)}k`;
+    return `${+v.toFixed(2)}`;
+  }
+
+  function add(svg, tag, attributes, text) {
+    const el = document.createElementNS("http://www.w3.org/2000/svg", tag);
+    for (const [name, value] of Object.entries(attributes)) el.setAttribute(name, value);
+    if (text !== undefined) el.textContent = text;
+    svg.appendChild(el);
+  }
+
+  // Draws `lines` ([class, values] over series.t) in the SVG `id`, at its size on the page (so
+  // text is not stretched): grid, value labels, UTC time labels, then the lines.
   function draw(id, lines) {
     const svg = document.getElementById(id);
-    const ns = "http://www.w3.org/2000/svg";
-    const max = Math.max(1, ...lines.flatMap(([, v]) => v));
+    const width = svg.clientWidth || 600;
+    const height = svg.clientHeight || 150;
+    svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    const left = MARGIN.left, right = width - MARGIN.right;
+    const top = MARGIN.top, bottom = height - MARGIN.bottom;
+    const end = series.t[series.t.length - 1];
+    const start = end - WINDOW_MS;
+    const x = (t) => (left + ((t - start) / WINDOW_MS) * (right - left)).toFixed(1);
+    const values = scale(Math.max(0, ...lines.flatMap(([, v]) => v)));
+    const y = (v) => (bottom - (v / values.top) * (bottom - top)).toFixed(1);
     svg.replaceChildren();
-    for (const [cls, values] of lines) {
-      const points = values
-        .map((v, i) => `${(i * 600) / (POINTS - 1)},${115 - (v / max) * 105}`)
-        .join(" ");
-      const line = document.createElementNS(ns, "polyline");
-      line.setAttribute("points", points);
-      line.setAttribute("class", cls);
-      svg.appendChild(line);
+    const steps = Math.round(values.top / values.step);
+    for (let i = 0; i <= steps; i++) {
+      const v = i * values.step;
+      add(svg, "line", { class: "grid", x1: left, x2: right, y1: y(v), y2: y(v) });
+      add(svg, "text", { class: "axis-y", x: left - 5, y: Number(y(v)) + 4 }, short(v));
     }
-    const label = document.createElementNS(ns, "text");
-    label.setAttribute("x", "4");
-    label.setAttribute("y", "12");
-    label.textContent = max >= 100 ? max.toFixed(0) : max.toFixed(1);
-    svg.appendChild(label);
+    for (let t = Math.ceil(start / TIME_STEP_MS) * TIME_STEP_MS; t <= end; t += TIME_STEP_MS) {
+      add(svg, "line", { class: "grid", x1: x(t), x2: x(t), y1: top, y2: bottom });
+      add(svg, "text", { class: "axis-x", x: x(t), y: height - 5 }, new Date(t).toISOString().slice(11, 19));
+    }
+    for (const [cls, v] of lines) {
+      add(svg, "polyline", { class: cls, points: v.map((value, i) => `${x(series.t[i])},${y(value)}`).join(" ") });
+    }
   }
 
   const source = new EventSource("/dashboard/events");
