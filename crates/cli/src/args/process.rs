@@ -28,9 +28,10 @@ pub struct GroupStore {
     pub group: String,
     /// The checkpoint store, as a URL: `hub:` (the store a Tributary hub keeps itself, reached
     /// over the AMQP connection; Azure Event Hubs has none), `sqlite:PATH` or a bare path (a SQLite file the
-    /// processors on this machine share), `postgres://USER:PASSWORD@HOST:PORT/DATABASE` (two
-    /// tables that processors on many machines share; `?schema=NAME` picks the schema, default
-    /// public; no TLS), `https://ACCOUNT.blob.core.windows.net/CONTAINER` (blobs in the layout
+    /// processors on this machine share), `postgres://USER:PASSWORD@HOST:PORT/DATABASE` (three
+    /// tables that processors on many machines share, `tributary_ownership`,
+    /// `tributary_checkpoint` and `tributary_host`, created if absent; `?schema=NAME` picks the
+    /// schema, default public; no TLS), `https://ACCOUNT.blob.core.windows.net/CONTAINER` (blobs in the layout
     /// the official .NET, Python and JavaScript processors share, so they can balance one group
     /// with these; a SAS in the URL, or AZURE_STORAGE_CONNECTION_STRING / AZURE_STORAGE_KEY;
     /// Azurite: `http://127.0.0.1:10000/devstoreaccount1/CONTAINER`), or `memory:` (`process`

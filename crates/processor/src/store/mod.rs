@@ -31,9 +31,10 @@
 //!
 //! Stores: [`InMemoryCheckpointStore`] (one process); with the `sqlite` feature,
 //! `SqliteCheckpointStore` (one file that several processes on a machine share); with the
-//! `postgres` feature, `PostgresCheckpointStore` (two tables that processors on many machines
-//! share); with the `blob` feature, `BlobCheckpointStore` (an Azure Storage container, in the
-//! layout the official Event Hubs processors share). All pass one conformance suite
+//! `postgres` feature, `PostgresCheckpointStore` (three tables — ownership, checkpoints and
+//! hosts — that processors on many machines share); with the `blob` feature,
+//! `BlobCheckpointStore` (an Azure Storage container, in the layout the official Event Hubs
+//! processors share). All pass one conformance suite
 //! (`conformance`, public with the `conformance` feature for tests that bring their own server).
 //! [`open_url`] opens any of them from a URL.
 
