@@ -1,13 +1,14 @@
 //! `tributary demo` end to end: a small run of the seed scenario whose aggregates must equal
 //! what the simulated sensors sent, with the added instance taking partitions, the killed one's
-//! partitions resumed by the others, and the residents' page answering.
+//! partitions resumed by the others, and the residents' page answering; and, without
+//! `--duration`, the verdict given once, when the script ends, not at Ctrl-C.
 
 mod common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::Stdio;
+use std::process::{Child, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -31,24 +32,78 @@ fn get(addr: &str, path: &str) -> (u16, String) {
     (status, body.to_owned())
 }
 
-/// Waits for a line of the demo's output that contains `needle`; returns it.
-fn wait_for_line(lines: &mpsc::Receiver<String>, needle: &str, seen: &mut Vec<String>) -> String {
-    let deadline = Instant::now() + Duration::from_secs(100);
-    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-        match lines.recv_timeout(left) {
-            Ok(line) => {
-                seen.push(line.clone());
-                if line.contains(needle) {
-                    return line;
-                }
+/// A running `tributary demo` and the lines it prints; killed if dropped while it runs, so a
+/// failed test leaves no demo behind (its instances exit when their input closes).
+struct Demo {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    seen: Vec<String>,
+}
+
+impl Demo {
+    /// `tributary demo ARGS… --data DATA`, its standard output read line by line.
+    fn start(scratch: &std::path::Path, args: &[&str], data: &std::path::Path) -> Demo {
+        let mut child = common::tributary(&scratch.join("unused"), args)
+            .arg("--data")
+            .arg(data)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
             }
-            Err(_) => break,
+        });
+        Demo {
+            child,
+            lines,
+            reader: Some(reader),
+            seen: Vec::new(),
         }
     }
-    panic!(
-        "the demo never printed {needle:?}; it printed:\n{}",
-        seen.join("\n")
-    );
+
+    /// Waits for a line that contains `needle`; returns it.
+    fn wait_for(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(100);
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        panic!(
+            "the demo never printed {needle:?}; it printed:\n{}",
+            self.seen.join("\n")
+        );
+    }
+
+    /// Waits for the demo to exit; its status and every line it printed.
+    fn exit(&mut self) -> (ExitStatus, Vec<String>) {
+        let status = self.child.wait().unwrap();
+        if let Some(reader) = self.reader.take() {
+            reader.join().unwrap();
+        }
+        self.seen.extend(self.lines.try_iter());
+        (status, self.seen.clone())
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        if self.child.try_wait().is_ok_and(|s| s.is_none()) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 fn owners_of(summary: &Value, key: &str) -> HashMap<String, String> {
@@ -138,8 +193,8 @@ fn check_summary(summary: &Value) {
 fn the_demo_aggregates_exactly_what_the_sensors_sent_through_a_rebalance_and_a_kill() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("demo");
-    let mut child = common::tributary(
-        &dir.path().join("unused"),
+    let mut demo = Demo::start(
+        dir.path(),
         &[
             "demo",
             "--homes",
@@ -149,37 +204,22 @@ fn the_demo_aggregates_exactly_what_the_sensors_sent_through_a_rebalance_and_a_k
             "--port",
             "0",
         ],
-    )
-    .arg("--data")
-    .arg(&data)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::inherit())
-    .spawn()
-    .unwrap();
-    let (tx, lines) = mpsc::channel();
-    let stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let mut seen = Vec::new();
-    let url = wait_for_line(&lines, "residents' page: http://", &mut seen);
+        &data,
+    );
+    let url = demo.wait_for("residents' page: http://");
     let addr = url
         .split("http://")
         .nth(1)
         .unwrap()
         .trim_end_matches('/')
         .to_owned();
-    wait_for_line(&lines, "the demo runs", &mut seen);
+    demo.wait_for("the demo runs");
     std::thread::sleep(Duration::from_secs(3));
     check_page(&addr);
     for step in ["step 1/3", "step 2/3", "step 3/3", "check:"] {
-        wait_for_line(&lines, step, &mut seen);
+        demo.wait_for(step);
     }
-    let status = child.wait().unwrap();
-    reader.join().unwrap();
-    seen.extend(lines.try_iter());
+    let (status, seen) = demo.exit();
     assert!(status.success(), "the demo failed:\n{}", seen.join("\n"));
 
     let summary: Value =
@@ -192,4 +232,64 @@ fn the_demo_aggregates_exactly_what_the_sensors_sent_through_a_rebalance_and_a_k
             "instance pid {pid} outlived the demo"
         );
     }
+}
+
+/// Without `--duration` (its steps timed for 20 s here, not 8 min) the demo checks the
+/// aggregates when the script ends — after the last step, an instance killed, has played out —
+/// and says so without waiting for Ctrl-C; the sensors then resume, and Ctrl-C stops the demo
+/// without a second verdict.
+#[test]
+fn without_a_duration_the_verdict_comes_when_the_script_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("demo");
+    let mut demo = Demo::start(
+        dir.path(),
+        &[
+            "demo",
+            "--homes",
+            "200",
+            "--instances",
+            "2",
+            "--script-length",
+            "20s",
+            "--port",
+            "0",
+        ],
+        &data,
+    );
+    demo.wait_for("step 3/3");
+    let verdict = demo.wait_for("check:");
+    assert!(
+        verdict.contains("they agree, every reading counted exactly once"),
+        "{verdict}"
+    );
+    demo.wait_for("until Ctrl-C");
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["agree"], true, "{summary}");
+    let checked = summary["sent"].as_u64().unwrap();
+    assert!(checked > 0, "{summary}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        demo.child.try_wait().unwrap().is_none(),
+        "the demo keeps running after its verdict"
+    );
+    let interrupted = std::process::Command::new("kill")
+        .args(["-INT", &demo.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(interrupted.success());
+    let (status, seen) = demo.exit();
+    assert!(status.success(), "the demo failed:\n{}", seen.join("\n"));
+    let verdicts = seen.iter().filter(|l| l.contains("check:")).count();
+    assert_eq!(verdicts, 1, "one verdict:\n{}", seen.join("\n"));
+    let stopped = seen
+        .iter()
+        .find_map(|l| l.split("the sensors stopped after ").nth(1))
+        .and_then(|rest| rest.split(' ').next()?.parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no 'stopped after N readings':\n{}", seen.join("\n")));
+    assert!(
+        stopped > checked,
+        "the sensors resumed after the check: {stopped} readings, {checked} at the check"
+    );
 }

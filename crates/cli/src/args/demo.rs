@@ -16,10 +16,15 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=600))]
     pub rate: u32,
     /// Run this long, then check the aggregates against what was sent and stop (e.g. 60s,
-    /// 10m). The script's steps come at fixed fractions of it. Without it the demo runs until
-    /// Ctrl-C, with the steps timed as for 8m.
+    /// 10m). The script's steps come at fixed fractions of it. Without it the steps are timed
+    /// as for 8m; when the last one (an instance killed) has played out, the demo checks the
+    /// aggregates and keeps running until Ctrl-C.
     #[arg(long, value_parser = parse_duration_ms)]
     pub duration: Option<i64>,
+    /// Without `--duration`: time the script's steps as for this length instead of 8m (for
+    /// tests, which cannot wait minutes).
+    #[arg(long, hide = true, value_parser = parse_duration_ms, conflicts_with = "duration")]
+    pub script_length: Option<i64>,
     /// Keep the hub, the checkpoint store, the aggregates and the summary in this directory
     /// (default: a temporary one, removed at the end).
     #[arg(long)]

@@ -10,9 +10,12 @@
 //! The script, at fixed fractions of `--duration`: carbon-monoxide detectors are installed
 //! (the load grows by a third), an instance is added (the pool rebalances), an instance is
 //! killed with SIGKILL (its partitions resume elsewhere from its checkpoints). Each step is
-//! announced on the terminal and on the page. At the end (or on Ctrl-C) the sensors stop, the
-//! instances catch up, the aggregates are checked against what the hub acknowledged, and
-//! `summary.json` is written to the data directory; then everything stops, children included.
+//! announced on the terminal and on the page. At the end of `--duration` (or on Ctrl-C) the
+//! sensors stop, the instances catch up, the aggregates are checked against what the hub
+//! acknowledged (the verdict), and `summary.json` is written to the data directory; then
+//! everything stops, children included. Without `--duration` the script ends 10 s after its last
+//! step: the sensors pause for the same check, then resume until Ctrl-C, which stops everything
+//! without a second verdict. The verdict is given once.
 
 pub mod aggregate;
 mod fleet;

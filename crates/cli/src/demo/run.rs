@@ -24,6 +24,18 @@ use crate::args::{DemoArgs, GlobalArgs};
 /// The script's length when no `--duration` is given (the demo then runs until Ctrl-C).
 const DEFAULT_SCRIPT_MS: i64 = 8 * 60_000;
 
+/// Without `--duration`, how long after the last step (an instance killed) the script ends and
+/// the aggregates are checked: the killed instance's ownership expires after 4 s, the others
+/// claim its partitions on their next balancing cycle (1 s) and resume from its checkpoints —
+/// while the sensors still send, so the page shows it.
+const RECOVERY_MS: u64 = 10_000;
+
+/// How long the instances get to aggregate what was sent before the check, at the end of the
+/// script or of `--duration`; after Ctrl-C before the script ended, [`INTERRUPTED_CATCH_UP_MS`].
+const CATCH_UP_MS: u64 = 30_000;
+/// See [`CATCH_UP_MS`].
+const INTERRUPTED_CATCH_UP_MS: u64 = 10_000;
+
 /// One instance as the page shows it.
 #[derive(Debug, Clone)]
 pub struct InstanceView {
@@ -211,10 +223,14 @@ pub async fn run(global: &GlobalArgs, args: &DemoArgs) -> Result<()> {
     ));
     let mut script = Script {
         shared: shared.clone(),
+        stops: tokio::sync::Mutex::new(Stops::new()?),
         store,
         namespace: hub.namespace.clone(),
         started: Instant::now(),
-        length_ms: args.duration.unwrap_or(DEFAULT_SCRIPT_MS),
+        length_ms: args
+            .duration
+            .or(args.script_length)
+            .unwrap_or(DEFAULT_SCRIPT_MS),
         report: serde_json::Map::new(),
         cpu_start: None,
     };
@@ -224,22 +240,16 @@ pub async fn run(global: &GlobalArgs, args: &DemoArgs) -> Result<()> {
         }
         publish_instances(&fleet, &shared);
         let sensing = tokio::spawn(sensors.clone().run(stopped));
-        let outcome = script.play(&mut fleet, args).await;
+        let mut outcome = script.play(&mut fleet, args).await;
+        if args.duration.is_none() && matches!(outcome, Ok(Waited::Due)) {
+            outcome = script.check_and_carry_on(&fleet, &data, &aggregates).await;
+        }
         let _ = stop.send(true);
         sensing.await?;
         outcome
     }
     .await;
-    let finished = match played {
-        Ok(waited) => {
-            let pids: Vec<u32> = fleet.instances.iter().map(|i| i.pid).collect();
-            script.report.insert("pids".into(), json!(pids));
-            script
-                .finish(&data, &aggregates, waited == Waited::Interrupted)
-                .await
-        }
-        Err(e) => Err(e),
-    };
+    let finished = script.conclude(played, &fleet, &data, &aggregates).await;
     fleet.stop_all().await;
     watcher.abort();
     page.shutdown().await;
@@ -338,9 +348,35 @@ fn per_instance(conn: &Connection) -> Result<BTreeMap<String, u64>> {
     Ok(counts)
 }
 
+/// Ctrl-C (SIGINT) and SIGTERM, listened for from the script's start to the demo's end, so one
+/// that arrives between waits (during a step, or the check) is kept for the next wait.
+struct Stops {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Stops {
+    fn new() -> Result<Stops> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Stops {
+            interrupt: signal(SignalKind::interrupt()).context("cannot listen for Ctrl-C")?,
+            terminate: signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?,
+        })
+    }
+
+    /// The next Ctrl-C or SIGTERM (or one that came since the last call).
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
+    }
+}
+
 /// The script and what it observed.
 struct Script {
     shared: Arc<Shared>,
+    stops: tokio::sync::Mutex<Stops>,
     store: Arc<dyn CheckpointStore>,
     namespace: String,
     started: Instant,
@@ -349,11 +385,13 @@ struct Script {
     cpu_start: Option<(Instant, f64)>,
 }
 
-/// How a wait ended.
+/// How a wait (or the script) ended.
 #[derive(PartialEq, Eq)]
 enum Waited {
     Due,
     Interrupted,
+    /// The aggregates were checked when the script ended; then came Ctrl-C or SIGTERM.
+    Checked,
 }
 
 impl Script {
@@ -364,11 +402,10 @@ impl Script {
         self.started + Duration::from_millis(ms)
     }
 
-    /// Waits until `when`, printing a status line every 10 s; stops early on Ctrl-C/SIGTERM.
+    /// Waits until `when` (`None`: for ever), printing a status line every 10 s; stops early on
+    /// Ctrl-C/SIGTERM.
     async fn wait_until(&self, when: Option<Instant>) -> Result<Waited> {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .context("cannot listen for SIGTERM")?;
+        let mut stops = self.stops.lock().await;
         let mut status = tokio::time::interval_at(
             tokio::time::Instant::now() + Duration::from_secs(10),
             Duration::from_secs(10),
@@ -383,8 +420,7 @@ impl Script {
         loop {
             tokio::select! {
                 () = &mut due => return Ok(Waited::Due),
-                _ = tokio::signal::ctrl_c() => return Ok(Waited::Interrupted),
-                _ = terminate.recv() => return Ok(Waited::Interrupted),
+                () = stops.recv() => return Ok(Waited::Interrupted),
                 _ = status.tick() => self.print_status(),
             }
         }
@@ -423,7 +459,8 @@ impl Script {
         }
     }
 
-    /// The three steps, then the end (or Ctrl-C at any point).
+    /// The three steps, then the end (or Ctrl-C at any point): `--duration` after the start,
+    /// or without it [`RECOVERY_MS`] after the last step.
     async fn play(&mut self, fleet: &mut Fleet, args: &DemoArgs) -> Result<Waited> {
         let shared = self.shared.clone();
         shared.announce(&format!(
@@ -445,11 +482,74 @@ impl Script {
             return Ok(Waited::Interrupted);
         }
         self.kill_instance(fleet).await?;
-        let end = args.duration.map(|_| self.at(1.0));
-        if end.is_none() {
-            shared.announce("the script is over; the demo keeps running until Ctrl-C");
+        let end = match args.duration {
+            Some(_) => self.at(1.0),
+            None => Instant::now() + Duration::from_millis(RECOVERY_MS),
+        };
+        self.wait_until(Some(end)).await
+    }
+
+    /// Without `--duration`, when the script has ended: pauses the sensors, checks (the
+    /// verdict), resumes them and runs until Ctrl-C or SIGTERM. Fails if the check does.
+    async fn check_and_carry_on(
+        &mut self,
+        fleet: &Fleet,
+        data: &Path,
+        aggregates: &Path,
+    ) -> Result<Waited> {
+        let shared = self.shared.clone();
+        shared.sensors.pause().await;
+        shared.announce(&format!(
+            "the script is over: the sensors pause after {} readings while the instances aggregate the rest, for the check",
+            shared.sensors.sent.load(Ordering::Relaxed)
+        ));
+        self.record_pids(fleet);
+        let agree = self
+            .check(data, aggregates, Duration::from_millis(CATCH_UP_MS))
+            .await?;
+        anyhow::ensure!(agree, "the aggregates do not match what the sensors sent");
+        shared.sensors.resume();
+        shared.announce(
+            "the sensors resume; the demo keeps running until Ctrl-C (the check is not repeated)",
+        );
+        self.wait_until(None).await?;
+        Ok(Waited::Checked)
+    }
+
+    /// Once the sensors have stopped: the verdict, unless it was given when the script ended
+    /// (it is not given again).
+    async fn conclude(
+        &mut self,
+        played: Result<Waited>,
+        fleet: &Fleet,
+        data: &Path,
+        aggregates: &Path,
+    ) -> Result<()> {
+        match played? {
+            Waited::Checked => {
+                self.stopped();
+                Ok(())
+            }
+            waited => {
+                self.record_pids(fleet);
+                self.finish(data, aggregates, waited == Waited::Interrupted)
+                    .await
+            }
         }
-        self.wait_until(end).await
+    }
+
+    /// After Ctrl-C that followed the check at the end of the script.
+    fn stopped(&self) {
+        self.shared.announce(&format!(
+            "the sensors stopped after {} readings; the demo stops (its check was made when the script ended)",
+            self.shared.sensors.sent.load(Ordering::Relaxed)
+        ));
+    }
+
+    /// The instances' process ids, for the summary.
+    fn record_pids(&mut self, fleet: &Fleet) {
+        let pids: Vec<u32> = fleet.instances.iter().map(|i| i.pid).collect();
+        self.report.insert("pids".into(), json!(pids));
     }
 
     fn carbon_monoxide(&mut self, fleet: &Fleet) {
@@ -524,20 +624,39 @@ impl Script {
         Ok(())
     }
 
-    /// Waits (up to 30 s) for the instances to aggregate everything the hub acknowledged,
-    /// compares, writes `summary.json` (and `sent.json` with per-home tallies on small runs).
+    /// Once the sensors have stopped: the check, which must agree unless interrupted.
     ///
     /// After Ctrl-C the wait is shorter and a difference (readings still on their way) is
     /// reported, not an error.
     async fn finish(&mut self, data: &Path, aggregates: &Path, interrupted: bool) -> Result<()> {
         let shared = self.shared.clone();
-        let sent = shared.sensors.sent.load(Ordering::Relaxed);
         shared.announce(&format!(
-            "the sensors stopped after {sent} readings; waiting for the instances to aggregate the rest"
+            "the sensors stopped after {} readings; waiting for the instances to aggregate the rest",
+            shared.sensors.sent.load(Ordering::Relaxed)
         ));
-        shared
-            .caught_up(sent, Duration::from_secs(if interrupted { 10 } else { 30 }))
-            .await;
+        let patience = if interrupted {
+            INTERRUPTED_CATCH_UP_MS
+        } else {
+            CATCH_UP_MS
+        };
+        let agree = self
+            .check(data, aggregates, Duration::from_millis(patience))
+            .await?;
+        anyhow::ensure!(
+            agree || interrupted,
+            "the aggregates do not match what the sensors sent"
+        );
+        Ok(())
+    }
+
+    /// With the sensors stopped or paused: waits (up to `patience`) for the instances to
+    /// aggregate everything the hub acknowledged, compares, writes `summary.json` (and
+    /// `sent.json` with per-home tallies on small runs) and announces the verdict. Whether the
+    /// aggregates agree with what was sent.
+    async fn check(&mut self, data: &Path, aggregates: &Path, patience: Duration) -> Result<bool> {
+        let shared = self.shared.clone();
+        let sent = shared.sensors.sent.load(Ordering::Relaxed);
+        shared.caught_up(sent, patience).await;
         let conn = aggregate::open(aggregates)?;
         let tallies = shared.sensors.tallies();
         let detailed = tallies.per_home.is_some();
@@ -593,11 +712,7 @@ impl Script {
             mismatches.map_or(String::new(), |n| format!(", {n} (home, sensor, minute) cells differ")),
             if agree { "they agree, every reading counted exactly once" } else { "THEY DIFFER" }
         ));
-        anyhow::ensure!(
-            agree || interrupted,
-            "the aggregates do not match what the sensors sent"
-        );
-        Ok(())
+        Ok(agree)
     }
 }
 

@@ -6,6 +6,10 @@
 //!
 //! What was acknowledged by the hub is tallied (per sensor kind and minute; per home too for
 //! small runs), so the demo can check the aggregates against it.
+//!
+//! The sensors can pause: once [`Sensors::pause`] returns, no reading is in flight and none
+//! starts until [`Sensors::resume`], so the tallies hold still for a check; on resuming, each
+//! sensor carries on its schedule from where it paused (no burst of readings missed meanwhile).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -122,6 +126,11 @@ pub struct Sensors {
     /// Readings the hub refused (should stay 0).
     pub failed: AtomicU64,
     tallies: Mutex<Tallies>,
+    /// Whether sending is paused. Held while a round of readings is started, so a pause waits
+    /// for that round to be counted in `in_flight`.
+    paused: Mutex<bool>,
+    /// Readings started and not yet tallied (acknowledged or refused).
+    in_flight: AtomicU64,
 }
 
 impl Sensors {
@@ -139,7 +148,22 @@ impl Sensors {
                 per_home: (homes <= DETAILED_HOMES_MAX).then(HashMap::new),
                 ..Tallies::default()
             }),
+            paused: Mutex::new(false),
+            in_flight: AtomicU64::new(0),
         }
+    }
+
+    /// Stops starting readings and waits until every reading in flight is tallied.
+    pub async fn pause(&self) {
+        *self.paused.lock().expect("paused") = true;
+        while self.in_flight.load(Ordering::Acquire) > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Starts sending again after [`Sensors::pause`].
+    pub fn resume(&self) {
+        *self.paused.lock().expect("paused") = false;
     }
 
     /// Installs the carbon-monoxide detectors (the fourth kind).
@@ -182,42 +206,76 @@ impl Sensors {
     }
 
     /// Sends readings as they fall due until `stop` turns true, then waits for the sends in
-    /// flight.
+    /// flight. While paused it sends nothing, and moves each sensor's schedule on by the pause.
     pub async fn run(self: std::sync::Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
-        // Per kind: when it was installed and how many readings it has sent.
+        // Per kind: when it was installed (moved on by pauses) and how many readings it sent.
         let mut started: [Option<(Instant, u64)>; KINDS.len()] = [None; KINDS.len()];
         let mut in_flight = JoinSet::new();
+        let mut paused_at: Option<Instant> = None;
         let mut ticker = tokio::time::interval(Duration::from_millis(20));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        let per_ms = f64::from(self.homes) * f64::from(self.rate) / 60_000.0;
         loop {
             tokio::select! {
                 _ = ticker.tick() => {}
                 _ = stop.changed() => break,
             }
-            for (kind, slot) in started.iter_mut().enumerate().take(self.kinds()) {
-                let (since, sent) = slot.get_or_insert((Instant::now(), 0));
-                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-                let due = (since.elapsed().as_secs_f64() * 1000.0 * per_ms) as u64;
-                for n in *sent..due {
-                    // Each kind starts a quarter of the homes further on, so one home's
-                    // sensors do not all send at once.
-                    let offset = u64::from(self.homes) * kind as u64 / 4;
-                    let home = u32::try_from((n + offset) % u64::from(self.homes)).unwrap_or(0);
-                    let reading = Reading {
-                        home,
-                        kind: KINDS[kind],
-                        state: state(kind, n),
-                        at_ms: now_ms(),
-                    };
-                    let sensors = self.clone();
-                    in_flight.spawn(async move { sensors.send(reading).await });
-                }
-                *sent = due.max(*sent);
-            }
+            self.round(&mut started, &mut in_flight, &mut paused_at);
             while in_flight.try_join_next().is_some() {}
         }
         while in_flight.join_next().await.is_some() {}
+    }
+
+    /// One tick: unless paused, starts what has fallen due — first moving the schedules on by
+    /// a pause that just ended. The pause flag stays locked throughout, so [`Sensors::pause`]
+    /// returns only after this round's readings are counted in flight.
+    fn round(
+        self: &std::sync::Arc<Self>,
+        started: &mut [Option<(Instant, u64)>; KINDS.len()],
+        in_flight: &mut JoinSet<()>,
+        paused_at: &mut Option<Instant>,
+    ) {
+        let paused = self.paused.lock().expect("paused");
+        if *paused {
+            paused_at.get_or_insert_with(Instant::now);
+            return;
+        }
+        if let Some(at) = paused_at.take() {
+            for (since, _) in started.iter_mut().flatten() {
+                *since += at.elapsed();
+            }
+        }
+        self.start_due(started, in_flight);
+        drop(paused);
+    }
+
+    /// Starts the readings that have fallen due for each installed kind.
+    fn start_due(
+        self: &std::sync::Arc<Self>,
+        started: &mut [Option<(Instant, u64)>; KINDS.len()],
+        in_flight: &mut JoinSet<()>,
+    ) {
+        let per_ms = f64::from(self.homes) * f64::from(self.rate) / 60_000.0;
+        for (kind, slot) in started.iter_mut().enumerate().take(self.kinds()) {
+            let (since, sent) = slot.get_or_insert((Instant::now(), 0));
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let due = (since.elapsed().as_secs_f64() * 1000.0 * per_ms) as u64;
+            for n in *sent..due {
+                // Each kind starts a quarter of the homes further on, so one home's
+                // sensors do not all send at once.
+                let offset = u64::from(self.homes) * kind as u64 / 4;
+                let home = u32::try_from((n + offset) % u64::from(self.homes)).unwrap_or(0);
+                let reading = Reading {
+                    home,
+                    kind: KINDS[kind],
+                    state: state(kind, n),
+                    at_ms: now_ms(),
+                };
+                let sensors = self.clone();
+                self.in_flight.fetch_add(1, Ordering::AcqRel);
+                in_flight.spawn(async move { sensors.send(reading).await });
+            }
+            *sent = due.max(*sent);
+        }
     }
 
     async fn send(&self, reading: Reading) {
@@ -231,6 +289,8 @@ impl Sensors {
                 }
             }
         }
+        // After the tally: a pause that sees no reading in flight sees every tally.
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
