@@ -52,14 +52,17 @@ pub async fn hub(global: &GlobalArgs, args: &HubArgs) -> Result<()> {
             let (name, partitions) = catalog.create_hub(spec).await?;
             writeln!(
                 out,
-                "created event hub {name:?} with {partitions} partitions"
+                "created event hub {name:?} with {}",
+                crate::output::count(partitions, "partition")
             )?;
         }
         HubCommand::List => {
             for (name, partitions, groups) in catalog.list_hubs().await? {
                 writeln!(
                     out,
-                    "{name}\t{partitions} partitions\t{groups} consumer groups"
+                    "{name}\t{}\t{}",
+                    crate::output::count(partitions, "partition"),
+                    crate::output::count(u64::try_from(groups)?, "consumer group")
                 )?;
             }
         }
@@ -224,7 +227,11 @@ async fn send_input(
     }
     bar.finish_and_clear();
     if !args.receipts {
-        eprintln!("sent {sent} events to {:?}", args.hub);
+        eprintln!(
+            "sent {} to {:?}",
+            crate::output::count(sent, "event"),
+            args.hub
+        );
     }
     Ok(())
 }

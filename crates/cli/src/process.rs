@@ -292,8 +292,8 @@ fn report_counts(sink: &Sink) {
     let counts = sink.counts.lock().expect("counts");
     let per_partition: Vec<String> = counts.iter().map(|(p, n)| format!("{p}:{n}")).collect();
     eprintln!(
-        "processed {} events ({})",
-        sink.total.load(Ordering::Relaxed),
+        "processed {} ({})",
+        crate::output::count(sink.total.load(Ordering::Relaxed), "event"),
         per_partition.join(" ")
     );
 }

@@ -443,11 +443,11 @@ fn hubs_and_groups_change_through_the_running_server() {
     assert_eq!(created, "created event hub \"orders\" with 3 partitions\n");
     let list = run_ok(d, &["hub", "list"]);
     assert!(
-        list.contains("h\t4 partitions\t1 consumer groups"),
+        list.contains("h\t4 partitions\t1 consumer group\n"),
         "{list}"
     );
     assert!(
-        list.contains("orders\t3 partitions\t1 consumer groups"),
+        list.contains("orders\t3 partitions\t1 consumer group\n"),
         "{list}"
     );
     run_ok(d, &["group", "create", "orders", "billing"]);
