@@ -1,5 +1,7 @@
 //! Claims-based authorization of one connection.
 //!
+//! Public so other front doors (the Kafka door's SASL logins) check grants by the same rules.
+//!
 //! A client puts SAS tokens on the connection's `$cbs` node; each verified token becomes a
 //! [`Grant`] for its audience. A link may attach only if an unexpired grant covers its entity
 //! with a right the operation needs: the grant's audience path (host ignored, case-insensitive)
@@ -17,30 +19,26 @@ use crate::policies::{AccessPolicies, Right};
 
 /// What a verified token, or a SASL PLAIN login, grants.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Grant {
+pub struct Grant {
     /// The audience the token was issued for, as given (empty: the whole namespace).
-    pub(crate) audience: String,
+    pub audience: String,
     /// The policy's rights.
-    pub(crate) rights: Vec<Right>,
+    pub rights: Vec<Right>,
     /// When the grant ends, unix seconds.
-    pub(crate) expiry: i64,
+    pub expiry: i64,
     /// The policy that signed it.
-    pub(crate) key_name: String,
+    pub key_name: String,
 }
 
 impl Grant {
     /// Whether the grant includes `right` (Manage includes everything).
-    pub(crate) fn allows(&self, right: Right) -> bool {
+    pub fn allows(&self, right: Right) -> bool {
         self.rights.contains(&right) || self.rights.contains(&Right::Manage)
     }
 }
 
 /// Verifies `token` against `policies` at `now_secs` (unix seconds) and returns what it grants.
-pub(crate) fn verify(
-    token: &str,
-    policies: &AccessPolicies,
-    now_secs: i64,
-) -> Result<Grant, SasError> {
+pub fn verify(token: &str, policies: &AccessPolicies, now_secs: i64) -> Result<Grant, SasError> {
     // The rights are those of the policy whose key signed it: two policies may share a name
     // (a saved one and `serve --emulator-compat`'s unsaved one).
     let (verified, policy) = policies.verify_token(token, now_secs)?;
@@ -53,15 +51,15 @@ pub(crate) fn verify(
 }
 
 /// What an operation needs: any one of these rights.
-pub(crate) type Needed = &'static [Right];
+pub type Needed = &'static [Right];
 
 /// Sending events.
-pub(crate) const SEND: Needed = &[Right::Send, Right::Manage];
+pub const SEND: Needed = &[Right::Send, Right::Manage];
 /// Receiving events.
-pub(crate) const LISTEN: Needed = &[Right::Listen, Right::Manage];
+pub const LISTEN: Needed = &[Right::Listen, Right::Manage];
 /// Reading hub and partition properties: producers need it before they send (the Python producer
 /// reads the partition ids first), consumers before they receive.
-pub(crate) const READ: Needed = &[Right::Listen, Right::Send, Right::Manage];
+pub const READ: Needed = &[Right::Listen, Right::Send, Right::Manage];
 
 /// The grants of one connection.
 #[derive(Debug, Default)]
@@ -73,7 +71,7 @@ pub(crate) struct ConnectionGrants {
 }
 
 /// The audience's path, lower-cased, without scheme, host or surrounding slashes.
-pub(crate) fn audience_path(audience: &str) -> String {
+pub fn audience_path(audience: &str) -> String {
     tributary_eventhubs::address::strip_host(audience).to_ascii_lowercase()
 }
 
@@ -90,7 +88,7 @@ fn unauthorized(description: String) -> Refusal {
 }
 
 /// Checks `grant` against an entity and the rights it needs.
-pub(crate) fn check(
+pub fn check(
     grant: &Grant,
     entity_path: &str,
     needed: Needed,

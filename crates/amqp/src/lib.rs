@@ -45,7 +45,7 @@
 
 #![forbid(unsafe_code)]
 
-mod auth;
+pub mod auth;
 mod budget;
 pub mod conditions;
 mod error;

@@ -197,6 +197,20 @@ impl AccessPolicies {
             .filter(move |p| p.name == name)
     }
 
+    /// The accepted policy named `name` whose key is `key` (a SASL PLAIN login, or a connection
+    /// string given as a password), if any. Every key of that name is tried (`serve
+    /// --emulator-compat` adds one beside the saved). `subtle` compares in time that depends
+    /// only on the lengths (a key's length is not secret: every generated key is 44 base64
+    /// characters), never on where the bytes differ.
+    pub fn verify_key(&self, name: &str, key: &[u8]) -> Option<&AccessPolicy> {
+        use subtle::ConstantTimeEq as _;
+        self.policies
+            .iter()
+            .chain(&self.unsaved)
+            .filter(|p| p.name == name)
+            .find(|policy| bool::from(policy.key.as_bytes().ct_eq(key)))
+    }
+
     /// Verifies a SAS token against every accepted key of its key name at `now_secs` (unix
     /// seconds); returns what it says and the policy whose key signed it.
     pub fn verify_token(

@@ -452,11 +452,38 @@ impl Broker {
         let hub = self.hub(hub)?;
         stamp_partition_key(&target, &mut events)?;
         let partition = hub.route(&target)?;
+        Self::append(&hub, partition, &events).await
+    }
+
+    /// Appends `events` as one batch to partition `partition`, keeping each event's own
+    /// partition key, and waits until the batch is acknowledged as [`Broker::send`] does.
+    ///
+    /// For front doors whose protocol lets a client pick the partition and also carry a key:
+    /// a Kafka producer's partitioner picks the partition and the record's key is kept as the
+    /// event's partition key, as Event Hubs' Kafka endpoint keeps it. The events' keys need not
+    /// hash to `partition`, nor agree with each other.
+    pub async fn send_to_partition_keyed(
+        &self,
+        hub: &str,
+        partition: &str,
+        events: &[EventData],
+    ) -> Result<SendReceipt, BrokerError> {
+        let hub = self.hub(hub)?;
+        let partition = hub.partition(partition)?;
+        Self::append(&hub, partition, events).await
+    }
+
+    /// Appends one batch to one partition of `hub` and waits for its acknowledgement.
+    async fn append(
+        hub: &Hub,
+        partition: u32,
+        events: &[EventData],
+    ) -> Result<SendReceipt, BrokerError> {
         let log = &hub.partitions[partition as usize].log;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let log_error = hub.log_error(partition);
         log.append_with(
-            &events,
+            events,
             Box::new(move |outcome| {
                 let _ = tx.send(outcome);
             }),

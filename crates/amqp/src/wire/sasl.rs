@@ -7,7 +7,6 @@
 //!
 //! A client may also skip SASL and send the AMQP header at once (rhea with token credentials).
 
-use subtle::ConstantTimeEq;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tributary_amqp_engine::sasl::{self, ClientInit, SaslError};
 
@@ -63,12 +62,8 @@ fn plain(policies: &AccessPolicies, response: &[u8]) -> Option<(String, Vec<Righ
         return None;
     };
     let name = std::str::from_utf8(name).ok()?;
-    // `subtle` compares in time that depends only on the lengths (a key's length is not
-    // secret: every generated key is 44 base64 characters), never on where the bytes differ.
-    // Every key of that name is tried (`serve --emulator-compat` adds one beside the saved).
     policies
-        .named(name)
-        .find(|policy| bool::from(policy.key.as_bytes().ct_eq(key)))
+        .verify_key(name, key)
         .map(|policy| (policy.name.clone(), policy.rights.clone()))
 }
 

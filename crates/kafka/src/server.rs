@@ -1,0 +1,154 @@
+//! The listener: accepts TCP connections and serves each on its own task, within the
+//! connection caps every door applies (`tributary_tls::admission`).
+//!
+//! A connection over a cap is closed at once: a Kafka client sends no request a refusal could
+//! answer before it has a connection, and it retries a closed one with backoff.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tributary_amqp::AccessPolicies;
+use tributary_broker::Broker;
+use tributary_tls::admission::{Admission, ConnectionCaps};
+
+use crate::KafkaError;
+use crate::connection::{self, Context};
+use crate::limits::{CLOSE_TIMEOUT, KafkaLimits};
+
+/// How the Kafka front door is set up.
+#[derive(Debug, Clone)]
+pub struct KafkaConfig {
+    /// Where to listen (port 0: any free port; see [`RunningKafkaServer::local_addr`]).
+    pub listen: SocketAddr,
+    /// The host clients are told to connect to (Metadata's broker list): a name or address
+    /// they can reach. The advertised port is the one the listener is bound to.
+    pub advertised_host: String,
+    /// The shared access policies SASL logins are checked against.
+    pub policies: AccessPolicies,
+    /// Development only: serve every request without SASL, with every right. Off by default.
+    pub development_unauthenticated: bool,
+    /// Connection caps, the pre-authentication deadline and the frame size.
+    pub limits: KafkaLimits,
+}
+
+impl KafkaConfig {
+    /// Listening on `listen` with `policies`, advertising `listen`'s IP address, SASL required,
+    /// the default limits.
+    pub fn new(listen: SocketAddr, policies: AccessPolicies) -> Self {
+        KafkaConfig {
+            listen,
+            advertised_host: listen.ip().to_string(),
+            policies,
+            development_unauthenticated: false,
+            limits: KafkaLimits::default(),
+        }
+    }
+}
+
+/// A running Kafka listener. Dropping it without [`RunningKafkaServer::shutdown`] stops
+/// accepting but leaves open connections to end on their own.
+#[derive(Debug)]
+pub struct RunningKafkaServer {
+    local_addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Binds the listener and starts serving `broker` to Kafka clients.
+pub async fn start(broker: Broker, config: KafkaConfig) -> Result<RunningKafkaServer, KafkaError> {
+    let bind_error = |source| KafkaError::Bind {
+        addr: config.listen,
+        source,
+    };
+    let listener = TcpListener::bind(config.listen).await.map_err(bind_error)?;
+    let local_addr = listener.local_addr().map_err(bind_error)?;
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    if config.development_unauthenticated {
+        tracing::warn!(%local_addr, "the Kafka door serves clients without authentication (development only)");
+    }
+    let ctx = Arc::new(Context {
+        // A producer id must not repeat across restarts while its batches may still be
+        // retried: start from the clock (milliseconds), which only moves on.
+        producer_ids: AtomicI64::new(broker.clock().now_ms().max(1)),
+        broker,
+        policies: config.policies,
+        unauthenticated: config.development_unauthenticated,
+        limits: config.limits,
+        advertised_host: config.advertised_host,
+        advertised_port: local_addr.port(),
+        shutdown: shutdown_rx,
+    });
+    tracing::info!(%local_addr, "Kafka listener started");
+    let task = tokio::spawn(accept_loop(listener, ctx));
+    Ok(RunningKafkaServer {
+        local_addr,
+        shutdown,
+        task,
+    })
+}
+
+/// Serves what the listener accepts until shutdown, then drains every connection.
+async fn accept_loop(listener: TcpListener, ctx: Arc<Context>) {
+    let admission = Admission::new(ConnectionCaps {
+        total: ctx.limits.connections_max,
+        per_address: ctx.limits.connections_per_address_max,
+    });
+    let mut connections = JoinSet::new();
+    let mut shutdown = ctx.shutdown.clone();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => match admission.admit(peer) {
+                    Ok(slot) => {
+                        let _ = stream.set_nodelay(true);
+                        let ctx = ctx.clone();
+                        connections.spawn(async move {
+                            let _slot = slot;
+                            connection::serve(stream, peer, ctx).await;
+                        });
+                    }
+                    Err(full) => {
+                        tracing::debug!(%peer, reason = %full.description(), "Kafka connection closed: over a cap");
+                    }
+                },
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accepting a Kafka connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            Some(_) = connections.join_next() => {}
+            () = crate::connection::stopping(&mut shutdown) => break,
+        }
+    }
+    drop(listener);
+    // Connections see the same flag and close after the request they are answering.
+    let drained = tokio::time::timeout(CLOSE_TIMEOUT, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        connections.shutdown().await;
+    }
+}
+
+impl RunningKafkaServer {
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Stops accepting; lets each connection finish the request it is answering (a produce
+    /// acknowledges only what is stored), closes them and waits for them (at most about five
+    /// seconds).
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.task.await;
+        tracing::info!(local_addr = %self.local_addr, "Kafka listener stopped");
+    }
+}
