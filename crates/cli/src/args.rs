@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use tributary_event::{EventPosition, PropertyValue, SmolStr};
 use tributary_log::Durability;
 
@@ -13,52 +13,24 @@ mod demo;
 mod failover;
 mod process;
 mod replicate;
+mod shared;
 
 pub use bench::{BenchArgs, LagRate, Scenario, TaskTransport};
 pub use demo::{DemoArgs, DemoWorkerArgs};
 pub use failover::{AliasArgs, FailoverArgs, FailoverCommand, TranslateArgs};
 pub use process::{Action, GroupStore, OwnershipArgs, ProcessArgs, Strategy};
 pub use replicate::ReplicateArgs;
+pub use shared::{ConnectionArgs, DataArgs, DataDirArgs, DurabilityArgs, GlobalArgs, TrustArgs};
 
 /// Tributary: a partitioned, durable event hub with epoch receivers and consumer groups.
 #[derive(Debug, Parser)]
 #[command(name = "tributary", version, propagate_version = true)]
 pub struct Cli {
-    #[command(flatten)]
-    pub global: GlobalArgs,
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-/// Flags every command takes.
-#[derive(Debug, Args)]
-pub struct GlobalArgs {
-    /// The data directory: the catalog, every hub's partitions. Only one process may use it.
-    #[arg(
-        long,
-        global = true,
-        env = "TRIBUTARY_DATA_DIR",
-        default_value = "tributary-data"
-    )]
-    pub data_dir: PathBuf,
-    /// When appends are acknowledged: `fsync` (after fdatasync, group-committed; survives power
-    /// loss), `interval:<ms>` (synced every <ms>), or `none` (left to the OS).
-    #[arg(long, global = true, env = "TRIBUTARY_DURABILITY", default_value = "fsync", value_parser = parse_durability)]
-    pub durability: Durability,
-    /// The largest event accepted, in bytes.
-    #[arg(long, global = true, default_value_t = tributary_log::limits::EVENT_BYTES_MAX_DEFAULT)]
-    pub event_bytes_max: u32,
     /// Log level for diagnostics on stderr (error, warn, info, debug, trace), or a tracing filter.
     #[arg(long, global = true, env = "TRIBUTARY_LOG", default_value = "warn")]
     pub log: String,
-    /// A PEM file of certificate authorities to trust, besides the usual roots, when connecting
-    /// to a hub over TLS (`--connection-string` without UseDevelopmentEmulator, or an
-    /// `--admin-url https://…`): a local hub's development authority from `tributary cert`,
-    /// for instance.
-    #[arg(long, global = true, env = "TRIBUTARY_CA_FILE")]
-    pub ca_file: Option<PathBuf>,
-    #[command(flatten)]
-    pub alias: AliasArgs,
+    #[command(subcommand)]
+    pub command: Command,
 }
 
 /// The commands.
@@ -76,6 +48,10 @@ pub enum Command {
     /// Send events to a hub: one per input line, or JSON lines with body, key and properties.
     Send(SendArgs),
     /// Receive events from a hub's partitions, from any position, optionally following.
+    ///
+    /// Without --follow it stops at each partition's end as of its start, and says `no events`
+    /// on stderr when there were none. Following a remote hub, it reconnects when the connection
+    /// drops (to the `tributary serve` running on the data directory, wherever it listens now).
     Receive(ReceiveArgs),
     /// Run one event processor instance: it shares the hub's partitions with every other
     /// instance of the consumer group, checkpoints, and takes over when instances come and go.
@@ -107,89 +83,235 @@ pub enum Command {
     /// aggregating per home per minute, and a residents' page. Mid-run it adds carbon-monoxide
     /// sensors, adds an instance and kills one, announcing each step.
     Demo(DemoArgs),
+    /// Print a completion script for a shell, from these same definitions. Load it in your
+    /// shell's startup (bash: `source <(tributary completions bash)`) or install it where the
+    /// shell looks (bash: ~/.local/share/bash-completion/completions/tributary; zsh: a file
+    /// `_tributary` in a directory of $fpath; fish: ~/.config/fish/completions/tributary.fish).
+    Completions(CompletionsArgs),
+    /// Print the man page of `tributary` (roff; read it with `tributary man | man -l -`), or
+    /// write one per command into a directory (--dir) for MANPATH.
+    Man(ManArgs),
     /// One processor instance of `tributary demo` (started by it).
     #[command(hide = true)]
     DemoWorker(DemoWorkerArgs),
 }
 
+/// `tributary completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// `tributary man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write tributary.1 and a page per command (tributary-serve.1, tributary-hub-create.1, …)
+    /// into this directory (created if absent) instead of printing the main page.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+impl Cli {
+    /// What the command runs with: the shared flags it took, the others at their defaults.
+    pub fn global(&self) -> GlobalArgs {
+        let global = GlobalArgs::new(&self.log);
+        match &self.command {
+            Command::Serve(args) => global.with_data(&args.data),
+            Command::Hub(HubArgs { data, remote, .. })
+            | Command::Group(GroupArgs { data, remote, .. }) => {
+                global.with_data(data).with_trust(&remote.trust)
+            }
+            Command::Send(SendArgs {
+                data, connection, ..
+            })
+            | Command::Receive(ReceiveArgs {
+                data, connection, ..
+            })
+            | Command::Process(ProcessArgs {
+                at: GroupStore {
+                    data, connection, ..
+                },
+                ..
+            })
+            | Command::Ownership(OwnershipArgs {
+                at: GroupStore {
+                    data, connection, ..
+                },
+            }) => global.with_data(data).with_connection(connection),
+            Command::Failover(FailoverArgs {
+                command:
+                    FailoverCommand::Status { alias, .. } | FailoverCommand::Switch { alias, .. },
+            }) => global.with_alias(alias),
+            Command::Cert(CertArgs { data, .. })
+            | Command::ConnectionString(ConnectionStringArgs { data, .. })
+            | Command::Bench(BenchArgs { data, .. }) => global.with_dir(data),
+            Command::Demo(args) => global.with_durability(&args.durability),
+            Command::Failover(_)
+            | Command::Replicate(_)
+            | Command::Completions(_)
+            | Command::Man(_)
+            | Command::DemoWorker(_) => global,
+        }
+    }
+}
+
+/// The command line as `tributary` parses it and as `--help`, the completions and the man pages
+/// show it: the derived commands, and at the top, hidden, the shared flags again, so that a
+/// script giving them before the command (`tributary --data-dir D send …`, from when they were
+/// global) keeps working. There they carry no default and no environment variable: a value
+/// given before the command is used only when the command itself was not given one.
+pub fn command() -> clap::Command {
+    let shared = AliasArgs::augment_args(TrustArgs::augment_args(DataArgs::augment_args(
+        clap::Command::new("shared"),
+    )));
+    let before = shared.get_arguments().map(|arg| {
+        arg.clone()
+            .global(true)
+            .hide(true)
+            .default_value(None::<&str>)
+            .env(None::<&str>)
+    });
+    Cli::command().args(before.collect::<Vec<_>>())
+}
+
+/// Parses the command line; a usage error prints clap's message and exits with status 2.
+pub fn parse() -> Cli {
+    try_parse_from(std::env::args_os()).unwrap_or_else(|e| e.exit())
+}
+
+/// Parses `args` (the program's name first). A shared flag given to a command that does not
+/// use it (`tributary --alias-file F serve`) is refused, wherever it stands.
+pub fn try_parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let mut command = command();
+    let matches = command.try_get_matches_from_mut(args)?;
+    if let Some(refused) = shared_flag_not_taken(&matches) {
+        return Err(command.error(clap::error::ErrorKind::UnknownArgument, refused));
+    }
+    Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))
+}
+
+/// Why a shared flag on the command line was refused, if one was: the command it reached
+/// does not take it (it was accepted only as one of [`command`]'s hidden top-level copies).
+fn shared_flag_not_taken(matches: &clap::ArgMatches) -> Option<String> {
+    let derived = Cli::command();
+    let mut path = vec!["tributary"];
+    let mut taken = std::collections::HashSet::new();
+    let (mut at, mut matched) = (&derived, matches);
+    while let Some((name, sub)) = matched.subcommand() {
+        at = at.find_subcommand(name)?;
+        path.push(at.get_name());
+        taken.extend(at.get_arguments().map(|arg| arg.get_id().clone()));
+        matched = sub;
+    }
+    let full = command();
+    let refused = full.get_arguments().find(|arg| {
+        arg.is_hide_set()
+            && !taken.contains(arg.get_id())
+            && matches.value_source(arg.get_id().as_str())
+                == Some(clap::parser::ValueSource::CommandLine)
+    })?;
+    Some(format!(
+        "--{} does not apply to `{}`",
+        refused.get_long().unwrap_or_default(),
+        path.join(" ")
+    ))
+}
+
+/// `serve --help` headings: what the hub is, where it listens, who may use it, TLS, limits, and
+/// the Event Hubs emulator's stand-in (the data directory's flags have their own).
+const SERVE_HUB_HEADING: &str = "Hub";
+const SERVE_PORTS_HEADING: &str = "Ports";
+const SERVE_ACCESS_HEADING: &str = "Access";
+const SERVE_TLS_HEADING: &str = "TLS";
+const SERVE_LIMITS_HEADING: &str = "Limits";
+const SERVE_EMULATOR_HEADING: &str = "Emulator";
+
 /// `tributary serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
     /// The hub to create when the data directory has none.
-    #[arg(long, default_value = "events")]
+    #[arg(long, default_value = "events", help_heading = SERVE_HUB_HEADING)]
     pub hub: String,
     /// Partitions of that hub.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, help_heading = SERVE_HUB_HEADING)]
     pub partitions: u32,
     /// How often retention is enforced.
-    #[arg(long, default_value = "60s", value_parser = parse_duration_ms)]
+    #[arg(long, default_value = "60s", value_parser = parse_duration_ms, help_heading = shared::DATA_HEADING)]
     pub retention_check: i64,
     /// The address the network front doors listen on (0.0.0.0 for every interface).
-    #[arg(long, default_value = "127.0.0.1")]
+    #[arg(long, default_value = "127.0.0.1", help_heading = SERVE_PORTS_HEADING)]
     pub listen: std::net::IpAddr,
     /// The AMQP front door's port (the Azure Event Hubs SDKs); 0 picks a free one.
-    #[arg(long, default_value_t = 5672)]
+    #[arg(long, default_value_t = 5672, help_heading = SERVE_PORTS_HEADING)]
     pub amqp_port: u16,
     /// The HTTP front door's port (OCI Streaming message API, admin API, /health, /metrics);
     /// 0 picks a free one [default: 8080; 5300, the emulator's health port, with
     /// --emulator-compat].
-    #[arg(long)]
+    #[arg(long, help_heading = SERVE_PORTS_HEADING)]
     pub http_port: Option<u16>,
     /// Accept unsigned HTTP requests. For development only: anyone who can reach the port can
     /// read, write and delete.
-    #[arg(long)]
+    #[arg(long, help_heading = SERVE_ACCESS_HEADING)]
     pub http_unauthenticated: bool,
     /// Throttle the HTTP API as OCI Streaming does (5 GetMessages/s per reader, 1 MiB/s put
     /// per partition; beyond that, 429).
-    #[arg(long)]
+    #[arg(long, help_heading = SERVE_LIMITS_HEADING)]
     pub http_oci_rate_limits: bool,
     /// The server's certificate chain (PEM; `tributary cert` makes one for development). With
     /// --tls-key it turns on AMQPS (--amqps-port) and HTTPS (--https-port) and turns the plain
     /// ports off unless --plain is given. The files are re-read when they change.
-    #[arg(long, requires = "tls_key")]
+    #[arg(long, requires = "tls_key", help_heading = SERVE_TLS_HEADING)]
     pub tls_cert: Option<PathBuf>,
     /// The private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1).
-    #[arg(long, requires = "tls_cert")]
+    #[arg(long, requires = "tls_cert", help_heading = SERVE_TLS_HEADING)]
     pub tls_key: Option<PathBuf>,
     /// The AMQPS port (AMQP over TLS, what the Azure SDKs use without
     /// UseDevelopmentEmulator), with --tls-cert.
-    #[arg(long, default_value_t = 5671)]
+    #[arg(long, default_value_t = 5671, help_heading = SERVE_PORTS_HEADING)]
     pub amqps_port: u16,
     /// The HTTPS port of the HTTP front door, with --tls-cert.
-    #[arg(long, default_value_t = 8443)]
+    #[arg(long, default_value_t = 8443, help_heading = SERVE_PORTS_HEADING)]
     pub https_port: u16,
     /// With --tls-cert, keep the plain AMQP and HTTP ports open as well (for the SDKs'
     /// emulator mode on this machine).
-    #[arg(long, requires = "tls_cert")]
+    #[arg(long, requires = "tls_cert", help_heading = SERVE_TLS_HEADING)]
     pub plain: bool,
     /// The most connections each front door holds at once; beyond it AMQP refuses with
     /// amqp:resource-limit-exceeded and HTTP answers 503.
-    #[arg(long, default_value_t = tributary_amqp::limits::CONNECTIONS_MAX_DEFAULT)]
+    #[arg(long, default_value_t = tributary_amqp::limits::CONNECTIONS_MAX_DEFAULT, help_heading = SERVE_LIMITS_HEADING)]
     pub connections_max: usize,
     /// The most connections one source IP address holds at once on each front door; beyond it
     /// AMQP refuses with amqp:resource-limit-exceeded and HTTP answers 429.
-    #[arg(long, default_value_t = tributary_amqp::limits::CONNECTIONS_PER_ADDRESS_MAX_DEFAULT)]
+    #[arg(long, default_value_t = tributary_amqp::limits::CONNECTIONS_PER_ADDRESS_MAX_DEFAULT, help_heading = SERVE_LIMITS_HEADING)]
     pub connections_per_address_max: usize,
     /// How long an AMQP connection has from its accept to its `open` [default: 10s].
-    #[arg(long, value_parser = parse_duration_ms)]
+    #[arg(long, value_parser = parse_duration_ms, help_heading = SERVE_LIMITS_HEADING)]
     pub amqp_handshake_timeout: Option<i64>,
     /// How long an AMQP connection may stay unauthenticated (no token put on $cbs, no SASL
     /// PLAIN login), counted from its accept [default: 30s].
-    #[arg(long, value_parser = parse_duration_ms)]
+    #[arg(long, value_parser = parse_duration_ms, help_heading = SERVE_LIMITS_HEADING)]
     pub amqp_auth_timeout: Option<i64>,
     /// How long an HTTP client has to send a request's headers (also the idle time allowed
     /// between requests) [default: 30s].
-    #[arg(long, value_parser = parse_duration_ms)]
+    #[arg(long, value_parser = parse_duration_ms, help_heading = SERVE_LIMITS_HEADING)]
     pub http_header_timeout: Option<i64>,
     /// How long an HTTP client has to send a request's body; beyond it, 408 [default: 60s].
-    #[arg(long, value_parser = parse_duration_ms)]
+    #[arg(long, value_parser = parse_duration_ms, help_heading = SERVE_LIMITS_HEADING)]
     pub http_body_timeout: Option<i64>,
     /// Create the event hubs and consumer groups of a Microsoft Event Hubs emulator
     /// configuration file (its Config.json: UserConfig.NamespaceConfig[].Entities[] with Name,
     /// PartitionCount and ConsumerGroups[].Name) instead of the default hub (--hub). The whole
     /// file is checked before anything is created; hubs already there with the same partition
     /// count are kept. Implies nothing about --emulator-compat.
-    #[arg(long, value_name = "CONFIG_JSON")]
+    #[arg(long, value_name = "CONFIG_JSON", help_heading = SERVE_EMULATOR_HEADING)]
     pub emulator_config: Option<PathBuf>,
     /// Stand in for Microsoft's Event Hubs emulator, so code and configuration written for it
     /// run unchanged: also accept its publicly known key (SharedAccessKeyName
@@ -197,7 +319,7 @@ pub struct ServeArgs {
     /// and put the HTTP door, with /health, on the emulator's health port 5300 unless
     /// --http-port is given (AMQP stays on 5672, as the emulator's). FOR DEVELOPMENT ONLY:
     /// anyone who can reach the ports can use that key.
-    #[arg(long)]
+    #[arg(long, help_heading = SERVE_EMULATOR_HEADING)]
     pub emulator_compat: bool,
 }
 
@@ -223,6 +345,8 @@ impl ServeArgs {
 /// `tributary cert`.
 #[derive(Debug, Args)]
 pub struct CertArgs {
+    #[command(flatten)]
+    pub data: DataDirArgs,
     /// Where to write ca.pem, ca-key.pem, server.pem and server-key.pem (default: tls/ in the
     /// data directory). An authority already there signs the new server certificate.
     #[arg(long)]
@@ -236,6 +360,8 @@ pub struct CertArgs {
 /// `tributary connection-string`.
 #[derive(Debug, Args)]
 pub struct ConnectionStringArgs {
+    #[command(flatten)]
+    pub data: DataDirArgs,
     /// The shared access policy.
     #[arg(long, default_value = "RootManageSharedAccessKey")]
     pub policy: String,
@@ -259,7 +385,8 @@ pub struct AdminArgs {
         long,
         global = true,
         env = "TRIBUTARY_CONNECTION_STRING",
-        hide_env_values = true
+        hide_env_values = true,
+        help_heading = shared::CONNECTION_HEADING
     )]
     pub connection_string: Option<String>,
     /// The admin API of that hub: its HTTP door, `http://host:port`, or its HTTPS door,
@@ -269,9 +396,12 @@ pub struct AdminArgs {
         long,
         global = true,
         env = "TRIBUTARY_ADMIN_URL",
-        requires = "connection_string"
+        requires = "connection_string",
+        help_heading = shared::CONNECTION_HEADING
     )]
     pub admin_url: Option<String>,
+    #[command(flatten)]
+    pub trust: TrustArgs,
 }
 
 /// `tributary hub`.
@@ -281,6 +411,8 @@ pub struct HubArgs {
     pub command: HubCommand,
     #[command(flatten)]
     pub remote: AdminArgs,
+    #[command(flatten)]
+    pub data: DataArgs,
 }
 
 /// `tributary group`.
@@ -290,6 +422,8 @@ pub struct GroupArgs {
     pub command: GroupCommand,
     #[command(flatten)]
     pub remote: AdminArgs,
+    #[command(flatten)]
+    pub data: DataArgs,
 }
 
 /// `tributary hub …`.
@@ -398,10 +532,10 @@ pub struct SendArgs {
     /// sequence number, offsets, enqueued time).
     #[arg(long)]
     pub receipts: bool,
-    /// Use a remote hub — a Tributary hub's AMQP front door or Azure Event Hubs — instead of
-    /// the data directory.
-    #[arg(long, env = "TRIBUTARY_CONNECTION_STRING", hide_env_values = true)]
-    pub connection_string: Option<String>,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    #[command(flatten)]
+    pub data: DataArgs,
 }
 
 /// How `receive` prints events.
@@ -409,7 +543,10 @@ pub struct SendArgs {
 pub enum OutputFormat {
     /// One line per event: its body.
     Text,
-    /// One JSON object per line, with the system properties and application properties.
+    /// One JSON object per line: partition, sequence_number, offset, enqueued_time, the
+    /// partition_key, content_type, correlation_id and message_id it has, its properties, and
+    /// its body: JSON itself when the body is a JSON object, array, number, boolean or null;
+    /// else a string when it is UTF-8 text; else (binary) base64 in "body_base64".
     Json,
 }
 
@@ -443,10 +580,10 @@ pub struct ReceiveArgs {
     /// The output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub format: OutputFormat,
-    /// Use a remote hub — a Tributary hub's AMQP front door or Azure Event Hubs — instead of
-    /// the data directory.
-    #[arg(long, env = "TRIBUTARY_CONNECTION_STRING", hide_env_values = true)]
-    pub connection_string: Option<String>,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    #[command(flatten)]
+    pub data: DataArgs,
 }
 
 /// A start position as given on the command line (inclusive until `--exclusive` says not).
@@ -631,13 +768,12 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
-        Cli::try_parse_from(std::iter::once("tributary").chain(args.iter().copied()))
+        try_parse_from(std::iter::once("tributary").chain(args.iter().copied()))
     }
 
     #[test]
     fn the_command_definitions_are_consistent() {
-        use clap::CommandFactory;
-        Cli::command().debug_assert();
+        command().debug_assert();
     }
 
     #[test]
@@ -675,12 +811,79 @@ mod tests {
             "interval:50",
         ])
         .unwrap();
-        assert_eq!(cli.global.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(cli.global().data_dir, PathBuf::from("/tmp/x"));
         assert_eq!(
-            cli.global.durability,
+            cli.global().durability,
             Durability::Interval(std::time::Duration::from_millis(50))
         );
         assert!(parse(&["hub", "list", "--durability", "sometimes"]).is_err());
+    }
+
+    #[test]
+    fn shared_flags_stand_before_or_after_a_command_that_takes_them() {
+        let before = parse(&["--data-dir", "/a", "--ca-file", "ca.pem", "send", "h"]).unwrap();
+        assert_eq!(before.global().data_dir, PathBuf::from("/a"));
+        assert_eq!(before.global().ca_file, Some(PathBuf::from("ca.pem")));
+        let both = parse(&["--data-dir", "/a", "send", "h", "--data-dir", "/b"]).unwrap();
+        assert_eq!(
+            both.global().data_dir,
+            PathBuf::from("/b"),
+            "the command's own wins"
+        );
+        let alias = parse(&["--alias-file", "f", "receive", "h"]).unwrap();
+        assert_eq!(alias.global().alias.alias_file, Some(PathBuf::from("f")));
+        let status = parse(&["failover", "status", "--alias-srv", "hub.example"]).unwrap();
+        assert_eq!(
+            status.global().alias.alias_srv.as_deref(),
+            Some("hub.example")
+        );
+        for refused in [
+            &["--alias-file", "f", "serve"][..],
+            &["serve", "--alias-srv", "hub.example"],
+            &["serve", "--ca-file", "ca.pem"],
+            &["hub", "list", "--alias-file", "f"],
+            &["--durability", "none", "cert"],
+            &["--data-dir", "/a", "replicate", "task.toml"],
+            &["--alias-file", "f", "replicate", "task.toml"],
+            &[
+                "failover",
+                "translate-checkpoints",
+                "--offset-map",
+                "m",
+                "--source-store",
+                "s",
+                "--source-hub",
+                "h",
+                "--alias-file",
+                "f",
+            ],
+        ] {
+            let error = parse(refused).map(|_| ()).unwrap_err();
+            assert_eq!(
+                error.kind(),
+                clap::error::ErrorKind::UnknownArgument,
+                "{refused:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_demo_keeps_its_data_in_a_directory_of_its_own_unless_given_one() {
+        let demo = |args: &[&str]| match parse(args).unwrap().command {
+            Command::Demo(demo) => demo.data,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(demo(&["demo"]), None, "no default: a temporary directory");
+        let kept = Some(PathBuf::from("kept"));
+        assert_eq!(demo(&["demo", "--data-dir", "kept"]), kept);
+        assert_eq!(demo(&["--data-dir", "kept", "demo"]), kept);
+        assert_eq!(
+            demo(&["demo", "--data", "kept"]),
+            kept,
+            "the former spelling"
+        );
+        let durable = parse(&["demo", "--durability", "none"]).unwrap();
+        assert_eq!(durable.global().durability, Durability::None);
     }
 
     #[test]

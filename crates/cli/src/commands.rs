@@ -1,19 +1,14 @@
 //! What each command does: glue between the arguments and the broker.
 
 use std::io::{BufRead, Write};
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use tributary_broker::{HubSpec, SendTarget};
-use tributary_event::{EventPosition, ReceivedEvent};
-use tributary_source::{PartitionReceiver, PartitionSource, ReceiverOptions, SourceError};
 
 use crate::admin::Catalog;
 use crate::args::{
-    ConnectionStringArgs, GlobalArgs, GroupArgs, GroupCommand, HubArgs, HubCommand, ReceiveArgs,
-    SendArgs,
+    ConnectionStringArgs, GlobalArgs, GroupArgs, GroupCommand, HubArgs, HubCommand, SendArgs,
 };
 use crate::hub_handle::HubHandle;
 use crate::input::{Batch, Batcher, LineDefaults, Spreader, parse_line};
@@ -109,7 +104,12 @@ pub async fn group(global: &GlobalArgs, args: &GroupArgs) -> Result<()> {
 
 /// `tributary send`.
 pub async fn send(global: &GlobalArgs, args: &SendArgs) -> Result<()> {
-    let hub = HubHandle::open(global, &args.hub, args.connection_string.as_deref()).await?;
+    let hub = HubHandle::open(
+        global,
+        &args.hub,
+        args.connection.connection_string.as_deref(),
+    )
+    .await?;
     if args.receipts && hub.is_remote() {
         bail!(
             "--receipts needs the hub in this process: over AMQP a producer is not told sequence numbers or offsets"
@@ -255,162 +255,4 @@ async fn send_batch(
         out.flush()?;
     }
     Ok(count)
-}
-
-/// `tributary receive`.
-pub async fn receive(global: &GlobalArgs, args: &ReceiveArgs) -> Result<()> {
-    let hub = HubHandle::open(global, &args.hub, args.connection_string.as_deref()).await?;
-    let partitions: Vec<String> = match &args.partition {
-        Some(p) => {
-            hub.check_partition(p).await?;
-            vec![p.clone()]
-        }
-        None => hub.partition_ids().await?,
-    };
-    let source = hub.source(None);
-    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
-    // A remote receiver may return nothing for a moment before its first credit round trip.
-    let idle_wait = if hub.is_remote() {
-        Duration::from_secs(2)
-    } else {
-        Duration::ZERO
-    };
-    for partition in &partitions {
-        let options = ReceiverOptions {
-            partition_id: partition.clone(),
-            consumer_group: args.group.clone(),
-            start: args.from.to_position(args.exclusive),
-            owner_level: args.owner_level,
-            prefetch: 500,
-            track_last_enqueued: false,
-        };
-        // The end as of now: without --follow, reading stops there.
-        let end = hub.last_sequence(partition).await?;
-        let receiver = source
-            .open_receiver(options.clone())
-            .await
-            .with_context(|| format!("cannot receive from partition {partition}"))?;
-        let pump = Pump {
-            source: source.clone(),
-            options,
-            until: (!args.follow).then_some((end, idle_wait)),
-            // Following a remote hub outlives its restarts.
-            reconnect: args.follow && hub.is_remote(),
-            tx: tx.clone(),
-        };
-        tokio::spawn(pump.run(receiver));
-    }
-    drop(tx);
-    let mut printed = 0u64;
-    let mut out = std::io::stdout().lock();
-    while let Some((partition, batch)) = rx.recv().await {
-        let batch: Vec<ReceivedEvent> =
-            batch.with_context(|| format!("receiving from partition {partition} failed"))?;
-        for event in batch {
-            output::write_event(&mut out, args.format, &partition, &event)?;
-            printed += 1;
-            if args.count.is_some_and(|n| printed >= n) {
-                out.flush()?;
-                return Ok(());
-            }
-        }
-        out.flush()?;
-    }
-    if let Some(n) = args.count
-        && printed < n
-    {
-        bail!("only {printed} of the {n} requested events were available");
-    }
-    Ok(())
-}
-
-type PartitionBatch = (String, Result<Vec<ReceivedEvent>, SourceError>);
-
-/// The first and the longest wait before reconnecting a follower to a remote hub.
-const RECONNECT_DELAY_MIN: Duration = Duration::from_millis(500);
-const RECONNECT_DELAY_MAX: Duration = Duration::from_secs(30);
-
-/// Reads one partition into the channel: forever when `until` is `None`, else until the event
-/// with sequence number `until.0` arrived or nothing came for `until.1`.
-struct Pump {
-    source: Arc<dyn PartitionSource>,
-    options: ReceiverOptions,
-    until: Option<(i64, Duration)>,
-    /// Whether a failed receiver is reopened (after the last event seen) instead of ending.
-    reconnect: bool,
-    tx: tokio::sync::mpsc::Sender<PartitionBatch>,
-}
-
-impl Pump {
-    async fn run(mut self, mut receiver: Box<dyn PartitionReceiver>) {
-        let partition = self.options.partition_id.clone();
-        let wait = self
-            .until
-            .map_or(Duration::from_secs(3600), |(_, idle)| idle);
-        loop {
-            match receiver.receive(500, wait).await {
-                Ok(events) if events.is_empty() => {
-                    if self.until.is_some() {
-                        return;
-                    }
-                }
-                Ok(events) => {
-                    let last = events.last().map(|e| e.sequence_number);
-                    if let Some(last) = last {
-                        // A reopened receiver continues after what was printed.
-                        self.options.start = EventPosition::SequenceNumber {
-                            sequence_number: last,
-                            inclusive: false,
-                        };
-                    }
-                    if self.tx.send((partition.clone(), Ok(events))).await.is_err() {
-                        return;
-                    }
-                    if self.until.is_some_and(|(end, _)| last >= Some(end)) {
-                        return;
-                    }
-                }
-                Err(e) if self.reconnect && worth_reconnecting(&e) => {
-                    eprintln!("tributary: partition {partition}: {e}; reconnecting");
-                    receiver = self.reopen().await;
-                    eprintln!("tributary: partition {partition}: reconnected");
-                }
-                Err(e) => {
-                    let _ = self.tx.send((partition, Err(e))).await;
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Opens the receiver again, waiting longer after each failure (up to
-    /// [`RECONNECT_DELAY_MAX`]), until it opens.
-    async fn reopen(&self) -> Box<dyn PartitionReceiver> {
-        let partition = &self.options.partition_id;
-        let mut delay = RECONNECT_DELAY_MIN;
-        loop {
-            tokio::time::sleep(delay).await;
-            match self.source.open_receiver(self.options.clone()).await {
-                Ok(receiver) => return receiver,
-                Err(e) => {
-                    delay = (delay * 2).min(RECONNECT_DELAY_MAX);
-                    eprintln!(
-                        "tributary: partition {partition}: cannot reconnect: {e}; trying again in {} s",
-                        delay.as_secs_f32()
-                    );
-                }
-            }
-        }
-    }
-}
-
-/// Whether a follower should reconnect after `error`: not when reconnecting cannot help (the
-/// hub or partition is gone, the credentials are refused, a higher epoch took over).
-fn worth_reconnecting(error: &SourceError) -> bool {
-    !matches!(
-        error,
-        SourceError::NotFound { .. }
-            | SourceError::Unauthorized { .. }
-            | SourceError::OwnershipLost { .. }
-    )
 }

@@ -21,11 +21,13 @@ pub async fn run(global: &GlobalArgs, args: &FailoverArgs) -> Result<()> {
         FailoverCommand::Status {
             candidates,
             default_port,
+            ..
         } => status(global, candidates, *default_port).await,
         FailoverCommand::Switch {
             endpoint,
             force,
             default_port,
+            ..
         } => {
             let Some(path) = &global.alias.alias_file else {
                 bail!("failover switch rewrites an alias file: give --alias-file PATH");

@@ -18,19 +18,19 @@ mod demo;
 mod emulator;
 mod failover;
 mod failover_translate;
+mod generate;
 mod hub_handle;
 mod input;
 mod output;
 mod process;
+mod receive;
 mod replicate;
 mod running;
 mod serve;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
-use crate::args::{Cli, Command};
+use crate::args::{Cli, Command, GlobalArgs};
 
 /// mimalloc instead of the system allocator: the AMQP engine allocates several small buffers
 /// per event delivered, and with mimalloc delivery costs about a fifth less CPU per event
@@ -39,8 +39,9 @@ use crate::args::{Cli, Command};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    init_tracing(&cli.global.log);
+    let cli = args::parse();
+    let global = cli.global();
+    init_tracing(&global.log);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -51,7 +52,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let outcome = runtime.block_on(run(cli));
+    let outcome = runtime.block_on(run(&cli, &global));
     // Do not wait for tasks still blocked (e.g. followers waiting for events).
     runtime.shutdown_background();
     match outcome {
@@ -60,28 +61,23 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
-    let global = &cli.global;
+async fn run(cli: &Cli, global: &GlobalArgs) -> anyhow::Result<()> {
     match &cli.command {
         Command::Serve(args) => serve::serve(global, args).await,
         Command::Hub(args) => commands::hub(global, args).await,
         Command::Group(args) => commands::group(global, args).await,
         Command::Send(args) => commands::send(global, args).await,
-        Command::Receive(args) => commands::receive(global, args).await,
+        Command::Receive(args) => receive::receive(global, args).await,
         Command::Process(args) => process::process(global, args).await,
         Command::Ownership(args) => process::ownership(global, args).await,
-        Command::Replicate(args) => {
-            anyhow::ensure!(
-                global.alias.failover_options()?.is_none(),
-                "replicate takes its endpoints and their aliases from the task file (alias_file, alias_srv); --alias-file and --alias-srv do not apply to it"
-            );
-            replicate::run(args).await
-        }
+        Command::Replicate(args) => replicate::run(args).await,
         Command::Cert(args) => serve::cert(global, args),
         Command::ConnectionString(args) => commands::connection_string(global, args),
         Command::Bench(args) => bench::run(global, args).await,
         Command::Failover(args) => failover::run(global, args).await,
         Command::Demo(args) => demo::run(global, args).await,
+        Command::Completions(args) => generate::completions(args),
+        Command::Man(args) => generate::man(args),
         Command::DemoWorker(args) => demo::aggregate::worker(global, args).await,
     }
 }

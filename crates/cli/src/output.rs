@@ -70,6 +70,21 @@ fn uuid_text(u: &[u8; 16]) -> String {
     )
 }
 
+/// A body in an event's JSON line, and the field it goes in: JSON text that is not a string
+/// (object, array, number, boolean, null) as that JSON under "body"; other UTF-8 text as a
+/// string under "body" (a JSON string too, quotes and all, which `send --format json` sends back
+/// unchanged); anything else in base64 under "body_base64".
+fn body_json(body: &[u8]) -> (&'static str, Value) {
+    let Ok(text) = std::str::from_utf8(body) else {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(body);
+        return ("body_base64", json!(encoded));
+    };
+    match serde_json::from_str::<Value>(text) {
+        Ok(value) if !value.is_string() => ("body", value),
+        _ => ("body", json!(text)),
+    }
+}
+
 /// One received event: its body as a line (text), or all of it as a JSON line.
 pub fn write_event(
     out: &mut impl Write,
@@ -110,13 +125,8 @@ pub fn write_event(
                     .collect();
                 o.insert("properties".into(), Value::Object(props));
             }
-            match std::str::from_utf8(&d.body) {
-                Ok(text) => o.insert("body".into(), json!(text)),
-                Err(_) => o.insert(
-                    "body_base64".into(),
-                    json!(base64::engine::general_purpose::STANDARD.encode(&d.body)),
-                ),
-            };
+            let (name, body) = body_json(&d.body);
+            o.insert(name.into(), body);
             writeln!(out, "{}", Value::Object(o))
         }
     }
@@ -245,4 +255,27 @@ pub fn write_hub(out: &mut impl Write, hub: &HubView) -> anyhow::Result<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_json_body_is_embedded_and_anything_else_stays_a_string() {
+        let field = |body: &[u8]| body_json(body);
+        assert_eq!(
+            field(br#"{"t": 21.5, "ok": [true]}"#),
+            ("body", json!({"t": 21.5, "ok": [true]}))
+        );
+        assert_eq!(field(b"42"), ("body", json!(42)));
+        assert_eq!(field(b"hello"), ("body", json!("hello")));
+        assert_eq!(field(br#"{"t": "#), ("body", json!(r#"{"t": "#)));
+        assert_eq!(
+            field(br#""quoted""#),
+            ("body", json!(r#""quoted""#)),
+            "a JSON string keeps its quotes, so it comes back as it was sent"
+        );
+        assert_eq!(field(&[0xff, 0x00]), ("body_base64", json!("/wA=")));
+    }
 }

@@ -21,13 +21,15 @@ use crate::output;
 
 impl GroupStore {
     fn namespace(&self) -> Result<String> {
-        Ok(match (&self.namespace, &self.connection_string) {
-            (Some(namespace), _) => namespace.clone(),
-            (None, Some(cs)) => tributary_client::ConnectionString::parse(cs)?
-                .host()
-                .to_owned(),
-            (None, None) => "localhost".to_owned(),
-        })
+        Ok(
+            match (&self.namespace, &self.connection.connection_string) {
+                (Some(namespace), _) => namespace.clone(),
+                (None, Some(cs)) => tributary_client::ConnectionString::parse(cs)?
+                    .host()
+                    .to_owned(),
+                (None, None) => "localhost".to_owned(),
+            },
+        )
     }
 
     /// The `--store` URL, parsed (`hub:` is the hub's own store). By default the hub's own
@@ -37,7 +39,7 @@ impl GroupStore {
         match &self.store {
             Some(url) if url.eq_ignore_ascii_case(HUB_STORE) => Ok(StoreChoice::Hub),
             Some(url) => Ok(StoreChoice::Url(StoreLocation::parse(url)?)),
-            None if self.connection_string.is_some()
+            None if self.connection.connection_string.is_some()
                 || crate::running::local_connection_string(&global.data_dir).is_some() =>
             {
                 Ok(StoreChoice::Hub)
@@ -208,7 +210,7 @@ impl CliProcessor {
 /// `tributary process`.
 pub async fn process(global: &GlobalArgs, args: &ProcessArgs) -> Result<()> {
     let at = &args.at;
-    let hub = HubHandle::open(global, &at.hub, at.connection_string.as_deref()).await?;
+    let hub = HubHandle::open(global, &at.hub, at.connection.connection_string.as_deref()).await?;
     let source = hub.source(Some(&at.namespace()?));
     let location = at.store_choice(global)?;
     let store = open_store(&location, Some(&hub), at).await?;
@@ -301,8 +303,9 @@ fn report_counts(sink: &Sink) {
 /// Fails when the hub does not exist, if that can be told: with a connection string the hub
 /// is asked; else an existing data directory is looked in (unless a running `serve` holds it).
 async fn check_hub_exists(global: &GlobalArgs, at: &GroupStore) -> Result<()> {
-    if at.connection_string.is_some() {
-        let hub = HubHandle::open(global, &at.hub, at.connection_string.as_deref()).await?;
+    if at.connection.connection_string.is_some() {
+        let hub =
+            HubHandle::open(global, &at.hub, at.connection.connection_string.as_deref()).await?;
         hub.partition_ids()
             .await
             .with_context(|| format!("cannot read event hub {:?}", at.hub))?;
@@ -355,8 +358,12 @@ async fn ownership_store(
             open_store(&location, None, &args.at).await?
         }
         StoreChoice::Hub => {
-            let hub =
-                HubHandle::open(global, &args.at.hub, args.at.connection_string.as_deref()).await?;
+            let hub = HubHandle::open(
+                global,
+                &args.at.hub,
+                args.at.connection.connection_string.as_deref(),
+            )
+            .await?;
             open_store(&location, Some(&hub), &args.at).await?
         }
     })

@@ -143,10 +143,31 @@ pub fn connection_string(
 /// The policy the CLI uses to reach the server running on its own data directory.
 const LOCAL_POLICY: &str = "RootManageSharedAccessKey";
 
+/// The server running on a data directory, as the CLI reaches it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalServer {
+    /// Its AMQP door, `host:port`.
+    pub address: String,
+    /// The connection string for it.
+    pub connection_string: String,
+}
+
+/// The server running on `data_dir`, if one runs there (with an AMQP door).
+pub fn local_server(data_dir: &Path) -> Option<Result<LocalServer>> {
+    let (host, port, tls) = find(data_dir)?.amqp_endpoint()?;
+    Some(
+        connection_string(data_dir, LOCAL_POLICY, &host, port, tls).map(|connection_string| {
+            LocalServer {
+                address: format!("{host}:{port}"),
+                connection_string,
+            }
+        }),
+    )
+}
+
 /// The connection string for the server running on `data_dir`, if one runs there.
 pub fn local_connection_string(data_dir: &Path) -> Option<Result<String>> {
-    let (host, port, tls) = find(data_dir)?.amqp_endpoint()?;
-    Some(connection_string(data_dir, LOCAL_POLICY, &host, port, tls))
+    Some(local_server(data_dir)?.map(|server| server.connection_string))
 }
 
 #[cfg(test)]

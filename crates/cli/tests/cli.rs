@@ -163,7 +163,7 @@ fn json_lines_carry_keys_and_properties_through() {
         &["receive", "h", "--format", "json", "--partition", &other],
     );
     let event: Value = serde_json::from_str(received.trim()).unwrap();
-    assert_eq!(event["body"], r#"{"temp":20}"#);
+    assert_eq!(event["body"], serde_json::json!({"temp": 20}));
 }
 
 #[test]
@@ -893,4 +893,320 @@ fn assert_processed_once_but_after_the_last_checkpoints(
         duplicates <= victim_partitions * 100,
         "{duplicates} events processed twice"
     );
+}
+
+/// The lines of `help` under `heading` (up to the next heading).
+fn help_section<'a>(help: &'a str, heading: &str) -> &'a str {
+    let start = help
+        .find(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("no {heading:?} in {help}"))
+        + heading.len()
+        + 2;
+    let rest = &help[start..];
+    let end = rest
+        .match_indices('\n')
+        .map(|(i, _)| i + 1)
+        .find(|&i| rest[i..].starts_with(|c: char| c.is_ascii_alphabetic()))
+        .unwrap_or(rest.len());
+    &rest[..end]
+}
+
+#[test]
+fn each_command_shows_the_flags_it_uses_under_headings() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let serve = run_ok(d, &["serve", "-h"]);
+    for client_flag in [
+        "--alias-file",
+        "--alias-srv",
+        "--dns-server",
+        "--failover-failures",
+        "--ca-file",
+        "--connection-string",
+    ] {
+        assert!(!serve.contains(client_flag), "{client_flag} in {serve}");
+    }
+    let ports = help_section(&serve, "Ports:");
+    assert!(
+        ports.contains("--amqp-port") && ports.contains("--http-port"),
+        "{ports}"
+    );
+    assert!(
+        help_section(&serve, "TLS:").contains("--tls-cert"),
+        "{serve}"
+    );
+    assert!(
+        help_section(&serve, "Limits:").contains("--connections-max"),
+        "{serve}"
+    );
+    assert!(
+        help_section(&serve, "Data directory:").contains("--durability"),
+        "{serve}"
+    );
+    for client in ["receive", "send", "process"] {
+        let help = run_ok(d, &[client, "-h"]);
+        let connection = help_section(&help, "Connection:");
+        for flag in [
+            "--connection-string",
+            "--ca-file",
+            "--alias-file",
+            "--alias-srv",
+            "--dns-server",
+            "--failover-after",
+        ] {
+            assert!(connection.contains(flag), "{client}: {flag} in {help}");
+        }
+        assert!(
+            !help_section(&help, "Options:").contains("--alias"),
+            "{help}"
+        );
+    }
+    let hub = run_ok(d, &["hub", "list", "-h"]);
+    assert!(
+        help_section(&hub, "Connection:").contains("--ca-file"),
+        "{hub}"
+    );
+    assert!(
+        !hub.contains("--alias-file"),
+        "hub never follows an alias: {hub}"
+    );
+    let demo = run_ok(d, &["demo", "-h"]);
+    assert_eq!(demo.matches("--data-dir").count(), 1, "{demo}");
+    assert!(!demo.contains("--data "), "{demo}");
+    let replicate = run_ok(d, &["replicate", "-h"]);
+    assert!(!replicate.contains("--data-dir"), "{replicate}");
+    assert!(!replicate.contains("--alias-file"), "{replicate}");
+}
+
+#[test]
+fn shared_flags_before_the_command_work_where_it_takes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let tributary_plain = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_tributary"))
+            .env_remove("TRIBUTARY_DATA_DIR")
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let created = tributary_plain(&["--data-dir", d, "hub", "create", "h", "-p", "1"]);
+    assert!(created.status.success(), "{created:?}");
+    let listed = tributary_plain(&["hub", "list", "--data-dir", d]);
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).starts_with("h\t"),
+        "{listed:?}"
+    );
+    let refused = tributary_plain(&["--alias-file", "active", "serve", "--data-dir", d]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("--alias-file does not apply to `tributary serve`"),
+        "{stderr}"
+    );
+    let refused = tributary_plain(&["--data-dir", d, "replicate", "task.toml"]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+}
+
+#[test]
+fn receive_embeds_json_bodies_and_says_when_there_are_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    run_ok(d, &["hub", "create", "h", "-p", "1"]);
+    run_ok(d, &["hub", "create", "empty", "-p", "2"]);
+    let sent = run_with_stdin(
+        d,
+        &["send", "h"],
+        "{\"t\": 21.5}\nplain\n[1, 2]\n\"quoted\"\n",
+    );
+    assert!(sent.status.success(), "{sent:?}");
+    let bodies: Vec<Value> = run_ok(d, &["receive", "h", "--format", "json"])
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["body"].clone())
+        .collect();
+    assert_eq!(
+        bodies,
+        [
+            serde_json::json!({"t": 21.5}),
+            serde_json::json!("plain"),
+            serde_json::json!([1, 2]),
+            serde_json::json!("\"quoted\""),
+        ]
+    );
+    for format in ["json", "text"] {
+        let out = run(d, &["receive", "empty", "--format", format]);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(out.stdout, b"", "standard output carries only events");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "no events\n");
+    }
+    let out = run(d, &["receive", "h", "--from", "latest"]);
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "no events\n");
+}
+
+/// `serve` on free ports on `d`, up once it says so; its AMQP port, read from `server.json`.
+fn serve_on_free_ports(d: &Path) -> (Reaped, u16) {
+    let args = [
+        "serve",
+        "--amqp-port",
+        "0",
+        "--http-port",
+        "0",
+        "--hub",
+        "h",
+    ];
+    let mut child = tributary(d, &args).stdout(Stdio::piped()).spawn().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut banner = String::new();
+    while !banner.contains("press Ctrl-C") {
+        assert!(
+            stdout.read_line(&mut banner).unwrap() > 0,
+            "serve exited: {banner}"
+        );
+    }
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("server.json")).unwrap()).unwrap();
+    let amqp: std::net::SocketAddr = record["amqp"].as_str().unwrap().parse().unwrap();
+    (Reaped(child), amqp.port())
+}
+
+/// Lines of a child's pipe, delivered as they come.
+fn lines_of(pipe: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// The lines up to the first containing `wanted`, failing after 30 s.
+fn wait_for_line(lines: &std::sync::mpsc::Receiver<String>, wanted: &str) -> Vec<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut seen = Vec::new();
+    while !seen.last().is_some_and(|l: &String| l.contains(wanted)) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match lines.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("no {wanted:?} within 30 s; saw {seen:?}"),
+        }
+    }
+    seen
+}
+
+#[test]
+fn a_follower_finds_its_server_again_on_other_ports() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (server, first_port) = serve_on_free_ports(d);
+    let follow = ["receive", "h", "--follow", "--from", "latest"];
+    let mut follower = tributary(d, &follow)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = lines_of(follower.stdout.take().unwrap());
+    let stderr = lines_of(follower.stderr.take().unwrap());
+    let follower = Reaped(follower);
+    // The follower's receivers attach in the background: send until one arrives.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        assert!(
+            run_with_stdin(d, &["send", "h", "-p", "0"], "one\n")
+                .status
+                .success()
+        );
+        let got = stdout.recv_timeout(std::time::Duration::from_secs(1));
+        if got.as_deref() == Ok("one") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the follower printed nothing"
+        );
+    }
+    drop(server);
+    let (_server, second_port) = loop {
+        let (server, port) = serve_on_free_ports(d);
+        if port != first_port {
+            break (server, port);
+        }
+    };
+    let sent = run_with_stdin(d, &["send", "h", "-p", "0"], "two\n");
+    assert!(sent.status.success(), "{sent:?}");
+    let printed = wait_for_line(&stdout, "two");
+    assert_eq!(printed, ["two"]);
+    let said = wait_for_line(&stderr, "reconnected");
+    let reconnecting = said.iter().filter(|l| l.contains("reconnecting")).count();
+    assert_eq!(
+        reconnecting, 1,
+        "one line for the connection, not one per partition: {said:?}"
+    );
+    let last = said.last().unwrap();
+    assert!(last.ends_with(&format!(":{second_port}")), "{said:?}");
+    drop(follower);
+}
+
+#[test]
+fn completions_and_man_pages_come_from_the_command_definitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let bash = run_ok(d, &["completions", "bash"]);
+    for word in [
+        "serve",
+        "receive",
+        "completions",
+        "man",
+        "--alias-srv",
+        "--amqp-port",
+    ] {
+        assert!(bash.contains(word), "{word} not in the bash script");
+    }
+    for shell in ["zsh", "fish", "powershell", "elvish"] {
+        assert!(
+            run_ok(d, &["completions", shell]).contains("receive"),
+            "{shell}"
+        );
+    }
+    let page = run_ok(d, &["man"]);
+    assert!(page.contains(".TH tributary 1"), "{page}");
+    for command in ["serve", "receive", "completions"] {
+        assert!(
+            page.contains(&format!("tributary\\-{command}(1)")),
+            "{command}: {page}"
+        );
+    }
+    let pages = d.join("man");
+    run_ok(d, &["man", "--dir", pages.to_str().unwrap()]);
+    for file in ["tributary.1", "tributary-serve.1", "tributary-hub-create.1"] {
+        let text = std::fs::read_to_string(pages.join(file)).unwrap();
+        assert!(text.contains(".TH"), "{file}: {text}");
+    }
+    let serve = std::fs::read_to_string(pages.join("tributary-serve.1")).unwrap();
+    assert!(serve.contains("amqp\\-port"), "{serve}");
+    assert!(!pages.join("tributary-demo-worker.1").exists());
+}
+
+/// The README's install command is the one that installs this binary: the package at that path
+/// builds `tributary` (installing it for real rebuilds everything in release mode).
+#[test]
+fn the_readme_says_how_to_install_this_binary() {
+    let manifest = env!("CARGO_MANIFEST_DIR");
+    let readme = std::fs::read_to_string(Path::new(manifest).join("../../README.md")).unwrap();
+    assert!(
+        readme.contains("cargo install --locked --path crates/cli"),
+        "no install command"
+    );
+    for command in ["tributary completions bash", "tributary man"] {
+        assert!(
+            readme.contains(command),
+            "the README does not say {command:?}"
+        );
+    }
+    let cargo = std::fs::read_to_string(Path::new(manifest).join("Cargo.toml")).unwrap();
+    assert!(cargo.contains("[[bin]]\nname = \"tributary\""), "{cargo}");
+    assert!(Path::new(manifest).ends_with("crates/cli"), "{manifest}");
 }

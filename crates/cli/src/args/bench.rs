@@ -106,6 +106,8 @@ pub struct BenchArgs {
     /// Where to write (default: a directory under the data directory, removed afterwards).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub data: super::DataDirArgs,
 }
 
 /// How the replicate scenario's task reaches its hubs.

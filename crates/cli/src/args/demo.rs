@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::parse_duration_ms;
+use super::{DurabilityArgs, parse_duration_ms};
 
 /// `tributary demo`.
 #[derive(Debug, Args)]
@@ -26,8 +26,15 @@ pub struct DemoArgs {
     #[arg(long, hide = true, value_parser = parse_duration_ms, conflicts_with = "duration")]
     pub script_length: Option<i64>,
     /// Keep the hub, the checkpoint store, the aggregates and the summary in this directory
-    /// (default: a temporary one, removed at the end).
-    #[arg(long)]
+    /// (default: a temporary one, removed at the end). Its own, not the one TRIBUTARY_DATA_DIR
+    /// names: the demo's hub is not one to keep by accident.
+    #[arg(
+        id = "data_dir",
+        long = "data-dir",
+        alias = "data",
+        value_name = "DATA_DIR",
+        help_heading = super::shared::DATA_HEADING
+    )]
     pub data: Option<PathBuf>,
     /// The residents' page's port on 127.0.0.1 (0 picks a free one).
     #[arg(long, default_value_t = 8090)]
@@ -35,6 +42,8 @@ pub struct DemoArgs {
     /// How many processor instances start (the script adds one more, then kills one).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..=32))]
     pub instances: u32,
+    #[command(flatten)]
+    pub durability: DurabilityArgs,
 }
 
 /// `tributary demo-worker`: one processor instance of the demo, started by `tributary demo`.

@@ -1,6 +1,6 @@
 //! `tributary failover` (show and switch a file-based hub alias; translate checkpoints for a
-//! replica) and the alias flags every
-//! command that connects to a remote hub takes (`--alias-file`, `--alias-srv`, `--dns-server`).
+//! replica) and the alias flags every command that connects to a remote hub takes
+//! (`--alias-file`, `--alias-srv`, `--dns-server`), under the "Connection" help heading.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,10 +10,18 @@ use clap::{Args, Subcommand};
 use tributary_client::{AliasEndpoint, FailoverOptions};
 
 use super::parse_duration_ms;
+use super::shared::CONNECTION_HEADING;
+
+/// The default of --failover-failures.
+const FAILOVER_FAILURES_DEFAULT: u32 = 3;
+
+/// The default of --failover-after.
+const FAILOVER_AFTER_DEFAULT: &str = "10s";
 
 /// Where a remote hub's active endpoint comes from, instead of the connection string's
 /// `Endpoint` (whose key is still the one used). See `tributary_client::failover`.
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = CONNECTION_HEADING)]
 pub struct AliasArgs {
     /// Connect to the endpoint this file names (`host[:port]`, never a secret), and follow it
     /// when it changes (`tributary failover switch` rewrites it). With --connection-string,
@@ -29,11 +37,25 @@ pub struct AliasArgs {
     #[arg(long, global = true, value_name = "IP:PORT")]
     pub dns_server: Option<SocketAddr>,
     /// With an alias: consecutive failed connection attempts after which it is resolved again.
-    #[arg(long, global = true, default_value_t = 3)]
+    #[arg(long, global = true, default_value_t = FAILOVER_FAILURES_DEFAULT)]
     pub failover_failures: u32,
     /// With an alias: how long without a working connection before it is resolved again.
-    #[arg(long, global = true, default_value = "10s", value_parser = parse_duration_ms)]
+    #[arg(long, global = true, default_value = FAILOVER_AFTER_DEFAULT, value_parser = parse_duration_ms)]
     pub failover_after: i64,
+}
+
+impl Default for AliasArgs {
+    /// No alias, and the thresholds' defaults.
+    fn default() -> AliasArgs {
+        AliasArgs {
+            alias_file: None,
+            alias_srv: None,
+            dns_server: None,
+            failover_failures: FAILOVER_FAILURES_DEFAULT,
+            failover_after: parse_duration_ms(FAILOVER_AFTER_DEFAULT)
+                .expect("the default of --failover-after parses"),
+        }
+    }
 }
 
 impl AliasArgs {
@@ -80,6 +102,8 @@ pub enum FailoverCommand {
         /// The port assumed for an endpoint that names none (5671 is AMQPS; 5672 is plain).
         #[arg(long, default_value_t = 5671)]
         default_port: u16,
+        #[command(flatten)]
+        alias: AliasArgs,
     },
     /// Point the alias file (--alias-file) at ENDPOINT: a temporary file renamed over it, so
     /// clients read the old or the new endpoint, never half of one. Clients following the
@@ -94,6 +118,8 @@ pub enum FailoverCommand {
         /// The port assumed for checking an ENDPOINT that names none.
         #[arg(long, default_value_t = 5671)]
         default_port: u16,
+        #[command(flatten)]
+        alias: AliasArgs,
     },
     /// Rewrite a consumer group's checkpoints on a source hub as checkpoints on its replica,
     /// from the offset map the replication task keeps, so processors moved to the replica

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use super::{PositionArg, parse_duration_ms, parse_position};
+use super::{ConnectionArgs, DataArgs, PositionArg, parse_duration_ms, parse_position};
 
 /// What `process` does with each event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -51,10 +51,10 @@ pub struct GroupStore {
     /// connection string's host, Python its `host:port` when the endpoint names a port.
     #[arg(long)]
     pub namespace: Option<String>,
-    /// A remote hub — a Tributary hub's AMQP front door or Azure Event Hubs — instead of the
-    /// data directory's.
-    #[arg(long, env = "TRIBUTARY_CONNECTION_STRING", hide_env_values = true)]
-    pub connection_string: Option<String>,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    #[command(flatten)]
+    pub data: DataArgs,
 }
 
 /// `tributary process`.

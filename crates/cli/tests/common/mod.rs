@@ -6,10 +6,11 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-/// `tributary --data-dir DATA ARGS…`, not yet started.
+/// `tributary ARGS…` on the data directory DATA (given as TRIBUTARY_DATA_DIR, which the
+/// commands that take no data directory ignore, where they refuse `--data-dir`), not yet started.
 pub(crate) fn tributary(data: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tributary"));
-    cmd.arg("--data-dir").arg(data).args(args);
+    cmd.env("TRIBUTARY_DATA_DIR", data).args(args);
     cmd
 }
 
