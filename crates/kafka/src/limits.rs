@@ -14,6 +14,11 @@ pub use tributary_amqp::limits::{
 /// record's value, key and headers. A bigger record is refused with MESSAGE_TOO_LARGE.
 pub const RECORD_BYTES_MAX: usize = 1024 * 1024;
 
+/// The most bytes one record batch may decompress to: a producer's batch is at most about
+/// 1 MB before compression (librdkafka's `batch.size`, kafka-python's 16 KiB), so 16 MiB
+/// refuses only bombs (gzip inflates 1000:1), never a real batch.
+pub const DECOMPRESSED_BATCH_BYTES_MAX: u64 = 16 * 1024 * 1024;
+
 /// The largest request frame by default. Kafka clients cap a produce request at
 /// `message.max.bytes` (librdkafka: 1,000,000) or `max_request_size` (kafka-python: 1 MiB)
 /// plus a little framing; 8 MiB leaves room for clients configured above that while bounding
@@ -66,4 +71,5 @@ impl Default for KafkaLimits {
 const _: () = assert!(FRAME_BYTES_MAX_DEFAULT as usize > RECORD_BYTES_MAX);
 const _: () = assert!(FETCH_RESPONSE_BYTES_MAX > RECORD_BYTES_MAX as u64);
 const _: () = assert!(FETCH_PARTITION_EVENTS_MAX > 0);
+const _: () = assert!(DECOMPRESSED_BATCH_BYTES_MAX > RECORD_BYTES_MAX as u64);
 const _: () = assert!(UNAUTHENTICATED_BYTES_MAX < FRAME_BYTES_MAX_DEFAULT as u64);

@@ -8,9 +8,8 @@
 //! - base_offset is the sequence number of the batch's first event: Kafka offsets here are
 //!   sequence numbers.
 //! - With acks 0 the records are appended the same way and no response is sent.
-//! - Record batches v2 only, uncompressed, gzip or snappy; lz4 and zstd are answered
-//!   UNSUPPORTED_COMPRESSION_TYPE. A record over 1 MiB gets MESSAGE_TOO_LARGE; a batch that
-//!   does not decode (or fails its CRC) CORRUPT_MESSAGE.
+//! - The records are read by [`crate::batches`] (formats, compression, size limits and the
+//!   error code of each refusal).
 //!
 //! # Not yet
 //! InitProducerId hands out a fresh producer id (epoch 0) so idempotent producers (kafka-python
@@ -26,14 +25,10 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::{
     InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
 };
-use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use tributary_amqp::auth;
-use tributary_event::EventData;
 
 use crate::connection::{Context, Session};
 use crate::error;
-use crate::limits::RECORD_BYTES_MAX;
-use crate::mapping;
 
 /// The Produce answer, or none with acks 0.
 pub(crate) async fn answer(
@@ -95,7 +90,7 @@ async fn append(
     if partition >= definition.partition_count {
         return Err(unknown);
     }
-    let events = decode(records)?;
+    let events = crate::batches::events(records)?;
     let partition = partition.to_string();
     let receipt = ctx
         .broker
@@ -110,37 +105,6 @@ async fn append(
         .partition_properties(hub, &partition)
         .map_err(|e| error::code(&e))?;
     Ok((receipt.base_sequence, properties.begin_sequence_number))
-}
-
-/// The events a partition's record batches hold (see [`crate::mapping`]).
-fn decode(records: Option<Bytes>) -> Result<Vec<EventData>, i16> {
-    let corrupt = ResponseError::CorruptMessage.code();
-    let invalid = ResponseError::InvalidRecord.code();
-    let mut bytes = records.ok_or(invalid)?;
-    let batches = RecordBatchDecoder::decode_batch_info(&mut bytes.clone()).map_err(|_| corrupt)?;
-    for batch in &batches {
-        if batch.version != 2 || batch.transactional || batch.control {
-            return Err(invalid);
-        }
-        if !matches!(
-            batch.compression,
-            Compression::None | Compression::Gzip | Compression::Snappy
-        ) {
-            return Err(ResponseError::UnsupportedCompressionType.code());
-        }
-    }
-    let sets = RecordBatchDecoder::decode_all(&mut bytes).map_err(|_| corrupt)?;
-    let mut events = Vec::new();
-    for record in sets.into_iter().flat_map(|set| set.records) {
-        if mapping::record_bytes(&record) > RECORD_BYTES_MAX {
-            return Err(ResponseError::MessageTooLarge.code());
-        }
-        events.push(mapping::event_from_record(record));
-    }
-    if events.is_empty() {
-        return Err(invalid);
-    }
-    Ok(events)
 }
 
 /// The InitProducerId answer: a fresh producer id, epoch 0 (transactional ids refused).
