@@ -529,7 +529,13 @@ pub struct SendArgs {
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub batch_size: u32,
     /// Print one JSON line per acknowledged batch to standard output (partition, first
-    /// sequence number, offsets, enqueued time).
+    /// sequence number, count, offsets, enqueued time).
+    ///
+    /// Over AMQP (a running `serve`, or --connection-string) the hub's acknowledgement carries
+    /// none of these, so each batch is read back from its partition in the consumer group
+    /// $Default: this needs the Listen right besides Send, and gives every event without a
+    /// message id one (a UUID) to find it by. A batch cut to the hub's message size gets a line
+    /// per part.
     #[arg(long)]
     pub receipts: bool,
     #[command(flatten)]

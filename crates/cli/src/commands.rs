@@ -2,7 +2,7 @@
 
 use std::io::{BufRead, Write};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use tributary_broker::{HubSpec, SendTarget};
 
@@ -110,11 +110,6 @@ pub async fn send(global: &GlobalArgs, args: &SendArgs) -> Result<()> {
         args.connection.connection_string.as_deref(),
     )
     .await?;
-    if args.receipts && hub.is_remote() {
-        bail!(
-            "--receipts needs the hub in this process: over AMQP a producer is not told sequence numbers or offsets"
-        );
-    }
     let spreader = Spreader::new(hub.partition_ids().await?);
     let target = match (&args.key, &args.partition) {
         (Some(key), _) => SendTarget::PartitionKey(key.clone()),
@@ -245,14 +240,17 @@ async fn send_batch(
 ) -> Result<u64> {
     let count = batch.events.len() as u64;
     let last_line = batch.last_line;
-    let receipt = hub.send(batch.target, batch.events).await.map_err(|e| {
-        anyhow::anyhow!(
-            "the batch ending at line {last_line} was refused: {e:#}; the {sent_before} events before it were sent"
-        )
-    })?;
-    if let (true, Some(receipt)) = (receipts, receipt) {
-        writeln!(out, "{}", output::receipt_json(&receipt))?;
-        out.flush()?;
+    let found = hub
+        .send(batch.target, batch.events, receipts)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "the batch ending at line {last_line} was refused: {e:#}; the {sent_before} events before it were sent"
+            )
+        })?;
+    for receipt in &found {
+        writeln!(out, "{}", output::receipt_json(receipt))?;
     }
+    out.flush()?;
     Ok(count)
 }

@@ -14,6 +14,7 @@ use tributary_log::LogConfig;
 use tributary_source::PartitionSource;
 
 use crate::args::GlobalArgs;
+use crate::receipts::ReadBack;
 
 /// An event hub, local or remote.
 pub enum HubHandle {
@@ -36,6 +37,8 @@ pub enum HubHandle {
         name: String,
         /// How the producer connects.
         options: ClientOptions,
+        /// Reads batches back for their receipts; made on the first send that wants one.
+        read_back: Box<tokio::sync::Mutex<Option<ReadBack>>>,
     },
 }
 
@@ -76,6 +79,7 @@ impl HubHandle {
                     connection_string: cs.to_owned(),
                     name: hub.to_owned(),
                     options,
+                    read_back: Box::default(),
                 })
             }
         }
@@ -143,21 +147,27 @@ impl HubHandle {
         matches!(self, HubHandle::Remote { .. })
     }
 
-    /// Sends one batch; the receipt is known only in process (AMQP does not return sequence
-    /// numbers to producers).
+    /// Sends one batch. With `receipts`, returns where its events were stored: one receipt in
+    /// process (the broker's), one per transfer over AMQP (read back from the hub, see
+    /// [`crate::receipts`]; the batch may be cut to the hub's message size); else none.
     pub async fn send(
         &self,
         target: SendTarget,
-        events: Vec<EventData>,
-    ) -> Result<Option<SendReceipt>> {
+        mut events: Vec<EventData>,
+        receipts: bool,
+    ) -> Result<Vec<SendReceipt>> {
         match self {
-            HubHandle::Local { broker, hub } => Ok(Some(broker.send(hub, target, events).await?)),
+            HubHandle::Local { broker, hub } => {
+                let receipt = broker.send(hub, target, events).await?;
+                Ok(if receipts { vec![receipt] } else { Vec::new() })
+            }
             HubHandle::Remote {
+                hub,
                 producer,
                 connection_string,
                 name,
                 options,
-                ..
+                read_back,
             } => {
                 let producer = producer
                     .get_or_try_init(|| {
@@ -168,12 +178,29 @@ impl HubHandle {
                         )
                     })
                     .await?;
+                let mut read_back = read_back.lock().await;
+                let mut partition = None;
+                if receipts {
+                    if read_back.is_none() {
+                        let ids = hub.hub_properties().await?.partition_ids;
+                        *read_back = Some(ReadBack::new(hub.clone(), ids));
+                    }
+                    let read_back = read_back.as_mut().expect("made above");
+                    let p = read_back.partition_of(&target)?;
+                    // Before the send: the receiver starts after what the partition holds now.
+                    read_back.prepare(&p, &mut events).await?;
+                    partition = Some(p);
+                }
                 // Cut by the hub's message size, as the SDKs' batches do, instead of failing.
                 let bytes_max = producer.max_message_bytes(&target).await?;
+                let mut found = Vec::new();
                 for events in cut_by_size(events, &target, bytes_max)? {
                     producer.send(&events, target.clone()).await?;
+                    if let (Some(read_back), Some(partition)) = (read_back.as_mut(), &partition) {
+                        found.push(read_back.find(partition, &events).await?);
+                    }
                 }
-                Ok(None)
+                Ok(found)
             }
         }
     }

@@ -23,6 +23,7 @@ mod hub_handle;
 mod input;
 mod output;
 mod process;
+mod receipts;
 mod receive;
 mod replicate;
 mod running;

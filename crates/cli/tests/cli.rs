@@ -662,14 +662,7 @@ fn send_and_receive_through_the_amqp_front_door() {
         })
         .collect();
     assert_eq!(bodies, ["one", "two"]);
-    let err = run_err(
-        &client_dir,
-        &["send", "events", "--connection-string", cs, "--receipts"],
-    );
-    assert!(
-        err.contains("--receipts needs the hub in this process"),
-        "{err}"
-    );
+    receipt_read_back(&client_dir, cs);
     let wrong = cs.replace("SharedAccessKey=", "SharedAccessKey=x");
     let out = run_with_stdin(
         &client_dir,
@@ -677,6 +670,45 @@ fn send_and_receive_through_the_amqp_front_door() {
         "x\n",
     );
     assert_eq!(out.status.code(), Some(1), "a wrong key is refused");
+}
+
+/// Over AMQP a receipt is read back: it names where "three" was stored, as `receive` sees it
+/// (after "one" and "two", sent with the same key).
+fn receipt_read_back(client_dir: &Path, cs: &str) {
+    let out = run_with_stdin(
+        client_dir,
+        &["send", "events", "--connection-string", cs, "--key", "k1"]
+            .into_iter()
+            .chain(["--receipts"])
+            .collect::<Vec<_>>(),
+        "three\n",
+    );
+    assert!(out.status.success(), "{out:?}");
+    let receipt: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let partition = tributary_event::partition_for_key("k1", 2).to_string();
+    assert_eq!(receipt["partition"], partition.as_str());
+    assert_eq!(receipt["first_sequence_number"], 2, "after one and two");
+    assert_eq!(receipt["count"], 1);
+    let got = run_ok(
+        client_dir,
+        &[
+            "receive",
+            "events",
+            "--connection-string",
+            cs,
+            "--format",
+            "json",
+        ],
+    );
+    let three: Value = serde_json::from_str(got.lines().last().unwrap()).unwrap();
+    assert_eq!(three["body"], "three");
+    assert_eq!(three["sequence_number"], 2);
+    assert_eq!(three["offset"], receipt["offsets"][0]);
+    assert_eq!(three["enqueued_time"], receipt["enqueued_time"]);
+    assert!(
+        three["message_id"].is_string(),
+        "the marker it was found by"
+    );
 }
 
 /// A `tributary process` instance of the multi-process test, writing to `out`.
@@ -1209,4 +1241,60 @@ fn the_readme_says_how_to_install_this_binary() {
     let cargo = std::fs::read_to_string(Path::new(manifest).join("Cargo.toml")).unwrap();
     assert!(cargo.contains("[[bin]]\nname = \"tributary\""), "{cargo}");
     assert!(Path::new(manifest).ends_with("crates/cli"), "{manifest}");
+}
+
+/// `send --receipts` through the `serve` running on the data directory reads each batch back:
+/// its receipts agree with what `receive` shows, also after another producer's events; with a
+/// policy that may only send, it names the Listen right and sends nothing.
+#[test]
+fn receipts_over_amqp_are_read_back_and_need_the_listen_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d).unwrap();
+    let policies = serde_json::json!({"policies": [
+        {"name": "RootManageSharedAccessKey", "key": "cm9vdC1rZXktZm9yLXRlc3Rz", "rights": ["Manage"]},
+        {"name": "sender", "key": "c2VuZGVyLWtleS1mb3ItdGVzdHM=", "rights": ["Send"]},
+    ]});
+    let file = d.join("access-policies.json");
+    std::fs::write(&file, policies.to_string()).unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let (_server, port) = serve_on_free_ports(d);
+    run_with_stdin(d, &["send", "h", "--partition", "1"], "before\n");
+    let out = run_with_stdin(
+        d,
+        &["send", "h", "--partition", "1", "--receipts"],
+        "x\ny\n",
+    );
+    assert!(out.status.success(), "{out:?}");
+    let receipt: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(receipt["partition"], "1");
+    assert_eq!(receipt["first_sequence_number"], 1);
+    assert_eq!(receipt["count"], 2);
+    let got = run_ok(d, &["receive", "h", "--partition", "1", "--format", "json"]);
+    let events: Vec<Value> = got
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.len(), 3);
+    assert_eq!(events[1]["offset"], receipt["offsets"][0]);
+    assert_eq!(events[2]["offset"], receipt["offsets"][1]);
+    let cs = format!(
+        "Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName=sender;SharedAccessKey=c2VuZGVyLWtleS1mb3ItdGVzdHM=;UseDevelopmentEmulator=true"
+    );
+    let send = [
+        "send",
+        "h",
+        "--connection-string",
+        cs.as_str(),
+        "--receipts",
+    ];
+    let out = run_with_stdin(&d.join("client"), &send, "z\n");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("needs the Listen right") && err.contains("without --receipts"),
+        "{err}"
+    );
+    let after = run_ok(d, &["receive", "h", "--format", "json"]);
+    assert_eq!(after.lines().count(), 3, "nothing was sent: {after}");
 }
