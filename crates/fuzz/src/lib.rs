@@ -22,6 +22,7 @@ mod arb;
 pub mod edit;
 pub mod eventhubs;
 pub mod http;
+pub mod kafka;
 pub mod log;
 pub mod seeds;
 
@@ -100,6 +101,10 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "http_signature",
         function: http::signature,
+    },
+    Target {
+        name: "kafka_request",
+        function: kafka::request,
     },
     Target {
         name: "log_batch",

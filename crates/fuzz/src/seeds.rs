@@ -31,6 +31,7 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "http_json" => json_bodies(),
         "edit_json" => edit_bodies(),
         "http_signature" => signatures(),
+        "kafka_request" => kafka_requests(),
         "log_batch" => batches(),
         "eventhubs_send" | "log_recovery" => carved(),
         _ => Vec::new(),
@@ -322,5 +323,50 @@ fn carved() -> Vec<Vec<u8>> {
         ramp.iter().rev().copied().collect(),
         ramp.repeat(4),
         vec![7; 64],
+    ]
+}
+
+/// A Kafka request header: API key, version, correlation id, client id; with the tagged-field
+/// count of header v2 when `flexible`. (Seeds only: the door decodes with `kafka-protocol`.)
+fn kafka_header(key: i16, version: i16, correlation: i32, flexible: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&key.to_be_bytes());
+    out.extend_from_slice(&version.to_be_bytes());
+    out.extend_from_slice(&correlation.to_be_bytes());
+    out.extend_from_slice(&7i16.to_be_bytes());
+    out.extend_from_slice(b"rdkafka");
+    if flexible {
+        out.push(0);
+    }
+    out
+}
+
+/// The requests a Kafka client sends before SASL (and one it may not), as librdkafka frames
+/// them, without their length prefix.
+fn kafka_requests() -> Vec<Vec<u8>> {
+    let good = "\0$ConnectionString\0Endpoint=sb://localhost/;SharedAccessKeyName=sender;SharedAccessKey=fuzz-secret-key-0123456789";
+    let bad = good.replace("fuzz-secret", "wrong-secret");
+    let mut v3 = kafka_header(18, 3, 2, true);
+    v3.extend_from_slice(b"\x0blibrdkafka\x072.16.0\x00");
+    let mut handshake = kafka_header(17, 1, 4, false);
+    handshake.extend_from_slice(&5i16.to_be_bytes());
+    handshake.extend_from_slice(b"PLAIN");
+    let mut login = kafka_header(36, 0, 5, false);
+    login.extend_from_slice(&u32::try_from(good.len()).unwrap().to_be_bytes());
+    login.extend_from_slice(good.as_bytes());
+    let mut flexible_login = kafka_header(36, 2, 6, true);
+    flexible_login.push(u8::try_from(bad.len() + 1).unwrap());
+    flexible_login.extend_from_slice(bad.as_bytes());
+    flexible_login.push(0);
+    let mut metadata = kafka_header(3, 1, 7, false);
+    metadata.extend_from_slice(&(-1i32).to_be_bytes());
+    vec![
+        kafka_header(18, 0, 1, false),
+        v3,
+        kafka_header(18, 99, 3, true),
+        handshake,
+        login,
+        flexible_login,
+        metadata,
     ]
 }

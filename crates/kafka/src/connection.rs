@@ -17,8 +17,8 @@ use std::sync::atomic::AtomicI64;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::ResponseError;
-use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
-use kafka_protocol::protocol::{Decodable, Encodable};
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::Encodable;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -28,6 +28,7 @@ use tributary_amqp::auth::{self, Grant, Needed};
 use tributary_broker::Broker;
 
 use crate::limits::{IDLE_TIMEOUT, KafkaLimits, UNAUTHENTICATED_BYTES_MAX};
+use crate::request::{self, Body};
 use crate::{fetch, metadata, offsets, produce, sasl, versions};
 
 /// What every connection of one door shares.
@@ -167,46 +168,25 @@ async fn read_frame(
     Ok(Some(Bytes::from(frame)))
 }
 
-/// A request's API, version and header, read from the front of its frame.
-fn decode_header(frame: &mut Bytes) -> Result<(ApiKey, i16, RequestHeader), String> {
-    if frame.len() < 4 {
-        return Err("a request shorter than its header".into());
-    }
-    let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
-    let version = i16::from_be_bytes([frame[2], frame[3]]);
-    let key = ApiKey::try_from(raw_key).map_err(|()| format!("unknown API key {raw_key}"))?;
-    let header = RequestHeader::decode(frame, key.request_header_version(version))
-        .map_err(|e| format!("{key:?} v{version}: bad request header: {e}"))?;
-    Ok((key, version, header))
-}
-
 /// Answers one request frame: the response's bytes, none (a produce with acks 0), or why the
 /// connection closes.
 async fn handle_frame(
-    mut frame: Bytes,
+    frame: Bytes,
     session: &mut Session,
     ctx: &Context,
 ) -> Result<Option<BytesMut>, String> {
-    let (key, version, header) = decode_header(&mut frame)?;
-    let correlation_id = header.correlation_id;
-    let pre_auth = matches!(
-        key,
-        ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
-    );
-    if !session.authenticated() && !pre_auth {
-        return Err(format!("{key:?} before authenticating (SASL PLAIN)"));
-    }
-    if key == ApiKey::ApiVersions && !versions::supports(key, version) {
-        // KIP-511: a v0 body listing our ranges, so the client retries at our highest.
-        let response = versions::api_versions(ResponseError::UnsupportedVersion.code());
-        return encode(key, 0, correlation_id, &ResponseKind::ApiVersions(response)).map(Some);
-    }
-    if !versions::supports(key, version) {
-        return Err(format!("{key:?} v{version} is not supported"));
-    }
-    let request = RequestKind::decode(key, &mut frame, version)
-        .map_err(|e| format!("{key:?} v{version}: the body does not decode: {e}"))?;
-    match dispatch(request, session, ctx).await? {
+    let request = request::decode(frame, session.authenticated())?;
+    let (key, version, correlation_id) = (request.key, request.version, request.correlation_id);
+    let body = match request.body {
+        Body::Decoded(body) => *body,
+        Body::ApiVersionsTooNew => {
+            // KIP-511: a v0 body listing our ranges, so the client retries at our highest.
+            let response = versions::api_versions(ResponseError::UnsupportedVersion.code());
+            let response = ResponseKind::ApiVersions(response);
+            return encode(key, 0, correlation_id, &response).map(Some);
+        }
+    };
+    match dispatch(body, session, ctx).await? {
         Some(response) => encode(key, version, correlation_id, &response).map(Some),
         None => Ok(None),
     }
