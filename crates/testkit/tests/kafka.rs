@@ -25,21 +25,27 @@ async fn kafka(command: &str, args: Value) -> Value {
     tributary_testkit::run_python("kafka_interop.py", command, args).await
 }
 
-/// The records the acks test produces: (acks, records).
-fn produced() -> Vec<(&'static str, Value)> {
+/// The records the acks test produces: (acks, records, more client settings): acks 1 with gzip,
+/// acks all idempotent (InitProducerId) with snappy.
+fn produced() -> Vec<(&'static str, Value, Value)> {
+    let gzip = json!({"compression.type": "gzip"});
+    let idempotent = json!({"compression.type": "snappy", "enable.idempotence": true});
     vec![
         (
             "0",
             json!([{"value": "zero-a", "partition": 0}, {"value": "zero-b", "partition": 0}]),
+            json!({}),
         ),
         (
             "1",
             json!([{"value": "one", "key": "user-1", "partition": 1, "timestamp": 1_700_000_000_123_i64,
                     "headers": {"trace": "00ff10", "kind": "6f72646572"}}]),
+            gzip,
         ),
         (
             "all",
             json!([{"value": "all-a", "key": "user-2", "partition": 2}, {"value": "all-b", "partition": 2}]),
+            idempotent,
         ),
     ]
 }
@@ -49,8 +55,9 @@ async fn librdkafka_produces_with_every_acks_and_consumes_by_assignment() {
     let hub = TestHub::start(&[("orders", 3)]).await;
     let door = kafka_door(&hub).await;
     let (bootstrap, conn) = (door.local_addr().to_string(), hub.conn(&hub.root));
-    for (acks, records) in produced() {
-        let args = json!({"bootstrap": bootstrap, "conn": conn, "topic": "orders", "acks": acks, "records": records});
+    for (acks, records, extra) in produced() {
+        let args = json!({"bootstrap": bootstrap, "conn": conn, "topic": "orders", "acks": acks,
+                          "records": records, "extra": extra});
         let result = kafka("produce", args).await;
         assert_eq!(result["unflushed"], 0, "acks={acks}: {result}");
         for report in result["reports"].as_array().unwrap() {
@@ -190,6 +197,21 @@ async fn unknown_topics_bad_credentials_and_missing_rights_are_refused() {
         "{produced}"
     );
     assert!(hub.read_all("orders", 0).await.is_empty());
+    door.shutdown().await;
+    hub.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_polling_fetch_is_woken_by_an_append() {
+    let hub = TestHub::start(&[("orders", 1)]).await;
+    let door = kafka_door(&hub).await;
+    // The consumer's fetches wait up to 20 s; the record must arrive long before.
+    let args = json!({"bootstrap": door.local_addr().to_string(), "conn": hub.conn(&hub.root),
+                      "topic": "orders", "partition": 0, "wait_ms": 20_000});
+    let woken = kafka("wake", args).await;
+    assert_eq!(woken["received"]["value"], "wake", "{woken}");
+    let seconds = woken["received"]["seconds"].as_f64().unwrap();
+    assert!(seconds < 5.0, "the fetch waited {seconds} s: {woken}");
     door.shutdown().await;
     hub.stop().await;
 }

@@ -10,6 +10,7 @@ Usage: kafka_interop.py <command> <json-arguments>
 
 import json
 import sys
+import time
 import traceback
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -126,7 +127,41 @@ def cmd_metadata(args):
     return {"topics": topics, "brokers": brokers}
 
 
+def cmd_wake(args):
+    """Long-polls partition `partition` of `topic` from its end with `fetch.wait.max.ms` at
+    `wait_ms`, produces one record after the fetch is waiting, and reports how long the record
+    took to arrive: far below `wait_ms` only if the append woke the fetch."""
+    conf = config(args)
+    conf.update({
+        "group.id": "unused",
+        "enable.auto.commit": False,
+        "fetch.wait.max.ms": args["wait_ms"],
+        "fetch.min.bytes": 1,
+    })
+    consumer = Consumer(conf)
+    consumer.assign([TopicPartition(args["topic"], args["partition"], -1)])
+    # Let the consumer resolve the end offset and start its long poll.
+    started = time.monotonic()
+    while time.monotonic() - started < 2:
+        consumer.poll(0.1)
+    producer_conf = config(args)
+    producer_conf["acks"] = "all"
+    producer = Producer(producer_conf)
+    producer.produce(args["topic"], value=b"wake", partition=args["partition"])
+    producer.flush(TIMEOUT_S)
+    sent = time.monotonic()
+    got = None
+    while time.monotonic() - sent < TIMEOUT_S:
+        msg = consumer.poll(0.05)
+        if msg is not None and not msg.error():
+            got = {"value": msg.value().decode(), "seconds": time.monotonic() - sent}
+            break
+    consumer.close()
+    return {"received": got}
+
+
 COMMANDS = {
+    "wake": cmd_wake,
     "produce": cmd_produce,
     "consume": cmd_consume,
     "metadata": cmd_metadata,
