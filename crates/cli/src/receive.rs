@@ -138,15 +138,24 @@ async fn pump(
 }
 
 /// Whether a partition whose newest event has sequence number `end` (-1: none) surely holds
-/// nothing from `start` (offsets and times are not compared: their end is not known here).
+/// nothing from `start` (offsets and times are not compared: their end is not known here). A
+/// sequence number past the next one is not skipped: the hub refuses it, as Event Hubs does,
+/// and the user learns where the partition ends.
 fn nothing_after(start: EventPosition, end: i64) -> bool {
     match start {
-        _ if end < 0 => true,
-        EventPosition::Latest => true,
         EventPosition::SequenceNumber {
             sequence_number,
             inclusive,
-        } => sequence_number > end || (sequence_number == end && !inclusive),
+        } => {
+            let next = if inclusive {
+                sequence_number
+            } else {
+                sequence_number.saturating_add(1)
+            };
+            next == end.saturating_add(1)
+        }
+        _ if end < 0 => true,
+        EventPosition::Latest => true,
         _ => false,
     }
 }
@@ -358,6 +367,12 @@ mod tests {
         assert!(!nothing_after(EventPosition::Earliest, 0));
         assert!(nothing_after(EventPosition::Latest, 7));
         assert!(nothing_after(seq(8, true), 7));
+        assert!(
+            !nothing_after(seq(10, true), 7),
+            "past the next one: the hub refuses it"
+        );
+        assert!(nothing_after(seq(0, true), -1));
+        assert!(!nothing_after(seq(10, true), -1));
         assert!(nothing_after(seq(7, false), 7));
         assert!(!nothing_after(seq(7, true), 7));
         let offset = EventPosition::Offset {
