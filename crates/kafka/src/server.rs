@@ -37,12 +37,18 @@ pub struct KafkaConfig {
 }
 
 impl KafkaConfig {
-    /// Listening on `listen` with `policies`, advertising `listen`'s IP address, SASL required,
-    /// the default limits.
+    /// Listening on `listen` with `policies`, advertising `listen`'s IP address (`localhost`
+    /// when it is every interface, 0.0.0.0 or ::, which no client can connect to), SASL
+    /// required, the default limits.
     pub fn new(listen: SocketAddr, policies: AccessPolicies) -> Self {
+        let advertised_host = if listen.ip().is_unspecified() {
+            "localhost".to_owned()
+        } else {
+            listen.ip().to_string()
+        };
         KafkaConfig {
             listen,
-            advertised_host: listen.ip().to_string(),
+            advertised_host,
             policies,
             development_unauthenticated: false,
             limits: KafkaLimits::default(),

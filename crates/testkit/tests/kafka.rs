@@ -248,6 +248,31 @@ async fn a_long_polling_fetch_is_woken_by_an_append() {
     hub.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_development_door_serves_clients_without_sasl() {
+    let hub = TestHub::start(&[("orders", 1)]).await;
+    let mut config = KafkaConfig::new("127.0.0.1:0".parse().unwrap(), hub.policies.clone());
+    config.development_unauthenticated = true;
+    let door = tributary_kafka::start(hub.broker.clone(), config)
+        .await
+        .unwrap();
+    let plain = json!({"security.protocol": "PLAINTEXT"});
+    let (bootstrap, records) = (
+        door.local_addr().to_string(),
+        json!([{"value": "open", "partition": 0}]),
+    );
+    let args = json!({"bootstrap": bootstrap, "conn": "", "topic": "orders", "acks": "1",
+                      "records": records, "extra": plain});
+    let produced = kafka("produce", args).await;
+    assert_eq!(produced["reports"][0]["error"], Value::Null, "{produced}");
+    let args = json!({"bootstrap": bootstrap, "conn": "", "topic": "orders", "partitions": [0],
+                      "count": 1, "extra": plain});
+    let consumed = kafka("consume", args).await;
+    assert_eq!(consumed["records"][0]["value"], "open", "{consumed}");
+    door.shutdown().await;
+    hub.stop().await;
+}
+
 /// Writes one request frame and reads the response frame, or `None` when the door closed.
 async fn exchange(stream: &mut tokio::net::TcpStream, request: &[u8]) -> Option<Vec<u8>> {
     let len = u32::try_from(request.len()).unwrap();
