@@ -70,8 +70,8 @@ VOLUME /data
 # --emulator-compat; 8080 without it). The emulator's third port, 9092 (Kafka), is reserved for
 # Tributary's Kafka door, which `serve` does not open yet: it is not exposed here.
 EXPOSE 5672 5300
-# `serve` stops cleanly (listeners closed, partitions synced) on SIGINT, its Ctrl-C; as PID 1 it
-# would ignore the default SIGTERM and be killed after the stop timeout.
+# `serve` stops cleanly (listeners closed, partitions synced) on SIGINT, its Ctrl-C, as on
+# SIGTERM; the smoke test stops it with SIGINT.
 STOPSIGNAL SIGINT
 # GET /health on the HTTP door, with bash's /dev/tcp (the image has no curl). The port is the
 # one the running serve recorded in $TRIBUTARY_DATA_DIR/server.json, so --http-port and a start

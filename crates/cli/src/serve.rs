@@ -1,4 +1,4 @@
-//! `tributary serve` (the hub and its front doors until Ctrl-C) and `tributary cert` (a
+//! `tributary serve` (the hub and its front doors until Ctrl-C or SIGTERM) and `tributary cert` (a
 //! development authority and server certificate for its TLS doors).
 //!
 //! Without a certificate the doors are plain: AMQP on --amqp-port (the SDKs' emulator mode) and
@@ -93,14 +93,18 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
     Ok(())
 }
 
-/// Ctrl-C (SIGINT), listened for from this call on: `tokio::signal::ctrl_c` only starts
-/// listening when first awaited.
+/// Ctrl-C (SIGINT) or SIGTERM (what `docker stop`, systemd and Kubernetes send), listened for
+/// from this call on: `tokio::signal::ctrl_c` only starts listening when first awaited.
 #[cfg(unix)]
 fn listen_for_ctrl_c() -> Result<impl Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut interrupt = signal(SignalKind::interrupt()).context("cannot listen for Ctrl-C")?;
+    let mut terminate = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
     Ok(async move {
-        interrupt.recv().await;
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
     })
 }
 

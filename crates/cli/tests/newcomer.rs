@@ -118,9 +118,14 @@ impl Server {
     }
 
     /// Ctrl-C, as a person stops it; waits for the exit.
-    fn stop(mut self) {
+    fn stop(self) {
+        self.stop_with("-INT");
+    }
+
+    /// Sends `signal` (as `kill` names it); waits for the exit, which must be a clean one.
+    fn stop_with(mut self, signal: &str) {
         let status = Command::new("kill")
-            .args(["-INT", &self.child.id().to_string()])
+            .args([signal, &self.child.id().to_string()])
             .status()
             .unwrap();
         assert!(status.success());
@@ -417,7 +422,9 @@ fn the_banner_is_on_stdout_with_the_dashboard_and_the_connection_string_command(
     );
     let said: Vec<String> = again.stderr.try_iter().collect();
     assert!(said.is_empty(), "{said:?}");
-    again.stop();
+    // SIGTERM (`docker stop`, systemd) stops it as cleanly as Ctrl-C.
+    again.stop_with("-TERM");
+    assert!(!d.join("server.json").exists(), "a clean stop removes it");
 }
 
 /// A raw HTTP/1.1 request; the status line of the answer.
