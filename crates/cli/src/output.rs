@@ -58,7 +58,8 @@ fn property_json(value: &PropertyValue) -> Value {
     }
 }
 
-fn uuid_text(u: &[u8; 16]) -> String {
+/// A UUID's 16 bytes in its text form (8-4-4-4-12 hexadecimal digits).
+pub fn uuid_text(u: &[u8; 16]) -> String {
     let hex: String = u.iter().map(|b| format!("{b:02x}")).collect();
     format!(
         "{}-{}-{}-{}-{}",

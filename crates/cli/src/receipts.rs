@@ -70,17 +70,11 @@ impl Marker {
     /// Gives every event without a message id one.
     pub fn mark(&mut self, events: &mut [EventData]) {
         for event in events.iter_mut().filter(|e| e.message_id.is_none()) {
-            let n = self.next;
+            let mut id = [0u8; 16];
+            id[..8].copy_from_slice(&self.run.to_be_bytes());
+            id[8..].copy_from_slice(&self.next.to_be_bytes());
             self.next += 1;
-            let hex = format!("{:016x}{n:016x}", self.run);
-            event.message_id = Some(format!(
-                "{}-{}-{}-{}-{}",
-                &hex[..8],
-                &hex[8..12],
-                &hex[12..16],
-                &hex[16..20],
-                &hex[20..]
-            ));
+            event.message_id = Some(crate::output::uuid_text(&id));
         }
     }
 }

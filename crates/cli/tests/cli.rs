@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 mod common;
-use common::{run, run_err, run_ok, run_with_stdin, tributary};
+use common::{lines_of, run, run_err, run_ok, run_with_stdin, tributary, wait_for_line};
 
 #[test]
 fn hubs_and_groups_from_the_command_line() {
@@ -1102,33 +1102,6 @@ fn serve_on_free_ports(d: &Path) -> (Reaped, u16) {
     (Reaped(child), amqp.port())
 }
 
-/// Lines of a child's pipe, delivered as they come.
-fn lines_of(pipe: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    rx
-}
-
-/// The lines up to the first containing `wanted`, failing after 30 s.
-fn wait_for_line(lines: &std::sync::mpsc::Receiver<String>, wanted: &str) -> Vec<String> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let mut seen = Vec::new();
-    while !seen.last().is_some_and(|l: &String| l.contains(wanted)) {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        match lines.recv_timeout(left) {
-            Ok(line) => seen.push(line),
-            Err(_) => panic!("no {wanted:?} within 30 s; saw {seen:?}"),
-        }
-    }
-    seen
-}
-
 #[test]
 fn a_follower_finds_its_server_again_on_other_ports() {
     let dir = tempfile::tempdir().unwrap();
@@ -1169,15 +1142,15 @@ fn a_follower_finds_its_server_again_on_other_ports() {
     };
     let sent = run_with_stdin(d, &["send", "h", "-p", "0"], "two\n");
     assert!(sent.status.success(), "{sent:?}");
-    let printed = wait_for_line(&stdout, "two");
-    assert_eq!(printed, ["two"]);
-    let said = wait_for_line(&stderr, "reconnected");
-    let reconnecting = said.iter().filter(|l| l.contains("reconnecting")).count();
+    let printed = wait_for_line(&stdout, "two", "the follower");
+    assert_eq!(printed, "two\n");
+    let said = wait_for_line(&stderr, "reconnected", "the follower");
+    let reconnecting = said.lines().filter(|l| l.contains("reconnecting")).count();
     assert_eq!(
         reconnecting, 1,
         "one line for the connection, not one per partition: {said:?}"
     );
-    let last = said.last().unwrap();
+    let last = said.lines().last().unwrap();
     assert!(last.ends_with(&format!(":{second_port}")), "{said:?}");
     drop(follower);
 }

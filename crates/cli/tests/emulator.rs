@@ -4,16 +4,15 @@
 //! works from the official Python and JavaScript SDKs. The servers listen on free ports (port 0)
 //! so a test never takes 5672 or 5300.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 mod common;
-use common::{run_ok, tributary};
+use common::{lines_of, run_ok, tributary, wait_for_line};
 
 /// A Config.json as the emulator's sample writes it (a string partition count, a consumer
 /// group, logging settings), with a second entity as Aspire writes them (a number, no groups).
@@ -73,7 +72,7 @@ impl Server {
             .spawn()
             .unwrap();
         let lines = lines_of(child.stdout.take().unwrap());
-        let banner = wait_for_line(&lines, "press Ctrl-C");
+        let banner = wait_for_line(&lines, "press Ctrl-C", "serve");
         let errors = lines_of(child.stderr.take().unwrap());
         // What it wrote to stderr before the banner was out (the warning comes first thing).
         let warnings: String =
@@ -122,37 +121,6 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-fn lines_of(pipe: impl Read + Send + 'static) -> Receiver<String> {
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(pipe).lines() {
-            let Ok(line) = line else { return };
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    rx
-}
-
-fn wait_for_line(lines: &Receiver<String>, wanted: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut seen = String::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match lines.recv_timeout(left) {
-            Ok(line) => {
-                seen.push_str(&line);
-                seen.push('\n');
-                if line.contains(wanted) {
-                    return seen;
-                }
-            }
-            Err(_) => panic!("serve: no line with {wanted:?}; saw:\n{seen}"),
-        }
     }
 }
 

@@ -1,16 +1,16 @@
 //! What a newcomer tripped over (issue 17, point 4), and the CLI on a running hub (point 3):
 //! the `tributary` binary run as a user runs it.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc::{Receiver, channel};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 mod common;
-use common::{run_with_stdin, tributary};
+use common::{lines_of, run_with_stdin, tributary, wait_for_line};
 
 fn ok(out: &Output, what: &str) -> String {
     assert!(
@@ -44,39 +44,6 @@ fn partitions_received(data: &Path, extra: &[&str]) -> Vec<String> {
             v["partition"].as_str().unwrap().to_owned()
         })
         .collect()
-}
-
-/// Lines of a child's pipe, delivered as they come.
-fn lines_of(pipe: impl std::io::Read + Send + 'static) -> Receiver<String> {
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(pipe).lines() {
-            let Ok(line) = line else { return };
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    rx
-}
-
-/// Waits for a line containing `wanted`; returns everything read up to it.
-fn wait_for_line(lines: &Receiver<String>, wanted: &str, what: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut seen = String::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match lines.recv_timeout(left) {
-            Ok(line) => {
-                seen.push_str(&line);
-                seen.push('\n');
-                if line.contains(wanted) {
-                    return seen;
-                }
-            }
-            Err(_) => panic!("{what}: no line with {wanted:?} in 30 s; saw:\n{seen}"),
-        }
-    }
 }
 
 /// A `tributary serve`, stopped (SIGKILL) when dropped.

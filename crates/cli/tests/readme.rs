@@ -15,13 +15,14 @@
 //! person would stop them. What cannot run in a test is in [`SKIPPED`] with the reason.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+
+mod common;
+use common::{lines_of, wait_for};
 
 /// README commands the test does not run, by how they start, and why.
 const SKIPPED: &[(&str, &str)] = &[
@@ -164,7 +165,12 @@ impl Flow {
         let script = format!("exec {args}");
         let mut child = self.shell(&script).stdout(Stdio::piped()).spawn().unwrap();
         let lines = lines_of(child.stdout.take().unwrap());
-        let banner = wait_for(&lines, |l| l.contains("press Ctrl-C"), "serve's banner");
+        let banner = wait_for(
+            &lines,
+            |l| l.contains("press Ctrl-C"),
+            SHOWN_WITHIN,
+            "serve's banner",
+        );
         std::thread::spawn(move || lines.iter().count());
         let record = std::fs::read_to_string(self.dir.join("tributary-data/server.json")).unwrap();
         let record: Value = serde_json::from_str(&record).unwrap();
@@ -191,36 +197,6 @@ impl Flow {
         interrupt(&server.child);
         let status = server.child.wait().unwrap();
         assert!(status.success(), "serve stopped with {status}");
-    }
-}
-
-/// Lines of a child's pipe, delivered as they come.
-fn lines_of(pipe: impl std::io::Read + Send + 'static) -> Receiver<String> {
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    rx
-}
-
-/// Reads lines until one satisfies `done`, failing after [`SHOWN_WITHIN`]; everything read.
-fn wait_for(lines: &Receiver<String>, done: impl Fn(&str) -> bool, what: &str) -> String {
-    let deadline = Instant::now() + SHOWN_WITHIN;
-    let mut seen = String::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = lines
-            .recv_timeout(left)
-            .unwrap_or_else(|_| panic!("{what}: not shown within {SHOWN_WITHIN:?}; saw:\n{seen}"));
-        seen.push_str(&line);
-        seen.push('\n');
-        if done(&line) {
-            return seen;
-        }
     }
 }
 
@@ -532,7 +508,12 @@ fn process(flow: &mut Flow, command: &str) {
     } else {
         // `--action count` prints its counts on stderr every few seconds.
         let all = format!("processed {total} events");
-        wait_for(&stderr, |l| l.starts_with(&all), &format!("`{command}`"));
+        wait_for(
+            &stderr,
+            |l| l.starts_with(&all),
+            SHOWN_WITHIN,
+            &format!("`{command}`"),
+        );
     }
     interrupt(&child);
     let status = child.wait().unwrap();

@@ -2,9 +2,11 @@
 // Each test binary includes this module and uses a part of it.
 #![allow(dead_code)]
 
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
 
 /// `tributary ARGS…` on the data directory DATA (given as TRIBUTARY_DATA_DIR, which the
 /// commands that take no data directory ignore, where they refuse `--data-dir`), not yet started.
@@ -66,4 +68,50 @@ pub(crate) fn replicator(task: &Path, host: &str) -> tokio::process::Child {
         .kill_on_drop(true)
         .spawn()
         .expect("tributary replicate starts")
+}
+
+/// Lines of a child's pipe, delivered as they come.
+pub(crate) fn lines_of(pipe: impl std::io::Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// Reads lines until one satisfies `done`, failing after `within`; everything read, a line
+/// each (`what` names the program in the failure).
+pub(crate) fn wait_for(
+    lines: &Receiver<String>,
+    done: impl Fn(&str) -> bool,
+    within: Duration,
+    what: &str,
+) -> String {
+    let deadline = Instant::now() + within;
+    let mut seen = String::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = lines
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("{what}: nothing done within {within:?}; saw:\n{seen}"));
+        seen.push_str(&line);
+        seen.push('\n');
+        if done(&line) {
+            return seen;
+        }
+    }
+}
+
+/// [`wait_for`] a line containing `wanted`, for at most a minute.
+pub(crate) fn wait_for_line(lines: &Receiver<String>, wanted: &str, what: &str) -> String {
+    wait_for(
+        lines,
+        |line| line.contains(wanted),
+        Duration::from_secs(60),
+        what,
+    )
 }
