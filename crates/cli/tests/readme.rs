@@ -486,13 +486,15 @@ fn follow(flow: &mut Flow, command: &str) {
 
 /// `process …`: a processor instance does its action until Ctrl-C, and then stops cleanly.
 fn process(flow: &mut Flow, command: &str) {
+    // Counted before the processor starts: its epoch receivers then refuse plain ones in its
+    // consumer group, which `receive` would use for `$Default`.
+    let total = hub_events(flow);
     let mut child = flow
         .shell(&format!("exec {command}"))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let stderr = lines_of(child.stderr.take().unwrap());
-    let total = hub_events(flow);
     if command.contains("--action file") {
         let out = flow.dir.join("out");
         let deadline = Instant::now() + SHOWN_WITHIN;
