@@ -205,3 +205,44 @@ impl Drop for Receiver {
             .close_receiver(&self.group, self.partition, self.id);
     }
 }
+
+/// Frees a receiver's place — its epoch and its share of the five-receiver quota — when it is
+/// dropped, even while a task still holds the [`Receiver`] itself: a front door whose link is
+/// gone gives the place back at once, so the client's next receiver is not refused for a
+/// receiver that is only winding down. Freeing twice (here and when the receiver is dropped) is
+/// harmless.
+pub struct ReceiverPlace {
+    hub: Arc<Hub>,
+    group: String,
+    partition: u32,
+    id: ReceiverId,
+}
+
+impl Receiver {
+    /// The token that frees this receiver's place when dropped (see [`ReceiverPlace`]).
+    pub fn place(&self) -> ReceiverPlace {
+        ReceiverPlace {
+            hub: self.hub.clone(),
+            group: self.group.clone(),
+            partition: self.partition,
+            id: self.id,
+        }
+    }
+}
+
+impl std::fmt::Debug for ReceiverPlace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReceiverPlace")
+            .field("hub", &self.hub.name())
+            .field("group", &self.group)
+            .field("partition", &self.partition)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for ReceiverPlace {
+    fn drop(&mut self) {
+        self.hub
+            .close_receiver(&self.group, self.partition, self.id);
+    }
+}

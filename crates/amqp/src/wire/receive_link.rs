@@ -173,6 +173,7 @@ pub(crate) fn attach(
         allowed,
         disconnect: receiver.disconnect_watch(),
         _gone: gone,
+        _place: receiver.place(),
     };
     let runtime_metric = request.runtime_metric;
     let pump = Pump {
@@ -210,6 +211,9 @@ pub(crate) struct ReceiveLinkHandle {
     disconnect: DisconnectWatch,
     /// Dropped with the handle: the task stops.
     _gone: oneshot::Sender<()>,
+    /// Dropped with the handle (the link is gone): the receiver's place is free at once, before
+    /// the task has stopped, so the client's next receiver is counted without it.
+    _place: tributary_broker::ReceiverPlace,
 }
 
 impl ReceiveLinkHandle {
