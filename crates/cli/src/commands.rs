@@ -208,9 +208,8 @@ async fn send_input(
             bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
         }
         let line = line.with_context(|| format!("line {line_no}: cannot read"))?;
-        let mut event = parse_checked(&line, args, defaults, &spreader).map_err(|e| {
-            anyhow::anyhow!("line {line_no}: {e}; the {sent} events before it were sent")
-        })?;
+        let mut event = parse_checked(&line, args, defaults, &spreader)
+            .map_err(|e| anyhow::anyhow!("line {line_no}: {e}; {}", sent_before_it(sent)))?;
         event.target = spreader.route(event.target);
         if let Some(batch) = batcher.push(line_no, event) {
             sent += send_batch(hub, batch, args.receipts, &mut out, sent).await?;
@@ -231,6 +230,15 @@ async fn send_input(
     Ok(())
 }
 
+/// What a failed `send` had already done: how many events before the failure were sent.
+fn sent_before_it(sent: u64) -> String {
+    match sent {
+        0 => "nothing before it was sent".to_owned(),
+        1 => "the event before it was sent".to_owned(),
+        n => format!("the {n} events before it were sent"),
+    }
+}
+
 async fn send_batch(
     hub: &HubHandle,
     batch: Batch,
@@ -245,7 +253,8 @@ async fn send_batch(
         .await
         .map_err(|e| {
             anyhow::anyhow!(
-                "the batch ending at line {last_line} was refused: {e:#}; the {sent_before} events before it were sent"
+                "the batch ending at line {last_line} was refused: {e:#}; {}",
+                sent_before_it(sent_before)
             )
         })?;
     for receipt in &found {
@@ -253,4 +262,16 @@ async fn send_batch(
     }
     out.flush()?;
     Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sent_before_it;
+
+    #[test]
+    fn what_was_sent_before_a_failure_agrees_with_its_number() {
+        assert_eq!(sent_before_it(0), "nothing before it was sent");
+        assert_eq!(sent_before_it(1), "the event before it was sent");
+        assert_eq!(sent_before_it(7), "the 7 events before it were sent");
+    }
 }
