@@ -6,13 +6,13 @@
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 mod common;
-use common::{lines_of, run_ok, tributary, wait_for_line};
+use common::{run_ok, start_serve, tributary};
 
 /// A Config.json as the emulator's sample writes it (a string partition count, a consumer
 /// group, logging settings), with a second entity as Aspire writes them (a number, no groups).
@@ -64,23 +64,14 @@ struct Server {
 
 impl Server {
     fn start(data: &Path, extra: &[&str]) -> Server {
-        let mut args = vec!["serve", "--amqp-port", "0", "--http-port", "0"];
-        args.extend_from_slice(extra);
-        let mut child = tributary(data, &args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let lines = lines_of(child.stdout.take().unwrap());
-        let banner = wait_for_line(&lines, "press Ctrl-C", "serve");
-        let errors = lines_of(child.stderr.take().unwrap());
+        let args = [&["--amqp-port", "0", "--http-port", "0"], extra].concat();
+        let (child, banner, errors) = start_serve(data, &args);
         // What it wrote to stderr before the banner was out (the warning comes first thing).
         let warnings: String =
             std::iter::from_fn(|| errors.recv_timeout(Duration::from_millis(200)).ok())
                 .map(|line| line + "\n")
                 .collect();
-        // Keep draining both so the server never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
+        // Keep draining stderr so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in errors {});
         Server {
             child,

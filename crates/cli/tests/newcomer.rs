@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 mod common;
-use common::{lines_of, run_with_stdin, tributary, wait_for_line};
+use common::{lines_of, run_with_stdin, start_serve, tributary, wait_for_line};
 
 fn ok(out: &Output, what: &str) -> String {
     assert!(
@@ -57,16 +57,8 @@ struct Server {
 
 impl Server {
     fn start(data: &Path, extra: &[&str]) -> Server {
-        let mut args = vec!["serve", "--hub", "h", "--partitions", "4"];
-        args.extend_from_slice(extra);
-        let mut child = tributary(data, &args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = lines_of(child.stdout.take().unwrap());
-        let stderr = lines_of(child.stderr.take().unwrap());
-        let banner = wait_for_line(&stdout, "press Ctrl-C", "serve");
+        let args = [&["--hub", "h", "--partitions", "4"], extra].concat();
+        let (child, banner, stderr) = start_serve(data, &args);
         Server {
             child,
             banner,

@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant};
 
@@ -114,4 +114,20 @@ pub(crate) fn wait_for_line(lines: &Receiver<String>, wanted: &str, what: &str) 
         Duration::from_secs(60),
         what,
     )
+}
+
+/// `tributary serve ARGS…` on `data`, up once its banner says "press Ctrl-C": the child, the
+/// banner (its standard output up to then, which goes on being drained), and its standard error
+/// line by line.
+pub(crate) fn start_serve(data: &Path, args: &[&str]) -> (Child, String, Receiver<String>) {
+    let mut child = tributary(data, &[&["serve"], args].concat())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = lines_of(child.stdout.take().unwrap());
+    let stderr = lines_of(child.stderr.take().unwrap());
+    let banner = wait_for_line(&stdout, "press Ctrl-C", "serve");
+    std::thread::spawn(move || for _ in stdout {});
+    (child, banner, stderr)
 }
