@@ -1,9 +1,11 @@
-//! Kafka door target: a request frame as an unauthenticated connection's first bytes reach the
-//! door (`tributary_kafka::request::decode`), and a SASL login carried in it.
-//!
-//! Only the requests answered before SASL are decoded here: the codec's decoders of the other
-//! APIs size vectors by claimed element counts (see `tributary_kafka`'s "Known gap"), which a
-//! fuzzer finds at once; their target waits for the codec release that bounds them.
+//! Kafka door targets, each a request frame as it reaches the door
+//! (`tributary_kafka::request::decode`):
+//! - `kafka_request`: an unauthenticated connection's first bytes, and a SASL login carried in
+//!   them;
+//! - `kafka_authenticated`: any request of an authenticated connection, and a Produce's record
+//!   batches through `tributary_kafka::batches::events`. The codec reserves memory for claimed
+//!   element counts; the door's bounded probe must stop every claim beyond the bytes before the
+//!   codec sees it (a failed reservation aborts the fuzzer, so it finds one at once).
 
 use bytes::Bytes;
 use kafka_protocol::messages::RequestKind;
@@ -52,6 +54,29 @@ pub fn request(data: &[u8]) {
     }
 }
 
+/// A frame (without its length prefix) decoded after authentication; a Produce's record
+/// batches become events or an error code, and an accepted event is within the record limit.
+pub fn authenticated(data: &[u8]) {
+    let Ok(decoded) = request::decode(Bytes::copy_from_slice(data), true) else {
+        return;
+    };
+    let correlation = i32::from_be_bytes(data[4..8].try_into().expect("a decoded header"));
+    assert_eq!(decoded.correlation_id, correlation);
+    let Body::Decoded(body) = decoded.body else {
+        return;
+    };
+    if let RequestKind::Produce(produce) = *body {
+        for partition in produce.topic_data.into_iter().flat_map(|t| t.partition_data) {
+            if let Ok(events) = tributary_kafka::batches::events(partition.records) {
+                assert!(!events.is_empty(), "an accepted batch holds events");
+                for event in events {
+                    assert!(event.body.len() <= tributary_kafka::limits::RECORD_BYTES_MAX);
+                }
+            }
+        }
+    }
+}
+
 /// The `SharedAccessKey` a PLAIN login's password claims, when long enough to be told apart
 /// from the refusal's own words.
 fn claimed_key(auth: &[u8]) -> Option<&str> {
@@ -64,6 +89,28 @@ fn claimed_key(auth: &[u8]) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_authenticated_seeds_decode_and_the_produce_seed_holds_an_event() {
+        let seeds = crate::seeds::seeds("kafka_authenticated");
+        assert!(seeds.len() >= 4);
+        for seed in &seeds {
+            let decoded = request::decode(Bytes::copy_from_slice(seed), true);
+            assert!(decoded.is_ok(), "{decoded:?}");
+        }
+        let Ok(request::Request {
+            body: Body::Decoded(body),
+            ..
+        }) = request::decode(Bytes::copy_from_slice(&seeds[0]), true)
+        else {
+            panic!("the produce seed decodes");
+        };
+        let RequestKind::Produce(produce) = *body else {
+            panic!("the first seed is a Produce");
+        };
+        let records = produce.topic_data[0].partition_data[0].records.clone();
+        assert_eq!(tributary_kafka::batches::events(records).map(|e| e.len()), Ok(2));
+    }
 
     #[test]
     fn the_seeds_reach_the_decoders_and_the_good_login_logs_in() {

@@ -107,6 +107,10 @@ pub const TARGETS: &[Target] = &[
         function: kafka::request,
     },
     Target {
+        name: "kafka_authenticated",
+        function: kafka::authenticated,
+    },
+    Target {
         name: "log_batch",
         function: log::batch,
     },

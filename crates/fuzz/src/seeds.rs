@@ -32,6 +32,7 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "edit_json" => edit_bodies(),
         "http_signature" => signatures(),
         "kafka_request" => kafka_requests(),
+        "kafka_authenticated" => kafka_authenticated_requests(),
         "log_batch" => batches(),
         "eventhubs_send" | "log_recovery" => carved(),
         _ => Vec::new(),
@@ -368,5 +369,107 @@ fn kafka_requests() -> Vec<Vec<u8>> {
         login,
         flexible_login,
         metadata,
+    ]
+}
+
+/// A request frame (without its length prefix) as the codec encodes it.
+fn kafka_frame<R: kafka_protocol::protocol::Encodable>(
+    key: kafka_protocol::messages::ApiKey,
+    version: i16,
+    request: &R,
+) -> Vec<u8> {
+    use kafka_protocol::messages::RequestHeader;
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+    let mut buf = bytes::BytesMut::new();
+    RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(11)
+        .with_client_id(Some(StrBytes::from_static_str("rdkafka")))
+        .encode(&mut buf, key.request_header_version(version))
+        .expect("a header encodes");
+    request.encode(&mut buf, version).expect("a request encodes");
+    buf.to_vec()
+}
+
+/// What an authenticated client sends: a Produce with a record batch of two records (key,
+/// headers), a Fetch, a Metadata and a ListOffsets, at the versions librdkafka 2.x uses.
+fn kafka_authenticated_requests() -> Vec<Vec<u8>> {
+    use kafka_protocol::messages::{self, ApiKey, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    let topic = || TopicName(StrBytes::from_static_str("orders"));
+    let record = |i: i64| Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: i,
+        sequence: -1,
+        timestamp: 1_700_000_000_000 + i,
+        key: Some(bytes::Bytes::from_static(b"device-1")),
+        value: Some(bytes::Bytes::from_static(b"{\"reading\":21.5}")),
+        headers: [("source".into(), Some(bytes::Bytes::from_static(b"fuzz")))]
+            .into_iter()
+            .collect(),
+    };
+    let mut batch = bytes::BytesMut::new();
+    let options = RecordEncodeOptions {
+        version: 2,
+        compression: Compression::None,
+    };
+    RecordBatchEncoder::encode(&mut batch, [&record(0), &record(1)], &options)
+        .expect("a batch encodes");
+    let partition = messages::produce_request::PartitionProduceData::default()
+        .with_index(0)
+        .with_records(Some(batch.freeze()));
+    let produce = messages::ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![
+            messages::produce_request::TopicProduceData::default()
+                .with_name(topic())
+                .with_partition_data(vec![partition]),
+        ]);
+    let fetch_partition = messages::fetch_request::FetchPartition::default()
+        .with_partition(0)
+        .with_fetch_offset(0)
+        .with_partition_max_bytes(1 << 20);
+    let fetch = messages::FetchRequest::default()
+        .with_max_wait_ms(500)
+        .with_min_bytes(1)
+        .with_max_bytes(50 << 20)
+        .with_topics(vec![
+            messages::fetch_request::FetchTopic::default()
+                .with_topic(topic())
+                .with_partitions(vec![fetch_partition]),
+        ]);
+    let metadata = messages::MetadataRequest::default().with_topics(Some(vec![
+        messages::metadata_request::MetadataRequestTopic::default().with_name(Some(topic())),
+    ]));
+    let list_offsets = messages::ListOffsetsRequest::default()
+        .with_replica_id(messages::BrokerId(-1))
+        .with_topics(vec![
+            messages::list_offsets_request::ListOffsetsTopic::default()
+                .with_name(topic())
+                .with_partitions(vec![
+                    messages::list_offsets_request::ListOffsetsPartition::default()
+                        .with_partition_index(0)
+                        .with_timestamp(-2),
+                ]),
+        ]);
+    vec![
+        kafka_frame(ApiKey::Produce, 9, &produce),
+        kafka_frame(ApiKey::Produce, 3, &produce),
+        kafka_frame(ApiKey::Fetch, 12, &fetch),
+        kafka_frame(ApiKey::Fetch, 4, &fetch),
+        kafka_frame(ApiKey::Metadata, 12, &metadata),
+        kafka_frame(ApiKey::Metadata, 4, &metadata),
+        kafka_frame(ApiKey::ListOffsets, 7, &list_offsets),
     ]
 }

@@ -20,7 +20,7 @@ use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use tributary_event::EventData;
 
 use crate::limits::{DECOMPRESSED_BATCH_BYTES_MAX, RECORD_BYTES_MAX};
-use crate::mapping;
+use crate::{bounded, mapping};
 
 /// The events a partition's record batches hold (see [`crate::mapping`]), or the error code.
 pub fn events(records: Option<Bytes>) -> Result<Vec<EventData>, i16> {
@@ -39,16 +39,28 @@ pub fn events(records: Option<Bytes>) -> Result<Vec<EventData>, i16> {
             return Err(ResponseError::UnsupportedCompressionType.code());
         }
     }
+    // The record decoder reserves the batch's claimed record count and each record's claimed
+    // header count before reading them: each decompressed section is checked against its
+    // claims first (`crate::bounded`). Batches are decoded in the order `batches` lists them.
+    let next_batch = std::cell::Cell::new(0usize);
+    let checked_decompress = |compressed: &mut Bytes, compression: Compression| {
+        let section = decompress(compressed, compression)?;
+        let claimed = batches.get(next_batch.get()).map_or(-1, |b| b.record_count);
+        next_batch.set(next_batch.get() + 1);
+        bounded::check_records(&section, claimed)?;
+        Ok(section)
+    };
     let mut events = Vec::new();
     while !bytes.is_empty() {
-        let set = RecordBatchDecoder::decode_with_custom_compression(&mut bytes, Some(decompress))
-            .map_err(|e| {
-                if e.downcast_ref::<TooLarge>().is_some() {
-                    ResponseError::MessageTooLarge.code()
-                } else {
-                    corrupt
-                }
-            })?;
+        let set =
+            RecordBatchDecoder::decode_with_custom_compression(&mut bytes, Some(checked_decompress))
+                .map_err(|e| {
+                    if e.downcast_ref::<TooLarge>().is_some() {
+                        ResponseError::MessageTooLarge.code()
+                    } else {
+                        corrupt
+                    }
+                })?;
         for record in set.records {
             if mapping::record_bytes(&record) > RECORD_BYTES_MAX {
                 return Err(ResponseError::MessageTooLarge.code());

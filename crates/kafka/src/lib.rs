@@ -27,24 +27,23 @@
 //!   login only ApiVersions and SASL are answered, within a deadline and a byte allowance, and
 //!   connections are capped in total and per address ([`limits`]).
 //! - A request that does not decode closes its connection; a bad record batch is an error code
-//!   for its partition (see the known gap below for what the codec itself may do).
+//!   for its partition (see below for how the codec's allocations are bounded).
 //! - A produce is acknowledged only once stored; no key or token is ever logged.
 //!
-//! # Known gap: the codec's up-front allocations
+//! # The codec's up-front allocations
 //! `kafka-protocol` 0.18.0 sizes a vector by the element count a request claims before reading
 //! any element (`Array`/`CompactArray` decoding, a record batch's record count, a record's
-//! header count): a few bytes claiming two billion elements make it ask for tens of gigabytes,
-//! and a failed allocation aborts the process. Upstream has the fix under review (bound the
-//! count by the bytes left: kafka-protocol-rs pull requests 152, 156, 161 and 200). Until a
-//! release carries it, only connections that have authenticated reach those decoders (the
-//! requests answered before SASL — ApiVersions, SaslHandshake, SaslAuthenticate — have no
-//! arrays). The fuzz target `kafka_request` (`crates/fuzz`) covers that unauthenticated
-//! surface through [`request::decode`]; fuzzing the other APIs waits for that release, since it
-//! would find this at once.
+//! header count): a few bytes claiming two billion elements would make it ask for tens of
+//! gigabytes, and a failed allocation aborts the process. The door keeps every claim within
+//! the bytes that carry it before the codec sees it: request bodies through a bounded probe
+//! ([`bounded`]), record batches through a check of their records ([`batches`]). The fuzz
+//! targets `kafka_request` and `kafka_authenticated` (`crates/fuzz`) run [`request::decode`]
+//! as the door does, before and after a login.
 
 #![forbid(unsafe_code)]
 
 pub mod batches;
+pub mod bounded;
 mod connection;
 pub mod error;
 mod fetch;
