@@ -67,9 +67,8 @@ WORKDIR /data
 ENV TRIBUTARY_DATA_DIR=/data
 VOLUME /data
 # 5672: AMQP (the Azure Event Hubs SDKs). 5300: the HTTP door with GET /health (with
-# --emulator-compat; 8080 without it). The emulator's third port, 9092 (Kafka), is reserved for
-# Tributary's Kafka door, which `serve` does not open yet: it is not exposed here.
-EXPOSE 5672 5300
+# --emulator-compat; 8080 without it). 9092: Kafka clients (SASL_PLAINTEXT), as the emulator's.
+EXPOSE 5672 5300 9092
 # `serve` stops cleanly (listeners closed, partitions synced) on SIGINT, its Ctrl-C, as on
 # SIGTERM; the smoke test stops it with SIGINT.
 STOPSIGNAL SIGINT

@@ -261,6 +261,10 @@ pub struct ServeArgs {
     /// read, write and delete.
     #[arg(long, help_heading = SERVE_ACCESS_HEADING)]
     pub http_unauthenticated: bool,
+    /// Serve Kafka clients without SASL, with every right. For development only: anyone who
+    /// can reach the Kafka port can read, write and delete.
+    #[arg(long, help_heading = SERVE_ACCESS_HEADING)]
+    pub kafka_unauthenticated: bool,
     /// Throttle the HTTP API as OCI Streaming does (5 GetMessages/s per reader, 1 MiB/s put
     /// per partition; beyond that, 429).
     #[arg(long, help_heading = SERVE_LIMITS_HEADING)]
@@ -280,6 +284,18 @@ pub struct ServeArgs {
     /// The HTTPS port of the HTTP front door, with --tls-cert.
     #[arg(long, default_value_t = 8443, help_heading = SERVE_PORTS_HEADING)]
     pub https_port: u16,
+    /// The Kafka front door's port (Kafka clients, SASL_PLAINTEXT, as Event Hubs' Kafka
+    /// endpoint); 0 picks a free one.
+    #[arg(long, env = "TRIBUTARY_KAFKA_PORT", default_value_t = 9092, help_heading = SERVE_PORTS_HEADING)]
+    pub kafka_port: u16,
+    /// The Kafka front door's SASL_SSL port, with --tls-cert (9093, as Event Hubs').
+    #[arg(long, env = "TRIBUTARY_KAFKA_TLS_PORT", default_value_t = 9093, help_heading = SERVE_PORTS_HEADING)]
+    pub kafka_tls_port: u16,
+    /// The host Kafka clients are told to connect to after bootstrapping (Kafka's advertised
+    /// listener): a name or address they can reach, e.g. a container's network alias
+    /// [default: the --listen address; localhost when it is 0.0.0.0 or ::].
+    #[arg(long, value_name = "HOST", help_heading = SERVE_PORTS_HEADING)]
+    pub kafka_advertised_host: Option<String>,
     /// With --tls-cert, keep the plain AMQP and HTTP ports open as well (for the SDKs'
     /// emulator mode on this machine).
     #[arg(long, requires = "tls_cert", help_heading = SERVE_TLS_HEADING)]
@@ -296,7 +312,8 @@ pub struct ServeArgs {
     #[arg(long, value_parser = parse_duration_ms, help_heading = SERVE_LIMITS_HEADING)]
     pub amqp_handshake_timeout: Option<i64>,
     /// How long an AMQP connection may stay unauthenticated (no token put on $cbs, no SASL
-    /// PLAIN login), counted from its accept [default: 30s].
+    /// PLAIN login), counted from its accept; a Kafka connection has as long for its TLS
+    /// handshake and SASL login [default: 30s].
     #[arg(long, value_parser = parse_duration_ms, help_heading = SERVE_LIMITS_HEADING)]
     pub amqp_auth_timeout: Option<i64>,
     /// How long an HTTP client has to send a request's headers (also the idle time allowed

@@ -15,6 +15,7 @@ mod bench_replicate;
 mod bench_silent;
 mod commands;
 mod demo;
+mod doors;
 mod emulator;
 mod failover;
 mod failover_translate;

@@ -28,6 +28,10 @@ pub struct Listeners {
     pub http: Option<SocketAddr>,
     /// HTTPS.
     pub https: Option<SocketAddr>,
+    /// Kafka over TCP (SASL_PLAINTEXT).
+    pub kafka: Option<SocketAddr>,
+    /// Kafka over TLS (SASL_SSL).
+    pub kafka_tls: Option<SocketAddr>,
 }
 
 fn path(data_dir: &Path) -> PathBuf {
@@ -43,6 +47,8 @@ pub fn write(data_dir: &Path, listeners: &Listeners) -> Result<()> {
         "amqps": addr(listeners.amqps),
         "http": addr(listeners.http),
         "https": addr(listeners.https),
+        "kafka": addr(listeners.kafka),
+        "kafka_tls": addr(listeners.kafka_tls),
     })
     .to_string();
     let temporary = data_dir.join(format!("{SERVER_FILE}.tmp"));
@@ -86,6 +92,8 @@ fn parse(text: &str) -> Option<Listeners> {
         amqps: addr("amqps"),
         http: addr("http"),
         https: addr("https"),
+        kafka: addr("kafka"),
+        kafka_tls: addr("kafka_tls"),
     })
 }
 

@@ -1,9 +1,11 @@
 //! `tributary serve` (the hub and its front doors until Ctrl-C or SIGTERM) and `tributary cert` (a
 //! development authority and server certificate for its TLS doors).
 //!
-//! Without a certificate the doors are plain: AMQP on --amqp-port (the SDKs' emulator mode) and
-//! HTTP on --http-port. With --tls-cert/--tls-key they are AMQPS on --amqps-port and HTTPS on
-//! --https-port, and the plain ones open only with --plain.
+//! Without a certificate the doors are plain: AMQP on --amqp-port (the SDKs' emulator mode),
+//! HTTP on --http-port and Kafka (SASL_PLAINTEXT) on --kafka-port. With --tls-cert/--tls-key
+//! they are AMQPS on --amqps-port, HTTPS on --https-port and Kafka's SASL_SSL on
+//! --kafka-tls-port, and the plain ones open only with --plain. [`crate::doors`] starts, lists
+//! and stops them all the same way.
 //!
 //! With --emulator-config it creates the hubs and groups of a Microsoft Event Hubs emulator
 //! configuration file instead of the default hub (see [`crate::emulator`]). With
@@ -20,24 +22,18 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use tributary_amqp::{AccessPolicies, AccessPolicy, AmqpConfig, RunningAmqpServer};
+use tributary_amqp::{AccessPolicies, AccessPolicy};
 use tributary_broker::{Broker, BrokerConfig, HubSpec};
-use tributary_http::{HttpConfig, RunningHttpServer};
 use tributary_tls::ServerTls;
 
 use crate::args::{CertArgs, GlobalArgs, ServeArgs};
+use crate::doors::{self, Door, Doors, Protocol};
 use crate::emulator::{self, EmulatorConfig};
 use crate::running;
 
 /// The log's own limit while front doors run: they enforce the 1 MiB protocol limits on what
 /// clients send; the log's check counts record framing and keys too, so it needs headroom.
 const FRONT_DOOR_EVENT_BYTES_MAX: u32 = 1024 * 1024 + 16 * 1024;
-
-/// The listeners `serve` runs, each with the URL scheme clients reach it by.
-struct Doors {
-    amqp: Vec<(&'static str, RunningAmqpServer)>,
-    http: Vec<(&'static str, RunningHttpServer)>,
-}
 
 /// `tributary serve`.
 pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
@@ -65,7 +61,7 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
         // For this run only: never saved, so a start without the flag refuses it.
         policies = policies.accepting_unsaved(AccessPolicy::emulator_well_known());
     }
-    let doors = match start_doors(global, args, &broker, policies, tls).await {
+    let doors = match doors::start(global, args, &broker, &policies, tls.as_ref()).await {
         Ok(doors) => doors,
         Err(e) => {
             if root.is_some() {
@@ -78,17 +74,12 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
     };
     // Listening before the banner says "press Ctrl-C", so a Ctrl-C right after it stops cleanly.
     let ctrl_c = listen_for_ctrl_c()?;
-    running::write(&global.data_dir, &listeners(&doors))?;
+    running::write(&global.data_dir, &doors.listeners())?;
     print_banner(global, args, &broker, &doors, root.as_ref())?;
     ctrl_c.await;
     eprintln!("stopping: closing listeners, syncing partitions");
     running::remove(&global.data_dir);
-    for (_, amqp) in doors.amqp {
-        amqp.shutdown().await;
-    }
-    for (_, http) in doors.http {
-        http.shutdown().await?;
-    }
+    doors.stop().await?;
     broker.shutdown().await?;
     Ok(())
 }
@@ -115,56 +106,19 @@ fn listen_for_ctrl_c() -> Result<impl Future<Output = ()>> {
     })
 }
 
-/// What `server.json` records: the addresses the doors really listen on.
-fn listeners(doors: &Doors) -> running::Listeners {
-    let mut listeners = running::Listeners {
-        pid: std::process::id(),
-        ..running::Listeners::default()
-    };
-    for (scheme, amqp) in &doors.amqp {
-        match *scheme {
-            "amqps" => listeners.amqps = Some(amqp.local_addr()),
-            _ => listeners.amqp = Some(amqp.local_addr()),
-        }
-    }
-    for (scheme, http) in &doors.http {
-        match *scheme {
-            "https" => listeners.https = Some(http.local_addr()),
-            _ => listeners.http = Some(http.local_addr()),
-        }
-    }
-    listeners
-}
-
-/// The doors' ports with the flags that set them, as `start_doors` will open them.
-fn requested_ports(args: &ServeArgs) -> Vec<(u16, &'static str)> {
-    let tls = args.tls_cert.is_some() && args.tls_key.is_some();
-    let plain = !tls || args.plain;
-    let mut ports = Vec::new();
-    if tls {
-        ports.push((args.amqps_port, "--amqps-port"));
-        ports.push((args.https_port, "--https-port"));
-    }
-    if plain {
-        ports.push((args.amqp_port, "--amqp-port"));
-        ports.push((args.http_port(), "--http-port"));
-    }
-    ports
-}
-
 /// Fails, naming every one of them, when ports the doors are to listen on are taken, before
 /// anything starts: a user sees all the flags to change at once, not one per attempt. The
 /// probes are closed again at once; a port taken in the moment between is still reported by
 /// the door that cannot bind it.
 fn check_ports_free(args: &ServeArgs) -> Result<()> {
-    let taken: Vec<String> = requested_ports(args)
+    let taken: Vec<String> = doors::requested(args)
         .into_iter()
-        .filter(|(port, _)| *port != 0)
-        .filter(|(port, _)| {
+        .filter(|(_, port)| *port != 0)
+        .filter(|(_, port)| {
             std::net::TcpListener::bind((args.listen, *port))
                 .is_err_and(|e| e.kind() == std::io::ErrorKind::AddrInUse)
         })
-        .map(|(port, flag)| format!("{port} ({flag})"))
+        .map(|(protocol, port)| format!("{port} ({})", protocol.port_flag()))
         .collect();
     let ports = match taken.as_slice() {
         [] => return Ok(()),
@@ -176,22 +130,6 @@ fn check_ports_free(args: &ServeArgs) -> Result<()> {
          named (0 picks a free port)",
         args.listen
     )
-}
-
-/// Adds what to do when a door's port is taken: the flag that moves it.
-fn explain_port_in_use(error: anyhow::Error, port: u16, flag: &str) -> anyhow::Error {
-    let in_use = error.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::AddrInUse)
-    });
-    if in_use {
-        error.context(format!(
-            "port {port} is in use (another `tributary serve`?); choose another with {flag} <port> (0 picks a free one)"
-        ))
-    } else {
-        error
-    }
 }
 
 /// Says, before anything else, that --emulator-compat accepts a key anyone knows.
@@ -277,161 +215,10 @@ async fn open_broker(global: &GlobalArgs, args: &ServeArgs) -> Result<Broker> {
     })
 }
 
-/// Starts the AMQP doors, then the HTTP doors (which carry AMQP over WebSockets to the first
-/// AMQP door): TLS ones with a certificate, plain ones without (or with --plain).
-async fn start_doors(
-    global: &GlobalArgs,
-    args: &ServeArgs,
-    broker: &Broker,
-    policies: AccessPolicies,
-    tls: Option<ServerTls>,
-) -> Result<Doors> {
-    let plain = tls.is_none() || args.plain;
-    let mut doors = Doors {
-        amqp: Vec::new(),
-        http: Vec::new(),
-    };
-    let mut amqp_listeners = Vec::new();
-    if let Some(tls) = &tls {
-        amqp_listeners.push(("amqps", args.amqps_port, Some(tls.clone())));
-    }
-    if plain {
-        amqp_listeners.push(("amqp", args.amqp_port, None));
-    }
-    for (scheme, port, tls) in amqp_listeners {
-        let mut config = AmqpConfig::new((args.listen, port).into(), policies.clone());
-        config.tls = tls;
-        let flag = if scheme == "amqps" {
-            "--amqps-port"
-        } else {
-            "--amqp-port"
-        };
-        config.limits = amqp_limits(args);
-        let amqp = tributary_amqp::start(broker.clone(), config)
-            .await
-            .with_context(|| format!("cannot start the {scheme} front door"))
-            .map_err(|e| explain_port_in_use(e, port, flag))?;
-        doors.amqp.push((scheme, amqp));
-    }
-    let mut http_listeners = Vec::new();
-    if let Some(tls) = &tls {
-        http_listeners.push(("https", args.https_port, Some(tls.clone())));
-    }
-    if plain {
-        http_listeners.push(("http", args.http_port(), None));
-    }
-    for (scheme, port, tls) in http_listeners {
-        let mut config = HttpConfig::new((args.listen, port).into(), http_auth(global, args)?);
-        if args.http_oci_rate_limits {
-            config.rate_limits = tributary_http::RateLimits::oci();
-        }
-        config.tls = tls;
-        config.admin_sas = Some(admin_sas(&policies));
-        config.limits = http_limits(args);
-        // AMQP over WebSockets (`/$servicebus/websocket`): the first AMQP door serves it; TLS,
-        // if any, is the WebSocket's.
-        config.websocket_amqp = doors
-            .amqp
-            .first()
-            .map(|(_, amqp)| amqp_over_websockets(amqp));
-        // Every HTTP listener serves the same server-side consumer groups.
-        let http = match doors.http.first() {
-            None => tributary_http::start(broker.clone(), config).await,
-            Some((_, first)) => {
-                let coordinator = first.coordinator().clone();
-                tributary_http::start_with_coordinator(broker.clone(), coordinator, config).await
-            }
-        };
-        let flag = if scheme == "https" {
-            "--https-port"
-        } else {
-            "--http-port"
-        };
-        let http = http
-            .with_context(|| format!("cannot start the {scheme} front door"))
-            .map_err(|e| explain_port_in_use(e, port, flag))?;
-        doors.http.push((scheme, http));
-    }
-    Ok(doors)
-}
-
-/// The admin API also takes a SAS token (Event Hubs' REST scheme) signed with the key of a
-/// policy with the Manage right, for the whole namespace: what `tributary hub`/`group` send to
-/// a running server.
-fn admin_sas(policies: &AccessPolicies) -> tributary_http::AdminSas {
-    // Every accepted key, the unsaved one of --emulator-compat included.
-    let policies = policies.clone();
-    tributary_http::AdminSas::new(move |token| {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-        policies
-            .verify_token(token, now)
-            .is_ok_and(|(verified, policy)| {
-                policy.allows(tributary_amqp::Right::Manage)
-                    && tributary_eventhubs::address::strip_host(&verified.audience).is_empty()
-            })
-    })
-}
-
-/// AMQP over WebSockets: the HTTP door hands each connection it upgrades at
-/// `/$servicebus/websocket` to the AMQP door, which authenticates and serves it as any other.
-fn amqp_over_websockets(amqp: &RunningAmqpServer) -> tributary_http::AmqpOverWebSockets {
-    let connections = amqp.connections();
-    tributary_http::AmqpOverWebSockets::new(move |stream, peer| {
-        let connections = connections.clone();
-        Box::pin(async move { connections.serve(stream, peer).await })
-    })
-}
-
-/// A duration flag in milliseconds, or `default` when not given.
-fn duration_or(ms: Option<i64>, default: Duration) -> Duration {
-    ms.map_or(default, |ms| {
-        Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-    })
-}
-
-/// The AMQP doors' connection caps and deadlines, from the flags.
-fn amqp_limits(args: &ServeArgs) -> tributary_amqp::limits::ConnectionLimits {
-    let defaults = tributary_amqp::limits::ConnectionLimits::default();
-    tributary_amqp::limits::ConnectionLimits {
-        connections_max: args.connections_max,
-        connections_per_address_max: args.connections_per_address_max,
-        handshake_timeout: duration_or(args.amqp_handshake_timeout, defaults.handshake_timeout),
-        auth_timeout: duration_or(args.amqp_auth_timeout, defaults.auth_timeout),
-    }
-}
-
-/// The HTTP doors' connection caps and read timeouts, from the flags.
-fn http_limits(args: &ServeArgs) -> tributary_http::HttpLimits {
-    let defaults = tributary_http::HttpLimits::default();
-    tributary_http::HttpLimits {
-        connections_max: args.connections_max,
-        connections_per_address_max: args.connections_per_address_max,
-        header_read_timeout: duration_or(args.http_header_timeout, defaults.header_read_timeout),
-        body_read_timeout: duration_or(args.http_body_timeout, defaults.body_read_timeout),
-    }
-}
-
-fn http_auth(global: &GlobalArgs, args: &ServeArgs) -> Result<tributary_http::AuthConfig> {
-    if args.http_unauthenticated {
-        return Ok(tributary_http::AuthConfig::DevelopmentUnauthenticated);
-    }
-    // An empty key file on first start: every request is refused until a key is added (the
-    // file is re-read when it changes, no restart needed).
-    let keys = global.data_dir.join("oci-api-keys.json");
-    if !keys.exists() {
-        tributary_http::write_key_file(&keys, b"{}\n")
-            .with_context(|| format!("cannot create {}", keys.display()))?;
-    }
-    Ok(tributary_http::AuthConfig::signatures())
-}
-
 /// The connection string of the policy `root` for the first AMQP door.
 fn root_connection_string(doors: &Doors, root: &AccessPolicy) -> Option<String> {
-    let (scheme, amqp) = doors.amqp.first()?;
-    let addr = amqp.local_addr();
-    Some(if *scheme == "amqps" {
+    let (protocol, addr) = doors.first_amqp()?;
+    Some(if protocol == Protocol::Amqps {
         // The certificate names the host, so the string names it too: localhost here.
         tributary_amqp::tls_connection_string("localhost", addr.port(), root)
     } else {
@@ -471,24 +258,8 @@ fn print_banner(
             groups.join(", ")
         )?;
     }
-    for (scheme, amqp) in &doors.amqp {
-        writeln!(
-            out,
-            "  {scheme}: {scheme}://{} (the Azure Event Hubs SDKs)",
-            amqp.local_addr()
-        )?;
-    }
-    for (scheme, http) in &doors.http {
-        let addr = http.local_addr();
-        writeln!(
-            out,
-            "  dashboard: {scheme}://{addr}/ (log in with a Manage connection string)"
-        )?;
-        writeln!(
-            out,
-            "  {scheme}: {scheme}://{addr} (AMQP over WebSockets at /$servicebus/websocket, \
-             OCI Streaming at /20180418, admin API, /health, /metrics)"
-        )?;
+    for line in doors.iter().flat_map(Door::describe) {
+        writeln!(out, "  {line}")?;
     }
     match root.and_then(|root| root_connection_string(doors, root).map(|text| (root, text))) {
         Some((root, text)) => writeln!(
@@ -523,11 +294,11 @@ fn connection_string_command(global: &GlobalArgs) -> String {
 /// What --emulator-compat serves where the emulator does, in the banner. The key itself is
 /// never printed.
 fn print_emulator_compat(out: &mut impl Write, doors: &Doors) -> Result<()> {
-    let endpoint = match doors.amqp.iter().find(|(scheme, _)| *scheme == "amqp") {
-        Some((_, amqp)) if amqp.local_addr().port() == tributary_amqp::policies::DEFAULT_PORT => {
+    let endpoint = match doors.first(&[Protocol::Amqp]).map(Door::addr) {
+        Some(addr) if addr.port() == tributary_amqp::policies::DEFAULT_PORT => {
             "sb://localhost".to_owned()
         }
-        Some((_, amqp)) => format!("sb://localhost:{}", amqp.local_addr().port()),
+        Some(addr) => format!("sb://localhost:{}", addr.port()),
         None => "(no plain AMQP door: --plain)".to_owned(),
     };
     writeln!(
@@ -536,17 +307,18 @@ fn print_emulator_compat(out: &mut impl Write, doors: &Doors) -> Result<()> {
          Endpoint={endpoint};SharedAccessKeyName={};SharedAccessKey=<the emulator's>;UseDevelopmentEmulator=true;",
         tributary_amqp::policies::EMULATOR_KEY_NAME
     )?;
-    if let Some((scheme, http)) = doors.http.iter().find(|(scheme, _)| *scheme == "http") {
-        writeln!(
-            out,
-            "  emulator health check: {scheme}://{}/health",
-            http.local_addr()
-        )?;
+    if let Some(http) = doors.first(&[Protocol::Http]) {
+        writeln!(out, "  emulator health check: http://{}/health", http.addr())?;
     }
-    writeln!(
-        out,
-        "  Kafka (the emulator's port 9092): not served; Tributary has no Kafka door yet"
-    )?;
+    match doors.first(&[Protocol::Kafka]) {
+        Some(kafka) => writeln!(
+            out,
+            "  emulator Kafka endpoint: {} (SASL_PLAINTEXT, PLAIN, user $ConnectionString, the \
+             emulator's connection string as password)",
+            kafka.addr()
+        )?,
+        None => writeln!(out, "  emulator Kafka endpoint: none (no plain Kafka door: --plain)")?,
+    }
     Ok(())
 }
 

@@ -287,9 +287,9 @@ fn step(flow: &mut Flow, command: &str) {
         }
         let tls = command.contains("--tls-cert");
         let ports = if tls {
-            " --amqps-port 0 --https-port 0"
+            " --amqps-port 0 --https-port 0 --kafka-tls-port 0"
         } else {
-            " --amqp-port 0 --http-port 0"
+            " --amqp-port 0 --http-port 0 --kafka-port 0"
         };
         let script = command.split('#').next().unwrap().trim().to_owned() + ports;
         flow.start_server(&script);

@@ -19,8 +19,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::Encodable;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tributary_amqp::AccessPolicies;
@@ -89,9 +88,13 @@ impl Session {
     }
 }
 
-/// Serves one connection until the client closes it, a rule above closes it, or shutdown.
-pub(crate) async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<Context>) {
-    let (reader, mut writer) = stream.into_split();
+/// Serves one connection (plain TCP, or TLS once its handshake is done) until the client closes
+/// it, a rule above closes it, or shutdown.
+pub(crate) async fn serve<S>(stream: S, peer: SocketAddr, ctx: Arc<Context>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let (reader, mut writer) = tokio::io::split(stream);
     let mut reader = BufReader::new(reader);
     let mut session = Session {
         open: ctx.unauthenticated,
@@ -144,7 +147,7 @@ pub(crate) async fn serve(stream: TcpStream, peer: SocketAddr, ctx: Arc<Context>
 /// Reads one frame (a 4-byte big-endian length, then that many bytes); `None` at a clean end
 /// of stream.
 async fn read_frame(
-    reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
+    reader: &mut (impl AsyncRead + Unpin),
     max: u32,
 ) -> Result<Option<Bytes>, String> {
     let mut len = [0u8; 4];

@@ -1,5 +1,7 @@
 //! The listener: accepts TCP connections and serves each on its own task, within the
-//! connection caps every door applies (`tributary_tls::admission`).
+//! connection caps every door applies (`tributary_tls::admission`). With a certificate the
+//! listener is SASL_SSL: each connection's TLS handshake runs on its own task, within the
+//! pre-authentication deadline, before the first request is read.
 //!
 //! A connection over a cap is closed at once: a Kafka client sends no request a refusal could
 //! answer before it has a connection, and it retries a closed one with backoff.
@@ -15,6 +17,7 @@ use tokio::task::JoinSet;
 use tributary_amqp::AccessPolicies;
 use tributary_broker::Broker;
 use tributary_tls::admission::{Admission, ConnectionCaps};
+use tributary_tls::{ServerTls, TlsAcceptor};
 
 use crate::KafkaError;
 use crate::connection::{self, Context};
@@ -34,6 +37,9 @@ pub struct KafkaConfig {
     pub development_unauthenticated: bool,
     /// Connection caps, the pre-authentication deadline and the frame size.
     pub limits: KafkaLimits,
+    /// TLS (SASL_SSL, as Event Hubs' port 9093): every connection starts with a handshake.
+    /// `None`: plain TCP (SASL_PLAINTEXT).
+    pub tls: Option<ServerTls>,
 }
 
 impl KafkaConfig {
@@ -52,6 +58,7 @@ impl KafkaConfig {
             policies,
             development_unauthenticated: false,
             limits: KafkaLimits::default(),
+            tls: None,
         }
     }
 }
@@ -89,8 +96,9 @@ pub async fn start(broker: Broker, config: KafkaConfig) -> Result<RunningKafkaSe
         advertised_port: local_addr.port(),
         shutdown: shutdown_rx,
     });
-    tracing::info!(%local_addr, "Kafka listener started");
-    let task = tokio::spawn(accept_loop(listener, ctx));
+    let tls = config.tls.map(|tls| tls.acceptor(&[]));
+    tracing::info!(%local_addr, tls = tls.is_some(), "Kafka listener started");
+    let task = tokio::spawn(accept_loop(listener, tls, ctx));
     Ok(RunningKafkaServer {
         local_addr,
         shutdown,
@@ -99,7 +107,7 @@ pub async fn start(broker: Broker, config: KafkaConfig) -> Result<RunningKafkaSe
 }
 
 /// Serves what the listener accepts until shutdown, then drains every connection.
-async fn accept_loop(listener: TcpListener, ctx: Arc<Context>) {
+async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, ctx: Arc<Context>) {
     let admission = Admission::new(ConnectionCaps {
         total: ctx.limits.connections_max,
         per_address: ctx.limits.connections_per_address_max,
@@ -112,10 +120,10 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<Context>) {
                 Ok((stream, peer)) => match admission.admit(peer) {
                     Ok(slot) => {
                         let _ = stream.set_nodelay(true);
-                        let ctx = ctx.clone();
+                        let (ctx, tls) = (ctx.clone(), tls.clone());
                         connections.spawn(async move {
                             let _slot = slot;
-                            connection::serve(stream, peer, ctx).await;
+                            serve_stream(stream, peer, tls, ctx).await;
                         });
                     }
                     Err(full) => {
@@ -140,6 +148,25 @@ async fn accept_loop(listener: TcpListener, ctx: Arc<Context>) {
     .await;
     if drained.is_err() {
         connections.shutdown().await;
+    }
+}
+
+/// Serves one accepted connection: over TLS when the listener has a certificate (a handshake
+/// that fails or outlasts the pre-authentication deadline closes it), else as it is.
+async fn serve_stream(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    tls: Option<TlsAcceptor>,
+    ctx: Arc<Context>,
+) {
+    let Some(acceptor) = tls else {
+        return connection::serve(stream, peer, ctx).await;
+    };
+    let handshake = tributary_tls::accept(&acceptor, stream);
+    match tokio::time::timeout(ctx.limits.auth_timeout, handshake).await {
+        Ok(Ok(stream)) => connection::serve(stream, peer, ctx).await,
+        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "Kafka TLS handshake failed"),
+        Err(_) => tracing::debug!(%peer, "Kafka TLS handshake timed out"),
     }
 }
 

@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 pub(crate) fn tributary(data: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tributary"));
     cmd.env("TRIBUTARY_DATA_DIR", data).args(args);
+    // Tests run servers side by side: the Kafka doors on free ports unless a test says otherwise.
+    cmd.env("TRIBUTARY_KAFKA_PORT", "0")
+        .env("TRIBUTARY_KAFKA_TLS_PORT", "0");
     cmd
 }
 
