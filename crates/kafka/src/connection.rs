@@ -28,7 +28,7 @@ use tributary_broker::Broker;
 
 use crate::limits::{IDLE_TIMEOUT, KafkaLimits, UNAUTHENTICATED_BYTES_MAX};
 use crate::request::{self, Body};
-use crate::{fetch, metadata, offsets, produce, sasl, versions};
+use crate::{admin, fetch, metadata, offsets, produce, sasl, versions};
 
 /// What every connection of one door shares.
 #[derive(Debug)]
@@ -227,6 +227,7 @@ async fn dispatch(
         RequestKind::Fetch(request) => {
             ResponseKind::Fetch(fetch::answer(request, session, ctx).await)
         }
+        request if admin::answers(&request) => admin::answer(request, session, ctx).await?,
         other => return Err(format!("no handler for {other:?}")),
     };
     Ok(Some(response))

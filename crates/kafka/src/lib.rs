@@ -11,16 +11,19 @@
 //!   see [`sasl`]). The login's rights are enforced per request: Send to produce, Listen to
 //!   fetch and list offsets; a missing right answers TOPIC_AUTHORIZATION_FAILED.
 //! - **Metadata** (this node leads every partition, at the advertised host and port),
-//!   **Produce** (acks 0, 1 and all; record batches v2, uncompressed, gzip or snappy),
-//!   **InitProducerId**, **ListOffsets** and **Fetch** (long polls woken by appends).
+//!   **Produce** (acks 0, 1 and all; record batches v2, uncompressed, gzip, snappy, lz4 or
+//!   zstd), **InitProducerId**, **ListOffsets** and **Fetch** (long polls woken by appends).
+//! - **Topic administration**: CreateTopics, DeleteTopics, CreatePartitions (refused: a hub's
+//!   partition count is fixed), DescribeConfigs and DescribeCluster, Manage needed to change
+//!   anything (see `admin`).
 //!
 //! How a record's value, key, headers and timestamp become an event's body, partition key and
 //! application properties, and back, is the one rule in [`mapping`].
 //!
 //! # Not yet
 //! Consumer groups (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-//! OffsetCommit, OffsetFetch and the admin group APIs), idempotent sequence checks, lz4 and
-//! zstd, topic administration, TLS (SASL_SSL) and the wiring into `tributary serve`.
+//! OffsetCommit, OffsetFetch and the admin group APIs), idempotent sequence checks, TLS
+//! (SASL_SSL) and the wiring into `tributary serve`.
 //!
 //! # Guarantees
 //! - Authentication is on unless [`KafkaConfig::development_unauthenticated`] is set: before a
@@ -42,6 +45,7 @@
 
 #![forbid(unsafe_code)]
 
+mod admin;
 pub mod batches;
 pub mod bounded;
 mod connection;

@@ -46,7 +46,14 @@ pub(crate) fn answer(
             .map(|name| topic(name.0.as_str(), session, ctx))
             .collect(),
     };
+    // librdkafka's DescribeCluster asks Metadata (v8 to v10) for this login's operations.
+    let operations = if request.include_cluster_authorized_operations {
+        crate::admin::cluster_operations(session)
+    } else {
+        i32::MIN
+    };
     MetadataResponse::default()
+        .with_cluster_authorized_operations(operations)
         .with_brokers(vec![broker])
         .with_cluster_id(Some(StrBytes::from_static_str(CLUSTER_ID)))
         .with_controller_id(BrokerId(NODE_ID))

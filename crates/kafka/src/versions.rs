@@ -21,6 +21,11 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::CreateTopics, 2, 6),
+    (ApiKey::DeleteTopics, 1, 5),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DescribeCluster, 0, 2),
 ];
 
 /// The advertised range of `key`, if the door answers it.

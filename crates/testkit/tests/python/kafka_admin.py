@@ -1,0 +1,147 @@
+"""Drives confluent-kafka's AdminClient (librdkafka) against Tributary's Kafka door: topics
+created, described, grown and deleted, the cluster described, and records produced with lz4 and
+zstd and consumed back.
+
+Each subcommand runs one scenario and prints one JSON document on stdout (the last line); the
+Rust tests (crates/testkit/tests/kafka_admin.rs) start the hub and its Kafka door, run this
+script and assert on that document. Exit code 0 means the scenario ran (its outcome, success or
+an expected error, is in the JSON); anything else is a harness failure.
+
+Usage: kafka_admin.py <command> <json-arguments>
+"""
+
+import json
+import sys
+import traceback
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic,
+                                  ResourceType)
+
+# The produce and consume scenarios, and the SASL configuration, are kafka_interop.py's.
+from kafka_interop import cmd_consume, cmd_produce, config
+
+TIMEOUT_S = 30
+
+
+def admin(args):
+    """An AdminClient; the caller holds it until its futures are done (a client dropped
+    earlier fails them with _DESTROY)."""
+    return AdminClient(config(args))
+
+
+def outcome(future):
+    """None when the future succeeded, else {error, message} from the broker's answer."""
+    try:
+        future.result(timeout=TIMEOUT_S)
+        return None
+    except KafkaException as e:
+        error = e.args[0]
+        return {"error": error.name(), "message": error.str()}
+
+
+def cmd_create_topics(args):
+    """Creates `topics` ({name, partitions?, replication?, config?}), with `validate_only`;
+    returns each topic's outcome by name."""
+    topics = [
+        NewTopic(t["name"], num_partitions=t.get("partitions", -1),
+                 replication_factor=t.get("replication", -1), config=t.get("config", {}))
+        for t in args["topics"]
+    ]
+    client = admin(args)
+    futures = client.create_topics(
+        topics, validate_only=args.get("validate_only", False), request_timeout=TIMEOUT_S)
+    return {"results": {name: outcome(f) for name, f in futures.items()}}
+
+
+def cmd_delete_topics(args):
+    """Deletes `topics` (names); returns each topic's outcome by name."""
+    client = admin(args)
+    futures = client.delete_topics(args["topics"], request_timeout=TIMEOUT_S)
+    return {"results": {name: outcome(f) for name, f in futures.items()}}
+
+
+def cmd_create_partitions(args):
+    """Asks topic `topic` to have `count` partitions; returns the outcome."""
+    client = admin(args)
+    futures = client.create_partitions(
+        [NewPartitions(args["topic"], args["count"])], request_timeout=TIMEOUT_S)
+    return {"results": {name: outcome(f) for name, f in futures.items()}}
+
+
+def cmd_describe_configs(args):
+    """Describes topic `topic`'s configs, or the broker `broker`'s; returns each config's
+    value, source, read-only flag and whether it is the default."""
+    if "topic" in args:
+        resource = ConfigResource(ResourceType.TOPIC, args["topic"])
+    else:
+        resource = ConfigResource(ResourceType.BROKER, args["broker"])
+    client = admin(args)
+    future = client.describe_configs([resource], request_timeout=TIMEOUT_S)[resource]
+    try:
+        entries = future.result(timeout=TIMEOUT_S)
+    except KafkaException as e:
+        return {"error": e.args[0].name(), "message": e.args[0].str()}
+    configs = {
+        name: {
+            "value": entry.value,
+            "source": ConfigSource(entry.source).name,
+            "read_only": entry.is_read_only,
+            "default": entry.is_default,
+        }
+        for name, entry in entries.items()
+    }
+    return {"configs": configs}
+
+
+def cmd_describe_cluster(args):
+    """Describes the cluster: its id, controller, nodes and this login's operations."""
+    client = admin(args)
+    future = client.describe_cluster(
+        include_authorized_operations=True, request_timeout=TIMEOUT_S)
+    try:
+        cluster = future.result(timeout=TIMEOUT_S)
+    except KafkaException as e:
+        return {"error": e.args[0].name(), "message": e.args[0].str()}
+    return {
+        "cluster_id": cluster.cluster_id,
+        "controller": cluster.controller.id if cluster.controller else None,
+        "nodes": [f"{n.id}@{n.host}:{n.port}" for n in cluster.nodes],
+        "operations": sorted(op.name for op in (cluster.authorized_operations or [])),
+    }
+
+
+def cmd_partitions(args):
+    """The partition count Metadata gives for `topic`, or its error name."""
+    meta = admin(args).list_topics(args["topic"], timeout=10)
+    topic = meta.topics[args["topic"]]
+    if topic.error:
+        return {"error": topic.error.name()}
+    return {"partitions": len(topic.partitions)}
+
+
+COMMANDS = {
+    "create_topics": cmd_create_topics,
+    "delete_topics": cmd_delete_topics,
+    "create_partitions": cmd_create_partitions,
+    "describe_configs": cmd_describe_configs,
+    "describe_cluster": cmd_describe_cluster,
+    "partitions": cmd_partitions,
+    "produce": cmd_produce,
+    "consume": cmd_consume,
+}
+
+
+def main():
+    command, raw = sys.argv[1], sys.argv[2]
+    args = json.loads(raw)
+    try:
+        result = COMMANDS[command](args)
+    except Exception:  # noqa: BLE001 - the harness shows it
+        traceback.print_exc()
+        sys.exit(2)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
