@@ -278,3 +278,73 @@ fn grow_refusal(name: &str, count: i32, session: &Session, ctx: &Context) -> Ref
     };
     Refusal::new(ResponseError::InvalidPartitions, message)
 }
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::messages::create_topics_request::CreatableReplicaAssignment;
+
+    use super::*;
+
+    fn topic(partitions: i32, replication: i16) -> CreatableTopic {
+        CreatableTopic::default()
+            .with_num_partitions(partitions)
+            .with_replication_factor(replication)
+    }
+
+    fn assigned(brokers: &[(i32, &[i32])]) -> CreatableTopic {
+        let assignments = brokers
+            .iter()
+            .map(|(index, ids)| {
+                CreatableReplicaAssignment::default()
+                    .with_partition_index(*index)
+                    .with_broker_ids(ids.iter().map(|id| BrokerId(*id)).collect())
+            })
+            .collect();
+        topic(-1, -1).with_assignments(assignments)
+    }
+
+    fn code(outcome: Result<u32, Refusal>) -> i16 {
+        outcome.unwrap_err().code
+    }
+
+    #[test]
+    fn partition_counts_come_from_the_count_or_an_assignment_to_this_node() {
+        assert_eq!(partition_count(&topic(-1, -1)).unwrap(), PARTITIONS_DEFAULT);
+        assert_eq!(partition_count(&topic(12, 1)).unwrap(), 12);
+        let invalid_partitions = ResponseError::InvalidPartitions.code();
+        assert_eq!(code(partition_count(&topic(0, 1))), invalid_partitions);
+        assert_eq!(code(partition_count(&topic(-2, 1))), invalid_partitions);
+        let too_many = i32::try_from(PARTITIONS_MAX).unwrap() + 1;
+        assert_eq!(
+            code(partition_count(&topic(too_many, 1))),
+            invalid_partitions
+        );
+        let factor = ResponseError::InvalidReplicationFactor.code();
+        assert_eq!(code(partition_count(&topic(1, 3))), factor);
+        assert_eq!(code(partition_count(&topic(1, 0))), factor);
+
+        assert_eq!(
+            partition_count(&assigned(&[(1, &[0]), (0, &[0])])).unwrap(),
+            2
+        );
+        let replica = ResponseError::InvalidReplicaAssignment.code();
+        assert_eq!(
+            code(partition_count(&assigned(&[(0, &[0]), (2, &[0])]))),
+            replica
+        );
+        assert_eq!(code(partition_count(&assigned(&[(0, &[0, 1])]))), replica);
+        assert_eq!(code(partition_count(&assigned(&[(0, &[])]))), replica);
+        let both = assigned(&[(0, &[0])]).with_num_partitions(1);
+        assert_eq!(
+            code(partition_count(&both)),
+            ResponseError::InvalidRequest.code()
+        );
+    }
+
+    #[test]
+    fn a_name_given_twice_in_any_case_is_found() {
+        let twice = duplicated(["orders", "Events", "ORDERS", "other"].into_iter());
+        assert_eq!(twice.len(), 1);
+        assert!(twice.contains("orders"));
+    }
+}
