@@ -79,10 +79,7 @@ impl Protocol {
 
     /// Whether it is one of the TLS doors.
     fn tls(self) -> bool {
-        matches!(
-            self,
-            Protocol::Amqps | Protocol::Https | Protocol::KafkaTls
-        )
+        matches!(self, Protocol::Amqps | Protocol::Https | Protocol::KafkaTls)
     }
 
     /// Its port as `args` set it.
@@ -139,7 +136,9 @@ impl Door {
         let (scheme, addr) = (self.protocol.scheme(), self.addr());
         match self.protocol {
             Protocol::Amqps | Protocol::Amqp => {
-                vec![format!("{scheme}: {scheme}://{addr} (the Azure Event Hubs SDKs)")]
+                vec![format!(
+                    "{scheme}: {scheme}://{addr} (the Azure Event Hubs SDKs)"
+                )]
             }
             Protocol::Https | Protocol::Http => vec![
                 format!("dashboard: {scheme}://{addr}/ (log in with a Manage connection string)"),
@@ -186,7 +185,9 @@ impl Doors {
 
     /// The first door of one of `protocols`, in start order.
     pub fn first(&self, protocols: &[Protocol]) -> Option<&Door> {
-        self.0.iter().find(|door| protocols.contains(&door.protocol))
+        self.0
+            .iter()
+            .find(|door| protocols.contains(&door.protocol))
     }
 
     /// The first AMQP door (TLS first): the one connection strings name.

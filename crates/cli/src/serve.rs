@@ -308,7 +308,11 @@ fn print_emulator_compat(out: &mut impl Write, doors: &Doors) -> Result<()> {
         tributary_amqp::policies::EMULATOR_KEY_NAME
     )?;
     if let Some(http) = doors.first(&[Protocol::Http]) {
-        writeln!(out, "  emulator health check: http://{}/health", http.addr())?;
+        writeln!(
+            out,
+            "  emulator health check: http://{}/health",
+            http.addr()
+        )?;
     }
     match doors.first(&[Protocol::Kafka]) {
         Some(kafka) => writeln!(
@@ -317,7 +321,10 @@ fn print_emulator_compat(out: &mut impl Write, doors: &Doors) -> Result<()> {
              emulator's connection string as password)",
             kafka.addr()
         )?,
-        None => writeln!(out, "  emulator Kafka endpoint: none (no plain Kafka door: --plain)")?,
+        None => writeln!(
+            out,
+            "  emulator Kafka endpoint: none (no plain Kafka door: --plain)"
+        )?,
     }
     Ok(())
 }

@@ -71,11 +71,19 @@ async fn serve_opens_kafka_beside_amqp_and_http_and_both_kafka_doors_share_the_h
         "0",
     ];
     let tls = ["--tls-cert", &cert, "--tls-key", &key, "--plain"];
-    let flags = [&ports[..], &tls[..], &["--hub", "orders", "--partitions", "2"]].concat();
+    let flags = [
+        &ports[..],
+        &tls[..],
+        &["--hub", "orders", "--partitions", "2"],
+    ]
+    .concat();
     let (serve, banner, _stderr) = start_serve(d, &flags);
     let plain = banner_addr(&banner, "kafka:");
     let secure = banner_addr(&banner, "kafka-tls:");
-    assert!(banner.contains("SASL_SSL") && banner.contains("SASL_PLAINTEXT"), "{banner}");
+    assert!(
+        banner.contains("SASL_SSL") && banner.contains("SASL_PLAINTEXT"),
+        "{banner}"
+    );
     let recorded: Value =
         serde_json::from_str(&std::fs::read_to_string(d.join("server.json")).unwrap()).unwrap();
     assert_eq!(recorded["kafka"], json!(plain), "{recorded}");
@@ -115,7 +123,10 @@ async fn serve_opens_kafka_beside_amqp_and_http_and_both_kafka_doors_share_the_h
     values.sort();
     assert_eq!(
         values,
-        [("k1".into(), "first".into()), ("k2".into(), "second".into())],
+        [
+            ("k1".into(), "first".into()),
+            ("k2".into(), "second".into())
+        ],
         "{consumed}"
     );
 

@@ -66,7 +66,11 @@ pub fn authenticated(data: &[u8]) {
         return;
     };
     if let RequestKind::Produce(produce) = *body {
-        for partition in produce.topic_data.into_iter().flat_map(|t| t.partition_data) {
+        for partition in produce
+            .topic_data
+            .into_iter()
+            .flat_map(|t| t.partition_data)
+        {
             if let Ok(events) = tributary_kafka::batches::events(partition.records) {
                 assert!(!events.is_empty(), "an accepted batch holds events");
                 for event in events {
@@ -109,7 +113,10 @@ mod tests {
             panic!("the first seed is a Produce");
         };
         let records = produce.topic_data[0].partition_data[0].records.clone();
-        assert_eq!(tributary_kafka::batches::events(records).map(|e| e.len()), Ok(2));
+        assert_eq!(
+            tributary_kafka::batches::events(records).map(|e| e.len()),
+            Ok(2)
+        );
     }
 
     #[test]

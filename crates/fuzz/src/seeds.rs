@@ -388,19 +388,26 @@ fn kafka_frame<R: kafka_protocol::protocol::Encodable>(
         .with_client_id(Some(StrBytes::from_static_str("rdkafka")))
         .encode(&mut buf, key.request_header_version(version))
         .expect("a header encodes");
-    request.encode(&mut buf, version).expect("a request encodes");
+    request
+        .encode(&mut buf, version)
+        .expect("a request encodes");
     buf.to_vec()
 }
 
-/// What an authenticated client sends: a Produce with a record batch of two records (key,
-/// headers), a Fetch, a Metadata and a ListOffsets, at the versions librdkafka 2.x uses.
-fn kafka_authenticated_requests() -> Vec<Vec<u8>> {
-    use kafka_protocol::messages::{self, ApiKey, TopicName};
-    use kafka_protocol::protocol::StrBytes;
+/// The topic the Kafka seeds name.
+fn kafka_seed_topic() -> kafka_protocol::messages::TopicName {
+    kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_static_str(
+        "orders",
+    ))
+}
+
+/// A Produce of one record batch of two records (key, headers) to partition 0, acks all.
+fn kafka_seed_produce() -> kafka_protocol::messages::ProduceRequest {
+    use kafka_protocol::messages;
     use kafka_protocol::records::{
         Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
-    let topic = || TopicName(StrBytes::from_static_str("orders"));
+    let topic = kafka_seed_topic;
     let record = |i: i64| Record {
         transactional: false,
         control: false,
@@ -428,14 +435,22 @@ fn kafka_authenticated_requests() -> Vec<Vec<u8>> {
     let partition = messages::produce_request::PartitionProduceData::default()
         .with_index(0)
         .with_records(Some(batch.freeze()));
-    let produce = messages::ProduceRequest::default()
+    messages::ProduceRequest::default()
         .with_acks(-1)
         .with_timeout_ms(30_000)
         .with_topic_data(vec![
             messages::produce_request::TopicProduceData::default()
                 .with_name(topic())
                 .with_partition_data(vec![partition]),
-        ]);
+        ])
+}
+
+/// What an authenticated client sends: a Produce with a record batch of two records (key,
+/// headers), a Fetch, a Metadata and a ListOffsets, at the versions librdkafka 2.x uses.
+fn kafka_authenticated_requests() -> Vec<Vec<u8>> {
+    use kafka_protocol::messages::{self, ApiKey};
+    let topic = kafka_seed_topic;
+    let produce = kafka_seed_produce();
     let fetch_partition = messages::fetch_request::FetchPartition::default()
         .with_partition(0)
         .with_fetch_offset(0)
