@@ -153,6 +153,15 @@ fn optional_string(v: ValueWriter<'_>, value: Option<&str>) {
     }
 }
 
+/// An application property's value alone, AMQP-encoded with its type constructor, as a Kafka
+/// consumer of Event Hubs receives a property an AMQP or HTTPS producer set (Event Hubs'
+/// "exchange events between protocols": the raw AMQP encoding, type information included).
+pub fn encoded_property(value: &PropertyValue) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_property(ValueWriter::new(&mut out), value);
+    out
+}
+
 /// An application property's value, of the AMQP type [`crate::property::to_amqp`] gives it.
 fn write_property(v: ValueWriter<'_>, value: &PropertyValue) {
     match value {

@@ -16,10 +16,15 @@
 //! - **value** = the body; **key** = the partition key's UTF-8 bytes, or [`KEY_PROPERTY`].
 //! - **timestamp** = [`TIMESTAMP_PROPERTY`] when the event has it (CreateTime), else the
 //!   enqueued time.
-//! - **headers** = the other application properties: bytes as they are, strings as their UTF-8
-//!   bytes, null as a null header, and other scalars as their text (`42`, `true`, `1.5`, a
-//!   timestamp as milliseconds, a UUID hyphenated). Event Hubs gives a Kafka consumer the AMQP
-//!   encoding of such values instead; matching that is left for a later increment.
+//! - **headers** = the other application properties. Bytes (what a Kafka producer's headers
+//!   become, and an AMQP binary) as they are; null as a null header; every other value —
+//!   string, number, boolean, timestamp, UUID, as an AMQP or HTTPS producer sets them — as its
+//!   AMQP encoding, type constructor included (a string `hello` is `a1 05 68 65 6c 6c 6f`), as
+//!   Event Hubs documents for exchanging events between protocols: "a Kafka consumer sees the
+//!   raw AMQP-encoded byte sequence, including the AMQP type information", to be read with an
+//!   AMQP deserializer. (Event Hubs would encode an AMQP binary too; here it is given raw, since
+//!   a stored bytes property does not record which door wrote it, and a Kafka header must come
+//!   back to a Kafka consumer unchanged.)
 
 use bytes::Bytes;
 use kafka_protocol::protocol::StrBytes;
@@ -115,36 +120,15 @@ pub fn record_from_event(event: ReceivedEvent, first_sequence: i64) -> Record {
     record
 }
 
-/// A property's value as a header's bytes.
+/// A property's value as a header's bytes (see the module docs).
 fn header_value(value: PropertyValue) -> Option<Bytes> {
-    let text = match value {
-        PropertyValue::Null => return None,
-        PropertyValue::Bytes(bytes) => return Some(bytes),
-        PropertyValue::String(s) => s.to_string(),
-        PropertyValue::Bool(v) => v.to_string(),
-        PropertyValue::Int32(v) => v.to_string(),
-        PropertyValue::Int64(v) => v.to_string(),
-        PropertyValue::UInt32(v) => v.to_string(),
-        PropertyValue::UInt64(v) => v.to_string(),
-        PropertyValue::Float32(v) => v.to_string(),
-        PropertyValue::Float64(v) => v.to_string(),
-        PropertyValue::Timestamp(ms) => ms.to_string(),
-        PropertyValue::Uuid(u) => uuid_text(&u),
-    };
-    Some(Bytes::from(text))
-}
-
-/// A UUID's hyphenated lower-case text.
-fn uuid_text(u: &[u8; 16]) -> String {
-    let hex: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
+    match value {
+        PropertyValue::Null => None,
+        PropertyValue::Bytes(bytes) => Some(bytes),
+        typed => Some(Bytes::from(tributary_eventhubs::deliver::encoded_property(
+            &typed,
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -198,10 +182,11 @@ mod tests {
     }
 
     #[test]
-    fn events_from_other_doors_get_text_headers_and_their_enqueued_time() {
+    fn events_from_other_doors_get_amqp_encoded_headers_and_their_enqueued_time() {
         let data = EventData::new("x")
             .with_property("s", PropertyValue::String("hello".into()))
             .with_property("i", PropertyValue::Int64(-3))
+            .with_property("t", PropertyValue::Bool(true))
             .with_property("u", PropertyValue::Uuid([0xab; 16]));
         let event = ReceivedEvent {
             sequence_number: 3,
@@ -212,17 +197,13 @@ mod tests {
         let record = record_from_event(event, 0);
         assert_eq!(record.timestamp, 42);
         assert_eq!(record.sequence, 2);
-        assert_eq!(
-            record.headers[&StrBytes::from_static_str("s")].as_deref(),
-            Some(&b"hello"[..])
-        );
-        assert_eq!(
-            record.headers[&StrBytes::from_static_str("i")].as_deref(),
-            Some(&b"-3"[..])
-        );
-        assert_eq!(
-            record.headers[&StrBytes::from_static_str("u")].as_deref(),
-            Some(&b"abababab-abab-abab-abab-abababababab"[..])
-        );
+        let header = |name: &'static str| record.headers[&StrBytes::from_static_str(name)].clone();
+        // str8-utf8, smalllong, true, uuid: the AMQP constructors and their data.
+        assert_eq!(header("s").as_deref(), Some(&b"\xa1\x05hello"[..]));
+        assert_eq!(header("i").as_deref(), Some(&[0x55, 0xfd][..]));
+        assert_eq!(header("t").as_deref(), Some(&[0x41][..]));
+        let mut uuid = vec![0x98];
+        uuid.extend([0xab; 16]);
+        assert_eq!(header("u").as_deref(), Some(&uuid[..]));
     }
 }
