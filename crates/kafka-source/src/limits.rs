@@ -1,0 +1,23 @@
+//! The bounds of this crate, each with its reason.
+
+use std::time::Duration;
+
+/// How long a metadata, watermark or time-lookup request may take. librdkafka retries across
+/// brokers within it; 10 s covers a leader election on a healthy cluster, and a cluster that
+/// answers nothing in that time is reported as a transient failure for the caller to retry.
+pub const CLUSTER_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often a receiver that tracks the partition's last enqueued event asks for the high
+/// watermark: one small request a second per partition costs the cluster nothing, and lag
+/// shown a second late is what Event Hubs' own runtime metrics give too.
+pub const WATERMARKS_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The most bytes librdkafka may hold fetched ahead per receiver, in KiB
+/// (`queued.max.messages.kbytes`): 16 MiB is 16 events of the 1 MiB largest, and bounds a
+/// process reading 32 partitions to half a gibibyte of prefetched records at worst.
+pub const PREFETCH_KIB_MAX: u32 = 16 * 1024;
+
+/// How long the cluster may hold a fetch open waiting for records (`fetch.wait.max.ms`): a
+/// record appended to an idle partition reaches the receiver within this, and an idle receiver
+/// sends about ten fetches a second.
+pub const FETCH_WAIT_MS_MAX: u32 = 100;

@@ -1,0 +1,305 @@
+//! The Kafka source against a real Kafka-compatible broker (Tansu, one per test binary): the
+//! topic's partitions and watermarks from metadata, records mapped to events as the Kafka door
+//! maps them, every start position, the epoch rules among one source's receivers, and the
+//! errors a missing topic or partition gives.
+#![cfg(feature = "kafka")]
+
+use std::time::Duration;
+
+use tributary_event::{EventPosition, PropertyValue, ReceivedEvent};
+use tributary_kafka_source::mapping::{KEY_PROPERTY, TIMESTAMP_PROPERTY};
+use tributary_kafka_source::tansu::{Tansu, TestRecord};
+use tributary_kafka_source::{KafkaSource, PartitionExtent};
+use tributary_source::{PartitionReceiver, PartitionSource, ReceiverOptions, SourceError};
+
+/// How long a test waits for records it knows are there.
+const READ_TIMEOUT: Duration = Duration::from_secs(20);
+
+async fn topic(name: &str, partitions: i32) -> KafkaSource {
+    let tansu = Tansu::shared();
+    tansu.create_topic(name, partitions).await;
+    KafkaSource::new(tansu.options(), name).expect("a source")
+}
+
+fn bodies(prefix: &str, n: usize) -> Vec<TestRecord> {
+    (0..n)
+        .map(|i| TestRecord {
+            value: format!("{prefix}-{i}").into_bytes(),
+            ..TestRecord::default()
+        })
+        .collect()
+}
+
+fn options(partition: &str, start: EventPosition, owner_level: Option<i64>) -> ReceiverOptions {
+    ReceiverOptions {
+        partition_id: partition.to_owned(),
+        consumer_group: "$Default".to_owned(),
+        start,
+        owner_level,
+        prefetch: 300,
+        track_last_enqueued: false,
+    }
+}
+
+/// Receives until `n` events came (failing after [`READ_TIMEOUT`]).
+async fn read_n(receiver: &mut dyn PartitionReceiver, n: usize) -> Vec<ReceivedEvent> {
+    let mut events = Vec::new();
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while events.len() < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {} of {n} events within {READ_TIMEOUT:?}",
+            events.len()
+        );
+        let batch = receiver
+            .receive(n - events.len(), Duration::from_millis(500))
+            .await
+            .expect("receive");
+        events.extend(batch);
+    }
+    events
+}
+
+fn body(event: &ReceivedEvent) -> &str {
+    std::str::from_utf8(&event.data.body).expect("UTF-8 body")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_and_watermarks_come_from_the_cluster() {
+    let source = topic("metadata", 3).await;
+    assert_eq!(
+        source.fully_qualified_namespace(),
+        Tansu::shared().bootstrap_servers()
+    );
+    assert_eq!(source.event_hub_name(), "metadata");
+    assert_eq!(source.partition_ids().await.unwrap(), ["0", "1", "2"]);
+    let offsets = Tansu::shared()
+        .produce("metadata", 1, &bodies("m", 5))
+        .await;
+    assert_eq!(offsets, [0, 1, 2, 3, 4]);
+    let extent = source.partition_extent("1").await.unwrap();
+    assert_eq!(
+        extent,
+        PartitionExtent {
+            beginning_offset: 0,
+            end_offset: 5
+        }
+    );
+    assert_eq!(extent.last_offset(), Some(4));
+    assert_eq!(
+        source.partition_extent("0").await.unwrap().last_offset(),
+        None
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_becomes_an_event_with_its_key_headers_and_create_time() {
+    let source = topic("mapping", 1).await;
+    let records = [
+        TestRecord {
+            key: Some(b"user-1".to_vec()),
+            value: b"first".to_vec(),
+            headers: vec![
+                ("trace".to_owned(), Some(b"\x00\xff".to_vec())),
+                ("empty".to_owned(), None),
+            ],
+            timestamp_ms: Some(1_700_000_000_123),
+        },
+        TestRecord {
+            key: Some(b"\xff\xfe".to_vec()),
+            value: b"second".to_vec(),
+            headers: vec![],
+            timestamp_ms: Some(1_700_000_000_456),
+        },
+    ];
+    Tansu::shared().produce("mapping", 0, &records).await;
+    let mut receiver = source
+        .open_receiver(options("0", EventPosition::Earliest, Some(0)))
+        .await
+        .unwrap();
+    let events = read_n(receiver.as_mut(), 2).await;
+    let [first, second] = &events[..] else {
+        panic!("two events: {events:?}")
+    };
+    assert_eq!((first.sequence_number, first.offset), (0, 0));
+    assert_eq!((second.sequence_number, second.offset), (1, 1));
+    assert_eq!(body(first), "first");
+    assert_eq!(first.data.partition_key.as_deref(), Some("user-1"));
+    assert_eq!(first.enqueued_time_ms, 1_700_000_000_123);
+    assert_eq!(
+        first.data.property("trace"),
+        Some(&PropertyValue::Bytes(b"\x00\xff"[..].into()))
+    );
+    assert_eq!(first.data.property("empty"), Some(&PropertyValue::Null));
+    assert_eq!(
+        first.data.property(TIMESTAMP_PROPERTY),
+        Some(&PropertyValue::Timestamp(1_700_000_000_123))
+    );
+    assert_eq!(second.data.partition_key, None);
+    assert_eq!(
+        second.data.property(KEY_PROPERTY),
+        Some(&PropertyValue::Bytes(b"\xff\xfe"[..].into()))
+    );
+    receiver.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_start_position_is_resolved_against_the_partition() {
+    let source = topic("positions", 1).await;
+    let tansu = Tansu::shared();
+    let records: Vec<TestRecord> = (0..6)
+        .map(|i| TestRecord {
+            value: format!("p-{i}").into_bytes(),
+            timestamp_ms: Some(1_700_000_000_000 + i * 1_000),
+            ..TestRecord::default()
+        })
+        .collect();
+    tansu.produce("positions", 0, &records).await;
+    let cases = [
+        (EventPosition::Earliest, "p-0"),
+        (
+            EventPosition::Offset {
+                offset: 2,
+                inclusive: false,
+            },
+            "p-3",
+        ),
+        (
+            EventPosition::Offset {
+                offset: 2,
+                inclusive: true,
+            },
+            "p-2",
+        ),
+        (
+            EventPosition::SequenceNumber {
+                sequence_number: 4,
+                inclusive: true,
+            },
+            "p-4",
+        ),
+        (
+            EventPosition::SequenceNumber {
+                sequence_number: 4,
+                inclusive: false,
+            },
+            "p-5",
+        ),
+        (
+            EventPosition::EnqueuedTime {
+                enqueued_time_ms: 1_700_000_001_000,
+                inclusive: true,
+            },
+            "p-1",
+        ),
+        (
+            EventPosition::EnqueuedTime {
+                enqueued_time_ms: 1_700_000_001_000,
+                inclusive: false,
+            },
+            "p-2",
+        ),
+    ];
+    for (position, first) in cases {
+        let mut receiver = source
+            .open_receiver(options("0", position, None))
+            .await
+            .unwrap();
+        let events = read_n(receiver.as_mut(), 1).await;
+        assert_eq!(body(&events[0]), first, "from {position}");
+        receiver.close().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latest_is_what_is_appended_after_the_receiver_opened() {
+    let source = topic("latest", 1).await;
+    let tansu = Tansu::shared();
+    tansu.produce("latest", 0, &bodies("early", 6)).await;
+    let mut receiver = source
+        .open_receiver(options("0", EventPosition::Latest, None))
+        .await
+        .unwrap();
+    let nothing = receiver.receive(10, Duration::from_secs(2)).await.unwrap();
+    assert!(nothing.is_empty(), "{nothing:?}");
+    tansu.produce("latest", 0, &bodies("late", 1)).await;
+    let events = read_n(receiver.as_mut(), 1).await;
+    assert_eq!(body(&events[0]), "late-0");
+    assert_eq!(events[0].sequence_number, 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_higher_owner_level_disconnects_a_lower_one_of_the_same_source() {
+    let source = topic("epochs", 2).await;
+    Tansu::shared().produce("epochs", 0, &bodies("e", 3)).await;
+    let mut first = source
+        .open_receiver(options("0", EventPosition::Earliest, Some(1)))
+        .await
+        .unwrap();
+    read_n(first.as_mut(), 1).await;
+    let mut second = source
+        .open_receiver(options("0", EventPosition::Earliest, Some(2)))
+        .await
+        .unwrap();
+    let lost = first
+        .receive(10, Duration::from_millis(100))
+        .await
+        .unwrap_err();
+    assert!(lost.is_ownership_lost(), "{lost}");
+    let refused = source
+        .open_receiver(options("0", EventPosition::Earliest, Some(1)))
+        .await
+        .err()
+        .expect("a lower owner level is refused");
+    assert!(refused.is_ownership_lost(), "{refused}");
+    // The partition next door is not affected.
+    let other = source
+        .open_receiver(options("1", EventPosition::Earliest, Some(0)))
+        .await;
+    assert!(other.is_ok());
+    assert_eq!(read_n(second.as_mut(), 3).await.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_enqueued_event_follows_the_high_watermark() {
+    let source = topic("last-enqueued", 1).await;
+    Tansu::shared()
+        .produce("last-enqueued", 0, &bodies("l", 4))
+        .await;
+    let mut receiver = source
+        .open_receiver(ReceiverOptions {
+            track_last_enqueued: true,
+            ..options("0", EventPosition::Earliest, None)
+        })
+        .await
+        .unwrap();
+    let events = receiver.receive(2, READ_TIMEOUT).await.unwrap();
+    assert!(!events.is_empty());
+    let last = receiver
+        .last_enqueued()
+        .expect("reported with the first batch");
+    assert_eq!(last.sequence_number, 3);
+    assert_eq!(last.offset, 3);
+    assert!(last.retrieved_time_ms > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_topic_or_partition_is_not_found() {
+    let tansu = Tansu::shared();
+    let missing = KafkaSource::new(tansu.options(), "no-such-topic").unwrap();
+    let error = missing.partition_ids().await.unwrap_err();
+    assert!(matches!(error, SourceError::NotFound { .. }), "{error}");
+    assert!(error.to_string().contains("no-such-topic"), "{error}");
+    let source = topic("two-partitions", 2).await;
+    for partition in ["2", "x"] {
+        let error = source
+            .open_receiver(options(partition, EventPosition::Earliest, Some(0)))
+            .await
+            .err()
+            .expect("refused");
+        assert!(
+            matches!(error, SourceError::NotFound { .. }),
+            "{partition}: {error}"
+        );
+    }
+}
