@@ -17,6 +17,7 @@ use tributary_log::{GroupCommitter, PartitionProperties, ReadCursor, Retention, 
 
 use crate::catalog::{Catalog, ConsumerGroupDefinition, HubDefinition};
 use crate::config::{BrokerConfig, PARTITIONS_MAX};
+use crate::door_stamp;
 use crate::hub::Hub;
 use crate::ownership_registry::OwnershipRegistry;
 use crate::receiver::Receiver;
@@ -451,6 +452,7 @@ impl Broker {
     ) -> Result<SendReceipt, BrokerError> {
         let hub = self.hub(hub)?;
         stamp_partition_key(&target, &mut events)?;
+        door_stamp::drop_forged(&mut events);
         let partition = hub.route(&target)?;
         Self::append(&hub, partition, &events).await
     }
@@ -470,7 +472,26 @@ impl Broker {
     ) -> Result<SendReceipt, BrokerError> {
         let hub = self.hub(hub)?;
         let partition = hub.partition(partition)?;
-        Self::append(&hub, partition, events).await
+        let mut events = Cow::Borrowed(events);
+        door_stamp::drop_forged(&mut events);
+        Self::append(&hub, partition, &events).await
+    }
+
+    /// [`Broker::send_to_partition_keyed`] with a front door's private `stamp` kept with the
+    /// batch's first event (see [`crate::door_stamp`]): stored by the same append, so durable
+    /// exactly when the events are, and never shown to a reader. [`Broker::read_door_stamps`]
+    /// reads it back.
+    pub async fn send_to_partition_stamped(
+        &self,
+        hub: &str,
+        partition: &str,
+        mut events: Vec<EventData>,
+        stamp: &[u8],
+    ) -> Result<SendReceipt, BrokerError> {
+        let hub = self.hub(hub)?;
+        let partition = hub.partition(partition)?;
+        door_stamp::stamp(&mut events, stamp);
+        Self::append(&hub, partition, &events).await
     }
 
     /// Appends one batch to one partition of `hub` and waits for its acknowledgement.
@@ -583,12 +604,41 @@ impl Broker {
             )));
         }
         let mut cursor = ReadCursor::new(from_sequence);
-        let events = hub.partitions[p as usize]
+        let mut events = hub.partitions[p as usize]
             .log
             .read(&mut cursor, max_events, max_bytes)
             .map_err(hub.log_error(p))?;
         hub.count_delivered(p, events.len());
+        door_stamp::hide(&mut events);
         Ok(events)
+    }
+
+    /// The door stamps ([`Broker::send_to_partition_stamped`]) of one partition's events from
+    /// sequence number `from_sequence`, reading up to `max_events` events (about `max_bytes`).
+    /// Counts no delivery.
+    pub fn read_door_stamps(
+        &self,
+        hub: &str,
+        partition: &str,
+        from_sequence: i64,
+        max_events: usize,
+        max_bytes: u64,
+    ) -> Result<door_stamp::DoorStamps, BrokerError> {
+        let hub = self.hub(hub)?;
+        let p = hub.partition(partition)?;
+        let mut cursor = ReadCursor::new(from_sequence.max(0));
+        let events = hub.partitions[p as usize]
+            .log
+            .read(&mut cursor, max_events, max_bytes)
+            .map_err(hub.log_error(p))?;
+        let stamps = events
+            .iter()
+            .filter_map(|e| door_stamp::stamp_of(&e.data).map(|s| (e.sequence_number, s.to_vec())))
+            .collect();
+        Ok(door_stamp::DoorStamps {
+            stamps,
+            next_sequence: cursor.next_sequence(),
+        })
     }
 
     /// Waits until partition `partition` of `hub` has an event at or after `sequence`, or

@@ -37,6 +37,7 @@ mod activity;
 mod broker;
 mod catalog;
 pub mod config;
+pub mod door_stamp;
 pub mod epochs;
 mod error;
 mod hub;
@@ -48,6 +49,7 @@ pub use activity::{OpenReceiverInfo, PartitionActivity};
 pub use broker::{Broker, HubSpec, ReceiverSpec, SendReceipt};
 pub use catalog::{ConsumerGroupDefinition, HubDefinition};
 pub use config::BrokerConfig;
+pub use door_stamp::{DOOR_STAMP_PROPERTY, DoorStamps};
 pub use error::{BrokerError, DisconnectReason, ReceiveError};
 pub use ownership_registry::{
     CheckpointRecord, OWNER_ID_BYTES_MAX, OWNER_RUNNING_WINDOW_MS, OwnershipClaim, OwnershipRecord,

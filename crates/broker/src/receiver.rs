@@ -145,9 +145,10 @@ impl Receiver {
 
     fn read(&mut self, max_events: usize) -> Result<Vec<ReceivedEvent>, BrokerError> {
         let log = &self.hub.partitions[self.partition as usize].log;
-        let events = log
+        let mut events = log
             .read(&mut self.cursor, max_events, RECEIVE_BYTES_MAX)
             .map_err(self.hub.log_error(self.partition))?;
+        crate::door_stamp::hide(&mut events);
         self.hub.count_delivered(self.partition, events.len());
         let properties = log.properties();
         self.last_enqueued = Some(LastEnqueuedEvent {

@@ -13,7 +13,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::ResponseError;
@@ -40,8 +39,8 @@ pub(crate) struct Context {
     pub(crate) limits: KafkaLimits,
     pub(crate) advertised_host: String,
     pub(crate) advertised_port: u16,
-    /// The next producer id InitProducerId hands out.
-    pub(crate) producer_ids: AtomicI64,
+    /// Producer ids and idempotent producers' state, shared by every door of the broker.
+    pub(crate) producers: Arc<crate::producers::Producers>,
     pub(crate) shutdown: watch::Receiver<bool>,
 }
 

@@ -13,6 +13,9 @@
 //! - **Metadata** (this node leads every partition, at the advertised host and port),
 //!   **Produce** (acks 0, 1 and all; record batches v2, uncompressed, gzip, snappy, lz4 or
 //!   zstd), **InitProducerId**, **ListOffsets** and **Fetch** (long polls woken by appends).
+//! - **Idempotent producers**: a batch with a producer id is checked against its producer's
+//!   sequence numbers as Kafka checks them, so a retry is acknowledged once and never stored
+//!   twice, across restarts and `kill -9` too (see `producers`).
 //! - **Topic administration**: CreateTopics, DeleteTopics, CreatePartitions (refused: a hub's
 //!   partition count is fixed), DescribeConfigs and DescribeCluster, Manage needed to change
 //!   anything (see `admin`).
@@ -22,7 +25,7 @@
 //!
 //! # Not yet
 //! Consumer groups (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-//! OffsetCommit, OffsetFetch and the admin group APIs), idempotent sequence checks, TLS
+//! OffsetCommit, OffsetFetch and the admin group APIs), TLS
 //! (SASL_SSL) and the wiring into `tributary serve`.
 //!
 //! # Guarantees
@@ -56,6 +59,7 @@ pub mod mapping;
 pub mod metadata;
 mod offsets;
 mod produce;
+mod producers;
 pub mod request;
 pub mod sasl;
 mod server;

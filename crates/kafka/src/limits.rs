@@ -44,6 +44,37 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(9 * 60);
 /// How long shutdown waits for connections to finish the request they are answering.
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How many of an idempotent producer's latest batches each partition remembers, to recognise
+/// a retry of any of them: Kafka's (a producer has at most 5 requests in flight per partition
+/// with idempotence on: librdkafka's and Java's `max.in.flight` limit).
+pub const PRODUCER_BATCHES_KEPT: usize = 5;
+
+/// The most idempotent producers remembered per partition; beyond, the one that appended least
+/// recently is forgotten. Each costs about 200 bytes (five batches and the map's entry), so a
+/// partition holds at most about 400 KiB; a producer appends from one process for its life, so
+/// 2048 at once in one partition is far more than applications run.
+pub const PRODUCERS_PER_PARTITION_MAX: usize = 2048;
+
+/// How long a producer that stopped appending is remembered: Kafka's
+/// `producer.id.expiration.ms` default (one day).
+pub const PRODUCER_IDLE_EXPIRATION_MS: i64 = 24 * 60 * 60 * 1000;
+
+/// How much of a partition's tail is read back, after a restart, to rebuild its producers'
+/// state before their first batch is judged. A retry after a crash is of a batch that was in
+/// flight at the crash, appended moments before it: behind it in the log are only the other
+/// appends in flight then (at most a frame per connection). 64 MiB reads in well under a second
+/// from the page cache, once per partition.
+pub const PRODUCER_TAIL_SCAN_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Producer ids handed out per millisecond of wall clock at most before ids run ahead of it:
+/// each id is at least the clock in milliseconds times this, so a data directory started afresh
+/// still never repeats an id (InitProducerId comes at most thousands of times a second).
+pub const PRODUCER_IDS_PER_MS: i64 = 1 << 12;
+
+/// How many producer ids one durable write of `kafka/producer-ids` reserves: one synced write per
+/// 65,536 InitProducerId requests.
+pub const PRODUCER_ID_BLOCK: i64 = 1 << 16;
+
 /// What the door lets connections hold (configurable; the defaults are the constants above).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KafkaLimits {
@@ -73,3 +104,7 @@ const _: () = assert!(FETCH_RESPONSE_BYTES_MAX > RECORD_BYTES_MAX as u64);
 const _: () = assert!(FETCH_PARTITION_EVENTS_MAX > 0);
 const _: () = assert!(DECOMPRESSED_BATCH_BYTES_MAX > RECORD_BYTES_MAX as u64);
 const _: () = assert!(UNAUTHENTICATED_BYTES_MAX < FRAME_BYTES_MAX_DEFAULT as u64);
+const _: () = assert!(PRODUCER_BATCHES_KEPT >= 5);
+const _: () = assert!(PRODUCER_TAIL_SCAN_BYTES >= FRAME_BYTES_MAX_DEFAULT as u64);
+// Ids stay below i64::MAX for centuries: 2^41 ms (year 2039) times 2^12 is 2^53.
+const _: () = assert!(PRODUCER_IDS_PER_MS <= 1 << 20);

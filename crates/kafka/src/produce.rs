@@ -10,14 +10,12 @@
 //! - With acks 0 the records are appended the same way and no response is sent.
 //! - The records are read by [`crate::batches`] (formats, compression, size limits and the
 //!   error code of each refusal).
-//!
-//! # Not yet
-//! InitProducerId hands out a fresh producer id (epoch 0) so idempotent producers (kafka-python
-//! 3's default) work, but their sequence numbers are not checked yet: a batch a producer
-//! retries after a lost acknowledgement is stored twice. Transactions are refused
-//! (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
-
-use std::sync::atomic::Ordering;
+//! - A batch from an idempotent producer (one with a producer id; kafka-python 3's default,
+//!   librdkafka's `enable.idempotence`) is checked against its producer's sequence numbers
+//!   first, and stored with them, by [`crate::producers`]: a retried batch that was stored is
+//!   acknowledged with the offset it got and not stored again, restarts included.
+//! - InitProducerId hands out a producer id never handed out before (epoch 0).
+//!   Transactions are refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 
 use bytes::Bytes;
 use kafka_protocol::ResponseError;
@@ -26,9 +24,11 @@ use kafka_protocol::messages::{
     InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
 };
 use tributary_amqp::auth;
+use tributary_event::EventData;
 
 use crate::connection::{Context, Session};
 use crate::error;
+use crate::producers::BatchIdentity;
 
 /// The Produce answer, or none with acks 0.
 pub(crate) async fn answer(
@@ -90,36 +90,62 @@ async fn append(
     if partition >= definition.partition_count {
         return Err(unknown);
     }
+    let idempotent = BatchIdentity::of(records.as_ref())?;
     let events = crate::batches::events(records)?;
+    let base_offset = match idempotent {
+        Some(batch) => {
+            let place = (hub, definition.id.as_str(), partition);
+            ctx.producers
+                .append(&ctx.broker, place, batch, events)
+                .await?
+        }
+        None => append_plain(hub, partition, &events, ctx).await?,
+    };
+    let properties = ctx
+        .broker
+        .partition_properties(hub, &partition.to_string())
+        .map_err(|e| error::code(&e))?;
+    Ok((base_offset, properties.begin_sequence_number))
+}
+
+/// Appends the events of a batch without a producer id; returns its base offset.
+async fn append_plain(
+    hub: &str,
+    partition: u32,
+    events: &[EventData],
+    ctx: &Context,
+) -> Result<i64, i16> {
     let partition = partition.to_string();
     let receipt = ctx
         .broker
-        .send_to_partition_keyed(hub, &partition, &events)
+        .send_to_partition_keyed(hub, &partition, events)
         .await
         .map_err(|e| {
             tracing::debug!(hub, %partition, error = %e, "a Kafka produce was refused");
             error::code(&e)
         })?;
-    let properties = ctx
-        .broker
-        .partition_properties(hub, &partition)
-        .map_err(|e| error::code(&e))?;
-    Ok((receipt.base_sequence, properties.begin_sequence_number))
+    Ok(receipt.base_sequence)
 }
 
-/// The InitProducerId answer: a fresh producer id, epoch 0 (transactional ids refused).
+/// The InitProducerId answer: a producer id never handed out before, epoch 0 (transactional
+/// ids refused).
 pub(crate) fn init_producer_id(
     request: &InitProducerIdRequest,
     ctx: &Context,
 ) -> InitProducerIdResponse {
-    if request.transactional_id.is_some() {
-        return InitProducerIdResponse::default()
-            .with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code())
+    let refused = |code| {
+        InitProducerIdResponse::default()
+            .with_error_code(code)
             .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1);
+            .with_producer_epoch(-1)
+    };
+    if request.transactional_id.is_some() {
+        return refused(ResponseError::TransactionalIdAuthorizationFailed.code());
     }
-    let id = ctx.producer_ids.fetch_add(1, Ordering::Relaxed);
-    InitProducerIdResponse::default()
-        .with_producer_id(ProducerId(id))
-        .with_producer_epoch(0)
+    match ctx.producers.new_id(ctx.broker.clock().now_ms()) {
+        Ok(id) => InitProducerIdResponse::default()
+            .with_producer_id(ProducerId(id))
+            .with_producer_epoch(0),
+        Err(code) => refused(code),
+    }
 }

@@ -8,7 +8,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -85,9 +84,7 @@ pub async fn start(broker: Broker, config: KafkaConfig) -> Result<RunningKafkaSe
         tracing::warn!(%local_addr, "the Kafka door serves clients without authentication (development only)");
     }
     let ctx = Arc::new(Context {
-        // A producer id must not repeat across restarts while its batches may still be
-        // retried: start from the clock (milliseconds), which only moves on.
-        producer_ids: AtomicI64::new(broker.clock().now_ms().max(1)),
+        producers: crate::producers::Producers::of(&broker),
         broker,
         policies: config.policies,
         unauthenticated: config.development_unauthenticated,

@@ -1,0 +1,384 @@
+//! Idempotent producers through the Kafka door: the sequence checks (a retry of any of the last
+//! five batches acknowledged with its offset and not stored again, a gap, an old epoch, an
+//! unknown producer id), their serialization across connections, and a retried batch
+//! recognised after the door and the broker restart over the same data directory.
+//!
+//! The Produce requests carry record batches built here with the producer id, epoch and
+//! sequence numbers each case needs (a real client only sends those on its own schedule);
+//! `tests/python/kafka_idempotence.py` checks the same with librdkafka.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse,
+    ProducerId, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tributary_amqp::AccessPolicies;
+use tributary_broker::{Broker, BrokerConfig, DOOR_STAMP_PROPERTY, HubSpec};
+use tributary_kafka::{KafkaConfig, RunningKafkaServer};
+use tributary_testkit::{TestHub, within};
+
+const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+const INVALID_PRODUCER_EPOCH: i16 = 47;
+const PRODUCE_VERSION: i16 = 9;
+const INIT_PRODUCER_ID_VERSION: i16 = 4;
+
+/// The Kafka door over `broker`, without SASL (development mode: these tests are about
+/// sequence numbers, not logins).
+async fn open_door(broker: &Broker) -> RunningKafkaServer {
+    let policies = AccessPolicies::new(Vec::new()).expect("no policies");
+    let mut config = KafkaConfig::new("127.0.0.1:0".parse().unwrap(), policies);
+    config.development_unauthenticated = true;
+    tributary_kafka::start(broker.clone(), config)
+        .await
+        .expect("the Kafka door starts")
+}
+
+/// A bare Kafka connection: one request, one response, in order.
+struct Connection {
+    stream: TcpStream,
+    correlation_id: i32,
+}
+
+impl Connection {
+    async fn open(door: &RunningKafkaServer) -> Connection {
+        let stream = TcpStream::connect(door.local_addr())
+            .await
+            .expect("connects");
+        Connection {
+            stream,
+            correlation_id: 0,
+        }
+    }
+
+    /// Sends `body` as API `key` at `version`; returns the response body's bytes.
+    async fn call(&mut self, key: ApiKey, version: i16, body: &impl Encodable) -> Bytes {
+        self.correlation_id += 1;
+        let mut frame = BytesMut::new();
+        frame.put_u32(0);
+        RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("idempotence-test")))
+            .encode(&mut frame, key.request_header_version(version))
+            .unwrap();
+        body.encode(&mut frame, version).unwrap();
+        let len = u32::try_from(frame.len() - 4).unwrap();
+        frame[..4].copy_from_slice(&len.to_be_bytes());
+        self.stream.write_all(&frame).await.unwrap();
+        let len = self.stream.read_u32().await.expect("a response");
+        let mut response = vec![0; len as usize];
+        self.stream.read_exact(&mut response).await.unwrap();
+        let mut response = Bytes::from(response);
+        let header =
+            ResponseHeader::decode(&mut response, key.response_header_version(version)).unwrap();
+        assert_eq!(header.correlation_id, self.correlation_id);
+        response
+    }
+
+    /// A new producer id (epoch 0).
+    async fn init_producer_id(&mut self) -> i64 {
+        let request = InitProducerIdRequest::default()
+            .with_transactional_id(None)
+            .with_transaction_timeout_ms(-1)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+        let mut body = self
+            .call(ApiKey::InitProducerId, INIT_PRODUCER_ID_VERSION, &request)
+            .await;
+        let response = InitProducerIdResponse::decode(&mut body, INIT_PRODUCER_ID_VERSION).unwrap();
+        assert_eq!(response.error_code, 0);
+        assert_eq!(response.producer_epoch, 0);
+        response.producer_id.0
+    }
+
+    /// Produces `batch` to `topic`'s `partition` with acks all; returns (error code, base
+    /// offset).
+    async fn produce(&mut self, topic: &str, partition: i32, batch: Bytes) -> (i16, i64) {
+        let data = PartitionProduceData::default()
+            .with_index(partition)
+            .with_records(Some(batch));
+        let topic_data = TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+            .with_partition_data(vec![data]);
+        let request = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![topic_data]);
+        let mut body = self.call(ApiKey::Produce, PRODUCE_VERSION, &request).await;
+        let response = ProduceResponse::decode(&mut body, PRODUCE_VERSION).unwrap();
+        let partition = &response.responses[0].partition_responses[0];
+        (partition.error_code, partition.base_offset)
+    }
+}
+
+/// Which batch: producer id, epoch, first sequence and record count.
+#[derive(Debug, Clone, Copy)]
+struct Batch {
+    producer_id: i64,
+    epoch: i16,
+    first_sequence: i32,
+    count: i32,
+}
+
+impl Batch {
+    fn new(producer_id: i64, epoch: i16, first_sequence: i32, count: i32) -> Batch {
+        Batch {
+            producer_id,
+            epoch,
+            first_sequence,
+            count,
+        }
+    }
+
+    /// The record batch v2, values `p<id>-e<epoch>-s<sequence>`.
+    fn encode(&self) -> Bytes {
+        let records: Vec<Record> = (0..self.count)
+            .map(|i| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id: self.producer_id,
+                producer_epoch: self.epoch,
+                timestamp_type: TimestampType::Creation,
+                offset: i64::from(i),
+                sequence: self.first_sequence + i,
+                timestamp: 1_700_000_000_000,
+                key: None,
+                value: Some(Bytes::from(format!(
+                    "p{}-e{}-s{}",
+                    self.producer_id,
+                    self.epoch,
+                    self.first_sequence + i
+                ))),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut buf, &records, &options).unwrap();
+        buf.freeze()
+    }
+}
+
+/// The events of partition `partition` of `hub`, as values; asserts no reader sees a stamp.
+fn values(broker: &Broker, hub: &str, partition: &str) -> Vec<String> {
+    let events = broker.read(hub, partition, 0, 10_000, 64 << 20).unwrap();
+    for event in &events {
+        assert!(
+            event.data.property(DOOR_STAMP_PROPERTY).is_none(),
+            "{event:?}"
+        );
+        assert!(
+            event
+                .data
+                .properties
+                .iter()
+                .all(|(k, _)| k != DOOR_STAMP_PROPERTY)
+        );
+    }
+    events
+        .iter()
+        .map(|e| String::from_utf8(e.data.body.to_vec()).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_of_the_last_five_batches_are_acknowledged_once_and_gaps_and_old_epochs_refused() {
+    let hub = TestHub::start(&[("orders", 2)]).await;
+    let door = open_door(&hub.broker).await;
+    let mut connection = Connection::open(&door).await;
+    let producer = connection.init_producer_id().await;
+    assert!(connection.init_producer_id().await > producer);
+    // Six batches of two records: offsets 0, 2, … 10.
+    for i in 0..6 {
+        let batch = Batch::new(producer, 0, i * 2, 2).encode();
+        let stored = connection.produce("orders", 0, batch).await;
+        assert_eq!(stored, (0, i64::from(i) * 2), "batch {i}");
+    }
+    // A retry of each of the last five: acknowledged with its offset, not stored again.
+    for i in 1..6 {
+        let retry = Batch::new(producer, 0, i * 2, 2).encode();
+        let answered = connection.produce("orders", 0, retry).await;
+        assert_eq!(answered, (0, i64::from(i) * 2), "retry of batch {i}");
+    }
+    assert_eq!(values(&hub.broker, "orders", "0").len(), 12);
+    // The first batch is no longer among the last five: its sequence is simply out of order.
+    let oldest = connection.produce("orders", 0, Batch::new(producer, 0, 0, 2).encode());
+    assert_eq!(oldest.await.0, OUT_OF_ORDER_SEQUENCE_NUMBER);
+    let gap = connection.produce("orders", 0, Batch::new(producer, 0, 13, 1).encode());
+    assert_eq!(gap.await.0, OUT_OF_ORDER_SEQUENCE_NUMBER);
+    let next = connection.produce("orders", 0, Batch::new(producer, 0, 12, 1).encode());
+    assert_eq!(next.await, (0, 12));
+    // A bumped epoch starts again at 0; the old epoch is fenced.
+    let bumped_late = connection.produce("orders", 0, Batch::new(producer, 1, 3, 1).encode());
+    assert_eq!(bumped_late.await.0, OUT_OF_ORDER_SEQUENCE_NUMBER);
+    let bumped = connection.produce("orders", 0, Batch::new(producer, 1, 0, 1).encode());
+    assert_eq!(bumped.await, (0, 13));
+    let old = connection.produce("orders", 0, Batch::new(producer, 0, 13, 1).encode());
+    assert_eq!(old.await.0, INVALID_PRODUCER_EPOCH);
+    // A producer id this door has no state for is accepted at any sequence (Kafka's rule
+    // once a producer's state expired; librdkafka cannot recover from UNKNOWN_PRODUCER_ID on
+    // a retried batch).
+    let unknown = connection.produce("orders", 0, Batch::new(producer + 99, 0, 7, 1).encode());
+    assert_eq!(unknown.await, (0, 14));
+    // The other partition keeps its own sequence for the same producer.
+    let other = connection.produce("orders", 1, Batch::new(producer, 0, 0, 1).encode());
+    assert_eq!(other.await, (0, 0));
+    let stored = values(&hub.broker, "orders", "0");
+    assert_eq!(stored.len(), 15);
+    assert_eq!(stored[12], format!("p{producer}-e0-s12"));
+    assert_eq!(stored[13], format!("p{producer}-e1-s0"));
+    door.shutdown().await;
+    hub.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_batch_on_several_connections_at_once_is_stored_once() {
+    let hub = TestHub::start(&[("orders", 1)]).await;
+    let door = open_door(&hub.broker).await;
+    let producer = Connection::open(&door).await.init_producer_id().await;
+    for round in 0..5 {
+        let batch = Batch::new(producer, 0, round * 3, 3).encode();
+        let mut sends = Vec::new();
+        for _ in 0..4 {
+            let mut connection = Connection::open(&door).await;
+            let batch = batch.clone();
+            sends.push(tokio::spawn(async move {
+                connection.produce("orders", 0, batch).await
+            }));
+        }
+        for send in sends {
+            let answered = within("a concurrent produce", send).await.unwrap();
+            assert_eq!(answered, (0, i64::from(round) * 3), "round {round}");
+        }
+    }
+    assert_eq!(values(&hub.broker, "orders", "0").len(), 15);
+    door.shutdown().await;
+    hub.stop().await;
+}
+
+/// A broker over `dir` with hub `orders` (created if new).
+async fn open_broker(dir: &std::path::Path) -> Broker {
+    let broker = Broker::open(BrokerConfig::new(dir)).await.expect("opens");
+    if broker.describe_hub("orders").is_err() {
+        broker.create_hub(HubSpec::new("orders", 1)).await.unwrap();
+    }
+    broker
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_batch_is_recognised_after_the_door_and_the_broker_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open_broker(dir.path()).await;
+    let door = open_door(&broker).await;
+    let mut connection = Connection::open(&door).await;
+    let producer = connection.init_producer_id().await;
+    for i in 0..3 {
+        let stored = connection.produce("orders", 0, Batch::new(producer, 0, i * 4, 4).encode());
+        assert_eq!(stored.await, (0, i64::from(i) * 4));
+    }
+    // Another producer's batches after them, as a busy partition has.
+    let other = connection.init_producer_id().await;
+    let stored = connection.produce("orders", 0, Batch::new(other, 0, 0, 2).encode());
+    assert_eq!(stored.await, (0, 12));
+    drop(connection);
+    door.shutdown().await;
+    broker.shutdown().await.unwrap();
+    drop(broker);
+
+    let broker = open_broker(dir.path()).await;
+    let door = open_door(&broker).await;
+    let mut connection = Connection::open(&door).await;
+    // Every one of the producer's batches, retried as if their acknowledgements were lost.
+    for i in 0..3 {
+        let retry = connection.produce("orders", 0, Batch::new(producer, 0, i * 4, 4).encode());
+        assert_eq!(retry.await, (0, i64::from(i) * 4), "retry of batch {i}");
+    }
+    let gap = connection.produce("orders", 0, Batch::new(producer, 0, 13, 1).encode());
+    assert_eq!(gap.await.0, OUT_OF_ORDER_SEQUENCE_NUMBER);
+    let next = connection.produce("orders", 0, Batch::new(producer, 0, 12, 1).encode());
+    assert_eq!(next.await, (0, 14));
+    let retry_other = connection.produce("orders", 0, Batch::new(other, 0, 0, 2).encode());
+    assert_eq!(retry_other.await, (0, 12));
+    assert_eq!(values(&broker, "orders", "0").len(), 15);
+    // Ids handed out after the restart are new.
+    assert!(connection.init_producer_id().await > other);
+    door.shutdown().await;
+    broker.shutdown().await.unwrap();
+}
+
+/// The Python half: librdkafka with `enable.idempotence` against the door.
+async fn kafka(command: &str, args: Value) -> Value {
+    tributary_testkit::run_python("kafka_idempotence.py", command, args).await
+}
+
+/// The door over `hub` on `addr` (port 0: any), SASL required; retried while the old
+/// listener's port is not free yet.
+async fn door_on(hub: &TestHub, addr: SocketAddr) -> RunningKafkaServer {
+    for _ in 0..50 {
+        let config = KafkaConfig::new(addr, hub.policies.clone());
+        match tributary_kafka::start(hub.broker.clone(), config).await {
+            Ok(door) => return door,
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    panic!("the Kafka door did not start on {addr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn librdkafka_with_idempotence_stores_every_record_once_across_a_door_restart() {
+    let hub = TestHub::start(&[("orders", 3)]).await;
+    let door = door_on(&hub, "127.0.0.1:0".parse().unwrap()).await;
+    let addr = door.local_addr();
+    let count = 3000;
+    let args = json!({"bootstrap": addr.to_string(), "conn": hub.conn(&hub.root),
+                      "topic": "orders", "count": count, "rounds": 30, "pause_ms": 50});
+    let producing = tokio::spawn(kafka("produce", args.clone()));
+    // Restart the door while the producer has batches in flight: it reconnects and retries
+    // them, the door's state is rebuilt from the partitions' tails.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    door.shutdown().await;
+    let door = door_on(&hub, addr).await;
+    let produced = within("librdkafka produces", producing).await.unwrap();
+    assert_eq!(produced["errors"], json!([]), "{produced}");
+    assert_eq!(produced["fatal"], json!([]), "{produced}");
+    assert_eq!(produced["delivered"], count, "{produced}");
+    let consumed = within("librdkafka consumes", kafka("consume", args)).await;
+    assert_eq!(consumed["errors"], json!([]), "{consumed}");
+    assert_eq!(consumed["count"], count, "{consumed}");
+    assert_eq!(consumed["distinct"], count, "{consumed}");
+    assert_eq!(
+        consumed["headers"],
+        json!([]),
+        "no record shows a stamp: {consumed}"
+    );
+    // Every acknowledged record is where its acknowledgement said.
+    for record in produced["acknowledged"].as_array().unwrap() {
+        let (value, partition, offset) = (&record[0], &record[1], &record[2]);
+        let partition = partition.as_i64().unwrap().to_string();
+        let offset = offset.as_i64().unwrap();
+        let stored = hub
+            .broker
+            .read("orders", &partition, offset, 1, 1 << 20)
+            .unwrap();
+        assert_eq!(stored[0].data.body, value.as_str().unwrap().as_bytes());
+    }
+    door.shutdown().await;
+    hub.stop().await;
+}
