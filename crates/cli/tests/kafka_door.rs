@@ -90,6 +90,14 @@ async fn serve_opens_kafka_beside_amqp_and_http_and_both_kafka_doors_share_the_h
     assert_eq!(recorded["kafka_tls"], json!(secure), "{recorded}");
     let conn = shown_connection_string(&banner);
 
+    produce_over_tls_and_consume_in_plain(&secure, &plain, &conn, &ca).await;
+    a_taken_kafka_port_is_named_with_its_flag(d, &plain);
+    stop(serve);
+    assert!(!d.join("server.json").exists());
+}
+
+/// Two records produced over SASL_SSL at `secure` come back over SASL_PLAINTEXT at `plain`.
+async fn produce_over_tls_and_consume_in_plain(secure: &str, plain: &str, conn: &str, ca: &str) {
     let records = json!([
         {"value": "first", "key": "k1", "partition": 0},
         {"value": "second", "key": "k2", "partition": 1},
@@ -129,8 +137,10 @@ async fn serve_opens_kafka_beside_amqp_and_http_and_both_kafka_doors_share_the_h
         ],
         "{consumed}"
     );
+}
 
-    // The plain Kafka port of a second server is taken: reported with its flag.
+/// A second server on the port `plain` holds fails, naming the port and --kafka-port.
+fn a_taken_kafka_port_is_named_with_its_flag(d: &Path, plain: &str) {
     let port = plain.rsplit(':').next().unwrap();
     let other = d.join("other");
     let out = tributary(&other, &["serve", "--amqp-port", "0", "--http-port", "0"])
@@ -143,6 +153,4 @@ async fn serve_opens_kafka_beside_amqp_and_http_and_both_kafka_doors_share_the_h
         err.contains(&format!("port {port} (--kafka-port) is in use")),
         "{err}"
     );
-    stop(serve);
-    assert!(!d.join("server.json").exists());
 }
