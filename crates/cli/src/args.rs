@@ -18,7 +18,7 @@ mod shared;
 pub use bench::{BenchArgs, LagRate, Scenario, TaskTransport};
 pub use demo::{DemoArgs, DemoWorkerArgs};
 pub use failover::{AliasArgs, FailoverArgs, FailoverCommand, TranslateArgs};
-pub use process::{Action, GroupStore, OwnershipArgs, ProcessArgs, Strategy};
+pub use process::{Action, GroupStore, KafkaSasl, OwnershipArgs, ProcessArgs, Strategy};
 pub use replicate::ReplicateArgs;
 pub use shared::{ConnectionArgs, DataArgs, DataDirArgs, DurabilityArgs, GlobalArgs, TrustArgs};
 

@@ -22,6 +22,7 @@ mod failover_translate;
 mod generate;
 mod hub_handle;
 mod input;
+mod kafka;
 mod output;
 mod process;
 mod receipts;

@@ -20,7 +20,15 @@ use crate::hub_handle::HubHandle;
 use crate::output;
 
 impl GroupStore {
-    fn namespace(&self) -> Result<String> {
+    /// The hub's name: with --kafka, the topic (--topic, else the hub argument).
+    pub(crate) fn hub_name(&self) -> &str {
+        self.kafka.topic.as_deref().unwrap_or(&self.hub)
+    }
+
+    pub(crate) fn namespace(&self) -> Result<String> {
+        if let (None, Some(bootstrap)) = (&self.namespace, &self.kafka.kafka) {
+            return Ok(crate::kafka::default_namespace(bootstrap));
+        }
         Ok(
             match (&self.namespace, &self.connection.connection_string) {
                 (Some(namespace), _) => namespace.clone(),
@@ -36,11 +44,17 @@ impl GroupStore {
     /// store when the hub is remote (a connection string, or a running `serve` on the data
     /// directory), else the data directory's SQLite file.
     fn store_choice(&self, global: &GlobalArgs) -> Result<StoreChoice> {
+        let kafka = self.kafka.kafka.is_some();
         match &self.store {
+            Some(url) if kafka && url.eq_ignore_ascii_case(HUB_STORE) => anyhow::bail!(
+                "--store hub: is a Tributary hub's own store; with --kafka give sqlite:PATH, \
+                 postgres://... or a blob container"
+            ),
             Some(url) if url.eq_ignore_ascii_case(HUB_STORE) => Ok(StoreChoice::Hub),
             Some(url) => Ok(StoreChoice::Url(StoreLocation::parse(url)?)),
-            None if self.connection.connection_string.is_some()
-                || crate::running::local_connection_string(&global.data_dir).is_some() =>
+            None if !kafka
+                && (self.connection.connection_string.is_some()
+                    || crate::running::local_connection_string(&global.data_dir).is_some()) =>
             {
                 Ok(StoreChoice::Hub)
             }
@@ -89,7 +103,7 @@ async fn open_store(
             };
             let store = tributary_client::HubCheckpointStore::new(remote.consumer());
             store
-                .list_ownership(&at.namespace()?, &at.hub, &at.group)
+                .list_ownership(&at.namespace()?, at.hub_name(), &at.group)
                 .await
                 .context("cannot use the hub's checkpoint store")?;
             return Ok(Arc::new(store));
@@ -210,10 +224,16 @@ impl CliProcessor {
 /// `tributary process`.
 pub async fn process(global: &GlobalArgs, args: &ProcessArgs) -> Result<()> {
     let at = &args.at;
-    let hub = HubHandle::open(global, &at.hub, at.connection.connection_string.as_deref()).await?;
-    let source = hub.source(Some(&at.namespace()?));
     let location = at.store_choice(global)?;
-    let store = open_store(&location, Some(&hub), at).await?;
+    let (source, store) = if at.kafka.kafka.is_some() {
+        let source = crate::kafka::source(global, at)?;
+        (source, open_store(&location, None, at).await?)
+    } else {
+        let hub =
+            HubHandle::open(global, &at.hub, at.connection.connection_string.as_deref()).await?;
+        let source = hub.source(Some(&at.namespace()?));
+        (source, open_store(&location, Some(&hub), at).await?)
+    };
     if let Some(dir) = &args.output_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
@@ -238,7 +258,7 @@ pub async fn process(global: &GlobalArgs, args: &ProcessArgs) -> Result<()> {
         .start()?;
     eprintln!(
         "processing {}/{} as {} (checkpoints in {}); Ctrl-C to stop",
-        args.at.hub,
+        args.at.hub_name(),
         args.at.group,
         host.host_name(),
         location
@@ -303,6 +323,9 @@ fn report_counts(sink: &Sink) {
 /// Fails when the hub does not exist, if that can be told: with a connection string the hub
 /// is asked; else an existing data directory is looked in (unless a running `serve` holds it).
 async fn check_hub_exists(global: &GlobalArgs, at: &GroupStore) -> Result<()> {
+    if at.kafka.kafka.is_some() {
+        return crate::kafka::check_topic(global, at).await;
+    }
     if at.connection.connection_string.is_some() {
         let hub =
             HubHandle::open(global, &at.hub, at.connection.connection_string.as_deref()).await?;
@@ -374,7 +397,7 @@ pub async fn ownership(global: &GlobalArgs, args: &OwnershipArgs) -> Result<()> 
     let store = ownership_store(global, args).await?;
     let namespace = args.at.namespace()?;
     let listing = store
-        .list_ownership_and_hosts(&namespace, &args.at.hub, &args.at.group)
+        .list_ownership_and_hosts(&namespace, args.at.hub_name(), &args.at.group)
         .await?;
     let owners = listing.ownership;
     let last_seen: BTreeMap<String, i64> = listing
@@ -383,7 +406,7 @@ pub async fn ownership(global: &GlobalArgs, args: &OwnershipArgs) -> Result<()> 
         .map(|host| (host.owner_id, host.last_modified_time_ms))
         .collect();
     let checkpoints = store
-        .list_checkpoints(&namespace, &args.at.hub, &args.at.group)
+        .list_checkpoints(&namespace, args.at.hub_name(), &args.at.group)
         .await?;
     let mut rows: BTreeMap<u32, (Option<_>, Option<_>)> = BTreeMap::new();
     for o in owners {

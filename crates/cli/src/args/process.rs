@@ -21,8 +21,15 @@ pub enum Action {
 /// `ownership`.
 #[derive(Debug, Args)]
 pub struct GroupStore {
-    /// The hub.
+    /// The hub (with --kafka: the topic, unless --topic names it).
+    #[arg(
+        default_value = "",
+        hide_default_value = true,
+        required_unless_present = "topic"
+    )]
     pub hub: String,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
     /// The consumer group.
     #[arg(long, short, default_value = "$Default")]
     pub group: String,
@@ -55,6 +62,52 @@ pub struct GroupStore {
     pub connection: ConnectionArgs,
     #[command(flatten)]
     pub data: DataArgs,
+}
+
+/// A Kafka cluster in place of a hub: the topic's partitions are the hub's (`process`,
+/// `ownership`).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Kafka")]
+pub struct KafkaArgs {
+    /// Read a Kafka topic (Apache Kafka, Redpanda, Event Hubs' Kafka endpoint on port 9093, a
+    /// Tributary serve's Kafka door) instead of a hub: its bootstrap servers, `HOST:PORT[,…]`.
+    /// With --connection-string, SASL PLAIN as `$ConnectionString` with it as the password (over
+    /// TLS when its endpoint uses TLS). Ownership and checkpoints stay in --store (default:
+    /// checkpoints.sqlite in the data directory), recorded under the first bootstrap server
+    /// unless --namespace says otherwise. Needs a tributary built with the `kafka` feature.
+    #[arg(long, value_name = "BOOTSTRAP")]
+    pub kafka: Option<String>,
+    /// The Kafka topic (default: the hub argument).
+    #[arg(long, requires = "kafka")]
+    pub topic: Option<String>,
+    /// SASL user name (with --kafka-password; PLAIN unless --kafka-sasl-mechanism says otherwise).
+    #[arg(long, requires_all = ["kafka", "kafka_password"])]
+    pub kafka_username: Option<String>,
+    /// SASL password.
+    #[arg(
+        long,
+        env = "TRIBUTARY_KAFKA_PASSWORD",
+        hide_env_values = true,
+        requires = "kafka_username"
+    )]
+    pub kafka_password: Option<String>,
+    /// SASL mechanism.
+    #[arg(long, value_enum, default_value_t = KafkaSasl::Plain, requires = "kafka_username")]
+    pub kafka_sasl_mechanism: KafkaSasl,
+    /// Connect over TLS (the system's trust store, or --ca-file).
+    #[arg(long, requires = "kafka")]
+    pub kafka_tls: bool,
+}
+
+/// A SASL mechanism for --kafka.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KafkaSasl {
+    /// PLAIN.
+    Plain,
+    /// SCRAM-SHA-256.
+    ScramSha256,
+    /// SCRAM-SHA-512.
+    ScramSha512,
 }
 
 /// `tributary process`.

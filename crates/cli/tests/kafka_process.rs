@@ -1,0 +1,198 @@
+//! `tributary process --kafka` on a real Kafka-compatible broker (Tansu, one per test binary):
+//! three processes share a 12-partition topic evenly, one is `kill -9`ed, and the other two
+//! resume its partitions from their checkpoints — nothing lost, nothing processed twice.
+#![cfg(feature = "kafka")]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{run, tributary};
+use tributary_kafka_source::tansu::{Tansu, TestRecord};
+
+const TOPIC: &str = "orders";
+const PARTITIONS: i32 = 12;
+const PER_PARTITION: usize = 10;
+
+/// A child killed (SIGKILL) and reaped when dropped, so a failing test leaves none behind.
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The flags every command of this test names the topic and its store with.
+fn at(dir: &Path) -> Vec<String> {
+    let store = format!("sqlite:{}", dir.join("checkpoints.sqlite").display());
+    let bootstrap = Tansu::shared().bootstrap_servers();
+    ["--kafka", &bootstrap, "--topic", TOPIC, "--store", &store]
+        .map(str::to_owned)
+        .to_vec()
+}
+
+fn start_processor(dir: &Path, host: &str) -> Reaped {
+    let out = dir.join("out");
+    let mut args: Vec<String> = ["process", "--host-name", host, "--action", "file"]
+        .map(str::to_owned)
+        .to_vec();
+    args.extend(["--output-dir".to_owned(), out.display().to_string()]);
+    args.extend(["--interval", "300ms", "--expiration", "3s"].map(str::to_owned));
+    args.extend(at(dir));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let child = tributary(&dir.join("data"), &args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("tributary process starts");
+    Reaped(child)
+}
+
+/// `tributary ownership`: partition → (owner, checkpointed sequence number).
+fn ownership(dir: &Path) -> BTreeMap<u32, (String, Option<i64>)> {
+    if !dir.join("checkpoints.sqlite").exists() {
+        return BTreeMap::new(); // No processor has opened the store yet.
+    }
+    let mut args = vec!["ownership".to_owned()];
+    args.extend(at(dir));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let output = run(&dir.join("data"), &args);
+    assert!(
+        output.status.success(),
+        "ownership: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let table = String::from_utf8(output.stdout).unwrap();
+    table
+        .lines()
+        .skip(1)
+        .map(|row| {
+            let cols: Vec<&str> = row.split('\t').collect();
+            let partition = cols[1].parse().expect("a partition number");
+            (partition, (cols[2].to_owned(), cols[5].parse().ok()))
+        })
+        .collect()
+}
+
+/// How many partitions each owner holds.
+fn owners(table: &BTreeMap<u32, (String, Option<i64>)>) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for (owner, _) in table.values() {
+        *counts.entry(owner.clone()).or_default() += 1;
+    }
+    counts
+}
+
+/// Each partition's output file, line by line.
+fn processed(dir: &Path) -> BTreeMap<i32, Vec<String>> {
+    (0..PARTITIONS)
+        .map(|p| {
+            let path = dir.join("out").join(format!("{p}.events"));
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            (p, text.lines().map(str::to_owned).collect())
+        })
+        .collect()
+}
+
+fn expected(p: i32, records: usize) -> Vec<String> {
+    (0..records).map(|i| format!("p{p}-{i:03}")).collect()
+}
+
+async fn produce(round: usize) {
+    let tansu = Tansu::shared();
+    for p in 0..PARTITIONS {
+        let records: Vec<TestRecord> = (round * PER_PARTITION..(round + 1) * PER_PARTITION)
+            .map(|i| TestRecord {
+                key: Some(format!("key-{p}").into_bytes()),
+                value: format!("p{p}-{i:03}").into_bytes(),
+                ..TestRecord::default()
+            })
+            .collect();
+        tansu.produce(TOPIC, p, &records).await;
+    }
+}
+
+/// Polls until `done` holds, failing after a minute with what `explain` says then.
+async fn wait_until(what: &str, done: impl Fn() -> bool, explain: impl Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "not within 60 s: {what}\n{}",
+            explain()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processors_share_a_topic_and_a_killed_ones_partitions_resume_from_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    Tansu::shared().create_topic(TOPIC, PARTITIONS).await;
+    produce(0).await;
+    let mut hosts: BTreeMap<&str, Reaped> = ["p1", "p2", "p3"]
+        .into_iter()
+        .map(|host| (host, start_processor(d, host)))
+        .collect();
+
+    // Even shares, every record processed once and checkpointed at its partition's last one.
+    let first_round = |table: &BTreeMap<u32, (String, Option<i64>)>| {
+        owners(table) == BTreeMap::from([("p1".into(), 4), ("p2".into(), 4), ("p3".into(), 4)])
+            && table
+                .values()
+                .all(|(_, seq)| *seq == Some(PER_PARTITION as i64 - 1))
+    };
+    wait_until(
+        "4 partitions each, all checkpointed",
+        || first_round(&ownership(d)),
+        || format!("{:?}", ownership(d)),
+    )
+    .await;
+    for (p, lines) in processed(d) {
+        assert_eq!(lines, expected(p, PER_PARTITION), "partition {p}");
+    }
+
+    // kill -9 one of them; more records arrive meanwhile.
+    let killed: Vec<u32> = ownership(d)
+        .into_iter()
+        .filter(|(_, (owner, _))| owner == "p1")
+        .map(|(p, _)| p)
+        .collect();
+    drop(hosts.remove("p1"));
+    produce(1).await;
+
+    let second_round = |table: &BTreeMap<u32, (String, Option<i64>)>| {
+        owners(table) == BTreeMap::from([("p2".into(), 6), ("p3".into(), 6)])
+            && table
+                .values()
+                .all(|(_, seq)| *seq == Some(2 * PER_PARTITION as i64 - 1))
+    };
+    wait_until(
+        "the killed processor's partitions taken over and caught up",
+        || second_round(&ownership(d)),
+        || format!("{:?}", ownership(d)),
+    )
+    .await;
+    // Every partition, the killed one's too, holds each record exactly once, in order: the new
+    // owners started after the checkpoints, not from the beginning.
+    for (p, lines) in processed(d) {
+        assert_eq!(
+            lines,
+            expected(p, 2 * PER_PARTITION),
+            "partition {p} (killed: {killed:?})"
+        );
+    }
+    for (host, mut child) in hosts {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &child.0.id().to_string()])
+            .status();
+        let status = child.0.wait().unwrap();
+        assert!(status.success(), "{host} stopped with {status}");
+    }
+}
