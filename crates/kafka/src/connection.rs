@@ -27,7 +27,7 @@ use tributary_broker::Broker;
 
 use crate::limits::{IDLE_TIMEOUT, KafkaLimits, UNAUTHENTICATED_BYTES_MAX};
 use crate::request::{self, Body};
-use crate::{admin, fetch, metadata, offsets, produce, sasl, versions};
+use crate::{admin, fetch, groups, metadata, offsets, produce, sasl, versions};
 
 /// What every connection of one door shares.
 #[derive(Debug)]
@@ -39,6 +39,8 @@ pub(crate) struct Context {
     pub(crate) limits: KafkaLimits,
     pub(crate) advertised_host: String,
     pub(crate) advertised_port: u16,
+    /// The consumer groups' coordinator.
+    pub(crate) groups: Arc<groups::Coordinator>,
     /// Producer ids and idempotent producers' state, shared by every door of the broker.
     pub(crate) producers: Arc<crate::producers::Producers>,
     pub(crate) shutdown: watch::Receiver<bool>,
@@ -55,6 +57,8 @@ pub(crate) struct Session {
     handshake_done: bool,
     /// The response just written is the last (a failed login).
     close_after_response: bool,
+    /// The client's IP address (DescribeGroups shows it).
+    client_host: String,
 }
 
 /// Returns once the door is shutting down.
@@ -71,6 +75,11 @@ pub(crate) fn now_secs() -> i64 {
 }
 
 impl Session {
+    /// The client's IP address.
+    pub(crate) fn client_host(&self) -> &str {
+        &self.client_host
+    }
+
     fn authenticated(&self) -> bool {
         self.open || self.grant.is_some()
     }
@@ -97,6 +106,7 @@ where
     let mut reader = BufReader::new(reader);
     let mut session = Session {
         open: ctx.unauthenticated,
+        client_host: peer.ip().to_string(),
         ..Session::default()
     };
     let auth_deadline = Instant::now() + ctx.limits.auth_timeout;
@@ -188,7 +198,7 @@ async fn handle_frame(
             return encode(key, 0, correlation_id, &response).map(Some);
         }
     };
-    match dispatch(body, session, ctx).await? {
+    match dispatch(body, version, session, ctx).await? {
         Some(response) => encode(key, version, correlation_id, &response).map(Some),
         None => Ok(None),
     }
@@ -197,6 +207,7 @@ async fn handle_frame(
 /// Runs one decoded request.
 async fn dispatch(
     request: RequestKind,
+    version: i16,
     session: &mut Session,
     ctx: &Context,
 ) -> Result<Option<ResponseKind>, String> {
@@ -227,6 +238,9 @@ async fn dispatch(
             ResponseKind::Fetch(fetch::answer(request, session, ctx).await)
         }
         request if admin::answers(&request) => admin::answer(request, session, ctx).await?,
+        request if groups::answers(&request) => {
+            groups::answer(request, version, session, ctx).await?
+        }
         other => return Err(format!("no handler for {other:?}")),
     };
     Ok(Some(response))

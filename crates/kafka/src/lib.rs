@@ -19,13 +19,18 @@
 //! - **Topic administration**: CreateTopics, DeleteTopics, CreatePartitions (refused: a hub's
 //!   partition count is fixed), DescribeConfigs and DescribeCluster, Manage needed to change
 //!   anything (see `admin`).
+//! - **Consumer groups** (the classic protocol): FindCoordinator, JoinGroup, SyncGroup,
+//!   Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups and
+//!   DeleteGroups. A Kafka group is the hub's consumer group of that name in each topic it
+//!   reads: its committed offsets are that consumer group's checkpoints, its assignment its
+//!   ownership records, so `tributary group`, the admin API and the dashboard show them and
+//!   they survive a restart (see `groups`).
 //!
 //! How a record's value, key, headers and timestamp become an event's body, partition key and
 //! application properties, and back, is the one rule in [`mapping`].
 //!
 //! # Not yet
-//! Consumer groups (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-//! OffsetCommit, OffsetFetch and the admin group APIs), TLS
+//! TLS
 //! (SASL_SSL) and the wiring into `tributary serve`.
 //!
 //! # Guarantees
@@ -54,6 +59,7 @@ pub mod bounded;
 mod connection;
 pub mod error;
 mod fetch;
+mod groups;
 pub mod limits;
 pub mod mapping;
 pub mod metadata;

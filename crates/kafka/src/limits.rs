@@ -75,6 +75,47 @@ pub const PRODUCER_IDS_PER_MS: i64 = 1 << 12;
 /// 65,536 InitProducerId requests.
 pub const PRODUCER_ID_BLOCK: i64 = 1 << 16;
 
+/// The most consumer groups with members at once. A group lives in memory only while it has
+/// members (its committed offsets are the hub's checkpoints); each holds at most
+/// [`GROUP_METADATA_BYTES_MAX`], so this bounds the coordinator's memory. A JoinGroup for one
+/// more gets COORDINATOR_NOT_AVAILABLE, which clients retry.
+pub const GROUPS_MAX: usize = 1_000;
+
+/// The most members (and member ids handed out) of one group: a hub has at most 1,024
+/// partitions, and members beyond the partitions they share hold nothing. One more gets
+/// GROUP_MAX_SIZE_REACHED, as Kafka's `group.max.size`.
+pub const GROUP_MEMBERS_MAX: usize = 1_024;
+
+/// The most protocol metadata and assignment bytes one group holds: a consumer's subscription
+/// is its topics and, for cooperative-sticky, the partitions it owns (a few kilobytes), so a
+/// mebibyte fits a full group of ordinary members. A join past it gets GROUP_MAX_SIZE_REACHED.
+pub const GROUP_METADATA_BYTES_MAX: usize = 1024 * 1024;
+
+/// The most protocols (assignors) one JoinGroup may offer: clients offer one to three.
+pub const GROUP_PROTOCOLS_MAX: usize = 16;
+
+/// How long a new group's first rebalance waits for more members: Kafka's
+/// `group.initial.rebalance.delay.ms` default. Consumers started together then get one
+/// rebalance rather than one per member.
+pub const GROUP_INITIAL_REBALANCE_DELAY: Duration = Duration::from_secs(3);
+
+/// The shortest and longest session timeout a member may ask for: Kafka's
+/// `group.min.session.timeout.ms` and `group.max.session.timeout.ms` defaults. Outside them a
+/// JoinGroup gets INVALID_SESSION_TIMEOUT.
+pub const GROUP_SESSION_TIMEOUT_MIN: Duration = Duration::from_secs(6);
+/// See [`GROUP_SESSION_TIMEOUT_MIN`].
+pub const GROUP_SESSION_TIMEOUT_MAX: Duration = Duration::from_secs(30 * 60);
+
+/// The longest a rebalance waits for a member to rejoin, whatever it asks (librdkafka asks for
+/// its `max.poll.interval.ms`, 5 minutes by default): a member that asks for a day would hold
+/// its whole group for a day.
+pub const GROUP_REBALANCE_TIMEOUT_MAX: Duration = Duration::from_secs(30 * 60);
+
+/// The longest metadata string an OffsetCommit may carry: Kafka's `offset.metadata.max.bytes`.
+/// A longer one gets OFFSET_METADATA_TOO_LARGE. (The hub's checkpoints keep no metadata:
+/// OffsetFetch answers an empty one.)
+pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
+
 /// What the door lets connections hold (configurable; the defaults are the constants above).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KafkaLimits {
@@ -108,3 +149,5 @@ const _: () = assert!(PRODUCER_BATCHES_KEPT >= 5);
 const _: () = assert!(PRODUCER_TAIL_SCAN_BYTES >= FRAME_BYTES_MAX_DEFAULT as u64);
 // Ids stay below i64::MAX for centuries: 2^41 ms (year 2039) times 2^12 is 2^53.
 const _: () = assert!(PRODUCER_IDS_PER_MS <= 1 << 20);
+const _: () = assert!(GROUP_SESSION_TIMEOUT_MIN.as_secs() < GROUP_SESSION_TIMEOUT_MAX.as_secs());
+const _: () = assert!(GROUP_MEMBERS_MAX > 0 && GROUPS_MAX > 0 && GROUP_PROTOCOLS_MAX > 0);

@@ -85,6 +85,7 @@ pub async fn start(broker: Broker, config: KafkaConfig) -> Result<RunningKafkaSe
     }
     let ctx = Arc::new(Context {
         producers: crate::producers::Producers::of(&broker),
+        groups: crate::groups::Coordinator::start(&broker, shutdown_rx.clone()),
         broker,
         policies: config.policies,
         unauthenticated: config.development_unauthenticated,

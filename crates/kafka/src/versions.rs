@@ -21,6 +21,16 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::CreateTopics, 2, 6),
     (ApiKey::DeleteTopics, 1, 5),
     (ApiKey::DescribeConfigs, 1, 4),
@@ -72,6 +82,6 @@ mod tests {
         }
         assert!(supports(ApiKey::Fetch, 12));
         assert!(!supports(ApiKey::Fetch, 13));
-        assert!(!supports(ApiKey::JoinGroup, 0));
+        assert!(!supports(ApiKey::ConsumerGroupHeartbeat, 0));
     }
 }

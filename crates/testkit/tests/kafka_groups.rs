@@ -1,0 +1,402 @@
+//! Kafka consumer groups through a real client: `confluent-kafka` (librdkafka), driven by
+//! `tests/python/kafka_groups.py` with `<repo>/.venv/bin/python` (installed by
+//! `scripts/setup-kafka-interop`; a missing client FAILS these tests, it never skips them).
+//!
+//! Each test opens a broker on its own data directory and starts the Kafka door over it on
+//! 127.0.0.1:0 (the restart test stops both and opens them again over the same directory).
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tributary_amqp::{AccessPolicies, AccessPolicy, Right};
+use tributary_broker::{Broker, BrokerConfig, BrokerError, HubSpec};
+use tributary_event::EventPosition;
+use tributary_kafka::{KafkaConfig, RunningKafkaServer};
+use tributary_testkit::JsonLines;
+use tributary_testkit::oci::{Server, Setup, request};
+
+/// A broker, its Kafka door and two logins: every right, and Send only.
+struct Door {
+    broker: Broker,
+    door: RunningKafkaServer,
+    root: AccessPolicy,
+    send: AccessPolicy,
+}
+
+impl Door {
+    /// Opens the broker in `dir` (creating `hubs` if it has none) and starts the door.
+    async fn start(
+        dir: &Path,
+        hubs: &[(&str, u32)],
+        keys: Option<(AccessPolicy, AccessPolicy)>,
+    ) -> Door {
+        let broker = Broker::open(BrokerConfig::new(dir))
+            .await
+            .expect("broker opens");
+        for (name, partitions) in hubs {
+            if broker.describe_hub(name).is_err() {
+                broker
+                    .create_hub(HubSpec::new(*name, *partitions))
+                    .await
+                    .expect("hub created");
+            }
+        }
+        let (root, send) = keys.unwrap_or_else(|| {
+            let policy = |name: &str, right| AccessPolicy::generate(name, vec![right]).unwrap();
+            (
+                policy("RootManageSharedAccessKey", Right::Manage),
+                policy("send-only", Right::Send),
+            )
+        });
+        let policies = AccessPolicies::new(vec![root.clone(), send.clone()]).unwrap();
+        let config = KafkaConfig::new("127.0.0.1:0".parse().unwrap(), policies);
+        let door = tributary_kafka::start(broker.clone(), config)
+            .await
+            .expect("the Kafka door starts");
+        Door {
+            broker,
+            door,
+            root,
+            send,
+        }
+    }
+
+    fn conn(&self, policy: &AccessPolicy) -> String {
+        tributary_amqp::connection_string("127.0.0.1", 5672, policy)
+    }
+
+    /// The arguments every scenario takes, as the root login.
+    fn args(&self, topic: &str, partitions: u32, group: &str) -> Value {
+        json!({"bootstrap": self.door.local_addr().to_string(), "conn": self.conn(&self.root),
+               "topic": topic, "partitions": partitions, "group": group})
+    }
+
+    async fn stop(self) -> (AccessPolicy, AccessPolicy) {
+        self.door.shutdown().await;
+        self.broker.shutdown().await.expect("broker shuts down");
+        (self.root, self.send)
+    }
+}
+
+async fn groups(command: &str, args: Value) -> Value {
+    tributary_testkit::run_python("kafka_groups.py", command, args).await
+}
+
+fn with(mut args: Value, more: Value) -> Value {
+    for (k, v) in more.as_object().unwrap() {
+        args[k] = v.clone();
+    }
+    args
+}
+
+/// Three members, a fourth joining, the first leaving: after each step the members hold
+/// disjoint sets of partitions covering all six, and every record is read once, by the member
+/// holding its partition.
+async fn rebalance_with(strategy: &str) {
+    let dir = TempDir::new().unwrap();
+    let door = Door::start(dir.path(), &[("orders", 6)], None).await;
+    let args = with(
+        door.args("orders", 6, &format!("{strategy}-group")),
+        json!({"strategy": strategy, "records": 60}),
+    );
+    let result = groups("rebalance", args).await;
+    assert_eq!(result["violations"], json!([]), "{result}");
+    assert_eq!(result["errors"], json!([]), "{result}");
+    assert_eq!(result["read"], 180, "{result}");
+    let phases = result["phases"].as_array().unwrap();
+    let sizes: Vec<usize> = phases
+        .iter()
+        .map(|p| p.as_object().unwrap().len())
+        .collect();
+    assert_eq!(sizes, [3, 4, 3], "{result}");
+    assert!(
+        phases[1]["d"].as_array().is_some_and(|d| !d.is_empty()),
+        "{result}"
+    );
+    assert!(phases[2].get("a").is_none(), "{result}");
+    for phase in phases {
+        for partitions in phase.as_object().unwrap().values() {
+            let held = partitions.as_array().unwrap().len();
+            assert!((1..=2).contains(&held), "balanced: {result}");
+        }
+    }
+    door.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn range_consumers_share_six_partitions_as_members_join_and_leave() {
+    rebalance_with("range").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cooperative_sticky_consumers_share_six_partitions_as_members_join_and_leave() {
+    rebalance_with("cooperative-sticky").await;
+}
+
+/// Sends `count` events to each of `partitions` partitions, in process.
+async fn fill(broker: &Broker, hub: &str, partitions: u32, count: usize) {
+    for p in 0..partitions {
+        let events = (0..count)
+            .map(|i| tributary_event::EventData::new(format!("{p}-{i}")))
+            .collect();
+        let target = tributary_broker::SendTarget::Partition(p.to_string());
+        broker.send(hub, target, events).await.expect("sent");
+    }
+}
+
+/// The (partition, offset) of each record a scenario read.
+fn partitions_and_offsets(read: &Value) -> Vec<(i64, i64)> {
+    read.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r[0].as_i64().unwrap(), r[1].as_i64().unwrap()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_offsets_survive_a_restart_and_are_the_hubs_checkpoints() {
+    let dir = TempDir::new().unwrap();
+    let door = Door::start(dir.path(), &[("orders", 3)], None).await;
+    fill(&door.broker, "orders", 3, 4).await;
+    let args = door.args("orders", 3, "billing");
+    let unknown = groups("committed", with(args.clone(), json!({"group": "nobody"}))).await;
+    assert_eq!(
+        unknown["committed"],
+        json!({"0": -1001, "1": -1001, "2": -1001}),
+        "{unknown}"
+    );
+    let first = groups(
+        "consume_and_commit",
+        with(args.clone(), json!({"expect": 12})),
+    )
+    .await;
+    assert_eq!(first["read"].as_array().unwrap().len(), 12, "{first}");
+    assert_eq!(
+        first["committed"],
+        json!({"0": 4, "1": 4, "2": 4}),
+        "{first}"
+    );
+    // The commits are the hub's consumer group's checkpoints: the last sequence number read.
+    let checkpoints = door
+        .broker
+        .list_checkpoints("orders", "billing")
+        .await
+        .unwrap();
+    let sequences: Vec<_> = checkpoints.iter().map(|c| c.sequence_number).collect();
+    assert_eq!(sequences, [Some(3), Some(3), Some(3)]);
+    let keys = door.stop().await;
+
+    let door = Door::start(dir.path(), &[("orders", 3)], Some(keys)).await;
+    let args = door.args("orders", 3, "billing");
+    fill(&door.broker, "orders", 3, 2).await;
+    let after = groups("committed", args.clone()).await;
+    assert_eq!(
+        after["committed"],
+        json!({"0": 4, "1": 4, "2": 4}),
+        "{after}"
+    );
+    let resumed = groups(
+        "consume_and_commit",
+        with(args.clone(), json!({"expect": 6, "linger_s": 1})),
+    )
+    .await;
+    let offsets = partitions_and_offsets(&resumed["read"]);
+    assert_eq!(
+        offsets,
+        [(0, 4), (0, 5), (1, 4), (1, 5), (2, 4), (2, 5)],
+        "{resumed}"
+    );
+    assert_eq!(
+        resumed["committed"],
+        json!({"0": 6, "1": 6, "2": 6}),
+        "{resumed}"
+    );
+    let states = door.broker.processor_group_states("orders").unwrap();
+    let billing = states
+        .iter()
+        .find(|(g, _)| g == "billing")
+        .expect("a consumer group");
+    assert!(
+        billing
+            .1
+            .iter()
+            .all(|p| p.checkpoint_sequence_number == Some(5)),
+        "{billing:?}"
+    );
+    door.stop().await;
+}
+
+/// The admin API over `broker` (the HTTP door, development mode: no signatures).
+async fn admin_api(broker: &Broker) -> Server {
+    let setup = Setup {
+        signed: false,
+        ..Setup::default()
+    };
+    let http = tributary_testkit::oci::start_http(broker, &setup).await;
+    Server {
+        dir: TempDir::new().unwrap(),
+        broker: broker.clone(),
+        url: format!("http://{}", http.local_addr()),
+        http,
+    }
+}
+
+const AUDIT_PARTITIONS: &str = "/admin/v1/hubs/orders/consumergroups/audit/partitions";
+const AUDIT_RESET: &str = "/admin/v1/hubs/orders/consumergroups/audit/reset";
+const TRIM_HORIZON: &[u8] = br#"{"type": "TRIM_HORIZON"}"#;
+
+/// `tributary group reset`'s request (the admin API's reset, the broker's
+/// `reset_processor_group`) is refused while a Kafka member holds the group and works once it
+/// left; meanwhile the admin API (and so the dashboard) shows the member as each partition's
+/// owner and the committed offsets as checkpoints with their lag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_is_refused_while_members_are_joined_and_moves_the_offsets_after() {
+    let dir = TempDir::new().unwrap();
+    let door = Door::start(dir.path(), &[("orders", 2)], None).await;
+    let api = admin_api(&door.broker).await;
+    fill(&door.broker, "orders", 2, 3).await;
+    let args = door.args("orders", 2, "audit");
+    let first = groups(
+        "consume_and_commit",
+        with(args.clone(), json!({"expect": 6})),
+    )
+    .await;
+    assert_eq!(first["committed"], json!({"0": 3, "1": 3}), "{first}");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/kafka_groups.py");
+    let mut command = tokio::process::Command::new(tributary_testkit::python());
+    command.arg(script).arg("hold").arg(args.to_string());
+    let mut member = JsonLines::spawn("kafka_groups.py hold", command);
+    let joined = member.next(Duration::from_secs(60)).await;
+    assert_eq!(joined["joined"], json!([0, 1]), "{joined}");
+    let shown = request(&api, "GET", AUDIT_PARTITIONS, &[], b"")
+        .await
+        .json();
+    let partitions = shown["partitions"].as_array().unwrap();
+    let owner = &partitions[0]["ownerId"];
+    assert!(owner.as_str().is_some_and(|o| !o.is_empty()), "{shown}");
+    for partition in partitions {
+        assert_eq!(
+            &partition["ownerId"], owner,
+            "one member holds both: {shown}"
+        );
+        assert_eq!(partition["checkpoint"]["sequenceNumber"], 2, "{shown}");
+        assert_eq!(partition["lagEvents"], 0, "{shown}");
+    }
+    let refused = request(&api, "POST", AUDIT_RESET, &[], TRIM_HORIZON).await;
+    assert_eq!(refused.status, 409, "{}", refused.text());
+    let refused = door
+        .broker
+        .reset_processor_group("orders", "audit", &EventPosition::Earliest)
+        .await;
+    assert!(
+        matches!(refused, Err(BrokerError::ProcessorGroupRunning { .. })),
+        "{refused:?}"
+    );
+    member.write_line("leave").await;
+    assert_eq!(member.next(Duration::from_secs(30)).await["left"], true);
+    member.wait_success(Duration::from_secs(30)).await;
+    // The member's leave lets go of its partitions (asynchronously, just after the answer).
+    let mut status = 0;
+    for _ in 0..50 {
+        status = request(&api, "POST", AUDIT_RESET, &[], TRIM_HORIZON)
+            .await
+            .status;
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, 200, "reset once the member left");
+    let after = groups("committed", args).await;
+    assert_eq!(after["committed"], json!({"0": 0, "1": 0}), "{after}");
+    api.http.shutdown().await.unwrap();
+    door.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_client_lists_describes_and_deletes_groups() {
+    let dir = TempDir::new().unwrap();
+    let door = Door::start(dir.path(), &[("orders", 2)], None).await;
+    fill(&door.broker, "orders", 2, 1).await;
+    let args = door.args("orders", 2, "finished");
+    let done = groups(
+        "consume_and_commit",
+        with(args.clone(), json!({"expect": 2})),
+    )
+    .await;
+    assert_eq!(done["committed"], json!({"0": 1, "1": 1}), "{done}");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/kafka_groups.py");
+    let mut command = tokio::process::Command::new(tributary_testkit::python());
+    let active = with(args.clone(), json!({"group": "active"}));
+    command.arg(script).arg("hold").arg(active.to_string());
+    let mut member = JsonLines::spawn("kafka_groups.py hold", command);
+    member.next(Duration::from_secs(60)).await;
+    let admin = groups(
+        "admin",
+        with(
+            args,
+            json!({"describe": ["active", "finished", "nobody"], "delete": ["finished", "active", "nobody"]}),
+        ),
+    )
+    .await;
+    assert_eq!(admin["groups"], json!(["active", "finished"]), "{admin}");
+    let described = &admin["described"];
+    assert_eq!(
+        described["active"]["state"], "ConsumerGroupState.STABLE",
+        "{admin}"
+    );
+    assert_eq!(described["active"]["assignor"], "range", "{admin}");
+    assert_eq!(described["active"]["members"], json!([[0, 1]]), "{admin}");
+    assert_eq!(
+        described["finished"]["state"], "ConsumerGroupState.EMPTY",
+        "{admin}"
+    );
+    assert_eq!(
+        described["nobody"]["state"], "ConsumerGroupState.DEAD",
+        "{admin}"
+    );
+    assert_eq!(
+        admin["deleted"],
+        json!({"finished": null, "active": "NON_EMPTY_GROUP", "nobody": "GROUP_ID_NOT_FOUND"}),
+        "{admin}"
+    );
+    let names: Vec<String> = door
+        .broker
+        .list_consumer_groups("orders")
+        .unwrap()
+        .into_iter()
+        .map(|g| g.name)
+        .collect();
+    assert!(!names.iter().any(|n| n == "finished"), "{names:?}");
+    member.write_line("leave").await;
+    member.wait_success(Duration::from_secs(30)).await;
+    door.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_login_without_listen_cannot_join_or_commit() {
+    let dir = TempDir::new().unwrap();
+    let door = Door::start(dir.path(), &[("orders", 2)], None).await;
+    let args = with(
+        door.args("orders", 2, "sneaky"),
+        json!({"conn": door.conn(&door.send)}),
+    );
+    let refused = groups("refused", args).await;
+    assert_eq!(
+        refused["errors"][0], "GROUP_AUTHORIZATION_FAILED",
+        "{refused}"
+    );
+    assert_eq!(
+        refused["commit_error"], "TOPIC_AUTHORIZATION_FAILED",
+        "{refused}"
+    );
+    assert!(
+        door.broker
+            .list_checkpoints("orders", "sneaky")
+            .await
+            .is_err()
+    );
+    door.stop().await;
+}
