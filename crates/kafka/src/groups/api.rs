@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{
     BrokerId, ConsumerProtocolSubscription, DeleteGroupsRequest, DeleteGroupsResponse,
@@ -22,7 +22,7 @@ use kafka_protocol::messages::{
     leave_group_response::MemberResponse,
     list_groups_response::ListedGroup,
 };
-use kafka_protocol::protocol::{Decodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use tributary_amqp::Right;
 use tributary_amqp::auth::{self, Needed};
 use tributary_event::names::{is_default_consumer_group, name_key, validate_consumer_group_name};
@@ -142,15 +142,8 @@ fn find_coordinator(
 }
 
 /// The topics of a consumer subscription; `None` if the metadata is not one.
-fn subscribed_topics(mut metadata: Bytes) -> Option<Vec<String>> {
-    if metadata.remaining() < 2 {
-        return None;
-    }
-    let version = metadata.get_i16().min(3);
-    if version < 0 {
-        return None;
-    }
-    let subscription = ConsumerProtocolSubscription::decode(&mut metadata, version).ok()?;
+fn subscribed_topics(metadata: Bytes) -> Option<Vec<String>> {
+    let subscription: ConsumerProtocolSubscription = super::decode_consumer_protocol(metadata, 3)?;
     Some(subscription.topics.iter().map(|t| t.to_string()).collect())
 }
 

@@ -44,6 +44,8 @@ mod tests;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
+use bytes::{Buf, Bytes};
+use kafka_protocol::protocol::Decodable;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 use tributary_broker::Broker;
@@ -53,6 +55,7 @@ pub(crate) use api::{answer, answers};
 use ownership::GroupEffect;
 use state::Group;
 
+use crate::bounded::CountClamp;
 use crate::limits::GROUPS_MAX;
 #[cfg(doc)]
 use crate::limits::{GROUP_MEMBERS_MAX, GROUP_METADATA_BYTES_MAX};
@@ -233,6 +236,31 @@ impl Coordinator {
             .get(&name_key(name))
             .is_some_and(|e| e.group.has_members())
     }
+}
+
+/// Decodes consumer-protocol bytes (a version, then the body: a subscription or an
+/// assignment) as `T`, reading versions above `max_version` as `max_version` (later versions
+/// only add fields at the end). The body is first probed with every claimed count held to its
+/// bytes (`crate::bounded`), so a few bytes claiming billions of topics are refused rather
+/// than reserved for. `None` when it is not such a message.
+pub(crate) fn decode_consumer_protocol<T: Decodable>(
+    mut bytes: Bytes,
+    max_version: i16,
+) -> Option<T> {
+    if bytes.remaining() < 2 {
+        return None;
+    }
+    let version = bytes.get_i16();
+    if version < 0 {
+        return None;
+    }
+    let version = version.min(max_version);
+    let mut probe = CountClamp::new(bytes.clone());
+    let probed = T::decode(&mut probe, version);
+    if probed.is_err() || probe.over_claimed() {
+        return None;
+    }
+    T::decode(&mut bytes, version).ok()
 }
 
 fn view(entry: &Entry) -> GroupView {

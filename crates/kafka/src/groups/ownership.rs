@@ -22,9 +22,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use kafka_protocol::messages::ConsumerProtocolAssignment;
-use kafka_protocol::protocol::Decodable;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tributary_broker::{Broker, OwnershipClaim};
@@ -104,16 +103,11 @@ async fn run(broker: Broker, mut rx: mpsc::Receiver<GroupEffect>) {
 }
 
 /// The partitions of a consumer assignment by topic; nothing if it is not one.
-fn assigned_partitions(mut assignment: Bytes) -> BTreeMap<String, Vec<i32>> {
+fn assigned_partitions(assignment: Bytes) -> BTreeMap<String, Vec<i32>> {
     let mut partitions: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-    if assignment.remaining() < 2 {
-        return partitions;
-    }
-    let version = assignment.get_i16();
-    if !(0..=3).contains(&version) {
-        return partitions;
-    }
-    let Ok(decoded) = ConsumerProtocolAssignment::decode(&mut assignment, version) else {
+    let Some(decoded) =
+        super::decode_consumer_protocol::<ConsumerProtocolAssignment>(assignment, 3)
+    else {
         return partitions;
     };
     for topic in decoded.assigned_partitions {

@@ -373,3 +373,29 @@ fn tempfile_dir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// A subscription claiming two billion topics in a few bytes is no subscription: refused by the
+/// bounded probe before the codec could reserve memory for it.
+#[test]
+fn consumer_protocol_bytes_are_decoded_within_their_size() {
+    use bytes::BufMut;
+    use kafka_protocol::messages::ConsumerProtocolSubscription;
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+
+    let mut bomb = bytes::BytesMut::new();
+    bomb.put_i16(0);
+    bomb.put_i32(i32::MAX);
+    bomb.put_slice(b"abc");
+    let decoded: Option<ConsumerProtocolSubscription> =
+        super::decode_consumer_protocol(bomb.freeze(), 3);
+    assert!(decoded.is_none());
+
+    let subscription = ConsumerProtocolSubscription::default()
+        .with_topics(vec![StrBytes::from_static_str("orders")]);
+    let mut real = bytes::BytesMut::new();
+    real.put_i16(1);
+    subscription.encode(&mut real, 1).unwrap();
+    let decoded: ConsumerProtocolSubscription =
+        super::decode_consumer_protocol(real.freeze(), 3).unwrap();
+    assert_eq!(decoded.topics, vec![StrBytes::from_static_str("orders")]);
+}
