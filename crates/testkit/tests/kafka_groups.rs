@@ -264,10 +264,7 @@ async fn a_reset_is_refused_while_members_are_joined_and_moves_the_offsets_after
     )
     .await;
     assert_eq!(first["committed"], json!({"0": 3, "1": 3}), "{first}");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/kafka_groups.py");
-    let mut command = tokio::process::Command::new(tributary_testkit::python());
-    command.arg(script).arg("hold").arg(args.to_string());
-    let mut member = JsonLines::spawn("kafka_groups.py hold", command);
+    let mut member = holder(&args);
     let joined = member.next(Duration::from_secs(60)).await;
     assert_eq!(joined["joined"], json!([0, 1]), "{joined}");
     let shown = request(&api, "GET", AUDIT_PARTITIONS, &[], b"")
@@ -315,6 +312,58 @@ async fn a_reset_is_refused_while_members_are_joined_and_moves_the_offsets_after
     door.stop().await;
 }
 
+/// A member of the group that `kafka_groups.py hold` runs, with `args`.
+fn holder(args: &Value) -> JsonLines {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/kafka_groups.py");
+    let mut command = tokio::process::Command::new(tributary_testkit::python());
+    command.arg(script).arg("hold").arg(args.to_string());
+    JsonLines::spawn("kafka_groups.py hold", command)
+}
+
+/// Reads `member`'s lines until it reports holding `partitions`.
+async fn until_assigned(member: &mut JsonLines, partitions: Value) {
+    loop {
+        let line = member.next(Duration::from_secs(60)).await;
+        if line["assigned"] == partitions || line["joined"] == partitions {
+            return;
+        }
+    }
+}
+
+/// A member killed without a LeaveGroup is removed once its session times out (6 s here), and
+/// its partitions go to the member left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_killed_without_leaving_loses_its_partitions_after_its_session_timeout() {
+    let dir = TempDir::new().unwrap();
+    let door = Door::start(dir.path(), &[("orders", 2)], None).await;
+    let args = door.args("orders", 2, "fragile");
+    let mut survivor = holder(&args);
+    until_assigned(&mut survivor, json!([0, 1])).await;
+    let mut doomed = holder(&args);
+    let joined = doomed.next(Duration::from_secs(60)).await;
+    assert_eq!(
+        joined["joined"].as_array().map(Vec::len),
+        Some(1),
+        "{joined}"
+    );
+    until_assigned(
+        &mut survivor,
+        json!([1 - joined["joined"][0].as_i64().unwrap()]),
+    )
+    .await;
+    let killed = std::time::Instant::now();
+    drop(doomed); // SIGKILL: no LeaveGroup
+    until_assigned(&mut survivor, json!([0, 1])).await;
+    let waited = killed.elapsed();
+    assert!(
+        waited >= Duration::from_secs(4),
+        "moved after {waited:?}, before the session timed out"
+    );
+    survivor.write_line("leave").await;
+    survivor.wait_success(Duration::from_secs(30)).await;
+    door.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_client_lists_describes_and_deletes_groups() {
     let dir = TempDir::new().unwrap();
@@ -327,11 +376,7 @@ async fn the_admin_client_lists_describes_and_deletes_groups() {
     )
     .await;
     assert_eq!(done["committed"], json!({"0": 1, "1": 1}), "{done}");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/kafka_groups.py");
-    let mut command = tokio::process::Command::new(tributary_testkit::python());
-    let active = with(args.clone(), json!({"group": "active"}));
-    command.arg(script).arg("hold").arg(active.to_string());
-    let mut member = JsonLines::spawn("kafka_groups.py hold", command);
+    let mut member = holder(&with(args.clone(), json!({"group": "active"})));
     member.next(Duration::from_secs(60)).await;
     let admin = groups(
         "admin",

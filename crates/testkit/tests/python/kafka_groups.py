@@ -225,19 +225,29 @@ def cmd_committed(args):
 
 
 def cmd_hold(args):
-    """Joins the group, prints {"joined": [...]} once it has partitions, then waits for a line
-    on stdin and leaves."""
+    """Joins the group and prints {"joined": [...]} once it has partitions, then
+    {"assigned": [...]} whenever its assignment changes after that; leaves at a line on stdin."""
     consumer = Consumer(consumer_config(args))
     assigned = []
-    consumer.subscribe([args["topic"]], on_assign=lambda c, ps: assigned.extend(ps))
+    changed = threading.Event()
+
+    def on_assign(c, partitions):
+        assigned[:] = sorted(tp.partition for tp in partitions)
+        changed.set()
+
+    consumer.subscribe([args["topic"]], on_assign=on_assign)
     deadline = time.time() + TIMEOUT_S
     while not assigned and time.time() < deadline:
         consumer.poll(0.1)
-    print(json.dumps({"joined": sorted(tp.partition for tp in assigned)}), flush=True)
+    print(json.dumps({"joined": assigned}), flush=True)
+    changed.clear()
     done = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.readline(), done.set()), daemon=True).start()
     while not done.is_set():
         consumer.poll(0.1)
+        if changed.is_set():
+            changed.clear()
+            print(json.dumps({"assigned": assigned}), flush=True)
     consumer.close()
     return {"left": True}
 
