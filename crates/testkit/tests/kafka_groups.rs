@@ -26,11 +26,22 @@ struct Door {
 }
 
 impl Door {
-    /// Opens the broker in `dir` (creating `hubs` if it has none) and starts the door.
+    /// Opens the broker in `dir` (creating `hubs` if it has none) and starts the door on a free
+    /// port.
     async fn start(
         dir: &Path,
         hubs: &[(&str, u32)],
         keys: Option<(AccessPolicy, AccessPolicy)>,
+    ) -> Door {
+        Door::start_at(dir, hubs, keys, 0).await
+    }
+
+    /// [`Door::start`] on `port` (retried while the previous listener's port is not yet free).
+    async fn start_at(
+        dir: &Path,
+        hubs: &[(&str, u32)],
+        keys: Option<(AccessPolicy, AccessPolicy)>,
+        port: u16,
     ) -> Door {
         let broker = Broker::open(BrokerConfig::new(dir))
             .await
@@ -51,10 +62,16 @@ impl Door {
             )
         });
         let policies = AccessPolicies::new(vec![root.clone(), send.clone()]).unwrap();
-        let config = KafkaConfig::new("127.0.0.1:0".parse().unwrap(), policies);
-        let door = tributary_kafka::start(broker.clone(), config)
-            .await
-            .expect("the Kafka door starts");
+        let config = KafkaConfig::new(([127, 0, 0, 1], port).into(), policies);
+        let mut attempts = 0;
+        let door = loop {
+            match tributary_kafka::start(broker.clone(), config.clone()).await {
+                Ok(door) => break door,
+                Err(_) if attempts < 50 => attempts += 1,
+                Err(e) => panic!("the Kafka door does not start: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
         Door {
             broker,
             door,
@@ -309,6 +326,51 @@ async fn a_reset_is_refused_while_members_are_joined_and_moves_the_offsets_after
     let after = groups("committed", args).await;
     assert_eq!(after["committed"], json!({"0": 0, "1": 0}), "{after}");
     api.http.shutdown().await.unwrap();
+    door.stop().await;
+}
+
+/// A consumer that stays up while the door and the broker restart under it rejoins (its member
+/// id is unknown to the new coordinator) and carries on from its committed offsets: nothing
+/// read again, nothing skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_rejoins_after_a_restart_and_carries_on_from_its_commits() {
+    let dir = TempDir::new().unwrap();
+    let door = Door::start(dir.path(), &[("orders", 2)], None).await;
+    let port = door.door.local_addr().port();
+    fill(&door.broker, "orders", 2, 3).await;
+    let args = door.args("orders", 2, "steady");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/kafka_groups.py");
+    let mut command = tokio::process::Command::new(tributary_testkit::python());
+    command.arg(script).arg("ride").arg(args.to_string());
+    let mut rider = JsonLines::spawn("kafka_groups.py ride", command);
+    let mut read = Vec::new();
+    while read.len() < 6 {
+        let line = rider.next(Duration::from_secs(60)).await;
+        if let Some(record) = line.get("committed") {
+            read.push((record[0].as_i64().unwrap(), record[1].as_i64().unwrap()));
+        }
+    }
+    let keys = door.stop().await;
+    let door = Door::start_at(dir.path(), &[("orders", 2)], Some(keys), port).await;
+    fill(&door.broker, "orders", 2, 2).await;
+    while read.len() < 10 {
+        let line = rider.next(Duration::from_secs(60)).await;
+        if let Some(record) = line.get("committed") {
+            read.push((record[0].as_i64().unwrap(), record[1].as_i64().unwrap()));
+        }
+    }
+    read.sort_unstable();
+    let expected: Vec<(i64, i64)> = (0..2).flat_map(|p| (0..5).map(move |o| (p, o))).collect();
+    assert_eq!(read, expected, "each record read and committed once");
+    rider.write_line("stop").await;
+    rider.wait_success(Duration::from_secs(30)).await;
+    let checkpoints = door
+        .broker
+        .list_checkpoints("orders", "steady")
+        .await
+        .unwrap();
+    let sequences: Vec<_> = checkpoints.iter().map(|c| c.sequence_number).collect();
+    assert_eq!(sequences, [Some(4), Some(4)]);
     door.stop().await;
 }
 

@@ -252,6 +252,29 @@ def cmd_hold(args):
     return {"left": True}
 
 
+def cmd_ride(args):
+    """Reads as a member of the group, committing each record synchronously and printing
+    {"committed": [partition, offset]} once its commit succeeded (a commit that fails, as while
+    the door restarts, is retried until it does); stops at a line on stdin."""
+    consumer = Consumer(consumer_config(args, **{"enable.auto.commit": False}))
+    consumer.subscribe([args["topic"]])
+    done = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.readline(), done.set()), daemon=True).start()
+    while not done.is_set():
+        msg = consumer.poll(0.1)
+        if msg is None or msg.error():
+            continue
+        while not done.is_set():
+            try:
+                consumer.commit(message=msg, asynchronous=False)
+                break
+            except KafkaException:
+                time.sleep(0.2)
+        print(json.dumps({"committed": [msg.partition(), msg.offset()]}), flush=True)
+    consumer.close()
+    return {"stopped": True}
+
+
 def cmd_admin(args):
     """Lists, describes and deletes groups with the AdminClient while `member` holds one."""
     admin = AdminClient(config(args))
@@ -306,6 +329,7 @@ COMMANDS = {
     "consume_and_commit": cmd_consume_and_commit,
     "committed": cmd_committed,
     "hold": cmd_hold,
+    "ride": cmd_ride,
     "admin": cmd_admin,
     "refused": cmd_refused,
 }
