@@ -16,6 +16,8 @@ mod replicate;
 mod shared;
 
 pub use bench::{BenchArgs, LagRate, Scenario, TaskTransport};
+#[cfg(feature = "kafka-bench")]
+pub use bench::{KafkaConsume, KafkaServer};
 pub use demo::{DemoArgs, DemoWorkerArgs};
 pub use failover::{AliasArgs, FailoverArgs, FailoverCommand, TranslateArgs};
 pub use process::{Action, GroupStore, KafkaSasl, OwnershipArgs, ProcessArgs, Strategy};

@@ -9,8 +9,9 @@
 //! * `recover`: writes a partition of `--recovery-gib` and times reopening it, with its index
 //!   files and (worst case) without them.
 //! * `memory`: appends `--memory-gib` of 1 KiB events and reports the process's resident set.
-//! * `processor`, `replicate` and `silent-connections`: see `bench_processor.rs`,
-//!   `bench_replicate.rs` and `bench_silent.rs`.
+//! * `processor`, `replicate`, `silent-connections` and `kafka`: see `bench_processor.rs`,
+//!   `bench_replicate.rs`, `bench_silent.rs` and `bench_kafka.rs` (built with the
+//!   `kafka-bench` feature).
 //!
 //! Every result line states the durability, event size, batch size, partitions, appenders and
 //! window, so numbers are never quoted without their conditions.
@@ -38,6 +39,15 @@ pub async fn run(global: &GlobalArgs, args: &BenchArgs) -> Result<()> {
         let outcome = crate::bench_silent::run(args, &root).await;
         let _ = std::fs::remove_dir_all(&root);
         return outcome;
+    }
+    if args.scenario == Scenario::Kafka {
+        #[cfg(feature = "kafka-bench")]
+        return crate::bench_kafka::run(args, &root).await;
+        #[cfg(not(feature = "kafka-bench"))]
+        anyhow::bail!(
+            "this tributary was built without the Kafka benchmark: build it with \
+             `cargo build --release -p tributary-cli --features kafka-bench`"
+        );
     }
     if !matches!(args.scenario, Scenario::Processor | Scenario::Replicate) {
         let args_root = (args.clone(), root.clone());

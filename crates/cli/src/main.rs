@@ -10,6 +10,8 @@
 mod admin;
 mod args;
 mod bench;
+#[cfg(feature = "kafka-bench")]
+mod bench_kafka;
 mod bench_processor;
 mod bench_replicate;
 mod bench_silent;

@@ -23,7 +23,11 @@ pub enum Scenario {
     /// Silent unauthenticated AMQP connections: their memory, and an authenticated client's
     /// send latency while they are held (not part of `all`: it needs many file descriptors).
     SilentConnections,
-    /// All of the above.
+    /// The Kafka door beside the Tansu broker, loaded by librdkafka clients: produce, consume,
+    /// latency at a fixed rate, idle connections, and the AMQP door's ingest as a yardstick
+    /// (not part of `all`: it needs the `kafka-bench` feature and `scripts/setup-tansu`).
+    Kafka,
+    /// All of the above but `silent-connections` and `kafka`.
     All,
 }
 
@@ -103,11 +107,49 @@ pub struct BenchArgs {
     /// Silent connections the silent-connections scenario holds.
     #[arg(long, default_value_t = 10_000)]
     pub connections: usize,
+    /// The Kafka scenario's servers, in the order they run, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "tributary,tansu"
+    )]
+    pub kafka_servers: Vec<KafkaServer>,
+    /// The Tansu broker the Kafka scenario runs (`scripts/setup-tansu` installs it there).
+    #[arg(long, default_value = ".venv/bin/tansu")]
+    pub tansu_bin: PathBuf,
+    /// How the Kafka scenario's consumers share the partitions.
+    #[arg(long, value_enum, default_value_t = KafkaConsume::Group)]
+    pub kafka_consume: KafkaConsume,
+    /// Records per second, in all, of the Kafka scenario's latency run.
+    #[arg(long, default_value_t = 50_000)]
+    pub kafka_rate: u64,
+    /// Idle connections the Kafka scenario holds to measure what one costs a server.
+    #[arg(long, default_value_t = 1_000)]
+    pub kafka_idle_connections: usize,
     /// Where to write (default: a directory under the data directory, removed afterwards).
     #[arg(long)]
     pub dir: Option<PathBuf>,
     #[command(flatten)]
     pub data: super::DataDirArgs,
+}
+
+/// A server the Kafka scenario loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KafkaServer {
+    /// Tributary's Kafka door, in a child process (a hub with the first `--modes`).
+    Tributary,
+    /// The Tansu broker (`--tansu-bin`).
+    Tansu,
+}
+
+/// How the Kafka scenario's consumers share the partitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KafkaConsume {
+    /// Each consumer is assigned one partition (no group coordinator involved).
+    Assign,
+    /// The consumers subscribe as one consumer group and are given partitions by it.
+    Group,
 }
 
 /// How the replicate scenario's task reaches its hubs.
