@@ -30,6 +30,9 @@
 //!   run before `serde_amqp` reads it; the generic message type and its encoder are
 //!   [`message`].
 //!
+//! - **Kafka records** ([`kafka_record`]): how a Kafka record and an event map to each other,
+//!   as Event Hubs maps them between its Kafka and AMQP endpoints; the one rule of every Kafka
+//!   path (the Kafka door, Kafka sources and targets).
 //! - **The hub-hosted checkpoint store** ([`checkpoint_store`]): Tributary's own `$management`
 //!   operations (list and claim ownership, list and update checkpoints), their requests and
 //!   answers, encoded and decoded here for both ends.
@@ -53,6 +56,7 @@ pub mod checkpoint_store;
 pub mod condition;
 pub mod connection_string;
 pub mod deliver;
+pub mod kafka_record;
 pub mod foreign;
 pub mod ingest;
 pub mod limits;
