@@ -482,6 +482,47 @@ async fn the_admin_client_lists_describes_and_deletes_groups() {
     door.stop().await;
 }
 
+/// A commit from outside the group (generation −1, as an admin tool or a consumer with manual
+/// assignment sends it) is written per partition: unknown topics and partitions get
+/// UNKNOWN_TOPIC_OR_PARTITION and change nothing, the others are read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_from_outside_the_group_are_checked_per_partition() {
+    let dir = TempDir::new().unwrap();
+    let door = Door::start(dir.path(), &[("orders", 2)], None).await;
+    let offsets = json!([["orders", 1, 5], ["nowhere", 0, 1], ["orders", 7, 1]]);
+    let args = with(
+        door.args("orders", 2, "manual"),
+        json!({"offsets": offsets}),
+    );
+    let result = groups("commit", args).await;
+    // confluent-kafka raises the first partition's error for the whole commit.
+    assert_eq!(
+        result["errors"],
+        json!(["UNKNOWN_TOPIC_OR_PART"]),
+        "{result}"
+    );
+    assert_eq!(
+        result["fetched"],
+        json!([[5, null], [-1001, null], [-1001, null]]),
+        "{result}"
+    );
+    let checkpoints = door
+        .broker
+        .list_checkpoints("orders", "manual")
+        .await
+        .unwrap();
+    assert_eq!(checkpoints.len(), 1, "{checkpoints:?}");
+    assert_eq!(checkpoints[0].sequence_number, Some(4));
+    // A commit from outside the group holds no partition afterwards.
+    let owners = door
+        .broker
+        .list_ownership("orders", "manual")
+        .await
+        .unwrap();
+    assert!(owners.iter().all(|o| o.owner_id.is_empty()), "{owners:?}");
+    door.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_login_without_listen_cannot_join_or_commit() {
     let dir = TempDir::new().unwrap();
@@ -498,6 +539,15 @@ async fn a_login_without_listen_cannot_join_or_commit() {
     assert_eq!(
         refused["commit_error"], "TOPIC_AUTHORIZATION_FAILED",
         "{refused}"
+    );
+    let fetch = with(
+        door.args("orders", 2, "sneaky"),
+        json!({"conn": door.conn(&door.send), "offsets": [["orders", 0, 1]]}),
+    );
+    let fetched = groups("commit", fetch).await;
+    assert_eq!(
+        fetched["fetched"][0][1], "TOPIC_AUTHORIZATION_FAILED",
+        "{fetched}"
     );
     assert!(
         door.broker

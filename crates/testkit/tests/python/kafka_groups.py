@@ -324,6 +324,23 @@ def cmd_refused(args):
     return {"errors": errors, "commit_error": commit_error}
 
 
+def cmd_commit(args):
+    """Commits `offsets` ([topic, partition, offset] each) for `group` without joining it and
+    returns each partition's error (None when committed), then what OffsetFetch answers for
+    them."""
+    consumer = Consumer(consumer_config(args))
+    tps = [TopicPartition(t, p, o) for t, p, o in args["offsets"]]
+    try:
+        result = consumer.commit(offsets=tps, asynchronous=False)
+        errors = [tp.error.name() if tp.error else None for tp in result]
+    except KafkaException as e:
+        errors = [e.args[0].name()]
+    fetched = consumer.committed([TopicPartition(t, p) for t, p, _ in args["offsets"]], timeout=10)
+    consumer.close()
+    return {"errors": errors,
+            "fetched": [[tp.offset, tp.error.name() if tp.error else None] for tp in fetched]}
+
+
 COMMANDS = {
     "rebalance": cmd_rebalance,
     "consume_and_commit": cmd_consume_and_commit,
@@ -332,6 +349,7 @@ COMMANDS = {
     "ride": cmd_ride,
     "admin": cmd_admin,
     "refused": cmd_refused,
+    "commit": cmd_commit,
 }
 
 
