@@ -426,6 +426,33 @@ async fn a_member_killed_without_leaving_loses_its_partitions_after_its_session_
     door.stop().await;
 }
 
+/// Static membership: a consumer restarted with the same `group.instance.id` takes its
+/// predecessor's place at once (the predecessor sent no LeaveGroup), without waiting for the
+/// old member's session to time out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_member_restarted_takes_its_place_without_waiting_for_its_session() {
+    let dir = TempDir::new().unwrap();
+    let door = Door::start(dir.path(), &[("orders", 2)], None).await;
+    let args = with(
+        door.args("orders", 2, "static"),
+        json!({"extra": {"group.instance.id": "worker-1", "session.timeout.ms": 30000}}),
+    );
+    let mut first = holder(&args);
+    until_assigned(&mut first, json!([0, 1])).await;
+    drop(first); // SIGKILL
+    let restarted = std::time::Instant::now();
+    let mut second = holder(&args);
+    until_assigned(&mut second, json!([0, 1])).await;
+    let waited = restarted.elapsed();
+    assert!(
+        waited < Duration::from_secs(20),
+        "took {waited:?}: waited for the old session"
+    );
+    second.write_line("leave").await;
+    second.wait_success(Duration::from_secs(30)).await;
+    door.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_client_lists_describes_and_deletes_groups() {
     let dir = TempDir::new().unwrap();
