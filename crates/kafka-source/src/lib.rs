@@ -19,6 +19,9 @@
 //! `epochs` for how fencing works across processes). Connection settings — bootstrap servers,
 //! SASL PLAIN or SCRAM, TLS, Event Hubs' `$ConnectionString` convention — are [`KafkaOptions`].
 //!
+//! [`KafkaProducer`] sends events to a topic (a replication task's Kafka target), mapping them
+//! back to records by the same rule.
+//!
 //! [`tansu`] starts a Tansu broker for tests and benchmarks.
 //!
 //! Everything here is behind the `kafka` feature, off by default, because librdkafka is built
@@ -36,6 +39,8 @@ pub mod mapping;
 #[cfg(feature = "kafka")]
 mod options;
 #[cfg(feature = "kafka")]
+mod producer;
+#[cfg(feature = "kafka")]
 mod receiver;
 #[cfg(feature = "kafka")]
 mod source;
@@ -47,6 +52,8 @@ pub use options::{
     CONNECTION_STRING_USER, ConnectionStringError, EVENT_HUBS_KAFKA_TLS_PORT, KAFKA_PLAINTEXT_PORT,
     KafkaOptions, Sasl, SaslMechanism, Tls,
 };
+#[cfg(feature = "kafka")]
+pub use producer::{Destination, KafkaProducer, ProduceError};
 #[cfg(feature = "kafka")]
 pub use source::{KafkaSource, PartitionExtent};
 

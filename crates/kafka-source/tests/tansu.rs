@@ -1,15 +1,18 @@
 //! The Kafka source against a real Kafka-compatible broker (Tansu, one per test binary): the
 //! topic's partitions and watermarks from metadata, records mapped to events as the Kafka door
 //! maps them, every start position, the epoch rules among one source's receivers, and the
-//! errors a missing topic or partition gives.
+//! errors a missing topic or partition gives; events the producer sends read back with their
+//! keys (one key, one partition, in order), headers and times.
 #![cfg(feature = "kafka")]
 
 use std::time::Duration;
 
-use tributary_event::{EventPosition, PropertyValue, ReceivedEvent};
+use tributary_event::{EventData, EventPosition, PropertyValue, ReceivedEvent};
 use tributary_kafka_source::mapping::{KEY_PROPERTY, TIMESTAMP_PROPERTY};
 use tributary_kafka_source::tansu::{Tansu, TestRecord};
-use tributary_kafka_source::{KafkaSource, PartitionExtent};
+use tributary_kafka_source::{
+    Destination, KafkaProducer, KafkaSource, PartitionExtent, ProduceError,
+};
 use tributary_source::{PartitionReceiver, PartitionSource, ReceiverOptions, SourceError};
 
 /// How long a test waits for records it knows are there.
@@ -302,4 +305,95 @@ async fn a_missing_topic_or_partition_is_not_found() {
             "{partition}: {error}"
         );
     }
+}
+
+/// Reads every partition of `source` until `n` events came in all; by partition.
+async fn read_all(source: &KafkaSource, partitions: i32, n: usize) -> Vec<Vec<ReceivedEvent>> {
+    let mut receivers = Vec::new();
+    for p in 0..partitions {
+        let options = options(&p.to_string(), EventPosition::Earliest, None);
+        receivers.push(source.open_receiver(options).await.unwrap());
+    }
+    let mut read: Vec<Vec<ReceivedEvent>> = vec![Vec::new(); receivers.len()];
+    let deadline = tokio::time::Instant::now() + READ_TIMEOUT;
+    while read.iter().map(Vec::len).sum::<usize>() < n {
+        assert!(tokio::time::Instant::now() < deadline, "read {read:?}");
+        for (receiver, events) in receivers.iter_mut().zip(&mut read) {
+            events.extend(
+                receiver
+                    .receive(100, Duration::from_millis(100))
+                    .await
+                    .unwrap(),
+            );
+        }
+    }
+    read
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_producer_sends_keys_headers_and_times_that_read_back() {
+    let source = topic("produced", 4).await;
+    let producer = KafkaProducer::new(&Tansu::shared().options(), "produced").unwrap();
+    let events: Vec<EventData> = (0..6)
+        .map(|i| {
+            EventData {
+                partition_key: Some(format!("key-{}", i % 2)),
+                ..EventData::new(format!("e{i}"))
+            }
+            .with_property("n", PropertyValue::Int64(i))
+            .with_property(
+                TIMESTAMP_PROPERTY,
+                PropertyValue::Timestamp(1_700_000_000_000 + i),
+            )
+        })
+        .collect();
+    producer.send(&events, Destination::Any).await.unwrap();
+    let pinned = [EventData::new("pinned")];
+    producer
+        .send(&pinned, Destination::Partition(2))
+        .await
+        .unwrap();
+
+    let read = read_all(&source, 4, 7).await;
+    assert!(read[2].iter().any(|e| body(e) == "pinned"), "{read:?}");
+    for key in ["key-0", "key-1"] {
+        // One key, one partition, in the order sent.
+        let holding: Vec<&Vec<ReceivedEvent>> = read
+            .iter()
+            .filter(|events| {
+                events
+                    .iter()
+                    .any(|e| e.data.partition_key.as_deref() == Some(key))
+            })
+            .collect();
+        assert_eq!(holding.len(), 1, "{key} in one partition: {read:?}");
+        let of_key: Vec<&ReceivedEvent> = holding[0]
+            .iter()
+            .filter(|e| e.data.partition_key.as_deref() == Some(key))
+            .collect();
+        let first = if key == "key-0" { 0 } else { 1 };
+        let bodies: Vec<&str> = of_key.iter().map(|e| body(e)).collect();
+        let expected: Vec<String> = (0..3).map(|j| format!("e{}", first + 2 * j)).collect();
+        assert_eq!(bodies, expected);
+        for (j, event) in of_key.iter().enumerate() {
+            let i = first + 2 * j as i64;
+            assert_eq!(event.enqueued_time_ms, 1_700_000_000_000 + i);
+            let n = event.data.property("n");
+            assert_eq!(
+                n,
+                Some(&PropertyValue::Bytes(i.to_string().into_bytes().into()))
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_to_a_missing_partition_is_a_configuration_error() {
+    topic("one-partition", 1).await;
+    let producer = KafkaProducer::new(&Tansu::shared().options(), "one-partition").unwrap();
+    let error = producer
+        .send(&[EventData::new("x")], Destination::Partition(5))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, ProduceError::Misconfigured(_)), "{error:?}");
 }
