@@ -399,3 +399,35 @@ fn consumer_protocol_bytes_are_decoded_within_their_size() {
         super::decode_consumer_protocol(real.freeze(), 3).unwrap();
     assert_eq!(decoded.topics, vec![StrBytes::from_static_str("orders")]);
 }
+
+/// A full group refuses one more member, and a member whose metadata would take the group past
+/// its byte allowance, with GROUP_MAX_SIZE_REACHED; neither changes the group.
+#[tokio::test(start_paused = true)]
+async fn a_full_group_refuses_more_members_and_more_metadata() {
+    use crate::limits::{GROUP_MEMBERS_MAX, GROUP_METADATA_BYTES_MAX};
+
+    let mut group = Group::new();
+    let now = Instant::now();
+    for _ in 0..GROUP_MEMBERS_MAX {
+        let mut rx = group.join(join_as("", &["range"]), now);
+        assert_eq!(
+            ready(&mut rx).unwrap().error,
+            ResponseError::MemberIdRequired.code()
+        );
+    }
+    let mut rx = group.join(join_as("", &["range"]), now);
+    assert_eq!(
+        ready(&mut rx).unwrap().error,
+        ResponseError::GroupMaxSizeReached.code()
+    );
+
+    let mut group = Group::new();
+    let mut big = join_as("", &["range"]);
+    big.protocols[0].metadata = Bytes::from(vec![0u8; GROUP_METADATA_BYTES_MAX + 1]);
+    let mut rx = group.join(big, now);
+    assert_eq!(
+        ready(&mut rx).unwrap().error,
+        ResponseError::GroupMaxSizeReached.code()
+    );
+    assert!(group.is_dead(), "nothing was added");
+}
