@@ -550,6 +550,24 @@ async fn commits_from_outside_the_group_are_checked_per_partition() {
     door.stop().await;
 }
 
+/// A group id that is no consumer group name gets INVALID_GROUP_ID (joining and committing),
+/// a session timeout outside 6 s to 30 min INVALID_SESSION_TIMEOUT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_group_ids_and_session_timeouts_are_refused() {
+    let dir = TempDir::new().unwrap();
+    let door = Door::start(dir.path(), &[("orders", 2)], None).await;
+    let bad_id = groups("refused", door.args("orders", 2, "no spaces allowed")).await;
+    assert_eq!(bad_id["errors"][0], "INVALID_GROUP_ID", "{bad_id}");
+    assert_eq!(bad_id["commit_error"], "INVALID_GROUP_ID", "{bad_id}");
+    let short = with(
+        door.args("orders", 2, "hasty"),
+        json!({"extra": {"session.timeout.ms": 3000, "heartbeat.interval.ms": 1000}}),
+    );
+    let short = groups("refused", short).await;
+    assert_eq!(short["errors"][0], "INVALID_SESSION_TIMEOUT", "{short}");
+    door.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_login_without_listen_cannot_join_or_commit() {
     let dir = TempDir::new().unwrap();
