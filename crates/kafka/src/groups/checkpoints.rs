@@ -9,7 +9,8 @@
 //!   checkpoint gives −1. So a group reset by `tributary group reset`, or checkpointed by an
 //!   event processor, is where a Kafka consumer of that group resumes, and back.
 //! - The consumer group is created in the hub by the first commit (or assignment) that needs
-//!   it, within the hub's consumer-group limit; it then lives as any consumer group does.
+//!   it, within the hub's consumer-group limit (a hub at its limit refuses the commit with
+//!   POLICY_VIOLATION); it then lives as any consumer group does.
 //! - A checkpoint is fenced by ownership (the registry's rule): a member commits as the owner
 //!   of the partition, taking the ownership record over when it is not (a Kafka assignment is
 //!   the Kafka group's to make). A commit from outside the group (generation −1) is written as
