@@ -29,6 +29,10 @@ use crate::limits::{IDLE_TIMEOUT, KafkaLimits, UNAUTHENTICATED_BYTES_MAX};
 use crate::request::{self, Body};
 use crate::{admin, fetch, groups, metadata, offsets, produce, sasl, versions};
 
+/// How long a connection whose login failed stays open after the refusal is written (Kafka's
+/// default connections.failed.authentication.delay.ms).
+const FAILED_LOGIN_CLOSE_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// What every connection of one door shares.
 #[derive(Debug)]
 pub(crate) struct Context {
@@ -147,7 +151,14 @@ where
                 return;
             }
         };
-        if written.is_err() || session.close_after_response {
+        if written.is_err() {
+            return;
+        }
+        if session.close_after_response {
+            // As Kafka's connections.failed.authentication.delay.ms: the client reads the
+            // refusal before the close (kafka-python 3 drops a response that arrives with the
+            // end of the stream, and sees only a disconnect), and a guesser is slowed.
+            tokio::time::sleep(FAILED_LOGIN_CLOSE_DELAY).await;
             return;
         }
     }
