@@ -319,3 +319,21 @@ async fn a_too_new_api_versions_gets_the_ranges_and_requests_before_sasl_close_t
     door.shutdown().await;
     hub.stop().await;
 }
+
+/// Transactions are not served: a transactional producer is refused at once with an error it
+/// reports, never left waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transactional_producer_is_refused_not_left_hanging() {
+    let hub = TestHub::start(&[("orders", 1)]).await;
+    let door = kafka_door(&hub).await;
+    let args = json!({"bootstrap": door.local_addr().to_string(), "conn": hub.conn(&hub.root)});
+    let refused = kafka("transactional", args).await;
+    assert_eq!(
+        refused["error"], "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+        "{refused}"
+    );
+    assert_eq!(refused["fatal"], true, "{refused}");
+    assert!(refused["seconds"].as_f64().unwrap() < 10.0, "{refused}");
+    door.shutdown().await;
+    hub.stop().await;
+}

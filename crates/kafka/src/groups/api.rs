@@ -106,16 +106,23 @@ fn text(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_owned())
 }
 
-/// FindCoordinator: this node, for every group (key type 0); transactions have none here.
+/// Why a transaction's coordinator is refused: the door serves no transactions.
+const NO_TRANSACTIONS: &str = "transactions are not supported by this server";
+
+/// FindCoordinator: this node, for every group (key type 0). Transactions (key type 1) are
+/// refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which a transactional producer reports
+/// at once as a fatal error (a coordinator that is merely not available would be retried
+/// until the producer's timeout), as InitProducerId refuses a transactional id.
 fn find_coordinator(
     request: &FindCoordinatorRequest,
     version: i16,
     ctx: &Context,
 ) -> FindCoordinatorResponse {
-    let error = if request.key_type == 0 {
-        0
+    let (error, message) = if request.key_type == 0 {
+        (0, None)
     } else {
-        ResponseError::CoordinatorNotAvailable.code()
+        let refused = ResponseError::TransactionalIdAuthorizationFailed.code();
+        (refused, Some(StrBytes::from_static_str(NO_TRANSACTIONS)))
     };
     let host = text(&ctx.advertised_host);
     let port = i32::from(ctx.advertised_port);
@@ -130,12 +137,14 @@ fn find_coordinator(
                     .with_host(host.clone())
                     .with_port(port)
                     .with_error_code(error)
+                    .with_error_message(message.clone())
             })
             .collect();
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
     }
     FindCoordinatorResponse::default()
         .with_error_code(error)
+        .with_error_message(message)
         .with_node_id(BrokerId(if error == 0 { NODE_ID } else { -1 }))
         .with_host(host)
         .with_port(port)

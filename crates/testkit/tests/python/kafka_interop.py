@@ -160,7 +160,26 @@ def cmd_wake(args):
     return {"received": got}
 
 
+def cmd_transactional(args):
+    """A transactional producer's init_transactions(): the error it raises (name, whether
+    retriable or fatal) and how long it took; it must raise, not hang."""
+    conf = config(args)
+    conf["transactional.id"] = "tx-1"
+    producer = Producer(conf)
+    started = time.monotonic()
+    try:
+        producer.init_transactions(args.get("timeout", 20))
+        outcome = {"error": None}
+    except KafkaException as e:
+        err = e.args[0]
+        outcome = {"error": err.name(), "message": err.str(), "fatal": err.fatal(),
+                   "retriable": err.retriable()}
+    outcome["seconds"] = time.monotonic() - started
+    return outcome
+
+
 COMMANDS = {
+    "transactional": cmd_transactional,
     "wake": cmd_wake,
     "produce": cmd_produce,
     "consume": cmd_consume,
