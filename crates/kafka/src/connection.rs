@@ -63,7 +63,14 @@ pub(crate) struct Session {
     close_after_response: bool,
     /// The client's IP address (DescribeGroups shows it).
     client_host: String,
+    /// The client id of the latest request's header, at most [`CLIENT_ID_CHARS_MAX`]
+    /// characters (DescribeGroups shows it).
+    client_id: String,
 }
+
+/// The longest client id kept for a connection: what identifies a client in a listing, not a
+/// place to store data (the header's string may be 32 KiB).
+const CLIENT_ID_CHARS_MAX: usize = 255;
 
 /// Returns once the door is shutting down.
 pub(crate) async fn stopping(shutdown: &mut watch::Receiver<bool>) {
@@ -82,6 +89,11 @@ impl Session {
     /// The client's IP address.
     pub(crate) fn client_host(&self) -> &str {
         &self.client_host
+    }
+
+    /// The client's id (`client.id`), empty when its requests carry none.
+    pub(crate) fn client_id(&self) -> &str {
+        &self.client_id
     }
 
     fn authenticated(&self) -> bool {
@@ -199,6 +211,11 @@ async fn handle_frame(
     ctx: &Context,
 ) -> Result<Option<BytesMut>, String> {
     let request = request::decode(frame, session.authenticated())?;
+    if let Some(id) = request.client_id.as_deref()
+        && id != session.client_id
+    {
+        session.client_id = id.chars().take(CLIENT_ID_CHARS_MAX).collect();
+    }
     let (key, version, correlation_id) = (request.key, request.version, request.correlation_id);
     let body = match request.body {
         Body::Decoded(body) => *body,

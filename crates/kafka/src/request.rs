@@ -30,6 +30,8 @@ pub struct Request {
     pub version: i16,
     /// What the response must carry.
     pub correlation_id: i32,
+    /// The client's id from the request header (librdkafka's `client.id`), if it sent one.
+    pub client_id: Option<String>,
     /// Its body.
     pub body: Body,
 }
@@ -66,6 +68,7 @@ pub fn decode(mut frame: Bytes, authenticated: bool) -> Result<Request, String> 
     let header = RequestHeader::decode(&mut frame, key.request_header_version(version))
         .map_err(|e| format!("{key:?} v{version}: bad request header: {e}"))?;
     let correlation_id = header.correlation_id;
+    let client_id = header.client_id.map(|id| id.to_string());
     let body = if key == ApiKey::ApiVersions && !versions::supports(key, version) {
         Body::ApiVersionsTooNew
     } else if !versions::supports(key, version) {
@@ -81,6 +84,7 @@ pub fn decode(mut frame: Bytes, authenticated: bool) -> Result<Request, String> 
         key,
         version,
         correlation_id,
+        client_id,
         body,
     })
 }

@@ -484,6 +484,11 @@ async fn the_admin_client_lists_describes_and_deletes_groups() {
     assert_eq!(described["active"]["assignor"], "range", "{admin}");
     assert_eq!(described["active"]["members"], json!([[0, 1]]), "{admin}");
     assert_eq!(
+        described["active"]["clients"],
+        json!(["consumer-of-active"]),
+        "{admin}"
+    );
+    assert_eq!(
         described["finished"]["state"], "ConsumerGroupState.EMPTY",
         "{admin}"
     );

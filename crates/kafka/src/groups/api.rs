@@ -221,7 +221,7 @@ async fn join_group(
     let join = Join {
         member_id: request.member_id.to_string(),
         instance_id: request.group_instance_id.as_ref().map(|i| i.to_string()),
-        client_id: String::new(),
+        client_id: session.client_id().to_owned(),
         client_host: session.client_host().to_owned(),
         session_timeout,
         rebalance_timeout: rebalance_timeout.min(GROUP_REBALANCE_TIMEOUT_MAX),

@@ -43,6 +43,7 @@ def consumer_config(args, **more):
             "auto.offset.reset": "earliest",
             "session.timeout.ms": 6000,
             "heartbeat.interval.ms": 500,
+            "client.id": f"consumer-of-{args['group']}",
             "topic.metadata.refresh.interval.ms": 2000,
         },
         **more,
@@ -290,6 +291,7 @@ def cmd_admin(args):
                 "assignor": d.partition_assignor,
                 "members": sorted(
                     sorted(tp.partition for tp in m.assignment.topic_partitions) for m in d.members),
+                "clients": sorted(m.client_id for m in d.members),
             }
         except KafkaException as e:
             described[group] = {"error": e.args[0].name()}
