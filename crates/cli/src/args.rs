@@ -20,7 +20,9 @@ pub use bench::{BenchArgs, LagRate, Scenario, TaskTransport};
 pub use bench::{KafkaConsume, KafkaServer};
 pub use demo::{DemoArgs, DemoWorkerArgs};
 pub use failover::{AliasArgs, FailoverArgs, FailoverCommand, TranslateArgs};
-pub use process::{Action, GroupStore, KafkaSasl, OwnershipArgs, ProcessArgs, Strategy};
+#[cfg(feature = "kafka")]
+pub use process::KafkaSasl;
+pub use process::{Action, GroupStore, OwnershipArgs, ProcessArgs, Strategy};
 pub use replicate::ReplicateArgs;
 pub use shared::{ConnectionArgs, DataArgs, DataDirArgs, DurabilityArgs, GlobalArgs, TrustArgs};
 

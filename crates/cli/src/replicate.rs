@@ -109,6 +109,7 @@ async fn print_status(config: &TaskConfig) -> Result<()> {
             .host()
             .to_owned(),
         tributary_replicate::task::Connection::Local { .. } => "localhost".to_owned(),
+        tributary_replicate::task::Connection::Kafka(kafka) => kafka.namespace().to_owned(),
     };
     let status = TaskStatus::read(config, &namespace, wall_clock_ms()).await?;
     println!(

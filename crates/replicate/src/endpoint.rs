@@ -6,7 +6,8 @@
 //! hub named by a connection string is reached over AMQP (TLS unless the string says
 //! `UseDevelopmentEmulator=true`), or, when the task file names an alias for it, wherever the
 //! alias says ([`tributary_client::failover`]: the client follows the alias, and switches on its
-//! change or on persistent errors). Opening checks that the hub exists and the credentials
+//! change or on persistent errors). A Kafka topic (`kind = "kafka"`) is read and written
+//! through [`crate::kafka`]. Opening checks that the hub exists and the credentials
 //! work, so a task with an unreachable endpoint fails before it reads anything.
 
 use std::collections::HashMap;
@@ -131,6 +132,9 @@ pub enum SourceNewest {
     },
     /// A hub over AMQP.
     Remote(RemoteHub),
+    /// A Kafka topic (its high watermarks).
+    #[cfg(feature = "kafka")]
+    Kafka(Arc<tributary_kafka_source::KafkaSource>),
 }
 
 impl SourceNewest {
@@ -146,6 +150,10 @@ impl SourceNewest {
                 .await
                 .map(|p| p.last_enqueued_sequence_number)
                 .map_err(|e| e.to_string()),
+            #[cfg(feature = "kafka")]
+            SourceNewest::Kafka(source) => {
+                crate::kafka::last_sequence_number(source, partition).await
+            }
         }
     }
 }
@@ -210,6 +218,10 @@ pub async fn open_source(endpoint: &Endpoint, brokers: &Brokers) -> Result<Opene
             })
             .await
         }
+        Connection::Kafka(kafka) => {
+            let what = format!("Kafka topic {hub:?} at {}", kafka.bootstrap_servers);
+            timed(&what, crate::kafka::open_source(kafka, hub)).await
+        }
     }
 }
 
@@ -240,6 +252,7 @@ pub async fn open_target(
             .await?;
             Arc::new(RemoteTarget::new(producer))
         }
+        Connection::Kafka(kafka) => crate::kafka::open_target(kafka, hub)?,
     };
     let identity = timed(target.describe(), async {
         target.identity().await.map_err(|e| e.to_string())

@@ -38,6 +38,7 @@
 
 pub mod endpoint;
 pub mod forward;
+pub mod kafka;
 pub mod limits;
 pub mod metadata;
 pub mod metrics;

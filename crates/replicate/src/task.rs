@@ -86,6 +86,9 @@
 //! listen = "127.0.0.1:9464"            # Prometheus text at /metrics
 //! ```
 //!
+//! `kind = "kafka"` in `[source]` or a `[[target]]` reads or writes a Kafka topic instead of a
+//! hub ([`kafka`] lists its keys).
+//!
 //! Every table refuses keys it does not know. An error names the file, the line and the key,
 //! and what would be accepted; a secret (a connection string's key) never appears in one.
 
@@ -108,6 +111,9 @@ use crate::limits::{
     TASK_NAME_CHARS_MAX,
 };
 use crate::offset_map::SyncPolicy;
+
+mod kafka;
+pub use kafka::KafkaConnection;
 
 /// A task file that could not be used: where, which key, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -217,6 +223,18 @@ pub struct EndpointSpec {
     pub columns: Option<toml::Table>,
     /// The longest pause between tries of a postgres target's failed write.
     pub backoff_max: Option<Spanned<String>>,
+    /// A Kafka endpoint's bootstrap servers (`kind = "kafka"`, [`kafka`]).
+    pub bootstrap_servers: Option<String>,
+    /// A Kafka endpoint's topic.
+    pub topic: Option<String>,
+    /// A Kafka endpoint's SASL mechanism: PLAIN (default), SCRAM-SHA-256 or SCRAM-SHA-512.
+    pub sasl_mechanism: Option<String>,
+    /// A Kafka endpoint's SASL user name.
+    pub sasl_username: Option<String>,
+    /// The environment variable holding a Kafka endpoint's SASL password.
+    pub sasl_password_env: Option<String>,
+    /// Whether a Kafka endpoint is reached over TLS.
+    pub tls: Option<bool>,
 }
 
 /// `[routing]`.
@@ -311,6 +329,8 @@ pub enum Connection {
         /// The data directory.
         data_dir: PathBuf,
     },
+    /// A Kafka cluster (`kind = "kafka"`); the endpoint's `event_hub` is the topic.
+    Kafka(Box<KafkaConnection>),
 }
 
 /// A checked endpoint.
@@ -331,6 +351,7 @@ impl std::fmt::Debug for Endpoint {
         let how = match &self.connection {
             Connection::Remote { .. } => "remote".to_owned(),
             Connection::Local { data_dir } => format!("local {}", data_dir.display()),
+            Connection::Kafka(kafka) => format!("kafka {}", kafka.bootstrap_servers),
         };
         f.debug_struct("Endpoint")
             .field("connection", &how)
@@ -617,7 +638,12 @@ fn keys_of_endpoint(table: &str) -> Option<(String, Vec<&'static str>)> {
     match table {
         "source" => {
             let keys = hub_and(&SOURCE_KEYS);
-            Some((format!("[source] takes {}", keys.join(", ")), keys))
+            let sentence = format!(
+                "[source] takes {}; with kind = \"kafka\": {}",
+                keys.join(", "),
+                kafka::KAFKA_KEYS.join(", ")
+            );
+            Some((sentence, [keys, kafka::KAFKA_KEYS.to_vec()].concat()))
         }
         "dead_letter" => Some((
             format!("[dead_letter] takes {}", HUB_KEYS.join(", ")),
@@ -626,14 +652,21 @@ fn keys_of_endpoint(table: &str) -> Option<(String, Vec<&'static str>)> {
         "target" => {
             let hub = hub_and(&HUB_TARGET_KEYS);
             let postgres = postgres_target_keys();
-            let mut sentence = format!("a [[target]] takes {}", hub.join(", "));
+            let mut sentence = format!(
+                "a [[target]] takes {}; with kind = \"kafka\": {}",
+                hub.join(", "),
+                kafka::KAFKA_KEYS.join(", ")
+            );
             if !postgres.is_empty() {
                 sentence.push_str(&format!(
                     "; with kind = \"postgres\": {}",
                     postgres.join(", ")
                 ));
             }
-            Some((sentence, [hub, postgres].concat()))
+            Some((
+                sentence,
+                [hub, postgres, kafka::KAFKA_KEYS.to_vec()].concat(),
+            ))
         }
         _ => None,
     }
@@ -796,6 +829,12 @@ impl Checker<'_> {
             ("keyless", spec.keyless.is_some()),
             ("columns", spec.columns.is_some()),
             ("backoff_max", spec.backoff_max.is_some()),
+            ("bootstrap_servers", spec.bootstrap_servers.is_some()),
+            ("topic", spec.topic.is_some()),
+            ("sasl_mechanism", spec.sasl_mechanism.is_some()),
+            ("sasl_username", spec.sasl_username.is_some()),
+            ("sasl_password_env", spec.sasl_password_env.is_some()),
+            ("tls", spec.tls.is_some()),
         ];
         set.into_iter()
             .find(|(key, is_set)| *is_set && !allowed.contains(key))
@@ -810,6 +849,9 @@ impl Checker<'_> {
     ) -> Result<Endpoint, TaskError> {
         let spec = table.get_ref();
         let span = table.span();
+        if spec.kind.as_deref() == Some("kafka") {
+            return self.kafka_endpoint(table, key, allowed);
+        }
         if let Some(misplaced) = Self::misplaced(spec, allowed) {
             return Err(self.error(
                 span,
@@ -1093,10 +1135,14 @@ impl Checker<'_> {
                 })
             }
             Some("postgres") => self.postgres_target(table, key),
+            Some("kafka") => Ok(TargetKind::Hub {
+                endpoint: self.kafka_endpoint(table, key, &HUB_TARGET_KEYS)?,
+                keep_partition: spec.keep_partition.unwrap_or(false),
+            }),
             Some(other) => Err(self.error(
                 table.span(),
                 &format!("{key}.kind"),
-                format!("{other:?} is not \"hub\" or \"postgres\""),
+                format!("{other:?} is not \"hub\", \"kafka\" or \"postgres\""),
             )),
         }
     }
