@@ -67,6 +67,7 @@ async fn every_record_an_idempotent_producer_had_acknowledged_is_stored_once_acr
     let producing = tokio::spawn(kafka("produce", args.clone()));
     for pause_ms in [900, 1300] {
         tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+        assert!(!producing.is_finished(), "the kill comes mid-stream");
         kill_9(serve);
         let again = [&ports[..], &hub[..], &["--kafka-port", port.as_str()]].concat();
         serve = start_serve(&d, &again).0;

@@ -5,7 +5,8 @@
 //!
 //! The Produce requests carry record batches built here with the producer id, epoch and
 //! sequence numbers each case needs (a real client only sends those on its own schedule);
-//! `tests/python/kafka_idempotence.py` checks the same with librdkafka.
+//! `tests/python/kafka_idempotence.py` drives librdkafka (confluent-kafka with
+//! `enable.idempotence`) and kafka-python 3 (idempotent by default) across a door restart.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -341,34 +342,41 @@ async fn door_on(hub: &TestHub, addr: SocketAddr) -> RunningKafkaServer {
     panic!("the Kafka door did not start on {addr}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn librdkafka_with_idempotence_stores_every_record_once_across_a_door_restart() {
+/// `client` (a `kafka_idempotence.py` produce command) sends 3000 records with idempotence
+/// on while the door restarts under it; every record is then stored once, where its
+/// acknowledgement said, and no consumer sees a stamp.
+async fn idempotent_client_across_a_door_restart(client: &'static str) {
     let hub = TestHub::start(&[("orders", 3)]).await;
     let door = door_on(&hub, "127.0.0.1:0".parse().unwrap()).await;
     let addr = door.local_addr();
     let count = 3000;
     let args = json!({"bootstrap": addr.to_string(), "conn": hub.conn(&hub.root),
                       "topic": "orders", "count": count, "rounds": 30, "pause_ms": 50});
-    let producing = tokio::spawn(kafka("produce", args.clone()));
+    let producing = tokio::spawn(kafka(client, args.clone()));
     // Restart the door while the producer has batches in flight: it reconnects and retries
-    // them, the door's state is rebuilt from the partitions' tails.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // them, and the door's state is rebuilt from the partitions' tails.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(
+        !producing.is_finished(),
+        "{client}: the restart comes mid-stream"
+    );
     door.shutdown().await;
     let door = door_on(&hub, addr).await;
-    let produced = within("librdkafka produces", producing).await.unwrap();
-    assert_eq!(produced["errors"], json!([]), "{produced}");
-    assert_eq!(produced["fatal"], json!([]), "{produced}");
-    assert_eq!(produced["delivered"], count, "{produced}");
+    let produced = within("the producer", producing).await.unwrap();
+    let summary = json!({"errors": produced["errors"], "fatal": produced["fatal"],
+                         "delivered": produced["delivered"]});
+    assert_eq!(produced["errors"], json!([]), "{client}: {summary}");
+    assert_eq!(produced["fatal"], json!([]), "{client}: {summary}");
+    assert_eq!(produced["delivered"], count, "{client}: {summary}");
     let consumed = within("librdkafka consumes", kafka("consume", args)).await;
-    assert_eq!(consumed["errors"], json!([]), "{consumed}");
-    assert_eq!(consumed["count"], count, "{consumed}");
-    assert_eq!(consumed["distinct"], count, "{consumed}");
+    assert_eq!(consumed["errors"], json!([]), "{client}: {consumed}");
+    assert_eq!(consumed["count"], count, "{client}: {consumed}");
+    assert_eq!(consumed["distinct"], count, "{client}: {consumed}");
     assert_eq!(
         consumed["headers"],
         json!([]),
         "no record shows a stamp: {consumed}"
     );
-    // Every acknowledged record is where its acknowledgement said.
     for record in produced["acknowledged"].as_array().unwrap() {
         let (value, partition, offset) = (&record[0], &record[1], &record[2]);
         let partition = partition.as_i64().unwrap().to_string();
@@ -377,8 +385,22 @@ async fn librdkafka_with_idempotence_stores_every_record_once_across_a_door_rest
             .broker
             .read("orders", &partition, offset, 1, 1 << 20)
             .unwrap();
-        assert_eq!(stored[0].data.body, value.as_str().unwrap().as_bytes());
+        assert_eq!(
+            stored[0].data.body,
+            value.as_str().unwrap().as_bytes(),
+            "{client}"
+        );
     }
     door.shutdown().await;
     hub.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn librdkafka_with_idempotence_stores_every_record_once_across_a_door_restart() {
+    idempotent_client_across_a_door_restart("produce").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_python_3_idempotent_by_default_stores_every_record_once_across_a_door_restart() {
+    idempotent_client_across_a_door_restart("produce_kafka_python").await;
 }

@@ -83,6 +83,44 @@ def cmd_produce(args):
             "unflushed": left, "fatal": fatal}
 
 
+def cmd_produce_kafka_python(args):
+    """What `produce` does, with kafka-python 3 (idempotence on by default): `count` records
+    `r<i>` round-robin over the partitions in `rounds` with `pause_ms` between them. Returns the
+    acknowledged records (value, partition, offset) and the errors."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(
+        bootstrap_servers=args["bootstrap"],
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_plain_username="$ConnectionString",
+        sasl_plain_password=args["conn"],
+        acks="all",
+        linger_ms=5,
+        retry_backoff_ms=50,
+        reconnect_backoff_ms=50,
+        reconnect_backoff_max_ms=500,
+        delivery_timeout_ms=args.get("message_timeout_ms", 120000),
+    )
+    assert producer.config["enable_idempotence"], "kafka-python 3 is idempotent by default"
+    partitions = args.get("partitions", 3)
+    acknowledged, errors = [], []
+    count, rounds = args["count"], args.get("rounds", 1)
+    per_round = (count + rounds - 1) // rounds
+    for i in range(count):
+        value = f"r{i}"
+        future = producer.send(args["topic"], value=value.encode(), partition=i % partitions)
+        future.add_callback(
+            lambda md, value=value: acknowledged.append([value, md.partition, md.offset]))
+        future.add_errback(lambda e: errors.append(type(e).__name__ + ": " + str(e)))
+        if (i + 1) % per_round == 0:
+            time.sleep(args.get("pause_ms", 0) / 1000)
+    producer.flush(timeout=args.get("flush_s", TIMEOUT_S))
+    producer.close(timeout=10)
+    return {"acknowledged": acknowledged, "delivered": len(acknowledged), "errors": errors,
+            "fatal": []}
+
+
 def cmd_consume(args):
     """Reads every partition of `topic` from the earliest offset until `count` records (or the
     timeout). Returns how many records came, how many distinct values, the header names any
@@ -123,6 +161,7 @@ def cmd_consume(args):
 
 COMMANDS = {
     "produce": cmd_produce,
+    "produce_kafka_python": cmd_produce_kafka_python,
     "consume": cmd_consume,
 }
 
