@@ -55,6 +55,11 @@ pub const PRODUCER_BATCHES_KEPT: usize = 5;
 /// 2048 at once in one partition is far more than applications run.
 pub const PRODUCERS_PER_PARTITION_MAX: usize = 2048;
 
+/// How many partitions' producer states are kept before those whose producers all expired are
+/// dropped: a namespace with a few hubs of up to 1,024 partitions each stays below it, and
+/// dropping scans the map once per partition added past it (well under a microsecond an entry).
+pub const PRODUCER_PARTITIONS_PRUNE_AT: usize = 4096;
+
 /// How long a producer that stopped appending is remembered: Kafka's
 /// `producer.id.expiration.ms` default (one day).
 pub const PRODUCER_IDLE_EXPIRATION_MS: i64 = 24 * 60 * 60 * 1000;

@@ -51,6 +51,8 @@
 //! recently appending one is forgotten first), and a producer that has not appended for
 //! [`PRODUCER_IDLE_EXPIRATION_MS`] (Kafka's `producer.id.expiration.ms`) is forgotten. A
 //! forgotten producer is one with no state: its next batch is accepted at any sequence.
+//! Partitions whose producers have all expired are dropped once more than
+//! [`PRODUCER_PARTITIONS_PRUNE_AT`] are kept, so hubs deleted and created do not accumulate.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
@@ -66,7 +68,7 @@ use tributary_event::{EventData, EventPosition};
 use crate::error;
 use crate::limits::{
     PRODUCER_BATCHES_KEPT, PRODUCER_ID_BLOCK, PRODUCER_IDLE_EXPIRATION_MS, PRODUCER_IDS_PER_MS,
-    PRODUCER_TAIL_SCAN_BYTES, PRODUCERS_PER_PARTITION_MAX,
+    PRODUCER_PARTITIONS_PRUNE_AT, PRODUCER_TAIL_SCAN_BYTES, PRODUCERS_PER_PARTITION_MAX,
 };
 
 /// An idempotent batch's identity: who sent it, and which sequence numbers it carries.
@@ -375,13 +377,29 @@ impl Producers {
         })
     }
 
-    /// The slot of (`hub_id`, `partition`).
-    fn slot(&self, hub_id: &str, partition: u32) -> PartitionSlot {
+    /// The slot of (`hub_id`, `partition`). A new slot past [`PRODUCER_PARTITIONS_PRUNE_AT`]
+    /// first drops the ones nobody is using whose producers have all expired (a deleted hub's,
+    /// a partition no idempotent producer writes to any more).
+    fn slot(&self, hub_id: &str, partition: u32, now_ms: i64) -> PartitionSlot {
         let mut partitions = self.partitions.lock().expect("producer partitions");
-        partitions
-            .entry((hub_id.to_owned(), partition))
-            .or_default()
-            .clone()
+        let key = (hub_id.to_owned(), partition);
+        if let Some(slot) = partitions.get(&key) {
+            return slot.clone();
+        }
+        if partitions.len() >= PRODUCER_PARTITIONS_PRUNE_AT {
+            partitions.retain(|_, slot| {
+                // Only the map holds it, and the map is locked: nobody can start using it.
+                if Arc::strong_count(slot) > 1 {
+                    return true;
+                }
+                let Ok(mut state) = slot.try_lock() else {
+                    return true;
+                };
+                state.expire(now_ms);
+                state.len() > 0
+            });
+        }
+        partitions.entry(key).or_default().clone()
     }
 
     /// Checks `batch` against the rules and appends `events` to `partition` of `hub` if they
@@ -393,7 +411,7 @@ impl Producers {
         batch: BatchIdentity,
         events: Vec<EventData>,
     ) -> Result<i64, i16> {
-        let slot = self.slot(hub_id, partition);
+        let slot = self.slot(hub_id, partition, broker.clock().now_ms());
         let mut state = slot.lock().await;
         let partition_id = partition.to_string();
         if !state.loaded {
@@ -568,6 +586,37 @@ mod tests {
             Verdict::Append,
             "forgotten"
         );
+    }
+
+    #[test]
+    fn partitions_whose_producers_all_expired_are_dropped_past_the_prune_point() {
+        let producers = Producers {
+            ids: Mutex::new(IdSource::open(Path::new("unused"))),
+            partitions: Mutex::default(),
+        };
+        let held = producers.slot("hub", 0, 0);
+        producers
+            .slot("hub", 1, 0)
+            .try_lock()
+            .unwrap()
+            .record(&batch(1, 0, 0, 1), 0, 0);
+        for partition in 2..PRODUCER_PARTITIONS_PRUNE_AT as u32 {
+            producers.slot("hub", partition, 0);
+        }
+        let count = || producers.partitions.lock().unwrap().len();
+        assert_eq!(count(), PRODUCER_PARTITIONS_PRUNE_AT);
+        // The next new partition drops the idle empty ones; the one in use and the one with a
+        // live producer stay.
+        producers.slot("other", 0, 1);
+        assert_eq!(count(), 3);
+        assert!(Arc::ptr_eq(&held, &producers.slot("hub", 0, 1)));
+        // Once its producer expired, partition 1 goes too at the next prune.
+        for partition in 0..PRODUCER_PARTITIONS_PRUNE_AT as u32 {
+            producers.slot("more", partition, PRODUCER_IDLE_EXPIRATION_MS + 1);
+        }
+        let kept = producers.partitions.lock().unwrap();
+        assert!(kept.contains_key(&("hub".to_owned(), 0)));
+        assert!(!kept.contains_key(&("hub".to_owned(), 1)));
     }
 
     #[test]
