@@ -5,7 +5,10 @@
 //! - `kafka_authenticated`: any request of an authenticated connection, and a Produce's record
 //!   batches through `tributary_kafka::batches::events`. The codec reserves memory for claimed
 //!   element counts; the door's bounded probe must stop every claim beyond the bytes before the
-//!   codec sees it (a failed reservation aborts the fuzzer, so it finds one at once).
+//!   codec sees it (a failed reservation aborts the fuzzer, so it finds one at once);
+//! - `kafka_consumer_protocol`: the subscription and assignment bytes a consumer group's
+//!   members send inside JoinGroup and SyncGroup, decoded as the group coordinator decodes them
+//!   (`tributary_kafka::decode_consumer_protocol`).
 
 use bytes::Bytes;
 use kafka_protocol::messages::RequestKind;
@@ -79,6 +82,41 @@ pub fn authenticated(data: &[u8]) {
             }
         }
     }
+}
+
+/// Consumer-protocol bytes as a subscription and as an assignment: what decodes re-encodes to
+/// bytes that decode to the same value.
+pub fn consumer_protocol(data: &[u8]) {
+    use kafka_protocol::messages::{ConsumerProtocolAssignment, ConsumerProtocolSubscription};
+    let bytes = Bytes::copy_from_slice(data);
+    if let Some(subscription) =
+        tributary_kafka::decode_consumer_protocol::<ConsumerProtocolSubscription>(bytes.clone(), 3)
+    {
+        let again = reencoded(&subscription, 3);
+        assert_eq!(
+            tributary_kafka::decode_consumer_protocol::<ConsumerProtocolSubscription>(again, 3),
+            Some(subscription)
+        );
+    }
+    if let Some(assignment) =
+        tributary_kafka::decode_consumer_protocol::<ConsumerProtocolAssignment>(bytes, 3)
+    {
+        let again = reencoded(&assignment, 3);
+        assert_eq!(
+            tributary_kafka::decode_consumer_protocol::<ConsumerProtocolAssignment>(again, 3),
+            Some(assignment)
+        );
+    }
+}
+
+/// `value` encoded at `version`, with the consumer protocol's leading version.
+fn reencoded<T: kafka_protocol::protocol::Encodable>(value: &T, version: i16) -> Bytes {
+    let mut out = bytes::BytesMut::new();
+    out.extend_from_slice(&version.to_be_bytes());
+    value
+        .encode(&mut out, version)
+        .expect("a decoded value encodes");
+    out.freeze()
 }
 
 /// The `SharedAccessKey` a PLAIN login's password claims, when long enough to be told apart

@@ -111,6 +111,10 @@ pub const TARGETS: &[Target] = &[
         function: kafka::authenticated,
     },
     Target {
+        name: "kafka_consumer_protocol",
+        function: kafka::consumer_protocol,
+    },
+    Target {
         name: "log_batch",
         function: log::batch,
     },

@@ -33,6 +33,7 @@ pub fn seeds(name: &str) -> Vec<Vec<u8>> {
         "http_signature" => signatures(),
         "kafka_request" => kafka_requests(),
         "kafka_authenticated" => kafka_authenticated_requests(),
+        "kafka_consumer_protocol" => kafka_consumer_protocol_messages(),
         "log_batch" => batches(),
         "eventhubs_send" | "log_recovery" => carved(),
         _ => Vec::new(),
@@ -486,5 +487,40 @@ fn kafka_authenticated_requests() -> Vec<Vec<u8>> {
         kafka_frame(ApiKey::Metadata, 12, &metadata),
         kafka_frame(ApiKey::Metadata, 4, &metadata),
         kafka_frame(ApiKey::ListOffsets, 7, &list_offsets),
+    ]
+}
+
+/// A subscription (two topics, owned partitions) and an assignment, as a consumer group's
+/// members send them, each after its version (3).
+fn kafka_consumer_protocol_messages() -> Vec<Vec<u8>> {
+    use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition as Assigned;
+    use kafka_protocol::messages::consumer_protocol_subscription::TopicPartition as Owned;
+    use kafka_protocol::messages::{ConsumerProtocolAssignment, ConsumerProtocolSubscription};
+    use kafka_protocol::protocol::{Encodable, StrBytes};
+    let encode = |value: &dyn Fn(&mut bytes::BytesMut)| {
+        let mut out = bytes::BytesMut::new();
+        out.extend_from_slice(&3i16.to_be_bytes());
+        value(&mut out);
+        out.to_vec()
+    };
+    let subscription = ConsumerProtocolSubscription::default()
+        .with_topics(vec![
+            StrBytes::from_static_str("orders"),
+            StrBytes::from_static_str("payments"),
+        ])
+        .with_owned_partitions(vec![
+            Owned::default()
+                .with_topic(kafka_seed_topic())
+                .with_partitions(vec![0, 2]),
+        ])
+        .with_generation_id(4);
+    let assignment = ConsumerProtocolAssignment::default().with_assigned_partitions(vec![
+        Assigned::default()
+            .with_topic(kafka_seed_topic())
+            .with_partitions(vec![1, 3]),
+    ]);
+    vec![
+        encode(&|out| subscription.encode(out, 3).expect("encodes")),
+        encode(&|out| assignment.encode(out, 3).expect("encodes")),
     ]
 }

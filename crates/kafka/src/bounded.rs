@@ -36,6 +36,7 @@
 use std::ops::Range;
 
 use bytes::{Buf, Bytes, TryGetError};
+use kafka_protocol::protocol::Decodable;
 use kafka_protocol::protocol::buf::ByteBuf;
 
 /// The most bytes an unsigned varint takes (32 bits in groups of seven).
@@ -142,6 +143,18 @@ impl ByteBuf for CountClamp {
     fn get_bytes(&mut self, size: usize) -> Bytes {
         self.bytes.split_to(size)
     }
+}
+
+/// Decodes `body` as `T` at `version` through [`CountClamp`], throwing the result away: an
+/// error when it does not decode with its counts held to its bytes, or when a length or count
+/// claims more than the bytes left. Only a body that passes may be decoded for real.
+pub fn probe<T: Decodable>(body: &Bytes, version: i16) -> anyhow::Result<()> {
+    let mut buf = CountClamp::new(body.clone());
+    let decoded = T::decode(&mut buf, version).map(drop);
+    if buf.over_claimed() {
+        anyhow::bail!("a length or count claims more than the bytes left");
+    }
+    decoded
 }
 
 /// Why a batch's records section is refused before the record decoder sees it.

@@ -72,5 +72,6 @@ mod server;
 pub mod versions;
 
 pub use error::KafkaError;
+pub use groups::decode_consumer_protocol;
 pub use limits::KafkaLimits;
 pub use server::{KafkaConfig, RunningKafkaServer, start};

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::{self, ApiKey, RequestHeader, RequestKind};
 use kafka_protocol::protocol::Decodable;
 
-use crate::bounded::CountClamp;
+use crate::bounded;
 use crate::versions;
 
 /// A decoded request.
@@ -89,16 +89,6 @@ pub fn decode(mut frame: Bytes, authenticated: bool) -> Result<Request, String> 
     })
 }
 
-/// Decodes `body` as request `T` through [`CountClamp`], throwing the result away.
-fn probe_as<T: Decodable>(body: &Bytes, version: i16) -> anyhow::Result<()> {
-    let mut buf = CountClamp::new(body.clone());
-    let decoded = T::decode(&mut buf, version).map(drop);
-    if buf.over_claimed() {
-        anyhow::bail!("a length or count claims more than the bytes left");
-    }
-    decoded
-}
-
 /// The requests [`probe`] knows; an API the door advertises must be here (a test checks).
 macro_rules! probed {
     ($($key:ident => $request:ident,)*) => {
@@ -111,7 +101,7 @@ macro_rules! probed {
         /// not decode with its counts held to its bytes, or when its API is not listed here.
         fn probe(key: ApiKey, body: &Bytes, version: i16) -> anyhow::Result<()> {
             match key {
-                $(ApiKey::$key => probe_as::<messages::$request>(body, version),)*
+                $(ApiKey::$key => bounded::probe::<messages::$request>(body, version),)*
                 other => anyhow::bail!("{other:?} has no bounded probe"),
             }
         }

@@ -55,7 +55,6 @@ pub(crate) use api::{answer, answers};
 use ownership::GroupEffect;
 use state::Group;
 
-use crate::bounded::CountClamp;
 use crate::limits::GROUPS_MAX;
 #[cfg(doc)]
 use crate::limits::{GROUP_MEMBERS_MAX, GROUP_METADATA_BYTES_MAX};
@@ -243,10 +242,7 @@ impl Coordinator {
 /// only add fields at the end). The body is first probed with every claimed count held to its
 /// bytes (`crate::bounded`), so a few bytes claiming billions of topics are refused rather
 /// than reserved for. `None` when it is not such a message.
-pub(crate) fn decode_consumer_protocol<T: Decodable>(
-    mut bytes: Bytes,
-    max_version: i16,
-) -> Option<T> {
+pub fn decode_consumer_protocol<T: Decodable>(mut bytes: Bytes, max_version: i16) -> Option<T> {
     if bytes.remaining() < 2 {
         return None;
     }
@@ -255,11 +251,7 @@ pub(crate) fn decode_consumer_protocol<T: Decodable>(
         return None;
     }
     let version = version.min(max_version);
-    let mut probe = CountClamp::new(bytes.clone());
-    let probed = T::decode(&mut probe, version);
-    if probed.is_err() || probe.over_claimed() {
-        return None;
-    }
+    crate::bounded::probe::<T>(&bytes, version).ok()?;
     T::decode(&mut bytes, version).ok()
 }
 
