@@ -3,7 +3,11 @@
 //! Kafka endpoint: a topic is an event hub, a Kafka partition a partition, a Kafka offset an
 //! event's sequence number.
 //!
-//! # What it serves (this increment)
+//! `tributary serve` starts it on `--kafka-port` (SASL_PLAINTEXT, 9092) and, with a
+//! certificate, `--kafka-tls-port` (SASL_SSL, 9093), as Event Hubs serves Kafka clients; see
+//! [`KafkaConfig`].
+//!
+//! # What it serves
 //! - **ApiVersions**, with the UNSUPPORTED_VERSION fallback ([`versions`] lists what is
 //!   advertised).
 //! - **SASL PLAIN** with the user `$ConnectionString` and a connection string (or a SAS token)
@@ -26,17 +30,19 @@
 //!   ownership records, so `tributary group`, the admin API and the dashboard show them and
 //!   they survive a restart (see `groups`).
 //!
-//! How a record's value, key, headers and timestamp become an event's body, partition key and
-//! application properties, and back, is the one rule in [`mapping`].
+//! - **Transactions** are refused: FindCoordinator for a transaction and InitProducerId with a
+//!   transactional id answer TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which a transactional
+//!   producer reports at once as fatal.
 //!
-//! # Not yet
-//! TLS
-//! (SASL_SSL) and the wiring into `tributary serve`.
+//! How a record's value, key, headers and timestamp become an event's body, partition key and
+//! application properties, and back, is `tributary_eventhubs::kafka_record`, the one rule of
+//! every Kafka path; [`mapping`] adapts the codec's records to it.
 //!
 //! # Guarantees
 //! - Authentication is on unless [`KafkaConfig::development_unauthenticated`] is set: before a
-//!   login only ApiVersions and SASL are answered, within a deadline and a byte allowance, and
-//!   connections are capped in total and per address ([`limits`]).
+//!   login only ApiVersions and SASL are answered, within a deadline (which over TLS also
+//!   bounds the handshake) and a byte allowance, and connections are capped in total and per
+//!   address ([`limits`]).
 //! - A request that does not decode closes its connection; a bad record batch is an error code
 //!   for its partition (see below for how the codec's allocations are bounded).
 //! - A produce is acknowledged only once stored; no key or token is ever logged.
