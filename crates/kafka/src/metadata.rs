@@ -5,6 +5,9 @@
 //! this door does not answer. Topics are never created on demand, as Event Hubs creates none:
 //! an unknown name gets UNKNOWN_TOPIC_OR_PARTITION, one the login may not read
 //! TOPIC_AUTHORIZATION_FAILED. Asked for every topic, only the readable ones are listed.
+//!
+//! Asked for them (v8 to v10), each topic carries the operations the login may do on it
+//! ([`topic_operations`]); kafka-python's admin client asks, and reads the bits.
 
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::metadata_response::{
@@ -12,7 +15,8 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use tributary_amqp::auth;
+use tributary_amqp::Right;
+use tributary_amqp::auth::{self, Needed};
 
 use crate::connection::{Context, Session};
 
@@ -32,18 +36,19 @@ pub(crate) fn answer(
         .with_node_id(BrokerId(NODE_ID))
         .with_host(StrBytes::from_string(ctx.advertised_host.clone()))
         .with_port(i32::from(ctx.advertised_port));
+    let operations = request.include_topic_authorized_operations;
     let topics = match &request.topics {
         None => ctx
             .broker
             .list_hubs()
             .into_iter()
             .filter(|hub| session.authorize(&hub.name, auth::READ).is_ok())
-            .map(|hub| topic(&hub.name, session, ctx))
+            .map(|hub| topic(&hub.name, operations, session, ctx))
             .collect(),
         Some(asked) => asked
             .iter()
             .filter_map(|t| t.name.as_ref())
-            .map(|name| topic(name.0.as_str(), session, ctx))
+            .map(|name| topic(name.0.as_str(), operations, session, ctx))
             .collect(),
     };
     // librdkafka's DescribeCluster asks Metadata (v8 to v10) for this login's operations.
@@ -60,8 +65,9 @@ pub(crate) fn answer(
         .with_topics(topics)
 }
 
-/// One topic's entry, under the name the client asked for.
-fn topic(name: &str, session: &Session, ctx: &Context) -> MetadataResponseTopic {
+/// One topic's entry, under the name the client asked for, with the login's operations on it
+/// when `operations` (else Kafka's "not asked", `i32::MIN`).
+fn topic(name: &str, operations: bool, session: &Session, ctx: &Context) -> MetadataResponseTopic {
     let entry = MetadataResponseTopic::default()
         .with_name(Some(TopicName(StrBytes::from_string(name.to_owned()))));
     let hub = match ctx.broker.describe_hub(name) {
@@ -81,5 +87,82 @@ fn topic(name: &str, session: &Session, ctx: &Context) -> MetadataResponseTopic 
                 .with_isr_nodes(vec![BrokerId(NODE_ID)])
         })
         .collect();
-    entry.with_partitions(partitions)
+    let operations = if operations {
+        topic_operations(|needed| session.authorize(name, needed).is_ok())
+    } else {
+        i32::MIN
+    };
+    entry
+        .with_partitions(partitions)
+        .with_topic_authorized_operations(operations)
+}
+
+/// The right topic administration needs.
+const MANAGE: Needed = &[Right::Manage];
+
+/// Kafka's ACL operations, as bits of `topic_authorized_operations`.
+const READ: i32 = 3;
+const WRITE: i32 = 4;
+const CREATE: i32 = 5;
+const DELETE: i32 = 6;
+const ALTER: i32 = 7;
+const DESCRIBE: i32 = 8;
+const DESCRIBE_CONFIGS: i32 = 10;
+const ALTER_CONFIGS: i32 = 11;
+
+/// What a login may do on a topic, as Kafka's operation bits, given whether it `has` a right:
+/// describe it with any right, read with Listen, write with Send, describe its configs with
+/// Listen, and create, delete and alter it with Manage (which grants every right).
+pub fn topic_operations(has: impl Fn(Needed) -> bool) -> i32 {
+    let mut bits = 0;
+    if has(auth::READ) {
+        bits |= 1 << DESCRIBE;
+    }
+    if has(auth::LISTEN) {
+        bits |= (1 << READ) | (1 << DESCRIBE_CONFIGS);
+    }
+    if has(auth::SEND) {
+        bits |= 1 << WRITE;
+    }
+    if has(MANAGE) {
+        bits |= (1 << CREATE) | (1 << DELETE) | (1 << ALTER) | (1 << ALTER_CONFIGS);
+    }
+    bits
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The operations of a login with `rights` (Manage implies the others, as the policies'
+    /// rules say).
+    fn operations_of(rights: &[Right]) -> i32 {
+        topic_operations(|needed| needed.iter().any(|r| rights.contains(r)))
+    }
+
+    #[test]
+    fn each_right_grants_its_topic_operations() {
+        let bits = |ops: &[i32]| ops.iter().fold(0, |all, op| all | (1 << op));
+        assert_eq!(
+            operations_of(&[Right::Listen]),
+            bits(&[DESCRIBE, READ, DESCRIBE_CONFIGS])
+        );
+        assert_eq!(operations_of(&[Right::Send]), bits(&[DESCRIBE, WRITE]));
+        let every = [
+            READ,
+            WRITE,
+            CREATE,
+            DELETE,
+            ALTER,
+            DESCRIBE,
+            DESCRIBE_CONFIGS,
+        ];
+        assert_eq!(
+            operations_of(&[Right::Manage]),
+            bits(&every) | bits(&[ALTER_CONFIGS])
+        );
+        assert_eq!(operations_of(&[]), 0);
+        // Never the sign bit that means "not asked" (kafka-python 2 fails on it).
+        assert!(operations_of(&[Right::Manage]) > 0);
+    }
 }

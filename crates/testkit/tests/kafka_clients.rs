@@ -15,7 +15,13 @@
 //! - find an offset by time (ListOffsets by timestamp) and read from there;
 //! - refusals, each raised by the client within seconds: a record over 1 MiB
 //!   (MESSAGE_TOO_LARGE), a produce without Send and a fetch without Listen
-//!   (TOPIC_AUTHORIZATION_FAILED), a wrong key (the SASL login fails).
+//!   (TOPIC_AUTHORIZATION_FAILED), a wrong key (the SASL login fails, its reason reaching the
+//!   client);
+//! - a consumer group: subscribe, read every record, commit, and the commits read back
+//!   (kafkajs reads its records this way: it has no assignment without a group; kcat's group
+//!   resumes at its commits);
+//! - kafka-python's KafkaAdminClient (2.x and 3.x) creates, describes and deletes a topic, and
+//!   is refused the creation without Manage.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -48,7 +54,7 @@ struct Door {
 }
 
 /// The door of this test binary, started on first use on a runtime that lives as long as the
-/// process (its broker's temporary directory is under the target directory's tmp).
+/// process (its broker's data directory outlives it too: [`data_dir`]).
 fn door() -> &'static Door {
     static DOOR: OnceLock<Door> = OnceLock::new();
     DOOR.get_or_init(|| {
@@ -73,6 +79,30 @@ fn door() -> &'static Door {
     })
 }
 
+/// What this binary's data directories are called: the prefix, then the process id.
+const DATA_DIR_PREFIX: &str = "kafka-clients-";
+
+/// The broker's data directory, under the target directory's tmp. The process exits without
+/// dropping it, so each run first removes those of earlier runs whose process is gone.
+fn data_dir() -> tempfile::TempDir {
+    let tmp = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    for entry in std::fs::read_dir(tmp).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(DATA_DIR_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if pid.is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists()) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    tempfile::Builder::new()
+        .prefix(&format!("{DATA_DIR_PREFIX}{}-", std::process::id()))
+        .tempdir_in(tmp)
+        .expect("a data directory")
+}
+
 /// A hub with every client's topics and the Kafka door beside it, SASL required.
 async fn start_hub() -> (TestHub, String) {
     let names: Vec<(String, u32)> = CLIENTS
@@ -80,7 +110,7 @@ async fn start_hub() -> (TestHub, String) {
         .flat_map(|c| [(c.to_string(), 3), (format!("{c}-time"), 1)])
         .collect();
     let hubs: Vec<(&str, u32)> = names.iter().map(|(n, p)| (n.as_str(), *p)).collect();
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("a data directory");
+    let dir = data_dir();
     let hub = TestHub::start_in(dir, &hubs, |_| {}, None).await;
     let config = KafkaConfig::new("127.0.0.1:0".parse().unwrap(), hub.policies.clone());
     let door = tributary_kafka::start(hub.broker.clone(), config)
@@ -123,6 +153,8 @@ fn arguments(client: &str) -> Value {
         "topic": client,
         "time_topic": format!("{client}-time"),
         "compressions": COMPRESSIONS,
+        "group": format!("{client}-group"),
+        "admin_topic": format!("{client}-admin"),
     })
 }
 
@@ -240,15 +272,10 @@ fn assert_python_client(out: &Value, version: &str) {
     assert_eq!(consumed["error"], Value::Null, "{who}: {consumed}");
     let records = in_order(&consumed["result"]["records"]);
     assert_eq!(records, expected, "{who}: what was produced, read back");
-    let ends: Vec<i64> = (0..3)
-        .map(|p| {
-            consumed["result"]["end_offsets"][p.to_string()]
-                .as_i64()
-                .unwrap()
-        })
-        .collect();
-    let produced_to = |p: i64| expected.iter().filter(|r| r["partition"] == p).count() as i64;
-    assert_eq!(ends, [0, 1, 2].map(produced_to), "{who}: {consumed}");
+    let ends = json!({
+        "0": produced_to(&expected, 0), "1": produced_to(&expected, 1), "2": produced_to(&expected, 2),
+    });
+    assert_eq!(consumed["result"]["end_offsets"], ends, "{who}: {consumed}");
 
     let by_time = &out["by_time"];
     assert_eq!(by_time["error"], Value::Null, "{who}: {by_time}");
@@ -267,6 +294,49 @@ fn assert_python_client(out: &Value, version: &str) {
     assert_refused(out, "no_send_right", &["TopicAuthorizationFailed"], 15.0);
     assert_refused(out, "no_listen_right", &["TopicAuthorizationFailed"], 15.0);
     assert_login_refused(out);
+    assert_group_read(out, &expected);
+}
+
+/// The group check: a member of group `<client>-group` read every record, was assigned every
+/// partition, and its commits (read back through OffsetFetch) are each partition's end.
+fn assert_group_read(out: &Value, expected: &[Value]) {
+    let who = &out["client"];
+    let group = &out["group"];
+    assert_eq!(group["error"], Value::Null, "{who}: {group}");
+    let records = in_order(&group["result"]["records"]);
+    assert_eq!(records, expected, "{who}: what the group member read");
+    if let Some(assigned) = group["result"].get("assigned") {
+        assert_eq!(assigned, &json!([0, 1, 2]), "{who}: {group}");
+    }
+    let ends = json!({
+        "0": produced_to(expected, 0), "1": produced_to(expected, 1), "2": produced_to(expected, 2),
+    });
+    assert_eq!(group["result"]["committed"], ends, "{who}: {group}");
+}
+
+/// How many of `records` went to `partition`.
+fn produced_to(records: &[Value], partition: i64) -> usize {
+    records
+        .iter()
+        .filter(|r| r["partition"] == partition)
+        .count()
+}
+
+/// kafka-python's KafkaAdminClient created the topic (two partitions), listed and described it
+/// and deleted it; without Manage the creation was refused.
+fn assert_admin(out: &Value) {
+    let who = &out["client"];
+    let admin = &out["admin"];
+    assert_eq!(admin["error"], Value::Null, "{who}: {admin}");
+    let result = &admin["result"];
+    assert_eq!(result["listed"], true, "{who}: {admin}");
+    assert_eq!(result["partitions"], 2, "{who}: {admin}");
+    assert_eq!(result["deleted"], true, "{who}: {admin}");
+    let refused = result["refused"]["error"].as_str().unwrap_or_default();
+    assert!(
+        refused.contains("AuthorizationFailed"),
+        "{who}: a creation without Manage: {admin}"
+    );
 }
 
 /// A wrong key: the client raises within seconds, and the door's reason reached it.
@@ -292,6 +362,7 @@ fn assert_login_refused(out: &Value) {
 async fn kafka_python_3_produces_consumes_and_is_refused_as_kafka_refuses() {
     let out = run_python_client("kafka-python", None, arguments("kafka-python-3")).await;
     assert_python_client(&out, "kafka-python 3.");
+    assert_admin(&out);
     println!("{out}");
 }
 
@@ -300,6 +371,7 @@ async fn kafka_python_2_produces_consumes_and_is_refused_as_kafka_refuses() {
     let path = repo().join(".interop/kafka-python-2");
     let out = run_python_client("kafka-python", Some(path), arguments("kafka-python-2")).await;
     assert_python_client(&out, "kafka-python 2.");
+    assert_admin(&out);
     println!("{out}");
 }
 
@@ -328,12 +400,12 @@ async fn kafkajs_produces_lists_offsets_and_is_refused_as_kafka_refuses() {
     let who = &out["client"];
     assert_eq!(who, "kafkajs 2.2.4");
     let expected = expected_records(&out);
-    // kafkajs reads records only through a group: its offsets (ListOffsets, logged in with a
-    // SAS token) count what it produced.
+    // kafkajs reads records only through a group (its check logs in with a SAS token).
+    assert_group_read(&out, &expected);
     let offsets = &out["offsets"];
     assert_eq!(offsets["error"], Value::Null, "{offsets}");
     for p in 0..3 {
-        let count = expected.iter().filter(|r| r["partition"] == p).count();
+        let count = produced_to(&expected, p);
         assert_eq!(
             offsets["result"][p.to_string()],
             json!([0, count]),
@@ -431,8 +503,36 @@ async fn kcat_produces_consumes_and_is_refused_as_kafka_refuses() {
         }
         assert_eq!(got["tstype"], "create", "{got}");
     }
+    kcat_reads_in_a_group(&conns, &consumed).await;
     kcat_finds_by_time(&conns).await;
     kcat_is_refused(&conns).await;
+}
+
+/// `kcat -G` (a balanced consumer, group `kcat-group`) reads every record and commits on its
+/// way out; run again, the group resumes at its commits and reads nothing more.
+async fn kcat_reads_in_a_group(conns: &Value, all: &[Value]) {
+    let args = [
+        "-G",
+        "kcat-group",
+        "kcat",
+        "-X",
+        "auto.offset.reset=earliest",
+        "-e",
+        "-J",
+    ];
+    let (code, stdout, stderr) = kcat(&conns["root"], &args, b"", 60).await;
+    assert_eq!(code, Some(0), "kcat -G: {stderr}");
+    let read: Vec<Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("kcat -J prints JSON"))
+        .collect();
+    assert_eq!(in_order(&Value::Array(read)), all, "kcat -G: {stderr}");
+    let (code, stdout, stderr) = kcat(&conns["root"], &args, b"", 60).await;
+    assert_eq!(
+        (code, stdout.as_str()),
+        (Some(0), ""),
+        "kcat -G again: {stderr}"
+    );
 }
 
 /// `kcat -Q` (ListOffsets by time) and `kcat -o s@<time>` find the first record at or after a

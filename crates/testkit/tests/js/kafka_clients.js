@@ -6,12 +6,12 @@
 //
 // kafkajs reads gzip itself; snappy comes from kafkajs-snappy and lz4 from lz4js, registered as
 // kafkajs documents for codecs (it has no zstd codec that builds on Node 20 without native
-// code). kafkajs consumers always join a group: reading records waits for the door's groups;
-// without them this reads offsets through the admin client (ListOffsets).
+// code). kafkajs consumers always join a group: the records are read back by one, which commits
+// what it read.
 //
 // Usage: node kafka_clients.js <json-arguments>
 //   arguments: bootstrap, conns {root, token, listen, send, bad}, topic (3 partitions),
-//   time_topic (1 partition), compressions.
+//   time_topic (1 partition), compressions, group (a consumer group id).
 
 "use strict";
 
@@ -198,6 +198,59 @@ async function badLogin(args) {
   await producer.disconnect();
 }
 
+function recordJson(partition, message) {
+  const headers = {};
+  for (const [k, v] of Object.entries(message.headers || {})) headers[k] = v === null ? null : Buffer.from(v).toString("hex");
+  return {
+    partition,
+    offset: Number(message.offset),
+    value: message.value === null ? null : message.value.toString(),
+    key: message.key === null ? null : message.key.toString(),
+    headers,
+    timestamp: Number(message.timestamp),
+  };
+}
+
+// Joins group `group` (logged in with a SAS token), reads `count` records from the beginning,
+// commits the offset after each partition's last, and reads the group's commits back.
+async function group(args, count) {
+  const kafka = client(args, args.conns.token);
+  const consumer = kafka.consumer({ groupId: args.group, maxWaitTimeInMs: 100 });
+  await consumer.connect();
+  const records = [];
+  try {
+    await consumer.subscribe({ topic: args.topic, fromBeginning: true });
+    await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`${records.length} of ${count} records in 30 s`)), 30000);
+      consumer.run({
+        autoCommit: false,
+        eachMessage: async ({ partition, message }) => {
+          records.push(recordJson(partition, message));
+          if (records.length >= count) {
+            clearTimeout(timer);
+            resolve();
+          }
+        },
+      }).catch(reject);
+    });
+    const next = {};
+    for (const r of records) next[r.partition] = Math.max(next[r.partition] || 0, r.offset + 1);
+    await consumer.commitOffsets(Object.entries(next).map(([partition, offset]) => ({ topic: args.topic, partition: Number(partition), offset: String(offset) })));
+  } finally {
+    await consumer.disconnect();
+  }
+  const admin = kafka.admin();
+  await admin.connect();
+  try {
+    const fetched = await admin.fetchOffsets({ groupId: args.group, topics: [args.topic] });
+    const committed = {};
+    for (const p of fetched[0].partitions) committed[String(p.partition)] = Number(p.offset);
+    return { records, committed };
+  } finally {
+    await admin.disconnect();
+  }
+}
+
 async function main() {
   const args = JSON.parse(process.argv[2]);
   const compressions = args.compressions.filter((c) => c in COMPRESSION);
@@ -211,6 +264,7 @@ async function main() {
   out.no_listen_right = await timed(() => offsets(args, args.conns.send, args.topic));
   out.bad_credentials = await timed(() => badLogin(args));
   out.offsets = await timed(() => offsets(args, args.conns.token, args.topic));
+  out.group = await timed(() => group(args, plan.length));
   console.log(JSON.stringify(out));
 }
 

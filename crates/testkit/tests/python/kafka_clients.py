@@ -9,7 +9,8 @@ asserts on it); exit code 0 means the run completed, anything else is a harness 
 
 Usage: kafka_clients.py kafka-python|aiokafka <json-arguments>
   arguments: bootstrap, conns {root, token, listen, send, bad}, topic (3 partitions), time_topic
-  (1 partition), compressions, and optionally group and admin_topic.
+  (1 partition), compressions, group (a consumer group id), admin_topic (a topic to create and
+  delete; kafka-python only).
 """
 
 import asyncio
@@ -259,6 +260,56 @@ def kp_bad_login(args):
         producer.close(0)
 
 
+def kp_group(args, count):
+    """Subscribes in group `group`, reads every record, commits, and reads the commits back."""
+    from kafka import TopicPartition
+    consumer = kp_consumer(args, args["conns"]["root"], group_id=args["group"],
+                           auto_offset_reset="earliest")
+    consumer.subscribe([args["topic"]])
+    try:
+        records = kp_read(consumer, count)
+        assigned = sorted(tp.partition for tp in consumer.assignment())
+        consumer.commit()
+        partitions = [TopicPartition(args["topic"], p) for p in range(3)]
+        committed = {str(tp.partition): consumer.committed(tp) for tp in partitions}
+    finally:
+        consumer.close()
+    return {"records": records, "assigned": assigned, "committed": committed}
+
+
+def kp_admin(args):
+    """Creates topic `admin_topic` with two partitions, finds it, deletes it; and is refused
+    the creation without Manage."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+    name = args["admin_topic"]
+
+    def admin_client(password):
+        return KafkaAdminClient(**sasl(password), bootstrap_servers=args["bootstrap"],
+                                request_timeout_ms=10_000)
+
+    admin = admin_client(args["conns"]["root"])
+    try:
+        admin.create_topics([NewTopic(name=name, num_partitions=2, replication_factor=1)])
+        listed = name in admin.list_topics()
+        described = admin.describe_topics([name])
+        partitions = len(described[0]["partitions"])
+        admin.delete_topics([name])
+        deleted = name not in admin.list_topics()
+    finally:
+        admin.close()
+    refused = timed(lambda: kp_admin_refused(admin_client(args["conns"]["send"]), name))
+    return {"listed": listed, "partitions": partitions, "deleted": deleted, "refused": refused}
+
+
+def kp_admin_refused(admin, name):
+    from kafka.admin import NewTopic
+    try:
+        return str(admin.create_topics([NewTopic(name=name, num_partitions=1,
+                                                 replication_factor=1)]))
+    finally:
+        admin.close()
+
+
 def kafka_python(args):
     import kafka
     plan = planned(args["compressions"])
@@ -273,6 +324,8 @@ def kafka_python(args):
     out["bad_credentials"] = timed(lambda: kp_bad_login(args))
     out["auth_log"] = AUTH_LOG.lines
     out["consumed"] = timed(lambda: kp_consume_all(args, len(plan)))
+    out["group"] = timed(lambda: kp_group(args, len(plan)))
+    out["admin"] = timed(lambda: kp_admin(args))
     return out
 
 
@@ -411,6 +464,24 @@ async def aio_bad_login(args):
         await consumer.stop()
 
 
+async def aio_group(args, count):
+    """Subscribes in group `group`, reads every record, commits, and reads the commits back."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    consumer = AIOKafkaConsumer(args["topic"], **aio_conf(args, args["conns"]["root"]),
+                                group_id=args["group"], auto_offset_reset="earliest",
+                                enable_auto_commit=False, fetch_max_wait_ms=100)
+    await consumer.start()
+    try:
+        records = await aio_read(consumer, count)
+        assigned = sorted(tp.partition for tp in consumer.assignment())
+        await consumer.commit()
+        committed = {str(p): await consumer.committed(TopicPartition(args["topic"], p))
+                     for p in range(3)}
+    finally:
+        await consumer.stop()
+    return {"records": records, "assigned": assigned, "committed": committed}
+
+
 async def atimed(check):
     started = time.monotonic()
     try:
@@ -435,6 +506,7 @@ async def aiokafka_checks(args):
     out["bad_credentials"] = await atimed(aio_bad_login(args))
     out["auth_log"] = AUTH_LOG.lines
     out["consumed"] = await atimed(aio_consume_all(args, len(plan)))
+    out["group"] = await atimed(aio_group(args, len(plan)))
     return out
 
 
