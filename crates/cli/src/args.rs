@@ -394,6 +394,12 @@ pub struct ConnectionStringArgs {
     /// the data directory really listens on, else 5672).
     #[arg(long)]
     pub port: Option<u16>,
+    /// Print a Kafka client's settings for the Kafka door instead (librdkafka properties, as
+    /// `kcat -F` and confluent-kafka take them): bootstrap.servers where the running server's
+    /// Kafka door listens (else localhost:9092, or --host), SASL PLAIN with the connection
+    /// string as the password.
+    #[arg(long, conflicts_with = "port")]
+    pub kafka: bool,
 }
 
 /// Where `hub` and `group` work when not on the data directory.

@@ -23,7 +23,44 @@ pub fn connection_string(global: &GlobalArgs, args: &ConnectionStringArgs) -> Re
     let host = args.host.clone().unwrap_or(host);
     let port = args.port.unwrap_or(port);
     let text = running::connection_string(&global.data_dir, &args.policy, &host, port, tls)?;
+    if args.kafka {
+        return kafka_client_settings(global, args, &text);
+    }
     println!("{text}");
+    Ok(())
+}
+
+/// `tributary connection-string --kafka`: librdkafka properties for the Kafka door, the plain
+/// one when the running server has it, else its SASL_SSL one (whose CA the client must trust).
+fn kafka_client_settings(
+    global: &GlobalArgs,
+    args: &ConnectionStringArgs,
+    connection_string: &str,
+) -> Result<()> {
+    let listeners = running::find(&global.data_dir);
+    let door = listeners.as_ref().and_then(|l| {
+        l.kafka
+            .map(|addr| (addr, false))
+            .or(l.kafka_tls.map(|addr| (addr, true)))
+    });
+    let (host, port, tls) = match door {
+        Some((addr, tls)) => (running::client_host(addr), addr.port(), tls),
+        None => ("localhost".to_owned(), 9092, false),
+    };
+    let host = args.host.clone().unwrap_or(host);
+    let protocol = if tls { "SASL_SSL" } else { "SASL_PLAINTEXT" };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "bootstrap.servers={host}:{port}")?;
+    writeln!(out, "security.protocol={protocol}")?;
+    if tls {
+        writeln!(
+            out,
+            "# ssl.ca.location=<the CA file of the server's certificate>"
+        )?;
+    }
+    writeln!(out, "sasl.mechanisms=PLAIN")?;
+    writeln!(out, "sasl.username=$ConnectionString")?;
+    writeln!(out, "sasl.password={connection_string}")?;
     Ok(())
 }
 

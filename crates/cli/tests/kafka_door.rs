@@ -91,6 +91,24 @@ async fn serve_opens_kafka_beside_amqp_and_http_and_both_kafka_doors_share_the_h
     let conn = shown_connection_string(&banner);
 
     produce_over_tls_and_consume_in_plain(&secure, &plain, &conn, &ca).await;
+    // The settings `connection-string --kafka` prints name the plain door and log in.
+    let settings = run_ok(d, &["connection-string", "--kafka"]);
+    assert!(
+        settings.contains(&format!("bootstrap.servers={plain}\n")),
+        "{settings}"
+    );
+    let extra: serde_json::Map<String, Value> = settings
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.split_once('='))
+        .map(|(k, v)| (k.to_owned(), json!(v)))
+        .collect();
+    let listed = kafka(
+        "metadata",
+        json!({"bootstrap": "unused:1", "conn": "unused", "topic": "orders", "extra": extra}),
+    )
+    .await;
+    assert_eq!(listed["topics"]["orders"]["partitions"], 2, "{listed}");
     a_taken_kafka_port_is_named_with_its_flag(d, &plain);
     stop(serve);
     assert!(!d.join("server.json").exists());
