@@ -176,9 +176,32 @@ async function byTime(args) {
   try {
     const found = await admin.fetchTopicOffsetsByTimestamp(args.time_topic, between);
     const later = await admin.fetchTopicOffsetsByTimestamp(args.time_topic, Date.now() + 60000);
-    return { offset: Number(found[0].offset), after_the_end: Number(later[0].offset) };
+    const read = await readFrom(args, found[0].offset);
+    return { offset: Number(found[0].offset), after_the_end: Number(later[0].offset), read };
   } finally {
     await admin.disconnect();
+  }
+}
+
+// A consumer (group `<group>-time`) that seeks partition 0 of the time topic to `offset` and
+// returns the first record's value it reads there.
+async function readFrom(args, offset) {
+  const consumer = client(args, args.conns.root).consumer({ groupId: `${args.group}-time`, maxWaitTimeInMs: 100 });
+  await consumer.connect();
+  try {
+    await consumer.subscribe({ topic: args.time_topic });
+    return await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error("no record in 30 s")), 30000);
+      consumer.run({
+        autoCommit: false,
+        eachMessage: async ({ message }) => {
+          clearTimeout(timer);
+          resolve(message.value.toString());
+        },
+      }).then(() => consumer.seek({ topic: args.time_topic, partition: 0, offset: String(offset) }), reject);
+    });
+  } finally {
+    await consumer.disconnect();
   }
 }
 
