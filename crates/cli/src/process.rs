@@ -226,6 +226,8 @@ pub async fn process(global: &GlobalArgs, args: &ProcessArgs) -> Result<()> {
     let at = &args.at;
     let location = at.store_choice(global)?;
     let (source, store) = if at.kafka.kafka.is_some() {
+        // A missing topic or an unreachable cluster fails here, not in every balancing cycle.
+        crate::kafka::check_topic(global, at).await?;
         let source = crate::kafka::source(global, at)?;
         (source, open_store(&location, None, at).await?)
     } else {

@@ -144,7 +144,13 @@ impl Shared {
         let metadata = self
             .admin
             .fetch_metadata(Some(&self.topic), CLUSTER_REQUEST_TIMEOUT)
-            .map_err(|e| source_error("cannot read the Kafka cluster's metadata", &e))?;
+            .map_err(|e| {
+                let what = format!(
+                    "cannot read the metadata of the Kafka cluster at {}",
+                    self.options.bootstrap_servers
+                );
+                source_error(&what, &e)
+            })?;
         let Some(topic) = metadata.topics().iter().find(|t| t.name() == self.topic) else {
             return Err(self.topic_not_found());
         };

@@ -397,3 +397,16 @@ async fn a_send_to_a_missing_partition_is_a_configuration_error() {
         .unwrap_err();
     assert!(matches!(error, ProduceError::Misconfigured(_)), "{error:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_cluster_is_a_transient_failure_naming_it() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let source = KafkaSource::new(tributary_kafka_source::KafkaOptions::new(&closed), "t").unwrap();
+    let error = source.partition_ids().await.unwrap_err();
+    assert!(error.is_transient(), "{error:?}");
+    assert!(error.to_string().contains(&closed), "{error}");
+}
