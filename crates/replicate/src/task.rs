@@ -112,7 +112,7 @@ use crate::limits::{
 };
 use crate::offset_map::SyncPolicy;
 
-mod kafka;
+pub mod kafka;
 pub use kafka::KafkaConnection;
 
 /// A task file that could not be used: where, which key, and why.
