@@ -147,6 +147,7 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, ctx: Arc<C
     if drained.is_err() {
         connections.shutdown().await;
     }
+    ctx.groups.stopped().await;
 }
 
 /// Serves one accepted connection: over TLS when the listener has a certificate (a handshake

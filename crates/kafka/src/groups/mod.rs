@@ -66,6 +66,8 @@ pub(crate) struct Coordinator {
     /// Wakes the timer task when a deadline earlier than the one it sleeps for appears.
     wake: Notify,
     effects: mpsc::Sender<GroupEffect>,
+    /// The timer and ownership tasks, awaited by [`Coordinator::stopped`].
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 #[derive(Debug, Default)]
@@ -114,13 +116,34 @@ impl Coordinator {
     /// A coordinator over `broker`'s hubs, with its timer and ownership tasks; both end at
     /// `shutdown`.
     pub(crate) fn start(broker: &Broker, shutdown: watch::Receiver<bool>) -> Arc<Self> {
+        let (effects, worker) = ownership::start(broker.clone(), shutdown.clone());
         let coordinator = Arc::new(Coordinator {
             inner: Mutex::new(Inner::default()),
             wake: Notify::new(),
-            effects: ownership::start(broker.clone()),
+            effects,
+            tasks: Mutex::new(vec![worker]),
         });
-        tokio::spawn(run_timers(coordinator.clone(), shutdown));
+        let timers = tokio::spawn(run_timers(coordinator.clone(), shutdown));
         coordinator
+            .tasks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(timers);
+        coordinator
+    }
+
+    /// Waits, after shutdown, for the timer and ownership tasks to end, so that nothing of the
+    /// door still holds the broker when its shutdown returns.
+    pub(crate) async fn stopped(&self) {
+        let tasks = std::mem::take(
+            &mut *self
+                .tasks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for task in tasks {
+            let _ = task.await;
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {

@@ -24,7 +24,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::messages::ConsumerProtocolAssignment;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tributary_broker::{Broker, OwnershipClaim};
 use tributary_event::names::name_key;
@@ -55,11 +56,21 @@ struct Held {
     renewed: Instant,
 }
 
-/// Starts the worker; effects go to the returned sender.
-pub(crate) fn start(broker: Broker) -> mpsc::Sender<GroupEffect> {
+/// Starts the worker; effects go to the returned sender. It ends when every sender is dropped
+/// or at `shutdown` (effects still queued then are dropped: the records they would write
+/// expire on their own), and the returned handle says when.
+pub(crate) fn start(
+    broker: Broker,
+    mut shutdown: watch::Receiver<bool>,
+) -> (mpsc::Sender<GroupEffect>, JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(QUEUE);
-    tokio::spawn(run(broker, rx));
-    tx
+    let worker = tokio::spawn(async move {
+        tokio::select! {
+            () = run(broker, rx) => {}
+            () = crate::connection::stopping(&mut shutdown) => {}
+        }
+    });
+    (tx, worker)
 }
 
 async fn run(broker: Broker, mut rx: mpsc::Receiver<GroupEffect>) {
