@@ -20,16 +20,23 @@
 //! # Event → Kafka record
 //! - **value** = the body; **key** = the partition key's UTF-8 bytes, or [`KEY_PROPERTY`].
 //! - **timestamp** = [`TIMESTAMP_PROPERTY`] when the event has it (CreateTime), else the
-//!   enqueued time.
+//!   caller's (a hub's enqueued time for the Kafka door, the producer's clock for a Kafka
+//!   target).
 //! - **headers** = the other application properties. Bytes (what a Kafka producer's headers
 //!   become, and an AMQP binary) as they are; null as a null header; every other value —
-//!   string, number, boolean, timestamp, UUID, as an AMQP or HTTPS producer sets them — as its
-//!   AMQP encoding, type constructor included (a string `hello` is `a1 05 68 65 6c 6c 6f`), as
-//!   Event Hubs documents for exchanging events between protocols: "a Kafka consumer sees the
-//!   raw AMQP-encoded byte sequence, including the AMQP type information", to be read with an
-//!   AMQP deserializer. (Event Hubs would encode an AMQP binary too; here it is given raw,
-//!   since a stored bytes property does not record which protocol wrote it, and a Kafka header
-//!   must come back to a Kafka consumer unchanged.)
+//!   string, number, boolean, timestamp, UUID, as an AMQP or HTTPS producer sets them — as
+//!   [`TypedValues`] says:
+//!   - [`TypedValues::AmqpEncoded`] where Tributary stands in for Event Hubs' Kafka endpoint
+//!     (the Kafka door's Fetch): the AMQP encoding, type constructor included (a string
+//!     `hello` is `a1 05 68 65 6c 6c 6f`), as Event Hubs documents for exchanging events
+//!     between protocols: "a Kafka consumer sees the raw AMQP-encoded byte sequence, including
+//!     the AMQP type information", to be read with an AMQP deserializer. (Event Hubs would
+//!     encode an AMQP binary too; here it is given raw, since a stored bytes property does not
+//!     record which protocol wrote it, and a Kafka header must come back unchanged.)
+//!   - [`TypedValues::Text`] where Tributary writes to a Kafka cluster as any Kafka producer
+//!     would (a replication task's Kafka target, MirrorMaker's place): strings as their UTF-8
+//!     bytes and other scalars as their text (`42`, `true`, a timestamp as milliseconds, a UUID
+//!     hyphenated), what Kafka tools and headers elsewhere carry.
 
 use bytes::Bytes;
 use tributary_event::{EventData, PropertyValue, SmolStr};
@@ -42,6 +49,15 @@ pub const TIMESTAMP_PROPERTY: &str = "x-opt-kafka-timestamp";
 /// The application property holding a key that is not UTF-8 (a bytes value).
 pub const KEY_PROPERTY: &str = "x-opt-kafka-key";
 
+/// How typed property values become header bytes (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TypedValues {
+    /// Their AMQP encoding, as Event Hubs' Kafka endpoint gives them.
+    AmqpEncoded,
+    /// Their text, as a Kafka producer writes headers.
+    Text,
+}
+
 /// What a record written to Kafka carries, from an event (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordFields {
@@ -49,8 +65,9 @@ pub struct RecordFields {
     pub key: Option<Bytes>,
     /// The record's value.
     pub value: Bytes,
-    /// The record's timestamp (CreateTime), in milliseconds since the Unix epoch.
-    pub timestamp_ms: i64,
+    /// The CreateTime the event carries ([`TIMESTAMP_PROPERTY`]), in milliseconds since the
+    /// Unix epoch; `None` when it has none.
+    pub create_time_ms: Option<i64>,
     /// The record's headers, in the event's property order.
     pub headers: Vec<(SmolStr, Option<Bytes>)>,
 }
@@ -89,34 +106,57 @@ pub fn event_from_record<'a>(
     event
 }
 
-/// The record an event is written to Kafka as (see the module docs); `enqueued_time_ms` is its
-/// time when it carries no CreateTime.
-pub fn record_from_event(data: EventData, enqueued_time_ms: i64) -> RecordFields {
+/// The record an event is written to Kafka as (see the module docs).
+pub fn record_from_event(data: EventData, typed: TypedValues) -> RecordFields {
     let mut record = RecordFields {
         key: data.partition_key.map(Bytes::from),
         value: data.body,
-        timestamp_ms: enqueued_time_ms,
+        create_time_ms: None,
         headers: Vec::with_capacity(data.properties.len()),
     };
     for (name, value) in data.properties {
         match (name.as_str(), value) {
-            (TIMESTAMP_PROPERTY, PropertyValue::Timestamp(ms)) => record.timestamp_ms = ms,
+            (TIMESTAMP_PROPERTY, PropertyValue::Timestamp(ms)) => record.create_time_ms = Some(ms),
             (KEY_PROPERTY, PropertyValue::Bytes(bytes)) if record.key.is_none() => {
                 record.key = Some(bytes);
             }
-            (_, value) => record.headers.push((name, header_value(value))),
+            (_, value) => record.headers.push((name, header_value(value, typed))),
         }
     }
     record
 }
 
 /// A property's value as a header's bytes (see the module docs).
-fn header_value(value: PropertyValue) -> Option<Bytes> {
-    match value {
-        PropertyValue::Null => None,
-        PropertyValue::Bytes(bytes) => Some(bytes),
-        typed => Some(Bytes::from(encoded_property(&typed))),
-    }
+fn header_value(value: PropertyValue, typed: TypedValues) -> Option<Bytes> {
+    let text = match (value, typed) {
+        (PropertyValue::Null, _) => return None,
+        (PropertyValue::Bytes(bytes), _) => return Some(bytes),
+        (value, TypedValues::AmqpEncoded) => return Some(Bytes::from(encoded_property(&value))),
+        (PropertyValue::String(s), TypedValues::Text) => s.to_string(),
+        (PropertyValue::Bool(v), TypedValues::Text) => v.to_string(),
+        (PropertyValue::Int32(v), TypedValues::Text) => v.to_string(),
+        (PropertyValue::Int64(v), TypedValues::Text) => v.to_string(),
+        (PropertyValue::UInt32(v), TypedValues::Text) => v.to_string(),
+        (PropertyValue::UInt64(v), TypedValues::Text) => v.to_string(),
+        (PropertyValue::Float32(v), TypedValues::Text) => v.to_string(),
+        (PropertyValue::Float64(v), TypedValues::Text) => v.to_string(),
+        (PropertyValue::Timestamp(ms), TypedValues::Text) => ms.to_string(),
+        (PropertyValue::Uuid(u), TypedValues::Text) => uuid_text(&u),
+    };
+    Some(Bytes::from(text))
+}
+
+/// A UUID's hyphenated lower-case text.
+fn uuid_text(u: &[u8; 16]) -> String {
+    let hex: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
 }
 
 #[cfg(test)]
@@ -146,8 +186,8 @@ mod tests {
             assert_eq!(&event.body[..], b"body");
             let key_is_text = key.as_ref().is_some_and(|k| std::str::from_utf8(k).is_ok());
             assert_eq!(event.partition_key.is_some(), key_is_text);
-            let back = record_from_event(event, 5);
-            assert_eq!(back.timestamp_ms, 1_700_000_000_123);
+            let back = record_from_event(event, TypedValues::AmqpEncoded);
+            assert_eq!(back.create_time_ms, Some(1_700_000_000_123));
             assert_eq!(back.key, key);
             assert_eq!(back.headers.len(), 2, "{:?}", back.headers);
             assert_eq!(header(&back, "h").as_deref(), Some(&b"last"[..]));
@@ -156,21 +196,31 @@ mod tests {
     }
 
     #[test]
-    fn a_tombstone_is_an_empty_body_and_no_time_is_the_enqueued_time() {
+    fn a_tombstone_is_an_empty_body_without_a_create_time() {
         let event = event_from_record(None, None, [], None);
         assert!(event.body.is_empty() && event.properties.is_empty());
-        assert_eq!(record_from_event(event, 42).timestamp_ms, 42);
+        assert_eq!(
+            record_from_event(event, TypedValues::Text).create_time_ms,
+            None
+        );
     }
 
     #[test]
-    fn events_from_other_protocols_get_amqp_encoded_headers() {
+    fn typed_values_are_amqp_encoded_for_the_door_and_text_for_a_kafka_cluster() {
         let data = EventData::new("x")
             .with_property("s", PropertyValue::String("hello".into()))
             .with_property("i", PropertyValue::Int64(-3))
             .with_property("t", PropertyValue::Bool(true))
             .with_property("u", PropertyValue::Uuid([0xab; 16]));
-        let record = record_from_event(data, 42);
-        assert_eq!(record.timestamp_ms, 42);
+        let text = record_from_event(data.clone(), TypedValues::Text);
+        assert_eq!(header(&text, "s").as_deref(), Some(&b"hello"[..]));
+        assert_eq!(header(&text, "i").as_deref(), Some(&b"-3"[..]));
+        assert_eq!(
+            header(&text, "u").as_deref(),
+            Some(&b"abababab-abab-abab-abab-abababababab"[..])
+        );
+        let record = record_from_event(data, TypedValues::AmqpEncoded);
+        assert_eq!(record.create_time_ms, None);
         // str8-utf8, smalllong, true, uuid: the AMQP constructors and their data.
         assert_eq!(header(&record, "s").as_deref(), Some(&b"\xa1\x05hello"[..]));
         assert_eq!(header(&record, "i").as_deref(), Some(&[0x55, 0xfd][..]));

@@ -1,17 +1,9 @@
 //! How a record read from a Kafka cluster becomes a [`ReceivedEvent`].
 //!
-//! The record → event rule is the one Tributary's Kafka door applies to a produced record
-//! (`tributary-kafka`'s `mapping` module), so an event looks the same whichever way it came from
-//! Kafka:
-//! - **value** → the body (a tombstone, a null value, becomes an empty body);
-//! - **key** → the partition key when it is UTF-8, else the bytes property [`KEY_PROPERTY`];
-//! - **headers** → application properties with bytes values (a null header value is a null
-//!   property; a header named twice keeps its last value; headers named [`KEY_PROPERTY`] or
-//!   [`TIMESTAMP_PROPERTY`] are dropped, since they would read back as the record's own key or
-//!   time);
-//! - **CreateTime** → the timestamp property [`TIMESTAMP_PROPERTY`].
-//!
-//! What the door's rule does not cover, because a hub assigns it there, comes from the cluster:
+//! Key, value, headers and CreateTime map by the one rule of every Kafka path,
+//! `tributary_eventhubs::kafka_record` (the Kafka door's too), so an event looks the same
+//! whichever way it came from Kafka. What that rule does not cover, because a hub assigns it
+//! there, comes from the cluster:
 //! - **sequence number = offset**: Kafka offsets are dense from the log start, as sequence
 //!   numbers are (a compacted topic has gaps; the processor never assumes density);
 //! - **offset = the Kafka offset** too, so a checkpoint's offset is a Kafka offset, and a
@@ -23,15 +15,10 @@
 use bytes::Bytes;
 use rdkafka::Message;
 use rdkafka::message::{BorrowedMessage, Headers, Timestamp};
-use tributary_event::{EventData, PropertyValue, ReceivedEvent, SmolStr};
+use tributary_event::ReceivedEvent;
+use tributary_eventhubs::kafka_record;
 
-/// The application property holding a record's CreateTime (a timestamp value); the same name
-/// as the Kafka door's.
-pub const TIMESTAMP_PROPERTY: &str = "x-opt-kafka-timestamp";
-
-/// The application property holding a key that is not UTF-8 (a bytes value); the same name as
-/// the Kafka door's.
-pub const KEY_PROPERTY: &str = "x-opt-kafka-key";
+pub use tributary_eventhubs::kafka_record::{KEY_PROPERTY, TIMESTAMP_PROPERTY};
 
 /// A record's parts, borrowed from wherever it was read.
 #[derive(Debug, Clone, Copy)]
@@ -52,36 +39,19 @@ pub fn event_from_record<'a>(
     headers: impl IntoIterator<Item = (&'a str, Option<&'a [u8]>)>,
 ) -> ReceivedEvent {
     assert!(record.offset >= 0, "a record read has a real offset");
-    let mut data = EventData::new(Bytes::copy_from_slice(record.value.unwrap_or_default()));
-    for (name, value) in headers {
-        if name == TIMESTAMP_PROPERTY || name == KEY_PROPERTY {
-            continue;
-        }
-        let name = SmolStr::new(name);
-        let value = value.map_or(PropertyValue::Null, |v| {
-            PropertyValue::Bytes(Bytes::copy_from_slice(v))
-        });
-        data.properties.retain(|(k, _)| *k != name);
-        data.properties.push((name, value));
-    }
-    if let Some(key) = record.key {
-        match std::str::from_utf8(key) {
-            Ok(key) => data.partition_key = Some(key.to_owned()),
-            Err(_) => data.properties.push((
-                KEY_PROPERTY.into(),
-                PropertyValue::Bytes(Bytes::copy_from_slice(key)),
-            )),
-        }
-    }
-    let enqueued_time_ms = match record.timestamp {
-        Timestamp::CreateTime(ms) if ms >= 0 => {
-            data.properties
-                .push((TIMESTAMP_PROPERTY.into(), PropertyValue::Timestamp(ms)));
-            ms
-        }
-        Timestamp::LogAppendTime(ms) if ms >= 0 => ms,
-        _ => 0,
+    let (create_time, enqueued_time_ms) = match record.timestamp {
+        Timestamp::CreateTime(ms) if ms >= 0 => (Some(ms), ms),
+        Timestamp::LogAppendTime(ms) if ms >= 0 => (None, ms),
+        _ => (None, 0),
     };
+    let data = kafka_record::event_from_record(
+        record.key.map(Bytes::copy_from_slice),
+        record.value.map(Bytes::copy_from_slice),
+        headers
+            .into_iter()
+            .map(|(name, value)| (name, value.map(Bytes::copy_from_slice))),
+        create_time,
+    );
     ReceivedEvent {
         sequence_number: record.offset,
         offset: record.offset.unsigned_abs(),
@@ -106,6 +76,8 @@ pub(crate) fn event_from_message(message: &BorrowedMessage<'_>) -> ReceivedEvent
 
 #[cfg(test)]
 mod tests {
+    use tributary_event::PropertyValue;
+
     use super::*;
 
     fn record(key: Option<&'static [u8]>, timestamp: Timestamp) -> RecordParts<'static> {

@@ -2,15 +2,13 @@
 //! by the cluster (`acks=all`) before `send` returns — what a replication task's target needs
 //! to checkpoint its source only after the copy is stored.
 //!
-//! The event → record rule mirrors the Kafka door's fetch rule (`tributary-kafka`'s `mapping`):
-//! - **value** = the body; **key** = the partition key's UTF-8 bytes, or the bytes property
-//!   [`KEY_PROPERTY`];
-//! - **timestamp** (CreateTime) = the timestamp property [`TIMESTAMP_PROPERTY`] when the event
-//!   has it, else the producer's clock;
-//! - **headers** = the other application properties: bytes as they are, strings as UTF-8, null
-//!   as a null header, other scalars as their text (`42`, `true`, a timestamp as milliseconds,
-//!   a UUID hyphenated). Content type, message and correlation ids have no Kafka field and are
-//!   not sent.
+//! The event → record rule is the one of every Kafka path, `tributary_eventhubs::kafka_record`
+//! (the Kafka door's Fetch applies it too): value = the body, key = the partition key (or the
+//! bytes property [`KEY_PROPERTY`]), CreateTime = [`TIMESTAMP_PROPERTY`] when the event has it
+//! (else the producer's clock), headers = the other properties, typed values as their text
+//! (`TypedValues::Text`: what a Kafka producer writes, not the AMQP encoding Event Hubs' own
+//! endpoint gives). Content type, message and correlation ids have no Kafka field and are not
+//! sent.
 //!
 //! Where a record goes: to the partition a [`Destination::Partition`] names; with a key, where
 //! Kafka's own default partitioner (murmur2, as the Java client) puts the key, so the copy of a
@@ -22,8 +20,10 @@ use bytes::Bytes;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use tributary_event::{EventData, PropertyValue};
+use tributary_event::EventData;
+use tributary_eventhubs::kafka_record::{self, TypedValues};
 
+#[cfg(doc)]
 use crate::mapping::{KEY_PROPERTY, TIMESTAMP_PROPERTY};
 use crate::options::KafkaOptions;
 
@@ -167,76 +167,36 @@ impl KafkaProducer {
     }
 }
 
-/// The record an event becomes (see the module docs).
+/// The record an event becomes (see the module docs); a [`Destination::Key`] is the record's
+/// key, whatever the event's own.
 fn record_of(event: &EventData, to: Destination<'_>) -> OwnedRecord {
-    let mut key = match to {
-        Destination::Key(key) => Some(Bytes::copy_from_slice(key.as_bytes())),
-        _ => event
-            .partition_key
-            .as_ref()
-            .map(|k| Bytes::copy_from_slice(k.as_bytes())),
-    };
-    let mut timestamp_ms = None;
-    let mut headers = OwnedHeaders::new_with_capacity(event.properties.len());
-    for (name, value) in &event.properties {
-        match (name.as_str(), value) {
-            (TIMESTAMP_PROPERTY, PropertyValue::Timestamp(ms)) => timestamp_ms = Some(*ms),
-            (KEY_PROPERTY, PropertyValue::Bytes(bytes)) if key.is_none() => {
-                key = Some(bytes.clone())
-            }
-            (_, value) => {
-                let value = header_value(value);
-                headers = headers.insert(Header {
-                    key: name.as_str(),
-                    value: value.as_deref(),
-                });
-            }
-        }
+    let mut event = event.clone();
+    if let Destination::Key(key) = to {
+        event.partition_key = Some(key.to_owned());
+    }
+    let fields = kafka_record::record_from_event(event, TypedValues::Text);
+    let mut headers = OwnedHeaders::new_with_capacity(fields.headers.len());
+    for (name, value) in &fields.headers {
+        headers = headers.insert(Header {
+            key: name.as_str(),
+            value: value.as_deref(),
+        });
     }
     OwnedRecord {
-        key,
-        value: event.body.clone(),
+        key: fields.key,
+        value: fields.value,
         headers,
-        timestamp_ms,
+        timestamp_ms: fields.create_time_ms,
     }
-}
-
-/// A property's value as a header's bytes (None: a null header).
-fn header_value(value: &PropertyValue) -> Option<Vec<u8>> {
-    let text = match value {
-        PropertyValue::Null => return None,
-        PropertyValue::Bytes(bytes) => return Some(bytes.to_vec()),
-        PropertyValue::String(s) => s.to_string(),
-        PropertyValue::Bool(v) => v.to_string(),
-        PropertyValue::Int32(v) => v.to_string(),
-        PropertyValue::Int64(v) => v.to_string(),
-        PropertyValue::UInt32(v) => v.to_string(),
-        PropertyValue::UInt64(v) => v.to_string(),
-        PropertyValue::Float32(v) => v.to_string(),
-        PropertyValue::Float64(v) => v.to_string(),
-        PropertyValue::Timestamp(ms) => ms.to_string(),
-        PropertyValue::Uuid(u) => uuid_text(u),
-    };
-    Some(text.into_bytes())
-}
-
-/// A UUID's hyphenated lower-case text.
-fn uuid_text(u: &[u8; 16]) -> String {
-    let hex: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use rdkafka::message::Headers;
+    use tributary_event::PropertyValue;
+
+    use super::*;
+    use crate::mapping::{KEY_PROPERTY, TIMESTAMP_PROPERTY};
 
     #[test]
     fn an_event_becomes_a_record_as_the_kafka_door_fetches_it() {

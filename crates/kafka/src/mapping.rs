@@ -13,7 +13,7 @@ use kafka_protocol::records::{
     NO_PARTITION_LEADER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Record, TimestampType,
 };
 use tributary_event::{EventData, ReceivedEvent};
-use tributary_eventhubs::kafka_record;
+use tributary_eventhubs::kafka_record::{self, TypedValues};
 
 pub use tributary_eventhubs::kafka_record::{KEY_PROPERTY, TIMESTAMP_PROPERTY};
 
@@ -42,7 +42,7 @@ pub fn event_from_record(record: Record) -> EventData {
 /// The record a stored event is fetched as. `first_sequence` is the sequence number of the
 /// first record of its batch.
 pub fn record_from_event(event: ReceivedEvent, first_sequence: i64) -> Record {
-    let fields = kafka_record::record_from_event(event.data, event.enqueued_time_ms);
+    let fields = kafka_record::record_from_event(event.data, TypedValues::AmqpEncoded);
     Record {
         transactional: false,
         control: false,
@@ -55,7 +55,7 @@ pub fn record_from_event(event: ReceivedEvent, first_sequence: i64) -> Record {
         // With no producer id the batch's base sequence is -1; the encoder keeps records in one
         // batch while offset − sequence is constant.
         sequence: (event.sequence_number - first_sequence - 1) as i32,
-        timestamp: fields.timestamp_ms,
+        timestamp: fields.create_time_ms.unwrap_or(event.enqueued_time_ms),
         key: fields.key,
         value: Some(fields.value),
         headers: fields
