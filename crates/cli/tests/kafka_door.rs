@@ -8,32 +8,8 @@ mod common;
 use std::path::Path;
 use std::process::Child;
 
-use common::{run_ok, start_serve, tributary};
+use common::{banner_addr, run_ok, shown_connection_string, start_serve, tributary};
 use serde_json::{Value, json};
-
-/// The `host:port` a banner line starting with `label` names.
-fn banner_addr(banner: &str, label: &str) -> String {
-    let line = banner
-        .lines()
-        .map(str::trim)
-        .find(|line| line.starts_with(label))
-        .unwrap_or_else(|| panic!("no {label:?} line in the banner:\n{banner}"));
-    line[label.len()..]
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned()
-}
-
-/// The connection string the first start's banner shows once.
-fn shown_connection_string(banner: &str) -> String {
-    banner
-        .lines()
-        .map(str::trim)
-        .find(|line| line.starts_with("Endpoint="))
-        .unwrap_or_else(|| panic!("no connection string in the banner:\n{banner}"))
-        .to_owned()
-}
 
 fn stop(mut serve: Child) {
     let status = std::process::Command::new("kill")

@@ -9,32 +9,8 @@ mod common;
 use std::process::Child;
 use std::time::Duration;
 
-use common::start_serve;
+use common::{banner_addr, shown_connection_string, start_serve};
 use serde_json::{Value, json};
-
-/// The `host:port` the banner line starting with `label` names.
-fn banner_addr(banner: &str, label: &str) -> String {
-    let line = banner
-        .lines()
-        .map(str::trim)
-        .find(|line| line.starts_with(label))
-        .unwrap_or_else(|| panic!("no {label:?} line in the banner:\n{banner}"));
-    line[label.len()..]
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned()
-}
-
-/// The connection string the first start's banner shows.
-fn shown_connection_string(banner: &str) -> String {
-    banner
-        .lines()
-        .map(str::trim)
-        .find(|line| line.starts_with("Endpoint="))
-        .unwrap_or_else(|| panic!("no connection string in the banner:\n{banner}"))
-        .to_owned()
-}
 
 /// SIGKILL: no shutdown, no final sync, whatever the process was doing.
 fn kill_9(mut serve: Child) {

@@ -134,3 +134,27 @@ pub(crate) fn start_serve(data: &Path, args: &[&str]) -> (Child, String, Receive
     std::thread::spawn(move || for _ in stdout {});
     (child, banner, stderr)
 }
+
+/// The `host:port` the banner line starting with `label` names (`kafka:`, `amqp:`, …).
+pub(crate) fn banner_addr(banner: &str, label: &str) -> String {
+    let line = banner
+        .lines()
+        .map(str::trim)
+        .find(|line| line.starts_with(label))
+        .unwrap_or_else(|| panic!("no {label:?} line in the banner:\n{banner}"));
+    line[label.len()..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// The connection string a first start's banner shows once.
+pub(crate) fn shown_connection_string(banner: &str) -> String {
+    banner
+        .lines()
+        .map(str::trim)
+        .find(|line| line.starts_with("Endpoint="))
+        .unwrap_or_else(|| panic!("no connection string in the banner:\n{banner}"))
+        .to_owned()
+}

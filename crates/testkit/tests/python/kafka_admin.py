@@ -10,16 +10,13 @@ an expected error, is in the JSON); anything else is a harness failure.
 Usage: kafka_admin.py <command> <json-arguments>
 """
 
-import json
-import sys
-import traceback
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic,
                                   ResourceType)
 
 # The produce and consume scenarios, and the SASL configuration, are kafka_interop.py's.
-from kafka_interop import cmd_consume, cmd_produce, config
+from kafka_interop import cmd_consume, cmd_produce, config, run
 
 TIMEOUT_S = 30
 
@@ -132,16 +129,5 @@ COMMANDS = {
 }
 
 
-def main():
-    command, raw = sys.argv[1], sys.argv[2]
-    args = json.loads(raw)
-    try:
-        result = COMMANDS[command](args)
-    except Exception:  # noqa: BLE001 - the harness shows it
-        traceback.print_exc()
-        sys.exit(2)
-    print(json.dumps(result))
-
-
 if __name__ == "__main__":
-    main()
+    run(COMMANDS)

@@ -14,11 +14,10 @@ Usage: kafka_clients.py kafka-python|aiokafka <json-arguments>
 """
 
 import asyncio
-import json
 import logging
-import sys
 import time
-import traceback
+
+from kafka_interop import run
 
 TIMEOUT_S = 30
 # Every record's CreateTime is this plus its index, so the consumer can check it came back.
@@ -516,16 +515,5 @@ CLIENTS = {
 }
 
 
-def main():
-    client, raw = sys.argv[1], sys.argv[2]
-    args = json.loads(raw)
-    try:
-        result = CLIENTS[client](args)
-    except Exception:  # noqa: BLE001 - the harness shows it
-        traceback.print_exc()
-        sys.exit(2)
-    print(json.dumps(result))
-
-
 if __name__ == "__main__":
-    main()
+    run(CLIENTS)

@@ -12,27 +12,12 @@ import json
 import sys
 import threading
 import time
-import traceback
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kafka_interop import config, run
 
 TIMEOUT_S = 60
-
-
-def config(args, **more):
-    """SASL PLAIN with `$ConnectionString` and the connection string as the password."""
-    conf = {
-        "bootstrap.servers": args["bootstrap"],
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanisms": "PLAIN",
-        "sasl.username": "$ConnectionString",
-        "sasl.password": args["conn"],
-        "socket.timeout.ms": 10000,
-    }
-    conf.update(more)
-    conf.update(args.get("extra", {}))
-    return conf
 
 
 def consumer_config(args, **more):
@@ -355,15 +340,5 @@ COMMANDS = {
 }
 
 
-def main():
-    command, raw = sys.argv[1], sys.argv[2]
-    try:
-        result = COMMANDS[command](json.loads(raw))
-    except Exception:  # a harness failure: say what, exit non-zero
-        traceback.print_exc()
-        sys.exit(2)
-    print(json.dumps(result), flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    run(COMMANDS)

@@ -8,29 +8,12 @@ document. Exit code 0 means the scenario ran; anything else is a harness failure
 Usage: kafka_idempotence.py <command> <json-arguments>
 """
 
-import json
-import sys
 import time
-import traceback
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from kafka_interop import config, run
 
 TIMEOUT_S = 60
-
-
-def config(args):
-    """SASL PLAIN with `$ConnectionString` and the connection string as the password, as for
-    Event Hubs (plain TCP: SASL_PLAINTEXT)."""
-    conf = {
-        "bootstrap.servers": args["bootstrap"],
-        "security.protocol": "SASL_PLAINTEXT",
-        "sasl.mechanisms": "PLAIN",
-        "sasl.username": "$ConnectionString",
-        "sasl.password": args["conn"],
-        "socket.timeout.ms": 10000,
-    }
-    conf.update(args.get("extra", {}))
-    return conf
 
 
 def cmd_produce(args):
@@ -166,16 +149,5 @@ COMMANDS = {
 }
 
 
-def main():
-    command, raw = sys.argv[1], sys.argv[2]
-    args = json.loads(raw)
-    try:
-        result = COMMANDS[command](args)
-    except Exception:  # noqa: BLE001 - the harness shows it
-        traceback.print_exc()
-        sys.exit(2)
-    print(json.dumps(result))
-
-
 if __name__ == "__main__":
-    main()
+    run(COMMANDS)

@@ -18,9 +18,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 TIMEOUT_S = 30
 
 
-def config(args):
+def config(args, **more):
     """The client configuration: SASL PLAIN with `$ConnectionString` and the connection string
-    as the password, as for Event Hubs (plain TCP: SASL_PLAINTEXT)."""
+    as the password, as for Event Hubs (plain TCP: SASL_PLAINTEXT); then `more`, then the
+    test's `extra` settings. Every Kafka script of these tests uses it."""
     conf = {
         "bootstrap.servers": args["bootstrap"],
         "security.protocol": "SASL_PLAINTEXT",
@@ -29,6 +30,7 @@ def config(args):
         "sasl.password": args["conn"],
         "socket.timeout.ms": 10000,
     }
+    conf.update(more)
     conf.update(args.get("extra", {}))
     return conf
 
@@ -187,16 +189,19 @@ COMMANDS = {
 }
 
 
-def main():
+def run(commands):
+    """Runs the command named by argv[1] with the JSON arguments of argv[2] and prints its
+    result as JSON; a harness failure exits 2 with its traceback. Every Kafka script of these
+    tests ends with it."""
     command, raw = sys.argv[1], sys.argv[2]
     args = json.loads(raw)
     try:
-        result = COMMANDS[command](args)
+        result = commands[command](args)
     except Exception:  # noqa: BLE001 - the harness shows it
         traceback.print_exc()
         sys.exit(2)
-    print(json.dumps(result))
+    print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    run(COMMANDS)
