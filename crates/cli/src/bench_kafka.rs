@@ -572,8 +572,14 @@ impl ProducerContext for Acks {
 
 type KafkaProducer = ThreadedProducer<Acks>;
 
-/// One producer (its own connection) for the flood (`paced` None) or the latency run.
-fn new_producer(server: &Server, i: usize, paced: bool) -> Result<Arc<KafkaProducer>> {
+/// One producer (its own connection) for the flood or (`paced`) the latency run, sending
+/// batches of at most `batch_records`.
+fn new_producer(
+    server: &Server,
+    i: usize,
+    paced: bool,
+    batch_records: usize,
+) -> Result<Arc<KafkaProducer>> {
     let mut config = server.client_config();
     let linger = if paced {
         LINGER_MS_LATENCY
@@ -586,6 +592,7 @@ fn new_producer(server: &Server, i: usize, paced: bool) -> Result<Arc<KafkaProdu
         .set("enable.idempotence", "false")
         .set("compression.type", "none")
         .set("linger.ms", linger)
+        .set("batch.num.messages", batch_records.to_string())
         .set("queue.buffering.max.messages", QUEUE_RECORDS_MAX);
     let acks = Acks {
         base: Instant::now(),
@@ -627,7 +634,7 @@ async fn produce(
     rate: Option<f64>,
 ) -> Result<Produced> {
     let producers: Vec<_> = (0..args.producers)
-        .map(|i| new_producer(server, i, rate.is_some()))
+        .map(|i| new_producer(server, i, rate.is_some(), args.batch_events))
         .collect::<Result<_>>()?;
     let stop = Arc::new(AtomicBool::new(false));
     let share = rate.map(|r| r / args.producers as f64);
