@@ -1,6 +1,6 @@
-//! A disk fault under a running hub, seen from an AMQP client: a partition whose `fdatasync`
-//! failed refuses sends with `amqp:internal-error` and the log's reason, and the other
-//! partitions go on.
+//! A disk fault under a running hub, seen from an AMQP client and from a Kafka producer: a
+//! partition whose `fdatasync` failed refuses sends (`amqp:internal-error` with the log's
+//! reason; KAFKA_STORAGE_ERROR), and the other partitions go on.
 
 use std::sync::Arc;
 
@@ -13,9 +13,9 @@ fn event(body: &str) -> EventData {
     EventData::new(body.to_owned())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_poisoned_partition_refuses_sends_with_an_internal_error() {
-    let storage = FaultyStorage::new(11, FaultConfig::NONE);
+/// A hub with event hub "orders" (2 partitions) over storage whose faults the test injects.
+async fn hub_over_faulty_storage(seed: u64) -> (FaultyStorage, TestHub) {
+    let storage = FaultyStorage::new(seed, FaultConfig::NONE);
     let faulty = storage.clone();
     let hub = TestHub::start_in(
         tempfile::tempdir().unwrap(),
@@ -24,6 +24,12 @@ async fn a_poisoned_partition_refuses_sends_with_an_internal_error() {
         None,
     )
     .await;
+    (storage, hub)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poisoned_partition_refuses_sends_with_an_internal_error() {
+    let (storage, hub) = hub_over_faulty_storage(11).await;
     within("the test", async {
         let producer = ProducerClient::connect(&hub.connection_string, "orders")
             .await
@@ -54,15 +60,7 @@ async fn a_poisoned_partition_refuses_sends_with_an_internal_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poisoned_partition_is_a_storage_error_a_kafka_producer_retries() {
     use serde_json::json;
-    let storage = FaultyStorage::new(12, FaultConfig::NONE);
-    let faulty = storage.clone();
-    let hub = TestHub::start_in(
-        tempfile::tempdir().unwrap(),
-        &[("orders", 2)],
-        move |config| config.storage = Arc::new(faulty),
-        None,
-    )
-    .await;
+    let (storage, hub) = hub_over_faulty_storage(12).await;
     let config =
         tributary_kafka::KafkaConfig::new("127.0.0.1:0".parse().unwrap(), hub.policies.clone());
     let door = tributary_kafka::start(hub.broker.clone(), config)
