@@ -6,12 +6,13 @@
 mod common;
 
 use std::path::Path;
-use std::process::Child;
 
-use common::{banner_addr, run_ok, shown_connection_string, start_serve, tributary};
+use common::{ServeGuard, banner_addr, run_ok, shown_connection_string, start_serve, tributary};
 use serde_json::{Value, json};
 
-fn stop(mut serve: Child) {
+/// Stops the server with SIGTERM and checks it exits cleanly.
+fn stop(server: ServeGuard) {
+    let mut serve = server.take();
     let status = std::process::Command::new("kill")
         .args(["-TERM", &serve.id().to_string()])
         .status()
@@ -54,6 +55,7 @@ async fn serve_opens_kafka_beside_amqp_and_http_and_both_kafka_doors_share_the_h
     ]
     .concat();
     let (serve, banner, _stderr) = start_serve(d, &flags);
+    let serve = ServeGuard::new(serve);
     let plain = banner_addr(&banner, "kafka:");
     let secure = banner_addr(&banner, "kafka-tls:");
     assert!(

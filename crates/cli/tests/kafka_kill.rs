@@ -9,7 +9,7 @@ mod common;
 use std::process::Child;
 use std::time::Duration;
 
-use common::{banner_addr, shown_connection_string, start_serve};
+use common::{ServeGuard, banner_addr, shown_connection_string, start_serve};
 use serde_json::{Value, json};
 
 /// SIGKILL: no shutdown, no final sync, whatever the process was doing.
@@ -33,7 +33,8 @@ async fn every_record_an_idempotent_producer_had_acknowledged_is_stored_once_acr
     let partitions = PARTITIONS.to_string();
     let hub = ["--hub", "orders", "--partitions", partitions.as_str()];
     let ports = ["--amqp-port", "0", "--http-port", "0"];
-    let (mut serve, banner, _stderr) = start_serve(&d, &[&ports[..], &hub[..]].concat());
+    let (serve, banner, _stderr) = start_serve(&d, &[&ports[..], &hub[..]].concat());
+    let mut serve = ServeGuard::new(serve);
     let bootstrap = banner_addr(&banner, "kafka:");
     let port = bootstrap.rsplit(':').next().unwrap().to_owned();
     let conn = shown_connection_string(&banner);
@@ -44,9 +45,9 @@ async fn every_record_an_idempotent_producer_had_acknowledged_is_stored_once_acr
     for pause_ms in [900, 1300] {
         tokio::time::sleep(Duration::from_millis(pause_ms)).await;
         assert!(!producing.is_finished(), "the kill comes mid-stream");
-        kill_9(serve);
+        kill_9(serve.take());
         let again = [&ports[..], &hub[..], &["--kafka-port", port.as_str()]].concat();
-        serve = start_serve(&d, &again).0;
+        serve = ServeGuard::new(start_serve(&d, &again).0);
     }
     let produced = producing.await.unwrap();
     assert_eq!(produced["fatal"], json!([]), "{}", summary(&produced));
@@ -82,7 +83,7 @@ async fn every_record_an_idempotent_producer_had_acknowledged_is_stored_once_acr
             "{acknowledged:?} not where acknowledged"
         );
     }
-    kill_9(serve);
+    kill_9(serve.take());
 }
 
 /// (value, partition, offset) of a record as the script lists it.

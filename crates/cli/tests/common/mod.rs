@@ -158,3 +158,27 @@ pub(crate) fn shown_connection_string(banner: &str) -> String {
         .unwrap_or_else(|| panic!("no connection string in the banner:\n{banner}"))
         .to_owned()
 }
+
+/// A child `tributary serve`, killed if a failed assertion unwinds past it, so no server
+/// outlives its test; [`ServeGuard::take`] hands it over for a deliberate stop or kill.
+pub(crate) struct ServeGuard(Option<Child>);
+
+impl ServeGuard {
+    pub(crate) fn new(child: Child) -> Self {
+        ServeGuard(Some(child))
+    }
+
+    /// The server, no longer guarded.
+    pub(crate) fn take(mut self) -> Child {
+        self.0.take().expect("a guarded server")
+    }
+}
+
+impl Drop for ServeGuard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
