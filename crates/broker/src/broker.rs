@@ -113,6 +113,14 @@ pub struct Broker {
     inner: Arc<BrokerInner>,
 }
 
+impl Broker {
+    /// Whether `other` is a handle to this same broker (not another one, even on the same
+    /// data directory).
+    pub fn same_as(&self, other: &Broker) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
 impl std::fmt::Debug for Broker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Broker")

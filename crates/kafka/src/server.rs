@@ -85,7 +85,7 @@ pub async fn start(broker: Broker, config: KafkaConfig) -> Result<RunningKafkaSe
     }
     let ctx = Arc::new(Context {
         producers: crate::producers::Producers::of(&broker),
-        groups: crate::groups::Coordinator::start(&broker, shutdown_rx.clone()),
+        groups: crate::groups::Coordinator::of(&broker),
         broker,
         policies: config.policies,
         unauthenticated: config.development_unauthenticated,
@@ -147,7 +147,7 @@ async fn accept_loop(listener: TcpListener, tls: Option<TlsAcceptor>, ctx: Arc<C
     if drained.is_err() {
         connections.shutdown().await;
     }
-    ctx.groups.stopped().await;
+    ctx.groups.release().await;
 }
 
 /// Serves one accepted connection: over TLS when the listener has a certificate (a handshake

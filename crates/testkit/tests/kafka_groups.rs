@@ -607,3 +607,31 @@ async fn a_login_without_listen_cannot_join_or_commit() {
     );
     door.stop().await;
 }
+
+/// Two listeners over one broker (as `serve`'s plain and TLS Kafka doors) share their groups:
+/// a member that joined through one is the group's member seen through the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_doors_of_one_broker_share_their_groups() {
+    let dir = TempDir::new().unwrap();
+    let door = Door::start(dir.path(), &[("orders", 2)], None).await;
+    let policies = AccessPolicies::new(vec![door.root.clone(), door.send.clone()]).unwrap();
+    let config = KafkaConfig::new(([127, 0, 0, 1], 0).into(), policies);
+    let other = tributary_kafka::start(door.broker.clone(), config)
+        .await
+        .unwrap();
+    let args = door.args("orders", 2, "shared");
+    let mut member = holder(&args);
+    member.next(Duration::from_secs(60)).await;
+    let through_other = with(
+        args,
+        json!({"bootstrap": other.local_addr().to_string(), "describe": ["shared"], "delete": ["nobody"]}),
+    );
+    let admin = groups("admin", through_other).await;
+    let described = &admin["described"]["shared"];
+    assert_eq!(described["state"], "ConsumerGroupState.STABLE", "{admin}");
+    assert_eq!(described["members"], json!([[0, 1]]), "{admin}");
+    member.write_line("leave").await;
+    member.wait_success(Duration::from_secs(30)).await;
+    other.shutdown().await;
+    door.stop().await;
+}

@@ -68,6 +68,25 @@ pub(crate) struct Coordinator {
     effects: mpsc::Sender<GroupEffect>,
     /// The timer and ownership tasks, awaited by [`Coordinator::stopped`].
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The broker whose doors share it ([`Coordinator::of`]).
+    broker: Broker,
+    /// Stops the tasks once the last door sharing it is done ([`Coordinator::release`]).
+    stop: watch::Sender<bool>,
+}
+
+/// The coordinators of the brokers whose Kafka doors run in this process, each with how many
+/// doors use it: every door of one broker (its plain and TLS listeners) shares one, so a group
+/// is one group whichever listener its members come through.
+static SHARED: std::sync::OnceLock<Mutex<Shared>> = std::sync::OnceLock::new();
+
+/// Each shared coordinator with the number of doors using it.
+type Shared = Vec<(Arc<Coordinator>, usize)>;
+
+fn shared() -> std::sync::MutexGuard<'static, Shared> {
+    SHARED
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[derive(Debug, Default)]
@@ -115,13 +134,65 @@ pub(crate) struct MemberView {
 impl Coordinator {
     /// A coordinator over `broker`'s hubs, with its timer and ownership tasks; both end at
     /// `shutdown`.
+    #[cfg(test)]
     pub(crate) fn start(broker: &Broker, shutdown: watch::Receiver<bool>) -> Arc<Self> {
+        let (stop, _) = watch::channel(false);
+        Self::start_with(broker, shutdown, stop)
+    }
+
+    /// The coordinator `broker`'s doors share: the one its other doors use, or a new one. Each
+    /// door that gets it must [`Coordinator::release`] it when it is done.
+    pub(crate) fn of(broker: &Broker) -> Arc<Self> {
+        let mut shared = shared();
+        if let Some((coordinator, users)) =
+            shared.iter_mut().find(|(c, _)| c.broker.same_as(broker))
+        {
+            *users += 1;
+            return coordinator.clone();
+        }
+        let (stop, stopped) = watch::channel(false);
+        let coordinator = Self::start_with(broker, stopped, stop);
+        shared.push((coordinator.clone(), 1));
+        coordinator
+    }
+
+    /// A door is done with the coordinator: the last one stops its tasks and waits for them,
+    /// so that nothing of the doors still holds the broker.
+    pub(crate) async fn release(self: &Arc<Self>) {
+        let last = {
+            let mut shared = shared();
+            let at = shared.iter().position(|(c, _)| Arc::ptr_eq(c, self));
+            match at {
+                Some(at) if shared[at].1 > 1 => {
+                    shared[at].1 -= 1;
+                    false
+                }
+                Some(at) => {
+                    shared.swap_remove(at);
+                    true
+                }
+                None => true,
+            }
+        };
+        if last {
+            let _ = self.stop.send(true);
+            self.stopped().await;
+        }
+    }
+
+    fn start_with(
+        broker: &Broker,
+        shutdown: watch::Receiver<bool>,
+        stop: watch::Sender<bool>,
+    ) -> Arc<Self> {
         let (effects, worker) = ownership::start(broker.clone(), shutdown.clone());
         let coordinator = Arc::new(Coordinator {
             inner: Mutex::new(Inner::default()),
             wake: Notify::new(),
             effects,
             tasks: Mutex::new(vec![worker]),
+            broker: broker.clone(),
+            stop,
         });
         let timers = tokio::spawn(run_timers(coordinator.clone(), shutdown));
         coordinator
@@ -132,9 +203,8 @@ impl Coordinator {
         coordinator
     }
 
-    /// Waits, after shutdown, for the timer and ownership tasks to end, so that nothing of the
-    /// door still holds the broker when its shutdown returns.
-    pub(crate) async fn stopped(&self) {
+    /// Waits, after shutdown, for the timer and ownership tasks to end.
+    async fn stopped(&self) {
         let tasks = std::mem::take(
             &mut *self
                 .tasks
