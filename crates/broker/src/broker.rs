@@ -36,6 +36,43 @@ pub struct SendReceipt {
     pub enqueued_time_ms: i64,
 }
 
+/// A batch written to its partition's log and waiting for its acknowledgement (with `fsync`
+/// durability: its sync). Dropping it does not undo the append.
+pub struct QueuedAppend {
+    hub: Arc<Hub>,
+    partition: u32,
+    acknowledgement: tokio::sync::oneshot::Receiver<
+        Result<tributary_log::AppendReceipt, tributary_log::LogError>,
+    >,
+}
+
+impl std::fmt::Debug for QueuedAppend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuedAppend")
+            .field("partition", &self.partition)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QueuedAppend {
+    /// Waits until the batch is acknowledged; the error says why it was not (and then whether
+    /// it reached the disk is unknown, as for any failed append).
+    pub async fn acknowledged(self) -> Result<SendReceipt, BrokerError> {
+        let log_error = self.hub.log_error(self.partition);
+        let receipt = self
+            .acknowledgement
+            .await
+            .map_err(|_| BrokerError::ShuttingDown)?
+            .map_err(&log_error)?;
+        Ok(SendReceipt {
+            partition: self.partition,
+            base_sequence: receipt.base_sequence,
+            offsets: receipt.offsets,
+            enqueued_time_ms: receipt.enqueued_time_ms,
+        })
+    }
+}
+
 /// What to create an event hub with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HubSpec {
@@ -462,7 +499,7 @@ impl Broker {
         stamp_partition_key(&target, &mut events)?;
         door_stamp::drop_forged(&mut events);
         let partition = hub.route(&target)?;
-        Self::append(&hub, partition, &events).await
+        Self::append(hub, partition, &events).await
     }
 
     /// Appends `events` as one batch to partition `partition`, keeping each event's own
@@ -478,11 +515,28 @@ impl Broker {
         partition: &str,
         events: &[EventData],
     ) -> Result<SendReceipt, BrokerError> {
+        self.queue_to_partition_keyed(hub, partition, events)?
+            .acknowledged()
+            .await
+    }
+
+    /// [`Broker::send_to_partition_keyed`] in two steps: the batch is written to the
+    /// partition's log before this returns, so batches queued one after another by one caller
+    /// are stored in that order, and the returned [`QueuedAppend`] waits for its
+    /// acknowledgement. For front doors that read a client's next request while earlier ones
+    /// wait for their sync (Kafka producers keep several requests in flight), so that one sync
+    /// covers them all.
+    pub fn queue_to_partition_keyed(
+        &self,
+        hub: &str,
+        partition: &str,
+        events: &[EventData],
+    ) -> Result<QueuedAppend, BrokerError> {
         let hub = self.hub(hub)?;
         let partition = hub.partition(partition)?;
         let mut events = Cow::Borrowed(events);
         door_stamp::drop_forged(&mut events);
-        Self::append(&hub, partition, &events).await
+        Self::queue(hub, partition, &events)
     }
 
     /// [`Broker::send_to_partition_keyed`] with a front door's private `stamp` kept with the
@@ -499,34 +553,38 @@ impl Broker {
         let hub = self.hub(hub)?;
         let partition = hub.partition(partition)?;
         door_stamp::stamp(&mut events, stamp);
-        Self::append(&hub, partition, &events).await
+        Self::append(hub, partition, &events).await
     }
 
     /// Appends one batch to one partition of `hub` and waits for its acknowledgement.
     async fn append(
-        hub: &Hub,
+        hub: Arc<Hub>,
         partition: u32,
         events: &[EventData],
     ) -> Result<SendReceipt, BrokerError> {
+        Self::queue(hub, partition, events)?.acknowledged().await
+    }
+
+    /// Writes one batch to one partition's log; the acknowledgement is awaited through the
+    /// returned [`QueuedAppend`].
+    fn queue(
+        hub: Arc<Hub>,
+        partition: u32,
+        events: &[EventData],
+    ) -> Result<QueuedAppend, BrokerError> {
         let log = &hub.partitions[partition as usize].log;
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let log_error = hub.log_error(partition);
+        let (tx, acknowledgement) = tokio::sync::oneshot::channel();
         log.append_with(
             events,
             Box::new(move |outcome| {
                 let _ = tx.send(outcome);
             }),
         )
-        .map_err(&log_error)?;
-        let receipt = rx
-            .await
-            .map_err(|_| BrokerError::ShuttingDown)?
-            .map_err(&log_error)?;
-        Ok(SendReceipt {
+        .map_err(hub.log_error(partition))?;
+        Ok(QueuedAppend {
+            hub,
             partition,
-            base_sequence: receipt.base_sequence,
-            offsets: receipt.offsets,
-            enqueued_time_ms: receipt.enqueued_time_ms,
+            acknowledgement,
         })
     }
 

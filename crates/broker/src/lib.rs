@@ -46,7 +46,7 @@ pub mod receiver;
 mod source;
 
 pub use activity::{OpenReceiverInfo, PartitionActivity};
-pub use broker::{Broker, HubSpec, ReceiverSpec, SendReceipt};
+pub use broker::{Broker, HubSpec, QueuedAppend, ReceiverSpec, SendReceipt};
 pub use catalog::{ConsumerGroupDefinition, HubDefinition};
 pub use config::BrokerConfig;
 pub use door_stamp::{DOOR_STAMP_PROPERTY, DoorStamps};

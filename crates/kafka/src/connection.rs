@@ -1,8 +1,12 @@
 //! One client connection: length-prefixed request frames in, responses out, in order.
 //!
 //! # What it guarantees
-//! - Requests are answered one at a time, in the order they came, as a Kafka broker does (a
-//!   long-polling fetch holds back the requests behind it on its connection).
+//! - Requests are answered in the order they came. They are handled one at a time, as a Kafka
+//!   broker does (a long-polling fetch holds back the requests behind it on its connection),
+//!   except that produce requests whose batches are all written to their logs are answered
+//!   once synced while the next requests are read: up to [`REQUESTS_IN_FLIGHT_MAX`] of them,
+//!   so one sync covers the batches of several requests. Anything else waits for every earlier
+//!   answer first.
 //! - Until SASL succeeds only ApiVersions, SaslHandshake and SaslAuthenticate are answered;
 //!   anything else closes the connection, as does a failed login, the pre-authentication
 //!   deadline ([`crate::limits::KafkaLimits::auth_timeout`]) or more than
@@ -11,7 +15,9 @@
 //!   not decode closes the connection (logged at debug level, never with a secret); nothing a
 //!   client sends can panic the server.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -19,7 +25,7 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::Encodable;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, SemaphorePermit, mpsc, watch};
 use tokio::time::Instant;
 use tributary_amqp::AccessPolicies;
 use tributary_amqp::auth::{self, Grant, Needed};
@@ -112,13 +118,58 @@ impl Session {
     }
 }
 
+/// How many requests of one connection may be started and not yet answered. Only produce
+/// requests whose batches are all written to their logs are started ahead of their answers
+/// (librdkafka keeps up to 5 in flight with idempotence, up to a million without); each holds
+/// the receivers of its acknowledgements, not its records.
+const REQUESTS_IN_FLIGHT_MAX: usize = 32;
+
+/// A started request's answer: the response's bytes, none (a produce with acks 0), or why the
+/// connection closes.
+type Answer<'a> = Pin<Box<dyn Future<Output = Result<Option<BytesMut>, String>> + Send + 'a>>;
+
+/// A started request on its way to the client, holding one of the connection's
+/// [`REQUESTS_IN_FLIGHT_MAX`] places until its response is written.
+struct InFlight<'a> {
+    answer: Answer<'a>,
+    _place: SemaphorePermit<'a>,
+}
+
 /// Serves one connection (plain TCP, or TLS once its handshake is done) until the client closes
 /// it, a rule above closes it, or shutdown.
+///
+/// Requests are read and started by one half and answered in order by the other, so a
+/// producer's next request can be read while earlier ones wait for their sync. Every other
+/// request is handled only once all earlier ones are answered, as a Kafka broker handles a
+/// connection's requests one at a time.
 pub(crate) async fn serve<S>(stream: S, peer: SocketAddr, ctx: Arc<Context>)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    let (reader, mut writer) = tokio::io::split(stream);
+    let (reader, writer) = tokio::io::split(stream);
+    let places = Semaphore::new(REQUESTS_IN_FLIGHT_MAX);
+    let (answers_tx, answers_rx) = mpsc::channel(REQUESTS_IN_FLIGHT_MAX);
+    let read = std::pin::pin!(read_requests(reader, peer, &ctx, &places, answers_tx));
+    let mut write = std::pin::pin!(write_answers(writer, peer, &ctx, answers_rx));
+    tokio::select! {
+        // What was started is still answered (a failed login's refusal among it).
+        () = read => write.await,
+        // The client is gone, or shutdown: nothing more is read.
+        () = &mut write => {}
+    }
+}
+
+/// Reads, checks and starts the connection's requests, handing their answers to
+/// [`write_answers`] in order.
+async fn read_requests<'a, R>(
+    reader: R,
+    peer: SocketAddr,
+    ctx: &'a Context,
+    places: &'a Semaphore,
+    answers: mpsc::Sender<InFlight<'a>>,
+) where
+    R: AsyncRead + Unpin + Send,
+{
     let mut reader = BufReader::new(reader);
     let mut session = Session {
         open: ctx.unauthenticated,
@@ -145,25 +196,28 @@ where
             }),
             () = crate::connection::stopping(&mut shutdown) => return,
         };
-        let outcome = match frame {
+        let started = match frame {
             Ok(None) => return,
             Ok(Some(frame)) => {
                 if !authenticated {
                     unauthenticated_bytes += 4 + frame.len() as u64;
                 }
-                handle_frame(frame, &mut session, &ctx).await
+                start(frame, &mut session, ctx, places).await
             }
             Err(reason) => Err(reason),
         };
-        let written = match outcome {
-            Ok(Some(response)) => writer.write_all(&response).await,
-            Ok(None) => Ok(()),
+        let (in_flight, wait_for_answer) = match started {
+            Ok(started) => started,
             Err(reason) => {
                 tracing::debug!(%peer, %reason, "Kafka connection closed");
                 return;
             }
         };
-        if written.is_err() {
+        if answers.send(in_flight).await.is_err() {
+            return;
+        }
+        if (wait_for_answer || session.close_after_response) && all_answered(places).await.is_err()
+        {
             return;
         }
         if session.close_after_response {
@@ -174,6 +228,57 @@ where
             return;
         }
     }
+}
+
+/// Writes the answers of started requests, in the order they were started, as each is ready.
+async fn write_answers<W>(
+    mut writer: W,
+    peer: SocketAddr,
+    ctx: &Context,
+    mut answers: mpsc::Receiver<InFlight<'_>>,
+) where
+    W: AsyncWrite + Unpin + Send,
+{
+    let mut shutdown = ctx.shutdown.clone();
+    loop {
+        let next = tokio::select! {
+            next = answers.recv() => next,
+            () = stopping(&mut shutdown) => return,
+        };
+        let Some(InFlight { answer, _place }) = next else {
+            return;
+        };
+        let written = tokio::select! {
+            answer = answer => match answer {
+                Ok(Some(response)) => writer.write_all(&response).await.map_err(|e| format!("write failed: {e}")),
+                Ok(None) => Ok(()),
+                Err(reason) => Err(reason),
+            },
+            () = stopping(&mut shutdown) => return,
+        };
+        if let Err(reason) = written {
+            tracing::debug!(%peer, %reason, "Kafka connection closed");
+            return;
+        }
+    }
+}
+
+/// Returns once every started request of the connection is answered.
+async fn all_answered(places: &Semaphore) -> Result<(), String> {
+    let all = u32::try_from(REQUESTS_IN_FLIGHT_MAX).expect("a small constant");
+    places
+        .acquire_many(all)
+        .await
+        .map(drop)
+        .map_err(|_| "the connection's pipeline is closed".to_owned())
+}
+
+/// A place in the connection's pipeline for one more started request.
+async fn place(places: &Semaphore) -> Result<SemaphorePermit<'_>, String> {
+    places
+        .acquire()
+        .await
+        .map_err(|_| "the connection's pipeline is closed".to_owned())
 }
 
 /// Reads one frame (a 4-byte big-endian length, then that many bytes); `None` at a clean end
@@ -203,13 +308,18 @@ async fn read_frame(
     Ok(Some(Bytes::from(frame)))
 }
 
-/// Answers one request frame: the response's bytes, none (a produce with acks 0), or why the
-/// connection closes.
-async fn handle_frame(
+/// Starts one request frame: its answer in the pipeline, and whether the next request must
+/// wait until it is written; or why the connection closes.
+///
+/// A produce request whose batches are all written by [`produce::start`] is answered later, so
+/// the next request can be read meanwhile. Any other request waits until every earlier one is
+/// answered and is then handled here.
+async fn start<'a>(
     frame: Bytes,
     session: &mut Session,
-    ctx: &Context,
-) -> Result<Option<BytesMut>, String> {
+    ctx: &'a Context,
+    places: &'a Semaphore,
+) -> Result<(InFlight<'a>, bool), String> {
     let request = request::decode(frame, session.authenticated())?;
     if let Some(id) = request.client_id.as_deref()
         && id != session.client_id
@@ -217,28 +327,60 @@ async fn handle_frame(
         session.client_id = id.chars().take(CLIENT_ID_CHARS_MAX).collect();
     }
     let (key, version, correlation_id) = (request.key, request.version, request.correlation_id);
-    let body = match request.body {
-        Body::Decoded(body) => *body,
+    let response = match request.body {
+        Body::Decoded(body) => match *body {
+            RequestKind::Produce(produce) => {
+                let place = place(places).await?;
+                let started = produce::start(produce, session, ctx);
+                let wait_for_answer = !started.all_queued();
+                let answer = Box::pin(async move {
+                    match started.answer(ctx).await {
+                        Some(response) => {
+                            let response = ResponseKind::Produce(response);
+                            encode(key, version, correlation_id, &response).map(Some)
+                        }
+                        None => Ok(None),
+                    }
+                });
+                let in_flight = InFlight {
+                    answer,
+                    _place: place,
+                };
+                return Ok((in_flight, wait_for_answer));
+            }
+            body => {
+                all_answered(places).await?;
+                dispatch(body, version, session, ctx).await?
+            }
+        },
         Body::ApiVersionsTooNew => {
             // KIP-511: a v0 body listing our ranges, so the client retries at our highest.
+            all_answered(places).await?;
             let response = versions::api_versions(ResponseError::UnsupportedVersion.code());
             let response = ResponseKind::ApiVersions(response);
-            return encode(key, 0, correlation_id, &response).map(Some);
+            let response = encode(key, 0, correlation_id, &response)?;
+            return Ok((ready(Some(response), place(places).await?), false));
         }
     };
-    match dispatch(body, version, session, ctx).await? {
-        Some(response) => encode(key, version, correlation_id, &response).map(Some),
-        None => Ok(None),
+    let response = encode(key, version, correlation_id, &response)?;
+    Ok((ready(Some(response), place(places).await?), false))
+}
+
+/// An answer already known.
+fn ready(response: Option<BytesMut>, place: SemaphorePermit<'_>) -> InFlight<'_> {
+    InFlight {
+        answer: Box::pin(std::future::ready(Ok(response))),
+        _place: place,
     }
 }
 
-/// Runs one decoded request.
+/// Runs one decoded request other than a produce.
 async fn dispatch(
     request: RequestKind,
     version: i16,
     session: &mut Session,
     ctx: &Context,
-) -> Result<Option<ResponseKind>, String> {
+) -> Result<ResponseKind, String> {
     let response = match request {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(versions::api_versions(0)),
         RequestKind::SaslHandshake(request) => {
@@ -252,10 +394,6 @@ async fn dispatch(
         RequestKind::Metadata(request) => {
             ResponseKind::Metadata(metadata::answer(&request, session, ctx))
         }
-        RequestKind::Produce(request) => match produce::answer(request, session, ctx).await {
-            Some(response) => ResponseKind::Produce(response),
-            None => return Ok(None),
-        },
         RequestKind::InitProducerId(request) => {
             ResponseKind::InitProducerId(produce::init_producer_id(&request, ctx))
         }
@@ -271,7 +409,7 @@ async fn dispatch(
         }
         other => return Err(format!("no handler for {other:?}")),
     };
-    Ok(Some(response))
+    Ok(response)
 }
 
 /// A SaslAuthenticate: only right after a handshake chose PLAIN, once; a failure is answered

@@ -7,6 +7,11 @@
 //!   stored. A storage failure answers KAFKA_STORAGE_ERROR, which clients retry.
 //! - base_offset is the sequence number of the batch's first event: Kafka offsets here are
 //!   sequence numbers.
+//! - A request is started ([`start`]) before it is answered: batches without a producer id are
+//!   written to their logs then, so a connection can read and start its next produce requests
+//!   while earlier ones wait for their sync, and one sync covers them all (the connection
+//!   answers in order, [`crate::connection`]). The batches of requests started one after
+//!   another are stored in that order.
 //! - With acks 0 the records are appended the same way and no response is sent.
 //! - The records are read by [`crate::batches`] (formats, compression, size limits and the
 //!   error code of each refusal).
@@ -22,40 +27,104 @@ use kafka_protocol::ResponseError;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
     InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
+    TopicName,
 };
 use tributary_amqp::auth;
+use tributary_broker::QueuedAppend;
 use tributary_event::EventData;
 
 use crate::connection::{Context, Session};
 use crate::error;
 use crate::producers::BatchIdentity;
 
-/// The Produce answer, or none with acks 0.
-pub(crate) async fn answer(
-    request: ProduceRequest,
-    session: &Session,
-    ctx: &Context,
-) -> Option<ProduceResponse> {
+/// A produce request whose batches were written to their partitions' logs (or refused) when
+/// it was started; [`StartedProduce::answer`] waits for their acknowledgements.
+pub(crate) struct StartedProduce {
+    acks: i16,
+    topics: Vec<(TopicName, Vec<(i32, Step)>)>,
+}
+
+/// Where one partition's batch stands once its request is started.
+enum Step {
+    /// Refused, or nothing left to wait for.
+    Done(Result<(i64, i64), i16>),
+    /// Written to the log, waiting for its sync.
+    Queued {
+        hub: String,
+        partition: u32,
+        append: QueuedAppend,
+    },
+    /// An idempotent producer's batch: checked and appended when the answer is awaited, in
+    /// request order (see [`crate::producers`]).
+    Idempotent {
+        hub: String,
+        hub_id: String,
+        partition: u32,
+        batch: BatchIdentity,
+        events: Vec<EventData>,
+    },
+}
+
+/// Starts a produce request: every partition's batch without a producer id is written to its
+/// log before this returns (so the batches of requests started one after another are stored in
+/// that order), refusals are settled, and idempotent batches wait for
+/// [`StartedProduce::answer`].
+pub(crate) fn start(request: ProduceRequest, session: &Session, ctx: &Context) -> StartedProduce {
     let transactional = request.transactional_id.is_some();
-    let mut responses = Vec::with_capacity(request.topic_data.len());
-    for topic in request.topic_data {
-        let hub = topic.name.0.as_str();
-        let mut partitions = Vec::with_capacity(topic.partition_data.len());
-        for data in topic.partition_data {
-            let outcome = if transactional {
-                Err(ResponseError::TransactionalIdAuthorizationFailed.code())
-            } else {
-                append(hub, data.index, data.records, session, ctx).await
-            };
-            partitions.push(partition_response(data.index, outcome));
-        }
-        responses.push(
-            TopicProduceResponse::default()
-                .with_name(topic.name.clone())
-                .with_partition_responses(partitions),
-        );
+    let topics = request
+        .topic_data
+        .into_iter()
+        .map(|topic| {
+            let hub = topic.name.0.as_str();
+            let steps = topic
+                .partition_data
+                .into_iter()
+                .map(|data| {
+                    let step = if transactional {
+                        Step::Done(Err(ResponseError::TransactionalIdAuthorizationFailed.code()))
+                    } else {
+                        start_partition(hub, data.index, data.records, session, ctx)
+                            .unwrap_or_else(|code| Step::Done(Err(code)))
+                    };
+                    (data.index, step)
+                })
+                .collect();
+            (topic.name, steps)
+        })
+        .collect();
+    StartedProduce {
+        acks: request.acks,
+        topics,
     }
-    (request.acks != 0).then(|| ProduceResponse::default().with_responses(responses))
+}
+
+impl StartedProduce {
+    /// Whether every batch is written or settled: nothing of this request is appended later, so
+    /// the connection may start the next request before this one is answered.
+    pub(crate) fn all_queued(&self) -> bool {
+        self.topics.iter().all(|(_, steps)| {
+            steps
+                .iter()
+                .all(|(_, step)| !matches!(step, Step::Idempotent { .. }))
+        })
+    }
+
+    /// The Produce answer once every batch is acknowledged or refused, or none with acks 0.
+    pub(crate) async fn answer(self, ctx: &Context) -> Option<ProduceResponse> {
+        let mut responses = Vec::with_capacity(self.topics.len());
+        for (name, steps) in self.topics {
+            let mut partitions = Vec::with_capacity(steps.len());
+            for (index, step) in steps {
+                partitions.push(partition_response(index, finish(step, ctx).await));
+            }
+            responses.push(
+                TopicProduceResponse::default()
+                    .with_name(name)
+                    .with_partition_responses(partitions),
+            );
+        }
+        (self.acks != 0).then(|| ProduceResponse::default().with_responses(responses))
+    }
 }
 
 /// One partition's answer: its base offset and log start, or its error.
@@ -74,15 +143,15 @@ fn partition_response(index: i32, outcome: Result<(i64, i64), i16>) -> Partition
     }
 }
 
-/// Appends one partition's records; returns the first event's sequence number and the
-/// partition's first retained one.
-async fn append(
+/// Checks one partition's batch and writes it to the log unless it is an idempotent
+/// producer's.
+fn start_partition(
     hub: &str,
     index: i32,
     records: Option<Bytes>,
     session: &Session,
     ctx: &Context,
-) -> Result<(i64, i64), i16> {
+) -> Result<Step, i16> {
     session.authorize(hub, auth::SEND)?;
     let definition = ctx.broker.describe_hub(hub).map_err(|e| error::code(&e))?;
     let unknown = ResponseError::UnknownTopicOrPartition.code();
@@ -92,39 +161,69 @@ async fn append(
     }
     let idempotent = BatchIdentity::of(records.as_ref())?;
     let events = crate::batches::events(records)?;
-    let base_offset = match idempotent {
-        Some(batch) => {
-            let place = (hub, definition.id.as_str(), partition);
-            ctx.producers
-                .append(&ctx.broker, place, batch, events)
-                .await?
+    let hub = hub.to_owned();
+    if let Some(batch) = idempotent {
+        return Ok(Step::Idempotent {
+            hub,
+            hub_id: definition.id,
+            partition,
+            batch,
+            events,
+        });
+    }
+    let append = ctx
+        .broker
+        .queue_to_partition_keyed(&hub, &partition.to_string(), &events)
+        .map_err(|e| refused(&hub, partition, &e))?;
+    Ok(Step::Queued {
+        hub,
+        partition,
+        append,
+    })
+}
+
+/// Waits for one partition's batch: its base offset and the partition's first retained
+/// sequence number.
+async fn finish(step: Step, ctx: &Context) -> Result<(i64, i64), i16> {
+    let (hub, partition, base_offset) = match step {
+        Step::Done(outcome) => return outcome,
+        Step::Queued {
+            hub,
+            partition,
+            append,
+        } => {
+            let receipt = append
+                .acknowledged()
+                .await
+                .map_err(|e| refused(&hub, partition, &e))?;
+            (hub, partition, receipt.base_sequence)
         }
-        None => append_plain(hub, partition, &events, ctx).await?,
+        Step::Idempotent {
+            hub,
+            hub_id,
+            partition,
+            batch,
+            events,
+        } => {
+            let place = (hub.as_str(), hub_id.as_str(), partition);
+            let base_offset = ctx
+                .producers
+                .append(&ctx.broker, place, batch, events)
+                .await?;
+            (hub, partition, base_offset)
+        }
     };
     let properties = ctx
         .broker
-        .partition_properties(hub, &partition.to_string())
+        .partition_properties(&hub, &partition.to_string())
         .map_err(|e| error::code(&e))?;
     Ok((base_offset, properties.begin_sequence_number))
 }
 
-/// Appends the events of a batch without a producer id; returns its base offset.
-async fn append_plain(
-    hub: &str,
-    partition: u32,
-    events: &[EventData],
-    ctx: &Context,
-) -> Result<i64, i16> {
-    let partition = partition.to_string();
-    let receipt = ctx
-        .broker
-        .send_to_partition_keyed(hub, &partition, events)
-        .await
-        .map_err(|e| {
-            tracing::debug!(hub, %partition, error = %e, "a Kafka produce was refused");
-            error::code(&e)
-        })?;
-    Ok(receipt.base_sequence)
+/// The code of a refused append, logged at debug level.
+fn refused(hub: &str, partition: u32, e: &tributary_broker::BrokerError) -> i16 {
+    tracing::debug!(hub, partition, error = %e, "a Kafka produce was refused");
+    error::code(e)
 }
 
 /// The InitProducerId answer: a producer id never handed out before, epoch 0 (transactional

@@ -351,6 +351,11 @@ impl FaultyStorage {
         }
     }
 
+    /// The paths of every file, in order (for tests that look at the bytes).
+    pub fn paths(&self) -> Vec<PathBuf> {
+        self.shared.lock().names.keys().cloned().collect()
+    }
+
     /// The current contents of a file (for tests that look at the bytes).
     pub fn contents(&self, path: &Path) -> Option<Vec<u8>> {
         let world = self.shared.lock();

@@ -1,7 +1,11 @@
-//! Idempotent producers through the Kafka door: the sequence checks (a retry of any of the last
-//! five batches acknowledged with its offset and not stored again, a gap, an old epoch, an
-//! unknown producer id), their serialization across connections, and a retried batch
-//! recognised after the door and the broker restart over the same data directory.
+//! Produce requests through the Kafka door, written byte by byte where a real client cannot be
+//! made to send what a case needs:
+//! - pipelining: a producer's requests are read and written to the log while the first waits
+//!   for its sync, and answered in order once synced;
+//! - idempotent producers: the sequence checks (a retry of any of the last five batches
+//!   acknowledged with its offset and not stored again, a gap, an old epoch, an unknown
+//!   producer id), their serialization across connections, and a retried batch recognised
+//!   after the door and the broker restart over the same data directory.
 //!
 //! The Produce requests carry record batches built here with the producer id, epoch and
 //! sequence numbers each case needs (a real client only sends those on its own schedule);
@@ -9,13 +13,14 @@
 //! `enable.idempotence`) and kafka-python 3 (idempotent by default) across a door restart.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse,
-    ProducerId, RequestHeader, ResponseHeader, TopicName,
+    ApiKey, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse,
+    ProduceRequest, ProduceResponse, ProducerId, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::records::{
@@ -28,11 +33,13 @@ use tributary_amqp::AccessPolicies;
 use tributary_broker::{Broker, BrokerConfig, DOOR_STAMP_PROPERTY, HubSpec};
 use tributary_kafka::mapping::TIMESTAMP_PROPERTY;
 use tributary_kafka::{KafkaConfig, RunningKafkaServer};
+use tributary_log::faults::{FaultConfig, FaultyStorage};
 use tributary_testkit::{TestHub, within};
 
 const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 const INVALID_PRODUCER_EPOCH: i16 = 47;
 const PRODUCE_VERSION: i16 = 9;
+const METADATA_VERSION: i16 = 9;
 const INIT_PRODUCER_ID_VERSION: i16 = 4;
 
 /// The Kafka door over `broker`, without SASL (development mode: these tests are about
@@ -63,8 +70,15 @@ impl Connection {
         }
     }
 
-    /// Sends `body` as API `key` at `version`; returns the response body's bytes.
+    /// Sends `body` as API `key` at `version` and returns the response body's bytes.
     async fn call(&mut self, key: ApiKey, version: i16, body: &impl Encodable) -> Bytes {
+        let correlation_id = self.send(key, version, body).await;
+        self.receive(key, version, correlation_id).await
+    }
+
+    /// Sends `body` as API `key` at `version` without waiting for the response; returns the
+    /// request's correlation id.
+    async fn send(&mut self, key: ApiKey, version: i16, body: &impl Encodable) -> i32 {
         self.correlation_id += 1;
         let mut frame = BytesMut::new();
         frame.put_u32(0);
@@ -72,20 +86,29 @@ impl Connection {
             .with_request_api_key(key as i16)
             .with_request_api_version(version)
             .with_correlation_id(self.correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str("idempotence-test")))
+            .with_client_id(Some(StrBytes::from_static_str("produce-test")))
             .encode(&mut frame, key.request_header_version(version))
             .unwrap();
         body.encode(&mut frame, version).unwrap();
         let len = u32::try_from(frame.len() - 4).unwrap();
         frame[..4].copy_from_slice(&len.to_be_bytes());
         self.stream.write_all(&frame).await.unwrap();
+        self.correlation_id
+    }
+
+    /// Reads the next response, which must be the one to request `correlation_id`; returns its
+    /// body's bytes.
+    async fn receive(&mut self, key: ApiKey, version: i16, correlation_id: i32) -> Bytes {
         let len = self.stream.read_u32().await.expect("a response");
         let mut response = vec![0; len as usize];
         self.stream.read_exact(&mut response).await.unwrap();
         let mut response = Bytes::from(response);
         let header =
             ResponseHeader::decode(&mut response, key.response_header_version(version)).unwrap();
-        assert_eq!(header.correlation_id, self.correlation_id);
+        assert_eq!(
+            header.correlation_id, correlation_id,
+            "answers come in order"
+        );
         response
     }
 
@@ -108,6 +131,13 @@ impl Connection {
     /// Produces `batch` to `topic`'s `partition` with acks all; returns (error code, base
     /// offset).
     async fn produce(&mut self, topic: &str, partition: i32, batch: Bytes) -> (i16, i64) {
+        let correlation_id = self.send_produce(topic, partition, batch).await;
+        self.receive_produce(correlation_id).await
+    }
+
+    /// Sends a produce request of `batch` to `topic`'s `partition` with acks all, without
+    /// waiting for its answer; returns its correlation id.
+    async fn send_produce(&mut self, topic: &str, partition: i32, batch: Bytes) -> i32 {
         let data = PartitionProduceData::default()
             .with_index(partition)
             .with_records(Some(batch));
@@ -118,7 +148,14 @@ impl Connection {
             .with_acks(-1)
             .with_timeout_ms(10_000)
             .with_topic_data(vec![topic_data]);
-        let mut body = self.call(ApiKey::Produce, PRODUCE_VERSION, &request).await;
+        self.send(ApiKey::Produce, PRODUCE_VERSION, &request).await
+    }
+
+    /// The answer to produce request `correlation_id`: (error code, base offset).
+    async fn receive_produce(&mut self, correlation_id: i32) -> (i16, i64) {
+        let mut body = self
+            .receive(ApiKey::Produce, PRODUCE_VERSION, correlation_id)
+            .await;
         let response = ProduceResponse::decode(&mut body, PRODUCE_VERSION).unwrap();
         let partition = &response.responses[0].partition_responses[0];
         (partition.error_code, partition.base_offset)
@@ -198,6 +235,90 @@ fn values(broker: &Broker, hub: &str, partition: &str) -> Vec<String> {
         .iter()
         .map(|e| String::from_utf8(e.data.body.to_vec()).unwrap())
         .collect()
+}
+
+/// Produce requests sent one after another on one connection while the first waits for its
+/// sync: the door reads and writes every one of them to the log before that sync ends (so the
+/// next sync covers them together), answers them in order once synced, with the offsets of
+/// their order, and answers a metadata request behind them only after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_requests_behind_a_held_sync_are_written_at_once_and_answered_in_order() {
+    const REQUESTS: i32 = 12;
+    const RECORDS: i32 = 3;
+    let storage = FaultyStorage::new(32, FaultConfig::NONE);
+    let faulty = storage.clone();
+    let hub = TestHub::start_in(
+        tempfile::tempdir().unwrap(),
+        &[("pipelined", 1)],
+        move |config| config.storage = Arc::new(faulty),
+        None,
+    )
+    .await;
+    let door = open_door(&hub.broker).await;
+    let mut connection = Connection::open(&door).await;
+    // Batches without a producer id, values `p-1-e-1-s<sequence>`.
+    let batch = |i: i32| Batch::new(-1, -1, i * RECORDS, RECORDS).encode();
+    storage.hold_next_sync(true);
+    let mut sent = vec![connection.send_produce("pipelined", 0, batch(0)).await];
+    let held = storage.clone();
+    within(
+        "the first batch's sync",
+        tokio::task::spawn_blocking(move || held.wait_until_held()),
+    )
+    .await
+    .unwrap();
+    for i in 1..REQUESTS {
+        sent.push(connection.send_produce("pipelined", 0, batch(i)).await);
+    }
+    let metadata = MetadataRequest::default().with_topics(None);
+    let metadata_sent = connection
+        .send(ApiKey::Metadata, METADATA_VERSION, &metadata)
+        .await;
+    let last_value = format!("p-1-e-1-s{}", REQUESTS * RECORDS - 1);
+    within("every batch written while the first sync is held", async {
+        while !written(&storage, last_value.as_bytes()) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let syncs_before = hub.broker.sync_times().syncs.count;
+    storage.release();
+    for (i, correlation_id) in (0i64..).zip(sent) {
+        let answered = within(
+            "a produce answer",
+            connection.receive_produce(correlation_id),
+        )
+        .await;
+        assert_eq!(answered, (0, i * i64::from(RECORDS)), "request {i}");
+    }
+    let mut body = connection
+        .receive(ApiKey::Metadata, METADATA_VERSION, metadata_sent)
+        .await;
+    let topics = MetadataResponse::decode(&mut body, METADATA_VERSION)
+        .unwrap()
+        .topics;
+    assert_eq!(topics.len(), 1);
+    let expected: Vec<String> = (0..REQUESTS * RECORDS)
+        .map(|s| format!("p-1-e-1-s{s}"))
+        .collect();
+    assert_eq!(values(&hub.broker, "pipelined", "0"), expected);
+    // The held sync and, at most, one more for the eleven batches written during it.
+    let syncs = hub.broker.sync_times().syncs.count - syncs_before;
+    assert!(
+        syncs <= 2,
+        "{syncs} syncs after the held one for {REQUESTS} requests"
+    );
+    door.shutdown().await;
+    hub.stop().await;
+}
+
+/// Whether some file of `storage` holds `needle` (written, synced or not).
+fn written(storage: &FaultyStorage, needle: &[u8]) -> bool {
+    storage.paths().iter().any(|path| {
+        storage
+            .contents(path)
+            .is_some_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle))
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
