@@ -13,7 +13,8 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{run, tributary};
-use tributary_kafka_source::tansu::{Tansu, TestRecord};
+use tributary_kafka_source::tansu::Tansu;
+use tributary_kafka_source::test_cluster::TestRecord;
 
 const TOPIC: &str = "orders";
 const PARTITIONS: i32 = 12;
@@ -32,7 +33,7 @@ impl Drop for Reaped {
 /// The flags every command of this test names the topic and its store with.
 fn at(dir: &Path) -> Vec<String> {
     let store = format!("sqlite:{}", dir.join("checkpoints.sqlite").display());
-    let bootstrap = Tansu::shared().bootstrap_servers();
+    let bootstrap = Tansu::shared().bootstrap_servers().to_owned();
     ["--kafka", &bootstrap, "--topic", TOPIC, "--store", &store]
         .map(str::to_owned)
         .to_vec()
@@ -222,7 +223,7 @@ fn a_missing_topic_or_an_unreachable_cluster_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let store = format!("sqlite:{}", d.join("checkpoints.sqlite").display());
-    let bootstrap = Tansu::shared().bootstrap_servers();
+    let bootstrap = Tansu::shared().bootstrap_servers().to_owned();
     let missing = [
         "process",
         "--kafka",

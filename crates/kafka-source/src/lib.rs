@@ -22,7 +22,8 @@
 //! [`KafkaProducer`] sends events to a topic (a replication task's Kafka target), mapping them
 //! back to records by the same rule.
 //!
-//! [`tansu`] starts a Tansu broker for tests and benchmarks.
+//! [`tansu`] starts a Tansu broker for tests and benchmarks; [`test_cluster`] creates topics and
+//! produces records on any cluster (Tansu, Tributary's Kafka door) for them.
 //!
 //! Everything here is behind the `kafka` feature, off by default, because librdkafka is built
 //! from C source: without it the crate is empty, and a workspace build does not compile
@@ -46,6 +47,8 @@ mod receiver;
 mod source;
 #[cfg(feature = "kafka")]
 pub mod tansu;
+#[cfg(feature = "kafka")]
+pub mod test_cluster;
 
 #[cfg(feature = "kafka")]
 pub use options::{

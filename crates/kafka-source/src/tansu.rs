@@ -10,8 +10,8 @@
 //! on it, never skip.
 //!
 //! Tansu 0.6.0's known bug: after a multi-record batch its high watermark is the batch's base
-//! offset + 1. [`Tansu::produce`] therefore sends one record per batch (it waits for each
-//! record's acknowledgement before sending the next), so watermarks are right.
+//! offset + 1. [`TestCluster::produce`] therefore sends one record per batch, so watermarks are
+//! right.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -19,18 +19,11 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
-
 use crate::options::KafkaOptions;
+use crate::test_cluster::TestCluster;
 
 /// How long the broker may take to accept connections.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How long a produce or topic creation may take before the test fails.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs the broker and stops it when its stdin closes. Arguments: the binary, the port.
 const SUPERVISOR: &str = r#"
@@ -45,23 +38,10 @@ wait "$pid"
 /// A running Tansu broker of this process.
 #[derive(Debug)]
 pub struct Tansu {
-    address: SocketAddr,
+    cluster: TestCluster,
     _supervisor: Mutex<Child>,
     /// Closing it (when the process ends) stops the broker.
     _stop: Mutex<ChildStdin>,
-}
-
-/// A record for [`Tansu::produce`].
-#[derive(Debug, Clone, Default)]
-pub struct TestRecord {
-    /// The key, if any.
-    pub key: Option<Vec<u8>>,
-    /// The value.
-    pub value: Vec<u8>,
-    /// Headers (name, value), in order.
-    pub headers: Vec<(String, Option<Vec<u8>>)>,
-    /// The CreateTime, in ms since the Unix epoch; the producer's clock when `None`.
-    pub timestamp_ms: Option<i64>,
 }
 
 impl Tansu {
@@ -121,79 +101,18 @@ impl Tansu {
             std::thread::sleep(Duration::from_millis(20));
         }
         Ok(Tansu {
-            address,
+            cluster: TestCluster::new(KafkaOptions::new(address.to_string())),
             _supervisor: Mutex::new(supervisor),
             _stop: Mutex::new(stop),
         })
     }
+}
 
-    /// The broker's `host:port`.
-    pub fn bootstrap_servers(&self) -> String {
-        self.address.to_string()
-    }
+impl std::ops::Deref for Tansu {
+    type Target = TestCluster;
 
-    /// Options that reach the broker (plain TCP, no authentication).
-    pub fn options(&self) -> KafkaOptions {
-        KafkaOptions::new(self.bootstrap_servers())
-    }
-
-    /// Creates a topic with `partitions` partitions; panics if the broker refuses.
-    pub async fn create_topic(&self, topic: &str, partitions: i32) {
-        let admin: AdminClient<DefaultClientContext> = self
-            .options()
-            .client_config()
-            .create()
-            .expect("an admin client");
-        let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
-        let options = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT));
-        let results = admin
-            .create_topics([&new_topic], &options)
-            .await
-            .expect("CreateTopics answered");
-        for result in results {
-            result.unwrap_or_else(|(name, code)| panic!("topic {name} not created: {code}"));
-        }
-    }
-
-    /// A producer that acknowledges each record before the next is sent (`acks=all`).
-    pub fn producer(&self) -> FutureProducer {
-        self.options()
-            .client_config()
-            .set("acks", "all")
-            .set("linger.ms", "0")
-            .create()
-            .expect("a producer")
-    }
-
-    /// Appends `records` to one partition, one record per batch (see the module docs); returns
-    /// their offsets.
-    pub async fn produce(&self, topic: &str, partition: i32, records: &[TestRecord]) -> Vec<i64> {
-        let producer = self.producer();
-        let mut offsets = Vec::with_capacity(records.len());
-        for record in records {
-            let mut headers = OwnedHeaders::new();
-            for (key, value) in &record.headers {
-                headers = headers.insert(Header {
-                    key,
-                    value: value.as_deref(),
-                });
-            }
-            let mut kafka_record = FutureRecord::<[u8], [u8]>::to(topic)
-                .partition(partition)
-                .payload(&record.value[..])
-                .headers(headers);
-            if let Some(key) = &record.key {
-                kafka_record = kafka_record.key(&key[..]);
-            }
-            if let Some(ms) = record.timestamp_ms {
-                kafka_record = kafka_record.timestamp(ms);
-            }
-            let delivery = producer
-                .send(kafka_record, REQUEST_TIMEOUT)
-                .await
-                .unwrap_or_else(|(e, _)| panic!("produce to {topic}/{partition}: {e}"));
-            offsets.push(delivery.offset);
-        }
-        offsets
+    /// The broker as a [`TestCluster`]: plain TCP, no authentication.
+    fn deref(&self) -> &TestCluster {
+        &self.cluster
     }
 }

@@ -11,7 +11,8 @@ use std::time::Duration;
 use tributary_broker::{Broker, BrokerConfig, HubSpec};
 use tributary_event::{EventPosition, PropertyValue, ReceivedEvent};
 use tributary_kafka_source::KafkaSource;
-use tributary_kafka_source::tansu::{Tansu, TestRecord};
+use tributary_kafka_source::tansu::Tansu;
+use tributary_kafka_source::test_cluster::TestRecord;
 use tributary_replicate::metadata::{ORIGIN, PATH};
 use tributary_replicate::{Brokers, Replicator, StartOptions, TaskConfig};
 use tributary_source::{PartitionSource, ReceiverOptions};
@@ -144,7 +145,7 @@ async fn kafka_to_hub_to_kafka_keeps_keys_headers_times_and_order() {
     let brokers = Brokers::default();
     brokers.adopt(broker.clone()).await;
     produce().await;
-    let bootstrap = tansu.bootstrap_servers();
+    let bootstrap = tansu.bootstrap_servers().to_owned();
     let mut running = Vec::new();
     for text in [
         kafka_to_hub(dir.path(), &bootstrap),

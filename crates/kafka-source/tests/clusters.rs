@@ -1,27 +1,109 @@
-//! The Kafka source against a real Kafka-compatible broker (Tansu, one per test binary): the
-//! topic's partitions and watermarks from metadata, records mapped to events as the Kafka door
-//! maps them, every start position, the epoch rules among one source's receivers, and the
-//! errors a missing topic or partition gives; events the producer sends read back with their
-//! keys (one key, one partition, in order), headers and times.
+//! The Kafka source against real Kafka-compatible brokers — a Tansu broker and Tributary's own
+//! Kafka door, each started once per test binary, every test run on both: the topic's
+//! partitions and watermarks from metadata, records mapped to events as the Kafka door maps
+//! them, every start position, the epoch rules among one source's receivers, and the errors a
+//! missing topic or partition gives; events the producer sends read back with their keys (one
+//! key, one partition, in order), headers and times.
+//!
+//! The door is reached as Event Hubs' Kafka endpoint is: SASL PLAIN with `$ConnectionString`
+//! and a connection string of a policy with Manage (topics are created through the admin API).
 #![cfg(feature = "kafka")]
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
+use tributary_amqp::{AccessPolicies, AccessPolicy, Right};
+use tributary_broker::{Broker, BrokerConfig};
 use tributary_event::{EventData, EventPosition, PropertyValue, ReceivedEvent};
+use tributary_kafka::KafkaConfig;
 use tributary_kafka_source::mapping::{KEY_PROPERTY, TIMESTAMP_PROPERTY};
-use tributary_kafka_source::tansu::{Tansu, TestRecord};
+use tributary_kafka_source::tansu::Tansu;
+use tributary_kafka_source::test_cluster::{TestCluster, TestRecord};
 use tributary_kafka_source::{
-    Destination, KafkaProducer, KafkaSource, PartitionExtent, ProduceError,
+    Destination, KafkaOptions, KafkaProducer, KafkaSource, PartitionExtent, ProduceError,
 };
 use tributary_source::{PartitionReceiver, PartitionSource, ReceiverOptions, SourceError};
+
+/// Runs each named test (an `async fn(&'static TestCluster)`) on Tansu and on the door.
+macro_rules! on_every_cluster {
+    ($($test:ident),* $(,)?) => {
+        mod tansu {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::Tansu::shared()).await;
+                }
+            )*
+        }
+        mod door {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test(super::door()).await;
+                }
+            )*
+        }
+    };
+}
+
+on_every_cluster!(
+    partitions_and_watermarks_come_from_the_cluster,
+    a_record_becomes_an_event_with_its_key_headers_and_create_time,
+    every_start_position_is_resolved_against_the_partition,
+    latest_is_what_is_appended_after_the_receiver_opened,
+    a_higher_owner_level_disconnects_a_lower_one_of_the_same_source,
+    the_last_enqueued_event_follows_the_high_watermark,
+    a_missing_topic_or_partition_is_not_found,
+    the_producer_sends_keys_headers_and_times_that_read_back,
+    a_send_to_a_missing_partition_is_a_configuration_error,
+);
+
+/// Tributary's Kafka door over a broker of its own, started on first use on a thread (and
+/// runtime) that lives as long as the test binary, as Tansu's process does.
+fn door() -> &'static TestCluster {
+    static DOOR: OnceLock<TestCluster> = OnceLock::new();
+    DOOR.get_or_init(|| {
+        let (started, cluster) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("a runtime for the door");
+            runtime.block_on(async move {
+                let dir = tempfile::tempdir().expect("a data directory");
+                let broker = Broker::open(BrokerConfig::new(dir.path()))
+                    .await
+                    .expect("the broker opens");
+                let rights = vec![Right::Manage, Right::Send, Right::Listen];
+                let policy = AccessPolicy::generate("RootManageSharedAccessKey", rights).unwrap();
+                let policies = AccessPolicies::new(vec![policy.clone()]).unwrap();
+                let config = KafkaConfig::new("127.0.0.1:0".parse().unwrap(), policies);
+                let door = tributary_kafka::start(broker, config)
+                    .await
+                    .expect("the Kafka door starts");
+                let address = door.local_addr();
+                let connection_string =
+                    tributary_amqp::connection_string("127.0.0.1", address.port(), &policy);
+                let mut options =
+                    KafkaOptions::from_event_hubs_connection_string(&connection_string).unwrap();
+                options.bootstrap_servers = address.to_string();
+                started.send(TestCluster::new(options)).unwrap();
+                // The door, its broker and their directory stay until the process ends.
+                std::future::pending::<()>().await;
+                drop((door, dir));
+            });
+        });
+        cluster.recv().expect("the door started")
+    })
+}
 
 /// How long a test waits for records it knows are there.
 const READ_TIMEOUT: Duration = Duration::from_secs(20);
 
-async fn topic(name: &str, partitions: i32) -> KafkaSource {
-    let tansu = Tansu::shared();
-    tansu.create_topic(name, partitions).await;
-    KafkaSource::new(tansu.options(), name).expect("a source")
+async fn topic(cluster: &TestCluster, name: &str, partitions: i32) -> KafkaSource {
+    cluster.create_topic(name, partitions).await;
+    KafkaSource::new(cluster.options(), name).expect("a source")
 }
 
 fn bodies(prefix: &str, n: usize) -> Vec<TestRecord> {
@@ -67,18 +149,15 @@ fn body(event: &ReceivedEvent) -> &str {
     std::str::from_utf8(&event.data.body).expect("UTF-8 body")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn partitions_and_watermarks_come_from_the_cluster() {
-    let source = topic("metadata", 3).await;
+async fn partitions_and_watermarks_come_from_the_cluster(cluster: &TestCluster) {
+    let source = topic(cluster, "metadata", 3).await;
     assert_eq!(
         source.fully_qualified_namespace(),
-        Tansu::shared().bootstrap_servers()
+        cluster.bootstrap_servers()
     );
     assert_eq!(source.event_hub_name(), "metadata");
     assert_eq!(source.partition_ids().await.unwrap(), ["0", "1", "2"]);
-    let offsets = Tansu::shared()
-        .produce("metadata", 1, &bodies("m", 5))
-        .await;
+    let offsets = cluster.produce("metadata", 1, &bodies("m", 5)).await;
     assert_eq!(offsets, [0, 1, 2, 3, 4]);
     let extent = source.partition_extent("1").await.unwrap();
     assert_eq!(
@@ -95,9 +174,8 @@ async fn partitions_and_watermarks_come_from_the_cluster() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_record_becomes_an_event_with_its_key_headers_and_create_time() {
-    let source = topic("mapping", 1).await;
+async fn a_record_becomes_an_event_with_its_key_headers_and_create_time(cluster: &TestCluster) {
+    let source = topic(cluster, "mapping", 1).await;
     let records = [
         TestRecord {
             key: Some(b"user-1".to_vec()),
@@ -115,7 +193,7 @@ async fn a_record_becomes_an_event_with_its_key_headers_and_create_time() {
             timestamp_ms: Some(1_700_000_000_456),
         },
     ];
-    Tansu::shared().produce("mapping", 0, &records).await;
+    cluster.produce("mapping", 0, &records).await;
     let mut receiver = source
         .open_receiver(options("0", EventPosition::Earliest, Some(0)))
         .await
@@ -146,10 +224,8 @@ async fn a_record_becomes_an_event_with_its_key_headers_and_create_time() {
     receiver.close().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_start_position_is_resolved_against_the_partition() {
-    let source = topic("positions", 1).await;
-    let tansu = Tansu::shared();
+async fn every_start_position_is_resolved_against_the_partition(cluster: &TestCluster) {
+    let source = topic(cluster, "positions", 1).await;
     let records: Vec<TestRecord> = (0..6)
         .map(|i| TestRecord {
             value: format!("p-{i}").into_bytes(),
@@ -157,7 +233,7 @@ async fn every_start_position_is_resolved_against_the_partition() {
             ..TestRecord::default()
         })
         .collect();
-    tansu.produce("positions", 0, &records).await;
+    cluster.produce("positions", 0, &records).await;
     let cases = [
         (EventPosition::Earliest, "p-0"),
         (
@@ -214,27 +290,24 @@ async fn every_start_position_is_resolved_against_the_partition() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn latest_is_what_is_appended_after_the_receiver_opened() {
-    let source = topic("latest", 1).await;
-    let tansu = Tansu::shared();
-    tansu.produce("latest", 0, &bodies("early", 6)).await;
+async fn latest_is_what_is_appended_after_the_receiver_opened(cluster: &TestCluster) {
+    let source = topic(cluster, "latest", 1).await;
+    cluster.produce("latest", 0, &bodies("early", 6)).await;
     let mut receiver = source
         .open_receiver(options("0", EventPosition::Latest, None))
         .await
         .unwrap();
     let nothing = receiver.receive(10, Duration::from_secs(2)).await.unwrap();
     assert!(nothing.is_empty(), "{nothing:?}");
-    tansu.produce("latest", 0, &bodies("late", 1)).await;
+    cluster.produce("latest", 0, &bodies("late", 1)).await;
     let events = read_n(receiver.as_mut(), 1).await;
     assert_eq!(body(&events[0]), "late-0");
     assert_eq!(events[0].sequence_number, 6);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_higher_owner_level_disconnects_a_lower_one_of_the_same_source() {
-    let source = topic("epochs", 2).await;
-    Tansu::shared().produce("epochs", 0, &bodies("e", 3)).await;
+async fn a_higher_owner_level_disconnects_a_lower_one_of_the_same_source(cluster: &TestCluster) {
+    let source = topic(cluster, "epochs", 2).await;
+    cluster.produce("epochs", 0, &bodies("e", 3)).await;
     let mut first = source
         .open_receiver(options("0", EventPosition::Earliest, Some(1)))
         .await
@@ -263,12 +336,9 @@ async fn a_higher_owner_level_disconnects_a_lower_one_of_the_same_source() {
     assert_eq!(read_n(second.as_mut(), 3).await.len(), 3);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_last_enqueued_event_follows_the_high_watermark() {
-    let source = topic("last-enqueued", 1).await;
-    Tansu::shared()
-        .produce("last-enqueued", 0, &bodies("l", 4))
-        .await;
+async fn the_last_enqueued_event_follows_the_high_watermark(cluster: &TestCluster) {
+    let source = topic(cluster, "last-enqueued", 1).await;
+    cluster.produce("last-enqueued", 0, &bodies("l", 4)).await;
     let mut receiver = source
         .open_receiver(ReceiverOptions {
             track_last_enqueued: true,
@@ -286,14 +356,12 @@ async fn the_last_enqueued_event_follows_the_high_watermark() {
     assert!(last.retrieved_time_ms > 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_topic_or_partition_is_not_found() {
-    let tansu = Tansu::shared();
-    let missing = KafkaSource::new(tansu.options(), "no-such-topic").unwrap();
+async fn a_missing_topic_or_partition_is_not_found(cluster: &TestCluster) {
+    let missing = KafkaSource::new(cluster.options(), "no-such-topic").unwrap();
     let error = missing.partition_ids().await.unwrap_err();
     assert!(matches!(error, SourceError::NotFound { .. }), "{error}");
     assert!(error.to_string().contains("no-such-topic"), "{error}");
-    let source = topic("two-partitions", 2).await;
+    let source = topic(cluster, "two-partitions", 2).await;
     for partition in ["2", "x"] {
         let error = source
             .open_receiver(options(partition, EventPosition::Earliest, Some(0)))
@@ -330,10 +398,9 @@ async fn read_all(source: &KafkaSource, partitions: i32, n: usize) -> Vec<Vec<Re
     read
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_producer_sends_keys_headers_and_times_that_read_back() {
-    let source = topic("produced", 4).await;
-    let producer = KafkaProducer::new(&Tansu::shared().options(), "produced").unwrap();
+async fn the_producer_sends_keys_headers_and_times_that_read_back(cluster: &TestCluster) {
+    let source = topic(cluster, "produced", 4).await;
+    let producer = KafkaProducer::new(&cluster.options(), "produced").unwrap();
     let events: Vec<EventData> = (0..6)
         .map(|i| {
             EventData {
@@ -387,10 +454,9 @@ async fn the_producer_sends_keys_headers_and_times_that_read_back() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_send_to_a_missing_partition_is_a_configuration_error() {
-    topic("one-partition", 1).await;
-    let producer = KafkaProducer::new(&Tansu::shared().options(), "one-partition").unwrap();
+async fn a_send_to_a_missing_partition_is_a_configuration_error(cluster: &TestCluster) {
+    topic(cluster, "one-partition", 1).await;
+    let producer = KafkaProducer::new(&cluster.options(), "one-partition").unwrap();
     let error = producer
         .send(&[EventData::new("x")], Destination::Partition(5))
         .await
