@@ -1,7 +1,7 @@
 """Drives an idempotent confluent-kafka (librdkafka) producer against Tributary's Kafka door.
 
 Each subcommand runs one scenario and prints one JSON document on stdout (the last line); the
-Rust tests (crates/testkit/tests/kafka_idempotence.rs, crates/cli/tests/kafka_kill.rs) start
+Rust tests (crates/testkit/tests/kafka_produce.rs, crates/cli/tests/kafka_kill.rs) start
 the door (and restart or kill it while this runs), run this script and assert on that
 document. Exit code 0 means the scenario ran; anything else is a harness failure.
 
