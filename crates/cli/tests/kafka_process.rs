@@ -1,8 +1,9 @@
-//! `tributary process --kafka` on a real Kafka-compatible broker (Tansu, one per test binary):
-//! three processes share a 12-partition topic evenly, one is `kill -9`ed, and the other two
-//! resume its partitions from their checkpoints — nothing lost, nothing before a checkpoint
-//! read again; a missing topic or an unreachable cluster stops `process` at once with a clear
-//! error.
+//! `tributary process --kafka` on real Kafka-compatible brokers — Tansu (one per test binary) and
+//! Tributary's own Kafka door (a `tributary serve` of the test's, logged into with SASL PLAIN
+//! and its `$ConnectionString`, as Event Hubs' Kafka endpoint is): three processes share a
+//! 12-partition topic evenly, one is `kill -9`ed, and the other two resume its partitions from
+//! their checkpoints — nothing lost, nothing before a checkpoint read again; a missing topic or
+//! an unreachable cluster stops `process` at once with a clear error.
 #![cfg(feature = "kafka")]
 
 mod common;
@@ -12,9 +13,10 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{run, tributary};
+use common::{ServeGuard, banner_addr, run, shown_connection_string, start_serve, tributary};
+use tributary_kafka_source::KafkaOptions;
 use tributary_kafka_source::tansu::Tansu;
-use tributary_kafka_source::test_cluster::TestRecord;
+use tributary_kafka_source::test_cluster::{TestCluster, TestRecord};
 
 const TOPIC: &str = "orders";
 const PARTITIONS: i32 = 12;
@@ -30,23 +32,61 @@ impl Drop for Reaped {
     }
 }
 
-/// The flags every command of this test names the topic and its store with.
-fn at(dir: &Path) -> Vec<String> {
-    let store = format!("sqlite:{}", dir.join("checkpoints.sqlite").display());
-    let bootstrap = Tansu::shared().bootstrap_servers().to_owned();
-    ["--kafka", &bootstrap, "--topic", TOPIC, "--store", &store]
-        .map(str::to_owned)
-        .to_vec()
+/// A cluster the processors read, and the flags that reach it.
+struct Cluster {
+    test: TestCluster,
+    /// `--kafka BOOTSTRAP`, and the login where one is needed.
+    flags: Vec<String>,
 }
 
-fn start_processor(dir: &Path, host: &str) -> Reaped {
+impl Cluster {
+    fn tansu() -> Cluster {
+        let tansu = Tansu::shared();
+        Cluster {
+            test: (**tansu).clone(),
+            flags: vec!["--kafka".to_owned(), tansu.bootstrap_servers().to_owned()],
+        }
+    }
+
+    /// The Kafka door of `serve`, whose banner is `banner`, with the connection string of the
+    /// namespace's root policy (Manage, so topics can be created).
+    fn door(banner: &str) -> Cluster {
+        let bootstrap = banner_addr(banner, "kafka:");
+        let connection_string = shown_connection_string(banner);
+        let mut options =
+            KafkaOptions::from_event_hubs_connection_string(&connection_string).unwrap();
+        options.bootstrap_servers.clone_from(&bootstrap);
+        let flags = [
+            "--kafka",
+            &bootstrap,
+            "--kafka-username",
+            "$ConnectionString",
+        ];
+        let mut flags: Vec<String> = flags.map(str::to_owned).to_vec();
+        flags.extend(["--kafka-password".to_owned(), connection_string]);
+        Cluster {
+            test: TestCluster::new(options),
+            flags,
+        }
+    }
+}
+
+/// The flags every command of this test names the cluster, the topic and its store with.
+fn at(dir: &Path, cluster: &Cluster) -> Vec<String> {
+    let store = format!("sqlite:{}", dir.join("checkpoints.sqlite").display());
+    let mut flags = cluster.flags.clone();
+    flags.extend(["--topic", TOPIC, "--store", &store].map(str::to_owned));
+    flags
+}
+
+fn start_processor(dir: &Path, cluster: &Cluster, host: &str) -> Reaped {
     let out = dir.join("out");
     let mut args: Vec<String> = ["process", "--host-name", host, "--action", "file"]
         .map(str::to_owned)
         .to_vec();
     args.extend(["--output-dir".to_owned(), out.display().to_string()]);
     args.extend(["--interval", "300ms", "--expiration", "3s"].map(str::to_owned));
-    args.extend(at(dir));
+    args.extend(at(dir, cluster));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let child = tributary(&dir.join("data"), &args)
         .stdout(Stdio::null())
@@ -57,12 +97,12 @@ fn start_processor(dir: &Path, host: &str) -> Reaped {
 }
 
 /// `tributary ownership`: partition → (owner, checkpointed sequence number).
-fn ownership(dir: &Path) -> BTreeMap<u32, (String, Option<i64>)> {
+fn ownership(dir: &Path, cluster: &Cluster) -> BTreeMap<u32, (String, Option<i64>)> {
     if !dir.join("checkpoints.sqlite").exists() {
         return BTreeMap::new(); // No processor has opened the store yet.
     }
     let mut args = vec!["ownership".to_owned()];
-    args.extend(at(dir));
+    args.extend(at(dir, cluster));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let output = run(&dir.join("data"), &args);
     assert!(
@@ -118,8 +158,7 @@ fn first_appearances(lines: &[String]) -> Vec<String> {
         .collect()
 }
 
-async fn produce(round: usize) {
-    let tansu = Tansu::shared();
+async fn produce(cluster: &Cluster, round: usize) {
     for p in 0..PARTITIONS {
         let records: Vec<TestRecord> = (round * PER_PARTITION..(round + 1) * PER_PARTITION)
             .map(|i| TestRecord {
@@ -128,7 +167,7 @@ async fn produce(round: usize) {
                 ..TestRecord::default()
             })
             .collect();
-        tansu.produce(TOPIC, p, &records).await;
+        cluster.test.produce(TOPIC, p, &records).await;
     }
 }
 
@@ -146,14 +185,38 @@ async fn wait_until(what: &str, done: impl Fn() -> bool, explain: impl Fn() -> S
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_processors_share_a_topic_and_a_killed_ones_partitions_resume_from_checkpoints() {
+async fn three_processors_share_a_tansu_topic_and_a_killed_ones_partitions_resume() {
     let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    Tansu::shared().create_topic(TOPIC, PARTITIONS).await;
-    produce(0).await;
+    three_processors_share_a_topic_and_a_killed_ones_partitions_resume(
+        dir.path(),
+        Cluster::tansu(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processors_share_a_topic_of_the_kafka_door_and_a_killed_ones_partitions_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = ["--amqp-port", "0", "--http-port", "0"];
+    let (serve, banner, _stderr) = start_serve(&dir.path().join("hub"), &ports);
+    let serve = ServeGuard::new(serve);
+    let cluster = Cluster::door(&banner);
+    three_processors_share_a_topic_and_a_killed_ones_partitions_resume(dir.path(), cluster).await;
+    drop(serve);
+}
+
+/// Three processors share a topic of `cluster` evenly; one is killed and the other two take
+/// its partitions over from their checkpoints.
+async fn three_processors_share_a_topic_and_a_killed_ones_partitions_resume(
+    d: &Path,
+    cluster: Cluster,
+) {
+    let cluster = &cluster;
+    cluster.test.create_topic(TOPIC, PARTITIONS).await;
+    produce(cluster, 0).await;
     let mut hosts: BTreeMap<&str, Reaped> = ["p1", "p2", "p3"]
         .into_iter()
-        .map(|host| (host, start_processor(d, host)))
+        .map(|host| (host, start_processor(d, cluster, host)))
         .collect();
 
     // Even shares, every record processed once and checkpointed at its partition's last one.
@@ -165,8 +228,8 @@ async fn three_processors_share_a_topic_and_a_killed_ones_partitions_resume_from
     };
     wait_until(
         "4 partitions each, all checkpointed",
-        || first_round(&ownership(d)),
-        || format!("{:?}", ownership(d)),
+        || first_round(&ownership(d, cluster)),
+        || format!("{:?}", ownership(d, cluster)),
     )
     .await;
     let before_kill = processed(d);
@@ -179,13 +242,13 @@ async fn three_processors_share_a_topic_and_a_killed_ones_partitions_resume_from
     }
 
     // kill -9 one of them; more records arrive meanwhile.
-    let killed: Vec<u32> = ownership(d)
+    let killed: Vec<u32> = ownership(d, cluster)
         .into_iter()
         .filter(|(_, (owner, _))| owner == "p1")
         .map(|(p, _)| p)
         .collect();
     drop(hosts.remove("p1"));
-    produce(1).await;
+    produce(cluster, 1).await;
 
     let second_round = |table: &BTreeMap<u32, (String, Option<i64>)>| {
         owners(table) == BTreeMap::from([("p2".into(), 6), ("p3".into(), 6)])
@@ -195,8 +258,8 @@ async fn three_processors_share_a_topic_and_a_killed_ones_partitions_resume_from
     };
     wait_until(
         "the killed processor's partitions taken over and caught up",
-        || second_round(&ownership(d)),
-        || format!("{:?}", ownership(d)),
+        || second_round(&ownership(d, cluster)),
+        || format!("{:?}", ownership(d, cluster)),
     )
     .await;
     // Every partition, the killed one's too, got every new record, in order, and none it had

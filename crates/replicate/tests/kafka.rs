@@ -1,18 +1,20 @@
-//! Replication tasks with Kafka on either side, against a real Kafka-compatible broker (Tansu,
-//! one per test binary): Kafka → hub → Kafka, every record arrives once per hop with its key,
-//! headers and CreateTime, one key's records in order, the `repl-*` metadata stamped as
-//! headers; and task files with a Kafka endpoint are checked like any other.
+//! Replication tasks with Kafka on either side, against real Kafka-compatible brokers — Tansu
+//! (one per test binary) and Tributary's own Kafka door (reached with a connection string, as
+//! Event Hubs' Kafka endpoint is): Kafka → hub → Kafka, every record arrives once per hop with
+//! its key, headers and CreateTime, one key's records in order, the `repl-*` metadata stamped
+//! as headers; and task files with a Kafka endpoint are checked like any other.
 #![cfg(feature = "kafka")]
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use tributary_amqp::{AccessPolicies, AccessPolicy, Right};
 use tributary_broker::{Broker, BrokerConfig, HubSpec};
 use tributary_event::{EventPosition, PropertyValue, ReceivedEvent};
-use tributary_kafka_source::KafkaSource;
 use tributary_kafka_source::tansu::Tansu;
-use tributary_kafka_source::test_cluster::TestRecord;
+use tributary_kafka_source::test_cluster::{TestCluster, TestRecord};
+use tributary_kafka_source::{KafkaOptions, KafkaSource};
 use tributary_replicate::metadata::{ORIGIN, PATH};
 use tributary_replicate::{Brokers, Replicator, StartOptions, TaskConfig};
 use tributary_source::{PartitionSource, ReceiverOptions};
@@ -26,12 +28,19 @@ fn task(dir: &Path, name: &str, text: &str) -> TaskConfig {
     TaskConfig::load(&file).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn kafka_to_hub(dir: &Path, bootstrap: &str) -> String {
+/// A cluster the tasks copy from and to, and the task file keys that log into it.
+struct Cluster {
+    test: TestCluster,
+    login: String,
+}
+
+fn kafka_to_hub(dir: &Path, cluster: &Cluster) -> String {
     format!(
         r#"name = "kafka-to-hub"
 [source]
 kind = "kafka"
 bootstrap_servers = "{bootstrap}"
+{login}
 topic = "rt-source"
 [[target]]
 name = "hub"
@@ -41,11 +50,13 @@ event_hub = "middle"
 load_balancing_interval = "200ms"
 ownership_expiration = "2s"
 "#,
+        bootstrap = cluster.test.bootstrap_servers(),
+        login = cluster.login,
         data = dir.join("hub").display()
     )
 }
 
-fn hub_to_kafka(dir: &Path, bootstrap: &str) -> String {
+fn hub_to_kafka(dir: &Path, cluster: &Cluster) -> String {
     format!(
         r#"name = "hub-to-kafka"
 [source]
@@ -55,18 +66,20 @@ event_hub = "middle"
 name = "back"
 kind = "kafka"
 bootstrap_servers = "{bootstrap}"
+{login}
 topic = "rt-back"
 [processor]
 load_balancing_interval = "200ms"
 ownership_expiration = "2s"
 "#,
+        bootstrap = cluster.test.bootstrap_servers(),
+        login = cluster.login,
         data = dir.join("hub").display()
     )
 }
 
 /// Five records for each of three keys, each key on its own partition.
-async fn produce() {
-    let tansu = Tansu::shared();
+async fn produce(cluster: &TestCluster) {
     for p in 0..PARTITIONS {
         let records: Vec<TestRecord> = (0..PER_KEY)
             .map(|i| TestRecord {
@@ -76,13 +89,13 @@ async fn produce() {
                 timestamp_ms: Some(1_700_000_000_000 + i64::from(p) * 100 + i as i64),
             })
             .collect();
-        tansu.produce("rt-source", p, &records).await;
+        cluster.produce("rt-source", p, &records).await;
     }
 }
 
 /// Reads the topic's partitions until `n` records came; every record.
-async fn read_topic(topic: &str, n: usize) -> Vec<ReceivedEvent> {
-    let source = KafkaSource::new(Tansu::shared().options(), topic).unwrap();
+async fn read_topic(cluster: &TestCluster, topic: &str, n: usize) -> Vec<ReceivedEvent> {
+    let source = KafkaSource::new(cluster.options(), topic).unwrap();
     let mut receivers = Vec::new();
     for p in 0..PARTITIONS {
         let options = ReceiverOptions {
@@ -133,10 +146,39 @@ fn text(value: Option<&PropertyValue>) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kafka_to_hub_to_kafka_keeps_keys_headers_times_and_order() {
-    let tansu = Tansu::shared();
-    tansu.create_topic("rt-source", PARTITIONS).await;
-    tansu.create_topic("rt-back", PARTITIONS).await;
+async fn tansu_to_hub_to_tansu_keeps_keys_headers_times_and_order() {
+    let cluster = Cluster {
+        test: (**Tansu::shared()).clone(),
+        login: String::new(),
+    };
+    kafka_to_hub_to_kafka_keeps_keys_headers_times_and_order(&cluster).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_door_to_hub_to_kafka_door_keeps_keys_headers_times_and_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::open(BrokerConfig::new(dir.path())).await.unwrap();
+    let rights = vec![Right::Manage, Right::Send, Right::Listen];
+    let policy = AccessPolicy::generate("RootManageSharedAccessKey", rights).unwrap();
+    let policies = AccessPolicies::new(vec![policy.clone()]).unwrap();
+    let config = tributary_kafka::KafkaConfig::new("127.0.0.1:0".parse().unwrap(), policies);
+    let door = tributary_kafka::start(broker, config).await.unwrap();
+    let address = door.local_addr();
+    let connection_string = tributary_amqp::connection_string("127.0.0.1", address.port(), &policy);
+    let mut options = KafkaOptions::from_event_hubs_connection_string(&connection_string).unwrap();
+    options.bootstrap_servers = address.to_string();
+    let cluster = Cluster {
+        test: TestCluster::new(options),
+        login: format!("connection_string = \"{connection_string}\""),
+    };
+    kafka_to_hub_to_kafka_keeps_keys_headers_times_and_order(&cluster).await;
+    door.shutdown().await;
+}
+
+/// Kafka → hub → Kafka through two tasks, on `cluster`.
+async fn kafka_to_hub_to_kafka_keeps_keys_headers_times_and_order(cluster: &Cluster) {
+    cluster.test.create_topic("rt-source", PARTITIONS).await;
+    cluster.test.create_topic("rt-back", PARTITIONS).await;
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::open(BrokerConfig::new(dir.path().join("hub")))
         .await
@@ -144,12 +186,11 @@ async fn kafka_to_hub_to_kafka_keeps_keys_headers_times_and_order() {
     broker.create_hub(HubSpec::new("middle", 3)).await.unwrap();
     let brokers = Brokers::default();
     brokers.adopt(broker.clone()).await;
-    produce().await;
-    let bootstrap = tansu.bootstrap_servers().to_owned();
+    produce(&cluster.test).await;
     let mut running = Vec::new();
     for text in [
-        kafka_to_hub(dir.path(), &bootstrap),
-        hub_to_kafka(dir.path(), &bootstrap),
+        kafka_to_hub(dir.path(), cluster),
+        hub_to_kafka(dir.path(), cluster),
     ] {
         let name = if running.is_empty() { "one" } else { "two" };
         let config = task(dir.path(), name, &text);
@@ -161,7 +202,7 @@ async fn kafka_to_hub_to_kafka_keeps_keys_headers_times_and_order() {
     }
 
     let total = PARTITIONS as usize * PER_KEY;
-    let back = read_topic("rt-back", total).await;
+    let back = read_topic(&cluster.test, "rt-back", total).await;
     assert_eq!(back.len(), total);
     let mut by_key: BTreeMap<String, Vec<&ReceivedEvent>> = BTreeMap::new();
     for event in &back {
