@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use anyhow::Result;
+use tributary_processor::CheckpointStore;
 use tributary_source::PartitionSource;
 
 use crate::args::{GlobalArgs, GroupStore};
@@ -22,8 +23,13 @@ pub(crate) fn default_namespace(bootstrap: &str) -> String {
 
 #[cfg(feature = "kafka")]
 mod engine {
+    use std::sync::Arc;
+
     use anyhow::{Context, Result};
-    use tributary_kafka_source::{KafkaOptions, KafkaSource, Sasl, SaslMechanism, Tls};
+    use tributary_kafka_source::{
+        KafkaOffsetsStore, KafkaOptions, KafkaSource, Sasl, SaslMechanism, Tls,
+    };
+    use tributary_processor::CheckpointStore;
 
     use crate::args::{GlobalArgs, GroupStore, KafkaSasl};
 
@@ -55,6 +61,15 @@ mod engine {
         Ok(options)
     }
 
+    /// `kafka:`: `ownership` with checkpoints committed to the cluster's group offsets too.
+    pub(super) fn offsets_store(
+        global: &GlobalArgs,
+        at: &GroupStore,
+        ownership: Arc<dyn CheckpointStore>,
+    ) -> Result<KafkaOffsetsStore> {
+        Ok(KafkaOffsetsStore::new(ownership, options(global, at)?))
+    }
+
     /// The topic as a source, recorded under the namespace the flags give.
     pub(super) fn source(global: &GlobalArgs, at: &GroupStore) -> Result<KafkaSource> {
         let source = KafkaSource::new(options(global, at)?, at.hub_name())?;
@@ -66,6 +81,16 @@ mod engine {
 #[cfg(feature = "kafka")]
 pub(crate) fn source(global: &GlobalArgs, at: &GroupStore) -> Result<Arc<dyn PartitionSource>> {
     Ok(Arc::new(engine::source(global, at)?))
+}
+
+/// The `kafka:` store: `ownership`, with checkpoints committed to the Kafka group's offsets too.
+#[cfg(feature = "kafka")]
+pub(crate) fn offsets_store(
+    global: &GlobalArgs,
+    at: &GroupStore,
+    ownership: Arc<dyn CheckpointStore>,
+) -> Result<Arc<dyn CheckpointStore>> {
+    Ok(Arc::new(engine::offsets_store(global, at, ownership)?))
 }
 
 /// Fails when the Kafka topic `at` names cannot be read (missing, or the cluster unreachable).
@@ -83,6 +108,16 @@ pub(crate) async fn check_topic(global: &GlobalArgs, at: &GroupStore) -> Result<
 /// Without the `kafka` feature: what to do instead.
 #[cfg(not(feature = "kafka"))]
 pub(crate) fn source(_: &GlobalArgs, _: &GroupStore) -> Result<Arc<dyn PartitionSource>> {
+    anyhow::bail!(NOT_BUILT)
+}
+
+/// Without the `kafka` feature: what to do instead.
+#[cfg(not(feature = "kafka"))]
+pub(crate) fn offsets_store(
+    _: &GlobalArgs,
+    _: &GroupStore,
+    _: Arc<dyn CheckpointStore>,
+) -> Result<Arc<dyn CheckpointStore>> {
     anyhow::bail!(NOT_BUILT)
 }
 

@@ -51,6 +51,19 @@ impl GroupStore {
                  postgres://... or a blob container"
             ),
             Some(url) if url.eq_ignore_ascii_case(HUB_STORE) => Ok(StoreChoice::Hub),
+            Some(url) if starts_with_ignoring_case(url, KAFKA_STORE) => {
+                anyhow::ensure!(
+                    kafka,
+                    "--store kafka: commits checkpoints as a Kafka consumer group's offsets: \
+                     it needs --kafka"
+                );
+                let ownership = &url[KAFKA_STORE.len()..];
+                Ok(StoreChoice::KafkaOffsets(if ownership.is_empty() {
+                    StoreLocation::Sqlite(global.data_dir.join("checkpoints.sqlite"))
+                } else {
+                    StoreLocation::parse(ownership)?
+                }))
+            }
             Some(url) => Ok(StoreChoice::Url(StoreLocation::parse(url)?)),
             None if !kafka
                 && (self.connection.connection_string.is_some()
@@ -68,11 +81,22 @@ impl GroupStore {
 /// The `--store` that names the checkpoint store the hub itself hosts.
 const HUB_STORE: &str = "hub:";
 
+/// The `--store` prefix of checkpoints committed to the Kafka group's offsets too.
+const KAFKA_STORE: &str = "kafka:";
+
+fn starts_with_ignoring_case(text: &str, prefix: &str) -> bool {
+    text.get(..prefix.len())
+        .is_some_and(|start| start.eq_ignore_ascii_case(prefix))
+}
+
 /// Where ownership and checkpoints live: a store named by URL, or the hub's own.
 enum StoreChoice {
     Url(StoreLocation),
     /// The store a Tributary hub hosts, over its AMQP connection (`hub:`).
     Hub,
+    /// Ownership and checkpoints in a store named by URL, checkpoints committed to the Kafka
+    /// consumer group's offsets as well (`kafka:`).
+    KafkaOffsets(StoreLocation),
 }
 
 impl std::fmt::Display for StoreChoice {
@@ -80,6 +104,7 @@ impl std::fmt::Display for StoreChoice {
         match self {
             StoreChoice::Url(location) => location.fmt(f),
             StoreChoice::Hub => f.write_str("the hub (hub:)"),
+            StoreChoice::KafkaOffsets(location) => write!(f, "{KAFKA_STORE}{location}"),
         }
     }
 }
@@ -88,12 +113,20 @@ impl std::fmt::Display for StoreChoice {
 /// checked with one request, so a hub that hosts none (Azure Event Hubs) fails here, with the
 /// hub's reason and what to do, rather than in every balancing cycle.
 async fn open_store(
+    global: &GlobalArgs,
     choice: &StoreChoice,
     hub: Option<&HubHandle>,
     at: &GroupStore,
 ) -> Result<Arc<dyn CheckpointStore>> {
     let location = match choice {
         StoreChoice::Url(location) => location,
+        StoreChoice::KafkaOffsets(location) => {
+            let ownership = location
+                .open()
+                .await
+                .with_context(|| format!("cannot open the checkpoint store {location}"))?;
+            return crate::kafka::offsets_store(global, at, ownership);
+        }
         StoreChoice::Hub => {
             let Some(HubHandle::Remote { hub: remote, .. }) = hub else {
                 anyhow::bail!(
@@ -229,12 +262,12 @@ pub async fn process(global: &GlobalArgs, args: &ProcessArgs) -> Result<()> {
         // A missing topic or an unreachable cluster fails here, not in every balancing cycle.
         crate::kafka::check_topic(global, at).await?;
         let source = crate::kafka::source(global, at)?;
-        (source, open_store(&location, None, at).await?)
+        (source, open_store(global, &location, None, at).await?)
     } else {
         let hub =
             HubHandle::open(global, &at.hub, at.connection.connection_string.as_deref()).await?;
         let source = hub.source(Some(&at.namespace()?));
-        (source, open_store(&location, Some(&hub), at).await?)
+        (source, open_store(global, &location, Some(&hub), at).await?)
     };
     if let Some(dir) = &args.output_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -371,7 +404,7 @@ async fn ownership_store(
             "memory: is one process's own store; `ownership` can only read a shared one \
              (hub:, sqlite:PATH, postgres://... or a blob container)"
         ),
-        StoreChoice::Url(url) => {
+        StoreChoice::Url(url) | StoreChoice::KafkaOffsets(url) => {
             check_hub_exists(global, &args.at).await?;
             if let StoreLocation::Sqlite(path) = url {
                 anyhow::ensure!(
@@ -380,7 +413,7 @@ async fn ownership_store(
                     path.display()
                 );
             }
-            open_store(&location, None, &args.at).await?
+            open_store(global, &location, None, &args.at).await?
         }
         StoreChoice::Hub => {
             let hub = HubHandle::open(
@@ -389,7 +422,7 @@ async fn ownership_store(
                 args.at.connection.connection_string.as_deref(),
             )
             .await?;
-            open_store(&location, Some(&hub), &args.at).await?
+            open_store(global, &location, Some(&hub), &args.at).await?
         }
     })
 }

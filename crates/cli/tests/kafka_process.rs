@@ -74,19 +74,30 @@ impl Cluster {
 /// The flags every command of this test names the cluster, the topic and its store with.
 fn at(dir: &Path, cluster: &Cluster) -> Vec<String> {
     let store = format!("sqlite:{}", dir.join("checkpoints.sqlite").display());
+    flags_for(cluster, TOPIC, &store)
+}
+
+/// The flags that name `cluster`, `topic` and `store`.
+fn flags_for(cluster: &Cluster, topic: &str, store: &str) -> Vec<String> {
     let mut flags = cluster.flags.clone();
-    flags.extend(["--topic", TOPIC, "--store", &store].map(str::to_owned));
+    flags.extend(["--topic", topic, "--store", store].map(str::to_owned));
     flags
 }
 
 fn start_processor(dir: &Path, cluster: &Cluster, host: &str) -> Reaped {
+    start_processor_with(dir, host, at(dir, cluster))
+}
+
+/// A `tributary process` named `host` writing each partition's events to `dir`/out, reading
+/// what `flags` name.
+fn start_processor_with(dir: &Path, host: &str, flags: Vec<String>) -> Reaped {
     let out = dir.join("out");
     let mut args: Vec<String> = ["process", "--host-name", host, "--action", "file"]
         .map(str::to_owned)
         .to_vec();
     args.extend(["--output-dir".to_owned(), out.display().to_string()]);
     args.extend(["--interval", "300ms", "--expiration", "3s"].map(str::to_owned));
-    args.extend(at(dir, cluster));
+    args.extend(flags);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let child = tributary(&dir.join("data"), &args)
         .stdout(Stdio::null())
@@ -203,6 +214,67 @@ async fn three_processors_share_a_topic_of_the_kafka_door_and_a_killed_ones_part
     let cluster = Cluster::door(&banner);
     three_processors_share_a_topic_and_a_killed_ones_partitions_resume(dir.path(), cluster).await;
     drop(serve);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kafka_store_commits_tansu_group_offsets_and_resumes_from_them() {
+    let dir = tempfile::tempdir().unwrap();
+    the_kafka_store_commits_group_offsets_and_resumes_from_them(dir.path(), Cluster::tansu()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kafka_store_commits_the_kafka_doors_group_offsets_and_resumes_from_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = ["--amqp-port", "0", "--http-port", "0"];
+    let (serve, banner, _stderr) = start_serve(&dir.path().join("hub"), &ports);
+    let serve = ServeGuard::new(serve);
+    let cluster = Cluster::door(&banner);
+    the_kafka_store_commits_group_offsets_and_resumes_from_them(dir.path(), cluster).await;
+    drop(serve);
+}
+
+/// `--store kafka:`: a processor's checkpoints are the group's committed offsets as Kafka's
+/// tools read them, and a partition the group had committed before (a Kafka consumer that
+/// processed part of it) is processed from there, not again from the beginning.
+async fn the_kafka_store_commits_group_offsets_and_resumes_from_them(d: &Path, cluster: Cluster) {
+    const LEDGER: &str = "ledger";
+    const RECORDS: i64 = 8;
+    let cluster = &cluster;
+    cluster.test.create_topic(LEDGER, 2).await;
+    for p in 0..2 {
+        let records: Vec<TestRecord> = (0..RECORDS)
+            .map(|i| TestRecord {
+                value: format!("p{p}-{i:03}").into_bytes(),
+                ..TestRecord::default()
+            })
+            .collect();
+        cluster.test.produce(LEDGER, p, &records).await;
+    }
+    // A Kafka consumer of the group had processed three records of partition 0.
+    cluster
+        .test
+        .commit_offsets("$Default", LEDGER, &[(0, 3)])
+        .await;
+    // Ownership and the fenced checkpoints in a SQLite file, checkpoints in Kafka too.
+    let store = format!("kafka:sqlite:{}", d.join("ownership.sqlite").display());
+    let processor = start_processor_with(d, "k1", flags_for(cluster, LEDGER, &store));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let committed = cluster.test.committed_offsets("$Default", LEDGER, 2).await;
+        if committed == [RECORDS, RECORDS] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every record committed within 60 s: {committed:?}; processed {:?}",
+            processed(d)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let processed = processed(d);
+    assert_eq!(first_appearances(&processed[&0]), expected(0, 3..8));
+    assert_eq!(first_appearances(&processed[&1]), expected(1, 0..8));
+    drop(processor);
 }
 
 /// Three processors share a topic of `cluster` evenly; one is killed and the other two take

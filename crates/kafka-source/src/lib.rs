@@ -22,6 +22,9 @@
 //! [`KafkaProducer`] sends events to a topic (a replication task's Kafka target), mapping them
 //! back to records by the same rule.
 //!
+//! [`KafkaOffsetsStore`] is the processor's `kafka:` checkpoint store: checkpoints committed as
+//! the Kafka consumer group's offsets too, so Kafka's tools see a processor's progress.
+//!
 //! [`tansu`] starts a Tansu broker for tests and benchmarks; [`test_cluster`] creates topics and
 //! produces records on any cluster (Tansu, Tributary's Kafka door) for them.
 //!
@@ -29,6 +32,8 @@
 //! from C source: without it the crate is empty, and a workspace build does not compile
 //! librdkafka.
 
+#[cfg(feature = "kafka")]
+mod checkpoints;
 #[cfg(feature = "kafka")]
 mod epochs;
 #[cfg(feature = "kafka")]
@@ -50,6 +55,8 @@ pub mod tansu;
 #[cfg(feature = "kafka")]
 pub mod test_cluster;
 
+#[cfg(feature = "kafka")]
+pub use checkpoints::KafkaOffsetsStore;
 #[cfg(feature = "kafka")]
 pub use options::{
     CONNECTION_STRING_USER, ConnectionStringError, EVENT_HUBS_KAFKA_TLS_PORT, KAFKA_PLAINTEXT_PORT,

@@ -11,8 +11,10 @@ use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use crate::options::KafkaOptions;
 
@@ -113,5 +115,54 @@ impl TestCluster {
             offsets.push(delivery.offset);
         }
         offsets
+    }
+
+    /// Group `group`'s committed offsets of `topic`'s partitions `0..partitions` (-1 where it
+    /// has none), read as Kafka's tools read them (OffsetFetch).
+    pub async fn committed_offsets(&self, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
+        let consumer = self.group_consumer(group);
+        let mut wanted = TopicPartitionList::new();
+        for partition in 0..partitions {
+            wanted.add_partition(topic, partition);
+        }
+        let committed = tokio::task::spawn_blocking(move || {
+            consumer.committed_offsets(wanted, REQUEST_TIMEOUT)
+        })
+        .await
+        .expect("the lookup runs")
+        .unwrap_or_else(|e| panic!("committed offsets of {group}: {e}"));
+        committed
+            .elements()
+            .iter()
+            .map(|element| match element.offset() {
+                Offset::Offset(next) => next,
+                _ => -1,
+            })
+            .collect()
+    }
+
+    /// Commits `offsets` (partition, next offset to read) of `topic` for group `group`, from
+    /// outside the group, as `kafka-consumer-groups --reset-offsets` does.
+    pub async fn commit_offsets(&self, group: &str, topic: &str, offsets: &[(i32, i64)]) {
+        let consumer = self.group_consumer(group);
+        let mut list = TopicPartitionList::new();
+        for &(partition, next) in offsets {
+            list.add_partition_offset(topic, partition, Offset::Offset(next))
+                .expect("a valid offset");
+        }
+        tokio::task::spawn_blocking(move || consumer.commit(&list, CommitMode::Sync))
+            .await
+            .expect("the commit runs")
+            .unwrap_or_else(|e| panic!("commit for {group}: {e}"));
+    }
+
+    /// A consumer of group `group` that never joins it.
+    fn group_consumer(&self, group: &str) -> BaseConsumer {
+        self.options
+            .client_config()
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("a consumer")
     }
 }

@@ -41,8 +41,12 @@ pub struct GroupStore {
     /// schema, default public; no TLS), `https://ACCOUNT.blob.core.windows.net/CONTAINER` (blobs in the layout
     /// the official .NET, Python and JavaScript processors share, so they can balance one group
     /// with these; a SAS in the URL, or AZURE_STORAGE_CONNECTION_STRING / AZURE_STORAGE_KEY;
-    /// Azurite: `http://127.0.0.1:10000/devstoreaccount1/CONTAINER`), or `memory:` (`process`
-    /// only: this instance alone, forgotten at exit).
+    /// Azurite: `http://127.0.0.1:10000/devstoreaccount1/CONTAINER`), `memory:` (`process`
+    /// only: this instance alone, forgotten at exit), or with --kafka `kafka:` (checkpoints
+    /// committed as the Kafka consumer group's offsets too, so Kafka's tools see them, and a
+    /// partition never checkpointed here starts from the group's committed offset; ownership and
+    /// fenced checkpoints in checkpoints.sqlite of the data directory, or in the store URL
+    /// written after it, as in `kafka:postgres://...`).
     /// Default: `hub:` for a remote hub (--connection-string, or a running `serve` on the data
     /// directory), else checkpoints.sqlite in the data directory.
     #[arg(
