@@ -1,5 +1,6 @@
 //! `tributary replicate` as a user runs it: two processes share one task file, one is killed
-//! with SIGKILL mid-stream, and the other takes its partitions over from their checkpoints.
+//! with SIGKILL mid-stream, and the other takes its partitions over from their checkpoints —
+//! copying between hubs, and from a Kafka cluster that is itself killed and comes back.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -113,4 +114,96 @@ async fn a_killed_replicator_loses_nothing_and_duplicates_at_most_a_batch_per_pa
     assert_the_survivor_owns_everything(&task);
     second.start_kill().unwrap();
     second.wait().await.unwrap();
+}
+
+/// A task copying from a Kafka cluster — a `tributary serve`'s Kafka door, logged into with its
+/// connection string — to a hub, while one of its two processes is killed with SIGKILL and the
+/// cluster itself is killed and comes back on the same port: the task (which logs the lost
+/// cluster as a transient failure and retries) resumes; every record reaches the target, none
+/// stray, at most a batch per partition twice.
+#[cfg(feature = "kafka")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_source_lost_and_back_and_a_killed_replicator_lose_nothing() {
+    use common::{ServeGuard, banner_addr, shown_connection_string, start_serve};
+    use tributary_kafka_source::KafkaOptions;
+    use tributary_kafka_source::test_cluster::{TestCluster, TestRecord};
+
+    let dir = tempfile::tempdir().unwrap();
+    let cluster_dir = dir.path().join("cluster");
+    let ports = ["--amqp-port", "0", "--http-port", "0"];
+    let (serve, banner, _stderr) = start_serve(&cluster_dir, &ports);
+    let mut serve = ServeGuard::new(serve);
+    let bootstrap = banner_addr(&banner, "kafka:");
+    let kafka_port = bootstrap.rsplit(':').next().unwrap().to_owned();
+    let conn = shown_connection_string(&banner);
+    let mut options = KafkaOptions::from_event_hubs_connection_string(&conn).unwrap();
+    options.bootstrap_servers.clone_from(&bootstrap);
+    let cluster = TestCluster::new(options);
+    cluster.create_topic("orders", PARTITIONS as i32).await;
+    let target = TestHub::start(&[("orders", PARTITIONS)]).await;
+    let task = dir.path().join("from-kafka.toml");
+    std::fs::write(
+        &task,
+        format!(
+            "name = \"from-kafka\"\n[source]\nkind = \"kafka\"\nbootstrap_servers = \"{bootstrap}\"\nconnection_string = \"{conn}\"\ntopic = \"orders\"\nbatch_events_max = {BATCH}\n[[target]]\nname = \"hub\"\nconnection_string = \"{}\"\nevent_hub = \"orders\"\nkeep_partition = true\n[retry]\nbackoff_min = \"50ms\"\nbackoff_max = \"1s\"\n[processor]\nload_balancing_interval = \"200ms\"\nownership_expiration = \"2s\"\n",
+            target.connection_string
+        ),
+    )
+    .unwrap();
+    let produce = |round: usize| {
+        let cluster = &cluster;
+        async move {
+            for partition in 0..PARTITIONS {
+                let records: Vec<TestRecord> = (0..5)
+                    .map(|i| TestRecord {
+                        value: format!("r{round}-{i}").into_bytes(),
+                        ..TestRecord::default()
+                    })
+                    .collect();
+                cluster.produce("orders", partition as i32, &records).await;
+            }
+        }
+    };
+    let mut first = replicator(&task, "first");
+    let mut second = replicator(&task, "second");
+    for round in 0..30 {
+        produce(round).await;
+        if round == 10 {
+            first.start_kill().expect("SIGKILL");
+            first.wait().await.unwrap();
+        }
+        if round == 20 {
+            // The cluster goes away (kill -9) while the task copies, and comes back.
+            let mut cluster_process = serve.take();
+            cluster_process.kill().unwrap();
+            cluster_process.wait().unwrap();
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let again = [&ports[..], &["--kafka-port", kafka_port.as_str()]].concat();
+            serve = ServeGuard::new(start_serve(&cluster_dir, &again).0);
+        }
+    }
+    let sent: BTreeSet<(String, i64)> = (0..PARTITIONS)
+        .flat_map(|p| (0..150).map(move |s| (p.to_string(), s)))
+        .collect();
+    let seen = within("the survivor to copy everything", async {
+        loop {
+            let seen = copies(&target).await;
+            if sent.iter().all(|key| seen.contains_key(key)) {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    let stray: Vec<_> = seen.keys().filter(|key| !sent.contains(key)).collect();
+    assert!(stray.is_empty(), "only source records: {stray:?}");
+    let duplicates: usize = seen.values().map(|n| n - 1).sum();
+    assert!(
+        duplicates <= BATCH * PARTITIONS as usize,
+        "{duplicates} duplicates; at most one batch per partition"
+    );
+    assert_the_survivor_owns_everything(&task);
+    second.start_kill().unwrap();
+    second.wait().await.unwrap();
+    drop(serve);
 }
