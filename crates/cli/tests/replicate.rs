@@ -35,6 +35,28 @@ async fn copies(target: &TestHub) -> BTreeMap<(String, i64), usize> {
     seen
 }
 
+/// Waits until `target` holds every (partition, sequence number) of `sent`; then asserts it
+/// holds nothing else and at most one batch per partition twice.
+async fn all_copied_once_or_a_batch_twice(target: &TestHub, sent: &BTreeSet<(String, i64)>) {
+    let seen = within("the survivor to copy everything", async {
+        loop {
+            let seen = copies(target).await;
+            if sent.iter().all(|key| seen.contains_key(key)) {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    let stray: Vec<_> = seen.keys().filter(|key| !sent.contains(key)).collect();
+    assert!(stray.is_empty(), "only source events: {stray:?}");
+    let duplicates: usize = seen.values().map(|n| n - 1).sum();
+    assert!(
+        duplicates <= BATCH * PARTITIONS as usize,
+        "{duplicates} duplicates; at most one batch per partition"
+    );
+}
+
 /// `tributary replicate --status` shows `second` owning every partition.
 fn assert_the_survivor_owns_everything(task: &Path) {
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_tributary"))
@@ -94,23 +116,7 @@ async fn a_killed_replicator_loses_nothing_and_duplicates_at_most_a_batch_per_pa
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    let seen = within("the survivor to copy everything", async {
-        loop {
-            let seen = copies(&target).await;
-            if sent.iter().all(|key| seen.contains_key(key)) {
-                return seen;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await;
-    let stray: Vec<_> = seen.keys().filter(|key| !sent.contains(key)).collect();
-    assert!(stray.is_empty(), "only source events: {stray:?}");
-    let duplicates: usize = seen.values().map(|n| n - 1).sum();
-    assert!(
-        duplicates <= BATCH * PARTITIONS as usize,
-        "{duplicates} duplicates; at most one batch per partition"
-    );
+    all_copied_once_or_a_batch_twice(&target, &sent).await;
     assert_the_survivor_owns_everything(&task);
     second.start_kill().unwrap();
     second.wait().await.unwrap();
@@ -185,23 +191,7 @@ async fn a_kafka_source_lost_and_back_and_a_killed_replicator_lose_nothing() {
     let sent: BTreeSet<(String, i64)> = (0..PARTITIONS)
         .flat_map(|p| (0..150).map(move |s| (p.to_string(), s)))
         .collect();
-    let seen = within("the survivor to copy everything", async {
-        loop {
-            let seen = copies(&target).await;
-            if sent.iter().all(|key| seen.contains_key(key)) {
-                return seen;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await;
-    let stray: Vec<_> = seen.keys().filter(|key| !sent.contains(key)).collect();
-    assert!(stray.is_empty(), "only source records: {stray:?}");
-    let duplicates: usize = seen.values().map(|n| n - 1).sum();
-    assert!(
-        duplicates <= BATCH * PARTITIONS as usize,
-        "{duplicates} duplicates; at most one batch per partition"
-    );
+    all_copied_once_or_a_batch_twice(&target, &sent).await;
     assert_the_survivor_owns_everything(&task);
     second.start_kill().unwrap();
     second.wait().await.unwrap();
