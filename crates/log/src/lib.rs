@@ -35,6 +35,7 @@
 //! The byte layout is in `docs/design.md`.
 
 mod commit;
+mod compaction;
 mod config;
 mod error;
 #[cfg(feature = "fault-injection")]
@@ -50,7 +51,8 @@ pub mod storage;
 mod sync_times;
 
 pub use commit::GroupCommitter;
-pub use config::{Durability, LogConfig, Retention};
+pub use compaction::{CompactionOutcome, CompactionState};
+pub use config::{Cleanup, CleanupPolicy, Durability, LogConfig, Retention};
 pub use error::{DecodeErrorOrText, LogError};
 pub use partition::{
     AppendCompletion, AppendReceipt, Committed, PartitionLog, PartitionProperties, ReadCursor,

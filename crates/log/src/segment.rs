@@ -26,9 +26,14 @@ const SEGMENT_MAGIC: [u8; 8] = *b"TRIBSEG\0";
 /// only version 1 refuses the new segments (an unsupported version, an error) instead of
 /// cutting them off as a torn tail.
 pub(crate) const SEGMENT_VERSION: u32 = 2;
+/// The version of a segment compaction wrote: its batches keep the offsets and sequence
+/// numbers their events were given, with gaps where compaction removed events, so a batch's
+/// offset is no longer its segment's base offset plus its position. Never the active segment.
+/// A build that knows only versions 1 and 2 refuses it rather than misreading the gaps.
+pub(crate) const COMPACTED_SEGMENT_VERSION: u32 = 3;
 
 /// The segment versions this build reads.
-const SEGMENT_VERSIONS_READ: std::ops::RangeInclusive<u32> = 1..=SEGMENT_VERSION;
+const SEGMENT_VERSIONS_READ: std::ops::RangeInclusive<u32> = 1..=COMPACTED_SEGMENT_VERSION;
 const SEG_MAGIC_AT: usize = 0;
 const SEG_VERSION_AT: usize = SEG_MAGIC_AT + 8;
 const SEG_HEADER_LEN_AT: usize = SEG_VERSION_AT + 4;
@@ -81,6 +86,11 @@ impl SegmentHeader {
     /// Whether batches in this segment may name properties of the record before.
     pub(crate) fn allows_property_refs(&self) -> bool {
         self.version >= 2
+    }
+
+    /// Whether compaction wrote this segment (its offsets and sequence numbers have gaps).
+    pub(crate) fn is_compacted(&self) -> bool {
+        self.version == COMPACTED_SEGMENT_VERSION
     }
 
     pub(crate) fn encode(&self) -> [u8; SEGMENT_HEADER_BYTES] {
@@ -151,12 +161,15 @@ impl SegmentHeader {
 }
 
 /// One sparse index entry: a batch that starts at `position` in the file, with the first
-/// sequence number `base_sequence + relative_sequence`, enqueued at `time_ms`.
+/// sequence number `base_sequence + relative_sequence`, enqueued at `time_ms`, whose offset is
+/// `offset` (the segment's base offset plus `position`, except in a compacted segment; kept in
+/// memory only, index files derive it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct IndexEntry {
     pub relative_sequence: u32,
     pub position: u32,
     pub time_ms: i64,
+    pub offset: u64,
 }
 
 /// What a segment holds, as far as it has been written.
@@ -166,8 +179,12 @@ pub(crate) struct SegmentContents {
     pub index: Vec<IndexEntry>,
     /// The file position just past the last batch.
     pub end_position: u64,
-    /// The sequence number the next event in this segment would get.
+    /// The sequence number the next event in this segment would get (in a compacted segment:
+    /// one past its last kept event; the next segment's base sequence may be higher).
     pub next_sequence: i64,
+    /// The sequence number of the segment's first event, if it holds any (a compacted
+    /// segment's may lie past its base sequence, or it may hold none).
+    pub first_sequence: Option<i64>,
     /// Enqueued time of the first and last batch, if any.
     pub first_time_ms: Option<i64>,
     /// See `first_time_ms`.
@@ -184,6 +201,7 @@ impl SegmentContents {
             index: Vec::new(),
             end_position: SEGMENT_HEADER_BYTES as u64,
             next_sequence: header.base_sequence,
+            first_sequence: None,
             first_time_ms: None,
             last_time_ms: None,
             last_offset: None,
@@ -201,11 +219,24 @@ impl SegmentContents {
         index_interval_bytes: u32,
     ) {
         assert_eq!(position, self.end_position, "batches are contiguous");
-        assert_eq!(
-            batch.base_sequence, self.next_sequence,
-            "sequence numbers are dense"
-        );
-        assert_eq!(batch.batch_offset, header.base_offset + position);
+        if header.is_compacted() {
+            assert!(
+                batch.base_sequence >= self.next_sequence,
+                "sequence numbers only grow"
+            );
+            assert!(
+                self.last_offset
+                    .is_none_or(|last| batch.batch_offset + BATCH_HEADER_BYTES as u64 > last),
+                "offsets only grow"
+            );
+            assert!(batch.batch_offset >= header.base_offset);
+        } else {
+            assert_eq!(
+                batch.base_sequence, self.next_sequence,
+                "sequence numbers are dense"
+            );
+            assert_eq!(batch.batch_offset, header.base_offset + position);
+        }
         assert!(
             self.last_time_ms
                 .is_none_or(|t| t <= batch.enqueued_time_ms)
@@ -219,11 +250,13 @@ impl SegmentContents {
                     .expect("a segment holds fewer than 2^32 events"),
                 position: u32::try_from(position).expect("segment positions fit in u32"),
                 time_ms: batch.enqueued_time_ms,
+                offset: batch.batch_offset,
             });
             self.last_indexed_position = Some(position);
         }
         self.end_position = position + u64::from(batch.batch_len);
         self.next_sequence = batch.next_sequence();
+        self.first_sequence.get_or_insert(batch.base_sequence);
         self.first_time_ms.get_or_insert(batch.enqueued_time_ms);
         self.last_time_ms = Some(batch.enqueued_time_ms);
         self.last_offset = Some(last_offset);
@@ -240,11 +273,9 @@ impl SegmentContents {
         })
     }
 
-    /// The position of the last indexed batch starting at or before file position `position`.
-    pub(crate) fn position_for_position(&self, position: u64) -> u64 {
-        let i = self
-            .index
-            .partition_point(|e| u64::from(e.position) <= position);
+    /// The position of the last indexed batch whose offset is at or before `offset`.
+    pub(crate) fn position_for_offset(&self, offset: u64) -> u64 {
+        let i = self.index.partition_point(|e| e.offset <= offset);
         i.checked_sub(1).map_or(SEGMENT_HEADER_BYTES as u64, |i| {
             u64::from(self.index[i].position)
         })
@@ -263,14 +294,31 @@ impl SegmentContents {
 /// A segment file and what it holds.
 #[derive(Debug)]
 pub(crate) struct Segment {
+    /// Unique in the process: tells a segment from the compacted one that replaced it under
+    /// the same name (a reader's position hint is only valid in the file it was taken in).
+    pub id: u64,
     pub path: PathBuf,
     pub file: Box<dyn StorageFile>,
     pub header: SegmentHeader,
     pub contents: RwLock<SegmentContents>,
 }
 
+/// A new [`Segment::id`].
+pub(crate) fn next_segment_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 pub(crate) fn segment_path(dir: &Path, base_offset: u64) -> PathBuf {
     dir.join(format!("{base_offset:020}.log"))
+}
+
+/// The ending of a compacted segment being written, before it replaces the segment.
+pub(crate) const CLEANED_SUFFIX: &str = ".cleaned";
+
+/// Where compaction writes the replacement of the segment at `base_offset`.
+pub(crate) fn cleaned_path(dir: &Path, base_offset: u64) -> PathBuf {
+    dir.join(format!("{base_offset:020}{CLEANED_SUFFIX}"))
 }
 
 pub(crate) fn index_path(dir: &Path, base_offset: u64) -> PathBuf {
@@ -396,6 +444,9 @@ fn continuity_problem(
     batch: &BatchHeader,
     position: u64,
 ) -> Option<String> {
+    if header.is_compacted() {
+        return compacted_continuity_problem(contents, header, batch);
+    }
     if batch.batch_offset != header.base_offset + position {
         return Some(format!(
             "batch offset {} where {} was expected",
@@ -406,6 +457,38 @@ fn continuity_problem(
     if batch.base_sequence != contents.next_sequence {
         return Some(format!(
             "batch starts at sequence number {} where {} was expected",
+            batch.base_sequence, contents.next_sequence
+        ));
+    }
+    if contents
+        .last_time_ms
+        .is_some_and(|t| batch.enqueued_time_ms < t)
+    {
+        return Some("batch enqueued time goes backwards".into());
+    }
+    None
+}
+
+/// In a compacted segment offsets and sequence numbers may skip, but never go back.
+fn compacted_continuity_problem(
+    contents: &SegmentContents,
+    header: &SegmentHeader,
+    batch: &BatchHeader,
+) -> Option<String> {
+    let first_offset = batch.batch_offset + BATCH_HEADER_BYTES as u64;
+    if batch.batch_offset < header.base_offset
+        || contents
+            .last_offset
+            .is_some_and(|last| first_offset <= last)
+    {
+        return Some(format!(
+            "batch offset {} goes back (the event before is at {:?})",
+            batch.batch_offset, contents.last_offset
+        ));
+    }
+    if batch.base_sequence < contents.next_sequence {
+        return Some(format!(
+            "batch starts at sequence number {}, before {}",
             batch.base_sequence, contents.next_sequence
         ));
     }
@@ -491,10 +574,13 @@ pub(crate) fn read_index_file(
     let mut index = Vec::with_capacity(count);
     let mut r = Reader::new(entries);
     for _ in 0..count {
+        let relative_sequence = r.u32("entry sequence").ok()?;
+        let position = r.u32("entry position").ok()?;
         index.push(IndexEntry {
-            relative_sequence: r.u32("entry sequence").ok()?,
-            position: r.u32("entry position").ok()?,
+            relative_sequence,
+            position,
             time_ms: r.i64("entry time").ok()?,
+            offset: header.base_offset + u64::from(position),
         });
     }
     let ordered = index.windows(2).all(|w| {
@@ -514,6 +600,7 @@ pub(crate) fn read_index_file(
         index,
         end_position,
         next_sequence,
+        first_sequence: (next_sequence > header.base_sequence).then_some(header.base_sequence),
         first_time_ms: (first_time != NO_TIME).then_some(first_time),
         last_time_ms: (last_time != NO_TIME).then_some(last_time),
         last_offset: (last_offset != NO_OFFSET).then_some(last_offset),
@@ -548,13 +635,22 @@ mod tests {
         // a version this build does not know is refused.
         let v1 = SegmentHeader { version: 1, ..h };
         assert_eq!(SegmentHeader::decode(&v1.encode(), p).unwrap(), v1);
-        let mut v3 = v1.encode();
-        v3[SEG_VERSION_AT..SEG_HEADER_LEN_AT].copy_from_slice(&3u32.to_le_bytes());
-        let crc = crc32c::crc32c(&v3[..SEG_CRC_AT]);
-        v3[SEG_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
-        let refused = SegmentHeader::decode(&v3, p).unwrap_err().to_string();
+        let v3 = SegmentHeader {
+            version: COMPACTED_SEGMENT_VERSION,
+            ..h
+        };
         assert!(
-            refused.contains("unsupported segment version 3"),
+            SegmentHeader::decode(&v3.encode(), p)
+                .unwrap()
+                .is_compacted()
+        );
+        let mut v4 = v1.encode();
+        v4[SEG_VERSION_AT..SEG_HEADER_LEN_AT].copy_from_slice(&4u32.to_le_bytes());
+        let crc = crc32c::crc32c(&v4[..SEG_CRC_AT]);
+        v4[SEG_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        let refused = SegmentHeader::decode(&v4, p).unwrap_err().to_string();
+        assert!(
+            refused.contains("unsupported segment version 4"),
             "{refused}"
         );
         let mut damaged = b;
