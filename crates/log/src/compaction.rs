@@ -412,11 +412,11 @@ impl Pass<'_> {
         if latest.is_some_and(|latest| latest > seq) {
             return Fate::Superseded;
         }
-        // Before the pass's start, an event still here was the latest of its key in an
-        // earlier pass of this run, which removed the key's older events.
-        let is_latest = latest == Some(seq) || seq < self.start;
-        debug_assert!(latest.is_none_or(|latest| latest == seq));
-        if summary.empty_body && is_latest && time_ms <= self.tombstone_cutoff_ms {
+        // Not superseded, the event is the latest of its key: indexed in this pass, or (before
+        // the pass's start) the latest of its key in an earlier pass of this run, which
+        // removed the key's older events. An expired tombstone can go with them.
+        debug_assert!(latest == Some(seq) || (latest.is_none() && seq < self.start));
+        if summary.empty_body && time_ms <= self.tombstone_cutoff_ms {
             Fate::Expired
         } else {
             Fate::Keep

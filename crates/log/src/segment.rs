@@ -161,15 +161,17 @@ impl SegmentHeader {
 }
 
 /// One sparse index entry: a batch that starts at `position` in the file, with the first
-/// sequence number `base_sequence + relative_sequence`, enqueued at `time_ms`, whose offset is
-/// `offset` (the segment's base offset plus `position`, except in a compacted segment; kept in
-/// memory only, index files derive it).
+/// sequence number `base_sequence + relative_sequence`, enqueued at `time_ms`, whose first
+/// event's offset is `first_offset` (in memory only; index files derive it). Lookups by offset
+/// compare the first event's offset, not the batch's: in a compacted segment a batch's header
+/// may lie before the last event of the batch before it (the header is placed so that the
+/// batch's first event keeps its offset), but first events' offsets always grow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct IndexEntry {
     pub relative_sequence: u32,
     pub position: u32,
     pub time_ms: i64,
-    pub offset: u64,
+    pub first_offset: u64,
 }
 
 /// What a segment holds, as far as it has been written.
@@ -250,7 +252,7 @@ impl SegmentContents {
                     .expect("a segment holds fewer than 2^32 events"),
                 position: u32::try_from(position).expect("segment positions fit in u32"),
                 time_ms: batch.enqueued_time_ms,
-                offset: batch.batch_offset,
+                first_offset: batch.batch_offset + BATCH_HEADER_BYTES as u64,
             });
             self.last_indexed_position = Some(position);
         }
@@ -273,9 +275,10 @@ impl SegmentContents {
         })
     }
 
-    /// The position of the last indexed batch whose offset is at or before `offset`.
+    /// The position of the last indexed batch whose first event's offset is at or before
+    /// `offset` (any event at or after `offset` is at or past this position).
     pub(crate) fn position_for_offset(&self, offset: u64) -> u64 {
-        let i = self.index.partition_point(|e| e.offset <= offset);
+        let i = self.index.partition_point(|e| e.first_offset <= offset);
         i.checked_sub(1).map_or(SEGMENT_HEADER_BYTES as u64, |i| {
             u64::from(self.index[i].position)
         })
@@ -580,7 +583,7 @@ pub(crate) fn read_index_file(
             relative_sequence,
             position,
             time_ms: r.i64("entry time").ok()?,
-            offset: header.base_offset + u64::from(position),
+            first_offset: header.base_offset + u64::from(position) + BATCH_HEADER_BYTES as u64,
         });
     }
     let ordered = index.windows(2).all(|w| {
