@@ -102,7 +102,7 @@ pub struct CompactionState {
     pub last_outcome: Option<CompactionOutcome>,
 }
 
-/// Compaction's progress in a partition (kept under the partition's maintenance lock).
+/// Compaction's progress in a partition.
 #[derive(Debug)]
 pub(crate) struct CompactionBook {
     compacted_through: i64,
@@ -164,8 +164,9 @@ pub(crate) fn compact(
     now_ms: i64,
 ) -> Result<CompactionOutcome, LogError> {
     let started = Instant::now();
-    let mut book = shared.maintenance.lock().expect("maintenance lock");
+    let _maintenance = shared.maintenance.lock().expect("maintenance lock");
     let mut outcome = CompactionOutcome::default();
+    let mut compacted_through = None;
     if cleanup.policy.compacts() {
         shared.check_poisoned()?;
         let snapshot = shared.segments.read().expect("segments lock").clone();
@@ -186,10 +187,14 @@ pub(crate) fn compact(
                 &cleanup,
                 &mut outcome,
             )?;
-            book.compacted_through = book.compacted_through.max(end);
+            compacted_through = Some(end);
         }
     }
     outcome.duration = started.elapsed();
+    let mut book = shared.compaction_book.lock().expect("compaction book lock");
+    if let Some(end) = compacted_through {
+        book.compacted_through = book.compacted_through.max(end);
+    }
     book.last_run_ms = Some(now_ms);
     book.last_outcome = Some(outcome);
     Ok(outcome)

@@ -160,8 +160,10 @@ pub(crate) struct PartitionShared {
     /// The cleanup policy now in force (the configuration's until changed).
     cleanup: RwLock<Cleanup>,
     /// Held by compaction and retention, which both replace or remove sealed segments, so
-    /// they never work on the same segment at once; records compaction's progress.
-    pub(crate) maintenance: Mutex<CompactionBook>,
+    /// they never work on the same segment at once.
+    pub(crate) maintenance: Mutex<()>,
+    /// Compaction's progress (a lock of its own, so metrics never wait for a run).
+    pub(crate) compaction_book: Mutex<CompactionBook>,
     /// Holds the partition directory's lock file open (and so locked) while the log is open.
     _lock: Box<dyn std::fmt::Debug + Send + Sync>,
 }
@@ -332,7 +334,8 @@ impl PartitionLog {
                 listener: RwLock::new(None),
                 storage,
                 cleanup: RwLock::new(config.cleanup),
-                maintenance: Mutex::new(book),
+                maintenance: Mutex::new(()),
+                compaction_book: Mutex::new(book),
                 _lock: lock,
             }),
         })
@@ -373,8 +376,13 @@ impl PartitionLog {
 
     /// How much of the partition compaction has not yet seen, and what its last run did.
     pub fn compaction_state(&self) -> CompactionState {
-        let book = self.shared.maintenance.lock().expect("maintenance lock");
-        book.state(&self.segments_snapshot())
+        let segments = self.segments_snapshot();
+        let book = self
+            .shared
+            .compaction_book
+            .lock()
+            .expect("compaction book lock");
+        book.state(&segments)
     }
 
     /// Sets the function called (on the committing thread) every time the committed state
@@ -835,12 +843,17 @@ impl PartitionLog {
     /// partition empties too.
     ///
     /// A partition whose cleanup policy is [`crate::CleanupPolicy::Compact`] keeps everything
-    /// compaction keeps: retention removes nothing there.
+    /// compaction keeps: retention removes nothing there. While a compaction runs, retention
+    /// does nothing (it never waits for one) and removes what it should the next time.
     pub fn enforce_retention(&self, retention: &Retention) -> Result<RetentionOutcome, LogError> {
         if !self.cleanup().policy.deletes() {
             return Ok(RetentionOutcome::default());
         }
-        let _maintenance = self.shared.maintenance.lock().expect("maintenance lock");
+        let _maintenance = match self.shared.maintenance.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(RetentionOutcome::default()),
+            Err(std::sync::TryLockError::Poisoned(e)) => panic!("maintenance lock: {e}"),
+        };
         let mut writer = self.shared.writer.lock().expect("writer lock");
         let cutoff = retention
             .age_ms_max
