@@ -10,7 +10,7 @@
 //!
 //! # What it guarantees
 //! - **Positions are stable.** Kept events keep their sequence number, offset, enqueued time
-//!   and bytes: a batch whose events are all kept is copied as it is; the kept runs of a batch
+//!   and content: a batch whose events are all kept is copied as it is; the kept runs of a batch
 //!   become batches of their own whose header names the original offset and sequence number
 //!   (a record that names properties of a removed record before it is re-encoded on its own,
 //!   at its offset). Readers see gaps; every position in a gap resolves to the next kept event.

@@ -1,9 +1,12 @@
 //! [`PartitionLog`]: one partition's segments, its writer, its readers and its recovery.
 //!
 //! # Invariants (asserted where they are maintained)
-//! 1. Sequence numbers are dense: batch `n + 1` starts where batch `n` ends.
+//! 1. Sequence numbers are assigned densely: batch `n + 1` starts where batch `n` ends. Only
+//!    compaction leaves gaps, in the segments it rewrote (version 3), where they may skip but
+//!    never go back.
 //! 2. Offsets only grow: a batch's offset is its segment's base offset plus its file position,
-//!    and segment `k + 1` starts at segment `k`'s end offset.
+//!    and segment `k + 1` starts at segment `k`'s end offset. In a compacted segment each
+//!    batch's first event keeps the offset it was given, past the last event before it.
 //! 3. Enqueued times never decrease: a batch is stamped `max(clock, previous stamp)`.
 //! 4. Readers see only committed events: in `fsync` mode, events whose batch has been synced;
 //!    otherwise, events whose batch has been written.

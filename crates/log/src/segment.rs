@@ -9,7 +9,13 @@
 //! that starts at or before it: one entry for the first batch and then one whenever the log has
 //! grown by the index interval. The active segment's index lives in memory and is rebuilt by
 //! scanning at recovery; a sealed segment's index is written to `<base>.index` when it is
-//! sealed, so reopening a partition scans only its active segment.
+//! sealed, so reopening a partition scans only its active segment (and the compacted ones,
+//! which have no index file).
+//!
+//! A compacted segment (version 3, written by `compaction.rs`) holds the events compaction kept
+//! with their original offsets and sequence numbers: between its batches they may skip, and a
+//! batch's offset is no longer its base offset plus its position, so lookups by offset go by
+//! each indexed batch's first event's offset.
 
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
