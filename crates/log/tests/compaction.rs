@@ -319,3 +319,26 @@ fn appends_and_reads_go_on_while_compaction_runs() {
     let events = read_all(&f.open(), 0);
     assert!(events.iter().any(|e| e.3.starts_with("round 39 ")));
 }
+
+#[test]
+fn damage_in_a_sealed_segment_stops_compaction_with_an_error_and_changes_nothing() {
+    let f = Fixture::new(compacting(CleanupPolicy::Compact));
+    let log = f.open();
+    append_rounds(&log, 4, 30);
+    drop(log);
+    let first = f.dir.path().join(format!("{:020}.log", 0));
+    let mut bytes = std::fs::read(&first).unwrap();
+    bytes[1000] ^= 0xff;
+    std::fs::write(&first, &bytes).unwrap();
+    // The index file vouches for the segment's length, so opening does not scan it.
+    let log = f.open();
+    let error = log.compact(f.clock.now_ms()).unwrap_err();
+    assert!(matches!(error, LogError::Corrupted { .. }), "{error:?}");
+    assert_eq!(std::fs::read(&first).unwrap(), bytes);
+    let leftovers: Vec<_> = std::fs::read_dir(f.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.ends_with(".cleaned"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
