@@ -466,6 +466,7 @@ impl Output {
     fn create(shared: &PartitionShared, old: &Segment) -> Result<Output, LogError> {
         let header = SegmentHeader {
             version: COMPACTED_SEGMENT_VERSION,
+            rewrite_id: rewrite_id(),
             ..old.header
         };
         let path = cleaned_path(&shared.dir, header.base_offset);
@@ -757,6 +758,17 @@ fn swap(
         shared.poison(&e.to_string());
         return Err(e);
     }
-    let _ = storage.remove_file(&index_path(&shared.dir, base));
+    // Replaces the old segment's index file; if this fails, the next open scans the segment.
+    let index = index_path(&shared.dir, base);
+    let contents = segment.contents();
+    if let Err(e) = write_index_file(storage, &index, &segment.header, &contents) {
+        tracing::warn!(error = %e, "cannot write a compacted segment's index file");
+    }
     Ok(segment)
+}
+
+/// A random, non-zero id for a compacted segment (see [`SegmentHeader::rewrite_id`]).
+fn rewrite_id() -> u32 {
+    let random = std::collections::hash_map::RandomState::new().hash_one(Instant::now());
+    (random as u32).max(1)
 }

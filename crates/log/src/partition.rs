@@ -634,7 +634,7 @@ impl PartitionLog {
                 .and_then(|()| old.file.sync_all())
                 .map_err(|e| LogError::io("seal", &old.path, e))?;
             let index = index_path(&shared.dir, old.header.base_offset);
-            write_index_file(shared.storage.as_ref(), &index, &contents)
+            write_index_file(shared.storage.as_ref(), &index, &old.header, &contents)
         })();
         if let Err(e) = sealed {
             shared.poison(&e.to_string());
@@ -648,6 +648,7 @@ impl PartitionLog {
             created_ms: shared.clock.now_ms(),
             prev_last_offset: writer.last_offset,
             prev_last_time_ms: writer.last_time_ms,
+            rewrite_id: 0,
         };
         let segment = match create_segment(shared.storage.as_ref(), &shared.dir, header) {
             Ok(segment) => Arc::new(segment),
@@ -1266,6 +1267,7 @@ mod tests {
             created_ms: T0,
             prev_last_offset: None,
             prev_last_time_ms: None,
+            rewrite_id: 0,
         };
         create_segment(&OsStorage, dir.path(), v1).expect("a version 1 segment");
         let config = LogConfig {

@@ -11,9 +11,9 @@
 //! Compaction (`compaction.rs`) writes a segment's replacement to `<base>.cleaned` and renames
 //! it over `<base>.log` once it is synced: a `.cleaned` file found here is a rewrite that never
 //! took effect and is removed, so a crash at any point of a compaction leaves each segment
-//! either as it was or as compaction rewrote it. A compacted segment (version 3) is always
-//! scanned (it has no index file), and its offsets and sequence numbers may skip, but never go
-//! back; it is never the last segment.
+//! either as it was or as compaction rewrote it. A compacted segment (version 3) has an index
+//! file like any sealed segment (trusted only if it names the segment's rewrite id); its
+//! offsets and sequence numbers may skip, but never go back; it is never the last segment.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -52,6 +52,7 @@ pub(crate) fn recover_segments(
             created_ms: clock.now_ms(),
             prev_last_offset: None,
             prev_last_time_ms: None,
+            rewrite_id: 0,
         };
         segments.push(Arc::new(create_segment(storage, dir, header)?));
     }
@@ -178,8 +179,9 @@ fn open_segment(
     })
 }
 
-/// A compacted segment is scanned whole: any damage is an error, as in any sealed segment. An
-/// index file beside it can only be left from the segment it replaced, and is removed.
+/// A compacted segment is loaded as any sealed one: from its index file if that is its own (the
+/// segment's rewrite id, written in both, tells it from one left by the segment it replaced),
+/// else scanned whole, any damage an error, and the index file written again.
 fn load_compacted(
     storage: &dyn Storage,
     dir: &Path,
@@ -189,7 +191,10 @@ fn load_compacted(
     len: u64,
     config: &LogConfig,
 ) -> Result<SegmentContents, LogError> {
-    let _ = storage.remove_file(&index_path(dir, header.base_offset));
+    let index = index_path(dir, header.base_offset);
+    if let Some(contents) = read_index_file(storage, &index, header, len) {
+        return Ok(contents);
+    }
     let scan = scan_segment(file, path, header, len, config.index_interval_bytes)?;
     if let Some((position, why)) = scan.stopped {
         return Err(LogError::corrupted(path, position, why));
@@ -201,6 +206,7 @@ fn load_compacted(
             "unwritten space inside a compacted segment",
         ));
     }
+    write_index_file(storage, &index, header, &scan.contents)?;
     Ok(scan.contents)
 }
 
@@ -272,7 +278,7 @@ fn load_sealed(
             "unwritten space inside a sealed segment",
         ));
     }
-    write_index_file(storage, &index, &scan.contents)?;
+    write_index_file(storage, &index, header, &scan.contents)?;
     Ok(scan.contents)
 }
 

@@ -9,13 +9,12 @@
 //! that starts at or before it: one entry for the first batch and then one whenever the log has
 //! grown by the index interval. The active segment's index lives in memory and is rebuilt by
 //! scanning at recovery; a sealed segment's index is written to `<base>.index` when it is
-//! sealed, so reopening a partition scans only its active segment (and the compacted ones,
-//! which have no index file).
+//! sealed, so reopening a partition scans only its active segment.
 //!
 //! A compacted segment (version 3, written by `compaction.rs`) holds the events compaction kept
 //! with their original offsets and sequence numbers: between its batches they may skip, and a
 //! batch's offset is no longer its base offset plus its position, so lookups by offset go by
-//! each indexed batch's first event's offset.
+//! each indexed batch's first event's offset, which its index file (version 2) stores.
 
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
@@ -48,14 +47,17 @@ const SEG_BASE_SEQUENCE_AT: usize = SEG_BASE_OFFSET_AT + 8;
 const SEG_CREATED_AT: usize = SEG_BASE_SEQUENCE_AT + 8;
 const SEG_PREV_LAST_OFFSET_AT: usize = SEG_CREATED_AT + 8;
 const SEG_PREV_LAST_TIME_AT: usize = SEG_PREV_LAST_OFFSET_AT + 8;
-const SEG_RESERVED_AT: usize = SEG_PREV_LAST_TIME_AT + 8;
-const SEG_CRC_AT: usize = SEG_RESERVED_AT + 4;
+const SEG_REWRITE_ID_AT: usize = SEG_PREV_LAST_TIME_AT + 8;
+const SEG_CRC_AT: usize = SEG_REWRITE_ID_AT + 4;
 /// Bytes in a segment header; the first batch starts here.
 pub(crate) const SEGMENT_HEADER_BYTES: usize = SEG_CRC_AT + 4;
 const _: () = assert!(SEGMENT_HEADER_BYTES == 64);
 
 const INDEX_MAGIC: [u8; 8] = *b"TRIBIDX\0";
 const INDEX_VERSION: u32 = 1;
+/// The index of a compacted segment: entries also hold their batch's first event's offset
+/// (not derivable from the position there), and the header the segment's rewrite id.
+const COMPACTED_INDEX_VERSION: u32 = 2;
 const IDX_ENTRY_COUNT_AT: usize = 8 + 4;
 const IDX_END_POSITION_AT: usize = IDX_ENTRY_COUNT_AT + 4;
 const IDX_NEXT_SEQUENCE_AT: usize = IDX_END_POSITION_AT + 8;
@@ -65,6 +67,11 @@ const IDX_LAST_OFFSET_AT: usize = IDX_LAST_TIME_AT + 8;
 const IDX_CRC_AT: usize = IDX_LAST_OFFSET_AT + 8;
 const INDEX_HEADER_BYTES: usize = IDX_CRC_AT + 4 + 4;
 const INDEX_ENTRY_BYTES: usize = 16;
+const COMPACTED_INDEX_ENTRY_BYTES: usize = 24;
+/// In a compacted segment's index, the 4 bytes after the CRC hold the segment's rewrite id
+/// (and the CRC covers them).
+const IDX_REWRITE_ID_AT: usize = IDX_CRC_AT + 4;
+const _: () = assert!(IDX_REWRITE_ID_AT + 4 == INDEX_HEADER_BYTES);
 
 /// "No value" in a fixed-width field.
 const NO_OFFSET: u64 = u64::MAX;
@@ -86,6 +93,9 @@ pub(crate) struct SegmentHeader {
     pub prev_last_offset: Option<u64>,
     /// The enqueued time of the last event before this segment, if there was one.
     pub prev_last_time_ms: Option<i64>,
+    /// A compacted segment's random id (0 in other segments), repeated in its index file: an
+    /// index file left from an earlier rewrite of the same segment never matches it.
+    pub rewrite_id: u32,
 }
 
 impl SegmentHeader {
@@ -112,8 +122,9 @@ impl SegmentHeader {
         b[SEG_CREATED_AT..SEG_PREV_LAST_OFFSET_AT].copy_from_slice(&self.created_ms.to_le_bytes());
         b[SEG_PREV_LAST_OFFSET_AT..SEG_PREV_LAST_TIME_AT]
             .copy_from_slice(&self.prev_last_offset.unwrap_or(NO_OFFSET).to_le_bytes());
-        b[SEG_PREV_LAST_TIME_AT..SEG_RESERVED_AT]
+        b[SEG_PREV_LAST_TIME_AT..SEG_REWRITE_ID_AT]
             .copy_from_slice(&self.prev_last_time_ms.unwrap_or(NO_TIME).to_le_bytes());
+        b[SEG_REWRITE_ID_AT..SEG_CRC_AT].copy_from_slice(&self.rewrite_id.to_le_bytes());
         let crc = crc32c::crc32c(&b[..SEG_CRC_AT]);
         b[SEG_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -155,7 +166,11 @@ impl SegmentHeader {
         let created_ms = field(&mut r, "created time")? as i64;
         let prev_last_offset = field(&mut r, "previous last offset")?;
         let prev_last_time = field(&mut r, "previous last time")? as i64;
+        let rewrite_id = r
+            .u32("rewrite id")
+            .map_err(|e| corrupt(SEG_REWRITE_ID_AT, e.to_string()))?;
         Ok(SegmentHeader {
+            rewrite_id,
             version,
             base_offset,
             base_sequence,
@@ -514,11 +529,18 @@ fn compacted_continuity_problem(
 pub(crate) fn write_index_file(
     storage: &dyn Storage,
     path: &Path,
+    header: &SegmentHeader,
     contents: &SegmentContents,
 ) -> Result<(), LogError> {
+    let compacted = header.is_compacted();
+    let version = if compacted {
+        COMPACTED_INDEX_VERSION
+    } else {
+        INDEX_VERSION
+    };
     let mut b = vec![0u8; INDEX_HEADER_BYTES];
     b[..8].copy_from_slice(&INDEX_MAGIC);
-    b[8..IDX_ENTRY_COUNT_AT].copy_from_slice(&INDEX_VERSION.to_le_bytes());
+    b[8..IDX_ENTRY_COUNT_AT].copy_from_slice(&version.to_le_bytes());
     let count = u32::try_from(contents.index.len()).expect("index entries fit in u32");
     b[IDX_ENTRY_COUNT_AT..IDX_END_POSITION_AT].copy_from_slice(&count.to_le_bytes());
     b[IDX_END_POSITION_AT..IDX_NEXT_SEQUENCE_AT]
@@ -535,9 +557,20 @@ pub(crate) fn write_index_file(
         b.extend_from_slice(&e.relative_sequence.to_le_bytes());
         b.extend_from_slice(&e.position.to_le_bytes());
         b.extend_from_slice(&e.time_ms.to_le_bytes());
+        if compacted {
+            b.extend_from_slice(&e.first_offset.to_le_bytes());
+        }
     }
+    if compacted {
+        b[IDX_REWRITE_ID_AT..INDEX_HEADER_BYTES].copy_from_slice(&header.rewrite_id.to_le_bytes());
+    }
+    let covered_from = if compacted {
+        IDX_REWRITE_ID_AT
+    } else {
+        INDEX_HEADER_BYTES
+    };
     let mut crc = crc32c::crc32c(&b[..IDX_CRC_AT]);
-    crc = crc32c::crc32c_append(crc, &b[INDEX_HEADER_BYTES..]);
+    crc = crc32c::crc32c_append(crc, &b[covered_from..]);
     b[IDX_CRC_AT..IDX_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     let tmp = path.with_extension("index.tmp");
     storage
@@ -561,7 +594,17 @@ pub(crate) fn read_index_file(
     if b.len() < INDEX_HEADER_BYTES || b[..8] != INDEX_MAGIC {
         return None;
     }
-    let mut r = Reader::new(&b[8..IDX_CRC_AT + 4]);
+    let compacted = header.is_compacted();
+    let (want_version, entry_bytes, covered_from) = if compacted {
+        (
+            COMPACTED_INDEX_VERSION,
+            COMPACTED_INDEX_ENTRY_BYTES,
+            IDX_REWRITE_ID_AT,
+        )
+    } else {
+        (INDEX_VERSION, INDEX_ENTRY_BYTES, INDEX_HEADER_BYTES)
+    };
+    let mut r = Reader::new(&b[8..INDEX_HEADER_BYTES]);
     let version = r.u32("index version").ok()?;
     let count = r.u32("index entries").ok()? as usize;
     let end_position = r.u64("end position").ok()?;
@@ -570,50 +613,78 @@ pub(crate) fn read_index_file(
     let last_time = r.i64("last time").ok()?;
     let last_offset = r.u64("last offset").ok()?;
     let stored_crc = r.u32("index crc").ok()?;
+    let rewrite_id = r.u32("rewrite id").ok()?;
     let entries = &b[INDEX_HEADER_BYTES..];
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&b[..IDX_CRC_AT]), entries);
-    if version != INDEX_VERSION
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&b[..IDX_CRC_AT]), &b[covered_from..]);
+    if version != want_version
         || crc != stored_crc
-        || entries.len() != count * INDEX_ENTRY_BYTES
+        || (compacted && rewrite_id != header.rewrite_id)
+        || entries.len() != count.checked_mul(entry_bytes)?
         || end_position != segment_len
         || next_sequence < header.base_sequence
     {
         return None;
     }
+    let index = read_index_entries(entries, count, header, compacted)?;
+    if index
+        .last()
+        .is_some_and(|e| u64::from(e.position) >= end_position)
+        || (count == 0) != (end_position == SEGMENT_HEADER_BYTES as u64)
+    {
+        return None;
+    }
+    let first_sequence = if compacted {
+        index
+            .first()
+            .map(|e| header.base_sequence + i64::from(e.relative_sequence))
+    } else {
+        (next_sequence > header.base_sequence).then_some(header.base_sequence)
+    };
+    Some(SegmentContents {
+        last_indexed_position: index.last().map(|e| u64::from(e.position)),
+        index,
+        end_position,
+        next_sequence,
+        first_sequence,
+        first_time_ms: (first_time != NO_TIME).then_some(first_time),
+        last_time_ms: (last_time != NO_TIME).then_some(last_time),
+        last_offset: (last_offset != NO_OFFSET).then_some(last_offset),
+    })
+}
+
+/// The entries of an index file, if they are in order by position, sequence number, time and
+/// (in a compacted segment's index) first event offset.
+fn read_index_entries(
+    entries: &[u8],
+    count: usize,
+    header: &SegmentHeader,
+    compacted: bool,
+) -> Option<Vec<IndexEntry>> {
     let mut index = Vec::with_capacity(count);
     let mut r = Reader::new(entries);
     for _ in 0..count {
         let relative_sequence = r.u32("entry sequence").ok()?;
         let position = r.u32("entry position").ok()?;
+        let time_ms = r.i64("entry time").ok()?;
+        let first_offset = if compacted {
+            r.u64("entry offset").ok()?
+        } else {
+            header.base_offset + u64::from(position) + BATCH_HEADER_BYTES as u64
+        };
         index.push(IndexEntry {
             relative_sequence,
             position,
-            time_ms: r.i64("entry time").ok()?,
-            first_offset: header.base_offset + u64::from(position) + BATCH_HEADER_BYTES as u64,
+            time_ms,
+            first_offset,
         });
     }
     let ordered = index.windows(2).all(|w| {
         w[0].position < w[1].position
             && w[0].relative_sequence < w[1].relative_sequence
             && w[0].time_ms <= w[1].time_ms
+            && w[0].first_offset < w[1].first_offset
     });
-    if !ordered
-        || index
-            .last()
-            .is_some_and(|e| u64::from(e.position) >= end_position)
-    {
-        return None;
-    }
-    Some(SegmentContents {
-        last_indexed_position: index.last().map(|e| u64::from(e.position)),
-        index,
-        end_position,
-        next_sequence,
-        first_sequence: (next_sequence > header.base_sequence).then_some(header.base_sequence),
-        first_time_ms: (first_time != NO_TIME).then_some(first_time),
-        last_time_ms: (last_time != NO_TIME).then_some(last_time),
-        last_offset: (last_offset != NO_OFFSET).then_some(last_offset),
-    })
+    ordered.then_some(index)
 }
 
 /// Makes a directory entry change (a created, renamed or removed file) durable.
@@ -636,6 +707,7 @@ mod tests {
             created_ms: 1_700_000_000_000,
             prev_last_offset: Some(12000),
             prev_last_time_ms: None,
+            rewrite_id: 0,
         };
         let b = h.encode();
         let p = Path::new("x.log");
@@ -646,6 +718,7 @@ mod tests {
         assert_eq!(SegmentHeader::decode(&v1.encode(), p).unwrap(), v1);
         let v3 = SegmentHeader {
             version: COMPACTED_SEGMENT_VERSION,
+            rewrite_id: 0x5eed,
             ..h
         };
         assert!(
@@ -666,6 +739,62 @@ mod tests {
         damaged[20] ^= 1;
         assert!(SegmentHeader::decode(&damaged, p).is_err());
         assert!(SegmentHeader::decode(&b[..10], p).is_err());
+    }
+
+    /// A compacted segment's index keeps each entry's first event offset, and is trusted only
+    /// by the segment whose rewrite id it names.
+    #[test]
+    fn a_compacted_segment_s_index_round_trips_and_names_its_segment() {
+        let storage = crate::storage::OsStorage;
+        let dir = tempfile::tempdir().unwrap();
+        let header = SegmentHeader {
+            version: COMPACTED_SEGMENT_VERSION,
+            base_offset: 4096,
+            base_sequence: 10,
+            created_ms: 1_700_000_000_000,
+            prev_last_offset: Some(4000),
+            prev_last_time_ms: Some(1_700_000_000_000),
+            rewrite_id: 77,
+        };
+        let mut contents = SegmentContents::empty(&header);
+        contents.index = vec![
+            IndexEntry {
+                relative_sequence: 3,
+                position: 64,
+                time_ms: 5,
+                first_offset: 4300,
+            },
+            IndexEntry {
+                relative_sequence: 9,
+                position: 700,
+                time_ms: 6,
+                first_offset: 4310,
+            },
+        ];
+        contents.end_position = 900;
+        contents.next_sequence = 25;
+        contents.first_sequence = Some(13);
+        contents.first_time_ms = Some(5);
+        contents.last_time_ms = Some(6);
+        contents.last_offset = Some(4400);
+        contents.last_indexed_position = Some(700);
+        let path = &index_path(dir.path(), header.base_offset);
+        write_index_file(&storage, path, &header, &contents).unwrap();
+        assert_eq!(
+            read_index_file(&storage, path, &header, 900),
+            Some(contents.clone())
+        );
+        let other = SegmentHeader {
+            rewrite_id: 78,
+            ..header
+        };
+        assert_eq!(read_index_file(&storage, path, &other, 900), None);
+        let uncompacted = SegmentHeader {
+            version: SEGMENT_VERSION,
+            rewrite_id: 0,
+            ..header
+        };
+        assert_eq!(read_index_file(&storage, path, &uncompacted, 900), None);
     }
 
     #[test]
