@@ -14,12 +14,13 @@
 //!   become batches of their own whose header names the original offset and sequence number
 //!   (a record that names properties of a removed record before it is re-encoded on its own,
 //!   at its offset). Readers see gaps; every position in a gap resolves to the next kept event.
-//! - **Crash safety.** A segment's replacement is written to `<base>.cleaned`, synced, and
-//!   renamed over `<base>.log`; the directory sync after the rename is the commit point.
-//!   Recovery removes any `.cleaned` file, so a crash leaves each segment either as it was or
-//!   as rewritten, never a mix. Segments are replaced oldest first, so a crash between two
-//!   replacements never removes a tombstone whose key still has older events: the older events
-//!   go first (a crash can leave them removed and the tombstone kept, never the reverse).
+//! - **Crash safety.** Neighbouring segments that fit in one are rewritten into one (so the
+//!   small segments a run leaves are merged by the next), written to `<base>.cleaned` and
+//!   synced, then put in place by `swap.rs` behind a commit marker: a crash leaves either all
+//!   the old segments of a group or the new one, never a mix. Groups are replaced oldest first,
+//!   so a crash between two replacements never removes a tombstone whose key still has older
+//!   events: the older events go first (a crash can leave them removed and the tombstone kept,
+//!   never the reverse).
 //! - **Appends never wait.** The rewrite reads immutable sealed segments without any lock;
 //!   replacing one takes the segment list's lock for the time of a pointer swap. Readers that
 //!   hold the old segment read it to its end from their open file.
@@ -40,9 +41,9 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
-use std::ops::ControlFlow;
+use std::ops::{ControlFlow, Range};
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -58,6 +59,7 @@ use crate::record::{
 };
 use crate::segment::*;
 use crate::storage::{OpenMode, StorageFile};
+use crate::swap::Replacement;
 
 /// What one compaction run did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -228,15 +230,7 @@ fn compact_range(
             end: pass_end,
             tombstone_cutoff_ms,
         };
-        for slot in range.iter_mut() {
-            if slot.header.base_sequence >= pass_end {
-                break;
-            }
-            if let Some(output) = rewrite(shared, slot, &pass, outcome)? {
-                *slot = swap(shared, slot, output)?;
-                outcome.segments_rewritten += 1;
-            }
-        }
+        range = rewrite_pass(shared, range, &pass, outcome)?;
         if pass_end >= end {
             break;
         }
@@ -244,6 +238,65 @@ fn compact_range(
     }
     outcome.bytes_after = range.iter().map(|s| s.contents().end_position).sum();
     Ok(())
+}
+
+/// Rewrites the segments of `range` the pass reaches, oldest first, merging neighbours whose
+/// sizes add up to at most a segment; returns the range as it is after.
+fn rewrite_pass(
+    shared: &PartitionShared,
+    range: Vec<Arc<Segment>>,
+    pass: &Pass<'_>,
+    outcome: &mut CompactionOutcome,
+) -> Result<Vec<Arc<Segment>>, LogError> {
+    let groups = groups(&range, pass.end, shared.config.segment_bytes_max);
+    let rest = groups.last().map_or(0, |g| g.end);
+    let mut after = Vec::with_capacity(range.len());
+    for group in groups {
+        let inputs = &range[group];
+        match rewrite(shared, inputs, pass, outcome)? {
+            Some(output) => {
+                let replacement = Replacement {
+                    cleaned: output.path,
+                    file: output.file,
+                    header: output.header,
+                    contents: output.contents,
+                };
+                after.push(crate::swap::replace(shared, inputs, replacement)?);
+                outcome.segments_rewritten += u32::try_from(inputs.len()).unwrap_or(u32::MAX);
+            }
+            None => after.extend(inputs.iter().cloned()),
+        }
+    }
+    after.extend(range[rest..].iter().cloned());
+    Ok(after)
+}
+
+/// The segments of `range` that hold events below `pass_end`, in groups of neighbours to be
+/// rewritten into one segment each: as many as their sizes now add up to at most a segment,
+/// and whose sequence numbers span less than 2^32 (the index holds them relative, in 32 bits).
+fn groups(range: &[Arc<Segment>], pass_end: i64, segment_bytes_max: u64) -> Vec<Range<usize>> {
+    let reached = range
+        .iter()
+        .take_while(|s| s.header.base_sequence < pass_end)
+        .count();
+    let mut groups = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0;
+    for i in 0..reached {
+        let contents = range[i].contents();
+        let size = contents.end_position - SEGMENT_HEADER_BYTES as u64;
+        let span = contents.next_sequence - range[start].header.base_sequence;
+        if i > start && (bytes + size > segment_bytes_max || span >= i64::from(u32::MAX)) {
+            groups.push(start..i);
+            start = i;
+            bytes = 0;
+        }
+        bytes += size;
+    }
+    if start < reached {
+        groups.push(start..reached);
+    }
+    groups
 }
 
 /// A [`Hasher`] for keys that are already uniform digests: it passes their low bits through
@@ -494,6 +547,14 @@ impl Output {
         let offsets = record_offsets(batch, &header).expect("compaction writes whole records");
         let last_offset = *offsets.last().expect("a batch has a record");
         let position = self.flushed + self.buf.len() as u64;
+        if position + batch.len() as u64 > u64::from(u32::MAX) {
+            // Events re-encoded without references can outgrow what they replace; a segment's
+            // positions must stay in 32 bits.
+            return Err(LogError::InvalidConfig(format!(
+                "{}: the compacted segment would pass 4 GiB; use smaller segments",
+                self.path.display()
+            )));
+        }
         self.contents.push_batch(
             &self.header,
             &header,
@@ -558,15 +619,44 @@ impl Output {
     }
 }
 
-/// Rewrites `old` without the events `pass` removes; `None` if it removes none of them.
+/// Rewrites `inputs` into one segment without the events `pass` removes; `None` if there is
+/// one input and it loses none of them.
 fn rewrite(
     shared: &PartitionShared,
-    old: &Segment,
+    inputs: &[Arc<Segment>],
     pass: &Pass<'_>,
     outcome: &mut CompactionOutcome,
 ) -> Result<Option<Output>, LogError> {
     let mut output: Option<Output> = None;
-    let written = for_each_batch(
+    let written = (|| {
+        if inputs.len() > 1 {
+            output = Some(Output::create(shared, &inputs[0])?);
+        }
+        for old in inputs {
+            rewrite_one(shared, old, pass, outcome, &mut output)?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = written {
+        if output.is_some() {
+            let cleaned = cleaned_path(&shared.dir, inputs[0].header.base_offset);
+            let _ = shared.storage.remove_file(&cleaned);
+        }
+        return Err(e);
+    }
+    output.map(Output::finish).transpose()
+}
+
+/// Adds what `old` keeps to `output`, starting it (with the batches before) at the first
+/// batch that loses an event if there is none yet.
+fn rewrite_one(
+    shared: &PartitionShared,
+    old: &Segment,
+    pass: &Pass<'_>,
+    outcome: &mut CompactionOutcome,
+    output: &mut Option<Output>,
+) -> Result<(), LogError> {
+    for_each_batch(
         old,
         SEGMENT_HEADER_BYTES as u64,
         |position, header, bytes| {
@@ -596,16 +686,7 @@ fn rewrite(
             }
             Ok(ControlFlow::Continue(()))
         },
-    );
-    if let Err(e) = written {
-        if output.is_some() {
-            let _ = shared
-                .storage
-                .remove_file(&cleaned_path(&shared.dir, old.header.base_offset));
-        }
-        return Err(e);
-    }
-    output.map(Output::finish).transpose()
+    )
 }
 
 /// Starts the rewrite of `old` at the first batch that loses an event (at `position`): the
@@ -717,54 +798,6 @@ fn decode_all(
     decode_batch(&batch, header, 0, usize::MAX, &mut events)
         .map_err(|e| LogError::corrupted(&old.path, position, e))?;
     Ok(events)
-}
-
-/// Puts the rewritten segment in place of `old`: renames its file over `old`'s (atomically;
-/// the directory sync that follows is the commit point), then swaps it into the segment list.
-fn swap(
-    shared: &PartitionShared,
-    old: &Arc<Segment>,
-    output: Output,
-) -> Result<Arc<Segment>, LogError> {
-    let base = old.header.base_offset;
-    let path = segment_path(&shared.dir, base);
-    let storage = shared.storage.as_ref();
-    if let Err(e) = storage.rename(&output.path, &path) {
-        let _ = storage.remove_file(&output.path);
-        return Err(LogError::io("rename", &output.path, e));
-    }
-    let segment = Arc::new(Segment {
-        id: next_segment_id(),
-        path,
-        file: output.file,
-        header: output.header,
-        contents: RwLock::new(output.contents),
-    });
-    {
-        let mut segments = shared.segments.write().expect("segments lock");
-        let i = segments
-            .iter()
-            .position(|s| Arc::ptr_eq(s, old))
-            .expect("only compaction replaces a sealed segment");
-        assert!(
-            i + 1 < segments.len(),
-            "the active segment is never compacted"
-        );
-        segments[i] = segment.clone();
-    }
-    if let Err(e) = sync_dir(storage, &shared.dir) {
-        // The rename may or may not survive a crash: what is on disk is unknown until the
-        // partition is reopened (which finds one segment or the other).
-        shared.poison(&e.to_string());
-        return Err(e);
-    }
-    // Replaces the old segment's index file; if this fails, the next open scans the segment.
-    let index = index_path(&shared.dir, base);
-    let contents = segment.contents();
-    if let Err(e) = write_index_file(storage, &index, &segment.header, &contents) {
-        tracing::warn!(error = %e, "cannot write a compacted segment's index file");
-    }
-    Ok(segment)
 }
 
 /// A random, non-zero id for a compacted segment (see [`SegmentHeader::rewrite_id`]).

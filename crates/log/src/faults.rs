@@ -5,7 +5,10 @@
 //! crash (the disk), plus the writes made since the last sync, in order. A sync moves the writes
 //! pending when it started onto the disk image; [`FaultyStorage::crash`] keeps the disk image
 //! and a random prefix of the pending writes, the last of them possibly torn at any byte, and
-//! forgets every directory entry not made durable by a directory sync.
+//! forgets every directory entry not made durable by a directory sync — or, with
+//! [`FaultyStorage::keep_directory_prefixes`], keeps a random prefix, in order, of the
+//! directory changes (files created, removed, renamed) since their directory's last sync, as a
+//! file system that journals its metadata in order may.
 //!
 //! Faults, each drawn with its probability from a ChaCha8 generator seeded by the caller (so a
 //! run is replayed exactly by its seed, as long as the caller's operations come in the same
@@ -83,6 +86,38 @@ pub struct FaultCounts {
     pub crashes: u64,
     /// Crashes that tore a pending write (kept part of it).
     pub torn_writes: u64,
+}
+
+/// A change to a directory's entries, not yet made durable.
+#[derive(Debug, Clone)]
+enum DirOp {
+    Create(PathBuf, u64),
+    Remove(PathBuf),
+    Rename { from: PathBuf, to: PathBuf, id: u64 },
+}
+
+impl DirOp {
+    fn dir(&self) -> Option<&Path> {
+        match self {
+            DirOp::Create(path, _) | DirOp::Remove(path) => path.parent(),
+            DirOp::Rename { to, .. } => to.parent(),
+        }
+    }
+
+    fn apply(&self, names: &mut BTreeMap<PathBuf, u64>) {
+        match self {
+            DirOp::Create(path, id) => {
+                names.insert(path.clone(), *id);
+            }
+            DirOp::Remove(path) => {
+                names.remove(path);
+            }
+            DirOp::Rename { from, to, id } => {
+                names.remove(from);
+                names.insert(to.clone(), *id);
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -170,6 +205,10 @@ struct World {
     files: HashMap<u64, FileState>,
     names: BTreeMap<PathBuf, u64>,
     durable_names: BTreeMap<PathBuf, u64>,
+    /// Directory changes since their directory's last sync, oldest first.
+    dir_ops: Vec<DirOp>,
+    /// Whether a crash keeps a prefix of `dir_ops` (otherwise none of them).
+    keep_dir_prefixes: bool,
     locks: BTreeSet<PathBuf>,
     next_id: u64,
     /// Bumped by each crash; handles from before it fail.
@@ -223,6 +262,13 @@ impl World {
         self.generation += 1;
         self.counts.crashes += 1;
         self.locks.clear();
+        let dir_ops = std::mem::take(&mut self.dir_ops);
+        if self.keep_dir_prefixes {
+            let kept_dir_ops = to_usize(self.below(dir_ops.len() as u64 + 1));
+            for op in &dir_ops[..kept_dir_ops] {
+                op.apply(&mut self.durable_names);
+            }
+        }
         self.names = self.durable_names.clone();
         let live: BTreeSet<u64> = self.names.values().copied().collect();
         self.files.retain(|id, _| live.contains(id));
@@ -328,6 +374,8 @@ impl FaultyStorage {
                     files: HashMap::new(),
                     names: BTreeMap::new(),
                     durable_names: BTreeMap::new(),
+                    dir_ops: Vec::new(),
+                    keep_dir_prefixes: false,
                     locks: BTreeSet::new(),
                     next_id: 0,
                     generation: 0,
@@ -390,6 +438,12 @@ impl FaultyStorage {
     /// locks are released and handles opened before it stop working.
     pub fn crash(&self) {
         self.shared.lock().crash();
+    }
+
+    /// From now on, a crash keeps a random prefix of the directory changes not yet synced
+    /// (see the module doc) instead of none of them.
+    pub fn keep_directory_prefixes(&self) {
+        self.shared.lock().keep_dir_prefixes = true;
     }
 
     /// Schedules a crash instead of the `n`-th operation from now that changes the disk
@@ -479,6 +533,7 @@ impl Storage for FaultyStorage {
                 world.next_id += 1;
                 world.files.insert(id, FileState::default());
                 world.names.insert(path.to_owned(), id);
+                world.dir_ops.push(DirOp::Create(path.to_owned(), id));
                 id
             }
         };
@@ -505,6 +560,7 @@ impl Storage for FaultyStorage {
         let mut world = self.shared.lock();
         world.step()?;
         world.names.remove(path).ok_or_else(|| not_found(path))?;
+        world.dir_ops.push(DirOp::Remove(path.to_owned()));
         Ok(())
     }
 
@@ -517,6 +573,11 @@ impl Storage for FaultyStorage {
         world.no_space()?;
         let id = world.names.remove(from).expect("checked");
         world.names.insert(to.to_owned(), id);
+        world.dir_ops.push(DirOp::Rename {
+            from: from.to_owned(),
+            to: to.to_owned(),
+            id,
+        });
         Ok(())
     }
 
@@ -534,6 +595,7 @@ impl Storage for FaultyStorage {
             .map(|(p, id)| (p.clone(), *id))
             .collect();
         world.durable_names.extend(entries);
+        world.dir_ops.retain(|op| op.dir() != Some(dir));
         Ok(())
     }
 

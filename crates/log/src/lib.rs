@@ -34,8 +34,9 @@
 //!   two kept events, `Earliest`) resolves to the next kept event;
 //! - [`PartitionProperties`] keep reporting the true last sequence number and offset;
 //! - appends never wait for it, and readers go on reading what they started;
-//! - a crash at any point leaves each segment either as it was or as compacted, never loses
-//!   the latest event of a key, and never brings back a key whose tombstone was still kept;
+//! - a crash at any point leaves each segment either as it was or as compacted (neighbouring
+//!   small segments are merged into one, all or nothing), never loses the latest event of a
+//!   key, and never brings back a key whose tombstone was still kept;
 //! - its key index takes at most 64 bytes per key, and a configured budget in all: beyond it,
 //!   compaction works in passes.
 //!
@@ -71,6 +72,7 @@ mod record;
 mod recovery;
 mod segment;
 pub mod storage;
+mod swap;
 mod sync_times;
 
 pub use commit::GroupCommitter;

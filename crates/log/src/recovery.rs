@@ -8,10 +8,11 @@
 //! recovered log is exactly the longest valid prefix. A last segment whose header never made it
 //! to disk (a crash while rolling) holds no events and is removed.
 //!
-//! Compaction (`compaction.rs`) writes a segment's replacement to `<base>.cleaned` and renames
-//! it over `<base>.log` once it is synced: a `.cleaned` file found here is a rewrite that never
-//! took effect and is removed, so a crash at any point of a compaction leaves each segment
-//! either as it was or as compaction rewrote it. A compacted segment (version 3) has an index
+//! Compaction (`compaction.rs`) writes the replacement of one or more segments to
+//! `<base>.cleaned` and puts it in place behind a commit marker (`swap.rs`): markers are
+//! followed to the end (or, torn, removed) before the segments are listed, and a `.cleaned` file
+//! left after that is a rewrite that never took effect and is removed, so a crash at any point
+//! of a compaction leaves each group of segments either as it was or as compaction rewrote it. A compacted segment (version 3) has an index
 //! file like any sealed segment (trusted only if it names the segment's rewrite id); its
 //! offsets and sequence numbers may skip, but never go back; it is never the last segment.
 
@@ -33,6 +34,7 @@ pub(crate) fn recover_segments(
     config: &LogConfig,
     clock: &dyn Clock,
 ) -> Result<Vec<Arc<Segment>>, LogError> {
+    crate::swap::finish_interrupted(storage, dir)?;
     let mut bases = list_segments(storage, dir)?;
     discard_interrupted_creation(storage, dir, &mut bases)?;
     let mut segments: Vec<Arc<Segment>> = Vec::with_capacity(bases.len());

@@ -342,3 +342,36 @@ fn damage_in_a_sealed_segment_stops_compaction_with_an_error_and_changes_nothing
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+#[test]
+fn small_compacted_segments_are_merged_and_keep_their_positions() {
+    let f = Fixture::new(compacting(CleanupPolicy::Compact));
+    let log = f.open();
+    append_rounds(&log, 4, 60);
+    let logs = |f: &Fixture| {
+        std::fs::read_dir(f.dir.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "log")
+            })
+            .count()
+    };
+    let before = read_all(&log, 0);
+    let segments = logs(&f);
+    let first = log.compact(f.clock.now_ms()).unwrap();
+    assert_eq!(logs(&f), segments, "full segments are rewritten one by one");
+    let compacted = read_all(&log, 0);
+    let second = log.compact(f.clock.now_ms()).unwrap();
+    assert!(second.segments_rewritten > 1, "{first:?} {second:?}");
+    assert_eq!(logs(&f), 2, "one compacted segment and the active one");
+    assert_eq!(read_all(&log, 0), compacted);
+    assert_positions_resolve(&log, &before, &compacted);
+    drop(log);
+    let reopened = f.open();
+    assert_eq!(read_all(&reopened, 0), compacted);
+    assert_positions_resolve(&reopened, &before, &compacted);
+}
