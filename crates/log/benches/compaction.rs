@@ -2,7 +2,8 @@
 //! running beside it.
 //!
 //! `cargo bench -p tributary-log --bench compaction` (set `TRIBUTARY_BENCH_MB` for another
-//! partition size; 256 by default). Three figures:
+//! partition size, 512 by default, and `TRIBUTARY_BENCH_SEGMENT_MB` for another segment size,
+//! 64 by default; each replaced segment costs a few syncs). Three figures:
 //! - **mostly superseded**: 16 rounds over one sixteenth as many keys; compaction keeps the last
 //!   round. Reported as bytes of the range compacted per second (it reads the range twice:
 //!   once to index the keys, once to rewrite) and bytes written per second.
@@ -26,12 +27,22 @@ use tributary_log::{
 const EVENT_BYTES: usize = 1024;
 const BATCH_EVENTS: usize = 64;
 const MB: f64 = 1_000_000.0;
-const SEGMENT_BYTES: u64 = 8 * 1024 * 1024;
+
+/// The segment size: `TRIBUTARY_BENCH_SEGMENT_MB` MiB, 64 by default (half the log's default,
+/// so a 512 MB partition has a few segments to compact).
+fn segment_bytes() -> u64 {
+    std::env::var("TRIBUTARY_BENCH_SEGMENT_MB")
+        .ok()
+        .and_then(|mb| mb.parse::<u64>().ok())
+        .unwrap_or(64)
+        * 1024
+        * 1024
+}
 
 fn config(durability: Durability) -> LogConfig {
     LogConfig {
         durability,
-        segment_bytes_max: SEGMENT_BYTES,
+        segment_bytes_max: segment_bytes(),
         cleanup: Cleanup {
             policy: CleanupPolicy::Compact,
             ..Cleanup::default()
@@ -90,7 +101,7 @@ fn rewrite_rate(name: &str, events: usize, rounds: usize) {
     fill(&log, events / rounds, rounds);
     // Seal the last round's segment too, with a segment's worth of events of other keys
     // (the compaction keeps them, and the active segment they end in is not compacted).
-    let seal: Vec<EventData> = (0..SEGMENT_BYTES as usize / EVENT_BYTES)
+    let seal: Vec<EventData> = (0..segment_bytes() as usize / EVENT_BYTES)
         .map(|k| event(events + k, 0))
         .collect();
     for batch in seal.chunks(BATCH_EVENTS) {
@@ -178,10 +189,11 @@ fn main() {
     let megabytes: usize = std::env::var("TRIBUTARY_BENCH_MB")
         .ok()
         .and_then(|mb| mb.parse().ok())
-        .unwrap_or(if benching { 256 } else { 8 });
+        .unwrap_or(if benching { 512 } else { 8 });
     let events = megabytes * 1_000_000 / (EVENT_BYTES + 40);
     println!(
-        "compaction of {megabytes} MB of {EVENT_BYTES}-byte keyed events ({events} events), {} CPUs",
+        "compaction of {megabytes} MB of {EVENT_BYTES}-byte keyed events ({events} events), segments of {} MiB, {} CPUs",
+        segment_bytes() / 1024 / 1024,
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     rewrite_rate("mostly superseded (16 rounds)", events, 16);

@@ -1,7 +1,9 @@
 //! Replacing one or more consecutive sealed segments by the one segment compaction wrote for
 //! them, atomically, and finishing a replacement a crash interrupted.
 //!
-//! The new segment is `<first base>.cleaned`, written and synced by compaction. Then:
+//! The new segment is `<first base>.cleaned`, written and synced by compaction. When it replaces
+//! one segment, renaming it over `<base>.log` is atomic by itself and the directory sync after
+//! is the commit point. When it replaces several:
 //! 1. a marker `<first base>.swap` is written and synced, naming the new segment's rewrite id
 //!    and the base offsets of the other segments it replaces; the directory sync after it is
 //!    the commit point;
@@ -120,12 +122,26 @@ pub(crate) fn replace(
         doomed: inputs[1..].iter().map(|s| s.header.base_offset).collect(),
     };
     let marker_path = marker_path(dir, base);
-    if let Err(e) = commit(storage, dir, &marker_path, &marker) {
+    let single = marker.doomed.is_empty();
+    if single {
+        // One segment for one: the rename is atomic by itself, and the directory sync after
+        // it is the commit point; no marker is needed.
+        if let Err(e) = storage.rename(&replacement.cleaned, &segment_path(dir, base)) {
+            let _ = storage.remove_file(&replacement.cleaned);
+            return Err(LogError::io("rename", &replacement.cleaned, e));
+        }
+    } else if let Err(e) = commit(storage, dir, &marker_path, &marker) {
         let _ = storage.remove_file(&marker_path);
         let _ = storage.remove_file(&replacement.cleaned);
         return Err(e);
     }
-    if let Err(e) = roll_forward(storage, dir, base, &marker) {
+    let rolled = if single {
+        sync_dir(storage, dir)
+    } else {
+        roll_forward(storage, dir, base, &marker)
+    };
+    if let Err(e) = rolled {
+        // The disk holds the old segments or the new one (recovery decides): never both.
         shared.poison(&e.to_string());
         return Err(e);
     }
@@ -140,9 +156,12 @@ pub(crate) fn replace(
     let index = index_path(dir, base);
     let contents = segment.contents();
     // If this fails, the next open scans the segment and writes its index.
-    let tidied = write_index_file(storage, &index, &segment.header, &contents)
-        .and_then(|()| remove(storage, &marker_path))
-        .and_then(|()| sync_dir(storage, dir));
+    let mut tidied = write_index_file(storage, &index, &segment.header, &contents);
+    if !single {
+        tidied = tidied
+            .and_then(|()| remove(storage, &marker_path))
+            .and_then(|()| sync_dir(storage, dir));
+    }
     if let Err(e) = tidied {
         tracing::warn!(error = %e, "cannot tidy up after replacing compacted segments");
     }
