@@ -353,7 +353,10 @@ fn for_each_batch(
     start: u64,
     mut visit: impl FnMut(u64, &BatchHeader, &[u8]) -> Result<ControlFlow<()>, LogError>,
 ) -> Result<(), LogError> {
-    let end = segment.contents().end_position;
+    let (end, segment_end_sequence) = {
+        let contents = segment.contents.read().expect("segment lock");
+        (contents.end_position, contents.next_sequence)
+    };
     let mut reader = ChunkReader::new(segment.file.as_ref(), &segment.path, end);
     let mut position = start;
     let mut next_sequence = segment.header.base_sequence;
@@ -372,6 +375,7 @@ fn for_each_batch(
         let offsets = record_offsets(bytes, &header).map_err(|e| corrupt(e.into()))?;
         let first_offset = offsets[0];
         let goes_back = header.base_sequence < next_sequence
+            || header.next_sequence() > segment_end_sequence
             || header.batch_offset < segment.header.base_offset
             || last_offset.is_some_and(|last| first_offset <= last)
             || last_time_ms.is_some_and(|t| header.enqueued_time_ms < t);
@@ -379,7 +383,8 @@ fn for_each_batch(
             // Checked here, not only at recovery: a sealed segment trusted by its index file
             // was not scanned, and the rewrite asserts what it writes.
             return Err(corrupt(
-                "a batch goes back in sequence number, offset or time".into(),
+                "a batch goes back in sequence number, offset or time, or past the segment's end"
+                    .into(),
             ));
         }
         next_sequence = header.next_sequence();

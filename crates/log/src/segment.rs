@@ -516,6 +516,14 @@ fn compacted_continuity_problem(
             batch.base_sequence, contents.next_sequence
         ));
     }
+    // The index holds sequence numbers relative to the segment's base, in 32 bits.
+    if batch.next_sequence() - header.base_sequence > i64::from(u32::MAX) {
+        return Some(format!(
+            "batch ends at sequence number {}, too far past the segment's base {}",
+            batch.next_sequence(),
+            header.base_sequence
+        ));
+    }
     if contents
         .last_time_ms
         .is_some_and(|t| batch.enqueued_time_ms < t)
@@ -795,6 +803,37 @@ mod tests {
             ..header
         };
         assert_eq!(read_index_file(&storage, path, &uncompacted, 900), None);
+    }
+
+    /// A compacted segment's sequence numbers may skip, but a batch so far past the segment's
+    /// base that the index cannot hold it is damage, reported, not a panic.
+    #[test]
+    fn a_compacted_segment_s_batch_too_far_past_its_base_stops_the_scan() {
+        use crate::storage::Storage;
+        let dir = tempfile::tempdir().unwrap();
+        let header = SegmentHeader {
+            version: COMPACTED_SEGMENT_VERSION,
+            base_offset: 0,
+            base_sequence: 0,
+            created_ms: 0,
+            prev_last_offset: None,
+            prev_last_time_ms: None,
+            rewrite_id: 1,
+        };
+        let mut bytes = header.encode().to_vec();
+        let mut batch = Vec::new();
+        let event = [tributary_event::EventData::new("e")];
+        let far = 1i64 << 33;
+        crate::record::encode_batch(&mut batch, 64, far, 0, &event, false, &mut Vec::new());
+        bytes.extend_from_slice(&batch);
+        let path = dir.path().join("00000000000000000000.log");
+        std::fs::write(&path, &bytes).unwrap();
+        let file = crate::storage::OsStorage
+            .open(&path, OpenMode::Read)
+            .unwrap();
+        let scan = scan_segment(file.as_ref(), &path, &header, bytes.len() as u64, 512).unwrap();
+        assert!(scan.stopped.is_some(), "{scan:?}");
+        assert!(scan.contents.index.is_empty());
     }
 
     #[test]
