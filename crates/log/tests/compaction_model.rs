@@ -251,7 +251,11 @@ impl Sim {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    // 48 cases unless PROPTEST_CASES says otherwise.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(48),
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn compaction_keeps_the_latest_event_of_each_key_and_every_position_resolves(
