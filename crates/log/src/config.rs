@@ -1,5 +1,5 @@
 //! How a partition log is configured: durability, segment size, index density, event size
-//! limit, and retention.
+//! limit, retention, and the cleanup policy (delete by age and size, compact by key, or both).
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -66,6 +66,130 @@ pub struct Retention {
     pub bytes_max: Option<u64>,
 }
 
+/// What a partition does with old events: Event Hubs' `cleanupPolicy`, Kafka's
+/// `cleanup.policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CleanupPolicy {
+    /// Remove whole segments by age and size ([`Retention`]); events need no key. The default.
+    #[default]
+    Delete,
+    /// Keep the latest event of each partition key forever ([`crate::PartitionLog::compact`]);
+    /// retention by age and size removes nothing. Every event must carry a partition key.
+    Compact,
+    /// Both: compact by key, and remove whole segments by age and size.
+    DeleteOrCompact,
+}
+
+impl CleanupPolicy {
+    /// Whether the policy compacts (and so refuses events without a partition key).
+    pub fn compacts(self) -> bool {
+        matches!(
+            self,
+            CleanupPolicy::Compact | CleanupPolicy::DeleteOrCompact
+        )
+    }
+
+    /// Whether the policy removes segments by age and size.
+    pub fn deletes(self) -> bool {
+        matches!(self, CleanupPolicy::Delete | CleanupPolicy::DeleteOrCompact)
+    }
+}
+
+impl std::fmt::Display for CleanupPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CleanupPolicy::Delete => "delete",
+            CleanupPolicy::Compact => "compact",
+            CleanupPolicy::DeleteOrCompact => "delete,compact",
+        })
+    }
+}
+
+impl FromStr for CleanupPolicy {
+    type Err = String;
+
+    /// Parses Kafka's spellings (`delete`, `compact`, `compact,delete` in either order) and
+    /// Event Hubs' (`Delete`, `Compact`, `DeleteOrCompact`), ignoring case.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut parts: Vec<String> = s
+            .split(',')
+            .map(|p| p.trim().to_ascii_lowercase())
+            .collect();
+        parts.sort();
+        match parts.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+            ["delete"] => Ok(CleanupPolicy::Delete),
+            ["compact"] => Ok(CleanupPolicy::Compact),
+            ["compact", "delete"] | ["deleteorcompact"] => Ok(CleanupPolicy::DeleteOrCompact),
+            _ => Err(format!(
+                "unknown cleanup policy {s:?}: use delete, compact or delete,compact"
+            )),
+        }
+    }
+}
+
+/// How a partition cleans up: its policy and, when it compacts, the compaction's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cleanup {
+    /// Delete, compact, or both.
+    pub policy: CleanupPolicy,
+    /// An event stays readable, even once a later event of its key supersedes it, for at least
+    /// this long after it was enqueued (Event Hubs' `minCompactionLagTimeInMinutes`, Kafka's
+    /// `min.compaction.lag.ms`). Compaction only rewrites sealed segments whose newest event is
+    /// this old.
+    pub min_compaction_lag_ms: i64,
+    /// A tombstone (an event with a key and an empty body) is removed once it is this old
+    /// (Event Hubs' `tombstoneRetentionTimeInHours`, Kafka's `delete.retention.ms`), so
+    /// consumers that read slower than this see every deletion.
+    pub tombstone_retention_ms: i64,
+    /// Memory for compaction's key index: at most [`COMPACTION_KEY_INDEX_BYTES_PER_KEY`]
+    /// bytes per distinct key. When a partition's keys do not fit, compaction works in passes,
+    /// each over as many keys as fit.
+    pub key_index_bytes_max: u64,
+}
+
+impl Default for Cleanup {
+    fn default() -> Self {
+        Cleanup {
+            policy: CleanupPolicy::Delete,
+            min_compaction_lag_ms: 0,
+            tombstone_retention_ms: TOMBSTONE_RETENTION_MS_DEFAULT,
+            key_index_bytes_max: COMPACTION_KEY_INDEX_BYTES_DEFAULT,
+        }
+    }
+}
+
+impl Cleanup {
+    /// Checks every value against the limits, with a message naming the one that is off.
+    pub fn validate(&self) -> Result<(), LogError> {
+        let bad = |msg: String| Err(LogError::InvalidConfig(msg));
+        if self.min_compaction_lag_ms < 0 {
+            return bad(format!(
+                "the minimum compaction lag {} ms must not be negative",
+                self.min_compaction_lag_ms
+            ));
+        }
+        if self.tombstone_retention_ms < 0 {
+            return bad(format!(
+                "the tombstone retention {} ms must not be negative",
+                self.tombstone_retention_ms
+            ));
+        }
+        if self.key_index_bytes_max < COMPACTION_KEY_INDEX_BYTES_MIN {
+            return bad(format!(
+                "the compaction key index budget {} bytes must be at least {COMPACTION_KEY_INDEX_BYTES_MIN} bytes",
+                self.key_index_bytes_max
+            ));
+        }
+        Ok(())
+    }
+
+    /// How many distinct keys one compaction pass may index.
+    pub fn keys_per_pass(&self) -> usize {
+        usize::try_from(self.key_index_bytes_max / COMPACTION_KEY_INDEX_BYTES_PER_KEY)
+            .unwrap_or(usize::MAX)
+    }
+}
+
 /// The configuration of one partition log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogConfig {
@@ -77,6 +201,8 @@ pub struct LogConfig {
     pub index_interval_bytes: u32,
     /// The largest encoded event accepted.
     pub event_bytes_max: u32,
+    /// The cleanup policy the log opens with ([`crate::PartitionLog::set_cleanup`] changes it).
+    pub cleanup: Cleanup,
 }
 
 impl Default for LogConfig {
@@ -86,6 +212,7 @@ impl Default for LogConfig {
             segment_bytes_max: SEGMENT_BYTES_MAX_DEFAULT,
             index_interval_bytes: INDEX_INTERVAL_BYTES_DEFAULT,
             event_bytes_max: EVENT_BYTES_MAX_DEFAULT,
+            cleanup: Cleanup::default(),
         }
     }
 }
@@ -114,7 +241,7 @@ impl LogConfig {
         {
             return bad("the sync interval must be above 0 ms".into());
         }
-        Ok(())
+        self.cleanup.validate()
     }
 }
 
@@ -145,5 +272,31 @@ mod tests {
             ..LogConfig::default()
         };
         assert!(huge_event.validate().is_err());
+        let tiny_key_index = LogConfig {
+            cleanup: Cleanup {
+                key_index_bytes_max: COMPACTION_KEY_INDEX_BYTES_MIN - 1,
+                ..Cleanup::default()
+            },
+            ..LogConfig::default()
+        };
+        assert!(tiny_key_index.validate().is_err());
+    }
+
+    #[test]
+    fn cleanup_policies_parse_in_kafka_and_event_hubs_spellings() {
+        for (s, policy) in [
+            ("delete", CleanupPolicy::Delete),
+            ("Compact", CleanupPolicy::Compact),
+            ("compact,delete", CleanupPolicy::DeleteOrCompact),
+            ("delete, compact", CleanupPolicy::DeleteOrCompact),
+            ("DeleteOrCompact", CleanupPolicy::DeleteOrCompact),
+        ] {
+            assert_eq!(s.parse::<CleanupPolicy>().unwrap(), policy, "{s}");
+            assert_eq!(policy.to_string().parse::<CleanupPolicy>().unwrap(), policy);
+        }
+        assert!("shred".parse::<CleanupPolicy>().is_err());
+        assert!(!CleanupPolicy::Delete.compacts());
+        assert!(!CleanupPolicy::Compact.deletes());
+        assert_eq!(Cleanup::default().policy, CleanupPolicy::Delete);
     }
 }

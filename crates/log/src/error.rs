@@ -45,6 +45,17 @@ pub enum LogError {
         /// What is wrong with it.
         reason: String,
     },
+    /// An event without a partition key was appended to a log that compacts by key; nothing was
+    /// written.
+    #[error(
+        "event {index} of the batch has no partition key, but the partition is compacted ({policy} cleanup policy) and keeps the latest event of each key; nothing was written"
+    )]
+    MissingPartitionKey {
+        /// The event's position in the batch (0-based).
+        index: usize,
+        /// The partition's cleanup policy.
+        policy: crate::CleanupPolicy,
+    },
     /// A sequence number outside what the partition holds or will hold next.
     #[error(
         "sequence number {requested} is not in the partition: the next sequence number is {next}"
@@ -153,6 +164,7 @@ impl LogError {
                 | LogError::EventTooLarge { .. }
                 | LogError::BatchTooLarge { .. }
                 | LogError::InvalidEvent { .. }
+                | LogError::MissingPartitionKey { .. }
                 | LogError::SequenceNumberOutOfRange { .. }
                 | LogError::OffsetOutOfRange { .. }
                 | LogError::Expired { .. }

@@ -5,7 +5,10 @@
 //! crash (the disk), plus the writes made since the last sync, in order. A sync moves the writes
 //! pending when it started onto the disk image; [`FaultyStorage::crash`] keeps the disk image
 //! and a random prefix of the pending writes, the last of them possibly torn at any byte, and
-//! forgets every directory entry not made durable by a directory sync.
+//! forgets every directory entry not made durable by a directory sync — or, with
+//! [`FaultyStorage::keep_directory_prefixes`], keeps a random prefix, in order, of the
+//! directory changes (files created, removed, renamed) since their directory's last sync, as a
+//! file system that journals its metadata in order may.
 //!
 //! Faults, each drawn with its probability from a ChaCha8 generator seeded by the caller (so a
 //! run is replayed exactly by its seed, as long as the caller's operations come in the same
@@ -20,6 +23,12 @@
 //! Single faults can also be asked for ([`FaultyStorage::fail_next_sync`],
 //! [`FaultyStorage::fail_next_write`]), and a sync can be held until released, so a test can
 //! line appends up behind it deterministically.
+//!
+//! A crash can also be scheduled at the n-th operation that changes the disk from now
+//! ([`FaultyStorage::crash_at_op`]: a write, truncation, preallocation, sync, file creation,
+//! removal or rename): it happens instead of that operation, and every operation after it fails
+//! until [`FaultyStorage::power_on`], as a dead machine does nothing. [`FaultyStorage::fork`]
+//! copies the whole file system, so a test can crash the same starting point at every step.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
@@ -79,6 +88,38 @@ pub struct FaultCounts {
     pub torn_writes: u64,
 }
 
+/// A change to a directory's entries, not yet made durable.
+#[derive(Debug, Clone)]
+enum DirOp {
+    Create(PathBuf, u64),
+    Remove(PathBuf),
+    Rename { from: PathBuf, to: PathBuf, id: u64 },
+}
+
+impl DirOp {
+    fn dir(&self) -> Option<&Path> {
+        match self {
+            DirOp::Create(path, _) | DirOp::Remove(path) => path.parent(),
+            DirOp::Rename { to, .. } => to.parent(),
+        }
+    }
+
+    fn apply(&self, names: &mut BTreeMap<PathBuf, u64>) {
+        match self {
+            DirOp::Create(path, id) => {
+                names.insert(path.clone(), *id);
+            }
+            DirOp::Remove(path) => {
+                names.remove(path);
+            }
+            DirOp::Rename { from, to, id } => {
+                names.remove(from);
+                names.insert(to.clone(), *id);
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Write { at: u64, bytes: Vec<u8> },
@@ -110,7 +151,7 @@ fn to_usize(n: u64) -> usize {
     usize::try_from(n).expect("in-memory files fit in memory")
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct FileState {
     /// What reads see.
     current: Vec<u8>,
@@ -151,7 +192,7 @@ impl SimRng {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct World {
     rng: SimRng,
     config: FaultConfig,
@@ -164,11 +205,21 @@ struct World {
     files: HashMap<u64, FileState>,
     names: BTreeMap<PathBuf, u64>,
     durable_names: BTreeMap<PathBuf, u64>,
+    /// Directory changes since their directory's last sync, oldest first.
+    dir_ops: Vec<DirOp>,
+    /// Whether a crash keeps a prefix of `dir_ops` (otherwise none of them).
+    keep_dir_prefixes: bool,
     locks: BTreeSet<PathBuf>,
     next_id: u64,
     /// Bumped by each crash; handles from before it fail.
     generation: u64,
     counts: FaultCounts,
+    /// Operations that changed (or would have changed) the disk so far.
+    ops: u64,
+    /// Crash instead of the operation with this number.
+    crash_at_op: Option<u64>,
+    /// Crashed at a scheduled operation and not yet powered on: every operation fails.
+    down: bool,
 }
 
 impl World {
@@ -181,6 +232,71 @@ impl World {
 
     fn below(&mut self, n: u64) -> u64 {
         self.rng.below(n)
+    }
+
+    /// Fails if the machine is down.
+    fn alive(&self) -> io::Result<()> {
+        if self.down {
+            return Err(io::Error::other(
+                "the machine is down after a simulated crash",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Counts an operation that changes the disk, and crashes instead of it when scheduled.
+    fn step(&mut self) -> io::Result<()> {
+        self.alive()?;
+        self.ops += 1;
+        if self.crash_at_op == Some(self.ops) {
+            self.crash_at_op = None;
+            self.crash();
+            self.down = true;
+            return Err(io::Error::other("the machine crashed"));
+        }
+        Ok(())
+    }
+
+    /// Keeps what a crash keeps (see [`FaultyStorage::crash`]).
+    fn crash(&mut self) {
+        self.generation += 1;
+        self.counts.crashes += 1;
+        self.locks.clear();
+        let dir_ops = std::mem::take(&mut self.dir_ops);
+        if self.keep_dir_prefixes {
+            let kept_dir_ops = to_usize(self.below(dir_ops.len() as u64 + 1));
+            for op in &dir_ops[..kept_dir_ops] {
+                op.apply(&mut self.durable_names);
+            }
+        }
+        self.names = self.durable_names.clone();
+        let live: BTreeSet<u64> = self.names.values().copied().collect();
+        self.files.retain(|id, _| live.contains(id));
+        let mut ids: Vec<u64> = self.files.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let file = self.files.get_mut(&id).expect("file");
+            let pending = std::mem::take(&mut file.pending);
+            file.settled += pending.len() as u64;
+            let kept = to_usize(self.below(pending.len() as u64 + 1));
+            let tear = self.below(2) == 1;
+            let file = self.files.get_mut(&id).expect("file");
+            for op in &pending[..kept] {
+                op.apply(&mut file.durable);
+            }
+            if let (true, Some(Op::Write { at, bytes })) = (tear, pending.get(kept)) {
+                let n = to_usize(self.below(bytes.len() as u64));
+                let torn = Op::Write {
+                    at: *at,
+                    bytes: bytes[..n].to_vec(),
+                };
+                let file = self.files.get_mut(&id).expect("file");
+                torn.apply(&mut file.durable);
+                self.counts.torn_writes += 1;
+            }
+            let file = self.files.get_mut(&id).expect("file");
+            file.current = file.durable.clone();
+        }
     }
 
     fn no_space(&mut self) -> io::Result<()> {
@@ -258,10 +374,15 @@ impl FaultyStorage {
                     files: HashMap::new(),
                     names: BTreeMap::new(),
                     durable_names: BTreeMap::new(),
+                    dir_ops: Vec::new(),
+                    keep_dir_prefixes: false,
                     locks: BTreeSet::new(),
                     next_id: 0,
                     generation: 0,
                     counts: FaultCounts::default(),
+                    ops: 0,
+                    crash_at_op: None,
+                    down: false,
                 }),
                 held_changed: Condvar::new(),
             }),
@@ -316,38 +437,52 @@ impl FaultyStorage {
     /// of its later writes (the last possibly torn), directory entries not synced are forgotten,
     /// locks are released and handles opened before it stop working.
     pub fn crash(&self) {
-        let mut guard = self.shared.lock();
-        let world = &mut *guard;
-        world.generation += 1;
-        world.counts.crashes += 1;
+        self.shared.lock().crash();
+    }
+
+    /// From now on, a crash keeps a random prefix of the directory changes not yet synced
+    /// (see the module doc) instead of none of them.
+    pub fn keep_directory_prefixes(&self) {
+        self.shared.lock().keep_dir_prefixes = true;
+    }
+
+    /// Schedules a crash instead of the `n`-th operation from now that changes the disk
+    /// (`n` ≥ 1); see the module doc.
+    pub fn crash_at_op(&self, n: u64) {
+        assert!(n >= 1);
+        let mut world = self.shared.lock();
+        world.crash_at_op = Some(world.ops + n);
+    }
+
+    /// How many operations that change the disk have been made so far.
+    pub fn ops(&self) -> u64 {
+        self.shared.lock().ops
+    }
+
+    /// Whether a scheduled crash has happened and the machine is not yet powered on.
+    pub fn is_down(&self) -> bool {
+        self.shared.lock().down
+    }
+
+    /// Starts the machine again after a scheduled crash (the disk as the crash left it).
+    pub fn power_on(&self) {
+        let mut world = self.shared.lock();
+        world.down = false;
+        world.crash_at_op = None;
+    }
+
+    /// A separate copy of this file system, as it is now (files, what is durable, pending
+    /// writes, the fault generator's state); no lock is held in it.
+    pub fn fork(&self) -> FaultyStorage {
+        let mut world = self.shared.lock().clone();
         world.locks.clear();
-        world.names = world.durable_names.clone();
-        let live: BTreeSet<u64> = world.names.values().copied().collect();
-        world.files.retain(|id, _| live.contains(id));
-        let mut ids: Vec<u64> = world.files.keys().copied().collect();
-        ids.sort_unstable();
-        for id in ids {
-            let file = world.files.get_mut(&id).expect("file");
-            let pending = std::mem::take(&mut file.pending);
-            file.settled += pending.len() as u64;
-            let kept = to_usize(world.below(pending.len() as u64 + 1));
-            let tear = world.below(2) == 1;
-            let file = world.files.get_mut(&id).expect("file");
-            for op in &pending[..kept] {
-                op.apply(&mut file.durable);
-            }
-            if let (true, Some(Op::Write { at, bytes })) = (tear, pending.get(kept)) {
-                let n = to_usize(world.below(bytes.len() as u64));
-                let torn = Op::Write {
-                    at: *at,
-                    bytes: bytes[..n].to_vec(),
-                };
-                let file = world.files.get_mut(&id).expect("file");
-                torn.apply(&mut file.durable);
-                world.counts.torn_writes += 1;
-            }
-            let file = world.files.get_mut(&id).expect("file");
-            file.current = file.durable.clone();
+        world.held = false;
+        world.hold_next_sync = false;
+        FaultyStorage {
+            shared: Arc::new(Shared {
+                world: Mutex::new(world),
+                held_changed: Condvar::new(),
+            }),
         }
     }
 
@@ -372,6 +507,7 @@ impl Storage for FaultyStorage {
 
     fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Box<dyn StorageFile>> {
         let mut world = self.shared.lock();
+        world.alive()?;
         let existing = world.names.get(path).copied();
         let id = match (mode, existing) {
             (OpenMode::Read | OpenMode::Existing, None) => return Err(not_found(path)),
@@ -382,6 +518,7 @@ impl Storage for FaultyStorage {
                 ));
             }
             (OpenMode::Replace, Some(id)) => {
+                world.step()?;
                 world.no_space()?;
                 let file = world.files.get_mut(&id).expect("named file");
                 file.current.clear();
@@ -390,11 +527,13 @@ impl Storage for FaultyStorage {
             }
             (_, Some(id)) => id,
             (_, None) => {
+                world.step()?;
                 world.no_space()?;
                 let id = world.next_id;
                 world.next_id += 1;
                 world.files.insert(id, FileState::default());
                 world.names.insert(path.to_owned(), id);
+                world.dir_ops.push(DirOp::Create(path.to_owned(), id));
                 id
             }
         };
@@ -408,6 +547,7 @@ impl Storage for FaultyStorage {
 
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
         let world = self.shared.lock();
+        world.alive()?;
         Ok(world
             .names
             .keys()
@@ -418,23 +558,32 @@ impl Storage for FaultyStorage {
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         let mut world = self.shared.lock();
+        world.step()?;
         world.names.remove(path).ok_or_else(|| not_found(path))?;
+        world.dir_ops.push(DirOp::Remove(path.to_owned()));
         Ok(())
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut world = self.shared.lock();
+        world.step()?;
         if !world.names.contains_key(from) {
             return Err(not_found(from));
         }
         world.no_space()?;
         let id = world.names.remove(from).expect("checked");
         world.names.insert(to.to_owned(), id);
+        world.dir_ops.push(DirOp::Rename {
+            from: from.to_owned(),
+            to: to.to_owned(),
+            id,
+        });
         Ok(())
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut world = self.shared.lock();
+        world.step()?;
         if sync_fails(&mut world) {
             return Err(io::Error::from(rustix::io::Errno::IO));
         }
@@ -446,11 +595,13 @@ impl Storage for FaultyStorage {
             .map(|(p, id)| (p.clone(), *id))
             .collect();
         world.durable_names.extend(entries);
+        world.dir_ops.retain(|op| op.dir() != Some(dir));
         Ok(())
     }
 
     fn lock_file(&self, path: &Path) -> io::Result<Box<dyn Debug + Send + Sync>> {
         let mut world = self.shared.lock();
+        world.alive()?;
         if !world.locks.insert(path.to_owned()) {
             return Err(io::Error::new(
                 io::ErrorKind::WouldBlock,
@@ -478,6 +629,7 @@ fn sync_fails(world: &mut World) -> bool {
 impl FaultyFile {
     fn world(&self) -> io::Result<MutexGuard<'_, World>> {
         let world = self.shared.lock();
+        world.alive()?;
         if world.generation != self.generation {
             return Err(io::Error::other(
                 "the file was open before a simulated crash",
@@ -507,6 +659,7 @@ impl FaultyFile {
     /// A sync; `sync_data` (what the group committer calls) may be held, `sync_all` is not.
     fn sync(&self, may_hold: bool) -> io::Result<()> {
         let mut world = self.world()?;
+        world.step()?;
         let slow = world.config.slow_sync;
         if world.chance(slow) {
             world.counts.slow_syncs += 1;
@@ -576,6 +729,7 @@ impl StorageFile for FaultyFile {
     fn write_all_at(&self, buf: &[u8], at: u64) -> io::Result<()> {
         self.writable()?;
         let mut world = self.world()?;
+        world.step()?;
         if let Err(e) = world.no_space() {
             // A short write: part of the bytes land before the disk is found full.
             let n = to_usize(world.below(buf.len() as u64));
@@ -598,6 +752,7 @@ impl StorageFile for FaultyFile {
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.writable()?;
         let mut world = self.world()?;
+        world.step()?;
         if len > world.files[&self.id].current.len() as u64 {
             world.no_space()?;
         }
@@ -608,6 +763,7 @@ impl StorageFile for FaultyFile {
     fn allocate(&self, len: u64) -> io::Result<()> {
         self.writable()?;
         let mut world = self.world()?;
+        world.step()?;
         world.no_space()?;
         Self::change(&mut world, self.id, Op::Extend(len));
         Ok(())

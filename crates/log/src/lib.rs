@@ -4,7 +4,8 @@
 //! segment files. It assigns each event its system properties — a sequence number dense from 0,
 //! an offset that is the event's byte position (growing, not dense), an enqueued time that never
 //! decreases — and finds events again by any of the three through a sparse index, without
-//! scanning the partition.
+//! scanning the partition. The properties never change once assigned; compaction removes
+//! events but never renumbers or moves the ones it keeps.
 //!
 //! # Durability
 //! [`Durability::Fsync`] (the default) acknowledges an append only after `fdatasync` has covered
@@ -18,6 +19,29 @@
 //! [`PartitionLog::open`] verifies what is on disk: every batch carries a CRC32C, and the scan of
 //! the active segment stops at the first torn or corrupt batch and cuts the tail off. Every
 //! acknowledged batch survives; damage to a sealed segment is reported, never hidden.
+//!
+//! # Cleanup: retention and compaction
+//! A partition's [`Cleanup`] policy ([`CleanupPolicy`]: `Delete`, the default; `Compact`;
+//! `DeleteOrCompact`) decides what goes. Deleting removes whole segments by age and size
+//! ([`PartitionLog::enforce_retention`]). Compacting ([`PartitionLog::compact`], run by the
+//! caller on a thread that may block) keeps the latest event of each partition key in the
+//! sealed segments older than the minimum compaction lag, and removes tombstones (a key and an
+//! empty body) once older than the tombstone retention; a compacting partition refuses events
+//! without a partition key ([`LogError::MissingPartitionKey`], nothing written). What it
+//! guarantees:
+//! - kept events keep their sequence number, offset and enqueued time; readers see gaps, and
+//!   every position in a gap (a sequence number or offset of a removed event, an offset between
+//!   two kept events, `Earliest`) resolves to the next kept event;
+//! - [`PartitionProperties`] keep reporting the true last sequence number and offset;
+//! - appends never wait for it, and readers go on reading what they started;
+//! - a crash at any point leaves each segment either as it was or as compacted (neighbouring
+//!   small segments are merged into one, all or nothing), never loses the latest event of a
+//!   key, and never brings back a key whose tombstone was still kept;
+//! - its key index takes at most 64 bytes per key, and a configured budget in all: beyond it,
+//!   compaction works in passes.
+//!
+//! [`PartitionLog::compaction_state`] tells the dirty ratio (bytes compaction has not seen over
+//! all) and the last run's [`CompactionOutcome`], for metrics.
 //!
 //! # Faults below the log
 //! Every file operation goes through the [`storage::Storage`] seam ([`storage::OsStorage`], the
@@ -35,6 +59,7 @@
 //! The byte layout is in `docs/design.md`.
 
 mod commit;
+mod compaction;
 mod config;
 mod error;
 #[cfg(feature = "fault-injection")]
@@ -47,10 +72,12 @@ mod record;
 mod recovery;
 mod segment;
 pub mod storage;
+mod swap;
 mod sync_times;
 
 pub use commit::GroupCommitter;
-pub use config::{Durability, LogConfig, Retention};
+pub use compaction::{CompactionOutcome, CompactionState};
+pub use config::{Cleanup, CleanupPolicy, Durability, LogConfig, Retention};
 pub use error::{DecodeErrorOrText, LogError};
 pub use partition::{
     AppendCompletion, AppendReceipt, Committed, PartitionLog, PartitionProperties, ReadCursor,

@@ -45,7 +45,28 @@ pub const PREALLOCATE_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// chains of more partitions take turns, one sync each.
 pub const SYNC_THREADS: usize = 8;
 
+/// Compaction's key index costs at most this much per distinct key: a 16-byte key digest and an
+/// 8-byte sequence number in a hash table that is at worst 7/16 full (just after it doubles),
+/// with one control byte per slot: (16 + 8 + 1) × 16 / 7 ≈ 57 bytes.
+pub const COMPACTION_KEY_INDEX_BYTES_PER_KEY: u64 = 64;
+
+/// Default memory for one partition's compaction key index: 64 MiB, a million distinct keys
+/// per pass; more keys than that are compacted in passes.
+pub const COMPACTION_KEY_INDEX_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
+
+/// The smallest key index budget a configuration may ask for (tests use small ones to exercise
+/// compaction in passes): 16 keys.
+pub const COMPACTION_KEY_INDEX_BYTES_MIN: u64 = 16 * COMPACTION_KEY_INDEX_BYTES_PER_KEY;
+
+/// Tombstones are kept for a day by default, as Kafka's `delete.retention.ms`.
+pub const TOMBSTONE_RETENTION_MS_DEFAULT: i64 = 24 * 60 * 60 * 1000;
+
+/// Compaction writes its output in pieces of this size: large enough to amortise the system
+/// call, small enough to bound the memory of a run.
+pub const COMPACTION_WRITE_BYTES: usize = 4 * 1024 * 1024;
+
 const _: () = assert!(EVENT_BYTES_MAX_DEFAULT <= EVENT_BYTES_MAX_LIMIT);
+const _: () = assert!(COMPACTION_KEY_INDEX_BYTES_MIN <= COMPACTION_KEY_INDEX_BYTES_DEFAULT);
 const _: () = assert!(EVENT_BYTES_MAX_LIMIT < BATCH_BYTES_MAX);
 const _: () = assert!(SEGMENT_BYTES_MAX_LIMIT + BATCH_BYTES_MAX as u64 <= u32::MAX as u64);
 const _: () = assert!(SEGMENT_BYTES_MAX_DEFAULT <= SEGMENT_BYTES_MAX_LIMIT);

@@ -1,9 +1,12 @@
 //! [`PartitionLog`]: one partition's segments, its writer, its readers and its recovery.
 //!
 //! # Invariants (asserted where they are maintained)
-//! 1. Sequence numbers are dense: batch `n + 1` starts where batch `n` ends.
+//! 1. Sequence numbers are assigned densely: batch `n + 1` starts where batch `n` ends. Only
+//!    compaction leaves gaps, in the segments it rewrote (version 3), where they may skip but
+//!    never go back.
 //! 2. Offsets only grow: a batch's offset is its segment's base offset plus its file position,
-//!    and segment `k + 1` starts at segment `k`'s end offset.
+//!    and segment `k + 1` starts at segment `k`'s end offset. In a compacted segment each
+//!    batch's first event keeps the offset it was given, past the last event before it.
 //! 3. Enqueued times never decrease: a batch is stamped `max(clock, previous stamp)`.
 //! 4. Readers see only committed events: in `fsync` mode, events whose batch has been synced;
 //!    otherwise, events whose batch has been written.
@@ -21,7 +24,8 @@ use tributary_event::{EventData, EventPosition, PAIRWISE_KEY_CHECK_MAX, Received
 
 use crate::LogError;
 use crate::commit::{GroupCommitter, PendingSync};
-use crate::config::{Durability, LogConfig, Retention};
+use crate::compaction::{CompactionBook, CompactionOutcome, CompactionState};
+use crate::config::{Cleanup, Durability, LogConfig, Retention};
 use crate::limits::*;
 use crate::record::{
     BATCH_HEADER_BYTES, BatchHeader, decode_batch, encode_batch, record_len, record_offsets,
@@ -99,14 +103,15 @@ pub struct ReadCursor {
     next_sequence: i64,
     hint: Option<ReadHint>,
     buf: BytesMut,
-    /// Bytes already read past what the last call consumed: `(segment base offset, file
-    /// position of its first byte, bytes)`. Committed bytes never change, so they stay valid.
+    /// Bytes already read past what the last call consumed: `(segment id, file position of
+    /// its first byte, bytes)`. Committed bytes of a segment file never change, so they stay
+    /// valid (compaction writes a new file, with a new id).
     read_ahead: Option<(u64, u64, Bytes)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct ReadHint {
-    segment_base_offset: u64,
+    segment_id: u64,
     position: u64,
     batch_sequence: i64,
 }
@@ -144,17 +149,24 @@ pub(crate) struct Writer {
 
 /// State shared between a [`PartitionLog`], its readers and the committer.
 pub(crate) struct PartitionShared {
-    dir: PathBuf,
-    config: LogConfig,
+    pub(crate) dir: PathBuf,
+    pub(crate) config: LogConfig,
     clock: Arc<dyn Clock>,
     committer: GroupCommitter,
     writer: Mutex<Writer>,
-    segments: RwLock<Vec<Arc<Segment>>>,
+    pub(crate) segments: RwLock<Vec<Arc<Segment>>>,
     committed: Mutex<Committed>,
     poisoned: Mutex<Option<String>>,
     listener: RwLock<Option<CommitListener>>,
     /// Where the files are.
-    storage: Arc<dyn Storage>,
+    pub(crate) storage: Arc<dyn Storage>,
+    /// The cleanup policy now in force (the configuration's until changed).
+    cleanup: RwLock<Cleanup>,
+    /// Held by compaction and retention, which both replace or remove sealed segments, so
+    /// they never work on the same segment at once.
+    pub(crate) maintenance: Mutex<()>,
+    /// Compaction's progress (a lock of its own, so metrics never wait for a run).
+    pub(crate) compaction_book: Mutex<CompactionBook>,
     /// Holds the partition directory's lock file open (and so locked) while the log is open.
     _lock: Box<dyn std::fmt::Debug + Send + Sync>,
 }
@@ -296,6 +308,7 @@ impl PartitionLog {
             .clone();
         let contents = active.contents();
         let (last_offset, last_time_ms) = last_event(&segments);
+        let book = CompactionBook::recovered(&segments);
         let committed = Committed {
             next_sequence: contents.next_sequence,
             end_offset: active.header.base_offset + contents.end_position,
@@ -323,6 +336,9 @@ impl PartitionLog {
                 poisoned: Mutex::new(None),
                 listener: RwLock::new(None),
                 storage,
+                cleanup: RwLock::new(config.cleanup),
+                maintenance: Mutex::new(()),
+                compaction_book: Mutex::new(book),
                 _lock: lock,
             }),
         })
@@ -336,6 +352,40 @@ impl PartitionLog {
     /// The configuration the log was opened with.
     pub fn config(&self) -> &LogConfig {
         &self.shared.config
+    }
+
+    /// The cleanup policy in force.
+    pub fn cleanup(&self) -> Cleanup {
+        *self.shared.cleanup.read().expect("cleanup lock")
+    }
+
+    /// Changes the cleanup policy (a hub's policy was updated). From now on appends follow it
+    /// (a compacting policy refuses events without a partition key), and so do
+    /// [`PartitionLog::compact`] and [`PartitionLog::enforce_retention`].
+    pub fn set_cleanup(&self, cleanup: Cleanup) -> Result<(), LogError> {
+        cleanup.validate()?;
+        *self.shared.cleanup.write().expect("cleanup lock") = cleanup;
+        Ok(())
+    }
+
+    /// Compacts the partition's sealed segments as of `now_ms` (see the `compaction` module):
+    /// keeps the latest event of each partition key, removes superseded events and tombstones
+    /// older than the tombstone retention. Blocks for as long as the rewrite takes, so call it
+    /// from a thread that may block; appends and reads go on meanwhile. A partition whose
+    /// policy does not compact is left alone (an empty outcome).
+    pub fn compact(&self, now_ms: i64) -> Result<CompactionOutcome, LogError> {
+        crate::compaction::compact(&self.shared, self.cleanup(), now_ms)
+    }
+
+    /// How much of the partition compaction has not yet seen, and what its last run did.
+    pub fn compaction_state(&self) -> CompactionState {
+        let segments = self.segments_snapshot();
+        let book = self
+            .shared
+            .compaction_book
+            .lock()
+            .expect("compaction book lock");
+        book.state(&segments)
     }
 
     /// Sets the function called (on the committing thread) every time the committed state
@@ -427,8 +477,12 @@ impl PartitionLog {
             return Err(LogError::EmptyBatch);
         }
         let limit = self.shared.config.event_bytes_max;
+        let policy = self.cleanup().policy;
         let mut total = BATCH_HEADER_BYTES as u64;
         for (index, event) in events.iter().enumerate() {
+            if policy.compacts() && event.partition_key.is_none() {
+                return Err(LogError::MissingPartitionKey { index, policy });
+            }
             let bytes = record_len(event);
             if bytes > u64::from(limit) {
                 return Err(LogError::EventTooLarge {
@@ -580,7 +634,7 @@ impl PartitionLog {
                 .and_then(|()| old.file.sync_all())
                 .map_err(|e| LogError::io("seal", &old.path, e))?;
             let index = index_path(&shared.dir, old.header.base_offset);
-            write_index_file(shared.storage.as_ref(), &index, &contents)
+            write_index_file(shared.storage.as_ref(), &index, &old.header, &contents)
         })();
         if let Err(e) = sealed {
             shared.poison(&e.to_string());
@@ -594,6 +648,7 @@ impl PartitionLog {
             created_ms: shared.clock.now_ms(),
             prev_last_offset: writer.last_offset,
             prev_last_time_ms: writer.last_time_ms,
+            rewrite_id: 0,
         };
         let segment = match create_segment(shared.storage.as_ref(), &shared.dir, header) {
             Ok(segment) => Arc::new(segment),
@@ -639,7 +694,7 @@ impl PartitionLog {
                         next: committed.next_sequence,
                     });
                 }
-                Ok(first.max(begin))
+                self.next_kept(first, &committed)
             }
             EventPosition::Offset { offset, inclusive } => {
                 self.resolve_offset(&committed, offset, inclusive)
@@ -679,8 +734,7 @@ impl PartitionLog {
         for segment in &segments[i..] {
             let contents = segment.contents();
             let limit = limit_position(segment, &contents, committed);
-            let local = offset.saturating_sub(segment.header.base_offset);
-            let start = contents.position_for_position(local);
+            let start = contents.position_for_offset(offset);
             let found = scan_batches(segment, start, limit, |batch, bytes| {
                 if batch.batch_offset + u64::from(batch.batch_len) <= offset {
                     return Ok(None);
@@ -733,12 +787,14 @@ impl PartitionLog {
         }
         let committed = self.committed();
         while out.is_empty() && cursor.next_sequence < committed.next_sequence {
-            let segment = self.segment_for_sequence(cursor.next_sequence, &committed)?;
+            let (segment, next_base) =
+                self.segment_for_sequence(cursor.next_sequence, &committed)?;
+            let before = cursor.next_sequence;
             let (limit, start) = {
                 let contents = segment.contents.read().expect("segment lock");
                 let start = match cursor.hint {
                     Some(h)
-                        if h.segment_base_offset == segment.header.base_offset
+                        if h.segment_id == segment.id
                             && h.batch_sequence <= cursor.next_sequence =>
                     {
                         h.position
@@ -750,6 +806,17 @@ impl PartitionLog {
             read_segment(
                 &segment, start, limit, cursor, max_events, max_bytes, &mut out,
             )?;
+            if out.is_empty() && cursor.next_sequence == before {
+                // Nothing at or after the cursor in this segment: compaction removed the rest
+                // of it. Go on at the next segment (or stop, at the end of the log).
+                match next_base {
+                    Some(base) if base > before => {
+                        cursor.next_sequence = base;
+                        cursor.hint = None;
+                    }
+                    _ => break,
+                }
+            }
         }
         Ok(out)
     }
@@ -778,7 +845,19 @@ impl PartitionLog {
     /// Removes whole segments older than the retention age or beyond the retention size.
     /// When everything in the active segment has expired it is sealed first, so an idle
     /// partition empties too.
+    ///
+    /// A partition whose cleanup policy is [`crate::CleanupPolicy::Compact`] keeps everything
+    /// compaction keeps: retention removes nothing there. While a compaction runs, retention
+    /// does nothing (it never waits for one) and removes what it should the next time.
     pub fn enforce_retention(&self, retention: &Retention) -> Result<RetentionOutcome, LogError> {
+        if !self.cleanup().policy.deletes() {
+            return Ok(RetentionOutcome::default());
+        }
+        let _maintenance = match self.shared.maintenance.try_lock() {
+            Ok(guard) => guard,
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(RetentionOutcome::default()),
+            Err(std::sync::TryLockError::Poisoned(e)) => panic!("maintenance lock: {e}"),
+        };
         let mut writer = self.shared.writer.lock().expect("writer lock");
         let cutoff = retention
             .age_ms_max
@@ -836,22 +915,63 @@ impl PartitionLog {
         })
     }
 
-    fn segments_snapshot(&self) -> Vec<Arc<Segment>> {
+    pub(crate) fn segments_snapshot(&self) -> Vec<Arc<Segment>> {
         self.shared.segments.read().expect("segments lock").clone()
     }
 
+    /// The sequence number of the oldest retained event (the next one appended if there is
+    /// none): the first segment's base, or past it where compaction removed events.
     fn begin_sequence(&self, committed: &Committed) -> i64 {
-        let first = self.shared.segments.read().expect("segments lock")[0]
-            .header
-            .base_sequence;
+        let segments = self.shared.segments.read().expect("segments lock");
+        let first = segments
+            .iter()
+            .find_map(|s| {
+                if s.header.is_compacted() {
+                    s.contents.read().expect("segment lock").first_sequence
+                } else {
+                    Some(s.header.base_sequence)
+                }
+            })
+            .unwrap_or(committed.next_sequence);
         first.min(committed.next_sequence)
     }
 
+    /// The sequence number of the first event at or after `seq` that is still in the log
+    /// (past the gaps compaction left), or the next one to be appended.
+    fn next_kept(&self, seq: i64, committed: &Committed) -> Result<i64, LogError> {
+        let segments = self.segments_snapshot();
+        let mut seq = seq.max(segments[0].header.base_sequence);
+        let i = segments.partition_point(|s| s.header.base_sequence <= seq) - 1;
+        for (j, segment) in segments.iter().enumerate().skip(i) {
+            if !segment.header.is_compacted() {
+                return Ok(seq
+                    .max(segment.header.base_sequence)
+                    .min(committed.next_sequence));
+            }
+            let contents = segment.contents();
+            if contents.next_sequence > seq {
+                let start = contents.position_for_sequence(&segment.header, seq);
+                let limit = limit_position(segment, &contents, committed);
+                let found = scan_batches(segment, start, limit, |batch, _| {
+                    Ok((batch.next_sequence() > seq).then_some(batch.base_sequence))
+                })?;
+                if let Some(base) = found {
+                    return Ok(base.max(seq));
+                }
+            }
+            seq = segments
+                .get(j + 1)
+                .map_or(committed.next_sequence, |next| next.header.base_sequence);
+        }
+        Ok(seq.min(committed.next_sequence))
+    }
+
+    /// The segment a read of `seq` starts in, and the base sequence of the segment after it.
     fn segment_for_sequence(
         &self,
         seq: i64,
         committed: &Committed,
-    ) -> Result<Arc<Segment>, LogError> {
+    ) -> Result<(Arc<Segment>, Option<i64>), LogError> {
         let segments = self.shared.segments.read().expect("segments lock");
         let begin = segments[0].header.base_sequence;
         if seq < begin {
@@ -862,7 +982,8 @@ impl PartitionLog {
         }
         let i = segments.partition_point(|s| s.header.base_sequence <= seq) - 1;
         // An empty segment shares its base sequence with the next one; read the later.
-        Ok(segments[i].clone())
+        let next_base = segments.get(i + 1).map(|s| s.header.base_sequence);
+        Ok((segments[i].clone(), next_base))
     }
 }
 
@@ -932,7 +1053,7 @@ fn read_segment(
             cursor.next_sequence = header.next_sequence();
             position += len;
             cursor.hint = Some(ReadHint {
-                segment_base_offset: segment.header.base_offset,
+                segment_id: segment.id,
                 position,
                 batch_sequence: cursor.next_sequence,
             });
@@ -940,7 +1061,7 @@ fn read_segment(
             let last = out.last().expect("events were read").sequence_number;
             cursor.next_sequence = last + 1;
             cursor.hint = Some(ReadHint {
-                segment_base_offset: segment.header.base_offset,
+                segment_id: segment.id,
                 position,
                 batch_sequence: header.base_sequence,
             });
@@ -948,7 +1069,7 @@ fn read_segment(
         }
     }
     if position < chunk_start + chunk.len() as u64 {
-        cursor.read_ahead = Some((segment.header.base_offset, chunk_start, chunk));
+        cursor.read_ahead = Some((segment.id, chunk_start, chunk));
     }
     Ok(())
 }
@@ -956,10 +1077,8 @@ fn read_segment(
 /// The cursor's read-ahead bytes, if they cover `position` in `segment`; else nothing.
 fn take_read_ahead(cursor: &mut ReadCursor, segment: &Segment, position: u64) -> (Bytes, u64) {
     match cursor.read_ahead.take() {
-        Some((base, at, bytes))
-            if base == segment.header.base_offset
-                && at <= position
-                && position < at + bytes.len() as u64 =>
+        Some((id, at, bytes))
+            if id == segment.id && at <= position && position < at + bytes.len() as u64 =>
         {
             (bytes, at)
         }
@@ -987,7 +1106,7 @@ fn read_at(
 }
 
 /// Visits verified batches from `start` up to `limit` until `visit` returns a value.
-fn scan_batches<T>(
+pub(crate) fn scan_batches<T>(
     segment: &Segment,
     start: u64,
     limit: u64,
@@ -1072,6 +1191,7 @@ pub(crate) fn create_segment(
         .map_err(|e| LogError::io("write segment header", &path, e))?;
     sync_dir(storage, dir)?;
     Ok(Segment {
+        id: next_segment_id(),
         path,
         file,
         contents: RwLock::new(SegmentContents::empty(&header)),
@@ -1147,6 +1267,7 @@ mod tests {
             created_ms: T0,
             prev_last_offset: None,
             prev_last_time_ms: None,
+            rewrite_id: 0,
         };
         create_segment(&OsStorage, dir.path(), v1).expect("a version 1 segment");
         let config = LogConfig {

@@ -523,6 +523,153 @@ pub(crate) fn record_offsets(batch: &[u8], header: &BatchHeader) -> Result<Vec<u
     Ok(offsets)
 }
 
+/// Where each record of a batch lies: `(start, end)` positions in the batch, the start being
+/// the record's length field (so its offset is the batch offset plus `start`).
+pub(crate) fn record_spans(
+    batch: &[u8],
+    header: &BatchHeader,
+) -> Result<Vec<(usize, usize)>, DecodeError> {
+    let offsets = record_offsets(batch, header)?;
+    let mut spans = Vec::with_capacity(offsets.len());
+    for (i, &offset) in offsets.iter().enumerate() {
+        let start = (offset - header.batch_offset) as usize;
+        let end = offsets
+            .get(i + 1)
+            .map_or(batch.len(), |&next| (next - header.batch_offset) as usize);
+        spans.push((start, end));
+    }
+    Ok(spans)
+}
+
+/// What compaction needs to know of a record, read without decoding it: its partition key,
+/// whether its body is empty (a tombstone, when it has a key) and whether it names properties
+/// of the record before it (so it cannot start a batch as it is).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RecordSummary<'a> {
+    /// The partition key's bytes, if the record has one.
+    pub key: Option<&'a [u8]>,
+    /// Whether the body is empty.
+    pub empty_body: bool,
+    /// Whether a property refers to the record before.
+    pub refers: bool,
+}
+
+/// Summarises the record whose length field starts `record` (which holds exactly the record),
+/// checking every length as [`decode_record`] does.
+pub(crate) fn summarize_record(record: &[u8]) -> Result<RecordSummary<'_>, DecodeError> {
+    let mut r = Reader::new(record);
+    let len = r.u32("record length")? as usize;
+    if len != r.left() {
+        return Err(DecodeError::Invalid {
+            field: "record length",
+            value: len as u64,
+        });
+    }
+    let flags = r.u8("record flags")?;
+    if flags & !KNOWN_RECORD_FLAGS != 0 {
+        return Err(DecodeError::Invalid {
+            field: "record flags",
+            value: u64::from(flags),
+        });
+    }
+    let mut key = None;
+    for (flag, field) in [
+        (HAS_PARTITION_KEY, "partition key"),
+        (HAS_CONTENT_TYPE, "content type"),
+        (HAS_CORRELATION_ID, "correlation id"),
+        (HAS_MESSAGE_ID, "message id"),
+        (HAS_PROTOCOL_SECTIONS, "protocol sections"),
+    ] {
+        if flags & flag != 0 {
+            let n = r.u32(field)? as usize;
+            let bytes = r.take(n, field)?;
+            if flag == HAS_PARTITION_KEY {
+                key = Some(bytes);
+            }
+        }
+    }
+    let property_count = r.u32("property count")?;
+    let mut refers = false;
+    for _ in 0..property_count {
+        let key_len = r.u32("property key")?;
+        match key_len {
+            SAME_PROPERTY => refers = true,
+            SAME_KEY => {
+                refers = true;
+                skip_value(&mut r)?;
+            }
+            n if n & SAME_PROPERTY != 0 => {
+                return Err(DecodeError::Invalid {
+                    field: "property reference",
+                    value: u64::from(n),
+                });
+            }
+            n => {
+                r.skip(n as usize, "property key")?;
+                skip_value(&mut r)?;
+            }
+        }
+    }
+    let body_len = r.u32("body")? as usize;
+    r.skip(body_len, "body")?;
+    r.finish("a record")?;
+    Ok(RecordSummary {
+        key,
+        empty_body: body_len == 0,
+        refers,
+    })
+}
+
+/// Steps over a property value (its tag and bytes).
+fn skip_value(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+    let fixed = match r.u8("property tag")? {
+        TAG_NULL => 0,
+        TAG_BOOL => 1,
+        TAG_INT32 | TAG_UINT32 | TAG_FLOAT32 => 4,
+        TAG_INT64 | TAG_UINT64 | TAG_FLOAT64 | TAG_TIMESTAMP => 8,
+        TAG_UUID => 16,
+        TAG_STRING | TAG_BYTES => r.u32("property value")? as usize,
+        other => {
+            return Err(DecodeError::Invalid {
+                field: "property tag",
+                value: u64::from(other),
+            });
+        }
+    };
+    r.skip(fixed, "property value")
+}
+
+/// Writes the header of a batch made of `records` (whole records, length fields included, that
+/// lie back to back in `out` after a header-sized gap at `at`): compaction's way to keep a run
+/// of records with their original offsets. The records must not refer to a record before the
+/// first of them.
+pub(crate) fn seal_batch_header(
+    out: &mut [u8],
+    batch_offset: u64,
+    base_sequence: i64,
+    record_count: u32,
+    enqueued_time_ms: i64,
+    property_refs: bool,
+) {
+    assert!(record_count >= 1);
+    assert!(base_sequence >= 0);
+    let batch_len = u32::try_from(out.len()).expect("a batch is shorter than 4 GiB");
+    let flags = if property_refs {
+        BATCH_PROPERTY_REFS
+    } else {
+        0
+    };
+    out[MAGIC_AT..BATCH_LEN_AT].copy_from_slice(&BATCH_MAGIC.to_le_bytes());
+    out[BATCH_LEN_AT..CRC_AT].copy_from_slice(&batch_len.to_le_bytes());
+    out[BATCH_OFFSET_AT..BASE_SEQUENCE_AT].copy_from_slice(&batch_offset.to_le_bytes());
+    out[BASE_SEQUENCE_AT..RECORD_COUNT_AT].copy_from_slice(&base_sequence.to_le_bytes());
+    out[RECORD_COUNT_AT..ENQUEUED_TIME_AT].copy_from_slice(&record_count.to_le_bytes());
+    out[ENQUEUED_TIME_AT..FLAGS_AT].copy_from_slice(&enqueued_time_ms.to_le_bytes());
+    out[FLAGS_AT..BATCH_HEADER_BYTES].copy_from_slice(&flags.to_le_bytes());
+    let crc = crc32c::crc32c(&out[CRC_COVERS_FROM..]);
+    out[CRC_AT..CRC_COVERS_FROM].copy_from_slice(&crc.to_le_bytes());
+}
+
 /// Slices the record starting at `*position` (after its length prefix) and advances past it.
 fn record_slice(batch: &Bytes, position: &mut usize) -> Result<Bytes, DecodeError> {
     let mut r = Reader::new(&batch[*position..]);

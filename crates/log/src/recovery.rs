@@ -7,6 +7,14 @@
 //! batch that fails a check ends the log, the rest is cut off and the file synced, so the
 //! recovered log is exactly the longest valid prefix. A last segment whose header never made it
 //! to disk (a crash while rolling) holds no events and is removed.
+//!
+//! Compaction (`compaction.rs`) writes the replacement of one or more segments to
+//! `<base>.cleaned` and puts it in place behind a commit marker (`swap.rs`): markers are
+//! followed to the end (or, torn, removed) before the segments are listed, and a `.cleaned` file
+//! left after that is a rewrite that never took effect and is removed, so a crash at any point
+//! of a compaction leaves each group of segments either as it was or as compaction rewrote it. A compacted segment (version 3) has an index
+//! file like any sealed segment (trusted only if it names the segment's rewrite id); its
+//! offsets and sequence numbers may skip, but never go back; it is never the last segment.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -26,6 +34,7 @@ pub(crate) fn recover_segments(
     config: &LogConfig,
     clock: &dyn Clock,
 ) -> Result<Vec<Arc<Segment>>, LogError> {
+    crate::swap::finish_interrupted(storage, dir)?;
     let mut bases = list_segments(storage, dir)?;
     discard_interrupted_creation(storage, dir, &mut bases)?;
     let mut segments: Vec<Arc<Segment>> = Vec::with_capacity(bases.len());
@@ -45,6 +54,7 @@ pub(crate) fn recover_segments(
             created_ms: clock.now_ms(),
             prev_last_offset: None,
             prev_last_time_ms: None,
+            rewrite_id: 0,
         };
         segments.push(Arc::new(create_segment(storage, dir, header)?));
     }
@@ -62,7 +72,7 @@ fn list_segments(storage: &dyn Storage, dir: &Path) -> Result<Vec<u64>, LogError
     for name in names {
         if let Some(base) = parse_segment_name(&name) {
             bases.push(base);
-        } else if name.ends_with(".tmp") {
+        } else if name.ends_with(".tmp") || name.ends_with(CLEANED_SUFFIX) {
             let _ = storage.remove_file(&dir.join(name));
         } else if let Some(digits) = name.strip_suffix(".index") {
             indexes.push((digits.parse::<u64>().ok(), dir.join(&name)));
@@ -147,18 +157,59 @@ fn open_segment(
             ),
         ));
     }
-    let contents = if is_last {
+    let contents = if header.is_compacted() {
+        if is_last {
+            return Err(LogError::corrupted(
+                &path,
+                0,
+                "a compacted segment is the last of the partition (compaction never rewrites the active segment)",
+            ));
+        }
+        load_compacted(storage, dir, file.as_ref(), &path, &header, len, config)?
+    } else if is_last {
         recover_active(file.as_ref(), &path, &header, len, config)?
     } else {
         let file = file.as_ref();
         load_sealed(storage, dir, file, &path, &header, len, config)?
     };
     Ok(Segment {
+        id: next_segment_id(),
         path,
         file,
         header,
         contents: RwLock::new(contents),
     })
+}
+
+/// A compacted segment is loaded as any sealed one: from its index file if that is its own (the
+/// segment's rewrite id, written in both, tells it from one left by the segment it replaced),
+/// else scanned whole, any damage an error, and the index file written again.
+fn load_compacted(
+    storage: &dyn Storage,
+    dir: &Path,
+    file: &dyn StorageFile,
+    path: &Path,
+    header: &SegmentHeader,
+    len: u64,
+    config: &LogConfig,
+) -> Result<SegmentContents, LogError> {
+    let index = index_path(dir, header.base_offset);
+    if let Some(contents) = read_index_file(storage, &index, header, len) {
+        return Ok(contents);
+    }
+    let scan = scan_segment(file, path, header, len, config.index_interval_bytes)?;
+    if let Some((position, why)) = scan.stopped {
+        return Err(LogError::corrupted(path, position, why));
+    }
+    if scan.contents.end_position != len {
+        return Err(LogError::corrupted(
+            path,
+            scan.contents.end_position,
+            "unwritten space inside a compacted segment",
+        ));
+    }
+    write_index_file(storage, &index, header, &scan.contents)?;
+    Ok(scan.contents)
 }
 
 fn holds_nothing_past_header(
@@ -229,12 +280,15 @@ fn load_sealed(
             "unwritten space inside a sealed segment",
         ));
     }
-    write_index_file(storage, &index, &scan.contents)?;
+    write_index_file(storage, &index, header, &scan.contents)?;
     Ok(scan.contents)
 }
 
 fn check_continuity(prev: &Segment, next: &Segment) -> Result<(), LogError> {
     let prev_contents = prev.contents();
+    if prev.header.is_compacted() {
+        return check_compacted_continuity(prev, &prev_contents, next);
+    }
     let prev_end = prev.header.base_offset + prev_contents.end_position;
     if next.header.base_offset != prev_end {
         return Err(LogError::corrupted(
@@ -252,6 +306,40 @@ fn check_continuity(prev: &Segment, next: &Segment) -> Result<(), LogError> {
             0,
             format!(
                 "the segment starts at sequence number {} but the one before ends at {}",
+                next.header.base_sequence, prev_contents.next_sequence
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// After a compacted segment the next one starts past its last kept event, in offset and in
+/// sequence number (the events between were removed).
+fn check_compacted_continuity(
+    prev: &Segment,
+    prev_contents: &SegmentContents,
+    next: &Segment,
+) -> Result<(), LogError> {
+    let offset_ok = next.header.base_offset > prev.header.base_offset
+        && prev_contents
+            .last_offset
+            .is_none_or(|last| last < next.header.base_offset);
+    if !offset_ok {
+        return Err(LogError::corrupted(
+            &next.path,
+            0,
+            format!(
+                "the segment starts at offset {} but the compacted one before holds an event at {:?}",
+                next.header.base_offset, prev_contents.last_offset
+            ),
+        ));
+    }
+    if next.header.base_sequence < prev_contents.next_sequence {
+        return Err(LogError::corrupted(
+            &next.path,
+            0,
+            format!(
+                "the segment starts at sequence number {} but the compacted one before ends at {}",
                 next.header.base_sequence, prev_contents.next_sequence
             ),
         ));

@@ -10,6 +10,11 @@
 //! grown by the index interval. The active segment's index lives in memory and is rebuilt by
 //! scanning at recovery; a sealed segment's index is written to `<base>.index` when it is
 //! sealed, so reopening a partition scans only its active segment.
+//!
+//! A compacted segment (version 3, written by `compaction.rs`) holds the events compaction kept
+//! with their original offsets and sequence numbers: between its batches they may skip, and a
+//! batch's offset is no longer its base offset plus its position, so lookups by offset go by
+//! each indexed batch's first event's offset, which its index file (version 2) stores.
 
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
@@ -26,9 +31,14 @@ const SEGMENT_MAGIC: [u8; 8] = *b"TRIBSEG\0";
 /// only version 1 refuses the new segments (an unsupported version, an error) instead of
 /// cutting them off as a torn tail.
 pub(crate) const SEGMENT_VERSION: u32 = 2;
+/// The version of a segment compaction wrote: its batches keep the offsets and sequence
+/// numbers their events were given, with gaps where compaction removed events, so a batch's
+/// offset is no longer its segment's base offset plus its position. Never the active segment.
+/// A build that knows only versions 1 and 2 refuses it rather than misreading the gaps.
+pub(crate) const COMPACTED_SEGMENT_VERSION: u32 = 3;
 
 /// The segment versions this build reads.
-const SEGMENT_VERSIONS_READ: std::ops::RangeInclusive<u32> = 1..=SEGMENT_VERSION;
+const SEGMENT_VERSIONS_READ: std::ops::RangeInclusive<u32> = 1..=COMPACTED_SEGMENT_VERSION;
 const SEG_MAGIC_AT: usize = 0;
 const SEG_VERSION_AT: usize = SEG_MAGIC_AT + 8;
 const SEG_HEADER_LEN_AT: usize = SEG_VERSION_AT + 4;
@@ -37,14 +47,17 @@ const SEG_BASE_SEQUENCE_AT: usize = SEG_BASE_OFFSET_AT + 8;
 const SEG_CREATED_AT: usize = SEG_BASE_SEQUENCE_AT + 8;
 const SEG_PREV_LAST_OFFSET_AT: usize = SEG_CREATED_AT + 8;
 const SEG_PREV_LAST_TIME_AT: usize = SEG_PREV_LAST_OFFSET_AT + 8;
-const SEG_RESERVED_AT: usize = SEG_PREV_LAST_TIME_AT + 8;
-const SEG_CRC_AT: usize = SEG_RESERVED_AT + 4;
+const SEG_REWRITE_ID_AT: usize = SEG_PREV_LAST_TIME_AT + 8;
+const SEG_CRC_AT: usize = SEG_REWRITE_ID_AT + 4;
 /// Bytes in a segment header; the first batch starts here.
 pub(crate) const SEGMENT_HEADER_BYTES: usize = SEG_CRC_AT + 4;
 const _: () = assert!(SEGMENT_HEADER_BYTES == 64);
 
 const INDEX_MAGIC: [u8; 8] = *b"TRIBIDX\0";
 const INDEX_VERSION: u32 = 1;
+/// The index of a compacted segment: entries also hold their batch's first event's offset
+/// (not derivable from the position there), and the header the segment's rewrite id.
+const COMPACTED_INDEX_VERSION: u32 = 2;
 const IDX_ENTRY_COUNT_AT: usize = 8 + 4;
 const IDX_END_POSITION_AT: usize = IDX_ENTRY_COUNT_AT + 4;
 const IDX_NEXT_SEQUENCE_AT: usize = IDX_END_POSITION_AT + 8;
@@ -54,6 +67,11 @@ const IDX_LAST_OFFSET_AT: usize = IDX_LAST_TIME_AT + 8;
 const IDX_CRC_AT: usize = IDX_LAST_OFFSET_AT + 8;
 const INDEX_HEADER_BYTES: usize = IDX_CRC_AT + 4 + 4;
 const INDEX_ENTRY_BYTES: usize = 16;
+const COMPACTED_INDEX_ENTRY_BYTES: usize = 24;
+/// In a compacted segment's index, the 4 bytes after the CRC hold the segment's rewrite id
+/// (and the CRC covers them).
+const IDX_REWRITE_ID_AT: usize = IDX_CRC_AT + 4;
+const _: () = assert!(IDX_REWRITE_ID_AT + 4 == INDEX_HEADER_BYTES);
 
 /// "No value" in a fixed-width field.
 const NO_OFFSET: u64 = u64::MAX;
@@ -75,12 +93,20 @@ pub(crate) struct SegmentHeader {
     pub prev_last_offset: Option<u64>,
     /// The enqueued time of the last event before this segment, if there was one.
     pub prev_last_time_ms: Option<i64>,
+    /// A compacted segment's random id (0 in other segments), repeated in its index file: an
+    /// index file left from an earlier rewrite of the same segment never matches it.
+    pub rewrite_id: u32,
 }
 
 impl SegmentHeader {
     /// Whether batches in this segment may name properties of the record before.
     pub(crate) fn allows_property_refs(&self) -> bool {
         self.version >= 2
+    }
+
+    /// Whether compaction wrote this segment (its offsets and sequence numbers have gaps).
+    pub(crate) fn is_compacted(&self) -> bool {
+        self.version == COMPACTED_SEGMENT_VERSION
     }
 
     pub(crate) fn encode(&self) -> [u8; SEGMENT_HEADER_BYTES] {
@@ -96,8 +122,9 @@ impl SegmentHeader {
         b[SEG_CREATED_AT..SEG_PREV_LAST_OFFSET_AT].copy_from_slice(&self.created_ms.to_le_bytes());
         b[SEG_PREV_LAST_OFFSET_AT..SEG_PREV_LAST_TIME_AT]
             .copy_from_slice(&self.prev_last_offset.unwrap_or(NO_OFFSET).to_le_bytes());
-        b[SEG_PREV_LAST_TIME_AT..SEG_RESERVED_AT]
+        b[SEG_PREV_LAST_TIME_AT..SEG_REWRITE_ID_AT]
             .copy_from_slice(&self.prev_last_time_ms.unwrap_or(NO_TIME).to_le_bytes());
+        b[SEG_REWRITE_ID_AT..SEG_CRC_AT].copy_from_slice(&self.rewrite_id.to_le_bytes());
         let crc = crc32c::crc32c(&b[..SEG_CRC_AT]);
         b[SEG_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -139,7 +166,11 @@ impl SegmentHeader {
         let created_ms = field(&mut r, "created time")? as i64;
         let prev_last_offset = field(&mut r, "previous last offset")?;
         let prev_last_time = field(&mut r, "previous last time")? as i64;
+        let rewrite_id = r
+            .u32("rewrite id")
+            .map_err(|e| corrupt(SEG_REWRITE_ID_AT, e.to_string()))?;
         Ok(SegmentHeader {
+            rewrite_id,
             version,
             base_offset,
             base_sequence,
@@ -151,12 +182,17 @@ impl SegmentHeader {
 }
 
 /// One sparse index entry: a batch that starts at `position` in the file, with the first
-/// sequence number `base_sequence + relative_sequence`, enqueued at `time_ms`.
+/// sequence number `base_sequence + relative_sequence`, enqueued at `time_ms`, whose first
+/// event's offset is `first_offset` (in memory only; index files derive it). Lookups by offset
+/// compare the first event's offset, not the batch's: in a compacted segment a batch's header
+/// may lie before the last event of the batch before it (the header is placed so that the
+/// batch's first event keeps its offset), but first events' offsets always grow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct IndexEntry {
     pub relative_sequence: u32,
     pub position: u32,
     pub time_ms: i64,
+    pub first_offset: u64,
 }
 
 /// What a segment holds, as far as it has been written.
@@ -166,8 +202,12 @@ pub(crate) struct SegmentContents {
     pub index: Vec<IndexEntry>,
     /// The file position just past the last batch.
     pub end_position: u64,
-    /// The sequence number the next event in this segment would get.
+    /// The sequence number the next event in this segment would get (in a compacted segment:
+    /// one past its last kept event; the next segment's base sequence may be higher).
     pub next_sequence: i64,
+    /// The sequence number of the segment's first event, if it holds any (a compacted
+    /// segment's may lie past its base sequence, or it may hold none).
+    pub first_sequence: Option<i64>,
     /// Enqueued time of the first and last batch, if any.
     pub first_time_ms: Option<i64>,
     /// See `first_time_ms`.
@@ -184,6 +224,7 @@ impl SegmentContents {
             index: Vec::new(),
             end_position: SEGMENT_HEADER_BYTES as u64,
             next_sequence: header.base_sequence,
+            first_sequence: None,
             first_time_ms: None,
             last_time_ms: None,
             last_offset: None,
@@ -201,11 +242,24 @@ impl SegmentContents {
         index_interval_bytes: u32,
     ) {
         assert_eq!(position, self.end_position, "batches are contiguous");
-        assert_eq!(
-            batch.base_sequence, self.next_sequence,
-            "sequence numbers are dense"
-        );
-        assert_eq!(batch.batch_offset, header.base_offset + position);
+        if header.is_compacted() {
+            assert!(
+                batch.base_sequence >= self.next_sequence,
+                "sequence numbers only grow"
+            );
+            assert!(
+                self.last_offset
+                    .is_none_or(|last| batch.batch_offset + BATCH_HEADER_BYTES as u64 > last),
+                "offsets only grow"
+            );
+            assert!(batch.batch_offset >= header.base_offset);
+        } else {
+            assert_eq!(
+                batch.base_sequence, self.next_sequence,
+                "sequence numbers are dense"
+            );
+            assert_eq!(batch.batch_offset, header.base_offset + position);
+        }
         assert!(
             self.last_time_ms
                 .is_none_or(|t| t <= batch.enqueued_time_ms)
@@ -219,11 +273,13 @@ impl SegmentContents {
                     .expect("a segment holds fewer than 2^32 events"),
                 position: u32::try_from(position).expect("segment positions fit in u32"),
                 time_ms: batch.enqueued_time_ms,
+                first_offset: batch.batch_offset + BATCH_HEADER_BYTES as u64,
             });
             self.last_indexed_position = Some(position);
         }
         self.end_position = position + u64::from(batch.batch_len);
         self.next_sequence = batch.next_sequence();
+        self.first_sequence.get_or_insert(batch.base_sequence);
         self.first_time_ms.get_or_insert(batch.enqueued_time_ms);
         self.last_time_ms = Some(batch.enqueued_time_ms);
         self.last_offset = Some(last_offset);
@@ -240,11 +296,10 @@ impl SegmentContents {
         })
     }
 
-    /// The position of the last indexed batch starting at or before file position `position`.
-    pub(crate) fn position_for_position(&self, position: u64) -> u64 {
-        let i = self
-            .index
-            .partition_point(|e| u64::from(e.position) <= position);
+    /// The position of the last indexed batch whose first event's offset is at or before
+    /// `offset` (any event at or after `offset` is at or past this position).
+    pub(crate) fn position_for_offset(&self, offset: u64) -> u64 {
+        let i = self.index.partition_point(|e| e.first_offset <= offset);
         i.checked_sub(1).map_or(SEGMENT_HEADER_BYTES as u64, |i| {
             u64::from(self.index[i].position)
         })
@@ -263,14 +318,31 @@ impl SegmentContents {
 /// A segment file and what it holds.
 #[derive(Debug)]
 pub(crate) struct Segment {
+    /// Unique in the process: tells a segment from the compacted one that replaced it under
+    /// the same name (a reader's position hint is only valid in the file it was taken in).
+    pub id: u64,
     pub path: PathBuf,
     pub file: Box<dyn StorageFile>,
     pub header: SegmentHeader,
     pub contents: RwLock<SegmentContents>,
 }
 
+/// A new [`Segment::id`].
+pub(crate) fn next_segment_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 pub(crate) fn segment_path(dir: &Path, base_offset: u64) -> PathBuf {
     dir.join(format!("{base_offset:020}.log"))
+}
+
+/// The ending of a compacted segment being written, before it replaces the segment.
+pub(crate) const CLEANED_SUFFIX: &str = ".cleaned";
+
+/// Where compaction writes the replacement of the segment at `base_offset`.
+pub(crate) fn cleaned_path(dir: &Path, base_offset: u64) -> PathBuf {
+    dir.join(format!("{base_offset:020}{CLEANED_SUFFIX}"))
 }
 
 pub(crate) fn index_path(dir: &Path, base_offset: u64) -> PathBuf {
@@ -396,6 +468,9 @@ fn continuity_problem(
     batch: &BatchHeader,
     position: u64,
 ) -> Option<String> {
+    if header.is_compacted() {
+        return compacted_continuity_problem(contents, header, batch);
+    }
     if batch.batch_offset != header.base_offset + position {
         return Some(format!(
             "batch offset {} where {} was expected",
@@ -418,15 +493,62 @@ fn continuity_problem(
     None
 }
 
+/// In a compacted segment offsets and sequence numbers may skip, but never go back.
+fn compacted_continuity_problem(
+    contents: &SegmentContents,
+    header: &SegmentHeader,
+    batch: &BatchHeader,
+) -> Option<String> {
+    let first_offset = batch.batch_offset + BATCH_HEADER_BYTES as u64;
+    if batch.batch_offset < header.base_offset
+        || contents
+            .last_offset
+            .is_some_and(|last| first_offset <= last)
+    {
+        return Some(format!(
+            "batch offset {} goes back (the event before is at {:?})",
+            batch.batch_offset, contents.last_offset
+        ));
+    }
+    if batch.base_sequence < contents.next_sequence {
+        return Some(format!(
+            "batch starts at sequence number {}, before {}",
+            batch.base_sequence, contents.next_sequence
+        ));
+    }
+    // The index holds sequence numbers relative to the segment's base, in 32 bits.
+    if batch.next_sequence() - header.base_sequence > i64::from(u32::MAX) {
+        return Some(format!(
+            "batch ends at sequence number {}, too far past the segment's base {}",
+            batch.next_sequence(),
+            header.base_sequence
+        ));
+    }
+    if contents
+        .last_time_ms
+        .is_some_and(|t| batch.enqueued_time_ms < t)
+    {
+        return Some("batch enqueued time goes backwards".into());
+    }
+    None
+}
+
 /// Writes a sealed segment's index file and syncs it.
 pub(crate) fn write_index_file(
     storage: &dyn Storage,
     path: &Path,
+    header: &SegmentHeader,
     contents: &SegmentContents,
 ) -> Result<(), LogError> {
+    let compacted = header.is_compacted();
+    let version = if compacted {
+        COMPACTED_INDEX_VERSION
+    } else {
+        INDEX_VERSION
+    };
     let mut b = vec![0u8; INDEX_HEADER_BYTES];
     b[..8].copy_from_slice(&INDEX_MAGIC);
-    b[8..IDX_ENTRY_COUNT_AT].copy_from_slice(&INDEX_VERSION.to_le_bytes());
+    b[8..IDX_ENTRY_COUNT_AT].copy_from_slice(&version.to_le_bytes());
     let count = u32::try_from(contents.index.len()).expect("index entries fit in u32");
     b[IDX_ENTRY_COUNT_AT..IDX_END_POSITION_AT].copy_from_slice(&count.to_le_bytes());
     b[IDX_END_POSITION_AT..IDX_NEXT_SEQUENCE_AT]
@@ -443,9 +565,20 @@ pub(crate) fn write_index_file(
         b.extend_from_slice(&e.relative_sequence.to_le_bytes());
         b.extend_from_slice(&e.position.to_le_bytes());
         b.extend_from_slice(&e.time_ms.to_le_bytes());
+        if compacted {
+            b.extend_from_slice(&e.first_offset.to_le_bytes());
+        }
     }
+    if compacted {
+        b[IDX_REWRITE_ID_AT..INDEX_HEADER_BYTES].copy_from_slice(&header.rewrite_id.to_le_bytes());
+    }
+    let covered_from = if compacted {
+        IDX_REWRITE_ID_AT
+    } else {
+        INDEX_HEADER_BYTES
+    };
     let mut crc = crc32c::crc32c(&b[..IDX_CRC_AT]);
-    crc = crc32c::crc32c_append(crc, &b[INDEX_HEADER_BYTES..]);
+    crc = crc32c::crc32c_append(crc, &b[covered_from..]);
     b[IDX_CRC_AT..IDX_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     let tmp = path.with_extension("index.tmp");
     storage
@@ -469,7 +602,17 @@ pub(crate) fn read_index_file(
     if b.len() < INDEX_HEADER_BYTES || b[..8] != INDEX_MAGIC {
         return None;
     }
-    let mut r = Reader::new(&b[8..IDX_CRC_AT + 4]);
+    let compacted = header.is_compacted();
+    let (want_version, entry_bytes, covered_from) = if compacted {
+        (
+            COMPACTED_INDEX_VERSION,
+            COMPACTED_INDEX_ENTRY_BYTES,
+            IDX_REWRITE_ID_AT,
+        )
+    } else {
+        (INDEX_VERSION, INDEX_ENTRY_BYTES, INDEX_HEADER_BYTES)
+    };
+    let mut r = Reader::new(&b[8..INDEX_HEADER_BYTES]);
     let version = r.u32("index version").ok()?;
     let count = r.u32("index entries").ok()? as usize;
     let end_position = r.u64("end position").ok()?;
@@ -478,46 +621,78 @@ pub(crate) fn read_index_file(
     let last_time = r.i64("last time").ok()?;
     let last_offset = r.u64("last offset").ok()?;
     let stored_crc = r.u32("index crc").ok()?;
+    let rewrite_id = r.u32("rewrite id").ok()?;
     let entries = &b[INDEX_HEADER_BYTES..];
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&b[..IDX_CRC_AT]), entries);
-    if version != INDEX_VERSION
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&b[..IDX_CRC_AT]), &b[covered_from..]);
+    if version != want_version
         || crc != stored_crc
-        || entries.len() != count * INDEX_ENTRY_BYTES
+        || (compacted && rewrite_id != header.rewrite_id)
+        || entries.len() != count.checked_mul(entry_bytes)?
         || end_position != segment_len
         || next_sequence < header.base_sequence
     {
         return None;
     }
+    let index = read_index_entries(entries, count, header, compacted)?;
+    if index
+        .last()
+        .is_some_and(|e| u64::from(e.position) >= end_position)
+        || (count == 0) != (end_position == SEGMENT_HEADER_BYTES as u64)
+    {
+        return None;
+    }
+    let first_sequence = if compacted {
+        index
+            .first()
+            .map(|e| header.base_sequence + i64::from(e.relative_sequence))
+    } else {
+        (next_sequence > header.base_sequence).then_some(header.base_sequence)
+    };
+    Some(SegmentContents {
+        last_indexed_position: index.last().map(|e| u64::from(e.position)),
+        index,
+        end_position,
+        next_sequence,
+        first_sequence,
+        first_time_ms: (first_time != NO_TIME).then_some(first_time),
+        last_time_ms: (last_time != NO_TIME).then_some(last_time),
+        last_offset: (last_offset != NO_OFFSET).then_some(last_offset),
+    })
+}
+
+/// The entries of an index file, if they are in order by position, sequence number, time and
+/// (in a compacted segment's index) first event offset.
+fn read_index_entries(
+    entries: &[u8],
+    count: usize,
+    header: &SegmentHeader,
+    compacted: bool,
+) -> Option<Vec<IndexEntry>> {
     let mut index = Vec::with_capacity(count);
     let mut r = Reader::new(entries);
     for _ in 0..count {
+        let relative_sequence = r.u32("entry sequence").ok()?;
+        let position = r.u32("entry position").ok()?;
+        let time_ms = r.i64("entry time").ok()?;
+        let first_offset = if compacted {
+            r.u64("entry offset").ok()?
+        } else {
+            header.base_offset + u64::from(position) + BATCH_HEADER_BYTES as u64
+        };
         index.push(IndexEntry {
-            relative_sequence: r.u32("entry sequence").ok()?,
-            position: r.u32("entry position").ok()?,
-            time_ms: r.i64("entry time").ok()?,
+            relative_sequence,
+            position,
+            time_ms,
+            first_offset,
         });
     }
     let ordered = index.windows(2).all(|w| {
         w[0].position < w[1].position
             && w[0].relative_sequence < w[1].relative_sequence
             && w[0].time_ms <= w[1].time_ms
+            && w[0].first_offset < w[1].first_offset
     });
-    if !ordered
-        || index
-            .last()
-            .is_some_and(|e| u64::from(e.position) >= end_position)
-    {
-        return None;
-    }
-    Some(SegmentContents {
-        last_indexed_position: index.last().map(|e| u64::from(e.position)),
-        index,
-        end_position,
-        next_sequence,
-        first_time_ms: (first_time != NO_TIME).then_some(first_time),
-        last_time_ms: (last_time != NO_TIME).then_some(last_time),
-        last_offset: (last_offset != NO_OFFSET).then_some(last_offset),
-    })
+    ordered.then_some(index)
 }
 
 /// Makes a directory entry change (a created, renamed or removed file) durable.
@@ -540,6 +715,7 @@ mod tests {
             created_ms: 1_700_000_000_000,
             prev_last_offset: Some(12000),
             prev_last_time_ms: None,
+            rewrite_id: 0,
         };
         let b = h.encode();
         let p = Path::new("x.log");
@@ -548,19 +724,116 @@ mod tests {
         // a version this build does not know is refused.
         let v1 = SegmentHeader { version: 1, ..h };
         assert_eq!(SegmentHeader::decode(&v1.encode(), p).unwrap(), v1);
-        let mut v3 = v1.encode();
-        v3[SEG_VERSION_AT..SEG_HEADER_LEN_AT].copy_from_slice(&3u32.to_le_bytes());
-        let crc = crc32c::crc32c(&v3[..SEG_CRC_AT]);
-        v3[SEG_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
-        let refused = SegmentHeader::decode(&v3, p).unwrap_err().to_string();
+        let v3 = SegmentHeader {
+            version: COMPACTED_SEGMENT_VERSION,
+            rewrite_id: 0x5eed,
+            ..h
+        };
         assert!(
-            refused.contains("unsupported segment version 3"),
+            SegmentHeader::decode(&v3.encode(), p)
+                .unwrap()
+                .is_compacted()
+        );
+        let mut v4 = v1.encode();
+        v4[SEG_VERSION_AT..SEG_HEADER_LEN_AT].copy_from_slice(&4u32.to_le_bytes());
+        let crc = crc32c::crc32c(&v4[..SEG_CRC_AT]);
+        v4[SEG_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        let refused = SegmentHeader::decode(&v4, p).unwrap_err().to_string();
+        assert!(
+            refused.contains("unsupported segment version 4"),
             "{refused}"
         );
         let mut damaged = b;
         damaged[20] ^= 1;
         assert!(SegmentHeader::decode(&damaged, p).is_err());
         assert!(SegmentHeader::decode(&b[..10], p).is_err());
+    }
+
+    /// A compacted segment's index keeps each entry's first event offset, and is trusted only
+    /// by the segment whose rewrite id it names.
+    #[test]
+    fn a_compacted_segment_s_index_round_trips_and_names_its_segment() {
+        let storage = crate::storage::OsStorage;
+        let dir = tempfile::tempdir().unwrap();
+        let header = SegmentHeader {
+            version: COMPACTED_SEGMENT_VERSION,
+            base_offset: 4096,
+            base_sequence: 10,
+            created_ms: 1_700_000_000_000,
+            prev_last_offset: Some(4000),
+            prev_last_time_ms: Some(1_700_000_000_000),
+            rewrite_id: 77,
+        };
+        let mut contents = SegmentContents::empty(&header);
+        contents.index = vec![
+            IndexEntry {
+                relative_sequence: 3,
+                position: 64,
+                time_ms: 5,
+                first_offset: 4300,
+            },
+            IndexEntry {
+                relative_sequence: 9,
+                position: 700,
+                time_ms: 6,
+                first_offset: 4310,
+            },
+        ];
+        contents.end_position = 900;
+        contents.next_sequence = 25;
+        contents.first_sequence = Some(13);
+        contents.first_time_ms = Some(5);
+        contents.last_time_ms = Some(6);
+        contents.last_offset = Some(4400);
+        contents.last_indexed_position = Some(700);
+        let path = &index_path(dir.path(), header.base_offset);
+        write_index_file(&storage, path, &header, &contents).unwrap();
+        assert_eq!(
+            read_index_file(&storage, path, &header, 900),
+            Some(contents.clone())
+        );
+        let other = SegmentHeader {
+            rewrite_id: 78,
+            ..header
+        };
+        assert_eq!(read_index_file(&storage, path, &other, 900), None);
+        let uncompacted = SegmentHeader {
+            version: SEGMENT_VERSION,
+            rewrite_id: 0,
+            ..header
+        };
+        assert_eq!(read_index_file(&storage, path, &uncompacted, 900), None);
+    }
+
+    /// A compacted segment's sequence numbers may skip, but a batch so far past the segment's
+    /// base that the index cannot hold it is damage, reported, not a panic.
+    #[test]
+    fn a_compacted_segment_s_batch_too_far_past_its_base_stops_the_scan() {
+        use crate::storage::Storage;
+        let dir = tempfile::tempdir().unwrap();
+        let header = SegmentHeader {
+            version: COMPACTED_SEGMENT_VERSION,
+            base_offset: 0,
+            base_sequence: 0,
+            created_ms: 0,
+            prev_last_offset: None,
+            prev_last_time_ms: None,
+            rewrite_id: 1,
+        };
+        let mut bytes = header.encode().to_vec();
+        let mut batch = Vec::new();
+        let event = [tributary_event::EventData::new("e")];
+        let far = 1i64 << 33;
+        crate::record::encode_batch(&mut batch, 64, far, 0, &event, false, &mut Vec::new());
+        bytes.extend_from_slice(&batch);
+        let path = dir.path().join("00000000000000000000.log");
+        std::fs::write(&path, &bytes).unwrap();
+        let file = crate::storage::OsStorage
+            .open(&path, OpenMode::Read)
+            .unwrap();
+        let scan = scan_segment(file.as_ref(), &path, &header, bytes.len() as u64, 512).unwrap();
+        assert!(scan.stopped.is_some(), "{scan:?}");
+        assert!(scan.contents.index.is_empty());
     }
 
     #[test]
