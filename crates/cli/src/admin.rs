@@ -137,7 +137,7 @@ impl Admin {
             .0;
         let policy = policies
             .policies()
-            .iter()
+            .into_iter()
             .find(|p| p.allows(Right::Manage))
             .context("no shared access policy has the Manage right")?;
         Ok(Admin {
