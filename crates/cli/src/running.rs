@@ -133,7 +133,8 @@ pub fn connection_string(
     let policy = policies.get(policy).with_context(|| {
         let names: Vec<String> = policies.policies().into_iter().map(|p| p.name).collect();
         format!(
-            "there is no shared access policy {policy:?} (there are: {})",
+            "there is no shared access policy {policy:?} in the namespace (there are: {}); \
+             an event hub's policy's connection strings: `tributary policy show {policy} --hub <hub> --keys`",
             names.join(", ")
         )
     })?;

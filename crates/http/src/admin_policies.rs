@@ -151,6 +151,13 @@ async fn create(
     let policy = policies
         .create(&scope, &request.name, rights)
         .map_err(policy_error)?;
+    if let Some(hub) = scope.hub()
+        && let Err(gone) = state.broker.describe_hub(hub)
+    {
+        // Deleted meanwhile, after its policies went with it: this one must not outlive it.
+        let _ = policies.delete(&scope, &policy.name);
+        return Err(gone.into());
+    }
     tracing::info!(policy = %policy.name, scope = %scope, "shared access policy created");
     Ok((StatusCode::CREATED, Json(policy_json(&policy, &scope))).into_response())
 }
