@@ -6,16 +6,19 @@
 //! [`Grant`] for its audience. A link may attach only if an unexpired grant covers its entity
 //! with a right the operation needs: the grant's audience path (host ignored, case-insensitive)
 //! equals the entity path or is a prefix of it ending at a `/` (a namespace token `sb://host/`
-//! covers everything).
+//! covers everything). A token signed by an event hub's policy is only accepted for that hub
+//! (see [`crate::policies`]), and a PLAIN login with such a policy's key grants that hub only.
+//!
+//! Grants are fixed when made: a key regenerated later refuses new tokens and logins at once,
+//! while a grant already made keeps until its token expires (a PLAIN login's: until the
+//! connection closes), as in Event Hubs.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tributary_eventhubs::sas::SasError;
-
 use crate::conditions::{self, Refusal};
 use crate::limits::GRANTS_PER_CONNECTION_MAX;
-use crate::policies::{AccessPolicies, Right};
+use crate::policies::{AccessPolicies, Right, Signer, TokenRefused};
 
 /// What a verified token, or a SASL PLAIN login, grants.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,16 +41,32 @@ impl Grant {
 }
 
 /// Verifies `token` against `policies` at `now_secs` (unix seconds) and returns what it grants.
-pub fn verify(token: &str, policies: &AccessPolicies, now_secs: i64) -> Result<Grant, SasError> {
-    // The rights are those of the policy whose key signed it: two policies may share a name
-    // (a saved one and `serve --emulator-compat`'s unsaved one).
-    let (verified, policy) = policies.verify_token(token, now_secs)?;
+pub fn verify(
+    token: &str,
+    policies: &AccessPolicies,
+    now_secs: i64,
+) -> Result<Grant, TokenRefused> {
+    // The rights are those of the policy whose key signed it: policies may share a name (a
+    // saved one and `serve --emulator-compat`'s unsaved one; policies of different scopes).
+    let (verified, signer) = policies.verify_token(token, now_secs)?;
     Ok(Grant {
         audience: verified.audience,
-        rights: policy.rights.clone(),
+        rights: signer.rights,
         expiry: verified.expiry,
         key_name: verified.key_name,
     })
+}
+
+/// What a login with a policy's key (SASL PLAIN, a connection string as a Kafka password)
+/// grants: its rights on its scope — the namespace, or its event hub — until the connection
+/// closes.
+pub fn login_grant(signer: Signer) -> Grant {
+    Grant {
+        audience: signer.scope.hub().unwrap_or_default().to_owned(),
+        rights: signer.rights,
+        expiry: i64::MAX,
+        key_name: signer.name,
+    }
 }
 
 /// What an operation needs: any one of these rights.
@@ -142,15 +161,10 @@ impl ConnectionGrants {
         self.authenticated.clone()
     }
 
-    /// Records a namespace-wide grant proven by SASL PLAIN with a policy's name and key.
-    pub(crate) fn grant_namespace(&self, key_name: String, rights: Vec<Right>) {
+    /// Records the grant SASL PLAIN with a policy's name and key proved (see [`login_grant`]).
+    pub(crate) fn grant_login(&self, signer: Signer) {
         let mut grants = self.grants.lock().expect("grants");
-        grants.push(Grant {
-            audience: String::new(),
-            rights,
-            expiry: i64::MAX,
-            key_name,
-        });
+        grants.push(login_grant(signer));
         self.authenticated.store(true, Ordering::Relaxed);
     }
 

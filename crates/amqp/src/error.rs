@@ -52,6 +52,26 @@ pub enum AmqpError {
     /// An access policy is not valid (empty name, duplicate, empty key, no rights).
     #[error("invalid access policy: {0}")]
     InvalidPolicy(String),
+    /// No policy of that name in that scope.
+    #[error("there is no shared access policy {name:?} in {scope} (there are: {})", if known.is_empty() { "none".to_owned() } else { known.join(", ") })]
+    PolicyNotFound {
+        /// The namespace or the event hub, in words.
+        scope: String,
+        /// The name asked for.
+        name: String,
+        /// The names there are.
+        known: Vec<String>,
+    },
+    /// A policy of that name already exists in that scope.
+    #[error(
+        "{scope} already has a shared access policy {name:?}; regenerate its keys with `policy rotate`, or choose another name"
+    )]
+    PolicyExists {
+        /// The namespace or the event hub, in words.
+        scope: String,
+        /// The name.
+        name: String,
+    },
     /// The system's random source failed while making a key.
     #[error("cannot generate a random key: {0}")]
     Random(String),

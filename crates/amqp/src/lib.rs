@@ -11,9 +11,11 @@
 //!   front door accepted and hands over through [`AmqpConnections`] (AMQP over WebSockets,
 //!   carried by the HTTP door), served and authenticated the same way.
 //! - **Security** ([`policies`], `tributary_eventhubs::sas`): named shared access policies with Listen, Send and
-//!   Manage rights, persisted in `<data_dir>/access-policies.json`. Clients put SAS tokens on
-//!   `$cbs`; each verified token grants its audience on that connection. No link attaches
-//!   without a grant covering its entity with the needed right.
+//!   Manage rights, each with a primary and a secondary key, on the namespace or on one event
+//!   hub, persisted in `<data_dir>/access-policies.json` and changed live (a regenerated key is
+//!   refused from the next token or login on). Clients put SAS tokens on `$cbs`; each verified
+//!   token grants its audience on that connection. No link attaches without a grant covering
+//!   its entity with the needed right.
 //! - **`$management`**: `READ` of `com.microsoft:eventhub` and `com.microsoft:partition`.
 //! - **Send links** to `<hub>` and `<hub>/Partitions/<id>`: single and batched messages, partition
 //!   keys, settled `accepted` only once the append is durable; a link's deliveries are appended

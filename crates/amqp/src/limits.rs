@@ -143,3 +143,8 @@ const _: () = assert!(SEND_PIPELINE_MAX > 0);
 const _: () = assert!(SEND_PIPELINE_MAX <= SEND_LINK_CREDIT as usize);
 const _: () = assert!(RECEIVE_BATCH_EVENTS > 0);
 const _: () = assert!(UNAUTHENTICATED_BYTES_MAX > 2 * TOKEN_BYTES_MAX as u64);
+
+/// Shared access policies per scope (the namespace, or one event hub): Event Hubs allows 12
+/// authorization rules per namespace and per entity, and every login tries the policies of its
+/// name only, so this bounds the policies file, not the cost of a login.
+pub const POLICIES_PER_SCOPE_MAX: usize = 12;

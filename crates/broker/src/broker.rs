@@ -140,8 +140,13 @@ struct BrokerInner {
     /// Event processors' ownership records and checkpoints.
     registry: OwnershipRegistry,
     shutting_down: AtomicBool,
+    /// Called with a hub's name once it is deleted (see [`Broker::on_hub_deleted`]).
+    hub_deleted: Mutex<Vec<HubDeleted>>,
     _lock: File,
 }
+
+/// What [`Broker::on_hub_deleted`] calls.
+type HubDeleted = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// A Tributary namespace in this process: its event hubs, their partitions and consumer
 /// groups, and the receivers open on them. Cheap to clone; clones share the broker.
@@ -226,6 +231,7 @@ impl Broker {
                 next_receiver_id: AtomicU64::new(1),
                 registry: OwnershipRegistry::default(),
                 shutting_down: AtomicBool::new(false),
+                hub_deleted: Mutex::new(Vec::new()),
                 _lock: lock,
             }),
         })
@@ -344,6 +350,19 @@ impl Broker {
             .clone())
     }
 
+    /// Calls `deleted` with a hub's name (as the hub spelt it) each time a hub is deleted, from
+    /// whichever door or command deleted it: what belongs to a hub outside the broker (its
+    /// shared access policies) goes with it. It runs while the catalog is locked, so it must
+    /// not call back into the broker's hub or group changes.
+    pub fn on_hub_deleted(&self, deleted: impl Fn(&str) + Send + Sync + 'static) {
+        let mut callbacks = self
+            .inner
+            .hub_deleted
+            .lock()
+            .expect("hub deletion callbacks");
+        callbacks.push(Arc::new(deleted));
+    }
+
     /// Deletes an event hub and all its events; its receivers are disconnected.
     pub async fn delete_hub(&self, name: &str) -> Result<(), BrokerError> {
         let broker = self.clone();
@@ -369,6 +388,14 @@ impl Broker {
         let hub = inner.hubs.write().expect("hub map").remove(&key);
         // After the hub left the map, so no claim can write its records again.
         inner.registry.lock().forget_hub(&key);
+        let callbacks = inner
+            .hub_deleted
+            .lock()
+            .expect("hub deletion callbacks")
+            .clone();
+        for deleted in callbacks {
+            deleted(&definition.name);
+        }
         if let Some(hub) = hub {
             hub.disconnect(None, &DisconnectReason::HubDeleted);
             // Open readers keep their file handles; the files go once they let go.

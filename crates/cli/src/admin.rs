@@ -137,7 +137,7 @@ impl Admin {
             .0;
         let policy = policies
             .policies()
-            .iter()
+            .into_iter()
             .find(|p| p.allows(Right::Manage))
             .context("no shared access policy has the Manage right")?;
         Ok(Admin {
@@ -341,7 +341,11 @@ impl Catalog {
     /// Deletes a hub.
     pub async fn delete_hub(&self, name: &str) -> Result<()> {
         match self {
-            Catalog::Local(broker) => Ok(broker.delete_hub(name).await?),
+            Catalog::Local(broker) => {
+                broker.delete_hub(name).await?;
+                // No server follows the hub with its policies here: they go with it now.
+                crate::policy::forget_hub(&broker.config().data_dir, name)
+            }
             Catalog::Server(admin) => {
                 let path = format!("{HUBS}/{}", segment(name));
                 admin.call(Method::DELETE, &path, None).await.map(drop)
@@ -452,7 +456,7 @@ const HUBS: &str = "/admin/v1/hubs";
 
 /// A name as one path segment: percent-encoded where a URL needs it (names are checked by the
 /// server; this only keeps a bad one from changing the path).
-fn segment(name: &str) -> String {
+pub(crate) fn segment(name: &str) -> String {
     name.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'$' => {

@@ -49,6 +49,11 @@ pub enum Command {
     /// Create, list and delete consumer groups: on the data directory, through the `tributary
     /// serve` running on it, or on a remote Tributary hub (--connection-string).
     Group(GroupArgs),
+    /// Create, list, show, regenerate the keys of and delete shared access policies — the
+    /// namespace's, or an event hub's (--hub): on the data directory, through the `tributary
+    /// serve` running on it (in force on every door at once), or on a remote Tributary hub
+    /// (--connection-string). Keys are printed only when asked (--keys).
+    Policy(PolicyArgs),
     /// Send events to a hub: one per input line, or JSON lines with body, key and properties.
     Send(SendArgs),
     /// Receive events from a hub's partitions, from any position, optionally following.
@@ -124,7 +129,8 @@ impl Cli {
         match &self.command {
             Command::Serve(args) => global.with_data(&args.data),
             Command::Hub(HubArgs { data, remote, .. })
-            | Command::Group(GroupArgs { data, remote, .. }) => {
+            | Command::Group(GroupArgs { data, remote, .. })
+            | Command::Policy(PolicyArgs { data, remote, .. }) => {
                 global.with_data(data).with_trust(&remote.trust)
             }
             Command::Send(SendArgs {
@@ -482,6 +488,84 @@ pub enum HubCommand {
         /// The hub.
         name: String,
     },
+}
+
+/// `tributary policy`.
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    #[command(subcommand)]
+    pub command: PolicyCommand,
+    #[command(flatten)]
+    pub remote: AdminArgs,
+    #[command(flatten)]
+    pub data: DataArgs,
+}
+
+/// Which policy: its name, and the event hub it belongs to (none: the namespace's).
+#[derive(Debug, Args)]
+pub struct PolicyTarget {
+    /// The policy's name (the connection string's SharedAccessKeyName).
+    pub name: String,
+    /// The event hub whose policy it is; without it, the namespace's.
+    #[arg(long)]
+    pub hub: Option<String>,
+}
+
+/// `tributary policy …`.
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Create a policy with fresh primary and secondary keys. A hub's policy (--hub) grants
+    /// its rights on that hub only; its connection strings carry EntityPath=<hub>.
+    Create {
+        #[command(flatten)]
+        target: PolicyTarget,
+        /// Its rights, comma-separated: Listen, Send, Manage (Manage includes the others).
+        #[arg(long, value_delimiter = ',', required = true, value_parser = parse_right)]
+        rights: Vec<tributary_amqp::Right>,
+    },
+    /// List the namespace's policies, or an event hub's (--hub): names and rights.
+    List {
+        /// The event hub whose policies to list; without it, the namespace's.
+        #[arg(long)]
+        hub: Option<String>,
+        /// Also print each policy's keys and connection strings.
+        #[arg(long)]
+        keys: bool,
+    },
+    /// Show a policy: its rights, and with --keys its keys and connection strings.
+    Show {
+        #[command(flatten)]
+        target: PolicyTarget,
+        /// Also print its primary and secondary keys and connection strings.
+        #[arg(long)]
+        keys: bool,
+    },
+    /// Regenerate one of a policy's keys. Tokens and logins with the old key are refused at
+    /// once on every door; connections already authenticated keep going (until their token
+    /// expires, or, logged in with the key itself, until they close). Move clients to the
+    /// other key first.
+    Rotate {
+        #[command(flatten)]
+        target: PolicyTarget,
+        /// Which key: primary or secondary.
+        #[arg(long, value_parser = parse_key_type)]
+        key: tributary_amqp::policies::KeyType,
+    },
+    /// Delete a policy: tokens and logins with its keys are refused from then on.
+    Delete {
+        #[command(flatten)]
+        target: PolicyTarget,
+    },
+}
+
+fn parse_right(text: &str) -> Result<tributary_amqp::Right, String> {
+    text.parse()
+        .map_err(|e: tributary_amqp::AmqpError| e.to_string())
+}
+
+fn parse_key_type(text: &str) -> Result<tributary_amqp::policies::KeyType, String> {
+    text.parse()
+        .map_err(|e: tributary_amqp::AmqpError| e.to_string())
 }
 
 /// `tributary group …`.
@@ -1015,5 +1099,48 @@ mod tests {
         };
         assert_eq!(partitions, 8);
         assert_eq!(retention, RetentionAge(Some(7_200_000)));
+    }
+
+    #[test]
+    fn policy_flags() {
+        use tributary_amqp::Right;
+        use tributary_amqp::policies::KeyType;
+        let cli = parse(&[
+            "policy",
+            "create",
+            "p",
+            "--hub",
+            "h",
+            "--rights",
+            "send,Listen",
+        ])
+        .unwrap();
+        let Command::Policy(PolicyArgs {
+            command: PolicyCommand::Create { target, rights },
+            ..
+        }) = cli.command
+        else {
+            panic!("policy create")
+        };
+        assert_eq!(
+            (target.name.as_str(), target.hub.as_deref()),
+            ("p", Some("h"))
+        );
+        assert_eq!(rights, vec![Right::Send, Right::Listen]);
+        let cli = parse(&["policy", "rotate", "p", "--key", "secondary"]).unwrap();
+        let Command::Policy(PolicyArgs {
+            command: PolicyCommand::Rotate { target, key },
+            ..
+        }) = cli.command
+        else {
+            panic!("policy rotate")
+        };
+        assert_eq!((target.hub, key), (None, KeyType::Secondary));
+        assert!(parse(&["policy", "rotate", "p", "--key", "tertiary"]).is_err());
+        assert!(parse(&["policy", "create", "p", "--rights", "Own"]).is_err());
+        assert!(
+            parse(&["policy", "create", "p"]).is_err(),
+            "rights are required"
+        );
     }
 }

@@ -280,6 +280,7 @@ async fn start_door(
             }
             config.tls = tls;
             config.admin_sas = Some(admin_sas(policies));
+            config.policies = Some(policies.clone());
             config.limits = http_limits(args);
             // AMQP over WebSockets (`/$servicebus/websocket`): the first AMQP door serves it;
             // TLS, if any, is the WebSocket's.
@@ -333,18 +334,14 @@ fn explain_port_in_use(error: anyhow::Error, port: u16, flag: &str) -> anyhow::E
 /// policy with the Manage right, for the whole namespace: what `tributary hub`/`group` send to
 /// a running server.
 fn admin_sas(policies: &AccessPolicies) -> tributary_http::AdminSas {
-    // Every accepted key, the unsaved one of --emulator-compat included.
+    // Every accepted key, the unsaved one of --emulator-compat included; the live set, so a
+    // regenerated key is refused here too.
     let policies = policies.clone();
-    tributary_http::AdminSas::new(move |token| {
+    tributary_http::AdminSas::explained(move |token| {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-        policies
-            .verify_token(token, now)
-            .is_ok_and(|(verified, policy)| {
-                policy.allows(tributary_amqp::Right::Manage)
-                    && tributary_eventhubs::address::strip_host(&verified.audience).is_empty()
-            })
+        policies.verify_admin_token(token, now).map(drop)
     })
 }
 

@@ -26,6 +26,7 @@ mod hub_handle;
 mod input;
 mod kafka;
 mod output;
+mod policy;
 mod process;
 mod receipts;
 mod receive;
@@ -71,6 +72,7 @@ async fn run(cli: &Cli, global: &GlobalArgs) -> anyhow::Result<()> {
         Command::Serve(args) => serve::serve(global, args).await,
         Command::Hub(args) => commands::hub(global, args).await,
         Command::Group(args) => commands::group(global, args).await,
+        Command::Policy(args) => policy::run(global, args).await,
         Command::Send(args) => commands::send(global, args).await,
         Command::Receive(args) => receive::receive(global, args).await,
         Command::Process(args) => process::process(global, args).await,

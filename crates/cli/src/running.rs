@@ -131,20 +131,17 @@ pub fn connection_string(
         .context("cannot load the shared access policies")?
         .0;
     let policy = policies.get(policy).with_context(|| {
-        let names: Vec<&str> = policies
-            .policies()
-            .iter()
-            .map(|p| p.name.as_str())
-            .collect();
+        let names: Vec<String> = policies.policies().into_iter().map(|p| p.name).collect();
         format!(
-            "there is no shared access policy {policy:?} (there are: {})",
+            "there is no shared access policy {policy:?} in the namespace (there are: {}); \
+             an event hub's policy's connection strings: `tributary policy show {policy} --hub <hub> --keys`",
             names.join(", ")
         )
     })?;
     Ok(if tls {
-        tributary_amqp::tls_connection_string(host, port, policy)
+        tributary_amqp::tls_connection_string(host, port, &policy)
     } else {
-        tributary_amqp::connection_string(host, port, policy)
+        tributary_amqp::connection_string(host, port, &policy)
     })
 }
 

@@ -56,6 +56,7 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
     };
     let (mut policies, created) = AccessPolicies::load_or_create(&global.data_dir)
         .context("cannot load the shared access policies")?;
+    crate::policy::follow_hubs(&broker, &policies)?;
     let root = created.and_then(|_| policies.policies().first().cloned());
     if args.emulator_compat {
         // For this run only: never saved, so a start without the flag refuses it.

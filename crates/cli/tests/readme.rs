@@ -392,6 +392,7 @@ fn check_output(flow: &Flow, command: &str, out: &Output) {
                 "{stdout}"
             );
         }
+        c if c.starts_with("tributary policy") => check_policy(c, &stdout),
         c if c.starts_with("tributary cert") => {
             for file in ["ca.pem", "server.pem", "server-key.pem"] {
                 assert!(flow.dir.join("tributary-data/tls").join(file).is_file());
@@ -409,6 +410,16 @@ fn check_output(flow: &Flow, command: &str, out: &Output) {
             check_generated(flow, c, &stdout);
         }
         _ => {}
+    }
+}
+
+/// What `tributary policy list` and `show --keys` print for the README's hub policy.
+fn check_policy(command: &str, stdout: &str) {
+    if command == "tributary policy list --hub orders" {
+        assert_eq!(stdout, "orders-send\tSend\tevent hub \"orders\"\n");
+    } else if command.starts_with("tributary policy show orders-send") {
+        assert!(stdout.contains("primary key: "), "{stdout}");
+        assert!(stdout.contains(";EntityPath=orders"), "{stdout}");
     }
 }
 

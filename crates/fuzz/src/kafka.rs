@@ -20,6 +20,7 @@ fn policies() -> AccessPolicies {
     AccessPolicies::new(vec![AccessPolicy {
         name: "sender".into(),
         key: "fuzz-secret-key-0123456789".into(),
+        secondary_key: None,
         rights: vec![Right::Send],
     }])
     .expect("valid policies")

@@ -49,6 +49,7 @@
 
 mod accept;
 mod admin;
+mod admin_policies;
 mod auth;
 mod cursor;
 mod dashboard;
@@ -147,6 +148,10 @@ pub struct HttpConfig {
     /// SharedAccessSignature …` header this checks (the Event Hubs REST scheme; `tributary
     /// hub`/`group` use it with a shared access policy's key). None: signatures only.
     pub admin_sas: Option<AdminSas>,
+    /// The shared access policies the admin API manages (`/admin/v1/policies`,
+    /// `/admin/v1/hubs/{hub}/policies`): the same live set the other doors check logins
+    /// against, so a change is in force everywhere at once. None: those routes answer 404.
+    pub policies: Option<tributary_amqp::AccessPolicies>,
     /// Connection caps and read timeouts.
     pub limits: HttpLimits,
 }
@@ -155,12 +160,27 @@ pub struct HttpConfig {
 /// the whole namespace (wired by whoever knows the shared access policies).
 #[derive(Clone)]
 pub struct AdminSas {
-    check: std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>,
+    check: std::sync::Arc<AdminTokenCheck>,
 }
+
+/// What [`AdminSas`] asks of a token: accepted, or why not.
+type AdminTokenCheck = dyn Fn(&str) -> Result<(), String> + Send + Sync;
 
 impl AdminSas {
     /// Accepts the tokens `check` accepts.
     pub fn new(check: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        Self::explained(move |token| {
+            if check(token) {
+                Ok(())
+            } else {
+                Err("the SAS token is not valid or does not grant Manage over the namespace".into())
+            }
+        })
+    }
+
+    /// Accepts the tokens `check` accepts; its error, which a refused request's answer carries,
+    /// says why in words a person can act on (never the token or a key).
+    pub fn explained(check: impl Fn(&str) -> Result<(), String> + Send + Sync + 'static) -> Self {
         AdminSas {
             check: std::sync::Arc::new(check),
         }
@@ -168,6 +188,11 @@ impl AdminSas {
 
     /// Whether `token` is accepted.
     pub(crate) fn accepts(&self, token: &str) -> bool {
+        self.check(token).is_ok()
+    }
+
+    /// Whether `token` is accepted, or why not.
+    pub(crate) fn check(&self, token: &str) -> Result<(), String> {
         (self.check)(token)
     }
 }
@@ -189,6 +214,7 @@ impl HttpConfig {
             tls: None,
             websocket_amqp: None,
             admin_sas: None,
+            policies: None,
             limits: HttpLimits::default(),
         }
     }

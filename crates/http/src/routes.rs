@@ -31,6 +31,10 @@
 //! | POST | `/admin/v1/hubs/{hub}/consumergroups/{group}/reset` | move its checkpoints: `{"type": "TRIM_HORIZON" \| "LATEST" \| "AT_TIME", "time"?}`; 409 while a processor of it runs |
 //! | GET | `/admin/v1/hubs/{hub}/groups` | list the server-side (OCI) groups: committed offsets, instances |
 //! | DELETE | `/admin/v1/hubs/{hub}/groups/{group}` | delete a server-side group → 204 |
+//! | GET, POST | `/admin/v1/policies`, `/admin/v1/hubs/{hub}/policies` | list shared access policies (no keys); create one: `{"name", "rights"}` → 201 |
+//! | GET, DELETE | `…/policies/{policy}` | a policy's name and rights; delete it → 204 |
+//! | POST | `…/policies/{policy}/keys` | its primary and secondary keys |
+//! | POST | `…/policies/{policy}/regenerate` | `{"keyType": "PrimaryKey" \| "SecondaryKey"}`: a new key, in force at once → its keys |
 //!
 //! # Web dashboard (a login with a Manage credential; see the `dashboard` module)
 //! | Method | Path | Answer |

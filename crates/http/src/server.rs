@@ -30,7 +30,7 @@ use crate::tls::TlsListener;
 use crate::websocket::{
     self, AMQP_WEBSOCKET_PATH, AMQP_WEBSOCKET_PATH_SLASHED, AmqpOverWebSockets,
 };
-use crate::{AuthConfig, HttpConfig, HttpError, admin, oci};
+use crate::{AuthConfig, HttpConfig, HttpError, admin, admin_policies, oci};
 
 /// What every handler shares.
 #[derive(Debug)]
@@ -50,6 +50,8 @@ pub(crate) struct Shared {
     pub websocket_amqp: Option<AmqpOverWebSockets>,
     /// SAS tokens accepted on the admin API besides signatures.
     pub admin_sas: Option<crate::AdminSas>,
+    /// The shared access policies the admin API manages; `None`: its policy routes answer 404.
+    pub policies: Option<tributary_amqp::AccessPolicies>,
     /// How long a request's body may take to arrive.
     pub body_read_timeout: std::time::Duration,
     /// The web dashboard's sessions and live view.
@@ -122,6 +124,7 @@ impl Shared {
             https: config.tls.is_some(),
             websocket_amqp: config.websocket_amqp.clone(),
             admin_sas: config.admin_sas.clone(),
+            policies: config.policies.clone(),
             body_read_timeout: config.limits.body_read_timeout,
             dashboard: crate::dashboard::Dashboard::new(),
         }))
@@ -164,6 +167,7 @@ pub(crate) fn router(state: AppState) -> Router {
             post(oci::cursors::consumer_heartbeat),
         )
         .merge(admin::routes())
+        .merge(admin_policies::routes())
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     api.route(AMQP_WEBSOCKET_PATH, get(websocket::amqp_upgrade))
         .route(AMQP_WEBSOCKET_PATH_SLASHED, get(websocket::amqp_upgrade))
@@ -261,16 +265,21 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
             return response;
         }
     };
+    let admin_sas = admin_sas_check(&state, &parts);
     if let Some(verifier) = state
         .verifier
         .as_ref()
-        .filter(|_| !admin_sas_ok(&state, &parts))
+        .filter(|_| !matches!(admin_sas, Some(Ok(()))))
         .filter(|_| {
             !state
                 .dashboard
                 .authorises(&parts.method, parts.uri.path(), &parts.headers)
         })
     {
+        if let Some(Err(reason)) = admin_sas {
+            tracing::info!(method = %parts.method, path = %parts.uri.path(), reason = %reason, "admin request refused: its SAS token was not accepted");
+            return ApiError::not_authenticated(reason).into_response();
+        }
         let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let body_signed = !is_put_messages(&parts.method, parts.uri.path());
         if let Err(e) = verifier.verify(
@@ -287,17 +296,23 @@ async fn authenticate(State(state): State<AppState>, request: Request, next: Nex
     next.run(Request::from_parts(parts, Body::from(body))).await
 }
 
-/// Whether the request is to the admin API with a SAS token the configured check accepts.
-fn admin_sas_ok(state: &AppState, parts: &axum::http::request::Parts) -> bool {
-    let Some(check) = &state.admin_sas else {
-        return false;
-    };
+/// For a request to the admin API with a SAS token, when a check is configured: whether the
+/// check accepts it, or why not. `None`: not such a request.
+fn admin_sas_check(
+    state: &AppState,
+    parts: &axum::http::request::Parts,
+) -> Option<Result<(), String>> {
+    let check = state.admin_sas.as_ref()?;
     let token = parts
         .headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .filter(|v| v.starts_with("SharedAccessSignature "));
-    parts.uri.path().starts_with("/admin/") && token.is_some_and(|t| check.accepts(t))
+        .filter(|v| v.starts_with("SharedAccessSignature "))?;
+    parts
+        .uri
+        .path()
+        .starts_with("/admin/")
+        .then(|| check.check(token))
 }
 
 /// Reads a body of at most [`REQUEST_BODY_BYTES_MAX`]. A larger one is refused, but read on (up

@@ -5,7 +5,11 @@
 //!
 //! A login becomes a grant (`tributary_amqp::auth::Grant`) checked per request by the AMQP door's
 //! rules: a connection string with an `EntityPath` or a token for one event hub covers that hub
-//! only; a key grants its policy's rights; a token expires when it says.
+//! only; a key (primary or secondary) grants its policy's rights; a key of an event hub's
+//! policy grants that hub only, and its `EntityPath`, if given, must name that hub; a token
+//! expires when it says. A login is checked against the policies as they are at that moment: a
+//! key regenerated since is refused, while a connection already logged in keeps its grant until
+//! it closes (a token's, until the token expires).
 //!
 //! # Guarantees
 //! - Keys and tokens are compared by `tributary_amqp`'s code (in constant time for keys) and
@@ -18,6 +22,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use tributary_amqp::AccessPolicies;
 use tributary_amqp::auth::{self, Grant};
+use tributary_amqp::policies::{Signer, TokenRefused};
 use tributary_eventhubs::{ConnectionString, Credential};
 
 /// The one mechanism offered.
@@ -83,20 +88,37 @@ fn login(message: &[u8], policies: &AccessPolicies, now_secs: i64) -> Result<Gra
     let entity = parsed.entity_path().unwrap_or_default().to_owned();
     match parsed.credential() {
         Credential::SharedAccessKey { key_name, key } => {
-            let policy = policies
-                .verify_key(key_name, key.as_bytes())
-                .ok_or_else(|| format!("no policy {key_name:?} with that key"))?;
-            Ok(Grant {
-                audience: entity,
-                rights: policy.rights.clone(),
-                expiry: i64::MAX,
-                key_name: policy.name.clone(),
-            })
+            let signer = policies.verify_key(key_name, key.as_bytes()).ok_or_else(|| {
+                format!(
+                    "no shared access policy {key_name:?} has that key (neither its primary nor \
+                     its secondary; a regenerated key no longer works)"
+                )
+            })?;
+            key_grant(signer, entity)
         }
         Credential::SharedAccessSignature(token) => {
             token_grant(token, policies, now_secs, Some(entity))
         }
     }
+}
+
+/// The grant a policy's key proves: its rights on its scope, narrowed to the connection string's
+/// `EntityPath` when it names one (which must lie in the policy's event hub, if it has one).
+fn key_grant(signer: Signer, entity: String) -> Result<Grant, String> {
+    if let Some(hub) = signer.scope.hub()
+        && !entity.is_empty()
+        && !entity.eq_ignore_ascii_case(hub)
+    {
+        return Err(format!(
+            "the shared access policy {:?} belongs to event hub {hub:?}, not to EntityPath {entity:?}",
+            signer.name
+        ));
+    }
+    let mut grant = auth::login_grant(signer);
+    if !entity.is_empty() {
+        grant.audience = entity;
+    }
+    Ok(grant)
 }
 
 /// The grant a SAS token proves, narrowed to `entity` when its connection string names one.
@@ -117,12 +139,13 @@ fn token_grant(
 }
 
 /// A SAS refusal's kind, never its token.
-fn sas_reason(error: &tributary_eventhubs::sas::SasError) -> String {
+fn sas_reason(error: &TokenRefused) -> String {
     use tributary_eventhubs::sas::SasError;
     match error {
-        SasError::Expired { .. } => "it has expired".into(),
-        SasError::UnknownKeyName(name) => format!("no policy is named {name:?}"),
-        _ => "its signature or form is invalid".into(),
+        TokenRefused::Sas(SasError::Expired { .. }) => "it has expired".into(),
+        TokenRefused::Sas(SasError::UnknownKeyName(name)) => format!("no policy is named {name:?}"),
+        TokenRefused::Sas(_) => "its form is invalid".into(),
+        other => other.to_string(),
     }
 }
 
@@ -137,6 +160,7 @@ mod tests {
         AccessPolicies::new(vec![AccessPolicy {
             name: "sender".into(),
             key: "secret".into(),
+            secondary_key: Some("second".into()),
             rights: vec![Right::Send],
         }])
         .unwrap()
@@ -163,6 +187,44 @@ mod tests {
         let refused = login(&plain(&bad), &p, 0).unwrap_err();
         assert!(!refused.contains("wrong"), "{refused}");
         assert!(login(b"\0user\0pass", &p, 0).is_err());
+        let secondary = good.replace("secret", "second");
+        assert_eq!(
+            login(&plain(&secondary), &p, 0).unwrap().rights,
+            vec![Right::Send]
+        );
         assert!(login(b"garbage", &p, 0).is_err());
+    }
+
+    #[test]
+    fn a_hubs_policy_logs_in_to_its_hub_only_and_a_rotated_key_not_at_all() {
+        use tributary_amqp::policies::{KeyType, Scope};
+        let p = policies();
+        let orders = Scope::Hub("orders".into());
+        let send = p.create(&orders, "orders-send", vec![Right::Send]).unwrap();
+        let cs = |entity: &str, key: &str| {
+            format!(
+                "Endpoint=sb://h/;SharedAccessKeyName=orders-send;SharedAccessKey={key}{entity}"
+            )
+        };
+        assert_eq!(
+            login(&plain(&cs("", &send.key)), &p, 0).unwrap().audience,
+            "orders"
+        );
+        let scoped = login(&plain(&cs(";EntityPath=Orders", &send.key)), &p, 0).unwrap();
+        assert_eq!(scoped.audience, "Orders");
+        let elsewhere = login(&plain(&cs(";EntityPath=payments", &send.key)), &p, 0).unwrap_err();
+        assert!(
+            elsewhere.contains("belongs to event hub \"orders\""),
+            "{elsewhere}"
+        );
+        let token = sas::sign("sb://h/payments", "orders-send", &send.key, 100);
+        let refused = login(&plain(&token), &p, 0).unwrap_err();
+        assert!(refused.contains("event hub \"orders\""), "{refused}");
+        p.rotate(&orders, "orders-send", KeyType::Primary).unwrap();
+        let old = login(&plain(&cs("", &send.key)), &p, 0).unwrap_err();
+        assert!(old.contains("regenerated"), "{old}");
+        assert!(!old.contains(&send.key), "{old}");
+        let secondary = send.secondary_key.as_deref().unwrap();
+        assert!(login(&plain(&cs("", secondary)), &p, 0).is_ok());
     }
 }

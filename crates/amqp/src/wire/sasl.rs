@@ -2,8 +2,9 @@
 //!
 //! - `ANONYMOUS` (Python always; JavaScript with the key name as its initial response) and
 //!   `MSSBCBS` prove nothing: the client authorizes later by putting tokens on `$cbs`.
-//! - `PLAIN` with a policy name and key proves the policy: the connection then holds a
-//!   namespace-wide grant with that policy's rights. A wrong name or key fails the handshake.
+//! - `PLAIN` with a policy name and key (primary or secondary) proves the policy: the connection
+//!   then holds a grant with that policy's rights on its scope (the namespace, or its event
+//!   hub). A wrong name or key fails the handshake.
 //!
 //! A client may also skip SASL and send the AMQP header at once (rhea with token credentials).
 
@@ -11,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tributary_amqp_engine::sasl::{self, ClientInit, SaslError};
 
 use crate::auth::ConnectionGrants;
-use crate::policies::{AccessPolicies, Right};
+use crate::policies::{AccessPolicies, Signer};
 
 const ANONYMOUS: &str = "ANONYMOUS";
 const MSSBCBS: &str = "MSSBCBS";
@@ -38,14 +39,14 @@ pub(crate) async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
         },
     )
     .await?;
-    if let Some((policy, rights)) = proven {
-        grants.grant_namespace(policy, rights);
+    if let Some(signer) = proven {
+        grants.grant_login(signer);
     }
     Ok(())
 }
 
 /// `None`: refused. `Some(None)`: passed, proving nothing. `Some(Some(..))`: a policy proven.
-fn judge(policies: &AccessPolicies, init: &ClientInit) -> Option<Option<(String, Vec<Right>)>> {
+fn judge(policies: &AccessPolicies, init: &ClientInit) -> Option<Option<Signer>> {
     match init.mechanism.as_str() {
         ANONYMOUS | MSSBCBS => Some(None),
         PLAIN => plain(policies, &init.initial_response).map(Some),
@@ -54,7 +55,7 @@ fn judge(policies: &AccessPolicies, init: &ClientInit) -> Option<Option<(String,
 }
 
 /// The policy a PLAIN response (`authzid \0 name \0 key`) proves, if any.
-fn plain(policies: &AccessPolicies, response: &[u8]) -> Option<(String, Vec<Right>)> {
+fn plain(policies: &AccessPolicies, response: &[u8]) -> Option<Signer> {
     let mut parts = response.split(|b| *b == 0);
     let (Some(_authzid), Some(name), Some(key), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -62,20 +63,27 @@ fn plain(policies: &AccessPolicies, response: &[u8]) -> Option<(String, Vec<Righ
         return None;
     };
     let name = std::str::from_utf8(name).ok()?;
-    policies
-        .verify_key(name, key)
-        .map(|policy| (policy.name.clone(), policy.rights.clone()))
+    policies.verify_key(name, key)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policies::AccessPolicy;
+    use crate::policies::{AccessPolicy, Right, Scope};
+
+    fn signer(name: &str, rights: Vec<Right>) -> Option<Signer> {
+        Some(Signer {
+            name: name.to_owned(),
+            rights,
+            scope: Scope::Namespace,
+        })
+    }
 
     fn policies() -> AccessPolicies {
         AccessPolicies::new(vec![AccessPolicy {
             name: "sender".into(),
             key: "secret".into(),
+            secondary_key: Some("second".into()),
             rights: vec![Right::Send],
         }])
         .unwrap()
@@ -86,7 +94,11 @@ mod tests {
         let p = policies();
         assert_eq!(
             plain(&p, b"\0sender\0secret"),
-            Some(("sender".to_owned(), vec![Right::Send]))
+            signer("sender", vec![Right::Send])
+        );
+        assert_eq!(
+            plain(&p, b"\0sender\0second"),
+            signer("sender", vec![Right::Send])
         );
         for bad in [
             &b"\0sender\0wrong"[..],
@@ -112,6 +124,7 @@ mod tests {
         let saved = AccessPolicies::new(vec![AccessPolicy {
             name: crate::policies::EMULATOR_KEY_NAME.into(),
             key: "own-key".into(),
+            secondary_key: None,
             rights: vec![Right::Listen],
         }])
         .unwrap();
@@ -120,11 +133,11 @@ mod tests {
         let compat = saved.accepting_unsaved(AccessPolicy::emulator_well_known());
         assert_eq!(
             plain(&compat, login),
-            Some(("RootManageSharedAccessKey".to_owned(), vec![Right::Manage]))
+            signer("RootManageSharedAccessKey", vec![Right::Manage])
         );
         assert_eq!(
             plain(&compat, b"\0RootManageSharedAccessKey\0own-key"),
-            Some(("RootManageSharedAccessKey".to_owned(), vec![Right::Listen]))
+            signer("RootManageSharedAccessKey", vec![Right::Listen])
         );
     }
 }
