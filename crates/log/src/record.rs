@@ -271,22 +271,15 @@ pub(crate) fn encode_batch(
             previous = &event.properties;
         }
     }
-    let flags = if property_refs {
-        BATCH_PROPERTY_REFS
-    } else {
-        0
-    };
-    let batch_len = u32::try_from(out.len()).expect("batch length checked against BATCH_BYTES_MAX");
     let record_count = u32::try_from(events.len()).expect("record count fits in u32");
-    out[MAGIC_AT..BATCH_LEN_AT].copy_from_slice(&BATCH_MAGIC.to_le_bytes());
-    out[BATCH_LEN_AT..CRC_AT].copy_from_slice(&batch_len.to_le_bytes());
-    out[BATCH_OFFSET_AT..BASE_SEQUENCE_AT].copy_from_slice(&batch_offset.to_le_bytes());
-    out[BASE_SEQUENCE_AT..RECORD_COUNT_AT].copy_from_slice(&base_sequence.to_le_bytes());
-    out[RECORD_COUNT_AT..ENQUEUED_TIME_AT].copy_from_slice(&record_count.to_le_bytes());
-    out[ENQUEUED_TIME_AT..FLAGS_AT].copy_from_slice(&enqueued_time_ms.to_le_bytes());
-    out[FLAGS_AT..BATCH_HEADER_BYTES].copy_from_slice(&flags.to_le_bytes());
-    let crc = crc32c::crc32c(&out[CRC_COVERS_FROM..]);
-    out[CRC_AT..CRC_COVERS_FROM].copy_from_slice(&crc.to_le_bytes());
+    seal_batch_header(
+        out,
+        batch_offset,
+        base_sequence,
+        record_count,
+        enqueued_time_ms,
+        property_refs,
+    );
     // Pair assertion: what we are about to write decodes back to what we meant to write.
     let header = BatchHeader::decode(out).expect("freshly encoded batch header decodes");
     assert_eq!(header.batch_offset, batch_offset);
@@ -639,10 +632,10 @@ fn skip_value(r: &mut Reader<'_>) -> Result<(), DecodeError> {
     r.skip(fixed, "property value")
 }
 
-/// Writes the header of a batch made of `records` (whole records, length fields included, that
-/// lie back to back in `out` after a header-sized gap at `at`): compaction's way to keep a run
-/// of records with their original offsets. The records must not refer to a record before the
-/// first of them.
+/// Writes the header of the batch in `out`: its records (whole, length fields included) lie
+/// back to back after a header-sized gap, and the CRC covers them. An append's batch, and
+/// compaction's way to keep a run of records with their original offsets (the records must
+/// not refer to a record before the first of them).
 pub(crate) fn seal_batch_header(
     out: &mut [u8],
     batch_offset: u64,

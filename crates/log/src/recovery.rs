@@ -157,20 +157,16 @@ fn open_segment(
             ),
         ));
     }
-    let contents = if header.is_compacted() {
-        if is_last {
-            return Err(LogError::corrupted(
-                &path,
-                0,
-                "a compacted segment is the last of the partition (compaction never rewrites the active segment)",
-            ));
-        }
-        load_compacted(storage, dir, file.as_ref(), &path, &header, len, config)?
+    let contents = if is_last && header.is_compacted() {
+        return Err(LogError::corrupted(
+            &path,
+            0,
+            "a compacted segment is the last of the partition (compaction never rewrites the active segment)",
+        ));
     } else if is_last {
         recover_active(file.as_ref(), &path, &header, len, config)?
     } else {
-        let file = file.as_ref();
-        load_sealed(storage, dir, file, &path, &header, len, config)?
+        load_sealed(storage, dir, file.as_ref(), &path, &header, len, config)?
     };
     Ok(Segment {
         id: next_segment_id(),
@@ -179,37 +175,6 @@ fn open_segment(
         header,
         contents: RwLock::new(contents),
     })
-}
-
-/// A compacted segment is loaded as any sealed one: from its index file if that is its own (the
-/// segment's rewrite id, written in both, tells it from one left by the segment it replaced),
-/// else scanned whole, any damage an error, and the index file written again.
-fn load_compacted(
-    storage: &dyn Storage,
-    dir: &Path,
-    file: &dyn StorageFile,
-    path: &Path,
-    header: &SegmentHeader,
-    len: u64,
-    config: &LogConfig,
-) -> Result<SegmentContents, LogError> {
-    let index = index_path(dir, header.base_offset);
-    if let Some(contents) = read_index_file(storage, &index, header, len) {
-        return Ok(contents);
-    }
-    let scan = scan_segment(file, path, header, len, config.index_interval_bytes)?;
-    if let Some((position, why)) = scan.stopped {
-        return Err(LogError::corrupted(path, position, why));
-    }
-    if scan.contents.end_position != len {
-        return Err(LogError::corrupted(
-            path,
-            scan.contents.end_position,
-            "unwritten space inside a compacted segment",
-        ));
-    }
-    write_index_file(storage, &index, header, &scan.contents)?;
-    Ok(scan.contents)
 }
 
 fn holds_nothing_past_header(
@@ -256,6 +221,9 @@ fn recover_active(
     Ok(scan.contents)
 }
 
+/// A sealed segment (a compacted one too) is loaded from its index file if that is its own (a
+/// compacted segment's rewrite id, written in both, tells it from one left by the segment it
+/// replaced), else scanned whole, any damage an error, and the index file written again.
 fn load_sealed(
     storage: &dyn Storage,
     dir: &Path,
@@ -277,7 +245,11 @@ fn load_sealed(
         return Err(LogError::corrupted(
             path,
             scan.contents.end_position,
-            "unwritten space inside a sealed segment",
+            if header.is_compacted() {
+                "unwritten space inside a compacted segment"
+            } else {
+                "unwritten space inside a sealed segment"
+            },
         ));
     }
     write_index_file(storage, &index, header, &scan.contents)?;
