@@ -31,6 +31,6 @@ pub use hub::{TestHub, within};
 pub use official::{OfficialProcessor, OfficialSeen, Sdk};
 pub use postgres::PostgresServer;
 pub use sdk::{
-    JsonLines, bodies, join_all, join_in_waves, node_modules, python, repo, run_json, run_node,
-    run_node_with, run_python, wait_for_receivers,
+    JsonLines, bodies, join_all, join_in_waves, node_modules, python, repo, run_json, run_kafkajs,
+    run_node, run_node_with, run_python, wait_for_receivers,
 };

@@ -97,6 +97,23 @@ pub async fn run_node_with(command: &str, args: Value, env: &[(&str, &str)]) -> 
     run_json(cmd, &format!("interop.js {command}")).await
 }
 
+/// Runs `tests/js/<script> args…` with Node and kafkajs (`<repo>/.interop/kafkajs`, installed
+/// by scripts/setup-kafka-interop; missing, the test fails) and returns the JSON it printed.
+pub async fn run_kafkajs(script: &str, args: &[&str]) -> Value {
+    let modules = repo().join(".interop/kafkajs/node_modules");
+    assert!(
+        modules.join("kafkajs/package.json").exists(),
+        "kafkajs is not installed: run scripts/setup-kafka-interop (expected {})",
+        modules.display()
+    );
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/js")
+        .join(script);
+    let mut cmd = tokio::process::Command::new("node");
+    cmd.env("NODE_PATH", modules).arg(path).args(args);
+    run_json(cmd, script).await
+}
+
 /// A long-running child that prints one JSON document per line; its lines arrive on `lines`.
 #[derive(Debug)]
 pub struct JsonLines {

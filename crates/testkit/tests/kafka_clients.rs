@@ -343,7 +343,8 @@ fn assert_admin(out: &Value) {
 /// A wrong key: the client raises within seconds, and the door's reason reached it.
 fn assert_login_refused(out: &Value) {
     let who = &out["client"];
-    let reason = "Authentication failed: no policy \"RootManageSharedAccessKey\" with that key";
+    let reason =
+        "Authentication failed: no shared access policy \"RootManageSharedAccessKey\" has that key";
     {
         // kafka-python retries a refused login until its timeout, as against any Kafka broker;
         // aiokafka gives up at once. Both raise their own error and log the door's reason.
@@ -385,19 +386,8 @@ async fn aiokafka_produces_consumes_and_is_refused_as_kafka_refuses() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafkajs_produces_consumes_in_a_group_and_is_refused_as_kafka_refuses() {
-    let modules = repo().join(".interop/kafkajs/node_modules");
-    assert!(
-        modules.join("kafkajs/package.json").exists(),
-        "kafkajs is not installed: run scripts/setup-kafka-interop (expected {})",
-        modules.display()
-    );
-    let script = repo().join("crates/testkit/tests/js/kafka_clients.js");
-    let mut command = tokio::process::Command::new("node");
-    command
-        .env("NODE_PATH", modules)
-        .arg(script)
-        .arg(arguments("kafkajs").to_string());
-    let out = run_json(command, "kafka_clients.js").await;
+    let args = arguments("kafkajs").to_string();
+    let out = tributary_testkit::run_kafkajs("kafka_clients.js", &[&args]).await;
     let who = &out["client"];
     assert_eq!(who, "kafkajs 2.2.4");
     let expected = expected_records(&out);
@@ -427,7 +417,7 @@ async fn kafkajs_produces_consumes_in_a_group_and_is_refused_as_kafka_refuses() 
         &["TOPIC_AUTHORIZATION_FAILED"],
         15.0,
     );
-    let sasl = "KafkaJSSASLAuthenticationError: SASL PLAIN authentication failed: Authentication failed: no policy";
+    let sasl = "KafkaJSSASLAuthenticationError: SASL PLAIN authentication failed: Authentication failed: no shared access policy";
     assert_refused(&out, "bad_credentials", &[sasl], 15.0);
 }
 
@@ -580,7 +570,8 @@ async fn kcat_is_refused(conns: &Value) {
     let (code, _, stderr) = kcat(&conns["bad"], &["-L", "-m", "5"], b"", 20).await;
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
-        stderr.contains("SASL authentication error: Authentication failed: no policy"),
+        stderr
+            .contains("SASL authentication error: Authentication failed: no shared access policy"),
         "{stderr}"
     );
     let produce = ["-P", "-t", "kcat", "-p", "0"];

@@ -1,6 +1,7 @@
-//! Kafka consumer groups through a real client: `confluent-kafka` (librdkafka), driven by
-//! `tests/python/kafka_groups.py` with `<repo>/.venv/bin/python` (installed by
-//! `scripts/setup-kafka-interop`; a missing client FAILS these tests, it never skips them).
+//! Kafka consumer groups through real clients: `confluent-kafka` (librdkafka), driven by
+//! `tests/python/kafka_groups.py` with `<repo>/.venv/bin/python`, and kafkajs, driven by
+//! `tests/js/kafka_groups.js` (both installed by `scripts/setup-kafka-interop`; a missing client
+//! FAILS these tests, it never skips them).
 //!
 //! Each test opens a broker on its own data directory and starts the Kafka door over it on
 //! 127.0.0.1:0 (the restart test stops both and opens them again over the same directory).
@@ -118,7 +119,28 @@ async fn rebalance_with(strategy: &str) {
         door.args("orders", 6, &format!("{strategy}-group")),
         json!({"strategy": strategy, "records": 60}),
     );
-    let result = groups("rebalance", args).await;
+    assert_rebalanced(&groups("rebalance", args).await);
+    door.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafkajs_consumers_share_six_partitions_as_members_join_and_leave() {
+    let dir = TempDir::new().unwrap();
+    let door = Door::start(dir.path(), &[("orders", 6)], None).await;
+    let args = with(
+        door.args("orders", 6, "kafkajs-group"),
+        json!({"records": 60}),
+    );
+    let args = args.to_string();
+    let result = tributary_testkit::run_kafkajs("kafka_groups.js", &["rebalance", &args]).await;
+    assert_rebalanced(&result);
+    door.stop().await;
+}
+
+/// What a rebalance scenario reported: three, four, then three members, each holding one or
+/// two of the six partitions, the newcomer `d` some, the leaver `a` none; 180 records read
+/// once, each by its partition's holder.
+fn assert_rebalanced(result: &Value) {
     assert_eq!(result["violations"], json!([]), "{result}");
     assert_eq!(result["errors"], json!([]), "{result}");
     assert_eq!(result["read"], 180, "{result}");
@@ -139,7 +161,6 @@ async fn rebalance_with(strategy: &str) {
             assert!((1..=2).contains(&held), "balanced: {result}");
         }
     }
-    door.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
