@@ -318,7 +318,7 @@ async fn js_sdk_over_websockets_sends_and_receives_and_a_wrong_key_is_refused() 
         refused["message"]
             .as_str()
             .unwrap()
-            .contains("invalid signature"),
+            .contains("signature matches neither the primary nor the secondary key"),
         "{refused}"
     );
     assert!(
