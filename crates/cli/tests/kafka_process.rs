@@ -11,6 +11,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Stdio};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use common::{ServeGuard, banner_addr, run, shown_connection_string, start_serve, tributary};
@@ -46,6 +47,14 @@ impl Cluster {
             test: (**tansu).clone(),
             flags: vec!["--kafka".to_owned(), tansu.bootstrap_servers().to_owned()],
         }
+    }
+
+    /// A `tributary serve` of its own in `dir`/hub, its Kafka door as the cluster, and the
+    /// server's standard error (kept while the server runs, so its pipe is drained).
+    fn serve(dir: &Path) -> (ServeGuard, Cluster, Receiver<String>) {
+        let ports = ["--amqp-port", "0", "--http-port", "0"];
+        let (serve, banner, stderr) = start_serve(&dir.join("hub"), &ports);
+        (ServeGuard::new(serve), Cluster::door(&banner), stderr)
     }
 
     /// The Kafka door of `serve`, whose banner is `banner`, with the connection string of the
@@ -208,10 +217,7 @@ async fn three_processors_share_a_tansu_topic_and_a_killed_ones_partitions_resum
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processors_share_a_topic_of_the_kafka_door_and_a_killed_ones_partitions_resume() {
     let dir = tempfile::tempdir().unwrap();
-    let ports = ["--amqp-port", "0", "--http-port", "0"];
-    let (serve, banner, _stderr) = start_serve(&dir.path().join("hub"), &ports);
-    let serve = ServeGuard::new(serve);
-    let cluster = Cluster::door(&banner);
+    let (serve, cluster, _stderr) = Cluster::serve(dir.path());
     three_processors_share_a_topic_and_a_killed_ones_partitions_resume(dir.path(), cluster).await;
     drop(serve);
 }
@@ -225,10 +231,7 @@ async fn the_kafka_store_commits_tansu_group_offsets_and_resumes_from_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kafka_store_commits_the_kafka_doors_group_offsets_and_resumes_from_them() {
     let dir = tempfile::tempdir().unwrap();
-    let ports = ["--amqp-port", "0", "--http-port", "0"];
-    let (serve, banner, _stderr) = start_serve(&dir.path().join("hub"), &ports);
-    let serve = ServeGuard::new(serve);
-    let cluster = Cluster::door(&banner);
+    let (serve, cluster, _stderr) = Cluster::serve(dir.path());
     the_kafka_store_commits_group_offsets_and_resumes_from_them(dir.path(), cluster).await;
     drop(serve);
 }

@@ -63,12 +63,7 @@ impl<S: Send + Sync> FromRequestParts<S> for PolicyPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let params =
-            axum::extract::Path::<std::collections::HashMap<String, String>>::from_request_parts(
-                parts, state,
-            )
-            .await
-            .map_err(|e| ApiError::invalid(format!("invalid path: {e}")))?;
+        let params = crate::oci::path_params(parts, state).await?;
         Ok(PolicyPath {
             hub: params.get("stream").cloned(),
             policy: params.get("policy").cloned(),

@@ -136,16 +136,25 @@ pub(crate) struct StreamPath {
     pub group: Option<String>,
 }
 
+/// A request's path parameters by name, percent-decoded; a path that does not decode is
+/// refused as invalid.
+pub(crate) async fn path_params<S: Send + Sync>(
+    parts: &mut Parts,
+    state: &S,
+) -> Result<std::collections::HashMap<String, String>, ApiError> {
+    axum::extract::Path::<std::collections::HashMap<String, String>>::from_request_parts(
+        parts, state,
+    )
+    .await
+    .map(|axum::extract::Path(params)| params)
+    .map_err(|e| ApiError::invalid(format!("invalid path: {e}")))
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for StreamPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        let params =
-            axum::extract::Path::<std::collections::HashMap<String, String>>::from_request_parts(
-                parts, state,
-            )
-            .await
-            .map_err(|e| ApiError::invalid(format!("invalid path: {e}")))?;
+        let params = path_params(parts, state).await?;
         let stream = params
             .get("stream")
             .cloned()
