@@ -689,18 +689,14 @@ impl Broker {
         max_events: usize,
         max_bytes: u64,
     ) -> Result<Vec<tributary_event::ReceivedEvent>, BrokerError> {
-        let hub = self.hub(hub)?;
-        let p = hub.partition(partition)?;
         if from_sequence < 0 {
             return Err(BrokerError::InvalidSend(format!(
                 "sequence number {from_sequence} is negative"
             )));
         }
         let mut cursor = ReadCursor::new(from_sequence);
-        let mut events = hub.partitions[p as usize]
-            .log
-            .read(&mut cursor, max_events, max_bytes)
-            .map_err(hub.log_error(p))?;
+        let (hub, p, mut events) =
+            self.read_log(hub, partition, &mut cursor, max_events, max_bytes)?;
         hub.count_delivered(p, events.len());
         door_stamp::hide(&mut events);
         Ok(events)
@@ -717,13 +713,8 @@ impl Broker {
         max_events: usize,
         max_bytes: u64,
     ) -> Result<door_stamp::DoorStamps, BrokerError> {
-        let hub = self.hub(hub)?;
-        let p = hub.partition(partition)?;
         let mut cursor = ReadCursor::new(from_sequence.max(0));
-        let events = hub.partitions[p as usize]
-            .log
-            .read(&mut cursor, max_events, max_bytes)
-            .map_err(hub.log_error(p))?;
+        let (_, _, events) = self.read_log(hub, partition, &mut cursor, max_events, max_bytes)?;
         let stamps = events
             .iter()
             .filter_map(|e| door_stamp::stamp_of(&e.data).map(|s| (e.sequence_number, s.to_vec())))
@@ -732,6 +723,25 @@ impl Broker {
             stamps,
             next_sequence: cursor.next_sequence(),
         })
+    }
+
+    /// Reads committed events of one partition from `cursor` on, as stored (door stamps
+    /// included); with the hub and partition index, for the caller's accounting.
+    fn read_log(
+        &self,
+        hub: &str,
+        partition: &str,
+        cursor: &mut ReadCursor,
+        max_events: usize,
+        max_bytes: u64,
+    ) -> Result<(Arc<Hub>, u32, Vec<tributary_event::ReceivedEvent>), BrokerError> {
+        let hub = self.hub(hub)?;
+        let p = hub.partition(partition)?;
+        let events = hub.partitions[p as usize]
+            .log
+            .read(cursor, max_events, max_bytes)
+            .map_err(hub.log_error(p))?;
+        Ok((hub, p, events))
     }
 
     /// Waits until partition `partition` of `hub` has an event at or after `sequence`, or

@@ -49,6 +49,7 @@ use tokio::net::TcpStream;
 use tributary_event::{EventData, SendTarget};
 
 use crate::args::{BenchArgs, KafkaConsume, KafkaServer};
+use crate::bench_replicate::thousands;
 
 /// Set in the child process that serves Tributary: the event hubs to create, comma-separated.
 const SERVER_ENV: &str = "TRIBUTARY_BENCH_KAFKA_SERVER";
@@ -1047,18 +1048,6 @@ fn target(what: &str, value: f64, goal: f64, unit: &str) {
 
 fn verdict(met: bool) -> &'static str {
     if met { "met" } else { "MISSED" }
-}
-
-fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value.max(0.0));
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// The child process: a hub with the event hubs `hubs`, its Kafka and AMQP doors on 127.0.0.1;

@@ -1037,8 +1037,10 @@ fn load_average() -> String {
         .unwrap_or_else(|| "?".to_owned())
 }
 
-fn thousands(value: f64) -> String {
-    let digits = format!("{value:.0}");
+/// `value` rounded to a whole number with commas between thousands (1,234,567), as the
+/// benchmarks print rates; shared by every `bench` scenario of the binary.
+pub(crate) fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.max(0.0));
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
         if i > 0 && (digits.len() - i).is_multiple_of(3) {
