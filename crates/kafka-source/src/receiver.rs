@@ -29,7 +29,9 @@ use tributary_source::{
 
 use crate::epochs::EpochClaim;
 use crate::error::source_error;
-use crate::limits::{FETCH_WAIT_MS_MAX, PREFETCH_KIB_MAX, WATERMARKS_REFRESH_INTERVAL};
+use crate::limits::{
+    FETCH_QUEUE_BACKOFF_MS, FETCH_WAIT_MS_MAX, PREFETCH_KIB_MAX, WATERMARKS_REFRESH_INTERVAL,
+};
 use crate::mapping::event_from_message;
 use crate::source::{Shared, StartAt, blocking};
 
@@ -97,7 +99,8 @@ impl KafkaReceiver {
                 self.options.prefetch.max(1).to_string(),
             )
             .set("queued.max.messages.kbytes", PREFETCH_KIB_MAX.to_string())
-            .set("fetch.wait.max.ms", FETCH_WAIT_MS_MAX.to_string());
+            .set("fetch.wait.max.ms", FETCH_WAIT_MS_MAX.to_string())
+            .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS.to_string());
         config
             .create()
             .map_err(|e| source_error("cannot make the Kafka consumer", &e))
