@@ -1,9 +1,11 @@
 //! `tributary replicate`: runs a replication task until interrupted, or prints its status.
 
 use std::io::IsTerminal;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use tributary_replicate::metrics::TaskMetrics;
 use tributary_replicate::status::TaskStatus;
 use tributary_replicate::{Replicator, StartOptions, TaskConfig, wall_clock_ms};
 
@@ -18,13 +20,20 @@ pub async fn run(args: &ReplicateArgs) -> Result<()> {
     if args.status {
         return print_status(&config).await;
     }
-    let replicator = Replicator::start(&config, StartOptions::default()).await?;
+    let metrics = Arc::new(TaskMetrics::new(&config.name));
+    if let Some(listen) = config.metrics_listen.filter(|_| !args.check) {
+        serve_metrics(listen, Arc::clone(&metrics)).await?;
+    }
+    // A check fails at once on a source that does not answer; a running task waits for it.
+    let options = StartOptions {
+        wait_for_source: !args.check,
+        metrics: Some(metrics),
+        ..StartOptions::default()
+    };
+    let replicator = Replicator::start(&config, options).await?;
     if args.check {
         eprintln!("{}: every endpoint answers", args.task.display());
         return replicator.shutdown().await.map_err(anyhow::Error::msg);
-    }
-    if let Some(listen) = config.metrics_listen {
-        serve_metrics(listen, &replicator).await?;
     }
     eprintln!(
         "replicating {} as {}; Ctrl-C to stop",
@@ -36,12 +45,11 @@ pub async fn run(args: &ReplicateArgs) -> Result<()> {
 }
 
 /// Serves the task's counters at `http://<listen>/metrics`.
-async fn serve_metrics(listen: std::net::SocketAddr, replicator: &Replicator) -> Result<()> {
-    let metrics = std::sync::Arc::clone(replicator.metrics());
+async fn serve_metrics(listen: std::net::SocketAddr, metrics: Arc<TaskMetrics>) -> Result<()> {
     let router = axum::Router::new().route(
         "/metrics",
         axum::routing::get(move || {
-            let metrics = std::sync::Arc::clone(&metrics);
+            let metrics = Arc::clone(&metrics);
             async move {
                 (
                     [(
@@ -134,5 +142,31 @@ async fn print_status(config: &TaskConfig) -> Result<()> {
             row.events_in, row.events_out, row.dead_lettered, row.filtered, row.lag_last_ms
         );
     }
+    for (process, stale) in &status.processes {
+        println!("{}", source_health_line(process, *stale, wall_clock_ms()));
+    }
     Ok(())
+}
+
+/// What one process last saw of the source.
+fn source_health_line(
+    process: &tributary_replicate::status::ProcessStatus,
+    stale: bool,
+    now_ms: i64,
+) -> String {
+    let counters = &process.counters;
+    let stale = if stale { " (stale)" } else { "" };
+    let errors = counters.source_errors;
+    match &counters.source_failure {
+        None => format!(
+            "source as {}{stale} sees it: answering ({errors} failures so far)",
+            process.host_name
+        ),
+        Some(failure) => format!(
+            "source as {}{stale} sees it: FAILING for {} s ({errors} failures so far): {}",
+            process.host_name,
+            now_ms.saturating_sub(failure.since_ms) / 1000,
+            failure.error
+        ),
+    }
 }

@@ -118,8 +118,192 @@ async fn a_killed_replicator_loses_nothing_and_duplicates_at_most_a_batch_per_pa
     }
     all_copied_once_or_a_batch_twice(&target, &sent).await;
     assert_the_survivor_owns_everything(&task);
+    status_until(&task, "second sees it: answering", "the cluster back").await;
     second.start_kill().unwrap();
     second.wait().await.unwrap();
+}
+
+/// `tributary replicate --status` of `task`, once its output contains `wanted` (polled for up
+/// to a minute).
+async fn status_until(task: &Path, wanted: &str, what: &str) -> String {
+    within(what, async {
+        loop {
+            let status = tokio::process::Command::new(env!("CARGO_BIN_EXE_tributary"))
+                .args(["replicate", "--status"])
+                .arg(task)
+                .output()
+                .await
+                .unwrap();
+            let text = String::from_utf8_lossy(&status.stdout).into_owned();
+            if text.contains(wanted) {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+    .await
+}
+
+/// The ports of the `serve`s whose Kafka door is a task's source: any free ones (the Kafka
+/// door's is added, to come back on the port it had).
+#[cfg(feature = "kafka")]
+const SERVE_PORTS: [&str; 4] = ["--amqp-port", "0", "--http-port", "0"];
+
+/// A `tributary serve` whose Kafka door is a task's source, with the topic `orders`.
+#[cfg(feature = "kafka")]
+struct KafkaDoor {
+    serve: common::ServeGuard,
+    /// `127.0.0.1:<port>`.
+    bootstrap: String,
+    port: String,
+    /// The SASL PLAIN password.
+    connection_string: String,
+    cluster: tributary_kafka_source::test_cluster::TestCluster,
+}
+
+#[cfg(feature = "kafka")]
+impl KafkaDoor {
+    async fn start(data: &Path) -> KafkaDoor {
+        use tributary_kafka_source::KafkaOptions;
+        let (serve, banner, _stderr) = common::start_serve(data, &SERVE_PORTS);
+        let serve = common::ServeGuard::new(serve);
+        let bootstrap = common::banner_addr(&banner, "kafka:");
+        let port = bootstrap.rsplit(':').next().unwrap().to_owned();
+        let connection_string = common::shown_connection_string(&banner);
+        let mut options =
+            KafkaOptions::from_event_hubs_connection_string(&connection_string).unwrap();
+        options.bootstrap_servers.clone_from(&bootstrap);
+        let cluster = tributary_kafka_source::test_cluster::TestCluster::new(options);
+        cluster.create_topic("orders", PARTITIONS as i32).await;
+        KafkaDoor {
+            serve,
+            bootstrap,
+            port,
+            connection_string,
+            cluster,
+        }
+    }
+}
+
+/// The body of `GET /metrics` at `addr` (none while nothing answers there).
+#[cfg(feature = "kafka")]
+fn metrics_at(addr: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    Some(response)
+}
+
+/// `tributary replicate` of `task` as `host`, and its log (standard error) line by line.
+#[cfg(feature = "kafka")]
+fn replicator_logging(
+    task: &Path,
+    host: &str,
+) -> (tokio::process::Child, std::sync::mpsc::Receiver<String>) {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tributary"))
+        .args(["--log", "warn", "replicate"])
+        .arg(task)
+        .args(["--host-name", host])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap().into_owned_fd().unwrap();
+    (child, common::lines_of(std::fs::File::from(stderr)))
+}
+
+/// The body of `GET /metrics` at `addr` once it contains `wanted` (polled for up to a minute).
+#[cfg(feature = "kafka")]
+async fn metrics_until(addr: &str, wanted: &str) -> String {
+    within(wanted, async {
+        loop {
+            let body = metrics_at(addr).unwrap_or_default();
+            if body.contains(wanted) {
+                return body;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+}
+
+/// A task whose Kafka cluster does not answer when it starts waits for it — logging each
+/// failure, `--status` and `/metrics` saying the source fails — and copies everything once the
+/// cluster is back, `/metrics` then saying the source is up.
+#[cfg(feature = "kafka")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_source_unreachable_at_start_is_reported_and_waited_for() {
+    use common::{ServeGuard, start_serve};
+    use tributary_kafka_source::test_cluster::TestRecord;
+
+    let dir = tempfile::tempdir().unwrap();
+    let cluster_dir = dir.path().join("cluster");
+    // A first start makes the cluster's keys and topic; then it goes away.
+    let door = KafkaDoor::start(&cluster_dir).await;
+    let (bootstrap, kafka_port, conn) = (&door.bootstrap, &door.port, &door.connection_string);
+    let mut cluster_process = door.serve.take();
+    cluster_process.kill().unwrap();
+    cluster_process.wait().unwrap();
+
+    let target = TestHub::start(&[("orders", PARTITIONS)]).await;
+    let metrics_addr = {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        free.local_addr().unwrap().to_string()
+    };
+    let task = dir.path().join("waits.toml");
+    std::fs::write(
+        &task,
+        format!(
+            "name = \"waits\"\n[source]\nkind = \"kafka\"\nbootstrap_servers = \"{bootstrap}\"\nconnection_string = \"{conn}\"\ntopic = \"orders\"\n[[target]]\nname = \"hub\"\nconnection_string = \"{}\"\nevent_hub = \"orders\"\nkeep_partition = true\n[retry]\nbackoff_min = \"50ms\"\nbackoff_max = \"500ms\"\n[metrics]\nlisten = \"{metrics_addr}\"\n",
+            target.connection_string
+        ),
+    )
+    .unwrap();
+    let (mut waiting, log) = replicator_logging(&task, "patient");
+    let line = common::wait_for_line(&log, "the source does not answer", "replicate");
+    assert!(
+        line.contains(bootstrap.as_str()),
+        "the log names the cluster: {line}"
+    );
+    let status = status_until(&task, "patient sees it: FAILING", "the status").await;
+    assert!(status.contains(bootstrap.as_str()), "{status}");
+    metrics_until(
+        &metrics_addr,
+        "tributary_replicate_source_up{task=\"waits\"} 0",
+    )
+    .await;
+
+    let again = [&SERVE_PORTS[..], &["--kafka-port", kafka_port.as_str()]].concat();
+    let serve = ServeGuard::new(start_serve(&cluster_dir, &again).0);
+    for partition in 0..PARTITIONS {
+        let records: Vec<TestRecord> = (0..5)
+            .map(|i| TestRecord {
+                value: format!("p{partition}-{i}").into_bytes(),
+                ..TestRecord::default()
+            })
+            .collect();
+        door.cluster
+            .produce("orders", partition as i32, &records)
+            .await;
+    }
+    let sent: BTreeSet<(String, i64)> = (0..PARTITIONS)
+        .flat_map(|p| (0..5).map(move |s| (p.to_string(), s)))
+        .collect();
+    all_copied_once_or_a_batch_twice(&target, &sent).await;
+    metrics_until(
+        &metrics_addr,
+        "tributary_replicate_source_up{task=\"waits\"} 1",
+    )
+    .await;
+    waiting.start_kill().unwrap();
+    waiting.wait().await.unwrap();
+    drop(serve);
 }
 
 /// A task copying from a Kafka cluster — a `tributary serve`'s Kafka door, logged into with its
@@ -130,22 +314,19 @@ async fn a_killed_replicator_loses_nothing_and_duplicates_at_most_a_batch_per_pa
 #[cfg(feature = "kafka")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kafka_source_lost_and_back_and_a_killed_replicator_lose_nothing() {
-    use common::{ServeGuard, banner_addr, shown_connection_string, start_serve};
-    use tributary_kafka_source::KafkaOptions;
-    use tributary_kafka_source::test_cluster::{TestCluster, TestRecord};
+    use common::{ServeGuard, start_serve};
+    use tributary_kafka_source::test_cluster::TestRecord;
 
     let dir = tempfile::tempdir().unwrap();
     let cluster_dir = dir.path().join("cluster");
-    let ports = ["--amqp-port", "0", "--http-port", "0"];
-    let (serve, banner, _stderr) = start_serve(&cluster_dir, &ports);
-    let mut serve = ServeGuard::new(serve);
-    let bootstrap = banner_addr(&banner, "kafka:");
-    let kafka_port = bootstrap.rsplit(':').next().unwrap().to_owned();
-    let conn = shown_connection_string(&banner);
-    let mut options = KafkaOptions::from_event_hubs_connection_string(&conn).unwrap();
-    options.bootstrap_servers.clone_from(&bootstrap);
-    let cluster = TestCluster::new(options);
-    cluster.create_topic("orders", PARTITIONS as i32).await;
+    let KafkaDoor {
+        serve,
+        bootstrap,
+        port: kafka_port,
+        connection_string: conn,
+        cluster,
+    } = KafkaDoor::start(&cluster_dir).await;
+    let mut serve = serve;
     let target = TestHub::start(&[("orders", PARTITIONS)]).await;
     let task = dir.path().join("from-kafka.toml");
     std::fs::write(
@@ -179,12 +360,13 @@ async fn a_kafka_source_lost_and_back_and_a_killed_replicator_lose_nothing() {
             first.wait().await.unwrap();
         }
         if round == 20 {
-            // The cluster goes away (kill -9) while the task copies, and comes back.
+            // The cluster goes away (kill -9) while the task copies — `--status` says the
+            // source fails — and comes back.
             let mut cluster_process = serve.take();
             cluster_process.kill().unwrap();
             cluster_process.wait().unwrap();
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            let again = [&ports[..], &["--kafka-port", kafka_port.as_str()]].concat();
+            status_until(&task, "FAILING", "the lost cluster reported").await;
+            let again = [&SERVE_PORTS[..], &["--kafka-port", kafka_port.as_str()]].concat();
             serve = ServeGuard::new(start_serve(&cluster_dir, &again).0);
         }
     }
@@ -193,6 +375,7 @@ async fn a_kafka_source_lost_and_back_and_a_killed_replicator_lose_nothing() {
         .collect();
     all_copied_once_or_a_batch_twice(&target, &sent).await;
     assert_the_survivor_owns_everything(&task);
+    status_until(&task, "second sees it: answering", "the cluster back").await;
     second.start_kill().unwrap();
     second.wait().await.unwrap();
     drop(serve);

@@ -8,7 +8,9 @@
 //! alias says ([`tributary_client::failover`]: the client follows the alias, and switches on its
 //! change or on persistent errors). A Kafka topic (`kind = "kafka"`) is read and written
 //! through [`crate::kafka`]. Opening checks that the hub exists and the credentials
-//! work, so a task with an unreachable endpoint fails before it reads anything.
+//! work, so a task with a misconfigured endpoint fails before it reads anything; a source that
+//! does not answer at all is an [`OpenError`] marked `unreachable`, which
+//! [`Replicator::start`](crate::Replicator::start) waits out when told to.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -101,11 +103,46 @@ fn client_options(ca_file: Option<&PathBuf>, failover: Option<&FailoverOptions>)
 /// Runs `future` under the connect timeout, naming what it waited for.
 async fn timed<T>(
     what: &str,
-    future: impl Future<Output = Result<T, String>>,
-) -> Result<T, String> {
+    future: impl Future<Output = Result<T, OpenError>>,
+) -> Result<T, OpenError> {
     tokio::time::timeout(CONNECT_TIMEOUT, future)
         .await
-        .map_err(|_| format!("{what} did not answer within {CONNECT_TIMEOUT:?}"))?
+        .map_err(|_| OpenError {
+            message: format!("{what} did not answer within {CONNECT_TIMEOUT:?}"),
+            unreachable: true,
+        })?
+}
+
+/// Why an endpoint did not open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenError {
+    /// What went wrong, for a person.
+    pub message: String,
+    /// The endpoint did not answer (an unreachable cluster, no answer in time): trying again
+    /// later may succeed. Otherwise it answered and refused (a missing topic, bad credentials).
+    pub unreachable: bool,
+}
+
+impl OpenError {
+    /// The endpoint answered and refused.
+    pub fn refused(message: impl Into<String>) -> OpenError {
+        OpenError {
+            message: message.into(),
+            unreachable: false,
+        }
+    }
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<OpenError> for String {
+    fn from(error: OpenError) -> String {
+        error.message
+    }
 }
 
 /// An opened source.
@@ -168,12 +205,17 @@ impl std::fmt::Debug for OpenedSource {
 }
 
 /// Opens `endpoint` for reading.
-pub async fn open_source(endpoint: &Endpoint, brokers: &Brokers) -> Result<OpenedSource, String> {
+pub async fn open_source(
+    endpoint: &Endpoint,
+    brokers: &Brokers,
+) -> Result<OpenedSource, OpenError> {
     let hub = &endpoint.event_hub;
     match &endpoint.connection {
         Connection::Local { data_dir } => {
-            let broker = brokers.open(data_dir).await?;
-            let definition = broker.describe_hub(hub).map_err(|e| e.to_string())?;
+            let broker = brokers.open(data_dir).await.map_err(OpenError::refused)?;
+            let definition = broker
+                .describe_hub(hub)
+                .map_err(|e| OpenError::refused(e.to_string()))?;
             Ok(OpenedSource {
                 source: Arc::new(BrokerSource::new(broker.clone(), "localhost", hub.clone())),
                 identity: HubIdentity {
@@ -192,6 +234,10 @@ pub async fn open_source(endpoint: &Endpoint, brokers: &Brokers) -> Result<Opene
             failover,
         } => {
             let what = format!("event hub {hub:?}");
+            let failed = |what: &str, e: tributary_client::ClientError| OpenError {
+                unreachable: e.is_transient(),
+                message: format!("{what}: {e}"),
+            };
             timed(&what, async {
                 let remote = RemoteHub::connect_with_options(
                     connection_string,
@@ -199,11 +245,11 @@ pub async fn open_source(endpoint: &Endpoint, brokers: &Brokers) -> Result<Opene
                     client_options(ca_file.as_ref(), failover.as_ref()),
                 )
                 .await
-                .map_err(|e| format!("cannot connect: {e}"))?;
+                .map_err(|e| failed("cannot connect", e))?;
                 let properties = remote
                     .hub_properties()
                     .await
-                    .map_err(|e| format!("cannot read the hub's properties: {e}"))?;
+                    .map_err(|e| failed("cannot read the hub's properties", e))?;
                 let id = properties.hub_id.unwrap_or_else(|| {
                     format!("{}/{}", remote.fully_qualified_namespace(), hub).to_ascii_lowercase()
                 });
@@ -247,16 +293,21 @@ pub async fn open_target(
                     client_options(ca_file.as_ref(), failover.as_ref()),
                 )
                 .await
-                .map_err(|e| format!("cannot connect: {e}"))
+                .map_err(|e| OpenError::refused(format!("cannot connect: {e}")))
             })
-            .await?;
+            .await
+            .map_err(String::from)?;
             Arc::new(RemoteTarget::new(producer))
         }
         Connection::Kafka(kafka) => crate::kafka::open_target(kafka, hub)?,
     };
     let identity = timed(target.describe(), async {
-        target.identity().await.map_err(|e| e.to_string())
+        target
+            .identity()
+            .await
+            .map_err(|e| OpenError::refused(e.to_string()))
     })
-    .await?;
+    .await
+    .map_err(String::from)?;
     Ok((target, identity))
 }

@@ -7,7 +7,7 @@
 //! `repl-path` record), its partitions' newest sequence numbers are their high watermarks − 1,
 //! so the offset map works with Kafka on either side.
 
-use crate::endpoint::OpenedSource;
+use crate::endpoint::{OpenError, OpenedSource};
 use crate::task::KafkaConnection;
 
 #[cfg(feature = "kafka")]
@@ -21,7 +21,7 @@ mod engine {
         Tls,
     };
 
-    use crate::endpoint::{OpenedSource, SourceNewest};
+    use crate::endpoint::{OpenError, OpenedSource, SourceNewest};
     use crate::target::{HubIdentity, Target, TargetError};
     use crate::task::KafkaConnection;
 
@@ -62,12 +62,13 @@ mod engine {
     pub(super) async fn open_source(
         kafka: &KafkaConnection,
         topic: &str,
-    ) -> Result<OpenedSource, String> {
-        let source = KafkaSource::new(options(kafka)?, topic).map_err(|e| e.to_string())?;
-        let partitions = source
-            .partitions()
-            .await
-            .map_err(|e| format!("cannot read the topic: {e}"))?;
+    ) -> Result<OpenedSource, OpenError> {
+        let source = KafkaSource::new(options(kafka).map_err(OpenError::refused)?, topic)
+            .map_err(|e| OpenError::refused(e.to_string()))?;
+        let partitions = source.partitions().await.map_err(|e| OpenError {
+            unreachable: e.is_transient(),
+            message: format!("cannot read the topic: {e}"),
+        })?;
         let source = Arc::new(source);
         Ok(OpenedSource {
             identity: HubIdentity {
@@ -192,13 +193,13 @@ pub(crate) use engine::last_sequence_number;
 pub(crate) async fn open_source(
     kafka: &KafkaConnection,
     topic: &str,
-) -> Result<OpenedSource, String> {
+) -> Result<OpenedSource, OpenError> {
     #[cfg(feature = "kafka")]
     return engine::open_source(kafka, topic).await;
     #[cfg(not(feature = "kafka"))]
     {
         let _ = (kafka, topic);
-        Err(NOT_BUILT.to_owned())
+        Err(OpenError::refused(NOT_BUILT))
     }
 }
 

@@ -1,5 +1,7 @@
 //! What a task counts, per source partition: events in, out (per target), dead-lettered,
-//! filtered (by reason), send retries, the replication lag, and the checkpoint.
+//! filtered (by reason), send retries, the replication lag, and the checkpoint; and for the
+//! whole task, the source's health: the failures reaching it (an unreachable Kafka cluster, a
+//! hub that stopped answering) and whether the latest attempt failed, since when, and why.
 //!
 //! Counting is a few relaxed atomic additions per batch. [`TaskMetrics::snapshot`] copies the
 //! counters for `tributary replicate --status` and the progress line;
@@ -14,7 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -119,6 +121,28 @@ pub struct TaskMetrics {
     task: String,
     partitions: Mutex<BTreeMap<String, Arc<PartitionMetrics>>>,
     lag: DurationHistogram,
+    source: SourceHealth,
+}
+
+/// The source's health as this process last saw it.
+#[derive(Debug, Default)]
+struct SourceHealth {
+    /// Failures reaching the source so far.
+    errors: AtomicU64,
+    /// Whether `failure` holds one not yet followed by an answer (read on every batch, so the
+    /// healthy path takes no lock).
+    failing: AtomicBool,
+    failure: Mutex<Option<SourceFailure>>,
+}
+
+/// The source failing: since when (the first failure since it last answered) and the latest
+/// error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceFailure {
+    /// The first failure since the source last answered, ms since the epoch.
+    pub since_ms: i64,
+    /// The latest failure's error.
+    pub error: String,
 }
 
 /// A copy of one partition's counters.
@@ -155,6 +179,12 @@ pub struct TaskSnapshot {
     pub lag_p50_ms: Option<f64>,
     /// 99th percentile.
     pub lag_p99_ms: Option<f64>,
+    /// Failures reaching the source so far.
+    #[serde(default)]
+    pub source_errors: u64,
+    /// The source failing now: its latest attempt failed (none: it answered).
+    #[serde(default)]
+    pub source_failure: Option<SourceFailure>,
 }
 
 impl TaskSnapshot {
@@ -180,6 +210,26 @@ impl TaskMetrics {
             task: task.into(),
             partitions: Mutex::default(),
             lag: DurationHistogram::default(),
+            source: SourceHealth::default(),
+        }
+    }
+
+    /// Records a failure reaching the source at `now_ms`.
+    pub fn source_failed(&self, error: &str, now_ms: i64) {
+        self.source.errors.fetch_add(1, Ordering::Relaxed);
+        let mut failure = self.source.failure.lock().expect("source failure");
+        let since_ms = failure.as_ref().map_or(now_ms, |f| f.since_ms);
+        *failure = Some(SourceFailure {
+            since_ms,
+            error: error.to_owned(),
+        });
+        self.source.failing.store(true, Ordering::Release);
+    }
+
+    /// Records that the source answered (a batch, or a receive that waited its time out).
+    pub fn source_answered(&self) {
+        if self.source.failing.swap(false, Ordering::AcqRel) {
+            *self.source.failure.lock().expect("source failure") = None;
         }
     }
 
@@ -234,6 +284,8 @@ impl TaskMetrics {
             lag_count: lag.count,
             lag_p50_ms: lag.quantile(0.5).map(ms),
             lag_p99_ms: lag.quantile(0.99).map(ms),
+            source_errors: self.source.errors.load(Ordering::Relaxed),
+            source_failure: self.source.failure.lock().expect("source failure").clone(),
         }
     }
 
@@ -274,10 +326,30 @@ impl TaskMetrics {
             "gauge",
             "The latest checkpoint written.",
         );
+        family(
+            "source_errors",
+            "counter",
+            "Failures reaching the source (each logged).",
+        );
+        family(
+            "source_up",
+            "gauge",
+            "1 when the source answered its latest request, 0 while it fails.",
+        );
         for (partition, p) in &snapshot.partitions {
             let labels = format!("task=\"{task}\",partition=\"{}\"", escape(partition));
             encode_partition(&mut out, &labels, p);
         }
+        let _ = writeln!(
+            out,
+            "tributary_replicate_source_errors_total{{task=\"{task}\"}} {}",
+            snapshot.source_errors
+        );
+        let _ = writeln!(
+            out,
+            "tributary_replicate_source_up{{task=\"{task}\"}} {}",
+            u8::from(snapshot.source_failure.is_none())
+        );
         encode_lag(&mut out, &task, &self.lag.snapshot());
         out.push_str("# EOF\n");
         out
@@ -373,6 +445,35 @@ fn escape(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_source_fails_since_its_first_failure_until_it_answers() {
+        let metrics = TaskMetrics::new("t");
+        metrics.source_answered();
+        assert_eq!(metrics.snapshot().source_failure, None);
+        assert!(
+            metrics
+                .encode_prometheus()
+                .contains("tributary_replicate_source_up{task=\"t\"} 1")
+        );
+        metrics.source_failed("all brokers down", 1_000);
+        metrics.source_failed("connection refused", 2_000);
+        let snapshot = metrics.snapshot();
+        let failure = snapshot.source_failure.expect("failing");
+        assert_eq!(
+            (failure.since_ms, failure.error.as_str()),
+            (1_000, "connection refused")
+        );
+        assert_eq!(snapshot.source_errors, 2);
+        let text = metrics.encode_prometheus();
+        assert!(text.contains("tributary_replicate_source_up{task=\"t\"} 0"));
+        assert!(text.contains("tributary_replicate_source_errors_total{task=\"t\"} 2"));
+        metrics.source_answered();
+        let snapshot = metrics.snapshot();
+        assert_eq!((snapshot.source_failure, snapshot.source_errors), (None, 2));
+        metrics.source_failed("again", 5_000);
+        assert_eq!(metrics.snapshot().source_failure.unwrap().since_ms, 5_000);
+    }
 
     #[test]
     fn counters_add_up_and_are_exported() {

@@ -25,8 +25,8 @@ use std::sync::Arc;
 use tributary_edit::{Condition, Context, Editor, Item, Position, Rejected, Step};
 use tributary_event::{EventData, PropertyValue, ReceivedEvent, SmolStr};
 use tributary_processor::{
-    CheckpointStore, CloseReason, EventProcessor, EventProcessorHost, PartitionContext,
-    ProcessorOptions, RunningHost, SqliteCheckpointStore,
+    CheckpointStore, CloseReason, EventProcessor, EventProcessorHost, HostError, PartitionContext,
+    PartitionError, ProcessorOptions, RunningHost, SqliteCheckpointStore,
 };
 
 use crate::endpoint::{Brokers, OpenedSource, SourceNewest, open_source, open_target};
@@ -138,6 +138,14 @@ pub struct StartOptions {
     /// Steps of the library user's own, by the name a task file's `kind = "custom"` step
     /// gives.
     pub steps: Vec<(String, Arc<dyn Step>)>,
+    /// While the source does not answer (an unreachable Kafka cluster or hub), keep trying —
+    /// with the task's retry backoff, each failure logged, counted in the metrics and written
+    /// to this process's status file — instead of failing. A source that answers and refuses
+    /// (a missing topic, bad credentials) fails at once either way.
+    pub wait_for_source: bool,
+    /// The counters to keep, so that a caller can serve them (`/metrics`) while the task waits
+    /// for its source; `None`: fresh ones.
+    pub metrics: Option<Arc<TaskMetrics>>,
 }
 
 impl std::fmt::Debug for StartOptions {
@@ -166,7 +174,10 @@ impl Replicator {
             message,
         };
         let source_endpoint = &config.source.endpoint;
-        let source = open_source(source_endpoint, &brokers)
+        let (config, metrics) = &named_and_counted(config, &options);
+        let host_name = config.host_name.as_deref().unwrap_or_default();
+        let waiting = options.wait_for_source.then_some((host_name, &**metrics));
+        let source = open_source_waiting(config, &brokers, waiting)
             .await
             .map_err(|m| endpoint_error(source_endpoint, m))?;
         let editor = editor(config, &options)?;
@@ -184,7 +195,6 @@ impl Replicator {
             ),
             None => None,
         };
-        let metrics = Arc::new(TaskMetrics::new(&config.name));
         let syncs = sync_setup(config, &source, &source_id)?;
         let dead_letter_ids = HopIds::new(
             &source_id,
@@ -205,7 +215,7 @@ impl Replicator {
                 backoff_min: config.backoff_min,
                 backoff_max: config.backoff_max,
             },
-            metrics: Arc::clone(&metrics),
+            metrics: Arc::clone(metrics),
             syncs,
             source_newest: source.newest.clone(),
         });
@@ -214,11 +224,11 @@ impl Replicator {
         let status_writer = tokio::spawn(write_status(
             status::status_dir(&config.source.checkpoint_store),
             Arc::clone(&host),
-            Arc::clone(&metrics),
+            Arc::clone(metrics),
         ));
         Ok(Replicator {
             host,
-            metrics,
+            metrics: Arc::clone(metrics),
             brokers,
             namespace,
             status_writer,
@@ -274,6 +284,62 @@ async fn write_status(dir: std::path::PathBuf, host: Arc<RunningHost>, metrics: 
         if let Ok(Err(error)) = written {
             tracing::warn!(%error, "cannot write the task's status file");
         }
+    }
+}
+
+/// `config` with this process's host name settled (the status file and the processor host must
+/// use one name), and the counters to keep.
+fn named_and_counted(
+    config: &TaskConfig,
+    options: &StartOptions,
+) -> (TaskConfig, Arc<TaskMetrics>) {
+    let mut config = config.clone();
+    config
+        .host_name
+        .get_or_insert_with(|| ProcessorOptions::default().host_name);
+    let metrics = options
+        .metrics
+        .clone()
+        .unwrap_or_else(|| Arc::new(TaskMetrics::new(&config.name)));
+    (config, metrics)
+}
+
+/// Opens the task's source. While it does not answer and `waiting` names this process and its
+/// counters, tries again with the task's backoff: each failure is logged, counted, and written to
+/// this process's status file (so `--status` shows it before the task runs).
+async fn open_source_waiting(
+    config: &TaskConfig,
+    brokers: &Brokers,
+    waiting: Option<(&str, &TaskMetrics)>,
+) -> Result<OpenedSource, String> {
+    let mut backoff = config.backoff_min;
+    loop {
+        let error = match open_source(&config.source.endpoint, brokers).await {
+            Ok(source) => return Ok(source),
+            Err(error) => error,
+        };
+        let Some((host_name, metrics)) = waiting.filter(|_| error.unreachable) else {
+            return Err(error.message);
+        };
+        metrics.source_failed(&error.message, wall_clock_ms());
+        tracing::warn!(
+            task = %config.name,
+            %error,
+            retry_in_ms = backoff.as_millis() as u64,
+            "the source does not answer; waiting for it"
+        );
+        let status = status::ProcessStatus {
+            host_name: host_name.to_owned(),
+            written_at_ms: wall_clock_ms(),
+            owned_partitions: Vec::new(),
+            counters: metrics.snapshot(),
+        };
+        let dir = status::status_dir(&config.source.checkpoint_store);
+        if let Err(error) = status::write(&dir, &status) {
+            tracing::warn!(%error, "cannot write the task's status file");
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(config.backoff_max);
     }
 }
 
@@ -430,6 +496,7 @@ async fn start_host(
             )
         })?);
     let initial = config.source.initial_position;
+    let metrics = Arc::clone(&runtime.metrics);
     let mut options = ProcessorOptions {
         consumer_group: config.source.consumer_group.clone(),
         batch_events_max: config.source.batch_events_max,
@@ -439,7 +506,12 @@ async fn start_host(
         receive_timeout: config.offset_sync.every,
         ..ProcessorOptions::default()
     }
-    .with_initial_position(move |_| initial);
+    .with_initial_position(move |_| initial)
+    .with_error_notifier(move |error| {
+        if let HostError::ListPartitions(error) = error {
+            metrics.source_failed(&error.to_string(), wall_clock_ms());
+        }
+    });
     if let Some(interval) = config.load_balancing_interval {
         options.load_balancing_interval = interval;
     }
@@ -559,6 +631,7 @@ impl EventProcessor for ReplicationProcessor {
     }
 
     async fn process_events(&mut self, context: &PartitionContext, events: Vec<ReceivedEvent>) {
+        self.task.metrics.source_answered();
         if events.is_empty() {
             self.sync_while_idle(context).await;
             return;
@@ -618,6 +691,20 @@ impl EventProcessor for ReplicationProcessor {
                 "checkpoint not written; the next owner replays this batch"
             ),
         }
+    }
+
+    /// A failure reading the source (the pump retries on its own): logged, and counted where
+    /// `--status` and `/metrics` show it.
+    async fn process_error(&mut self, context: &PartitionContext, error: &PartitionError) {
+        tracing::warn!(
+            task = %self.task.name,
+            partition = context.partition_id(),
+            %error,
+            "cannot read the source; retrying"
+        );
+        self.task
+            .metrics
+            .source_failed(&error.to_string(), wall_clock_ms());
     }
 
     async fn close(&mut self, context: &PartitionContext, reason: CloseReason) {

@@ -113,10 +113,18 @@ impl TaskStatus {
             message,
         };
         if !store_path.exists() {
-            return Err(error(format!(
-                "{} does not exist: has the task run yet?",
-                store_path.display()
-            )));
+            // A process waiting for its source has written its status, not yet its store.
+            let processes = read_processes(&status_dir(store_path), now_ms);
+            if processes.is_empty() {
+                return Err(error(format!(
+                    "{} does not exist: has the task run yet?",
+                    store_path.display()
+                )));
+            }
+            return Ok(TaskStatus {
+                partitions: BTreeMap::new(),
+                processes,
+            });
         }
         let store = SqliteCheckpointStore::open(store_path)
             .await
