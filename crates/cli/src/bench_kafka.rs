@@ -23,6 +23,10 @@
 //!   share on a 1 ms tick, `linger.ms` 1; each record's time from the send call to its
 //!   acknowledgement (delivery report), after a 1 s warm-up.
 //!
+//! Then, against each server, a Kafka cluster as the engine of Tributary's tasks: a replication
+//! task process copying the first size's topic into a hub, and processor hosts failing over on a
+//! topic (see `engine.rs`).
+//!
 //! Then the AMQP door's ingest into the same Tributary with the Rust client (`--producers`
 //! connections, batches of `--batch-events` of the first `--event-bytes`, `--send-window` sends
 //! in flight per producer): the yardstick for the Kafka door's produce rate. Every rate is printed
@@ -50,6 +54,8 @@ use tributary_event::{EventData, SendTarget};
 
 use crate::args::{BenchArgs, KafkaConsume, KafkaServer};
 use crate::bench_replicate::thousands;
+
+mod engine;
 
 /// Set in the child process that serves Tributary: the event hubs to create, comma-separated.
 const SERVER_ENV: &str = "TRIBUTARY_BENCH_KAFKA_SERVER";
@@ -101,7 +107,7 @@ async fn measure_all(args: &BenchArgs, root: &Path) -> Result<()> {
     let mut amqp = None;
     for &kind in &args.kafka_servers {
         let mut server = Server::start(kind, args, root).await?;
-        let outcome = measure(args, &mut server).await;
+        let outcome = measure(args, root, &mut server).await;
         if kind == KafkaServer::Tributary && outcome.is_ok() {
             amqp = Some(amqp_ingest(args, &server).await?);
         }
@@ -159,6 +165,9 @@ struct Figures {
     produce: Vec<Run>,
     consume: Vec<Run>,
     p99_ms: f64,
+    /// The replication task's copy of the first record size's topic.
+    copy: Option<engine::CopyRun>,
+    failovers: Option<engine::Failovers>,
 }
 
 /// One produce or consume run: its record size, its rate and the server's CPU per record.
@@ -169,11 +178,12 @@ struct Run {
     server_us: f64,
 }
 
-async fn measure(args: &BenchArgs, server: &mut Server) -> Result<Figures> {
+async fn measure(args: &BenchArgs, root: &Path, server: &mut Server) -> Result<Figures> {
     let mut figures = Figures {
         idle_kib: idle_connections(args, server).await?,
         ..Figures::default()
     };
+    let mut first_topic = None;
     for &size in &args.event_bytes {
         let topic = topic_of(size);
         let produced = produce(args, server, &topic, size, None).await?;
@@ -196,8 +206,13 @@ async fn measure(args: &BenchArgs, server: &mut Server) -> Result<Figures> {
         });
         let consumed = consume(args, server, &topic, size, produced.total).await?;
         figures.consume.push(consumed);
+        first_topic.get_or_insert((topic, produced.total));
     }
     figures.p99_ms = latency(args, server).await?;
+    if let Some((topic, records)) = first_topic {
+        figures.copy = Some(engine::copy(args, root, server, &topic, records).await?);
+    }
+    figures.failovers = Some(engine::failovers(server).await?);
     Ok(figures)
 }
 
@@ -223,7 +238,11 @@ struct Server {
 impl Server {
     async fn start(kind: KafkaServer, args: &BenchArgs, root: &Path) -> Result<Server> {
         let server = match kind {
-            KafkaServer::Tributary => Server::start_tributary(args, root).await?,
+            KafkaServer::Tributary => {
+                let mut hubs: Vec<String> = args.event_bytes.iter().map(|&s| topic_of(s)).collect();
+                hubs.extend([LATENCY_TOPIC.to_owned(), AMQP_HUB.to_owned()]);
+                Server::start_tributary(args, &root.join("tributary"), &hubs).await?
+            }
             KafkaServer::Tansu => Server::start_tansu(args).await?,
         };
         wait_for_port(server.bootstrap).await?;
@@ -233,9 +252,13 @@ impl Server {
         Ok(server)
     }
 
-    async fn start_tributary(args: &BenchArgs, root: &Path) -> Result<Server> {
-        let mut hubs: Vec<String> = args.event_bytes.iter().map(|&s| topic_of(s)).collect();
-        hubs.extend([LATENCY_TOPIC.to_owned(), AMQP_HUB.to_owned()]);
+    /// Tributary in a child process with the event hubs `hubs`, keeping its data in `dir`.
+    async fn start_tributary(
+        args: &BenchArgs,
+        dir: &Path,
+        hubs: &[impl AsRef<str>],
+    ) -> Result<Server> {
+        let hubs: Vec<&str> = hubs.iter().map(AsRef::as_ref).collect();
         let mode = args.modes.first().context("give a durability mode")?;
         let exe = std::env::current_exe().context("cannot find this program")?;
         let mut child = tokio::process::Command::new(exe)
@@ -244,7 +267,7 @@ impl Server {
             .args(["--kafka-idle-connections"])
             .arg(args.kafka_idle_connections.to_string())
             .arg("--dir")
-            .arg(root.join("tributary"))
+            .arg(dir)
             .env(SERVER_ENV, hubs.join(","))
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -297,10 +320,7 @@ impl Server {
     }
 
     fn name(&self) -> &'static str {
-        match self.kind {
-            KafkaServer::Tributary => "tributary",
-            KafkaServer::Tansu => "tansu",
-        }
+        self.kind.name()
     }
 
     /// Tributary's disk since the last call (syncs, appends per sync, their waits).
@@ -974,6 +994,14 @@ async fn amqp_ingest(args: &BenchArgs, server: &Server) -> Result<Run> {
 /// The targets, each with the figures it is judged on; a rate's ratio also as the ratio of the
 /// servers' CPU per record, which holds when the clients' share of the cores limits the rates.
 fn summarize(args: &BenchArgs, figures: &[(KafkaServer, Figures)], amqp: Option<Run>) {
+    for (kind, figures) in figures {
+        let consumed = figures.consume.first().map(|run| run.rate);
+        if let (Some(copy), Some(rate), Some(failovers)) =
+            (figures.copy, consumed, figures.failovers)
+        {
+            engine::summarize(kind.name(), copy, rate, failovers);
+        }
+    }
     let of = |kind| figures.iter().find(|(k, _)| *k == kind).map(|(_, f)| f);
     let Some(ours) = of(KafkaServer::Tributary) else {
         return;
@@ -1052,7 +1080,8 @@ fn verdict(met: bool) -> &'static str {
 
 /// The child process: a hub with the event hubs `hubs`, its Kafka and AMQP doors on 127.0.0.1;
 /// prints `ready <Kafka address> <connection string>`, answers `disk` with the log's syncs since
-/// the last answer, and stops when its stdin ends.
+/// the last answer and `events <hub>` with the events the hub holds, and stops when its stdin
+/// ends.
 async fn serve_child(args: &BenchArgs, root: &Path, hubs: &str) -> Result<()> {
     use tributary_amqp::{AccessPolicies, AccessPolicy, AmqpConfig, Right};
     let mut config = tributary_broker::BrokerConfig::new(root);
@@ -1084,12 +1113,25 @@ async fn serve_child(args: &BenchArgs, root: &Path, hubs: &str) -> Result<()> {
             let now = broker.sync_times();
             println!("{}", now.since(&last));
             last = now;
+        } else if let Some(hub) = command.strip_prefix("events ") {
+            println!("{}", events_held(&broker, hub, partitions)?);
         }
     }
     kafka.shutdown().await;
     amqp.shutdown().await;
     broker.shutdown().await?;
     Ok(())
+}
+
+/// The events the event hub `hub` holds: its partitions' end sequence numbers + 1 (nothing
+/// expires within a run).
+fn events_held(broker: &tributary_broker::Broker, hub: &str, partitions: u32) -> Result<u64> {
+    let mut total = 0;
+    for partition in 0..partitions {
+        let properties = broker.partition_properties(hub, &partition.to_string())?;
+        total += u64::try_from(properties.last_enqueued_sequence_number + 1).unwrap_or(0);
+    }
+    Ok(total)
 }
 
 #[cfg(test)]

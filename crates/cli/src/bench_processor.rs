@@ -8,9 +8,12 @@
 //!   survivor;
 //! * steady state: three hosts on 16 partitions; ownership changes over 100 balancing intervals;
 //! * throughput: one host counting 100-byte events across 16 partitions.
+//!
+//! The failover run works over any source ([`Bench::over`]): `--scenario kafka` runs it over a
+//! Kafka topic too.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,7 +22,7 @@ use tributary_broker::{Broker, BrokerConfig, BrokerSource, Durability, HubSpec, 
 use tributary_event::{EventData, ReceivedEvent};
 use tributary_processor::{
     CheckpointStore, EventProcessor, EventProcessorHost, InMemoryCheckpointStore, PartitionContext,
-    ProcessorOptions, RunningHost,
+    PartitionSource, ProcessorOptions, RunningHost,
 };
 
 /// When each (host, partition) last delivered a batch, and how many events were counted.
@@ -55,33 +58,24 @@ impl EventProcessor for Counter {
     }
 }
 
-struct Bench {
-    broker: Broker,
+/// Processor hosts over one source, sharing a checkpoint store and the observations.
+pub(crate) struct Bench {
+    source: Arc<dyn PartitionSource>,
     store: Arc<dyn CheckpointStore>,
     observed: Arc<Observed>,
 }
 
 impl Bench {
-    async fn new(dir: &std::path::Path, hub: &str, partitions: u32) -> Result<Bench> {
-        let mut config = BrokerConfig::new(dir);
-        config.log.durability = Durability::None;
-        let broker = Broker::open(config).await?;
-        broker.create_hub(HubSpec::new(hub, partitions)).await?;
-        Ok(Bench {
-            broker,
+    /// Hosts reading `source`, with an in-memory checkpoint store.
+    pub(crate) fn over(source: Arc<dyn PartitionSource>) -> Bench {
+        Bench {
+            source,
             store: Arc::new(InMemoryCheckpointStore::new()),
             observed: Arc::default(),
-        })
+        }
     }
 
-    fn host(
-        &self,
-        hub: &str,
-        name: &str,
-        batch: u32,
-        checkpoint_every: u32,
-    ) -> Result<RunningHost> {
-        let source = Arc::new(BrokerSource::new(self.broker.clone(), "bench", hub));
+    fn host(&self, name: &str, batch: u32, checkpoint_every: u32) -> Result<RunningHost> {
         let (observed, host) = (self.observed.clone(), name.to_owned());
         let factory = move |_: &PartitionContext| Counter {
             observed: observed.clone(),
@@ -97,11 +91,48 @@ impl Bench {
             ..ProcessorOptions::default()
         };
         Ok(
-            EventProcessorHost::builder(source, self.store.clone(), factory)
+            EventProcessorHost::builder(self.source.clone(), self.store.clone(), factory)
                 .options(options)
                 .build()?
                 .start()?,
         )
+    }
+
+    /// Waits until every listed partition has delivered on `host` after `since`.
+    async fn delivered_since(&self, host: &str, partitions: &[String], since: Instant) -> Duration {
+        loop {
+            let done = {
+                let last = self.observed.last_delivery.lock().expect("observed");
+                partitions.iter().all(|p| {
+                    last.get(&(host.to_owned(), p.clone()))
+                        .is_some_and(|t| *t > since)
+                })
+            };
+            if done {
+                return since.elapsed();
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// A hub of the in-process broker, and its processor hosts.
+struct LocalHub {
+    broker: Broker,
+    bench: Bench,
+}
+
+impl LocalHub {
+    async fn new(dir: &std::path::Path, hub: &str, partitions: u32) -> Result<LocalHub> {
+        let mut config = BrokerConfig::new(dir);
+        config.log.durability = Durability::None;
+        let broker = Broker::open(config).await?;
+        broker.create_hub(HubSpec::new(hub, partitions)).await?;
+        let source = Arc::new(BrokerSource::new(broker.clone(), "bench", hub));
+        Ok(LocalHub {
+            broker,
+            bench: Bench::over(source),
+        })
     }
 
     async fn fill(
@@ -126,25 +157,8 @@ impl Bench {
         Ok(())
     }
 
-    /// Waits until every listed partition has delivered on `host` after `since`.
-    async fn delivered_since(&self, host: &str, partitions: &[String], since: Instant) -> Duration {
-        loop {
-            let done = {
-                let last = self.observed.last_delivery.lock().expect("observed");
-                partitions.iter().all(|p| {
-                    last.get(&(host.to_owned(), p.clone()))
-                        .is_some_and(|t| *t > since)
-                })
-            };
-            if done {
-                return since.elapsed();
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-
     /// Keeps every partition supplied with a trickle of events until `stop` is set.
-    fn trickle(&self, hub: &str, partitions: u32, stop: Arc<std::sync::atomic::AtomicBool>) {
+    fn trickle(&self, hub: &str, partitions: u32, stop: Arc<AtomicBool>) {
         let (broker, hub) = (self.broker.clone(), hub.to_owned());
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
@@ -172,12 +186,12 @@ pub async fn run(root: &std::path::Path) -> Result<()> {
 }
 
 async fn startup(dir: &std::path::Path) -> Result<()> {
-    let bench = Bench::new(dir, "h", 32).await?;
-    bench.fill("h", 32, 10, 100).await?;
+    let hub = LocalHub::new(dir, "h", 32).await?;
+    hub.fill("h", 32, 10, 100).await?;
     let started = Instant::now();
-    let host = bench.host("h", "solo", 100, 1)?;
+    let host = hub.bench.host("solo", 100, 1)?;
     let all: Vec<String> = (0..32).map(|p| p.to_string()).collect();
-    let took = bench.delivered_since("solo", &all, started).await;
+    let took = hub.bench.delivered_since("solo", &all, started).await;
     println!(
         "processor start-up: one instance on a 32-partition hub processing all 32 partitions after {:.0} ms",
         took.as_secs_f64() * 1000.0
@@ -187,42 +201,59 @@ async fn startup(dir: &std::path::Path) -> Result<()> {
 }
 
 async fn failover(dir: &std::path::Path, crash: bool) -> Result<()> {
-    let bench = Bench::new(dir, "h", 16).await?;
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    bench.trickle("h", 16, stop.clone());
-    let a = bench.host("h", "a", 100, 1)?;
-    let b = bench.host("h", "b", 100, 1)?;
-    while a.owned_partitions().len() != 8 || b.owned_partitions().len() != 8 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let moved = a.owned_partitions();
-    let at = Instant::now();
-    if crash {
-        a.abort()
-    } else {
-        a.shutdown().await?
-    }
-    let took = bench.delivered_since("b", &moved, at).await;
-    let how = if crash {
-        "a crash (abort: no relinquish)"
-    } else {
-        "a graceful shutdown"
-    };
-    println!(
-        "processor failover after {how}: all 8 of its partitions processing on the other instance after {:.0} ms (interval 500 ms, expiration 5 s)",
-        took.as_secs_f64() * 1000.0
-    );
+    let hub = LocalHub::new(dir, "h", 16).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    hub.trickle("h", 16, stop.clone());
+    let took = hub.bench.failover(16, crash).await;
     stop.store(true, Ordering::Relaxed);
-    b.shutdown().await?;
+    println!(
+        "processor failover after {}: all 8 of its partitions processing on the other instance after {:.0} ms (interval 500 ms, expiration 5 s)",
+        failover_cause(crash),
+        took?.as_secs_f64() * 1000.0
+    );
     Ok(())
 }
 
+/// How the first of two hosts stops in a failover run.
+pub(crate) fn failover_cause(crash: bool) -> &'static str {
+    if crash {
+        "a crash (abort: no relinquish)"
+    } else {
+        "a graceful shutdown"
+    }
+}
+
+impl Bench {
+    /// Two hosts share `partitions` (kept supplied with events by the caller); once balanced
+    /// the first is aborted (`crash`) or shut down: the time until each of its partitions
+    /// delivers again on the second.
+    pub(crate) async fn failover(&self, partitions: usize, crash: bool) -> Result<Duration> {
+        let a = self.host("a", 100, 1)?;
+        let b = self.host("b", 100, 1)?;
+        let half = partitions / 2;
+        while a.owned_partitions().len() != half || b.owned_partitions().len() != partitions - half
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let moved = a.owned_partitions();
+        let at = Instant::now();
+        if crash {
+            a.abort()
+        } else {
+            a.shutdown().await?
+        }
+        let took = self.delivered_since("b", &moved, at).await;
+        b.shutdown().await?;
+        Ok(took)
+    }
+}
+
 async fn steady_state(dir: &std::path::Path) -> Result<()> {
-    let bench = Bench::new(dir, "h", 16).await?;
+    let hub = LocalHub::new(dir, "h", 16).await?;
     let hosts: Vec<RunningHost> = ["a", "b", "c"]
         .iter()
-        .map(|n| bench.host("h", n, 100, 1))
+        .map(|n| hub.bench.host(n, 100, 1))
         .collect::<Result<_>>()?;
     let owned = |hosts: &[RunningHost]| {
         hosts
@@ -252,13 +283,13 @@ async fn steady_state(dir: &std::path::Path) -> Result<()> {
 
 async fn throughput(dir: &std::path::Path) -> Result<()> {
     for (batch, checkpoint_every) in [(100, 10), (1000, 100)] {
-        let bench = Bench::new(&dir.join(batch.to_string()), "h", 16).await?;
+        let hub = LocalHub::new(&dir.join(batch.to_string()), "h", 16).await?;
         let per_partition = 250_000;
-        bench.fill("h", 16, per_partition, 100).await?;
+        hub.fill("h", 16, per_partition, 100).await?;
         let total = 16 * per_partition as u64;
         let started = Instant::now();
-        let host = bench.host("h", "counter", batch, checkpoint_every)?;
-        while bench.observed.events.load(Ordering::Relaxed) < total {
+        let host = hub.bench.host("counter", batch, checkpoint_every)?;
+        while hub.bench.observed.events.load(Ordering::Relaxed) < total {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let secs = started.elapsed().as_secs_f64();

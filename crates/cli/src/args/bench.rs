@@ -24,8 +24,9 @@ pub enum Scenario {
     /// send latency while they are held (not part of `all`: it needs many file descriptors).
     SilentConnections,
     /// The Kafka door beside the Tansu broker, loaded by librdkafka clients: produce, consume,
-    /// latency at a fixed rate, idle connections, and the AMQP door's ingest as a yardstick
-    /// (not part of `all`: it needs the `kafka-bench` feature and `scripts/setup-tansu`).
+    /// latency at a fixed rate, idle connections, a replication task copying a topic into a hub
+    /// and processor failover over a topic, and the AMQP door's ingest as a yardstick (not part
+    /// of `all`: it needs the `kafka-bench` feature and `scripts/setup-tansu`).
     Kafka,
     /// All of the above but `silent-connections` and `kafka`.
     All,
@@ -141,6 +142,16 @@ pub enum KafkaServer {
     Tributary,
     /// The Tansu broker (`--tansu-bin`).
     Tansu,
+}
+
+impl KafkaServer {
+    /// Its name in the scenario's lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            KafkaServer::Tributary => "tributary",
+            KafkaServer::Tansu => "tansu",
+        }
+    }
 }
 
 /// How the Kafka scenario's consumers share the partitions.
