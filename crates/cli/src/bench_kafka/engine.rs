@@ -7,6 +7,7 @@
 //!   second Tributary child process, partition to partition, over AMQP. Timed from the task's
 //!   start until the hub holds every record; the rate beside what the plain librdkafka consumers
 //!   read from the same topic in the same run, and the task's CPU time per copied record.
+//!   `--task-batch-events` and `--task-prefetch` set the task's batch and prefetch.
 //! * **failover**: two event processor hosts in this process over the topic `failover-…` (16
 //!   partitions, kept supplied by a librdkafka producer with a record per partition every
 //!   20 ms), reading through `tributary-kafka-source` with an in-memory checkpoint store and the
@@ -75,7 +76,7 @@ pub(super) async fn copy(
 ) -> Result<CopyRun> {
     let dir = root.join(format!("copy-from-{}", server.name()));
     let mut target = Server::start_tributary(args, &dir.join("target"), &[COPY_HUB]).await?;
-    let task = write_task(&dir, server, &target, topic)?;
+    let task = write_task(args, &dir, (server, &target), topic)?;
     let log = std::fs::File::create(dir.join("task.log"))?;
     let started = Instant::now();
     let mut child = tokio::process::Command::new(std::env::current_exe()?)
@@ -116,13 +117,24 @@ pub(super) async fn copy(
 }
 
 /// The task file: `topic` of `server` to the hub [`COPY_HUB`] of `target`, partition to
-/// partition, with the replication defaults.
-fn write_task(dir: &Path, server: &Server, target: &Server, topic: &str) -> Result<PathBuf> {
-    let login = server
+/// partition, with the replication defaults but `--task-batch-events` and `--task-prefetch`.
+fn write_task(
+    args: &BenchArgs,
+    dir: &Path,
+    (server, target): (&Server, &Server),
+    topic: &str,
+) -> Result<PathBuf> {
+    let mut source_keys = server
         .connection_string
         .as_ref()
         .map(|c| format!("connection_string = \"{c}\"\n"))
         .unwrap_or_default();
+    if let Some(batch) = args.task_batch_events {
+        source_keys.push_str(&format!("batch_events_max = {batch}\n"));
+    }
+    if let Some(prefetch) = args.task_prefetch {
+        source_keys.push_str(&format!("prefetch = {prefetch}\n"));
+    }
     let target_login = target
         .connection_string
         .as_ref()
@@ -131,7 +143,7 @@ fn write_task(dir: &Path, server: &Server, target: &Server, topic: &str) -> Resu
     std::fs::write(
         &task,
         format!(
-            "name = \"copy\"\n[source]\nkind = \"kafka\"\nbootstrap_servers = \"{}\"\n{login}topic = \"{topic}\"\n[[target]]\nname = \"hub\"\nconnection_string = \"{target_login}\"\nevent_hub = \"{COPY_HUB}\"\nkeep_partition = true\n",
+            "name = \"copy\"\n[source]\nkind = \"kafka\"\nbootstrap_servers = \"{}\"\n{source_keys}topic = \"{topic}\"\n[[target]]\nname = \"hub\"\nconnection_string = \"{target_login}\"\nevent_hub = \"{COPY_HUB}\"\nkeep_partition = true\n",
             server.bootstrap
         ),
     )
