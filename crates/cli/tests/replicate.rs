@@ -185,6 +185,24 @@ impl KafkaDoor {
     }
 }
 
+/// Five records to each partition of `orders`, their values `<prefix>-<i>`.
+#[cfg(feature = "kafka")]
+async fn produce_five_each(
+    cluster: &tributary_kafka_source::test_cluster::TestCluster,
+    prefix: &str,
+) {
+    use tributary_kafka_source::test_cluster::TestRecord;
+    for partition in 0..PARTITIONS {
+        let records: Vec<TestRecord> = (0..5)
+            .map(|i| TestRecord {
+                value: format!("{prefix}-{i}").into_bytes(),
+                ..TestRecord::default()
+            })
+            .collect();
+        cluster.produce("orders", partition as i32, &records).await;
+    }
+}
+
 /// The body of `GET /metrics` at `addr` (none while nothing answers there).
 #[cfg(feature = "kafka")]
 fn metrics_at(addr: &str) -> Option<String> {
@@ -204,16 +222,7 @@ fn replicator_logging(
     task: &Path,
     host: &str,
 ) -> (tokio::process::Child, std::sync::mpsc::Receiver<String>) {
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_tributary"))
-        .args(["--log", "warn", "replicate"])
-        .arg(task)
-        .args(["--host-name", host])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = common::replicator_logging_to(task, host, std::process::Stdio::piped());
     let stderr = child.stderr.take().unwrap().into_owned_fd().unwrap();
     (child, common::lines_of(std::fs::File::from(stderr)))
 }
@@ -240,7 +249,6 @@ async fn metrics_until(addr: &str, wanted: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kafka_source_unreachable_at_start_is_reported_and_waited_for() {
     use common::{ServeGuard, start_serve};
-    use tributary_kafka_source::test_cluster::TestRecord;
 
     let dir = tempfile::tempdir().unwrap();
     let cluster_dir = dir.path().join("cluster");
@@ -281,17 +289,7 @@ async fn a_kafka_source_unreachable_at_start_is_reported_and_waited_for() {
 
     let again = [&SERVE_PORTS[..], &["--kafka-port", kafka_port.as_str()]].concat();
     let serve = ServeGuard::new(start_serve(&cluster_dir, &again).0);
-    for partition in 0..PARTITIONS {
-        let records: Vec<TestRecord> = (0..5)
-            .map(|i| TestRecord {
-                value: format!("p{partition}-{i}").into_bytes(),
-                ..TestRecord::default()
-            })
-            .collect();
-        door.cluster
-            .produce("orders", partition as i32, &records)
-            .await;
-    }
+    produce_five_each(&door.cluster, "p").await;
     let sent: BTreeSet<(String, i64)> = (0..PARTITIONS)
         .flat_map(|p| (0..5).map(move |s| (p.to_string(), s)))
         .collect();
@@ -315,7 +313,6 @@ async fn a_kafka_source_unreachable_at_start_is_reported_and_waited_for() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kafka_source_lost_and_back_and_a_killed_replicator_lose_nothing() {
     use common::{ServeGuard, start_serve};
-    use tributary_kafka_source::test_cluster::TestRecord;
 
     let dir = tempfile::tempdir().unwrap();
     let cluster_dir = dir.path().join("cluster");
@@ -337,24 +334,10 @@ async fn a_kafka_source_lost_and_back_and_a_killed_replicator_lose_nothing() {
         ),
     )
     .unwrap();
-    let produce = |round: usize| {
-        let cluster = &cluster;
-        async move {
-            for partition in 0..PARTITIONS {
-                let records: Vec<TestRecord> = (0..5)
-                    .map(|i| TestRecord {
-                        value: format!("r{round}-{i}").into_bytes(),
-                        ..TestRecord::default()
-                    })
-                    .collect();
-                cluster.produce("orders", partition as i32, &records).await;
-            }
-        }
-    };
     let mut first = replicator(&task, "first");
     let mut second = replicator(&task, "second");
     for round in 0..30 {
-        produce(round).await;
+        produce_five_each(&cluster, &format!("r{round}")).await;
         if round == 10 {
             first.start_kill().expect("SIGKILL");
             first.wait().await.unwrap();

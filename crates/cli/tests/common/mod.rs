@@ -59,18 +59,24 @@ pub(crate) fn run_err(data: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stderr).unwrap()
 }
 
-/// `tributary replicate TASK --host-name HOST` as a child process, killed when dropped.
-pub(crate) fn replicator(task: &Path, host: &str) -> tokio::process::Child {
+/// `tributary replicate TASK --host-name HOST` as a child process, killed when dropped; its log
+/// (standard error) goes to `log`.
+pub(crate) fn replicator_logging_to(task: &Path, host: &str, log: Stdio) -> tokio::process::Child {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_tributary"))
         .args(["--log", "warn", "replicate"])
         .arg(task)
         .args(["--host-name", host])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
         .kill_on_drop(true)
         .spawn()
         .expect("tributary replicate starts")
+}
+
+/// [`replicator_logging_to`] the test's own standard error.
+pub(crate) fn replicator(task: &Path, host: &str) -> tokio::process::Child {
+    replicator_logging_to(task, host, Stdio::inherit())
 }
 
 /// Lines of a child's pipe, delivered as they come.
