@@ -41,8 +41,18 @@ pub(crate) fn recover_segments(
     for (i, &base) in bases.iter().enumerate() {
         let is_last = i + 1 == bases.len();
         let segment = open_segment(storage, dir, base, is_last, config)?;
-        if let Some(prev) = segments.last() {
-            check_continuity(prev, &segment)?;
+        if let Some(prev) = segments.last()
+            && let Err(e) = check_continuity(prev, &segment)
+        {
+            let empty = segment.contents().end_position == SEGMENT_HEADER_BYTES as u64;
+            if !is_last || !empty || prev.header.is_compacted() {
+                return Err(e);
+            }
+            let prev = segments.pop().expect("a segment before");
+            segments.push(Arc::new(discard_empty_last(
+                storage, dir, prev, segment, config, &e,
+            )?));
+            break;
         }
         segments.push(Arc::new(segment));
     }
@@ -175,6 +185,33 @@ fn open_segment(
         header,
         contents: RwLock::new(contents),
     })
+}
+
+/// A last segment holding no event that does not continue the one before it: what a failed
+/// sync leaves. The committer's `fdatasync` of the segment before failed and lost its bytes
+/// (Linux may drop the pages and report the error once), while a roll's seal of that segment,
+/// syncing the same file, was told it succeeded and created this one; the failure then cut this
+/// segment back to its header, as it cuts everything unacknowledged. Nothing in or after the gap
+/// was ever acknowledged (a failed sync fails every append behind it), so the empty segment is
+/// removed and the one before becomes the active segment again, its tail recovered as any
+/// active segment's is.
+fn discard_empty_last(
+    storage: &dyn Storage,
+    dir: &Path,
+    prev: Arc<Segment>,
+    empty: Segment,
+    config: &LogConfig,
+    gap: &LogError,
+) -> Result<Segment, LogError> {
+    tracing::warn!(segment = %empty.path.display(), error = %gap, "removing an empty last segment left behind by a failed sync");
+    let (path, prev_base) = (empty.path.clone(), prev.header.base_offset);
+    drop((empty, prev));
+    storage
+        .remove_file(&path)
+        .map_err(|e| LogError::io("remove", &path, e))?;
+    let _ = storage.remove_file(&index_path(dir, prev_base));
+    sync_dir(storage, dir)?;
+    open_segment(storage, dir, prev_base, true, config)
 }
 
 fn holds_nothing_past_header(
