@@ -53,7 +53,7 @@ pub struct CaptureTarget {
 
 /// The window being filled: its file under its temporary name and what it holds.
 struct OpenWindow {
-    writer: RecordWriter<Box<dyn PendingFile>>,
+    writer: RecordWriter<WholeWrites>,
     bounds: Bounds,
     event_count: u64,
     record_bytes: u64,
@@ -304,7 +304,7 @@ impl PartitionCapture {
 
     fn open_window(&self) -> Result<OpenWindow, CaptureError> {
         let name = self.current_name();
-        let file = self.destination.create(&name)?;
+        let file = WholeWrites(self.destination.create(&name)?);
         let writer = record_writer(file, self.config.format)
             .map_err(|reason| CaptureError::Avro { name, reason })?;
         Ok(OpenWindow {
@@ -332,7 +332,7 @@ impl PartitionCapture {
             name: name.clone(),
             reason: e.to_string(),
         })?;
-        let size = file.publish()?;
+        let size = file.0.publish()?;
         let next_sequence = window
             .bounds
             .map_or(progress.next_sequence, |(_, (last, _))| last + 1);
@@ -398,6 +398,21 @@ impl PartitionCapture {
             partition: self.target.partition.clone(),
             source: Box::new(source),
         }
+    }
+}
+
+/// A pending file whose every `write` writes the whole buffer: the Avro encoder does not retry
+/// short writes, which `io::Write` allows (a file may take part of a buffer).
+struct WholeWrites(Box<dyn PendingFile>);
+
+impl std::io::Write for WholeWrites {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
     }
 }
 

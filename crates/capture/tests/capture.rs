@@ -27,7 +27,7 @@ fn typed_event(i: u32) -> EventData {
         )
         .with_property("nothing", PropertyValue::Null)
         .with_property("flag", PropertyValue::Bool(true));
-    event.partition_key = (i % 2 == 0).then(|| format!("key-{i}"));
+    event.partition_key = i.is_multiple_of(2).then(|| format!("key-{i}"));
     event.content_type = Some("application/json".into());
     event
 }
