@@ -22,7 +22,13 @@ def main(path):
         schema = reader.writer_schema
         records = [plain(r) for r in reader]
         codec = reader.codec
-    print(json.dumps({"schema": schema, "codec": codec, "records": records}))
+        header_schema = json.loads(reader.metadata["avro.schema"])
+    print(json.dumps({
+        "schema": schema,
+        "header_schema": header_schema,
+        "codec": codec,
+        "records": records,
+    }))
 
 
 if __name__ == "__main__":
