@@ -28,6 +28,8 @@ pub trait Destination: Send + Sync + std::fmt::Debug {
     fn exists(&self, name: &str) -> Result<bool, CaptureError>;
     /// Reads the visible file `name`.
     fn open(&self, name: &str) -> Result<Box<dyn Read + Send>, CaptureError>;
+    /// The size in bytes of the visible file `name`.
+    fn size(&self, name: &str) -> Result<u64, CaptureError>;
     /// Removes the temporary file of `name`, if a crash left one; whether there was one.
     fn remove_leftover(&self, name: &str) -> Result<bool, CaptureError>;
     /// The archive names whose temporary files are left anywhere in the destination.
@@ -51,10 +53,15 @@ pub struct DirectoryDestination {
 }
 
 impl DirectoryDestination {
-    /// A destination below `root`, created if missing.
+    /// A destination below `root`, created (durably) if missing.
     pub fn new(root: impl Into<PathBuf>) -> Result<DirectoryDestination, CaptureError> {
         let root = root.into();
-        std::fs::create_dir_all(&root).map_err(|e| CaptureError::io("create", &root, e))?;
+        if !root.exists() {
+            std::fs::create_dir_all(&root).map_err(|e| CaptureError::io("create", &root, e))?;
+            if let Some(parent) = root.parent().filter(|p| !p.as_os_str().is_empty()) {
+                sync_dir(parent)?;
+            }
+        }
         Ok(DirectoryDestination { root })
     }
 
@@ -103,6 +110,13 @@ impl Destination for DirectoryDestination {
         let path = self.path(name);
         let file = File::open(&path).map_err(|e| CaptureError::io("open", &path, e))?;
         Ok(Box::new(std::io::BufReader::new(file)))
+    }
+
+    fn size(&self, name: &str) -> Result<u64, CaptureError> {
+        let path = self.path(name);
+        std::fs::metadata(&path)
+            .map(|m| m.len())
+            .map_err(|e| CaptureError::io("stat", &path, e))
     }
 
     fn remove_leftover(&self, name: &str) -> Result<bool, CaptureError> {
@@ -237,4 +251,38 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CaptureE
     drop(file);
     std::fs::rename(&temporary, path).map_err(|e| CaptureError::io("rename", &temporary, e))?;
     sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    #[test]
+    fn a_file_is_visible_only_once_published_and_leftovers_are_found_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let destination = DirectoryDestination::new(dir.path().join("root")).unwrap();
+        let name = "ns/hub/0/2023/09/15/14/42/31.avro";
+        let mut file = destination.create(name).unwrap();
+        file.write_all(b"window").unwrap();
+        assert!(!destination.exists(name).unwrap());
+        assert_eq!(destination.leftovers().unwrap(), [name]);
+        assert_eq!(file.publish().unwrap(), 6);
+        assert!(destination.exists(name).unwrap());
+        assert_eq!(destination.size(name).unwrap(), 6);
+        assert!(destination.leftovers().unwrap().is_empty());
+
+        // A crash while writing leaves the temporary file; it is removed, never published.
+        let other = "ns/hub/0/2023/09/15/14/43/31.avro";
+        let mut file = destination.create(other).unwrap();
+        file.write_all(b"half").unwrap();
+        file.flush().unwrap();
+        drop(file);
+        assert_eq!(destination.leftovers().unwrap(), [other]);
+        assert!(destination.remove_leftover(other).unwrap());
+        assert!(!destination.remove_leftover(other).unwrap());
+        assert!(!destination.exists(other).unwrap());
+        assert!(destination.url(name).starts_with("file://"));
+    }
 }

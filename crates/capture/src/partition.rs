@@ -148,7 +148,14 @@ impl PartitionCapture {
         if self.progress.is_none() {
             created.extend(self.recover()?);
         }
-        loop {
+        // Read up to what the partition held when the step began, so a step ends even while
+        // producers keep sending.
+        let head = self
+            .broker
+            .partition_properties(&self.target.hub, &self.target.partition)
+            .map_err(|e| self.broker_error(e))?
+            .last_enqueued_sequence_number;
+        while self.read_next <= head {
             let events = self.read()?;
             if events.is_empty() {
                 break;
@@ -370,23 +377,11 @@ impl PartitionCapture {
         event_count: u64,
         bounds: Bounds,
     ) -> Result<CaptureFileCreated, CaptureError> {
-        let mut size = 0_u64;
-        let mut reader = self.destination.open(name)?;
-        let mut buf = [0_u8; 64 * 1024];
-        loop {
-            let n = reader
-                .read(&mut buf)
-                .map_err(|e| CaptureError::io("read", self.destination.url(name), e))?;
-            if n == 0 {
-                break;
-            }
-            size += n as u64;
-        }
         Ok(CaptureFileCreated::new(
             self.destination.url(name),
             self.destination.file_type(),
             &self.target.partition,
-            size,
+            self.destination.size(name)?,
             event_count,
             bounds,
         ))

@@ -91,6 +91,9 @@ impl Destination for FaultyDestination {
     fn open(&self, name: &str) -> Result<Box<dyn Read + Send>, CaptureError> {
         self.inner.open(name)
     }
+    fn size(&self, name: &str) -> Result<u64, CaptureError> {
+        self.inner.size(name)
+    }
     fn remove_leftover(&self, name: &str) -> Result<bool, CaptureError> {
         self.inner.remove_leftover(name)
     }
@@ -295,4 +298,23 @@ async fn a_file_this_capture_did_not_write_is_refused_not_overwritten() {
     let error = restarted.step().unwrap_err().to_string();
     assert!(error.contains("refusing to overwrite"), "{error}");
     assert!(error.contains("starts at sequence number 41"), "{error}");
+}
+
+#[tokio::test]
+async fn a_damaged_progress_file_is_an_error_naming_it() {
+    let f = Fixture::start(1).await;
+    let mut capture = f.capture(CaptureConfig::default(), "0");
+    capture.step().unwrap();
+    let path = f.state_dir().join("orders/0.json");
+    assert!(path.exists());
+    std::fs::write(&path, b"{not json").unwrap();
+    let error = f
+        .capture(CaptureConfig::default(), "0")
+        .step()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("0.json") && error.contains("not a capture progress file"),
+        "{error}"
+    );
 }
