@@ -1,0 +1,33 @@
+//! Event Hubs Capture for Tributary: each partition's events written, window by window, to Avro
+//! files that a pipeline written against Azure Event Hubs Capture reads unchanged.
+//!
+//! - [`CaptureConfig`]: the time and size windows (Azure's ranges), skip-empty, the encoding
+//!   (`Avro`, `AvroDeflate`) and the [`ArchiveNameFormat`] (Azure's nine placeholders).
+//! - [`avro`]: Azure's record schema and how an event becomes a record.
+//! - [`Destination`]: where files go, written under a temporary name and published whole;
+//!   [`DirectoryDestination`] (`file:`) is the first.
+//! - [`PartitionCapture`]: one partition, read from a [`tributary_broker::Broker`], exactly once
+//!   across crashes; its [`progress`] file says where the next window starts.
+//! - [`CaptureFileCreated`]: the notification of each file, in Event Grid's shape.
+//!
+//! Time comes from a [`tributary_event::Clock`], so tests drive windows deterministically.
+//! It does not yet run by itself (no task, no `serve` flag, no hub property): a caller steps it.
+
+pub mod archive;
+pub mod avro;
+pub mod config;
+pub mod destination;
+mod error;
+pub mod limits;
+pub mod notification;
+pub mod partition;
+pub mod progress;
+pub mod time_text;
+
+pub use archive::{ArchiveNameFormat, DEFAULT_ARCHIVE_NAME_FORMAT};
+pub use config::{CaptureConfig, CaptureFormat};
+pub use destination::{Destination, DirectoryDestination, PendingFile};
+pub use error::CaptureError;
+pub use notification::{CaptureFileCreated, EventGridEvent};
+pub use partition::{CaptureTarget, PartitionCapture};
+pub use progress::Progress;
