@@ -84,6 +84,46 @@ fn keys_and_versions(events: &[ReceivedEvent]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// `err` is the log's refusal of an event without a partition key, the caller's fault.
+fn assert_missing_key(err: &BrokerError) {
+    assert!(
+        matches!(
+            err,
+            BrokerError::Log {
+                source: LogError::MissingPartitionKey { .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.is_caller_error());
+}
+
+/// Every position of an event of `before` that is not in `after` resolves to the next event of
+/// `after`, by sequence number and by offset.
+fn assert_removed_positions_resolve(b: &Broker, before: &[ReceivedEvent], after: &[ReceivedEvent]) {
+    let kept = |seq: i64| after.iter().any(|e| e.sequence_number == seq);
+    for removed in before.iter().filter(|o| !kept(o.sequence_number)) {
+        let next = after
+            .iter()
+            .find(|e| e.sequence_number > removed.sequence_number)
+            .unwrap();
+        let sequence_number = removed.sequence_number;
+        let by_sequence = EventPosition::SequenceNumber {
+            sequence_number,
+            inclusive: true,
+        };
+        let by_offset = EventPosition::Offset {
+            offset: removed.offset,
+            inclusive: true,
+        };
+        for position in [by_sequence, by_offset] {
+            let resolved = b.resolve_position("table", "0", &position).unwrap();
+            assert_eq!(resolved, next.sequence_number, "{position:?}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_compacted_hub_keeps_the_latest_event_of_each_key_and_its_tombstones() {
     let dir = tempfile::tempdir().unwrap();
@@ -131,31 +171,7 @@ async fn a_compacted_hub_keeps_the_latest_event_of_each_key_and_its_tombstones()
         assert_eq!(old.map(|o| &o.data.body), Some(&e.data.body));
     }
     // Every removed position resolves to the next kept event, for a receiver too.
-    for removed in before
-        .iter()
-        .filter(|o| !after.iter().any(|e| e.sequence_number == o.sequence_number))
-    {
-        let next = after
-            .iter()
-            .find(|e| e.sequence_number > removed.sequence_number)
-            .unwrap();
-        let position = EventPosition::SequenceNumber {
-            sequence_number: removed.sequence_number,
-            inclusive: true,
-        };
-        assert_eq!(
-            b.resolve_position("table", "0", &position).unwrap(),
-            next.sequence_number
-        );
-        let offset = EventPosition::Offset {
-            offset: removed.offset,
-            inclusive: true,
-        };
-        assert_eq!(
-            b.resolve_position("table", "0", &offset).unwrap(),
-            next.sequence_number
-        );
-    }
+    assert_removed_positions_resolve(&b, &before, &after);
     let mut receiver = b
         .open_receiver(ReceiverSpec::new("table", "0", EventPosition::Earliest))
         .unwrap();
@@ -176,17 +192,7 @@ async fn a_compacted_hub_refuses_an_event_without_a_partition_key_and_writes_not
             .send("table", target, vec![EventData::new("no key")])
             .await
             .unwrap_err();
-        assert!(
-            matches!(
-                &err,
-                BrokerError::Log {
-                    source: LogError::MissingPartitionKey { .. },
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
-        assert!(err.is_caller_error());
+        assert_missing_key(&err);
         let text = err.to_string();
         assert!(
             text.contains("\"table\"") && text.contains("no partition key"),
@@ -226,16 +232,7 @@ async fn update_hub_changes_retention_and_cleanup_durably_and_live() {
             .send("h", SendTarget::RoundRobin, vec![EventData::new("keyless")])
             .await
             .unwrap_err();
-        assert!(
-            matches!(
-                err,
-                BrokerError::Log {
-                    source: LogError::MissingPartitionKey { .. },
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
+        assert_missing_key(&err);
         // Bad settings change nothing.
         for bad in [
             HubUpdate {
@@ -271,16 +268,7 @@ async fn update_hub_changes_retention_and_cleanup_durably_and_live() {
         .send("h", SendTarget::RoundRobin, vec![EventData::new("keyless")])
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            BrokerError::Log {
-                source: LogError::MissingPartitionKey { .. },
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    assert_missing_key(&err);
 }
 
 #[tokio::test]
