@@ -9,8 +9,11 @@
 //! [`crate::BrokerConfig::compaction_check_interval`]. A partition is due when sealed segments
 //! hold events compaction has not seen (and, if a run found them younger than the minimum
 //! compaction lag, once that lag has passed), or when its last run is as old as the tombstone
-//! retention (at most [`SWEEP_INTERVAL_MS_MAX`]), so expired tombstones go. [`Broker::compact_hub`]
-//! compacts one hub's partitions now, due or not.
+//! retention (at most [`SWEEP_INTERVAL_MS_MAX`]), so expired tombstones go. Before that, an
+//! active segment holding events is sealed once it is
+//! [`crate::BrokerConfig::compaction_segment_age_max`] old, so a partition written slowly is
+//! compacted too. [`Broker::compact_hub`] compacts one hub's partitions now, due or not, its
+//! active segments sealed first.
 //!
 //! # Guarantees
 //! - Compaction runs on the blocking pool, one partition after another; it rewrites sealed
@@ -159,22 +162,31 @@ impl Broker {
             .collect())
     }
 
-    /// Compacts every partition of `hub` now, whether due or not (a hub that does not compact
-    /// is left as it is); returns each partition's outcome.
+    /// Compacts every partition of `hub` now, whether due or not, sealing its active segment
+    /// first so that every event is compacted (a hub that does not compact is left as it is);
+    /// returns each partition's outcome.
     pub async fn compact_hub(&self, hub: &str) -> Result<Vec<CompactionOutcome>, BrokerError> {
         let hub = self.hub(hub)?;
+        if !hub.cleanup().policy.compacts() {
+            return Ok(vec![CompactionOutcome::default(); hub.partitions.len()]);
+        }
         let now_ms = self.inner.clock.now_ms();
         tokio::task::spawn_blocking(move || {
             (0..hub.partition_count())
-                .map(|p| compact_partition(&hub, p, now_ms))
+                .map(|p| {
+                    let log = &hub.partitions[p as usize].log;
+                    log.seal_if_older(0).map_err(hub.log_error(p))?;
+                    compact_partition(&hub, p, now_ms)
+                })
                 .collect()
         })
         .await
         .expect("compaction does not panic")
     }
 
-    /// Compacts the partitions of compacted hubs that are due (see the module doc). Failures
-    /// are logged; returns how many partitions were compacted.
+    /// Compacts the partitions of compacted hubs that are due (see the module doc), sealing
+    /// active segments older than [`crate::BrokerConfig::compaction_segment_age_max`] first.
+    /// Failures are logged; returns how many partitions were compacted.
     pub async fn compact_due(&self) -> usize {
         let hubs: Vec<Arc<Hub>> = self
             .inner
@@ -182,26 +194,18 @@ impl Broker {
             .read()
             .expect("hub map")
             .values()
+            .filter(|hub| hub.cleanup().policy.compacts())
             .cloned()
             .collect();
         let clock = self.inner.clock.clone();
+        let age = self.inner.config.compaction_segment_age_max;
+        let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
         tokio::task::spawn_blocking(move || {
             let mut compacted = 0;
             for hub in &hubs {
-                if !hub.cleanup().policy.compacts() {
-                    continue;
-                }
                 for p in 0..hub.partition_count() {
-                    let now_ms = clock.now_ms();
-                    let partition = &hub.partitions[p as usize];
-                    if !partition
-                        .compaction
-                        .due(&partition.log.compaction_state(), now_ms)
-                    {
-                        continue;
-                    }
-                    match compact_partition(hub, p, now_ms) {
-                        Ok(_) => compacted += 1,
+                    match compact_if_due(hub, p, age_ms, clock.now_ms()) {
+                        Ok(ran) => compacted += usize::from(ran),
                         Err(e) => tracing::error!(error = %e, "compaction failed"),
                     }
                 }
@@ -211,6 +215,24 @@ impl Broker {
         .await
         .expect("compaction does not panic")
     }
+}
+
+/// Seals the partition's active segment if it is `age_ms` old, then compacts the partition if
+/// it is due; returns whether it compacted.
+fn compact_if_due(
+    hub: &Hub,
+    partition: u32,
+    age_ms: i64,
+    now_ms: i64,
+) -> Result<bool, BrokerError> {
+    let p = &hub.partitions[partition as usize];
+    p.log
+        .seal_if_older(age_ms)
+        .map_err(hub.log_error(partition))?;
+    if !p.compaction.due(&p.log.compaction_state(), now_ms) {
+        return Ok(false);
+    }
+    compact_partition(hub, partition, now_ms).map(|_| true)
 }
 
 /// Compacts one partition as of `now_ms` and records the run in its schedule.

@@ -25,6 +25,11 @@ pub const RETENTION_CHECK_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
 /// has not seen, or tombstones may have expired.
 pub const COMPACTION_CHECK_INTERVAL_DEFAULT: Duration = Duration::from_secs(15);
 
+/// How old a compacted hub's active segment gets (holding events) before it is sealed, so that
+/// compaction reaches the events of a partition written slowly: an hour (Kafka's `segment.ms`
+/// is a week; a compacted hub here is meant to look compacted sooner).
+pub const COMPACTION_SEGMENT_AGE_MAX_DEFAULT: Duration = Duration::from_secs(60 * 60);
+
 /// The configuration of a broker.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -38,6 +43,8 @@ pub struct BrokerConfig {
     pub retention_check_interval: Duration,
     /// How often the background task looks for partitions of compacted hubs to compact.
     pub compaction_check_interval: Duration,
+    /// A compacted hub's active segment is sealed once it is this old and holds events.
+    pub compaction_segment_age_max: Duration,
     /// Where the partition logs' files live: the file system, or in tests a fault-injecting
     /// storage (`tributary_log::faults`).
     pub storage: Arc<dyn Storage>,
@@ -52,6 +59,7 @@ impl BrokerConfig {
             consumer_groups_max: CONSUMER_GROUPS_MAX_DEFAULT,
             retention_check_interval: RETENTION_CHECK_INTERVAL_DEFAULT,
             compaction_check_interval: COMPACTION_CHECK_INTERVAL_DEFAULT,
+            compaction_segment_age_max: COMPACTION_SEGMENT_AGE_MAX_DEFAULT,
             storage: Arc::new(OsStorage),
         }
     }

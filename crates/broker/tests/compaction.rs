@@ -2,13 +2,14 @@
 //! keyless sends refused, compaction now and in the background, positions in the gaps it
 //! leaves, and compaction's progress.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tributary_broker::{
     Broker, BrokerConfig, BrokerError, CleanupPolicy, HubCleanup, HubSpec, HubUpdate, LogConfig,
     LogError, ReceiverSpec, SendTarget,
 };
-use tributary_event::{EventData, EventPosition, ReceivedEvent};
+use tributary_event::{EventData, EventPosition, ManualClock, ReceivedEvent};
 
 /// A broker whose segments are sealed every 4 KiB, so a few events fill several of them.
 fn config(dir: &std::path::Path) -> BrokerConfig {
@@ -336,4 +337,39 @@ async fn compaction_runs_in_the_background() {
     }
     let kept = read_all(&b, "table", 0).len();
     assert!(kept < 120, "{kept} events kept of 120");
+}
+
+#[tokio::test]
+async fn a_slowly_written_compacted_partition_is_sealed_by_age_and_compacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+    let config = BrokerConfig {
+        compaction_segment_age_max: Duration::from_secs(60),
+        ..config(dir.path())
+    };
+    let b = Broker::open_with_clock(config, clock.clone())
+        .await
+        .unwrap();
+    compacted_hub(&b, "table").await;
+    for v in 0..3 {
+        send_keyed(&b, "table", "a", format!("v{v}")).await;
+    }
+    b.compact_due().await;
+    assert_eq!(
+        read_all(&b, "table", 0).len(),
+        3,
+        "the active segment is young"
+    );
+    clock.advance_ms(60_000);
+    assert_eq!(b.compact_due().await, 1);
+    let kept = keys_and_versions(&read_all(&b, "table", 0));
+    assert_eq!(kept, [("a".to_owned(), "v2".to_owned())]);
+    // A hub that does not compact is left alone, even asked to compact now.
+    b.create_hub(HubSpec::new("plain", 1)).await.unwrap();
+    b.send("plain", SendTarget::RoundRobin, vec![EventData::new("x")])
+        .await
+        .unwrap();
+    let outcomes = b.compact_hub("plain").await.unwrap();
+    assert_eq!(outcomes, [tributary_broker::CompactionOutcome::default()]);
+    assert_eq!(b.compaction_states("plain").unwrap()[0].last_run_ms, None);
 }

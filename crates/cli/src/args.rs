@@ -261,6 +261,10 @@ pub struct ServeArgs {
     /// tombstones may have expired.
     #[arg(long, default_value = "15s", value_parser = parse_duration_ms, help_heading = shared::DATA_HEADING)]
     pub compaction_check: i64,
+    /// A compacted hub's active segment holding events is sealed once this old, so that
+    /// compaction reaches the newest events of a partition written slowly (Kafka's segment.ms).
+    #[arg(long, default_value = "1h", value_parser = parse_duration_ms, help_heading = shared::DATA_HEADING)]
+    pub compaction_segment_age: i64,
     /// The address the network front doors listen on (0.0.0.0 for every interface).
     #[arg(long, default_value = "127.0.0.1", help_heading = SERVE_PORTS_HEADING)]
     pub listen: std::net::IpAddr,

@@ -11,8 +11,9 @@
 //! `retentionBytesMax`, `null` for no limit) and cleanup policy (`retentionDescription`, Event
 //! Hubs' shape: `cleanupPolicy`, `minCompactionLagTimeInMinutes`,
 //! `tombstoneRetentionTimeInHours`; see [`crate::retention`]), which `POST /admin/v1/hubs` also
-//! takes. `POST /admin/v1/hubs/{hub}/compact` compacts a compacted hub's partitions now; its
-//! description shows each partition's compaction (dirty ratio, last run, bytes before and after).
+//! takes. `POST /admin/v1/hubs/{hub}/compact` seals and compacts a compacted hub's partitions
+//! now; its description shows each partition's compaction (dirty ratio, last run, bytes before
+//! and after).
 //!
 //! `POST /admin/v1/hubs/{hub}/consumergroups/{group}/reset` with `{"type": "TRIM_HORIZON" |
 //! "LATEST" | "AT_TIME", "time": …}` moves every checkpoint of such a group so that its
@@ -253,8 +254,8 @@ async fn update_hub(
     Ok(Json(hub_json(&hub)).into_response())
 }
 
-/// `POST /admin/v1/hubs/{hub}/compact`: compacts every partition of a hub that compacts now,
-/// whatever the schedule, and answers what each run did.
+/// `POST /admin/v1/hubs/{hub}/compact`: seals and compacts every partition of a hub that
+/// compacts now, whatever the schedule, and answers what each run did.
 async fn compact_hub(
     State(state): State<AppState>,
     path: StreamPath,
