@@ -306,7 +306,7 @@ async fn the_admin_api_puts_and_metrics_of_a_compacted_hub() {
     assert_eq!(cleanup.tombstone_retention_ms, 7_200_000);
 
     // A message without a key is refused, with a message naming the hub and the missing key.
-    let answer = put(&s, br#"{"messages": [{"value": "bm8ga2V5"}]}"#).await;
+    let answer = put_messages(&s, br#"{"messages": [{"value": "bm8ga2V5"}]}"#).await;
     assert_eq!(answer["failures"], 1, "{answer}");
     let message = answer["entries"][0]["errorMessage"].as_str().unwrap();
     assert!(
@@ -319,7 +319,7 @@ async fn the_admin_api_puts_and_metrics_of_a_compacted_hub() {
             .unwrap()
             .is_empty
     );
-    let answer = put(
+    let answer = put_messages(
         &s,
         br#"{"messages": [{"key": "azE=", "value": "djE="}, {"key": "azE=", "value": "djI="}]}"#,
     )
@@ -332,7 +332,7 @@ async fn the_admin_api_puts_and_metrics_of_a_compacted_hub() {
 }
 
 /// PutMessages on "table"; its answer.
-async fn put(s: &Server, body: &[u8]) -> Value {
+async fn put_messages(s: &Server, body: &[u8]) -> Value {
     let answer = request(s, "POST", "/20180418/streams/table/messages", &[], body).await;
     assert_eq!(answer.status, 200, "{}", answer.text());
     answer.json()
@@ -386,9 +386,76 @@ async fn an_update_is_checked_and_applied(s: &Server, cleanup: HubCleanup) {
         updated.json()["retentionDescription"]["retentionTimeInHours"],
         -1.0
     );
-    let answer = put(s, br#"{"messages": [{"value": "bm8ga2V5"}]}"#).await;
+    let answer = put_messages(s, br#"{"messages": [{"value": "bm8ga2V5"}]}"#).await;
     assert_eq!(answer["failures"], 0, "{answer}");
     request(s, "POST", "/admin/v1/hubs/table/compact", &[], b"")
         .await
         .assert_error(400, "InvalidParameter");
+}
+
+/// OCI cursors over HTTP at a removed offset, after one, and at the trim horizon read from the
+/// next kept message.
+#[tokio::test]
+async fn http_cursors_at_removed_offsets_read_the_next_kept_message() {
+    let s = start(Setup {
+        signed: false,
+        ..Setup::default()
+    })
+    .await;
+    let spec = HubSpec {
+        cleanup: compact_no_lag(),
+        ..HubSpec::new("table", 1)
+    };
+    s.broker.create_hub(spec).await.unwrap();
+    // k1 (offset 0), k2 (1), k1 again (2), k2 again (3), k3 (4), one a request so that they
+    // are stored in this order: 0 and 1 go.
+    let puts = [
+        ("azE=", "MQ=="),
+        ("azI=", "Mg=="),
+        ("azE=", "Mw=="),
+        ("azI=", "NA=="),
+        ("azM=", "NQ=="),
+    ];
+    for (key, value) in puts {
+        let put = format!(r#"{{"messages": [{{"key": "{key}", "value": "{value}"}}]}}"#);
+        assert_eq!(put_messages(&s, put.as_bytes()).await["failures"], 0);
+    }
+    assert_eq!(
+        s.broker.compact_hub("table").await.unwrap()[0].events_removed,
+        2
+    );
+    for (cursor, first) in [
+        (r#"{"partition": "0", "type": "TRIM_HORIZON"}"#, 2),
+        (r#"{"partition": "0", "type": "AT_OFFSET", "offset": 0}"#, 2),
+        (
+            r#"{"partition": "0", "type": "AFTER_OFFSET", "offset": 0}"#,
+            2,
+        ),
+        (r#"{"partition": "0", "type": "AT_OFFSET", "offset": 3}"#, 3),
+    ] {
+        let created = request(
+            &s,
+            "POST",
+            "/20180418/streams/table/cursors",
+            &[],
+            cursor.as_bytes(),
+        )
+        .await;
+        assert_eq!(created.status, 200, "{}", created.text());
+        let value = created.json()["value"].as_str().unwrap().to_owned();
+        let target = format!("/20180418/streams/table/messages?cursor={value}");
+        let got = request(&s, "GET", &target, &[], b"").await.json();
+        let offsets: Vec<i64> = got
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["offset"].as_i64().unwrap())
+            .collect();
+        assert_eq!(offsets.first(), Some(&first), "{cursor}: {got}");
+        assert!(
+            offsets.windows(2).all(|w| w[0] < w[1]) && offsets.last() == Some(&4),
+            "{got}"
+        );
+    }
+    s.http.shutdown().await.unwrap();
 }
