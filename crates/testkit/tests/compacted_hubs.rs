@@ -99,6 +99,14 @@ async fn the_python_sdk_reads_the_latest_event_of_each_key_and_resumes_its_check
     let args = json!({"conn": conn, "hub": "table", "events": sent});
     let send = tributary_testkit::run_python("compaction.py", "send", args).await;
     assert_eq!(send["last_sequence"], 60, "{send}");
+    // An amqp-value body would be stored empty: with its key, a tombstone. It is refused.
+    let value_body = send["value_body"]["error"]
+        .as_str()
+        .expect("amqp-value body refused");
+    assert!(
+        value_body.contains("must be data sections") && value_body.contains("\"table\""),
+        "{send}"
+    );
     let keyless = send["keyless"]["error"]
         .as_str()
         .expect("keyless send refused");

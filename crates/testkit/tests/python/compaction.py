@@ -15,27 +15,37 @@ import traceback
 import urllib.request
 
 from azure.eventhub import EventData
+from azure.eventhub.amqp import AmqpAnnotatedMessage
 from azure.eventhub._eventprocessor.in_memory_checkpoint_store import InMemoryCheckpointStore
 
 # The clients, the receiving thread and the error shape are interop.py's.
 from interop import TIMEOUT_S, Collector, consumer, describe_event, error_doc, producer
 
 
+def refusal(client, events, **kwargs):
+    """Sends `events` in one batch; None when they were taken, else the SDK's error."""
+    try:
+        client.send_batch(events, timeout=TIMEOUT_S, **kwargs)
+        return None
+    except Exception as e:  # noqa: BLE001 - reported in the JSON
+        return error_doc(e)
+
+
 def cmd_send(args):
     """Sends `events` ({key, body}; a body of null is a tombstone: the key and an empty body)
-    one at a time with their partition keys, then one event without a key; reports the
-    sequence numbers the hub gave and the keyless send's error."""
+    one at a time with their partition keys, then one event without a key and one keyed
+    event whose body is an amqp-value; reports the last sequence number of partition 0 and
+    the two refusals."""
     with producer(args) as client:
         for event in args["events"]:
             body = event["body"].encode() if event["body"] is not None else b""
             client.send_batch([EventData(body)], partition_key=event["key"])
-        try:
-            client.send_batch([EventData("no key")], timeout=args.get("timeout", TIMEOUT_S))
-            keyless = None
-        except Exception as e:  # noqa: BLE001 - reported in the JSON
-            keyless = error_doc(e)
+        keyless = refusal(client, [EventData("no key")])
+        value_body = refusal(client, [AmqpAnnotatedMessage(value_body="structured", annotations={})],
+                             partition_key="k-value")
         properties = client.get_partition_properties("0")
-    return {"keyless": keyless, "last_sequence": properties["last_enqueued_sequence_number"]}
+    return {"keyless": keyless, "value_body": value_body,
+            "last_sequence": properties["last_enqueued_sequence_number"]}
 
 
 class Checkpointer:
