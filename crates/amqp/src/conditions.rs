@@ -56,9 +56,9 @@ pub fn from_broker(error: &BrokerError, receiver_name: Option<&str>) -> Refusal 
             LogError::SequenceNumberOutOfRange { .. }
             | LogError::OffsetOutOfRange { .. }
             | LogError::Expired { .. } => Refusal::new(ARGUMENT_OUT_OF_RANGE, text),
-            LogError::InvalidEvent { .. } | LogError::EmptyBatch => {
-                Refusal::new(ARGUMENT_ERROR, text)
-            }
+            LogError::InvalidEvent { .. }
+            | LogError::EmptyBatch
+            | LogError::MissingPartitionKey { .. } => Refusal::new(ARGUMENT_ERROR, text),
             _ => Refusal::new(INTERNAL_ERROR, text),
         },
         _ => Refusal::new(INTERNAL_ERROR, text),

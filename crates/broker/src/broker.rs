@@ -15,7 +15,7 @@ use tributary_event::names::{
 use tributary_event::{Clock, EventData, EventPosition, SendTarget, SystemClock};
 use tributary_log::{GroupCommitter, PartitionProperties, ReadCursor, Retention, SyncTimes};
 
-use crate::catalog::{Catalog, ConsumerGroupDefinition, HubDefinition};
+use crate::catalog::{Catalog, ConsumerGroupDefinition, HubCleanup, HubDefinition};
 use crate::config::{BrokerConfig, PARTITIONS_MAX};
 use crate::door_stamp;
 use crate::hub::Hub;
@@ -84,6 +84,8 @@ pub struct HubSpec {
     pub retention_age_ms: Option<i64>,
     /// How many bytes each partition keeps at most; `None`: no limit.
     pub retention_bytes_max: Option<u64>,
+    /// Delete by age and size (the default), compact by key, or both.
+    pub cleanup: HubCleanup,
 }
 
 impl HubSpec {
@@ -94,6 +96,7 @@ impl HubSpec {
             partition_count,
             retention_age_ms: Some(crate::config::RETENTION_AGE_MS_DEFAULT),
             retention_bytes_max: None,
+            cleanup: HubCleanup::default(),
         }
     }
 }
@@ -129,17 +132,17 @@ impl ReceiverSpec {
     }
 }
 
-struct BrokerInner {
-    config: BrokerConfig,
-    clock: Arc<dyn Clock>,
+pub(crate) struct BrokerInner {
+    pub(crate) config: BrokerConfig,
+    pub(crate) clock: Arc<dyn Clock>,
     committer: GroupCommitter,
     /// Serialises catalog changes (and the file work that goes with them).
-    catalog: Mutex<Catalog>,
-    hubs: RwLock<HashMap<String, Arc<Hub>>>,
+    pub(crate) catalog: Mutex<Catalog>,
+    pub(crate) hubs: RwLock<HashMap<String, Arc<Hub>>>,
     next_receiver_id: AtomicU64,
     /// Event processors' ownership records and checkpoints.
     registry: OwnershipRegistry,
-    shutting_down: AtomicBool,
+    pub(crate) shutting_down: AtomicBool,
     /// Called with a hub's name once it is deleted (see [`Broker::on_hub_deleted`]).
     hub_deleted: Mutex<Vec<HubDeleted>>,
     _lock: File,
@@ -152,7 +155,7 @@ type HubDeleted = Arc<dyn Fn(&str) + Send + Sync>;
 /// groups, and the receivers open on them. Cheap to clone; clones share the broker.
 #[derive(Clone)]
 pub struct Broker {
-    inner: Arc<BrokerInner>,
+    pub(crate) inner: Arc<BrokerInner>,
 }
 
 impl Broker {
@@ -196,7 +199,9 @@ impl Broker {
             .expect("opening the broker does not panic")?;
         let weak = Arc::downgrade(&broker.inner);
         let interval = broker.inner.config.retention_check_interval;
-        tokio::spawn(retention_task(weak, interval));
+        tokio::spawn(retention_task(weak.clone(), interval));
+        let interval = broker.inner.config.compaction_check_interval;
+        tokio::spawn(crate::cleanup::compaction_task(weak, interval));
         Ok(broker)
     }
 
@@ -276,11 +281,8 @@ impl Broker {
                 max: PARTITIONS_MAX,
             });
         }
-        if spec.retention_age_ms.is_some_and(|a| a <= 0) || spec.retention_bytes_max == Some(0) {
-            return Err(BrokerError::InvalidRetention(
-                "retention age and size must be above 0 (or absent for no limit)".into(),
-            ));
-        }
+        check_retention(spec.retention_age_ms, spec.retention_bytes_max)?;
+        spec.cleanup.validate()?;
         let broker = self.clone();
         tokio::task::spawn_blocking(move || broker.create_hub_blocking(spec))
             .await
@@ -302,6 +304,7 @@ impl Broker {
             retention_age_ms: spec.retention_age_ms,
             retention_bytes_max: spec.retention_bytes_max,
             created_at_ms: now,
+            cleanup: spec.cleanup,
             consumer_groups: vec![ConsumerGroupDefinition {
                 name: DEFAULT_CONSUMER_GROUP.to_owned(),
                 created_at_ms: now,
@@ -811,6 +814,19 @@ impl Broker {
         .await
         .expect("flushing does not panic")
     }
+}
+
+/// Checks a hub's retention age and size: each above 0, or absent for no limit.
+pub(crate) fn check_retention(
+    age_ms: Option<i64>,
+    bytes_max: Option<u64>,
+) -> Result<(), BrokerError> {
+    if age_ms.is_some_and(|a| a <= 0) || bytes_max == Some(0) {
+        return Err(BrokerError::InvalidRetention(
+            "retention age and size must be above 0 (or absent for no limit)".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Makes the events of a batch agree with its target: a key batch stamps its key on every

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use tributary_event::names::name_key;
+use tributary_log::limits::TOMBSTONE_RETENTION_MS_DEFAULT;
+use tributary_log::{Cleanup, CleanupPolicy};
 
 use crate::BrokerError;
 
@@ -43,6 +45,10 @@ pub struct HubDefinition {
     pub retention_bytes_max: Option<u64>,
     /// When it was created, ms since the epoch.
     pub created_at_ms: i64,
+    /// How it cleans up: delete by age and size, compact by key, or both (a catalog written
+    /// before hubs had a policy opens with [`HubCleanup::default`], deleting).
+    #[serde(default)]
+    pub cleanup: HubCleanup,
     /// Its consumer groups, `$Default` first.
     pub consumer_groups: Vec<ConsumerGroupDefinition>,
 }
@@ -53,6 +59,74 @@ impl HubDefinition {
         self.consumer_groups
             .iter()
             .find(|g| g.name.eq_ignore_ascii_case(name))
+    }
+}
+
+/// How an event hub cleans up: Event Hubs' `retentionDescription` without the retention time
+/// (which is [`HubDefinition::retention_age_ms`]), Kafka's `cleanup.policy`,
+/// `min.compaction.lag.ms` and `delete.retention.ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HubCleanup {
+    /// Delete, compact, or both.
+    #[serde(with = "policy_text")]
+    pub policy: CleanupPolicy,
+    /// An event stays readable, even once superseded by a later event of its key, for at least
+    /// this long (Event Hubs' `minCompactionLagTimeInMinutes`).
+    pub min_compaction_lag_ms: i64,
+    /// A tombstone (a key and an empty body) is removed once it is this old (Event Hubs'
+    /// `tombstoneRetentionTimeInHours`).
+    pub tombstone_retention_ms: i64,
+}
+
+impl Default for HubCleanup {
+    /// Delete, as every hub did before compaction; the log's defaults for the rest.
+    fn default() -> Self {
+        HubCleanup {
+            policy: CleanupPolicy::Delete,
+            min_compaction_lag_ms: 0,
+            tombstone_retention_ms: TOMBSTONE_RETENTION_MS_DEFAULT,
+        }
+    }
+}
+
+impl HubCleanup {
+    /// The partition logs' cleanup: these settings over the broker's `base` (its key index
+    /// budget).
+    pub fn on(self, base: Cleanup) -> Cleanup {
+        Cleanup {
+            policy: self.policy,
+            min_compaction_lag_ms: self.min_compaction_lag_ms,
+            tombstone_retention_ms: self.tombstone_retention_ms,
+            ..base
+        }
+    }
+
+    /// Checks the settings, with a message naming the one that is off.
+    pub fn validate(self) -> Result<(), BrokerError> {
+        self.on(Cleanup::default()).validate().map_err(|e| match e {
+            tributary_log::LogError::InvalidConfig(detail) => BrokerError::InvalidRetention(detail),
+            other => BrokerError::InvalidRetention(other.to_string()),
+        })
+    }
+}
+
+/// The cleanup policy in the catalog: its Kafka spelling (`delete`, `compact`,
+/// `delete,compact`), read in any spelling [`CleanupPolicy`] parses.
+mod policy_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use tributary_log::CleanupPolicy;
+
+    pub(super) fn serialize<S: Serializer>(
+        policy: &CleanupPolicy,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.collect_str(policy)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<CleanupPolicy, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 

@@ -20,6 +20,16 @@ pub const PARTITIONS_MAX: u32 = 1024;
 /// How often retention is enforced by default.
 pub const RETENTION_CHECK_INTERVAL_DEFAULT: Duration = Duration::from_secs(60);
 
+/// How often compacted hubs' partitions are looked at by default (Kafka's log cleaner backs
+/// off 15 s between looks): a run happens only where sealed segments hold events compaction
+/// has not seen, or tombstones may have expired.
+pub const COMPACTION_CHECK_INTERVAL_DEFAULT: Duration = Duration::from_secs(15);
+
+/// How old a compacted hub's active segment gets (holding events) before it is sealed, so that
+/// compaction reaches the events of a partition written slowly: an hour (Kafka's `segment.ms`
+/// is a week; a compacted hub here is meant to look compacted sooner).
+pub const COMPACTION_SEGMENT_AGE_MAX_DEFAULT: Duration = Duration::from_secs(60 * 60);
+
 /// The configuration of a broker.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -31,6 +41,10 @@ pub struct BrokerConfig {
     pub consumer_groups_max: u32,
     /// How often the background task enforces retention.
     pub retention_check_interval: Duration,
+    /// How often the background task looks for partitions of compacted hubs to compact.
+    pub compaction_check_interval: Duration,
+    /// A compacted hub's active segment is sealed once it is this old and holds events.
+    pub compaction_segment_age_max: Duration,
     /// Where the partition logs' files live: the file system, or in tests a fault-injecting
     /// storage (`tributary_log::faults`).
     pub storage: Arc<dyn Storage>,
@@ -44,6 +58,8 @@ impl BrokerConfig {
             log: LogConfig::default(),
             consumer_groups_max: CONSUMER_GROUPS_MAX_DEFAULT,
             retention_check_interval: RETENTION_CHECK_INTERVAL_DEFAULT,
+            compaction_check_interval: COMPACTION_CHECK_INTERVAL_DEFAULT,
+            compaction_segment_age_max: COMPACTION_SEGMENT_AGE_MAX_DEFAULT,
             storage: Arc::new(OsStorage),
         }
     }

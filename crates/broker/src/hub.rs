@@ -11,7 +11,8 @@ use tributary_event::{Clock, partition_for_key};
 use tributary_log::storage::Storage;
 use tributary_log::{GroupCommitter, LogConfig, PartitionLog};
 
-use crate::catalog::HubDefinition;
+use crate::catalog::{HubCleanup, HubDefinition};
+use crate::cleanup::CompactionSchedule;
 use crate::epochs::{EpochRegistry, NON_EPOCH_RECEIVERS_MAX, OpenRefusal, ReceiverId};
 use crate::receiver::ReceiverControl;
 use crate::{BrokerError, DisconnectReason, SendTarget};
@@ -23,6 +24,8 @@ pub(crate) struct HubPartition {
     pub commits: watch::Receiver<i64>,
     /// Events handed to readers (receivers and receiver-less reads) since the broker opened.
     pub delivered: AtomicU64,
+    /// When compaction is next due (for hubs that compact).
+    pub compaction: CompactionSchedule,
 }
 
 #[derive(Default)]
@@ -53,6 +56,10 @@ impl Hub {
         clock: Arc<dyn Clock>,
     ) -> Result<Hub, BrokerError> {
         let mut partitions = Vec::with_capacity(definition.partition_count as usize);
+        let log_config = LogConfig {
+            cleanup: definition.cleanup.on(log_config.cleanup),
+            ..log_config
+        };
         for partition in 0..definition.partition_count {
             let log = PartitionLog::open_on(
                 storage.clone(),
@@ -74,6 +81,7 @@ impl Hub {
                 log,
                 commits,
                 delivered: AtomicU64::new(0),
+                compaction: CompactionSchedule::default(),
             });
         }
         Ok(Hub {
@@ -100,6 +108,10 @@ impl Hub {
 
     pub(crate) fn name(&self) -> String {
         self.definition.read().expect("hub definition").name.clone()
+    }
+
+    pub(crate) fn cleanup(&self) -> HubCleanup {
+        self.definition.read().expect("hub definition").cleanup
     }
 
     pub(crate) fn partition_count(&self) -> u32 {

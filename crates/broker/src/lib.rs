@@ -24,6 +24,12 @@
 //! checkpoints, kept durably in the data directory ([`Broker::claim_ownership`],
 //! [`Broker::update_checkpoint`], [`Broker::processor_group_states`]; see `ownership_registry`).
 //!
+//! # Cleanup
+//! A hub deletes old events by age and size (the default), compacts by partition key (keeping
+//! the latest event of each key; every event must then carry a key), or both
+//! ([`HubCleanup`]); [`Broker::update_hub`] changes that and the retention later, and a
+//! background task compacts what is due (see `cleanup`).
+//!
 //! [`BrokerSource`] offers a hub of the broker as a `tributary_source::PartitionSource`, so an
 //! event processor host (`tributary-processor`) reads it in process.
 //!
@@ -36,6 +42,7 @@
 mod activity;
 mod broker;
 mod catalog;
+mod cleanup;
 pub mod config;
 pub mod door_stamp;
 pub mod epochs;
@@ -47,7 +54,8 @@ mod source;
 
 pub use activity::{OpenReceiverInfo, PartitionActivity};
 pub use broker::{Broker, HubSpec, QueuedAppend, ReceiverSpec, SendReceipt};
-pub use catalog::{ConsumerGroupDefinition, HubDefinition};
+pub use catalog::{ConsumerGroupDefinition, HubCleanup, HubDefinition};
+pub use cleanup::{HubUpdate, SWEEP_INTERVAL_MS_MAX};
 pub use config::BrokerConfig;
 pub use door_stamp::{DOOR_STAMP_PROPERTY, DoorStamps};
 pub use error::{BrokerError, DisconnectReason, ReceiveError};
@@ -59,5 +67,6 @@ pub use receiver::{DisconnectWatch, LastEnqueuedEvent, Receiver, ReceiverPlace};
 pub use source::BrokerSource;
 pub use tributary_event::SendTarget;
 pub use tributary_log::{
-    Durability, DurationCounts, LogConfig, LogError, PartitionProperties, SyncTimes,
+    CleanupPolicy, CompactionOutcome, CompactionState, Durability, DurationCounts, LogConfig,
+    LogError, PartitionProperties, SyncTimes,
 };

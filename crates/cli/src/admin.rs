@@ -19,7 +19,8 @@ use serde_json::Value;
 use tributary_amqp::{AccessPolicies, Right};
 
 use serde_json::json;
-use tributary_broker::{Broker, HubSpec};
+use tributary_broker::{Broker, HubSpec, HubUpdate};
+use tributary_http::retention::{RetentionDescription, hours, minutes, policy_name};
 
 use crate::args::{AdminArgs, GlobalArgs, PositionArg};
 use crate::hub_handle::open_broker;
@@ -301,11 +302,28 @@ impl Catalog {
                 if let Some(bytes) = spec.retention_bytes_max {
                     body["retentionBytesMax"] = json!(bytes);
                 }
+                body["retentionDescription"] =
+                    json!(RetentionDescription::of_cleanup(spec.cleanup));
                 let hub = admin.call(Method::POST, HUBS, Some(body)).await?;
                 let (name, partitions, _) = hub_line(&hub)?;
                 Ok((name, partitions))
             }
         }
+    }
+
+    /// Changes a hub's retention and cleanup settings.
+    pub async fn update_hub(&self, name: &str, update: &HubUpdate) -> Result<()> {
+        match self {
+            Catalog::Local(broker) => broker.update_hub(name, update.clone()).await.map(drop)?,
+            Catalog::Server(admin) => {
+                let path = format!("{HUBS}/{}", segment(name));
+                admin
+                    .call(Method::PATCH, &path, Some(update_body(update)))
+                    .await
+                    .map(drop)?;
+            }
+        }
+        Ok(())
     }
 
     /// Every hub.
@@ -465,6 +483,29 @@ pub(crate) fn segment(name: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// The admin API's `PATCH /admin/v1/hubs/{hub}` body for `update`.
+fn update_body(update: &HubUpdate) -> Value {
+    let mut body = json!({});
+    match update.retention_age_ms {
+        Some(Some(ms)) => body["retentionMs"] = json!(ms),
+        Some(None) => body["retentionForever"] = json!(true),
+        None => {}
+    }
+    if let Some(bytes) = update.retention_bytes_max {
+        body["retentionBytesMax"] = json!(bytes);
+    }
+    let description = RetentionDescription {
+        cleanup_policy: update.cleanup_policy.map(|p| policy_name(p).to_owned()),
+        retention_time_in_hours: None,
+        min_compaction_lag_time_in_minutes: update.min_compaction_lag_ms.map(minutes),
+        tombstone_retention_time_in_hours: update.tombstone_retention_ms.map(hours),
+    };
+    if description != RetentionDescription::default() {
+        body["retentionDescription"] = json!(description);
+    }
+    body
 }
 
 fn hub_line(hub: &Value) -> Result<HubLine> {

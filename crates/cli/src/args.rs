@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use tributary_event::{EventPosition, PropertyValue, SmolStr};
-use tributary_log::Durability;
+use tributary_log::{CleanupPolicy, Durability};
 
 mod bench;
 mod demo;
@@ -256,6 +256,15 @@ pub struct ServeArgs {
     /// How often retention is enforced.
     #[arg(long, default_value = "60s", value_parser = parse_duration_ms, help_heading = shared::DATA_HEADING)]
     pub retention_check: i64,
+    /// How often compacted hubs' partitions are looked at; each is compacted when sealed
+    /// segments hold events compaction has not yet seen (past the minimum compaction lag), or
+    /// tombstones may have expired.
+    #[arg(long, default_value = "15s", value_parser = parse_duration_ms, help_heading = shared::DATA_HEADING)]
+    pub compaction_check: i64,
+    /// A compacted hub's active segment holding events is sealed once this old, so that
+    /// compaction reaches the newest events of a partition written slowly (Kafka's segment.ms).
+    #[arg(long, default_value = "1h", value_parser = parse_duration_ms, help_heading = shared::DATA_HEADING)]
+    pub compaction_segment_age: i64,
     /// The address the network front doors listen on (0.0.0.0 for every interface).
     #[arg(long, default_value = "127.0.0.1", help_heading = SERVE_PORTS_HEADING)]
     pub listen: std::net::IpAddr,
@@ -475,6 +484,29 @@ pub enum HubCommand {
         /// The most bytes each partition keeps (e.g. `10GiB`); the oldest segments go first.
         #[arg(long, value_parser = parse_bytes)]
         retention_bytes: Option<u64>,
+        #[command(flatten)]
+        cleanup: CleanupArgs,
+    },
+    /// Change an event hub's retention or cleanup policy (only the settings given). A hub that
+    /// now compacts refuses events without a partition key from then on.
+    Update {
+        /// The hub.
+        name: String,
+        /// How long events are kept, e.g. `1h`, `7d`, or `forever`.
+        #[arg(long, value_parser = parse_retention)]
+        retention: Option<RetentionAge>,
+        /// The most bytes each partition keeps (e.g. `10GiB`), or `none` for no limit.
+        #[arg(long, value_parser = parse_retention_bytes)]
+        retention_bytes: Option<RetentionBytes>,
+        /// `delete`, `compact` or `delete,compact` (see `hub create --help`).
+        #[arg(long, value_parser = parse_cleanup_policy)]
+        cleanup_policy: Option<CleanupPolicy>,
+        /// How long an event stays readable once a later event of its key supersedes it.
+        #[arg(long, value_parser = parse_duration_or_zero_ms)]
+        min_compaction_lag: Option<i64>,
+        /// How long a tombstone (a key and an empty body) is kept.
+        #[arg(long, value_parser = parse_duration_or_zero_ms)]
+        tombstone_retention: Option<i64>,
     },
     /// List the event hubs.
     List,
@@ -488,6 +520,36 @@ pub enum HubCommand {
         /// The hub.
         name: String,
     },
+}
+
+/// How a new event hub cleans up (`hub create`).
+#[derive(Debug, Clone, Copy, Args)]
+pub struct CleanupArgs {
+    /// `delete` removes events by age and size (--retention, --retention-bytes); `compact`
+    /// keeps the latest event of each partition key forever (every event must then have a
+    /// key; one with a key and an empty body is a tombstone, which removes its key); `delete,compact`
+    /// (or `DeleteOrCompact`) does both.
+    #[arg(long, default_value = "delete", value_parser = parse_cleanup_policy)]
+    pub cleanup_policy: CleanupPolicy,
+    /// With compaction: how long an event stays readable once a later event of its key
+    /// supersedes it, e.g. `0`, `10m` (Event Hubs' minCompactionLagTimeInMinutes).
+    #[arg(long, default_value = "0", value_parser = parse_duration_or_zero_ms)]
+    pub min_compaction_lag: i64,
+    /// With compaction: how long a tombstone is kept, so readers see the deletion, e.g. `1d`
+    /// (Event Hubs' tombstoneRetentionTimeInHours).
+    #[arg(long, default_value = "1d", value_parser = parse_duration_or_zero_ms)]
+    pub tombstone_retention: i64,
+}
+
+impl CleanupArgs {
+    /// The hub's cleanup settings these flags give.
+    pub fn cleanup(&self) -> tributary_broker::HubCleanup {
+        tributary_broker::HubCleanup {
+            policy: self.cleanup_policy,
+            min_compaction_lag_ms: self.min_compaction_lag,
+            tombstone_retention_ms: self.tombstone_retention,
+        }
+    }
 }
 
 /// `tributary policy`.
@@ -832,6 +894,37 @@ fn parse_retention(s: &str) -> Result<RetentionAge, String> {
     parse_duration_ms(s).map(|ms| RetentionAge(Some(ms)))
 }
 
+/// Parses a duration as [`parse_duration_ms`] does, or `0`.
+pub fn parse_duration_or_zero_ms(s: &str) -> Result<i64, String> {
+    parse_duration_ms(s).or_else(|e| {
+        let digits = s.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+        let unit = &s[digits.len()..];
+        let zero = !digits.is_empty() && digits.bytes().all(|b| b == b'0');
+        if zero && (unit.is_empty() || parse_duration_ms(&format!("1{unit}")).is_ok()) {
+            Ok(0)
+        } else {
+            Err(e)
+        }
+    })
+}
+
+/// Parses a cleanup policy: `delete`, `compact`, `delete,compact` (either order) or Event
+/// Hubs' `Delete`, `Compact`, `DeleteOrCompact`.
+fn parse_cleanup_policy(s: &str) -> Result<CleanupPolicy, String> {
+    s.parse()
+}
+
+/// `hub update --retention-bytes`: a size, or `none` for no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionBytes(pub Option<u64>);
+
+fn parse_retention_bytes(s: &str) -> Result<RetentionBytes, String> {
+    if s == "none" {
+        return Ok(RetentionBytes(None));
+    }
+    parse_bytes(s).map(|bytes| RetentionBytes(Some(bytes)))
+}
+
 /// Parses a size like `512`, `64KiB`, `10MiB`, `2GiB` (also KB/MB/GB as powers of 1000).
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
@@ -1099,6 +1192,58 @@ mod tests {
         };
         assert_eq!(partitions, 8);
         assert_eq!(retention, RetentionAge(Some(7_200_000)));
+    }
+
+    #[test]
+    fn cleanup_flags() {
+        assert_eq!(parse_duration_or_zero_ms("0"), Ok(0));
+        assert_eq!(parse_duration_or_zero_ms("0s"), Ok(0));
+        assert_eq!(parse_duration_or_zero_ms("10m"), Ok(600_000));
+        assert!(parse_duration_or_zero_ms("-1s").is_err());
+        assert!(parse_duration_or_zero_ms("").is_err());
+        let cli = parse(&["hub", "create", "t", "--cleanup-policy", "compact"]).unwrap();
+        let Command::Hub(HubArgs {
+            command: HubCommand::Create { cleanup, .. },
+            ..
+        }) = cli.command
+        else {
+            panic!("hub create")
+        };
+        assert_eq!(cleanup.cleanup_policy, CleanupPolicy::Compact);
+        assert_eq!(cleanup.min_compaction_lag, 0);
+        assert_eq!(cleanup.tombstone_retention, 86_400_000);
+        assert!(parse(&["hub", "create", "t", "--cleanup-policy", "shred"]).is_err());
+        let cli = parse(&[
+            "hub",
+            "update",
+            "t",
+            "--cleanup-policy",
+            "DeleteOrCompact",
+            "--min-compaction-lag",
+            "5m",
+            "--retention-bytes",
+            "none",
+        ])
+        .unwrap();
+        let Command::Hub(HubArgs {
+            command:
+                HubCommand::Update {
+                    cleanup_policy,
+                    min_compaction_lag,
+                    retention_bytes,
+                    retention,
+                    tombstone_retention,
+                    ..
+                },
+            ..
+        }) = cli.command
+        else {
+            panic!("hub update")
+        };
+        assert_eq!(cleanup_policy, Some(CleanupPolicy::DeleteOrCompact));
+        assert_eq!(min_compaction_lag, Some(300_000));
+        assert_eq!(retention_bytes, Some(RetentionBytes(None)));
+        assert_eq!((retention, tombstone_retention), (None, None));
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::io::{BufRead, Write};
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use tributary_broker::{HubSpec, SendTarget};
+use tributary_broker::{HubSpec, HubUpdate, SendTarget};
 
 use crate::admin::Catalog;
 use crate::args::{
@@ -74,12 +74,14 @@ pub async fn hub(global: &GlobalArgs, args: &HubArgs) -> Result<()> {
             partitions,
             retention,
             retention_bytes,
+            cleanup,
         } => {
             let spec = HubSpec {
                 name: name.clone(),
                 partition_count: *partitions,
                 retention_age_ms: retention.0,
                 retention_bytes_max: *retention_bytes,
+                cleanup: cleanup.cleanup(),
             };
             let (name, partitions) = catalog.create_hub(spec).await?;
             writeln!(
@@ -87,6 +89,29 @@ pub async fn hub(global: &GlobalArgs, args: &HubArgs) -> Result<()> {
                 "created event hub {name:?} with {}",
                 crate::output::count(partitions, "partition")
             )?;
+        }
+        HubCommand::Update {
+            name,
+            retention,
+            retention_bytes,
+            cleanup_policy,
+            min_compaction_lag,
+            tombstone_retention,
+        } => {
+            let update = HubUpdate {
+                retention_age_ms: retention.map(|r| r.0),
+                retention_bytes_max: retention_bytes.map(|r| r.0),
+                cleanup_policy: *cleanup_policy,
+                min_compaction_lag_ms: *min_compaction_lag,
+                tombstone_retention_ms: *tombstone_retention,
+            };
+            if update == HubUpdate::default() {
+                anyhow::bail!(
+                    "nothing to change: give --retention, --retention-bytes, --cleanup-policy, --min-compaction-lag or --tombstone-retention"
+                );
+            }
+            catalog.update_hub(name, &update).await?;
+            writeln!(out, "updated event hub {name:?}")?;
         }
         HubCommand::List => {
             for (name, partitions, groups) in catalog.list_hubs().await? {

@@ -3,9 +3,11 @@
 use std::io::Write;
 
 use base64::Engine;
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use tributary_broker::{Broker, HubDefinition, SendReceipt};
+use tributary_broker::{Broker, HubCleanup, HubDefinition, SendReceipt};
 use tributary_event::{PropertyValue, ReceivedEvent};
+use tributary_http::retention::RetentionDescription;
 
 use crate::args::OutputFormat;
 
@@ -144,6 +146,8 @@ pub struct HubView {
     pub retention_ms: Option<i64>,
     /// Its retention by size per partition.
     pub retention_bytes: Option<u64>,
+    /// Its cleanup policy and compaction settings.
+    pub cleanup: HubCleanup,
     /// Its consumer groups.
     pub groups: Vec<String>,
     /// Its partitions.
@@ -187,6 +191,7 @@ impl HubView {
             created: rfc3339(hub.created_at_ms),
             retention_ms: hub.retention_age_ms,
             retention_bytes: hub.retention_bytes_max,
+            cleanup: hub.cleanup,
             groups: hub.consumer_groups.iter().map(|g| g.name.clone()).collect(),
             partitions,
         })
@@ -212,11 +217,19 @@ impl HubView {
             .collect::<Option<Vec<_>>>()
             .ok_or_else(bad)?;
         let groups = hub["consumerGroups"].as_array().ok_or_else(bad)?;
+        let cleanup = match hub.get("retentionDescription") {
+            Some(description) => RetentionDescription::deserialize(description)
+                .map_err(|_| bad())?
+                .cleanup_over(HubCleanup::default())
+                .map_err(|_| bad())?,
+            None => HubCleanup::default(),
+        };
         Ok(HubView {
             name: text(hub, "name").ok_or_else(bad)?,
             created: text(hub, "createdAt").unwrap_or_default(),
             retention_ms: hub["retentionMs"].as_i64(),
             retention_bytes: hub["retentionBytesMax"].as_u64(),
+            cleanup,
             groups: groups
                 .iter()
                 .filter_map(|g| g.as_str().map(str::to_owned))
@@ -238,6 +251,17 @@ pub fn write_hub(out: &mut impl Write, hub: &HubView) -> anyhow::Result<()> {
     if let Some(bytes) = hub.retention_bytes {
         writeln!(out, "retention size: {bytes} bytes per partition")?;
     }
+    let cleanup = &hub.cleanup;
+    write!(out, "cleanup:        {}", cleanup.policy)?;
+    if cleanup.policy.compacts() {
+        write!(
+            out,
+            " (min compaction lag {} s, tombstone retention {} h)",
+            cleanup.min_compaction_lag_ms as f64 / 1_000.0,
+            cleanup.tombstone_retention_ms as f64 / 3_600_000.0
+        )?;
+    }
+    writeln!(out)?;
     writeln!(out, "consumer groups: {}", hub.groups.join(", "))?;
     writeln!(
         out,

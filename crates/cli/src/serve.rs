@@ -208,6 +208,8 @@ async fn open_broker(global: &GlobalArgs, args: &ServeArgs) -> Result<Broker> {
     config.log.durability = global.durability;
     config.log.event_bytes_max = global.event_bytes_max.max(FRONT_DOOR_EVENT_BYTES_MAX);
     config.retention_check_interval = Duration::from_millis(args.retention_check as u64);
+    config.compaction_check_interval = Duration::from_millis(args.compaction_check as u64);
+    config.compaction_segment_age_max = Duration::from_millis(args.compaction_segment_age as u64);
     Broker::open(config).await.with_context(|| {
         format!(
             "cannot open the data directory {}",

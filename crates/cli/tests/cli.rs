@@ -167,6 +167,64 @@ fn json_lines_carry_keys_and_properties_through() {
 }
 
 #[test]
+fn a_compacted_hub_from_the_command_line_and_through_a_running_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let compacted = [
+        "hub",
+        "create",
+        "table",
+        "-p",
+        "1",
+        "--cleanup-policy",
+        "compact",
+        "--tombstone-retention",
+        "2h",
+    ];
+    run_ok(d, &compacted);
+    let show = run_ok(d, &["hub", "show", "table"]);
+    let line = "cleanup:        compact (min compaction lag 0 s, tombstone retention 2 h)";
+    assert!(show.contains(line), "{show}");
+    let keyless = run_with_stdin(d, &["send", "table"], "no key\n");
+    assert_eq!(keyless.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&keyless.stderr);
+    assert!(err.contains("no partition key"), "{err}");
+    run_with_stdin(d, &["send", "table", "--key", "k"], "v1\n");
+    assert!(run_err(d, &["hub", "update", "table"]).contains("nothing to change"));
+    let bad = run(d, &["hub", "update", "table", "--cleanup-policy", "shred"]);
+    assert_eq!(bad.status.code(), Some(2));
+
+    // Through the server running on the data directory (its admin API).
+    let (_server, _) = serve_on_free_ports(d);
+    let update = [
+        "hub",
+        "update",
+        "table",
+        "--cleanup-policy",
+        "delete",
+        "--retention",
+        "forever",
+    ];
+    run_ok(d, &update);
+    let show = run_ok(d, &["hub", "show", "table"]);
+    assert!(show.contains("cleanup:        delete\n"), "{show}");
+    assert!(show.contains("retention:      forever"), "{show}");
+    let update = [
+        "hub",
+        "update",
+        "table",
+        "--cleanup-policy",
+        "delete,compact",
+        "--min-compaction-lag",
+        "90s",
+    ];
+    run_ok(d, &update);
+    let show = run_ok(d, &["hub", "show", "table"]);
+    let line = "cleanup:        delete,compact (min compaction lag 90 s, tombstone retention 2 h)";
+    assert!(show.contains(line), "{show}");
+}
+
+#[test]
 fn mistakes_get_readable_errors_and_write_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

@@ -380,6 +380,11 @@ fn check_output(flow: &Flow, command: &str, out: &Output) {
                 "{stdout}"
             );
         }
+        "tributary hub show prices" => {
+            let cleanup =
+                "cleanup:        compact (min compaction lag 600 s, tombstone retention 168 h)";
+            assert!(stdout.contains(cleanup), "{stdout}");
+        }
         "tributary ownership orders --group billing" => {
             assert!(
                 lines.len() == 9 && lines[1].starts_with("billing\t0\t"),

@@ -71,7 +71,7 @@ use tributary_event::{EventData, PropertyValue, SmolStr, repeats_a_property_key}
 pub(crate) mod general;
 
 use self::general::{RUNTIME_ANNOTATIONS, SYSTEM_ANNOTATIONS, kept_header, partition_key};
-pub use self::general::{decode_strict, event_from_message};
+pub use self::general::{decode_strict, event_from_message, has_structured_body};
 use crate::condition::{self as conditions, Refusal};
 use crate::limits::BATCH_EVENTS_MAX;
 use crate::message::{AmqpMessage, MessageError};

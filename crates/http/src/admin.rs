@@ -7,6 +7,14 @@
 //! group's lag — events after the checkpoint (every retained event without one) and the age in
 //! seconds of the oldest of them (0 when it is caught up).
 //!
+//! `PATCH /admin/v1/hubs/{hub}` changes a hub's retention (`retentionMs`, `retentionForever`,
+//! `retentionBytesMax`, `null` for no limit) and cleanup policy (`retentionDescription`, Event
+//! Hubs' shape: `cleanupPolicy`, `minCompactionLagTimeInMinutes`,
+//! `tombstoneRetentionTimeInHours`; see [`crate::retention`]), which `POST /admin/v1/hubs` also
+//! takes. `POST /admin/v1/hubs/{hub}/compact` seals and compacts a compacted hub's partitions
+//! now; its description shows each partition's compaction (dirty ratio, last run, bytes before
+//! and after).
+//!
 //! `POST /admin/v1/hubs/{hub}/consumergroups/{group}/reset` with `{"type": "TRIM_HORIZON" |
 //! "LATEST" | "AT_TIME", "time": …}` moves every checkpoint of such a group so that its
 //! processors resume at the earliest retained event, after the latest, or at the first event
@@ -22,11 +30,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tributary_broker::{HubDefinition, HubSpec};
+use tributary_broker::{HubCleanup, HubDefinition, HubSpec, HubUpdate};
 use tributary_groups::GroupSummary;
 
 use crate::error::ApiError;
 use crate::oci::{StreamPath, parse_json};
+use crate::retention::RetentionDescription;
 use crate::server::AppState;
 
 pub(crate) fn routes() -> Router<AppState> {
@@ -34,8 +43,9 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/admin/v1/hubs", get(list_hubs).post(create_hub))
         .route(
             "/admin/v1/hubs/{stream}",
-            get(describe_hub).delete(delete_hub),
+            get(describe_hub).patch(update_hub).delete(delete_hub),
         )
+        .route("/admin/v1/hubs/{stream}/compact", post(compact_hub))
         .route(
             "/admin/v1/hubs/{stream}/consumergroups",
             get(list_consumer_groups).post(create_consumer_group),
@@ -70,6 +80,67 @@ struct CreateHub {
     retention_forever: bool,
     #[serde(default)]
     retention_bytes_max: Option<u64>,
+    #[serde(default)]
+    retention_description: Option<RetentionDescription>,
+}
+
+/// `PATCH /admin/v1/hubs/{hub}`: what to change, each field optional (`retentionBytesMax`
+/// `null` removes the size limit).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct UpdateHub {
+    #[serde(default)]
+    retention_ms: Option<i64>,
+    #[serde(default)]
+    retention_forever: bool,
+    #[serde(default, deserialize_with = "present")]
+    retention_bytes_max: Option<Option<u64>>,
+    #[serde(default)]
+    retention_description: Option<RetentionDescription>,
+}
+
+/// A field that may be given as `null`: `Some(None)` then, `None` (by default) when absent.
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// The retention age a request gives: `retentionMs`, `retentionForever`, or neither (`None`).
+fn retention_age(ms: Option<i64>, forever: bool) -> Result<Option<Option<i64>>, ApiError> {
+    match (ms, forever) {
+        (Some(_), true) => Err(ApiError::invalid(
+            "give retentionMs or retentionForever, not both",
+        )),
+        (Some(ms), false) => Ok(Some(Some(ms))),
+        (None, true) => Ok(Some(None)),
+        (None, false) => Ok(None),
+    }
+}
+
+/// The cleanup settings a request's `retentionDescription` changes (each if given), as an
+/// update of nothing else.
+fn cleanup_changes(description: Option<&RetentionDescription>) -> Result<HubUpdate, ApiError> {
+    let Some(description) = description else {
+        return Ok(HubUpdate::default());
+    };
+    if description.retention_time_in_hours.is_some() {
+        return Err(ApiError::invalid(
+            "retentionDescription.retentionTimeInHours is shown, not set: give retentionMs or retentionForever",
+        ));
+    }
+    Ok(HubUpdate {
+        cleanup_policy: description.policy().map_err(ApiError::invalid)?,
+        min_compaction_lag_ms: description
+            .min_compaction_lag_ms()
+            .map_err(ApiError::invalid)?,
+        tombstone_retention_ms: description
+            .tombstone_retention_ms()
+            .map_err(ApiError::invalid)?,
+        ..HubUpdate::default()
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -99,6 +170,7 @@ fn hub_json(h: &HubDefinition) -> Value {
         "partitionCount": h.partition_count,
         "retentionMs": h.retention_age_ms,
         "retentionBytesMax": h.retention_bytes_max,
+        "retentionDescription": RetentionDescription::of(h),
         "createdAt": crate::oci::format_time(h.created_at_ms),
         "consumerGroups": h.consumer_groups.iter().map(|g| g.name.clone()).collect::<Vec<_>>(),
     })
@@ -112,17 +184,20 @@ async fn list_hubs(State(state): State<AppState>) -> Response {
 async fn create_hub(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let request: CreateHub = parse_json(&body)?;
     let mut spec = HubSpec::new(request.name, request.partition_count);
-    match (request.retention_ms, request.retention_forever) {
-        (Some(_), true) => {
-            return Err(ApiError::invalid(
-                "give retentionMs or retentionForever, not both",
-            ));
-        }
-        (Some(ms), false) => spec.retention_age_ms = Some(ms),
-        (None, true) => spec.retention_age_ms = None,
-        (None, false) => {}
+    if let Some(age) = retention_age(request.retention_ms, request.retention_forever)? {
+        spec.retention_age_ms = age;
     }
     spec.retention_bytes_max = request.retention_bytes_max;
+    let changes = cleanup_changes(request.retention_description.as_ref())?;
+    spec.cleanup = HubCleanup {
+        policy: changes.cleanup_policy.unwrap_or(spec.cleanup.policy),
+        min_compaction_lag_ms: changes
+            .min_compaction_lag_ms
+            .unwrap_or(spec.cleanup.min_compaction_lag_ms),
+        tombstone_retention_ms: changes
+            .tombstone_retention_ms
+            .unwrap_or(spec.cleanup.tombstone_retention_ms),
+    };
     let hub = state.broker.create_hub(spec).await?;
     Ok((StatusCode::CREATED, Json(hub_json(&hub))).into_response())
 }
@@ -147,9 +222,68 @@ async fn describe_hub(
             "isEmpty": props.is_empty,
         }));
     }
+    if definition.cleanup.policy.compacts() {
+        let states = state.broker.compaction_states(&definition.name)?;
+        for (partition, c) in partitions.iter_mut().zip(states) {
+            partition["compaction"] = json!({
+                "dirtyRatio": c.dirty_ratio,
+                "totalBytes": c.total_bytes,
+                "lastRun": c.last_run_ms.map(crate::oci::format_time),
+                "bytesBefore": c.last_outcome.map(|o| o.bytes_before),
+                "bytesAfter": c.last_outcome.map(|o| o.bytes_after),
+            });
+        }
+    }
     body["partitions"] = Value::Array(partitions);
     body["openReceivers"] = json!(state.broker.open_receiver_count(&definition.name)?);
     Ok(Json(body).into_response())
+}
+
+async fn update_hub(
+    State(state): State<AppState>,
+    path: StreamPath,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let request: UpdateHub = parse_json(&body)?;
+    let update = HubUpdate {
+        retention_age_ms: retention_age(request.retention_ms, request.retention_forever)?,
+        retention_bytes_max: request.retention_bytes_max,
+        ..cleanup_changes(request.retention_description.as_ref())?
+    };
+    let hub = state.broker.update_hub(&path.stream, update).await?;
+    Ok(Json(hub_json(&hub)).into_response())
+}
+
+/// `POST /admin/v1/hubs/{hub}/compact`: seals and compacts every partition of a hub that
+/// compacts now, whatever the schedule, and answers what each run did.
+async fn compact_hub(
+    State(state): State<AppState>,
+    path: StreamPath,
+) -> Result<Response, ApiError> {
+    let hub = state.broker.describe_hub(&path.stream)?;
+    if !hub.cleanup.policy.compacts() {
+        return Err(ApiError::invalid(format!(
+            "event hub {:?} does not compact: its cleanup policy is {}",
+            hub.name,
+            crate::retention::policy_name(hub.cleanup.policy)
+        )));
+    }
+    let outcomes = state.broker.compact_hub(&hub.name).await?;
+    let partitions: Vec<Value> = outcomes
+        .iter()
+        .enumerate()
+        .map(|(p, o)| {
+            json!({
+                "id": p.to_string(),
+                "eventsRemoved": o.events_removed,
+                "tombstonesRemoved": o.tombstones_removed,
+                "bytesBefore": o.bytes_before,
+                "bytesAfter": o.bytes_after,
+                "segmentsRewritten": o.segments_rewritten,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "partitions": partitions })).into_response())
 }
 
 async fn delete_hub(State(state): State<AppState>, path: StreamPath) -> Result<Response, ApiError> {

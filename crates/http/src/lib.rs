@@ -60,6 +60,7 @@ pub mod limits;
 mod metrics;
 mod oci;
 mod ratelimit;
+pub mod retention;
 pub mod routes;
 mod server;
 mod tls;

@@ -9,17 +9,25 @@
 //! log's disk time: `tributary_log_sync_duration_seconds` (each `fdatasync` the group committer
 //! made) and `tributary_log_append_sync_wait_seconds` (each `fsync` append's wait for the sync
 //! that made it durable — the disk's share of its acknowledgement).
+//!
+//! For each partition of a hub that compacts: `tributary_compaction_bytes_before` and
+//! `tributary_compaction_bytes_after` (the range compaction's last run rewrote, before and
+//! after), `tributary_compaction_dirty_ratio` (the share of the partition's bytes compaction
+//! has not yet seen) and `tributary_compaction_last_run_timestamp_seconds` (absent until a run
+//! since the server started).
 
 use std::sync::{Arc, Mutex};
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use std::sync::atomic::AtomicU64;
+
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
-use tributary_broker::{Broker, DurationCounts};
+use tributary_broker::{Broker, DurationCounts, HubDefinition};
 use tributary_groups::GroupCoordinator;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -87,6 +95,78 @@ impl EncodeMetric for CountedHistogram {
     }
 }
 
+/// Compaction's progress per partition of each hub that compacts, read at each scrape.
+#[derive(Debug, Default)]
+struct CompactionGauges {
+    bytes_before: Family<PartitionLabels, Gauge>,
+    bytes_after: Family<PartitionLabels, Gauge>,
+    dirty_ratio: Family<PartitionLabels, Gauge<f64, AtomicU64>>,
+    last_run: Family<PartitionLabels, Gauge<f64, AtomicU64>>,
+}
+
+impl CompactionGauges {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "compaction_bytes_before",
+            "Bytes of the range compaction's last run rewrote, before it",
+            self.bytes_before.clone(),
+        );
+        registry.register(
+            "compaction_bytes_after",
+            "Bytes of the range compaction's last run rewrote, after it",
+            self.bytes_after.clone(),
+        );
+        registry.register(
+            "compaction_dirty_ratio",
+            "The share of the partition's bytes compaction has not yet seen",
+            self.dirty_ratio.clone(),
+        );
+        registry.register(
+            "compaction_last_run_timestamp_seconds",
+            "When compaction last ran on the partition (Unix time)",
+            self.last_run.clone(),
+        );
+    }
+
+    fn clear(&self) {
+        self.bytes_before.clear();
+        self.bytes_after.clear();
+        self.dirty_ratio.clear();
+        self.last_run.clear();
+    }
+
+    #[allow(clippy::cast_precision_loss)]
+    fn refresh(&self, broker: &Broker, hub: &HubDefinition) {
+        if !hub.cleanup.policy.compacts() {
+            return;
+        }
+        let Ok(states) = broker.compaction_states(&hub.name) else {
+            return;
+        };
+        for (p, state) in states.iter().enumerate() {
+            let labels = PartitionLabels {
+                hub: hub.name.clone(),
+                partition: p.to_string(),
+            };
+            self.dirty_ratio
+                .get_or_create(&labels)
+                .set(state.dirty_ratio);
+            if let Some(ms) = state.last_run_ms {
+                self.last_run.get_or_create(&labels).set(ms as f64 / 1000.0);
+            }
+            if let Some(outcome) = state.last_outcome {
+                let gauge = |bytes: u64| i64::try_from(bytes).unwrap_or(i64::MAX);
+                self.bytes_before
+                    .get_or_create(&labels)
+                    .set(gauge(outcome.bytes_before));
+                self.bytes_after
+                    .get_or_create(&labels)
+                    .set(gauge(outcome.bytes_after));
+            }
+        }
+    }
+}
+
 /// The front door's metrics.
 #[derive(Debug)]
 pub(crate) struct Metrics {
@@ -100,6 +180,7 @@ pub(crate) struct Metrics {
     next_sequence: Family<PartitionLabels, Gauge>,
     receivers: Family<HubLabels, Gauge>,
     lag: Family<GroupLabels, Gauge>,
+    compaction: CompactionGauges,
     log_syncs: CountedHistogram,
     log_sync_waits: CountedHistogram,
     scrape: Mutex<()>,
@@ -118,6 +199,7 @@ impl Metrics {
             next_sequence: Family::default(),
             receivers: Family::default(),
             lag: Family::default(),
+            compaction: CompactionGauges::default(),
             log_syncs: CountedHistogram::default(),
             log_sync_waits: CountedHistogram::default(),
             scrape: Mutex::new(()),
@@ -164,6 +246,7 @@ impl Metrics {
             "Messages after the server-side consumer group's committed offset",
             m.lag.clone(),
         );
+        m.compaction.register(&mut registry);
         registry.register(
             "log_sync_duration_seconds",
             "Each fdatasync the log made for fsync appends",
@@ -211,6 +294,7 @@ impl Metrics {
         self.next_sequence.clear();
         self.receivers.clear();
         self.lag.clear();
+        self.compaction.clear();
         let mut next_by_partition = std::collections::HashMap::new();
         for hub in broker.list_hubs() {
             for p in 0..hub.partition_count {
@@ -225,6 +309,7 @@ impl Metrics {
                 };
                 self.next_sequence.get_or_create(&labels).set(next);
             }
+            self.compaction.refresh(broker, &hub);
             if let Ok(n) = broker.open_receiver_count(&hub.name) {
                 let n = i64::try_from(n).unwrap_or(i64::MAX);
                 self.receivers

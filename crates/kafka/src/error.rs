@@ -37,7 +37,10 @@ pub fn code(error: &BrokerError) -> i16 {
             LogError::SequenceNumberOutOfRange { .. }
             | LogError::OffsetOutOfRange { .. }
             | LogError::Expired { .. } => ResponseError::OffsetOutOfRange,
-            LogError::InvalidEvent { .. } | LogError::EmptyBatch => ResponseError::InvalidRecord,
+            // Kafka itself refuses a keyless record on a compacted topic with INVALID_RECORD.
+            LogError::InvalidEvent { .. }
+            | LogError::EmptyBatch
+            | LogError::MissingPartitionKey { .. } => ResponseError::InvalidRecord,
             _ => ResponseError::KafkaStorageError,
         },
         _ => ResponseError::KafkaStorageError,

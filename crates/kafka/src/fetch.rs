@@ -10,7 +10,10 @@
 //! - `partition_max_bytes` and `max_bytes` bound the answer, but a partition's first event is
 //!   always sent whole so a consumer can make progress, as Kafka does.
 //! - Fetch sessions are declined (session id 0): every fetch names its partitions.
-//! - An offset below the log start or above the high watermark gets OFFSET_OUT_OF_RANGE.
+//! - An offset below the log start or above the high watermark gets OFFSET_OUT_OF_RANGE, except
+//!   on a compacted hub, where an offset below the first kept event reads from it (compaction
+//!   moved the log start, not retention). An offset in a gap compaction left reads from the next
+//!   kept event.
 
 use std::time::Duration;
 
@@ -127,10 +130,17 @@ fn read(
         .map_err(code)?;
     let high = properties.last_enqueued_sequence_number + 1;
     let start = properties.begin_sequence_number;
-    if w.offset < start || w.offset > high {
+    let from = if w.offset < start && compacts(&w.hub, ctx) {
+        // Compaction removed the events before the first kept one: read from there, as a
+        // compacted Kafka topic answers an offset whose record was cleaned.
+        start
+    } else {
+        w.offset
+    };
+    if from < start || from > high {
         return Err(ResponseError::OffsetOutOfRange.code());
     }
-    if w.offset == high {
+    if from == high {
         return Ok((Bytes::new(), high, start));
     }
     let events = ctx
@@ -138,12 +148,12 @@ fn read(
         .read(
             &w.hub,
             &partition,
-            w.offset,
+            from,
             FETCH_PARTITION_EVENTS_MAX,
             max_bytes,
         )
         .map_err(code)?;
-    let first = events.first().map_or(w.offset, |e| e.sequence_number);
+    let first = events.first().map_or(from, |e| e.sequence_number);
     let records: Vec<_> = events
         .into_iter()
         .map(|event| mapping::record_from_event(event, first))
@@ -156,6 +166,13 @@ fn read(
     RecordBatchEncoder::encode(&mut buf, &records, &options)
         .map_err(|_| ResponseError::UnknownServerError.code())?;
     Ok((buf.freeze(), high, start))
+}
+
+/// Whether `hub` compacts (so an offset before its first kept event is not out of range).
+fn compacts(hub: &str, ctx: &Context) -> bool {
+    ctx.broker
+        .describe_hub(hub)
+        .is_ok_and(|h| h.cleanup.policy.compacts())
 }
 
 /// Waits until one of the wanted partitions has an event at its `next` sequence number (its

@@ -4,7 +4,8 @@
 //! as Event Hubs does).
 //!
 //! What the door adds: a fetched record's **offset** is the event's sequence number (dense from
-//! 0, as Kafka offsets are), its timestamp type is CreateTime, and a produced record's size is
+//! 0, as Kafka offsets are, with gaps where a compacted hub removed events), a keyed event with
+//! an empty body (a tombstone) has a null value, its timestamp type is CreateTime, and a produced record's size is
 //! counted for the 1 MiB limit over its value, key and headers.
 
 use bytes::Bytes;
@@ -43,6 +44,9 @@ pub fn event_from_record(record: Record) -> EventData {
 /// first record of its batch.
 pub fn record_from_event(event: ReceivedEvent, first_sequence: i64) -> Record {
     let fields = kafka_record::record_from_event(event.data, TypedValues::AmqpEncoded);
+    // A key and an empty body is a tombstone (as the log defines it, and as a Kafka producer's
+    // null value is stored): Kafka consumers get it with a null value, as from a compacted topic.
+    let tombstone = fields.key.is_some() && fields.value.is_empty();
     Record {
         transactional: false,
         control: false,
@@ -57,7 +61,7 @@ pub fn record_from_event(event: ReceivedEvent, first_sequence: i64) -> Record {
         sequence: (event.sequence_number - first_sequence - 1) as i32,
         timestamp: fields.create_time_ms.unwrap_or(event.enqueued_time_ms),
         key: fields.key,
-        value: Some(fields.value),
+        value: (!tombstone).then_some(fields.value),
         headers: fields
             .headers
             .into_iter()
@@ -114,6 +118,26 @@ mod tests {
             );
             assert_eq!(back.headers[&StrBytes::from_static_str("n")], None);
         }
+    }
+
+    #[test]
+    fn a_tombstone_round_trips_with_a_null_value_and_an_empty_keyless_body_stays_empty() {
+        let mut tombstone = produced(Some(b"user-1"), 0);
+        tombstone.value = None;
+        let event = event_from_record(tombstone);
+        assert!(event.body.is_empty());
+        let stored = |data| ReceivedEvent {
+            sequence_number: 0,
+            offset: 0,
+            enqueued_time_ms: 0,
+            data,
+        };
+        assert_eq!(record_from_event(stored(event), 0).value, None);
+        let keyless = EventData::new(Bytes::new());
+        assert_eq!(
+            record_from_event(stored(keyless), 0).value.as_deref(),
+            Some(&b""[..])
+        );
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! # Guarantees
 //! - A partition's records are appended as one batch, all or nothing, and acknowledged
 //!   (acks 1 or all; both wait for the hub's durable append, there being one replica) only once
-//!   stored. A storage failure answers KAFKA_STORAGE_ERROR, which clients retry.
+//!   stored. A storage failure answers KAFKA_STORAGE_ERROR, which clients retry. A refused
+//!   append carries the broker's reason as the partition's error message (a keyless record on
+//!   a compacted hub: INVALID_RECORD, as Kafka answers it, saying the key is missing).
 //! - base_offset is the sequence number of the batch's first event: Kafka offsets here are
 //!   sequence numbers.
 //! - A request is started ([`start`]) before it is answered: batches without a producer id are
@@ -29,6 +31,7 @@ use kafka_protocol::messages::{
     InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId,
     TopicName,
 };
+use kafka_protocol::protocol::StrBytes;
 use tributary_amqp::auth;
 use tributary_broker::QueuedAppend;
 use tributary_event::EventData;
@@ -44,10 +47,27 @@ pub(crate) struct StartedProduce {
     topics: Vec<(TopicName, Vec<(i32, Step)>)>,
 }
 
+/// Why a partition's batch was refused: its error code, and the broker's words when it has
+/// them (the partition's `error_message`, which Kafka clients log beside the code).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Refused {
+    code: i16,
+    message: Option<String>,
+}
+
+impl From<i16> for Refused {
+    fn from(code: i16) -> Self {
+        Refused {
+            code,
+            message: None,
+        }
+    }
+}
+
 /// Where one partition's batch stands once its request is started.
 enum Step {
     /// Refused, or nothing left to wait for.
-    Done(Result<(i64, i64), i16>),
+    Done(Result<(i64, i64), Refused>),
     /// Written to the log, waiting for its sync.
     Queued {
         hub: String,
@@ -81,10 +101,11 @@ pub(crate) fn start(request: ProduceRequest, session: &Session, ctx: &Context) -
                 .into_iter()
                 .map(|data| {
                     let step = if transactional {
-                        Step::Done(Err(ResponseError::TransactionalIdAuthorizationFailed.code()))
+                        let code = ResponseError::TransactionalIdAuthorizationFailed.code();
+                        Step::Done(Err(code.into()))
                     } else {
                         start_partition(hub, data.index, data.records, session, ctx)
-                            .unwrap_or_else(|code| Step::Done(Err(code)))
+                            .unwrap_or_else(|refused| Step::Done(Err(refused)))
                     };
                     (data.index, step)
                 })
@@ -128,7 +149,10 @@ impl StartedProduce {
 }
 
 /// One partition's answer: its base offset and log start, or its error.
-fn partition_response(index: i32, outcome: Result<(i64, i64), i16>) -> PartitionProduceResponse {
+fn partition_response(
+    index: i32,
+    outcome: Result<(i64, i64), Refused>,
+) -> PartitionProduceResponse {
     let response = PartitionProduceResponse::default()
         .with_index(index)
         .with_log_append_time_ms(-1);
@@ -136,8 +160,9 @@ fn partition_response(index: i32, outcome: Result<(i64, i64), i16>) -> Partition
         Ok((base_offset, log_start)) => response
             .with_base_offset(base_offset)
             .with_log_start_offset(log_start),
-        Err(code) => response
-            .with_error_code(code)
+        Err(refused) => response
+            .with_error_code(refused.code)
+            .with_error_message(refused.message.map(StrBytes::from_string))
             .with_base_offset(-1)
             .with_log_start_offset(-1),
     }
@@ -151,13 +176,13 @@ fn start_partition(
     records: Option<Bytes>,
     session: &Session,
     ctx: &Context,
-) -> Result<Step, i16> {
+) -> Result<Step, Refused> {
     session.authorize(hub, auth::SEND)?;
     let definition = ctx.broker.describe_hub(hub).map_err(|e| error::code(&e))?;
     let unknown = ResponseError::UnknownTopicOrPartition.code();
     let partition = u32::try_from(index).map_err(|_| unknown)?;
     if partition >= definition.partition_count {
-        return Err(unknown);
+        return Err(unknown.into());
     }
     let idempotent = BatchIdentity::of(records.as_ref())?;
     let events = crate::batches::events(records)?;
@@ -184,7 +209,7 @@ fn start_partition(
 
 /// Waits for one partition's batch: its base offset and the partition's first retained
 /// sequence number.
-async fn finish(step: Step, ctx: &Context) -> Result<(i64, i64), i16> {
+async fn finish(step: Step, ctx: &Context) -> Result<(i64, i64), Refused> {
     let (hub, partition, base_offset) = match step {
         Step::Done(outcome) => return outcome,
         Step::Queued {
@@ -220,10 +245,13 @@ async fn finish(step: Step, ctx: &Context) -> Result<(i64, i64), i16> {
     Ok((base_offset, properties.begin_sequence_number))
 }
 
-/// The code of a refused append, logged at debug level.
-fn refused(hub: &str, partition: u32, e: &tributary_broker::BrokerError) -> i16 {
+/// A refused append, with the broker's words, logged at debug level.
+fn refused(hub: &str, partition: u32, e: &tributary_broker::BrokerError) -> Refused {
     tracing::debug!(hub, partition, error = %e, "a Kafka produce was refused");
-    error::code(e)
+    Refused {
+        code: error::code(e),
+        message: Some(e.to_string()),
+    }
 }
 
 /// The InitProducerId answer: a producer id never handed out before, epoch 0 (transactional

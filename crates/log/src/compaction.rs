@@ -92,6 +92,10 @@ pub struct CompactionState {
     /// Bytes of segments holding events compaction has not yet seen (the active segment's
     /// always among them).
     pub dirty_bytes: u64,
+    /// Bytes of sealed segments holding events compaction has not yet seen: what the next run
+    /// may rewrite once their newest event is older than the minimum compaction lag (0: a run
+    /// now would only re-read what is compacted, or expire tombstones).
+    pub sealed_dirty_bytes: u64,
     /// Bytes of all segments.
     pub total_bytes: u64,
     /// `dirty_bytes / total_bytes` (0 for an empty partition).
@@ -134,12 +138,16 @@ impl CompactionBook {
     pub(crate) fn state(&self, segments: &[Arc<Segment>]) -> CompactionState {
         let mut total_bytes = 0;
         let mut dirty_bytes = 0;
+        let mut sealed_dirty_bytes = 0;
         for (i, segment) in segments.iter().enumerate() {
             let bytes = segment.contents.read().expect("segment lock").end_position;
             total_bytes += bytes;
             let end = segments.get(i + 1).map(|next| next.header.base_sequence);
             if end.is_none_or(|end| end > self.compacted_through) {
                 dirty_bytes += bytes;
+                if end.is_some() {
+                    sealed_dirty_bytes += bytes;
+                }
             }
         }
         #[allow(clippy::cast_precision_loss)]
@@ -150,6 +158,7 @@ impl CompactionBook {
         };
         CompactionState {
             dirty_bytes,
+            sealed_dirty_bytes,
             total_bytes,
             dirty_ratio,
             compacted_through_sequence: self.compacted_through,

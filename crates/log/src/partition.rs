@@ -903,6 +903,27 @@ impl PartitionLog {
         Ok(outcome)
     }
 
+    /// Seals the active segment if it holds events, everything in it is visible to readers,
+    /// and it was started at least `age_ms` ago; returns whether it did. Compaction rewrites
+    /// sealed segments only, so a compacted partition that is written slowly is sealed by age
+    /// (as Kafka rolls a segment after `segment.ms`) for compaction to reach its newest events.
+    pub fn seal_if_older(&self, age_ms: i64) -> Result<bool, LogError> {
+        assert!(age_ms >= 0, "a segment age is not negative");
+        let mut writer = self.shared.writer.lock().expect("writer lock");
+        let active = writer.active.contents();
+        let holds_events = active.next_sequence > writer.active.header.base_sequence;
+        let started_ms = writer.active.header.created_ms;
+        let old = self.shared.clock.now_ms().saturating_sub(started_ms) >= age_ms;
+        // Only seal what readers already see, so a sealed segment never holds unsynced batches.
+        let visible = self.committed().next_sequence == active.next_sequence;
+        if !(holds_events && old && visible) {
+            return Ok(false);
+        }
+        self.roll(&mut writer)?;
+        assert!(writer.active.header.base_sequence == writer.next_sequence);
+        Ok(true)
+    }
+
     /// Syncs the active segment (whatever the durability mode), e.g. before a clean shutdown.
     /// A failure poisons the partition, as a failed sync of an append does.
     pub fn flush(&self) -> Result<(), LogError> {

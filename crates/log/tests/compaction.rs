@@ -375,3 +375,33 @@ fn small_compacted_segments_are_merged_and_keep_their_positions() {
     assert_eq!(read_all(&reopened, 0), compacted);
     assert_positions_resolve(&reopened, &before, &compacted);
 }
+
+/// An active segment holding events is sealed once it is old enough, never before, never
+/// empty; compaction then reaches its events, which keep their positions.
+#[test]
+fn an_old_active_segment_is_sealed_for_compaction() {
+    let f = Fixture::new(compacting(CleanupPolicy::Compact));
+    let log = f.open();
+    assert!(
+        !log.seal_if_older(0).unwrap(),
+        "nothing to seal in an empty segment"
+    );
+    for body in ["v1", "v2", "v3"] {
+        log.append(&[keyed("a", body)]).unwrap();
+    }
+    assert!(!log.seal_if_older(HOUR_MS).unwrap(), "started just now");
+    assert_eq!(log.compact(f.clock.now_ms()).unwrap().events_removed, 0);
+    f.clock.advance_ms(HOUR_MS);
+    assert!(log.seal_if_older(HOUR_MS).unwrap());
+    assert!(
+        !log.seal_if_older(0).unwrap(),
+        "the new active segment is empty"
+    );
+    assert_eq!(log.compact(f.clock.now_ms()).unwrap().events_removed, 2);
+    let kept = read_all(&log, 0);
+    assert_eq!(kept.len(), 1);
+    assert_eq!((kept[0].0, kept[0].3.as_str()), (2, "v3"));
+    assert_eq!(log.properties().last_enqueued_sequence_number, 2);
+    log.append(&[keyed("a", "v4")]).unwrap();
+    assert_eq!(read_all(&log, 0).last().unwrap().0, 3);
+}

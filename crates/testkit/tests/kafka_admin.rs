@@ -135,7 +135,7 @@ async fn creates_a_hub_cannot_honour_or_that_exist_are_refused_and_validate_only
     let root = hub.conn(&hub.root);
     let topics = json!([
         {"name": "orders", "partitions": 2},
-        {"name": "compacted", "partitions": 1, "config": {"cleanup.policy": "compact"}},
+        {"name": "shredded", "partitions": 1, "config": {"cleanup.policy": "shred"}},
         {"name": "replicated", "partitions": 1, "replication": 3},
         {"name": "empty", "partitions": 0},
     ]);
@@ -149,12 +149,12 @@ async fn creates_a_hub_cannot_honour_or_that_exist_are_refused_and_validate_only
         results["orders"]["error"], "TOPIC_ALREADY_EXISTS",
         "{refused}"
     );
-    assert_eq!(results["compacted"]["error"], "INVALID_CONFIG", "{refused}");
+    assert_eq!(results["shredded"]["error"], "INVALID_CONFIG", "{refused}");
     assert!(
-        results["compacted"]["message"]
+        results["shredded"]["message"]
             .as_str()
             .unwrap()
-            .contains("cleanup.policy=compact"),
+            .contains("cleanup.policy=shred"),
         "{refused}"
     );
     assert_eq!(
@@ -162,7 +162,7 @@ async fn creates_a_hub_cannot_honour_or_that_exist_are_refused_and_validate_only
         "{refused}"
     );
     assert_eq!(results["empty"]["error"], "INVALID_PARTITIONS", "{refused}");
-    for name in ["compacted", "replicated", "empty"] {
+    for name in ["shredded", "replicated", "empty"] {
         assert!(hub.broker.describe_hub(name).is_err(), "{name} was created");
     }
     assert_eq!(

@@ -30,7 +30,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tributary_amqp::AccessPolicies;
-use tributary_broker::{Broker, BrokerConfig, DOOR_STAMP_PROPERTY, HubSpec};
+use tributary_broker::{
+    Broker, BrokerConfig, CleanupPolicy, DOOR_STAMP_PROPERTY, HubCleanup, HubSpec,
+};
 use tributary_kafka::mapping::TIMESTAMP_PROPERTY;
 use tributary_kafka::{KafkaConfig, RunningKafkaServer};
 use tributary_log::faults::{FaultConfig, FaultyStorage};
@@ -429,6 +431,40 @@ async fn open_broker(dir: &std::path::Path) -> Broker {
         broker.create_hub(HubSpec::new("orders", 1)).await.unwrap();
     }
     broker
+}
+
+/// A keyless record on a compacted hub: INVALID_RECORD, with the broker's words in the
+/// partition's error message (which librdkafka does not show), and nothing stored.
+#[tokio::test]
+async fn a_keyless_record_on_a_compacted_hub_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open_broker(dir.path()).await;
+    let cleanup = HubCleanup {
+        policy: CleanupPolicy::Compact,
+        ..HubCleanup::default()
+    };
+    let spec = HubSpec {
+        cleanup,
+        ..HubSpec::new("table", 1)
+    };
+    broker.create_hub(spec).await.unwrap();
+    let door = open_door(&broker).await;
+    let mut connection = Connection::open(&door).await;
+    let keyless = Batch::new(-1, -1, -1, 1).encode();
+    let id = connection.send_produce("table", 0, keyless).await;
+    let mut body = connection
+        .receive(ApiKey::Produce, PRODUCE_VERSION, id)
+        .await;
+    let response = ProduceResponse::decode(&mut body, PRODUCE_VERSION).unwrap();
+    let partition = &response.responses[0].partition_responses[0];
+    assert_eq!(partition.error_code, 87, "INVALID_RECORD: {partition:?}");
+    let message = partition.error_message.as_deref().unwrap_or_default();
+    assert!(
+        message.contains("no partition key") && message.contains("\"table\""),
+        "{message}"
+    );
+    assert!(broker.partition_properties("table", "0").unwrap().is_empty);
+    door.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -38,7 +38,7 @@ use crate::auth::SEND;
 use crate::conditions::{self, Refusal};
 use crate::limits::{SEND_LINK_CREDIT, SEND_PIPELINE_MAX};
 use tributary_eventhubs::address::Node;
-use tributary_eventhubs::ingest::events_of;
+use tributary_eventhubs::ingest::{events_of, has_structured_body};
 
 /// Where a send link's messages go.
 #[derive(Debug, Clone)]
@@ -340,6 +340,22 @@ async fn settle_done(
     }
 }
 
+/// Refuses an `amqp-value` or `amqp-sequence` body on a compacted hub: the event's body would
+/// be empty, and with its key it would read as a tombstone and remove the key's events.
+fn refuse_structured_body_if_compacted(broker: &Broker, hub: &str) -> Result<(), Refusal> {
+    match broker.describe_hub(hub) {
+        Ok(definition) if definition.cleanup.policy.compacts() => Err(Refusal::new(
+            conditions::ARGUMENT_ERROR,
+            format!(
+                "event hub {:?} is compacted: an event's body must be data sections (an amqp-value or amqp-sequence body would be stored as an empty body, which with a key is a tombstone)",
+                definition.name
+            ),
+        )),
+        // A hub that does not compact, or that the send will find missing and say so.
+        _ => Ok(()),
+    }
+}
+
 /// Appends one delivery's events; returns once they are durable.
 async fn append(
     broker: &Broker,
@@ -350,6 +366,9 @@ async fn append(
     let route_by_key = to.partition.is_none();
     let (key, events) = events_of(&payload, format, route_by_key)?;
     drop(payload);
+    if events.iter().any(has_structured_body) {
+        refuse_structured_body_if_compacted(broker, &to.hub)?;
+    }
     let target = match (&to.partition, key) {
         (Some(partition), _) => SendTarget::Partition(partition.clone()),
         (None, Some(key)) => SendTarget::PartitionKey(key),

@@ -24,8 +24,8 @@
 use bytes::Bytes;
 use fe2o3_amqp_types::messaging::annotations::OwnedKey;
 use fe2o3_amqp_types::messaging::{
-    ApplicationProperties, Body, DeliveryAnnotations, Header, MessageAnnotations, MessageId,
-    Properties,
+    AmqpValue, ApplicationProperties, Body, DeliveryAnnotations, Header, MessageAnnotations,
+    MessageId, Properties,
 };
 use fe2o3_amqp_types::primitives::{OrderedMap, SimpleValue, Symbol, Value};
 use tributary_event::{EventData, PropertyValue, SmolStr};
@@ -274,6 +274,22 @@ fn map_body(body: Body<Value>, event: &mut EventData, kept: &mut Kept) {
     }
 }
 
+/// Whether `event` came from a message whose body is an `amqp-value` (other than null) or
+/// `amqp-sequence`: such a body is kept in its protocol sections and its `body` is empty, so a
+/// compacted hub would take it, with a key, for a tombstone (a key and an empty body).
+pub fn has_structured_body(event: &EventData) -> bool {
+    let Some(sections) = event.protocol_sections.as_ref() else {
+        return false;
+    };
+    if !event.body.is_empty() {
+        return false;
+    }
+    decode_strict(sections).is_ok_and(|message| match message.body {
+        Body::Value(AmqpValue(Value::Null)) | Body::Empty | Body::Data(_) => false,
+        Body::Value(_) | Body::Sequence(_) => true,
+    })
+}
+
 /// Decodes an encoded message (or the kept sections of an event) after checking its shape
 /// strictly with [`scan_message`] (which also takes delivery annotations written last, as
 /// pyamqp writes them, and puts them in their place), and every value in it with
@@ -304,5 +320,29 @@ mod tests {
         ma.0.insert(OwnedKey::from(PARTITION_KEY), Value::Int(1));
         assert!(event_from_message(m.clone(), true).is_err());
         assert!(partition_key(&m).is_err());
+    }
+
+    #[test]
+    fn an_amqp_value_or_sequence_body_is_structured_and_a_null_or_data_body_is_not() {
+        use fe2o3_amqp_types::messaging::{AmqpSequence, Data};
+        let with_body = |body: Body<Value>| {
+            let mut m = crate::message::empty_message();
+            m.body = body;
+            event_from_message(m, true).unwrap()
+        };
+        let text = with_body(Body::Value(AmqpValue(Value::String("x".into()))));
+        assert!(text.body.is_empty());
+        assert!(has_structured_body(&text));
+        let sequence = with_body(Body::Sequence(
+            vec![AmqpSequence(vec![Value::Int(1)])].into(),
+        ));
+        assert!(has_structured_body(&sequence));
+        for plain in [
+            Body::Value(AmqpValue(Value::Null)),
+            Body::Empty,
+            Body::Data(vec![Data(Vec::new().into())].into()),
+        ] {
+            assert!(!has_structured_body(&with_body(plain)));
+        }
     }
 }

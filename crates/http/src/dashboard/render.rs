@@ -184,6 +184,50 @@ fn lag_time(lag_events: i64, since: Option<i64>, now_ms: i64) -> String {
     }
 }
 
+/// The hub's retention and cleanup policy, for its meta line.
+fn cleanup_text(h: &HubRow, retention: String) -> String {
+    let c = &h.cleanup;
+    match (c.policy.compacts(), c.policy.deletes()) {
+        (false, _) => retention,
+        (true, deletes) => format!(
+            "{}compacted by key (min. lag {}, tombstones kept {})",
+            if deletes {
+                format!("{retention} and ")
+            } else {
+                String::new()
+            },
+            duration(c.min_compaction_lag_ms),
+            duration(c.tombstone_retention_ms),
+        ),
+    }
+}
+
+/// A compacted hub's compaction table: per partition, the dirty ratio and the last run.
+fn compaction_table(out: &mut String, h: &HubRow) {
+    if h.compaction.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<table class=\"compaction\"><thead><tr><th>Partition</th><th>Dirty ratio</th>\
+         <th>Last compaction (UTC)</th><th>Bytes before</th><th>Bytes after</th><th>Events removed</th></tr></thead><tbody>",
+    );
+    for (p, state) in h.compaction.iter().enumerate() {
+        let last = state
+            .last_run_ms
+            .map_or_else(|| "not yet".to_owned(), crate::oci::format_time);
+        let outcome = state.last_outcome.unwrap_or_default();
+        let _ = write!(
+            out,
+            "<tr><td>{p}</td><td>{:.0}%</td><td>{last}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            state.dirty_ratio * 100.0,
+            bytes(outcome.bytes_before),
+            bytes(outcome.bytes_after),
+            outcome.events_removed,
+        );
+    }
+    out.push_str("</tbody></table>");
+}
+
 /// The inside of one hub's section, as of `now_ms`.
 pub(crate) fn hub(h: &HubRow, now_ms: i64) -> String {
     let (events_in, events_out) = h
@@ -193,6 +237,7 @@ pub(crate) fn hub(h: &HubRow, now_ms: i64) -> String {
     let retention = h
         .retention_ms
         .map_or_else(|| "forever".to_owned(), duration);
+    let retention = cleanup_text(h, retention);
     let mut out = String::with_capacity(256 + h.partitions.len() * 160);
     let _ = write!(
         out,
@@ -213,6 +258,7 @@ pub(crate) fn hub(h: &HubRow, now_ms: i64) -> String {
         partition_row(&mut out, p);
     }
     out.push_str("</tbody></table>");
+    compaction_table(&mut out, h);
     for g in &h.groups {
         group_table(&mut out, g, now_ms);
     }

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use tributary_broker::{Broker, PartitionActivity, SyncTimes};
+use tributary_broker::{Broker, CompactionState, HubCleanup, PartitionActivity, SyncTimes};
 use tributary_groups::{GroupCoordinator, GroupSummary};
 
 /// One partition's row.
@@ -65,6 +65,9 @@ pub(crate) struct GroupTable {
 pub(crate) struct HubRow {
     pub name: String,
     pub retention_ms: Option<i64>,
+    pub cleanup: HubCleanup,
+    /// Compaction's progress per partition, for a hub that compacts (else empty).
+    pub compaction: Vec<CompactionState>,
     pub consumer_groups: Vec<String>,
     pub partitions: Vec<PartitionRow>,
     pub groups: Vec<GroupTable>,
@@ -200,6 +203,14 @@ impl Sampler {
             hubs.push(HubRow {
                 name: definition.name.clone(),
                 retention_ms: definition.retention_age_ms,
+                cleanup: definition.cleanup,
+                compaction: if definition.cleanup.policy.compacts() {
+                    broker
+                        .compaction_states(&definition.name)
+                        .unwrap_or_default()
+                } else {
+                    Vec::new()
+                },
                 consumer_groups: definition
                     .consumer_groups
                     .iter()

@@ -2,7 +2,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, HeaderValue, Method};
-use tributary_broker::{Broker, BrokerConfig, Durability, HubSpec, SendTarget};
+use tributary_broker::{
+    Broker, BrokerConfig, CleanupPolicy, Durability, HubCleanup, HubSpec, SendTarget,
+};
 use tributary_event::EventData;
 use tributary_groups::{GroupCoordinator, JoinRequest, StartPosition};
 
@@ -116,6 +118,54 @@ async fn a_sample_has_rates_lag_in_events_and_time_and_renders_it() {
     tokio::time::sleep(Duration::from_millis(20)).await;
     let third = sampler.sample(&state.broker, &state.coordinator);
     assert_eq!(third.hubs[0].groups, hub.groups);
+}
+
+#[tokio::test]
+async fn a_compacted_hub_shows_its_policy_and_each_partitions_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = state(dir.path(), AuthConfig::DevelopmentUnauthenticated).await;
+    let cleanup = HubCleanup {
+        policy: CleanupPolicy::Compact,
+        min_compaction_lag_ms: 90_000,
+        ..HubCleanup::default()
+    };
+    let spec = HubSpec {
+        cleanup,
+        ..HubSpec::new("prices", 1)
+    };
+    state.broker.create_hub(spec).await.unwrap();
+    for body in ["1", "2"] {
+        let target = SendTarget::PartitionKey("AAPL".into());
+        let events = vec![EventData::new(body.as_bytes().to_vec())];
+        state.broker.send("prices", target, events).await.unwrap();
+    }
+    let mut sampler = Sampler::default();
+    let before = sampler.sample(&state.broker, &state.coordinator);
+    let html = super::render::hub(&before.hubs[0], before.time_ms);
+    assert!(
+        html.contains("compacted by key (min. lag 1.5 min, tombstones kept 24.0 h)"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<td>0</td><td>100%</td><td>not yet</td>"),
+        "{html}"
+    );
+    state.broker.compact_hub("prices").await.unwrap();
+    let after = sampler.sample(&state.broker, &state.coordinator);
+    assert_eq!(after.hubs[0].compaction.len(), 1);
+    let run = after.hubs[0].compaction[0];
+    assert!(run.last_run_ms.is_some(), "{run:?}");
+    let html = super::render::hub(&after.hubs[0], after.time_ms);
+    assert!(!html.contains("not yet"), "{html}");
+    // A hub that deletes has no compaction table.
+    state
+        .broker
+        .create_hub(HubSpec::new("plain", 1))
+        .await
+        .unwrap();
+    let plain = sampler.sample(&state.broker, &state.coordinator);
+    let hub = plain.hubs.iter().find(|h| h.name == "plain").unwrap();
+    assert!(!super::render::hub(hub, plain.time_ms).contains("class=\"compaction\""));
 }
 
 #[tokio::test]

@@ -17,8 +17,8 @@ use kafka_protocol::messages::describe_configs_response::{
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 use tributary_amqp::auth;
-use tributary_broker::HubSpec;
 use tributary_broker::config::RETENTION_AGE_MS_DEFAULT;
+use tributary_broker::{HubCleanup, HubDefinition, HubSpec};
 
 use super::{Refusal, text};
 use crate::connection::{Context, Session};
@@ -61,6 +61,7 @@ struct Entry {
 pub(crate) struct Retention {
     pub(crate) age_ms: Option<i64>,
     pub(crate) bytes_max: Option<u64>,
+    pub(crate) cleanup: HubCleanup,
 }
 
 impl Retention {
@@ -68,6 +69,15 @@ impl Retention {
         Retention {
             age_ms: spec.retention_age_ms,
             bytes_max: spec.retention_bytes_max,
+            cleanup: spec.cleanup,
+        }
+    }
+
+    fn of_hub(hub: &HubDefinition) -> Self {
+        Retention {
+            age_ms: hub.retention_age_ms,
+            bytes_max: hub.retention_bytes_max,
+            cleanup: hub.cleanup,
         }
     }
 }
@@ -85,6 +95,14 @@ fn fixed(name: &'static str, value: &str, config_type: i8, documentation: &'stat
 
 /// A topic's configs: what its hub keeps, then what every hub fixes.
 fn topic_entries(retention: Retention) -> Vec<Entry> {
+    let mut entries = retention_entries(retention);
+    entries.extend(cleanup_entries(retention.cleanup));
+    entries.extend(fixed_entries());
+    entries
+}
+
+/// `retention.ms` and `retention.bytes`.
+fn retention_entries(retention: Retention) -> Vec<Entry> {
     let age = retention.age_ms.unwrap_or(-1);
     let age_source = if retention.age_ms == Some(RETENTION_AGE_MS_DEFAULT) {
         SOURCE_DEFAULT
@@ -118,12 +136,48 @@ fn topic_entries(retention: Retention) -> Vec<Entry> {
                 "The most bytes each partition keeps, oldest segments removed first; -1: no limit.",
             )
         },
-        fixed(
-            "cleanup.policy",
-            "delete",
-            TYPE_LIST,
-            "Events are removed by age and size, never compacted.",
-        ),
+    ]
+}
+
+/// `cleanup.policy`, `min.compaction.lag.ms` and `delete.retention.ms`: the hub's cleanup
+/// policy, minimum compaction lag and tombstone retention.
+fn cleanup_entries(cleanup: HubCleanup) -> Vec<Entry> {
+    let defaults = HubCleanup::default();
+    let source = |set: bool| if set { SOURCE_TOPIC } else { SOURCE_DEFAULT };
+    vec![
+        Entry {
+            source: source(cleanup.policy != defaults.policy),
+            ..fixed(
+                "cleanup.policy",
+                &cleanup.policy.to_string(),
+                TYPE_LIST,
+                "delete: events are removed by age and size; compact: the latest event of each key is kept; or both.",
+            )
+        },
+        Entry {
+            source: source(cleanup.min_compaction_lag_ms != defaults.min_compaction_lag_ms),
+            ..fixed(
+                "min.compaction.lag.ms",
+                &cleanup.min_compaction_lag_ms.to_string(),
+                TYPE_LONG,
+                "An event stays readable this long after a later event of its key supersedes it.",
+            )
+        },
+        Entry {
+            source: source(cleanup.tombstone_retention_ms != defaults.tombstone_retention_ms),
+            ..fixed(
+                "delete.retention.ms",
+                &cleanup.tombstone_retention_ms.to_string(),
+                TYPE_LONG,
+                "How long a tombstone (a key and a null value) is kept on a compacted topic.",
+            )
+        },
+    ]
+}
+
+/// What every hub fixes.
+fn fixed_entries() -> Vec<Entry> {
+    vec![
         fixed(
             "max.message.bytes",
             &RECORD_BYTES_MAX.to_string(),
@@ -238,6 +292,17 @@ pub(crate) fn apply(configs: &[CreatableTopicConfig], spec: &mut HubSpec) -> Res
                 let bytes = limit(value).map_err(invalid)?;
                 spec.retention_bytes_max = bytes.map(|b| b.unsigned_abs());
             }
+            "cleanup.policy" => {
+                spec.cleanup.policy = value
+                    .parse()
+                    .map_err(|_| invalid("expected delete, compact or compact,delete"))?;
+            }
+            "min.compaction.lag.ms" => {
+                spec.cleanup.min_compaction_lag_ms = duration(value).map_err(invalid)?;
+            }
+            "delete.retention.ms" => {
+                spec.cleanup.tombstone_retention_ms = duration(value).map_err(invalid)?;
+            }
             _ => fixed_value(name, value).map_err(invalid)?,
         }
     }
@@ -253,18 +318,23 @@ fn limit(value: &str) -> Result<Option<i64>, &'static str> {
     }
 }
 
+/// A duration in ms: 0 or more.
+fn duration(value: &str) -> Result<i64, &'static str> {
+    match value.parse::<i64>() {
+        Ok(v) if v >= 0 => Ok(v),
+        _ => Err("expected a number of milliseconds, 0 or more"),
+    }
+}
+
 /// Whether `value` is what every hub has for `name`.
 fn fixed_value(name: &str, value: &str) -> Result<(), &'static str> {
-    let entries = topic_entries(Retention {
-        age_ms: None,
-        bytes_max: None,
-    });
+    let entries = fixed_entries();
     let Some(entry) = entries.iter().find(|e| e.name == name) else {
         return Err("an event hub has no such topic config");
     };
     let accepted = match name {
         "compression.type" => matches!(value, "producer" | "uncompressed"),
-        "cleanup.policy" | "message.timestamp.type" => value.eq_ignore_ascii_case(&entry.value),
+        "message.timestamp.type" => value.eq_ignore_ascii_case(&entry.value),
         _ => value == entry.value,
     };
     if accepted {
@@ -334,10 +404,7 @@ fn entries(
                     format!("topic {name:?} does not exist"),
                 )
             })?;
-            topic_entries(Retention {
-                age_ms: hub.retention_age_ms,
-                bytes_max: hub.retention_bytes_max,
-            })
+            topic_entries(Retention::of_hub(&hub))
         }
         RESOURCE_BROKER => {
             super::authorize_cluster(session, auth::LISTEN)?;
@@ -422,10 +489,30 @@ mod tests {
         assert_eq!(spec.retention_age_ms, None);
         apply(&[config("retention.bytes", Some("1024"))], &mut spec).unwrap();
         assert_eq!(spec.retention_bytes_max, Some(1024));
+        let compacted = [
+            config("cleanup.policy", Some("compact,delete")),
+            config("min.compaction.lag.ms", Some("1500")),
+            config("delete.retention.ms", Some("0")),
+        ];
+        apply(&compacted, &mut spec).unwrap();
+        let cleanup = HubCleanup {
+            policy: tributary_broker::CleanupPolicy::DeleteOrCompact,
+            min_compaction_lag_ms: 1500,
+            tombstone_retention_ms: 0,
+        };
+        assert_eq!(spec.cleanup, cleanup);
+        let entries = topic_entries(Retention::of(&spec));
+        let entry = |name: &str| entries.iter().find(|e| e.name == name).unwrap().clone();
+        assert_eq!(entry("cleanup.policy").value, "delete,compact");
+        assert_eq!(entry("cleanup.policy").source, SOURCE_TOPIC);
+        assert_eq!(entry("min.compaction.lag.ms").value, "1500");
+        assert_eq!(entry("delete.retention.ms").value, "0");
 
         let invalid = ResponseError::InvalidConfig.code();
         for (name, value) in [
-            ("cleanup.policy", "compact"),
+            ("cleanup.policy", "shred"),
+            ("min.compaction.lag.ms", "-1"),
+            ("delete.retention.ms", "a day"),
             ("retention.ms", "0"),
             ("retention.ms", "soon"),
             ("retention.bytes", "-2"),
@@ -446,12 +533,19 @@ mod tests {
         let default = topic_entries(Retention {
             age_ms: Some(RETENTION_AGE_MS_DEFAULT),
             bytes_max: None,
+            cleanup: HubCleanup::default(),
         });
         assert_eq!(default[0].source, SOURCE_DEFAULT);
         assert_eq!(default[1].value, "-1");
+        assert!(
+            default
+                .iter()
+                .all(|e| e.source == SOURCE_DEFAULT || e.name == "retention.bytes")
+        );
         let set = topic_entries(Retention {
             age_ms: None,
             bytes_max: Some(10),
+            cleanup: HubCleanup::default(),
         });
         assert_eq!((set[0].value.as_str(), set[0].source), ("-1", SOURCE_TOPIC));
         assert_eq!((set[1].value.as_str(), set[1].source), ("10", SOURCE_TOPIC));

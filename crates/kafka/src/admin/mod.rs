@@ -13,9 +13,11 @@
 //!
 //! # What a hub can honour
 //! The topic configs a hub keeps are `retention.ms` (the hub's retention age; −1 keeps events
-//! forever) and `retention.bytes` (each partition's byte limit; −1 none). The others a client
-//! may set are fixed by the hub and accepted only at their value: `cleanup.policy=delete`,
-//! `max.message.bytes=1048576` (Event Hubs' 1 MiB), `message.timestamp.type=CreateTime`,
+//! forever), `retention.bytes` (each partition's byte limit; −1 none), `cleanup.policy`
+//! (`delete`, `compact` or `compact,delete`: a compacted hub keeps the latest event of each
+//! key), `min.compaction.lag.ms` and `delete.retention.ms` (the hub's minimum compaction lag
+//! and tombstone retention). The others a client may set are fixed by the hub and accepted
+//! only at their value: `max.message.bytes=1048576` (Event Hubs' 1 MiB), `message.timestamp.type=CreateTime`,
 //! `min.insync.replicas=1`, `compression.type` `producer` or `uncompressed` (fetches answer
 //! uncompressed batches). Any other value, or a config this door does not know, is
 //! INVALID_CONFIG with a message naming it. This node is the only replica: a replication

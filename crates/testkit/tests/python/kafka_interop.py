@@ -36,8 +36,8 @@ def config(args, **more):
 
 
 def cmd_produce(args):
-    """Produces `records` ({value, key?, headers?: {name: hex}, partition?, timestamp?}) with
-    `acks`; returns each delivery report in order."""
+    """Produces `records` ({value (null: a tombstone), key?, headers?: {name: hex},
+    partition?, timestamp?}) with `acks`; returns each delivery report in order."""
     conf = config(args)
     conf["acks"] = str(args["acks"])
     producer = Producer(conf)
@@ -51,7 +51,8 @@ def cmd_produce(args):
         })
 
     for record in args["records"]:
-        kwargs = {"value": record["value"].encode(), "on_delivery": delivered}
+        value = record["value"].encode() if record["value"] is not None else None
+        kwargs = {"value": value, "on_delivery": delivered}
         if "key" in record:
             kwargs["key"] = record["key"].encode()
         if "headers" in record:
@@ -79,12 +80,14 @@ def describe(msg):
 
 
 def cmd_consume(args):
-    """Assigns `partitions` of `topic` from the earliest offset (no group) and reads until
-    `count` records or the timeout; also reports each partition's watermarks."""
+    """Assigns `partitions` of `topic` from offset `offset` (default -2, the earliest; no
+    group) and reads until `count` records or the timeout; also reports each partition's
+    watermarks."""
     conf = config(args)
     conf.update({"group.id": "unused", "enable.auto.commit": False, "fetch.wait.max.ms": 100})
     consumer = Consumer(conf)
-    partitions = [TopicPartition(args["topic"], p, -2) for p in args["partitions"]]
+    start = args.get("offset", -2)
+    partitions = [TopicPartition(args["topic"], p, start) for p in args["partitions"]]
     consumer.assign(partitions)
     records, errors = [], []
     deadline_polls = args.get("timeout", TIMEOUT_S) * 10
