@@ -9,10 +9,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use tributary_event::format::check_format_version;
 use tributary_event::names::name_key;
 
 use crate::BrokerError;
 
+/// The catalog's format (see [`tributary_event::format`]): 1 since the catalog was written.
 const CATALOG_VERSION: u32 = 1;
 
 /// A consumer group as the catalog records it.
@@ -56,6 +58,29 @@ impl HubDefinition {
     }
 }
 
+/// The `version` field of a JSON file's top-level object, read before the rest: a file written
+/// by a newer format may not parse as this build's. `None` when it has none, or is no such
+/// object (the full parse then says what is wrong).
+pub fn json_format_version(bytes: &[u8]) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct Versioned {
+        version: Option<u64>,
+    }
+    serde_json::from_slice::<Versioned>(bytes).ok()?.version
+}
+
+/// Refuses a JSON file of the broker's whose `version` is newer than `newest` (see
+/// [`tributary_event::format`]).
+pub(crate) fn check_json_format(
+    what: std::fmt::Arguments<'_>,
+    bytes: &[u8],
+    newest: u32,
+) -> Result<(), BrokerError> {
+    let found = json_format_version(bytes).unwrap_or(0);
+    check_format_version(what, found, newest.into())
+        .map_err(|too_new| BrokerError::Storage(too_new.to_string()))
+}
+
 /// A new hub identity (see [`HubDefinition::id`]).
 pub(crate) fn new_hub_id() -> String {
     uuid::Uuid::new_v4().to_string()
@@ -80,6 +105,8 @@ impl Catalog {
         let path = data_dir.join("catalog.json");
         let hubs = match std::fs::read(&path) {
             Ok(bytes) => {
+                let what = format_args!("catalog {}", path.display());
+                check_json_format(what, &bytes, CATALOG_VERSION)?;
                 let file: CatalogFile = serde_json::from_slice(&bytes).map_err(|e| {
                     BrokerError::Storage(format!("{}: damaged catalog: {e}", path.display()))
                 })?;

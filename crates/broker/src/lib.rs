@@ -47,7 +47,7 @@ mod source;
 
 pub use activity::{OpenReceiverInfo, PartitionActivity};
 pub use broker::{Broker, HubSpec, QueuedAppend, ReceiverSpec, SendReceipt};
-pub use catalog::{ConsumerGroupDefinition, HubDefinition};
+pub use catalog::{ConsumerGroupDefinition, HubDefinition, json_format_version};
 pub use config::BrokerConfig;
 pub use door_stamp::{DOOR_STAMP_PROPERTY, DoorStamps};
 pub use error::{BrokerError, DisconnectReason, ReceiveError};

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use tributary_event::format::check_format_version;
 use tributary_event::{Clock, SystemClock};
 
 use super::{
@@ -34,9 +35,11 @@ use super::{
 };
 use crate::limits::SQLITE_BUSY_TIMEOUT;
 
-/// The schema this code writes; a file with a higher `user_version` came from newer code.
-/// Version 2 added the host records; older code refuses such a file rather than renewing every
-/// partition beside hosts that do not.
+/// The schema this code writes (the file's format, its `user_version`; see
+/// [`tributary_event::format`]); a file with a higher one came from newer code and is refused.
+/// Version 2 added the host records (opening a version 1 file adds their table, in the same
+/// transaction that sets the version); older code refuses such a file rather than renewing
+/// every partition beside hosts that do not.
 const SCHEMA_VERSION: i64 = 2;
 
 const CREATE_SCHEMA: &str = "
@@ -215,15 +218,13 @@ fn create_schema(connection: &mut Connection) -> Result<(), StoreError> {
     let found_version: i64 = transaction
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .map_err(&sql)?;
-    if found_version > SCHEMA_VERSION {
-        return Err(StoreError::Backend {
+    let newest = SCHEMA_VERSION.unsigned_abs();
+    check_format_version("the file", found_version.unsigned_abs(), newest).map_err(|too_new| {
+        StoreError::Backend {
             operation: "creating the schema",
-            description: format!(
-                "the file has schema version {found_version}, newer than this program's \
-                 {SCHEMA_VERSION}; upgrade the program or use another file"
-            ),
-        });
-    }
+            description: too_new.to_string(),
+        }
+    })?;
     transaction.execute_batch(CREATE_SCHEMA).map_err(&sql)?;
     transaction
         .pragma_update(None, "user_version", SCHEMA_VERSION)
@@ -768,7 +769,9 @@ mod tests {
         }
         let error = SqliteCheckpointStore::open(&path).await.unwrap_err();
         assert!(
-            error.to_string().contains("newer than this program"),
+            error
+                .to_string()
+                .contains("the file was written by format 3; this binary reads up to format 2"),
             "{error}"
         );
     }
