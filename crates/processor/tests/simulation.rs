@@ -78,6 +78,9 @@ struct Journal {
     active: BTreeMap<(u32, String), Option<Instant>>,
     /// The newest sequence number a successful checkpoint covers, per partition.
     checkpointed: BTreeMap<u32, i64>,
+    /// How often a host began processing a partition while another was still processing it (a
+    /// receiver taken over in the middle of a batch; see check 1).
+    takeovers: u32,
     violations: Vec<String>,
 }
 
@@ -96,11 +99,14 @@ impl Processing {
     fn enter(world: &World, partition: u32, host: &str) -> Processing {
         let now = Instant::now();
         let mut journal = world.lock().unwrap();
+        let mut takeovers = 0;
         for ((p, other), superseded_at) in &mut journal.active {
-            if *p == partition && other != host {
-                superseded_at.get_or_insert(now);
+            if *p == partition && other != host && superseded_at.is_none() {
+                *superseded_at = Some(now);
+                takeovers += 1;
             }
         }
+        journal.takeovers += takeovers;
         journal.active.insert((partition, host.to_owned()), None);
         Processing {
             world: world.clone(),
@@ -326,15 +332,64 @@ struct Sim {
     produced: BTreeMap<u32, i64>,
     partitions: u32,
     host_records: bool,
+    _dir: tempfile::TempDir,
+}
+
+/// How a host's processors behave.
+#[derive(Debug, Clone, Copy)]
+struct Habits {
+    checkpoint_every: u32,
+    /// The longest an event takes to process.
+    work_ms_max: u64,
+    batch_events_max: u32,
 }
 
 impl Sim {
+    async fn new(rng: Rng, partitions: u32, host_records: bool) -> Sim {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = BrokerConfig::new(dir.path());
+        config.log.durability = Durability::None;
+        config.retention_check_interval = Duration::from_secs(365 * 24 * 3600);
+        let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+        let broker = Broker::open_with_clock(config, clock.clone())
+            .await
+            .unwrap();
+        broker
+            .create_hub(HubSpec::new(HUB, partitions))
+            .await
+            .unwrap();
+        Sim {
+            rng,
+            broker,
+            store: Arc::new(InMemoryCheckpointStore::with_clock(clock)),
+            world: World::default(),
+            hosts: Vec::new(),
+            next_host: 0,
+            produced: BTreeMap::new(),
+            partitions,
+            host_records,
+            _dir: dir,
+        }
+    }
+
     fn start_host(&mut self) {
+        let seed = self.rng.next();
+        let habits = Habits {
+            checkpoint_every: 1 + self.rng.below(4) as u32,
+            work_ms_max: if self.rng.below(3) == 0 { 400 } else { 30 },
+            batch_events_max: 1 + self.rng.below(20) as u32,
+        };
+        self.start_host_with(seed, habits);
+    }
+
+    fn start_host_with(&mut self, seed: u64, habits: Habits) {
         let host = format!("host-{}", self.next_host);
         self.next_host += 1;
-        let seed = self.rng.next();
-        let checkpoint_every = 1 + self.rng.below(4) as u32;
-        let work_ms_max = if self.rng.below(3) == 0 { 400 } else { 30 };
+        let Habits {
+            checkpoint_every,
+            work_ms_max,
+            batch_events_max,
+        } = habits;
         let world = self.world.clone();
         let name = host.clone();
         let factory = move |context: &PartitionContext| SimProcessor {
@@ -349,7 +404,7 @@ impl Sim {
         };
         let options = ProcessorOptions {
             host_name: host,
-            batch_events_max: 1 + self.rng.below(20) as u32,
+            batch_events_max,
             prefetch_count: 100,
             receive_timeout: Duration::from_secs(1),
             load_balancing_interval: INTERVAL,
@@ -375,6 +430,10 @@ impl Sim {
     async fn produce(&mut self) {
         let partition = self.rng.below(u64::from(self.partitions)) as u32;
         let count = 1 + self.rng.below(10) as usize;
+        self.produce_to(partition, count).await;
+    }
+
+    async fn produce_to(&mut self, partition: u32, count: usize) {
         let events = (0..count)
             .map(|i| EventData::new(format!("e{i}")))
             .collect();
@@ -407,6 +466,13 @@ impl Sim {
                 let outage = self.rng.between_ms(1_000, 12_000);
                 *store.down_until.lock().unwrap() = Some(tokio::time::Instant::now() + outage);
             }
+            83..=87 if alive < 5 => {
+                // Two hosts joining moments apart: the second may steal what the first has
+                // just stolen (the case of the last test below).
+                self.start_host();
+                sleep(self.rng.between_ms(200, 1_500)).await;
+                self.start_host();
+            }
             _ => {}
         }
     }
@@ -419,32 +485,11 @@ impl Sim {
     }
 }
 
-async fn run(seed: u64) -> Result<(), String> {
+/// Runs one seed; returns how many takeovers it saw (see [`Journal::takeovers`]).
+async fn run(seed: u64) -> Result<u32, String> {
     let mut rng = Rng(seed);
     let partitions = 2 + rng.below(11) as u32;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = BrokerConfig::new(dir.path());
-    config.log.durability = Durability::None;
-    config.retention_check_interval = Duration::from_secs(365 * 24 * 3600);
-    let clock = Arc::new(ManualClock::new(1_700_000_000_000));
-    let broker = Broker::open_with_clock(config, clock.clone())
-        .await
-        .unwrap();
-    broker
-        .create_hub(HubSpec::new(HUB, partitions))
-        .await
-        .unwrap();
-    let mut sim = Sim {
-        rng,
-        broker,
-        store: Arc::new(InMemoryCheckpointStore::with_clock(clock)),
-        world: World::default(),
-        hosts: Vec::new(),
-        next_host: 0,
-        produced: BTreeMap::new(),
-        partitions,
-        host_records: seed.is_multiple_of(2),
-    };
+    let mut sim = Sim::new(rng, partitions, seed.is_multiple_of(2)).await;
     let initial = 1 + sim.rng.below(3);
     for _ in 0..initial {
         sim.start_host();
@@ -457,7 +502,9 @@ async fn run(seed: u64) -> Result<(), String> {
     }
     // Settle: stores back, everything processed, the spread even.
     sleep(Duration::from_secs(120)).await;
-    check(&sim, partitions).await
+    check(&sim, partitions).await?;
+    let takeovers = sim.world.lock().unwrap().takeovers;
+    Ok(takeovers)
 }
 
 async fn check(sim: &Sim, partitions: u32) -> Result<(), String> {
@@ -511,20 +558,84 @@ fn seeds() -> Vec<u64> {
 #[test]
 fn hosts_joining_leaving_and_crashing_keep_every_guarantee() {
     let mut failures = Vec::new();
-    for seed in seeds() {
+    let (mut seeds_with_takeovers, mut takeovers) = (0, 0);
+    let seeds = seeds();
+    for &seed in &seeds {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .start_paused(true)
             .build()
             .unwrap();
-        if let Err(failure) = runtime.block_on(run(seed)) {
-            eprintln!("simulation seed {seed} failed: {failure}");
-            failures.push(seed);
+        match runtime.block_on(run(seed)) {
+            Ok(0) => {}
+            Ok(seen) => {
+                seeds_with_takeovers += 1;
+                takeovers += seen;
+            }
+            Err(failure) => {
+                eprintln!("simulation seed {seed} failed: {failure}");
+                failures.push(seed);
+            }
         }
     }
+    eprintln!(
+        "simulation: {} seeds, {} failed; {seeds_with_takeovers} saw a receiver taken over in a \
+         batch ({takeovers} times)",
+        seeds.len(),
+        failures.len()
+    );
     assert!(
         failures.is_empty(),
         "{} seeds failed: {failures:?}\nreplay one with TRIBUTARY_SIM_SEED=<seed>",
         failures.len()
     );
+}
+
+/// The case `handoff.rs` cannot wait for, played out: a store without host records; host-9,
+/// slow, owns every partition and is cut off from the store in the middle of its batches;
+/// host-0 joins and steals two of them (and waits: host-9 never notices); host-1 joins a second
+/// later and steals one of those from host-0, which notices at once — host-1, just started,
+/// could not have seen the first steal and does not wait for host-9. Its receiver takes the
+/// partition over, which cancels host-9's batch (check 1 of the module docs). Without that,
+/// host-9 goes on processing the partition beside host-1 until its fence.
+#[test]
+fn a_second_thief_that_has_just_started_does_not_process_beside_a_cut_off_owner() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let partitions = 4;
+        let mut sim = Sim::new(Rng(37), partitions, false).await;
+        for partition in 0..partitions {
+            sim.produce_to(partition, 400).await;
+        }
+        let slow = Habits {
+            checkpoint_every: 1,
+            work_ms_max: 400,
+            batch_events_max: 20,
+        };
+        let quick = Habits {
+            work_ms_max: 10,
+            ..slow
+        };
+        // Named last, so that host-0, holding as many partitions as host-9 by then, is the one
+        // host-1's first steal takes from (the most loaded owner, ties by owner id).
+        sim.next_host = 9;
+        sim.start_host_with(1, slow);
+        sim.next_host = 0;
+        sleep(Duration::from_secs(2)).await;
+        *sim.hosts[0].1.down_until.lock().unwrap() = Some(Instant::now() + Duration::from_secs(30));
+        sim.start_host_with(2, quick);
+        sleep(Duration::from_secs(1)).await;
+        sim.start_host_with(3, quick);
+        sleep(Duration::from_secs(60)).await;
+        check_journal(&sim).unwrap();
+        let takeovers = sim.world.lock().unwrap().takeovers;
+        assert!(
+            takeovers > 0,
+            "the case played out: host-1 began beside host-9"
+        );
+    });
 }
