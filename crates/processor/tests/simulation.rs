@@ -1,12 +1,12 @@
 //! Deterministic simulation of event processor hosts over the real in-process broker.
 //!
 //! Each run is one seed: the seed picks the partition count and a timeline of produced events,
-//! hosts joining, hosts leaving gracefully, hosts crashing (abort, like `kill -9`) and hosts
-//! cut off from the checkpoint store for a while, with random processing times (some hosts are
-//! slow: a batch can take seconds) and checkpoint habits. Time is tokio's paused clock, the runtime is
-//! single-threaded and the broker syncs nothing (`Durability::None`), so a run is replayed
-//! exactly by its seed. After the timeline, one or more hosts run on until things settle, and
-//! the run checks:
+//! hosts joining (sometimes two moments apart), hosts leaving gracefully, hosts crashing (abort,
+//! like `kill -9`) and hosts cut off from the checkpoint store for a while, with random
+//! processing times (some hosts are slow: a batch can take seconds) and checkpoint habits. Time
+//! is tokio's paused clock, the runtime is single-threaded and the broker syncs nothing
+//! (`Durability::None`), so a run is replayed exactly by its seed. After the timeline, one or
+//! more hosts run on until things settle, and the run checks:
 //!
 //! 1. no partition was ever processed by two hosts at the same time, beyond the window the
 //!    processor's docs state (`handoff.rs`): a host that starts processing a partition while a
@@ -25,9 +25,12 @@
 //! the SQLite, PostgreSQL and hub-hosted stores); odd seeds without (every owned partition is
 //! renewed, as with the Azure Blob store).
 //!
+//! A last test plays out the case check 1 allows for, on a fixed timeline.
+//!
 //! A failure names its seed. `TRIBUTARY_SIM_SEED=<n>` replays one seed;
 //! `TRIBUTARY_SIM_SEEDS=<count>` runs more or fewer (the default is 64), from
 //! `TRIBUTARY_SIM_FIRST_SEED` (default 1); every failing seed is listed at the end.
+//! `scripts/sim-scan` runs 10,000 seeds in a release build (figures in `BENCHMARKS.md`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
