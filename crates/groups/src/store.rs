@@ -74,12 +74,9 @@ impl Store {
     pub(crate) fn open(data_dir: &Path) -> Result<Store, CoordinatorError> {
         let path = data_dir.join("groups.sqlite");
         let conn = Connection::open(&path).map_err(storage)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(storage)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(storage)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(storage)?;
+        // Before anything changes the file: a newer build's file stays as it is.
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(storage)?;
@@ -89,6 +86,10 @@ impl Store {
             SCHEMA_VERSION.unsigned_abs(),
         )
         .map_err(|too_new| CoordinatorError::Storage(too_new.to_string()))?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(storage)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(storage)?;
         conn.execute_batch(SCHEMA).map_err(storage)?;
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(storage)?;

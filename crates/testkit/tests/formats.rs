@@ -336,11 +336,13 @@ async fn a_store_from_a_future_format_is_refused_naming_both_versions() {
         .to_string();
     assert_refused(&error, 5, 1);
 
-    set_user_version(&data.join("groups.sqlite"), 5);
+    let groups = data.join("groups.sqlite");
+    set_user_version(&groups, 5);
     let broker = Broker::open(fixture::broker_config(&data)).await.unwrap();
     let opened = GroupCoordinator::open(broker.clone(), CoordinatorConfig::default()).await;
     assert_refused(&opened.unwrap_err().to_string(), 5, 1);
     broker.shutdown().await.unwrap();
+    assert_eq!(user_version(&groups), 5, "untouched");
 
     let path = stores.join("checkpoints.sqlite");
     set_user_version(&path, 5);

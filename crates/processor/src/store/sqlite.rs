@@ -165,6 +165,14 @@ fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     connection
         .busy_timeout(SQLITE_BUSY_TIMEOUT)
         .map_err(with_path)?;
+    // Before anything changes the file: a newer build's file stays as it is.
+    refuse_newer(&connection).map_err(|error| match error {
+        StoreError::Backend { description, .. } => StoreError::Backend {
+            operation: opening,
+            description: format!("{}: {description}", path.display()),
+        },
+        other => other,
+    })?;
     let journal_mode = switch_to_wal(&connection).map_err(with_path)?;
     if !journal_mode.eq_ignore_ascii_case("wal") {
         return Err(StoreError::Backend {
@@ -210,21 +218,27 @@ fn switch_to_wal(connection: &Connection) -> Result<String, rusqlite::Error> {
     }
 }
 
-fn create_schema(connection: &mut Connection) -> Result<(), StoreError> {
-    let sql = backend("creating the schema");
-    let transaction = connection
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(&sql)?;
-    let found_version: i64 = transaction
+/// Refuses a file written by a newer schema than [`SCHEMA_VERSION`].
+fn refuse_newer(connection: &Connection) -> Result<(), StoreError> {
+    let found_version: i64 = connection
         .query_row("PRAGMA user_version", [], |row| row.get(0))
-        .map_err(&sql)?;
+        .map_err(backend("creating the schema"))?;
     let newest = SCHEMA_VERSION.unsigned_abs();
     check_format_version("the file", found_version.unsigned_abs(), newest).map_err(|too_new| {
         StoreError::Backend {
             operation: "creating the schema",
             description: too_new.to_string(),
         }
-    })?;
+    })
+}
+
+fn create_schema(connection: &mut Connection) -> Result<(), StoreError> {
+    let sql = backend("creating the schema");
+    let transaction = connection
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(&sql)?;
+    // Again inside the transaction: another process may have created the file meanwhile.
+    refuse_newer(&transaction)?;
     transaction.execute_batch(CREATE_SCHEMA).map_err(&sql)?;
     transaction
         .pragma_update(None, "user_version", SCHEMA_VERSION)
