@@ -7,7 +7,7 @@
 #[path = "formats/fixture.rs"]
 mod fixture;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use fixture::{
     CHECKPOINT, COMPACTED_ROUNDS, GROUP_COMMITTED, LEGACY, NAMESPACE, ORDERS_0, ORDERS_1, OWNER,
@@ -18,40 +18,7 @@ use tributary_event::{EventData, PropertyValue, ReceivedEvent};
 use tributary_groups::{CoordinatorConfig, GroupCoordinator};
 use tributary_processor::{CheckpointStore, SqliteCheckpointStore};
 use tributary_replicate::offset_map::OffsetMap;
-
-/// Every fixture directory, oldest name first.
-fn fixtures() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/formats");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.is_dir())
-        .collect();
-    dirs.sort();
-    assert!(!dirs.is_empty(), "no fixtures in {}", root.display());
-    dirs
-}
-
-/// A copy of `fixture` in a temporary directory: opening upgrades in place, and the fixture
-/// stays as its build wrote it.
-fn copy_of(fixture: &Path) -> tempfile::TempDir {
-    let copy = tempfile::tempdir().unwrap();
-    copy_dir(fixture, copy.path());
-    copy
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
+use tributary_testkit::formats::{copy_of, format_fixtures as fixtures};
 
 fn read_all(broker: &Broker, hub: &str, partition: &str) -> Vec<ReceivedEvent> {
     let mut events: Vec<ReceivedEvent> = Vec::new();
