@@ -323,3 +323,32 @@ async fn a_store_from_a_future_format_is_refused_naming_both_versions() {
     assert_refused(&OffsetMap::open_existing(&path).unwrap_err(), 5, 2);
     assert_eq!(user_version(&path), 5, "untouched");
 }
+
+/// A catalog written before hubs had ids (still format 1: the field is optional) gets them when
+/// opened, saved at once.
+#[tokio::test]
+async fn a_catalog_from_before_hub_ids_gets_them_when_opened() {
+    let copy = copy_of(&fixtures().pop().unwrap());
+    let data = copy.path().join("data");
+    let catalog = data.join("catalog.json");
+    let read = || -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(&catalog).unwrap()).unwrap()
+    };
+    let mut json = read();
+    for hub in json["hubs"].as_array_mut().unwrap() {
+        hub.as_object_mut().unwrap().remove("id").unwrap();
+    }
+    std::fs::write(&catalog, json.to_string()).unwrap();
+    let broker = Broker::open(fixture::broker_config(&data)).await.unwrap();
+    let mut ids: Vec<String> = broker.list_hubs().into_iter().map(|h| h.id).collect();
+    broker.shutdown().await.unwrap();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(ids.iter().all(|id| !id.is_empty()));
+    let saved = read();
+    for hub in saved["hubs"].as_array().unwrap() {
+        let id = hub["id"].as_str().unwrap();
+        assert!(ids.iter().any(|known| known == id), "{id} saved");
+    }
+}
