@@ -23,8 +23,8 @@
 //! PLAIN login's until the connection closes), as in Event Hubs.
 //!
 //! # Persistence
-//! The policies live in `<data_dir>/access-policies.json` (`policies`: the namespace's; `hubs`:
-//! each hub's by name), written atomically (a temporary file, `fsync`, rename, `fsync` of the
+//! The policies live in `<data_dir>/access-policies.json` (`version`: the file's format, 1;
+//! `policies`: the namespace's; `hubs`: each hub's by name), written atomically (a temporary file, `fsync`, rename, `fsync` of the
 //! directory) with mode 0600 because it holds keys. Only the process holding the data directory
 //! (`serve`, or a CLI command when no server runs) changes it. [`AccessPolicies::load_or_create`]
 //! creates the file on first start with a `RootManageSharedAccessKey` policy holding random
@@ -51,6 +51,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
+use tributary_event::format::check_format_version;
 use tributary_eventhubs::sas;
 
 use crate::AmqpError;
@@ -772,11 +773,26 @@ impl AccessPolicies {
     }
 }
 
+/// The policies file's format (see [`tributary_event::format`]): 1 since the file was written
+/// (a file without a `version` is format 1).
+const POLICIES_VERSION: u32 = 1;
+
+/// What the file holds: the saved policy set and its format version.
+#[derive(Serialize)]
+struct PoliciesFile<'a> {
+    version: u32,
+    #[serde(flatten)]
+    set: &'a PolicySet,
+}
+
 fn parse(path: &Path, bytes: &[u8]) -> Result<PolicySet, AmqpError> {
     let invalid = |reason: String| AmqpError::PoliciesInvalid {
         path: path.to_owned(),
         reason,
     };
+    let found = tributary_broker::json_format_version(bytes).unwrap_or(1);
+    check_format_version("the file", found, POLICIES_VERSION.into())
+        .map_err(|too_new| invalid(too_new.to_string()))?;
     let set: PolicySet = serde_json::from_slice(bytes).map_err(|e| invalid(e.to_string()))?;
     set.check().map_err(|e| invalid(e.to_string()))?;
     Ok(set)
@@ -790,7 +806,11 @@ fn write_file(data_dir: &Path, set: &PolicySet) -> Result<(), AmqpError> {
         let path = path.clone();
         move |source| AmqpError::PoliciesIo { op, path, source }
     };
-    let mut json = serde_json::to_vec_pretty(set).expect("policies serialize to JSON");
+    let file = PoliciesFile {
+        version: POLICIES_VERSION,
+        set,
+    };
+    let mut json = serde_json::to_vec_pretty(&file).expect("policies serialize to JSON");
     json.push(b'\n');
     std::fs::create_dir_all(data_dir).map_err(io("create", &data_dir.to_owned()))?;
     let mut out = open_private(&tmp).map_err(io("create", &tmp))?;

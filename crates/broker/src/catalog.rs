@@ -9,13 +9,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use tributary_event::format::check_format_version;
 use tributary_event::names::name_key;
 use tributary_log::limits::TOMBSTONE_RETENTION_MS_DEFAULT;
 use tributary_log::{Cleanup, CleanupPolicy};
 
 use crate::BrokerError;
 
-const CATALOG_VERSION: u32 = 1;
+/// The catalog's format (see [`tributary_event::format`]): 1 since the catalog was written; 2
+/// since hubs carry a cleanup policy (a format-1 reader would ignore it and delete a compacted
+/// hub's events by age). A format-1 catalog is read as hubs that delete, and written as 2.
+const CATALOG_VERSION: u32 = 2;
 
 /// A consumer group as the catalog records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -128,6 +132,30 @@ mod policy_text {
         let text = String::deserialize(d)?;
         text.parse().map_err(serde::de::Error::custom)
     }
+    }
+}
+
+/// The `version` field of a JSON file's top-level object, read before the rest: a file written
+/// by a newer format may not parse as this build's. `None` when it has none, or is no such
+/// object (the full parse then says what is wrong).
+pub fn json_format_version(bytes: &[u8]) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct Versioned {
+        version: Option<u64>,
+    }
+    serde_json::from_slice::<Versioned>(bytes).ok()?.version
+}
+
+/// Refuses a JSON file of the broker's whose `version` is newer than `newest` (see
+/// [`tributary_event::format`]).
+pub(crate) fn check_json_format(
+    what: std::fmt::Arguments<'_>,
+    bytes: &[u8],
+    newest: u32,
+) -> Result<(), BrokerError> {
+    let found = json_format_version(bytes).unwrap_or(0);
+    check_format_version(what, found, newest.into())
+        .map_err(|too_new| BrokerError::Storage(too_new.to_string()))
 }
 
 /// A new hub identity (see [`HubDefinition::id`]).
@@ -154,10 +182,12 @@ impl Catalog {
         let path = data_dir.join("catalog.json");
         let hubs = match std::fs::read(&path) {
             Ok(bytes) => {
+                let what = format_args!("catalog {}", path.display());
+                check_json_format(what, &bytes, CATALOG_VERSION)?;
                 let file: CatalogFile = serde_json::from_slice(&bytes).map_err(|e| {
                     BrokerError::Storage(format!("{}: damaged catalog: {e}", path.display()))
                 })?;
-                if file.version != CATALOG_VERSION {
+                if file.version == 0 || file.version > CATALOG_VERSION {
                     return Err(BrokerError::Storage(format!(
                         "{}: catalog version {} is not supported by this version of Tributary",
                         path.display(),

@@ -54,7 +54,7 @@ mod source;
 
 pub use activity::{OpenReceiverInfo, PartitionActivity};
 pub use broker::{Broker, HubSpec, QueuedAppend, ReceiverSpec, SendReceipt};
-pub use catalog::{ConsumerGroupDefinition, HubCleanup, HubDefinition};
+pub use catalog::{ConsumerGroupDefinition, HubCleanup, HubDefinition, json_format_version};
 pub use cleanup::{HubUpdate, SWEEP_INTERVAL_MS_MAX};
 pub use config::BrokerConfig;
 pub use door_stamp::{DOOR_STAMP_PROPERTY, DoorStamps};

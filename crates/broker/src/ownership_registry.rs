@@ -36,6 +36,7 @@ use serde::{Deserialize, Serialize};
 use tributary_event::EventPosition;
 use tributary_event::names::name_key;
 
+use crate::catalog::check_json_format;
 use crate::hub::Hub;
 use crate::{Broker, BrokerError};
 
@@ -51,6 +52,7 @@ pub const OWNER_RUNNING_WINDOW_MS: i64 = 60_000;
 /// interval, so a record this old is a crashed host's (as the processor's own stores keep them).
 pub const PROCESSOR_HOST_RETENTION_MS: i64 = 24 * 60 * 60 * 1000;
 
+/// The format of a group's records file (see [`tributary_event::format`]).
 const FILE_VERSION: u32 = 1;
 
 /// A processor host's liveness record.
@@ -464,6 +466,8 @@ fn check_owner_id(owner_id: &str) -> Result<(), BrokerError> {
 fn load(path: &Path) -> Result<GroupRecords, BrokerError> {
     match std::fs::read(path) {
         Ok(bytes) => {
+            let what = format_args!("ownership records {}", path.display());
+            check_json_format(what, &bytes, FILE_VERSION)?;
             let records: GroupRecords = serde_json::from_slice(&bytes).map_err(|e| {
                 BrokerError::Storage(format!(
                     "{}: damaged ownership records: {e}",

@@ -3,7 +3,8 @@
 //! This is how an event processor host (`tributary-processor`) reads a hub of this process.
 //! Receivers are the broker's own, so the epoch rules are the broker's: a pump's receiver opened
 //! with its ownership version as owner level disconnects any former owner's receiver, which then
-//! sees [`SourceError::OwnershipLost`].
+//! sees [`SourceError::OwnershipLost`] — and at once, in a batch it is processing, resolves
+//! [`PartitionReceiver::taken_over`].
 
 use std::time::Duration;
 
@@ -124,6 +125,14 @@ impl PartitionReceiver for BrokerReceiver {
             enqueued_time_ms: last.enqueued_time_ms?,
             retrieved_time_ms: last.retrieved_time_ms,
         })
+    }
+
+    async fn taken_over(&mut self) {
+        match self.receiver.disconnected().await {
+            DisconnectReason::Stolen { .. } => {}
+            // Anything else is reported by the next receive.
+            _ => std::future::pending::<()>().await,
+        }
     }
 
     async fn close(self: Box<Self>) {

@@ -72,6 +72,12 @@ pub enum Command {
     /// holds the directory it says it cannot check). With only a store it cannot tell an
     /// unknown hub from one nobody has processed yet, and prints an empty table.
     Ownership(OwnershipArgs),
+    /// Open everything the data directory holds with this build — catalog, partition logs,
+    /// ownership and checkpoint records, access policies, server-side groups, the processor's
+    /// checkpoints.sqlite — upgrading in place what an older build wrote (crash-safe: run it
+    /// again if interrupted), and refusing, with both versions, a format newer than this build
+    /// reads. Not while `tributary serve` runs on it.
+    Migrate(MigrateArgs),
     /// Run a replication task (a TOML file): copy, merge, edit and route events from a source
     /// hub to target hubs, as a consumer group that any number of processes share.
     Replicate(ReplicateArgs),
@@ -154,6 +160,7 @@ impl Cli {
                 command:
                     FailoverCommand::Status { alias, .. } | FailoverCommand::Switch { alias, .. },
             }) => global.with_alias(alias),
+            Command::Migrate(MigrateArgs { data }) => global.with_data(data),
             Command::Cert(CertArgs { data, .. })
             | Command::ConnectionString(ConnectionStringArgs { data, .. })
             | Command::Bench(BenchArgs { data, .. }) => global.with_dir(data),
@@ -391,6 +398,13 @@ pub struct CertArgs {
     /// 127.0.0.1 and ::1.
     #[arg(long = "host")]
     pub hosts: Vec<String>,
+}
+
+/// `tributary migrate`.
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
 }
 
 /// `tributary connection-string`.
@@ -1040,6 +1054,9 @@ mod tests {
             PathBuf::from("/b"),
             "the command's own wins"
         );
+        let migrate = parse(&["migrate", "--data-dir", "/m"]).unwrap();
+        assert!(matches!(migrate.command, Command::Migrate(_)));
+        assert_eq!(migrate.global().data_dir, PathBuf::from("/m"));
         let alias = parse(&["--alias-file", "f", "receive", "h"]).unwrap();
         assert_eq!(alias.global().alias.alias_file, Some(PathBuf::from("f")));
         let status = parse(&["failover", "status", "--alias-srv", "hub.example"]).unwrap();

@@ -25,6 +25,7 @@ mod generate;
 mod hub_handle;
 mod input;
 mod kafka;
+mod migrate;
 mod output;
 mod policy;
 mod process;
@@ -77,6 +78,7 @@ async fn run(cli: &Cli, global: &GlobalArgs) -> anyhow::Result<()> {
         Command::Receive(args) => receive::receive(global, args).await,
         Command::Process(args) => process::process(global, args).await,
         Command::Ownership(args) => process::ownership(global, args).await,
+        Command::Migrate(_) => migrate::run(global).await,
         Command::Replicate(args) => replicate::run(args).await,
         Command::Cert(args) => serve::cert(global, args),
         Command::ConnectionString(args) => commands::connection_string(global, args),

@@ -1329,3 +1329,37 @@ fn receipts_over_amqp_are_read_back_and_need_the_listen_right() {
     let after = run_ok(d, &["receive", "h", "--format", "json"]);
     assert_eq!(after.lines().count(), 3, "nothing was sent: {after}");
 }
+
+/// `tributary migrate` opens a data directory an earlier build wrote (the newest format
+/// fixture), upgrading it in place, and says what it opened — again when run twice; a data
+/// directory whose catalog a newer build wrote is refused, naming both versions, and left as
+/// it was.
+#[test]
+fn migrate_opens_an_earlier_build_s_data_directory_and_refuses_a_newer_one() {
+    let fixture = tributary_testkit::formats::format_fixtures().pop().unwrap();
+    let copy = tributary_testkit::formats::copy_of(&fixture);
+    let data = copy.path().join("data");
+    for _ in 0..2 {
+        let said = run_ok(&data, &["migrate"]);
+        assert!(
+            said.contains("3 hubs, 4 partitions, 4 consumer groups' records, access policies, server-side groups"),
+            "{said}"
+        );
+    }
+    let catalog = data.join("catalog.json");
+    let mut json: Value = serde_json::from_slice(&std::fs::read(&catalog).unwrap()).unwrap();
+    json["version"] = 7.into();
+    std::fs::write(&catalog, json.to_string()).unwrap();
+    let refused = run_err(&data, &["migrate"]);
+    assert!(
+        refused.contains("was written by format 7; this binary reads up to format 2"),
+        "{refused}"
+    );
+    assert_eq!(
+        std::fs::read(&catalog).unwrap(),
+        json.to_string().into_bytes()
+    );
+    let empty = tempfile::tempdir().unwrap();
+    let nothing = run_err(empty.path(), &["migrate"]);
+    assert!(nothing.contains("holds no hub data"), "{nothing}");
+}

@@ -332,6 +332,25 @@ impl EventReceiver {
         }
     }
 
+    /// Resolves once the hub has detached this receiver because a receiver with a higher owner
+    /// level took the partition (`amqp:link:stolen`), learnt without receiving: events that
+    /// arrive meanwhile are kept for [`receive`](Self::receive), which reports the takeover
+    /// after them. Never resolves while the link lives, nor after it ended for another reason.
+    /// Cancel-safe.
+    pub async fn taken_over(&mut self) {
+        loop {
+            let end = self.failure.as_ref().or(self.ended.as_ref());
+            let Some(link) = self.link.as_mut().filter(|_| end.is_none()) else {
+                if end.is_some_and(ClientError::is_ownership_lost) {
+                    return;
+                }
+                return std::future::pending().await;
+            };
+            let event = link.next().await;
+            take(event, &mut self.arrived, &mut self.ended);
+        }
+    }
+
     /// The partition's last enqueued event as of the latest delivery, when opened with
     /// `track_last_enqueued` and the hub sent it.
     pub fn last_enqueued(&self) -> Option<LastEnqueuedEventProperties> {
@@ -380,6 +399,10 @@ impl tributary_source::PartitionReceiver for EventReceiver {
 
     fn last_enqueued(&self) -> Option<LastEnqueuedEventProperties> {
         EventReceiver::last_enqueued(self)
+    }
+
+    async fn taken_over(&mut self) {
+        EventReceiver::taken_over(self).await;
     }
 
     async fn close(self: Box<Self>) {

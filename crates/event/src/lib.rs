@@ -6,13 +6,15 @@
 //! ([`ReceivedEvent`]: sequence number, offset, enqueued time), where a reader starts
 //! ([`EventPosition`]), how a partition key picks a partition ([`partition_for_key`], the same
 //! hash Azure Event Hubs uses), and which names are legal for event hubs, consumer groups and
-//! partitions ([`names`]).
+//! partitions ([`names`]), and how a file written by a newer format than this build reads is
+//! refused ([`format`]).
 //!
 //! It has no I/O and no async runtime, so the log, the broker, every front door and the client can
 //! all depend on it without pulling each other in.
 
 mod clock;
 mod event;
+pub mod format;
 pub mod names;
 mod partition_key;
 mod position;

@@ -11,9 +11,11 @@
 use std::path::Path;
 
 use rusqlite::{Connection, params};
+use tributary_event::format::check_format_version;
 
 use super::CoordinatorError;
 
+/// The file's format (its `user_version`; see [`tributary_event::format`]).
 const SCHEMA_VERSION: i64 = 1;
 
 const SCHEMA: &str = "
@@ -72,20 +74,22 @@ impl Store {
     pub(crate) fn open(data_dir: &Path) -> Result<Store, CoordinatorError> {
         let path = data_dir.join("groups.sqlite");
         let conn = Connection::open(&path).map_err(storage)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(storage)?;
+        // Before anything changes the file: a newer build's file stays as it is.
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(storage)?;
+        check_format_version(
+            format_args!("server-side group state {}", path.display()),
+            version.unsigned_abs(),
+            SCHEMA_VERSION.unsigned_abs(),
+        )
+        .map_err(|too_new| CoordinatorError::Storage(too_new.to_string()))?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(storage)?;
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(storage)?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))
-            .map_err(storage)?;
-        let version: i64 = conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(storage)?;
-        if version > SCHEMA_VERSION {
-            return Err(storage(format!(
-                "schema version {version} is newer than this version of Tributary understands"
-            )));
-        }
         conn.execute_batch(SCHEMA).map_err(storage)?;
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(storage)?;

@@ -97,6 +97,10 @@ pub enum LogError {
         /// What was found.
         detail: DecodeErrorOrText,
     },
+    /// A segment written by a newer format than this build reads: refused, never misread nor
+    /// removed as a torn file.
+    #[error(transparent)]
+    FormatTooNew(#[from] tributary_event::format::FormatTooNew),
     /// An earlier write or sync failed, so what is on disk is unknown; the partition refuses
     /// appends until it is reopened (which recovers it).
     #[error(

@@ -113,6 +113,10 @@ fn discard_interrupted_creation(
     let Err(e) = SegmentHeader::decode(&head, &path) else {
         return Ok(());
     };
+    if matches!(e, LogError::FormatTooNew(_)) {
+        // A newer build's segment, whole: never mistaken for a torn one.
+        return Err(e);
+    }
     // The first segment of a partition may be torn the same way; any other lone segment was
     // created by a roll that completed, so damage to it is real.
     let may_discard = bases.len() > 1 || base == 0;

@@ -19,6 +19,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
 
+use tributary_event::format::check_format_version;
+
 use crate::LogError;
 use crate::error::DecodeErrorOrText;
 use crate::record::{BATCH_HEADER_BYTES, BatchHeader, Reader, record_offsets, verify_checksum};
@@ -146,6 +148,9 @@ impl SegmentHeader {
         let version = r
             .u32("segment version")
             .map_err(|e| corrupt(0, e.to_string()))?;
+        let newest = *SEGMENT_VERSIONS_READ.end();
+        let what = format_args!("segment {}", path.display());
+        check_format_version(what, version.into(), newest.into())?;
         if !SEGMENT_VERSIONS_READ.contains(&version) {
             return Err(corrupt(
                 SEG_VERSION_AT,
@@ -738,9 +743,13 @@ mod tests {
         v4[SEG_VERSION_AT..SEG_HEADER_LEN_AT].copy_from_slice(&4u32.to_le_bytes());
         let crc = crc32c::crc32c(&v4[..SEG_CRC_AT]);
         v4[SEG_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
-        let refused = SegmentHeader::decode(&v4, p).unwrap_err().to_string();
+        let refused = SegmentHeader::decode(&v4, p).unwrap_err();
+        assert!(matches!(refused, LogError::FormatTooNew(_)), "{refused}");
+        let refused = refused.to_string();
         assert!(
-            refused.contains("unsupported segment version 4"),
+            refused.starts_with(
+                "segment x.log was written by format 4; this binary reads up to format 3"
+            ),
             "{refused}"
         );
         let mut damaged = b;

@@ -23,6 +23,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
+use tributary_event::format::check_format_version;
+
 use crate::LogError;
 use crate::partition::PartitionShared;
 use crate::record::Reader;
@@ -244,6 +246,19 @@ fn remove(storage: &dyn Storage, path: &Path) -> Result<(), LogError> {
     }
 }
 
+/// Refuses a marker a newer build wrote (its magic holds and its version is higher): it may be
+/// past its commit point, so discarding it as torn could lose the replacement.
+fn refuse_newer(b: &[u8], path: &Path) -> Result<(), LogError> {
+    if b.len() < MARKER_REWRITE_ID_AT || b[..MARKER_VERSION_AT] != MARKER_MAGIC {
+        return Ok(());
+    }
+    let version = &b[MARKER_VERSION_AT..MARKER_REWRITE_ID_AT];
+    let version = u32::from_le_bytes(version.try_into().expect("4 bytes"));
+    let what = format_args!("compaction marker {}", path.display());
+    check_format_version(what, version.into(), MARKER_VERSION.into())?;
+    Ok(())
+}
+
 /// Finishes every replacement whose marker is in `dir` (committed: it rolls forward) and
 /// removes markers that never were (a torn or checksum-failing one). Runs before the segments
 /// are listed; `.cleaned` files left after it are rewrites that never took effect.
@@ -258,10 +273,11 @@ pub(crate) fn finish_interrupted(storage: &dyn Storage, dir: &Path) -> Result<()
     bases.sort_unstable();
     for base in bases {
         let path = marker_path(dir, base);
-        match read_whole(storage, &path)
-            .ok()
-            .and_then(|b| Marker::decode(&b))
-        {
+        let bytes = read_whole(storage, &path).ok();
+        if let Some(bytes) = &bytes {
+            refuse_newer(bytes, &path)?;
+        }
+        match bytes.and_then(|b| Marker::decode(&b)) {
             Some(marker) => {
                 tracing::warn!(marker = %path.display(), "finishing an interrupted compaction");
                 roll_forward(storage, dir, base, &marker)?;
@@ -294,5 +310,17 @@ mod tests {
         let mut damaged = b.clone();
         damaged[MARKER_BASES_AT] ^= 1;
         assert_eq!(Marker::decode(&damaged), None);
+        // A newer build's marker is refused, not discarded as torn.
+        let path = Path::new("0.swap");
+        assert!(refuse_newer(&b, path).is_ok());
+        let mut newer = b;
+        newer[MARKER_VERSION_AT..MARKER_REWRITE_ID_AT].copy_from_slice(&2u32.to_le_bytes());
+        let refused = refuse_newer(&newer, path).unwrap_err().to_string();
+        assert!(
+            refused.starts_with(
+                "compaction marker 0.swap was written by format 2; this binary reads up to format 1"
+            ),
+            "{refused}"
+        );
     }
 }

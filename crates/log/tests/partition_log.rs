@@ -494,3 +494,32 @@ fn the_committer_counts_its_syncs_and_the_appends_they_cover() {
     none.open().append(&events("n", 2)).unwrap();
     assert_eq!(none.committer.sync_times(), Default::default());
 }
+
+/// A segment a newer build created last, holding nothing yet past its header, looks like the
+/// leftover of an interrupted roll, which recovery removes; its version says otherwise, so the
+/// partition is refused (naming both versions) and the segment kept.
+#[test]
+fn a_newer_build_s_empty_last_segment_is_refused_not_removed_as_torn() {
+    let f = Fixture::new(Durability::None, 4096);
+    let log = f.open();
+    log.append(&events("a", 10)).unwrap();
+    let end = log.committed().end_offset;
+    drop(log);
+    let first = f.dir.path().join("00000000000000000000.log");
+    let mut header = std::fs::read(&first).unwrap()[..64].to_vec();
+    header[8..12].copy_from_slice(&4u32.to_le_bytes());
+    let crc = crc32c::crc32c(&header[..60]);
+    header[60..64].copy_from_slice(&crc.to_le_bytes());
+    let newer = f.dir.path().join(format!("{end:020}.log"));
+    std::fs::write(&newer, &header).unwrap();
+
+    let refused = PartitionLog::open(f.dir.path(), f.config, f.committer.clone(), f.clock.clone())
+        .unwrap_err();
+    assert!(matches!(refused, LogError::FormatTooNew(_)), "{refused}");
+    let message = refused.to_string();
+    assert!(
+        message.contains("was written by format 4; this binary reads up to format 3"),
+        "{message}"
+    );
+    assert_eq!(std::fs::read(&newer).unwrap(), header, "kept as it was");
+}

@@ -29,12 +29,20 @@
 //! as today's owners have noticed, unless some host's record stands still (a crashed or
 //! cut-off host): then an expiration after it started at the latest.
 //!
-//! Not covered: this relies on every host that may still process a partition being listed;
-//! the hub-hosted store keeps host records in memory, so after the hub restarts a host cut off
-//! from it since then is not. And with a store without host records (the Azure Blob layout,
-//! shared with official processors that start a stolen partition at once), a host that just
-//! started does not wait for steals it could not have seen: it would idle for an expiration
-//! whenever it joins a fleet.
+//! What this wait cannot see: it relies on every host that may still process a partition being
+//! listed. The hub-hosted store keeps host records in memory, so after the hub restarts a host
+//! cut off from it since then is not; and with a store without host records (the Azure Blob
+//! layout, shared with official processors that start a stolen partition at once) a second
+//! thief that has just started could not have seen the first steal, and does not wait for it
+//! (it would idle for an expiration whenever it joins a fleet). There the receiver epoch closes
+//! the case: the new owner opens its receiver with a higher owner level, which disconnects
+//! every former owner's receiver, and a pump whose receiver is taken over cancels the batch it
+//! is processing (`PartitionReceiver::taken_over`, see `pump.rs`). So two hosts process a
+//! partition at once at most from the moment the new owner's receiver opens until the former
+//! owner hears of it — in one process (the broker's `BrokerSource`) before its pump runs
+//! again, over AMQP (Tributary or Azure) the trip of the hub's detach to it — and the former
+//! owner's processor stops at its next await point. Only a source that cannot report a
+//! takeover apart from a receive (the Kafka source) lets the batch in progress run to its end.
 
 use std::collections::BTreeMap;
 

@@ -521,7 +521,9 @@ impl Coordinator {
                         // keeps host records, which let every other host's notice end the
                         // wait; elsewhere (the Azure Blob layout, shared with processors
                         // that start stolen partitions at once) a joining host would idle
-                        // for an expiration, so only steals it saw count there.
+                        // for an expiration, so only steals it saw count there, and its
+                        // receiver taking the partition over stops an owner it could not
+                        // see (see `handoff.rs`).
                         let unseen_history = self.store.keeps_host_records();
                         let earlier_owners_stop_by = self.tracker.earlier_owners_stop_by(
                             &claim.partition_id,

@@ -33,6 +33,14 @@
 //! is no longer the owner ([`StoreError::OwnershipLost`]). A host that loses a partition closes
 //! its processor with [`CloseReason::OwnershipLost`].
 //!
+//! **One host per partition at a time.** A partition stolen from a live owner starts only once
+//! that owner has noticed in the store, or its fence has passed (the wait is explained in
+//! `handoff.rs`). Where the store cannot show a former owner — a host that has just started
+//! steals a partition stolen moments before from a host cut off from the store — the epoch
+//! does it: the former owner's receiver is taken over when the new owner's opens, and the
+//! batch it is processing is cancelled at its next await point, so the two overlap only until
+//! the former owner hears of the takeover (at once in process; a detach's trip over AMQP).
+//!
 //! **Expiry without trusting clocks.** A host that stops renewing loses its partitions after
 //! [`ProcessorOptions::ownership_expiration`], judged by each other host on its own monotonic
 //! clock from the moment it last saw the record's version change.

@@ -6,7 +6,8 @@
 //!   slow processor slows reading instead of filling a queue;
 //! - after an error it reopens the receiver after the last event it delivered, so a batch is not
 //!   delivered twice by the same pump; after an ownership loss it reads nothing more, and a
-//!   batch being processed when the loss is signalled is cancelled at its next await point.
+//!   batch being processed when the loss is signalled — by the coordinator, or by the receiver
+//!   being taken over by a higher owner level — is cancelled at its next await point.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -179,10 +180,16 @@ impl Pump<'_> {
             self.context.record_delivery(&events);
             // Losing the partition cancels the batch in progress (at its next await point), so
             // the next owner — which waits out the handoff delay — never processes the
-            // partition at the same time. A shutdown lets the batch finish.
+            // partition at the same time. So does a new owner's receiver taking the partition
+            // over: the next owner may not have waited for this host (see `handoff.rs`). A
+            // shutdown lets the batch finish.
             tokio::select! {
                 biased;
                 () = lost(stop) => return ReceiverEnd::Stop(CloseReason::OwnershipLost),
+                () = receiver.taken_over() => {
+                    self.log_taken_over();
+                    return ReceiverEnd::Stop(CloseReason::OwnershipLost);
+                }
                 () = self.processor.process_events(&self.context, events) => {}
             }
             if self.context.ownership_lost() {
@@ -199,6 +206,15 @@ impl Pump<'_> {
             reason = stopped(stop) => Some(reason),
             () = tokio::time::sleep(pause) => None,
         }
+    }
+
+    fn log_taken_over(&self) {
+        tracing::info!(
+            partition_id = self.context.partition_id(),
+            owner_level = self.owner_level,
+            "partition taken over by a receiver with a higher owner level; cancelling the batch \
+             in progress"
+        );
     }
 
     fn log_ownership_lost(&self, error: &SourceError) {

@@ -411,6 +411,84 @@ async fn a_joining_host_takes_its_share_and_the_old_owner_closes_with_ownership_
     }
 }
 
+/// A processor whose batches take a minute; notes when a batch is cancelled and how it closed.
+#[derive(Default)]
+struct SlowBatches {
+    inside_since: Option<Instant>,
+    cancelled_at: Option<Instant>,
+    finished: u32,
+    closed: Option<CloseReason>,
+}
+
+struct SlowProcessor(Arc<Mutex<SlowBatches>>);
+
+/// Notes a cancelled batch when dropped before the batch finished.
+struct BatchGuard(Arc<Mutex<SlowBatches>>);
+
+impl Drop for BatchGuard {
+    fn drop(&mut self) {
+        let mut state = self.0.lock().unwrap();
+        if state.inside_since.take().is_some() {
+            state.cancelled_at = Some(Instant::now());
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl EventProcessor for SlowProcessor {
+    async fn process_events(&mut self, _context: &PartitionContext, _events: Vec<ReceivedEvent>) {
+        self.0.lock().unwrap().inside_since = Some(Instant::now());
+        let _guard = BatchGuard(Arc::clone(&self.0));
+        sleep(Duration::from_secs(60)).await;
+        let mut state = self.0.lock().unwrap();
+        state.inside_since = None;
+        state.finished += 1;
+    }
+
+    async fn close(&mut self, _context: &PartitionContext, reason: CloseReason) {
+        self.0.lock().unwrap().closed = Some(reason);
+    }
+}
+
+/// A new owner that could not wait for the former one (see `handoff.rs`) opens its receiver
+/// with a higher owner level while the former owner, which has not noticed in the store, is in
+/// the middle of a batch: that batch is cancelled at once, before the clock moves on.
+#[tokio::test(start_paused = true)]
+async fn a_receiver_taken_over_by_a_higher_owner_level_cancels_the_batch_in_progress() {
+    let source = hub_with_events(1, 3);
+    let store: Arc<dyn CheckpointStore> = Arc::new(InMemoryCheckpointStore::new());
+    let state = Arc::new(Mutex::new(SlowBatches::default()));
+    let shared = Arc::clone(&state);
+    let factory = move |_: &PartitionContext| SlowProcessor(Arc::clone(&shared));
+    let source_dyn: Arc<dyn PartitionSource> = source.clone();
+    let host = EventProcessorHost::builder(source_dyn, store, factory)
+        .options(test_options("a"))
+        .build()
+        .unwrap()
+        .start()
+        .unwrap();
+    sleep(Duration::from_secs(1)).await;
+    assert!(state.lock().unwrap().inside_since.is_some());
+
+    let taken_at = Instant::now();
+    let options = tributary_source::ReceiverOptions {
+        partition_id: "0".to_owned(),
+        consumer_group: GROUP.to_owned(),
+        start: EventPosition::Earliest,
+        owner_level: Some(1_000),
+        prefetch: 10,
+        track_last_enqueued: false,
+    };
+    let _new_owner = source.open_receiver(options).await.unwrap();
+    sleep(Duration::from_secs(1)).await;
+    let state = state.lock().unwrap();
+    assert_eq!(state.cancelled_at, Some(taken_at));
+    assert_eq!(state.finished, 0);
+    assert_eq!(state.closed, Some(CloseReason::OwnershipLost));
+    assert!(host.owned_partitions().is_empty());
+    host.abort();
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_graceful_shutdown_hands_every_partition_over_within_a_second_from_its_checkpoints() {
     let source = hub_with_events(8, 10);

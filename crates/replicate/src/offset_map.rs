@@ -67,6 +67,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, params};
+use tributary_event::format::check_format_version;
 
 use crate::forward::Destination;
 
@@ -203,15 +204,35 @@ fn add_keeps_partitions(connection: &Connection) -> rusqlite::Result<()> {
     )
 }
 
+/// The map's format (its `user_version`; see [`tributary_event::format`]): 2 has the
+/// `keeps_partitions` column. A map written before formats were recorded says 0: it is format 1
+/// without that column, 2 with it, and opening it for writing upgrades it in place (adding the
+/// column is one SQLite statement, atomic; the version is set after it, and setting it again
+/// after a crash between the two is harmless).
+const OFFSET_MAP_VERSION: i64 = 2;
+
+/// Refuses a map written by a newer format than this build reads.
+fn check_version(connection: &Connection, path: &Path) -> Result<(), String> {
+    let found: i64 = connection
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(|e| describe(path, &e))?;
+    let what = format_args!("offset map {}", path.display());
+    let newest = OFFSET_MAP_VERSION.unsigned_abs();
+    check_format_version(what, found.unsigned_abs(), newest).map_err(|e| e.to_string())
+}
+
 impl OffsetMap {
     /// Opens the map at `path`, creating it if needed (a task's processes share it).
     pub fn open(path: &Path) -> Result<OffsetMap, String> {
         let connection = Connection::open(path).map_err(|e| describe(path, &e))?;
         connection
             .busy_timeout(BUSY_TIMEOUT)
-            .and_then(|()| switch_to_wal(&connection))
+            .map_err(|e| describe(path, &e))?;
+        check_version(&connection, path)?;
+        switch_to_wal(&connection)
             .and_then(|()| connection.execute_batch(SCHEMA))
             .and_then(|()| add_keeps_partitions(&connection))
+            .and_then(|()| connection.pragma_update(None, "user_version", OFFSET_MAP_VERSION))
             .map_err(|e| describe(path, &e))?;
         Ok(OffsetMap {
             path: path.to_owned(),
@@ -233,6 +254,7 @@ impl OffsetMap {
         connection
             .busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| describe(path, &e))?;
+        check_version(&connection, path)?;
         Ok(OffsetMap {
             path: path.to_owned(),
             connection: Mutex::new(connection),

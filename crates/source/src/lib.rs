@@ -15,7 +15,9 @@
 //! - **Epochs.** A receiver opened with `owner_level = Some(e2)` disconnects the receiver with
 //!   owner level `e1 <= e2` on the same (consumer group, partition) — that receiver's next
 //!   `receive` returns [`SourceError::OwnershipLost`] — and opening with `e2 < e1` is refused
-//!   with [`SourceError::OwnershipLost`]. This is what keeps a former owner from reading on.
+//!   with [`SourceError::OwnershipLost`]. This is what keeps a former owner from reading on; a
+//!   source that can tell a takeover apart from a receive also resolves
+//!   [`PartitionReceiver::taken_over`], which keeps a former owner from processing on.
 //! - **Positions.** `start` is resolved when the receiver opens; events then arrive in partition
 //!   order, each at most once per receiver.
 //! - **Bounded buffering.** A receiver buffers at most `prefetch` events ahead of the caller.
@@ -88,6 +90,16 @@ pub trait PartitionReceiver: Send {
     /// The partition's last enqueued event as of the latest delivery, when the receiver was
     /// opened with `track_last_enqueued` and the hub has reported it.
     fn last_enqueued(&self) -> Option<LastEnqueuedEventProperties>;
+
+    /// Resolves once a receiver with a higher owner level has taken the partition from this
+    /// one, learnt without receiving: the host watches for it while a batch is being processed
+    /// and cancels that batch, so a former owner that has not noticed the change of hands in
+    /// the checkpoint store stops processing the moment the new owner's receiver opens. Must be
+    /// cancel-safe. A source that learns of a takeover only from [`receive`](Self::receive)
+    /// keeps this default, which never resolves.
+    async fn taken_over(&mut self) {
+        std::future::pending::<()>().await;
+    }
 
     /// Detaches from the partition. Dropping a receiver without closing it is allowed (a crash
     /// does just that); the hub then notices the receiver is gone on its own schedule.

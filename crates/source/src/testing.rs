@@ -397,6 +397,19 @@ impl PartitionReceiver for InMemoryReceiver {
         self.last_enqueued
     }
 
+    async fn taken_over(&mut self) {
+        let partition = Arc::clone(&self.partition);
+        loop {
+            let changed = partition.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if !self.is_attached(&partition.lock()) {
+                return;
+            }
+            changed.await;
+        }
+    }
+
     async fn close(self: Box<Self>) {
         let mut state = self.partition.lock();
         if let Some(readers) = state.groups.get_mut(&self.group) {

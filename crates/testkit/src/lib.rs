@@ -2,6 +2,7 @@
 //!
 //! - [`azurite`]: Azurite's blob service on a free port, for the blob checkpoint store tests.
 //! - [`counting_store`]: a checkpoint store wrapper counting a processor's store calls.
+//! - [`formats`]: the on-disk format fixtures earlier builds wrote, and copies of them.
 //! - [`hub`]: a real hub on a free port — a broker on a temporary directory and its AMQP front
 //!   door (AMQPS when given a certificate) with root, listen-only and send-only policies.
 //! - [`sdk`]: running the official SDKs' scenario scripts (Python `azure-eventhub`, JavaScript
@@ -19,6 +20,7 @@
 
 pub mod azurite;
 pub mod counting_store;
+pub mod formats;
 pub mod hub;
 pub mod oci;
 pub mod official;

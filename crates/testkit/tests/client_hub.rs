@@ -325,6 +325,10 @@ async fn a_higher_epoch_steals_the_partition_with_a_typed_error() {
             .open_receiver("0", "$Default", EventPosition::Earliest, Some(2), 10)
             .await
             .unwrap();
+        // Learnt without receiving: what a processor watches while it processes a batch.
+        tokio::time::timeout(WAIT, first.taken_over())
+            .await
+            .expect("the takeover is reported without a receive");
         let stolen = first.receive(10, WAIT).await.unwrap_err();
         assert!(stolen.is_ownership_lost(), "{stolen}");
         // The receiver is finished: it says so again rather than reconnecting.
@@ -361,9 +365,18 @@ async fn a_higher_epoch_steals_the_partition_with_a_typed_error() {
             track_last_enqueued: false,
         };
         let mut old = remote.open_receiver(options(5)).await.unwrap();
-        let _new = remote.open_receiver(options(6)).await.unwrap();
+        let mut new = remote.open_receiver(options(6)).await.unwrap();
+        tokio::time::timeout(WAIT, old.taken_over())
+            .await
+            .expect("the takeover is reported without a receive");
         let lost = old.receive(10, WAIT).await.unwrap_err();
         assert!(lost.is_ownership_lost(), "{lost}");
+        // The new owner's receiver is not taken over.
+        let still = tokio::time::timeout(Duration::from_millis(200), new.taken_over()).await;
+        assert!(
+            still.is_err(),
+            "the current owner's receiver reports no takeover"
+        );
         second.close().await;
     })
     .await;

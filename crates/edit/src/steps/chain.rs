@@ -58,6 +58,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use ring::hmac;
 use serde::{Deserialize, Serialize};
+use tributary_event::format::check_format_version;
 use tributary_event::{EventData, PropertyValue, SmolStr};
 
 use crate::item::Item;
@@ -90,7 +91,7 @@ pub const ANCHORS_MAX: usize = 16;
 /// four default source batches (1000 events each) of replay.
 pub const DUPLICATES_REMEMBERED: usize = 4096;
 
-/// The state file format's version.
+/// The state file format's version (see [`tributary_event::format`]).
 const STATE_VERSION: u32 = 1;
 
 /// A SHA-256 or HMAC-SHA256 output.
@@ -407,10 +408,13 @@ impl Chain {
                 ));
             }
         };
-        serde_json::from_slice::<StateFile>(&bytes)
-            .map_err(|e| e.to_string())
-            .and_then(|file| file.into_state(partition))
-            .map_err(|e| format!("the chain state {} is corrupt: {e}", path.display()))
+        let corrupt = |e: String| format!("the chain state {} is corrupt: {e}", path.display());
+        let file =
+            serde_json::from_slice::<StateFile>(&bytes).map_err(|e| corrupt(e.to_string()))?;
+        let what = format_args!("the chain state {}", path.display());
+        check_format_version(what, file.version.into(), STATE_VERSION.into())
+            .map_err(|too_new| too_new.to_string())?;
+        file.into_state(partition).map_err(corrupt)
     }
 
     fn put(&self, partition: &str, state: PartitionState) {
@@ -881,6 +885,19 @@ mod tests {
         assert_eq!(edited.rejected.len(), 2);
         assert!(
             edited.rejected[0].reason.contains("is corrupt"),
+            "{}",
+            edited.rejected[0].reason
+        );
+        // A state file from a newer format is refused as such, not as corrupt.
+        let whole = json!({"version": 2, "partition": "p/1", "tail": null, "anchors": [],
+            "entries": []});
+        fs::write(&file, whole.to_string()).expect("from the future");
+        let edited = run(&step(dir.path(), json!({})), "p/1", batch(3..5));
+        assert_eq!(edited.rejected.len(), 2);
+        assert!(
+            edited.rejected[0]
+                .reason
+                .contains("was written by format 2; this binary reads up to format 1"),
             "{}",
             edited.rejected[0].reason
         );

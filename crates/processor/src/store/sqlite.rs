@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use tributary_event::format::check_format_version;
 use tributary_event::{Clock, SystemClock};
 
 use super::{
@@ -34,9 +35,11 @@ use super::{
 };
 use crate::limits::SQLITE_BUSY_TIMEOUT;
 
-/// The schema this code writes; a file with a higher `user_version` came from newer code.
-/// Version 2 added the host records; older code refuses such a file rather than renewing every
-/// partition beside hosts that do not.
+/// The schema this code writes (the file's format, its `user_version`; see
+/// [`tributary_event::format`]); a file with a higher one came from newer code and is refused.
+/// Version 2 added the host records (opening a version 1 file adds their table, in the same
+/// transaction that sets the version); older code refuses such a file rather than renewing
+/// every partition beside hosts that do not.
 const SCHEMA_VERSION: i64 = 2;
 
 const CREATE_SCHEMA: &str = "
@@ -162,6 +165,14 @@ fn open_connection(path: &Path) -> Result<Connection, StoreError> {
     connection
         .busy_timeout(SQLITE_BUSY_TIMEOUT)
         .map_err(with_path)?;
+    // Before anything changes the file: a newer build's file stays as it is.
+    refuse_newer(&connection).map_err(|error| match error {
+        StoreError::Backend { description, .. } => StoreError::Backend {
+            operation: opening,
+            description: format!("{}: {description}", path.display()),
+        },
+        other => other,
+    })?;
     let journal_mode = switch_to_wal(&connection).map_err(with_path)?;
     if !journal_mode.eq_ignore_ascii_case("wal") {
         return Err(StoreError::Backend {
@@ -207,23 +218,27 @@ fn switch_to_wal(connection: &Connection) -> Result<String, rusqlite::Error> {
     }
 }
 
+/// Refuses a file written by a newer schema than [`SCHEMA_VERSION`].
+fn refuse_newer(connection: &Connection) -> Result<(), StoreError> {
+    let found_version: i64 = connection
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(backend("creating the schema"))?;
+    let newest = SCHEMA_VERSION.unsigned_abs();
+    check_format_version("the file", found_version.unsigned_abs(), newest).map_err(|too_new| {
+        StoreError::Backend {
+            operation: "creating the schema",
+            description: too_new.to_string(),
+        }
+    })
+}
+
 fn create_schema(connection: &mut Connection) -> Result<(), StoreError> {
     let sql = backend("creating the schema");
     let transaction = connection
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(&sql)?;
-    let found_version: i64 = transaction
-        .query_row("PRAGMA user_version", [], |row| row.get(0))
-        .map_err(&sql)?;
-    if found_version > SCHEMA_VERSION {
-        return Err(StoreError::Backend {
-            operation: "creating the schema",
-            description: format!(
-                "the file has schema version {found_version}, newer than this program's \
-                 {SCHEMA_VERSION}; upgrade the program or use another file"
-            ),
-        });
-    }
+    // Again inside the transaction: another process may have created the file meanwhile.
+    refuse_newer(&transaction)?;
     transaction.execute_batch(CREATE_SCHEMA).map_err(&sql)?;
     transaction
         .pragma_update(None, "user_version", SCHEMA_VERSION)
@@ -768,7 +783,9 @@ mod tests {
         }
         let error = SqliteCheckpointStore::open(&path).await.unwrap_err();
         assert!(
-            error.to_string().contains("newer than this program"),
+            error
+                .to_string()
+                .contains("the file was written by format 3; this binary reads up to format 2"),
             "{error}"
         );
     }
