@@ -132,7 +132,6 @@ mod policy_text {
         let text = String::deserialize(d)?;
         text.parse().map_err(serde::de::Error::custom)
     }
-    }
 }
 
 /// The `version` field of a JSON file's top-level object, read before the rest: a file written
