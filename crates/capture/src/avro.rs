@@ -19,7 +19,7 @@ use std::sync::LazyLock;
 
 use apache_avro::types::Value;
 use apache_avro::{Codec, DeflateSettings, Schema};
-use tributary_event::{PropertyValue, ReceivedEvent};
+use tributary_event::{PropertyValue, ReceivedEvent, uuid_text};
 
 use crate::config::CaptureFormat;
 use crate::time_text::enqueued_time_utc;
@@ -148,18 +148,6 @@ fn property_value(value: &PropertyValue) -> Value {
         PropertyValue::Uuid(u) => (STRING, Value::String(uuid_text(u))),
     };
     Value::Union(branch, Box::new(value))
-}
-
-fn uuid_text(u: &[u8; 16]) -> String {
-    let hex: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
 }
 
 /// The Avro codec of a capture format.

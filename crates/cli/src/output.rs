@@ -6,7 +6,7 @@ use base64::Engine;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tributary_broker::{Broker, HubCleanup, HubDefinition, SendReceipt};
-use tributary_event::{PropertyValue, ReceivedEvent};
+use tributary_event::{PropertyValue, ReceivedEvent, uuid_text};
 use tributary_http::retention::RetentionDescription;
 
 use crate::args::OutputFormat;
@@ -58,19 +58,6 @@ fn property_json(value: &PropertyValue) -> Value {
         PropertyValue::Timestamp(ms) => json!(rfc3339(*ms)),
         PropertyValue::Uuid(u) => json!(uuid_text(u)),
     }
-}
-
-/// A UUID's 16 bytes in its text form (8-4-4-4-12 hexadecimal digits).
-pub fn uuid_text(u: &[u8; 16]) -> String {
-    let hex: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
 }
 
 /// A body in an event's JSON line, and the field it goes in: JSON text that is not a string

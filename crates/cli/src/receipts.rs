@@ -74,7 +74,7 @@ impl Marker {
             id[..8].copy_from_slice(&self.run.to_be_bytes());
             id[8..].copy_from_slice(&self.next.to_be_bytes());
             self.next += 1;
-            event.message_id = Some(crate::output::uuid_text(&id));
+            event.message_id = Some(tributary_event::uuid_text(&id));
         }
     }
 }

@@ -38,6 +38,20 @@ pub enum PropertyValue {
     Uuid([u8; 16]),
 }
 
+/// A UUID's 16 big-endian bytes as its hyphenated lower-case text (8-4-4-4-12 hexadecimal
+/// digits), as every door and file format writes one.
+pub fn uuid_text(bytes: &[u8; 16]) -> String {
+    use std::fmt::Write as _;
+    let mut text = String::with_capacity(36);
+    for (i, byte) in bytes.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            text.push('-');
+        }
+        let _ = write!(text, "{byte:02x}");
+    }
+    text
+}
+
 impl PropertyValue {
     /// A short, stable name of the value's type, for messages and JSON output.
     pub fn type_name(&self) -> &'static str {
@@ -154,6 +168,15 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn a_uuid_is_written_8_4_4_4_12_in_lower_case() {
+        let bytes = [
+            0x12, 0x3e, 0x45, 0x67, 0xe8, 0x9b, 0x12, 0xd3, 0xa4, 0x56, 0x42, 0x66, 0x14, 0x17,
+            0x40, 0xFF,
+        ];
+        assert_eq!(uuid_text(&bytes), "123e4567-e89b-12d3-a456-4266141740ff");
+    }
 
     proptest! {
         /// Whatever the number of keys (either side of the pairwise limit) and however alike

@@ -22,7 +22,7 @@ mod position;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use event::{
     EventData, PAIRWISE_KEY_CHECK_MAX, PropertyValue, ReceivedEvent, SmolStr,
-    repeats_a_property_key,
+    repeats_a_property_key, uuid_text,
 };
 pub use partition_key::{partition_for_key, partition_key_hash};
 pub use position::{EventPosition, SendTarget};

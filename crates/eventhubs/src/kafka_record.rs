@@ -39,7 +39,7 @@
 //!     hyphenated), what Kafka tools and headers elsewhere carry.
 
 use bytes::Bytes;
-use tributary_event::{EventData, PropertyValue, SmolStr};
+use tributary_event::{EventData, PropertyValue, SmolStr, uuid_text};
 
 use crate::deliver::encoded_property;
 
@@ -144,19 +144,6 @@ fn header_value(value: PropertyValue, typed: TypedValues) -> Option<Bytes> {
         (PropertyValue::Uuid(u), TypedValues::Text) => uuid_text(&u),
     };
     Some(Bytes::from(text))
-}
-
-/// A UUID's hyphenated lower-case text.
-fn uuid_text(u: &[u8; 16]) -> String {
-    let hex: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
 }
 
 #[cfg(test)]

@@ -331,7 +331,7 @@ fn message_id_text(reader: &mut Reader<'_>) -> Result<String, Fallback> {
     Ok(match reader.primitive()? {
         Primitive::String(id) => id.to_owned(),
         Primitive::Ulong(id) => id.to_string(),
-        Primitive::Uuid(id) => general::uuid_text(&id),
+        Primitive::Uuid(id) => tributary_event::uuid_text(&id),
         Primitive::Binary(id) => {
             use std::fmt::Write as _;
             let mut text = String::with_capacity(id.len() * 2);

@@ -35,8 +35,8 @@ use crate::names::annotation::{ENQUEUED_TIME, OFFSET, PARTITION_KEY, SEQUENCE_NU
 use crate::names::runtime_metric::{
     LAST_ENQUEUED_OFFSET, LAST_ENQUEUED_SEQUENCE_NUMBER, LAST_ENQUEUED_TIME_UTC, RETRIEVAL_TIME_UTC,
 };
-use crate::receive::general::uuid_text;
 use crate::scan::{canonical_bytes, scan_message};
+use tributary_event::uuid_text;
 
 /// The annotations the broker sets on delivery; dropped from what a producer sends.
 pub(crate) const SYSTEM_ANNOTATIONS: [&str; 3] = [SEQUENCE_NUMBER, OFFSET, ENQUEUED_TIME];

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use fe2o3_amqp_types::messaging::annotations::{Annotations, OwnedKey};
 use fe2o3_amqp_types::messaging::{Body, Data, DeliveryAnnotations, Message, MessageId};
 use fe2o3_amqp_types::primitives::Value;
-use tributary_event::{EventData, ReceivedEvent, SmolStr};
+use tributary_event::{EventData, ReceivedEvent, SmolStr, uuid_text};
 
 use crate::message::{LastEnqueued, MessageError};
 use crate::names::annotation::{
@@ -198,18 +198,6 @@ pub(crate) fn last_enqueued(
         enqueued_time_ms: Some(enqueued_time_ms),
         retrieved_time_ms,
     })
-}
-
-/// A uuid as hyphenated lower-case hex.
-pub(crate) fn uuid_text(bytes: &[u8; 16]) -> String {
-    let mut text = String::with_capacity(36);
-    for (i, byte) in bytes.iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            text.push('-');
-        }
-        text.push_str(&format!("{byte:02x}"));
-    }
-    text
 }
 
 #[cfg(test)]
