@@ -6,6 +6,8 @@
 
 mod common;
 
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng};
 use std::io::Read;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -137,27 +139,10 @@ impl PendingFile for FaultyFile {
     }
 }
 
-/// A small deterministic generator (SplitMix64), so a failing seed replays.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// Runs one seeded scenario; returns the operations that failed in it.
 async fn run_seed(seed: u64) -> std::collections::BTreeSet<&'static str> {
     let f = Fixture::start(1).await;
-    let mut rng = Rng(seed);
+    let mut rng = StdRng::seed_from_u64(seed);
     let faults = Faults::new();
     let destination: Arc<dyn Destination> = Arc::new(FaultyDestination {
         inner: f.destination(),
@@ -165,26 +150,26 @@ async fn run_seed(seed: u64) -> std::collections::BTreeSet<&'static str> {
     });
     let config = CaptureConfig {
         interval: Duration::from_secs(60),
-        skip_empty: rng.below(2) == 0,
+        skip_empty: rng.gen_range(0..2) == 0,
         ..CaptureConfig::default()
     };
     let mut capture = f.capture_with(destination.clone(), config.clone(), "0");
     let mut sent = 0_i64;
     let mut crashes = 0;
     for round in 0..40 {
-        let n = rng.below(4);
+        let n = rng.gen_range(0..4);
         if n > 0 {
             let body = |i: u64| EventData::new(format!("seed {seed} round {round} event {i}"));
             f.send("0", (0..n).map(body).collect()).await;
             sent += n as i64;
         }
-        f.advance_secs(rng.below(50) as i64);
-        if rng.below(3) == 0 {
-            faults.fail_in(rng.below(6));
+        f.advance_secs(rng.gen_range(0..50) as i64);
+        if rng.gen_range(0..3) == 0 {
+            faults.fail_in(rng.gen_range(0..6));
         }
         if capture.step().is_err() {
             crashes += 1;
-            if rng.below(2) == 0 {
+            if rng.gen_range(0..2) == 0 {
                 // A restart: a new capture on the same progress and files.
                 capture = f.capture_with(destination.clone(), config.clone(), "0");
             }
