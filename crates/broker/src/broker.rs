@@ -199,9 +199,15 @@ impl Broker {
             .expect("opening the broker does not panic")?;
         let weak = Arc::downgrade(&broker.inner);
         let interval = broker.inner.config.retention_check_interval;
-        tokio::spawn(retention_task(weak.clone(), interval));
+        tokio::spawn(every(interval, weak.clone(), |broker| async move {
+            if let Err(e) = broker.enforce_retention().await {
+                tracing::error!(error = %e, "retention failed");
+            }
+        }));
         let interval = broker.inner.config.compaction_check_interval;
-        tokio::spawn(crate::cleanup::compaction_task(weak, interval));
+        tokio::spawn(every(interval, weak, |broker| async move {
+            broker.compact_due().await;
+        }));
         Ok(broker)
     }
 
@@ -883,7 +889,13 @@ fn enforce_retention(hubs: &[Arc<Hub>]) -> Result<(), BrokerError> {
     Ok(())
 }
 
-async fn retention_task(broker: Weak<BrokerInner>, interval: Duration) {
+/// Runs `work` on the broker every `interval` (the first after one interval) until the broker
+/// is dropped or shuts down: retention and compaction in the background.
+async fn every<W, F>(interval: Duration, broker: Weak<BrokerInner>, work: W)
+where
+    W: Fn(Broker) -> F,
+    F: Future<Output = ()>,
+{
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
@@ -895,10 +907,7 @@ async fn retention_task(broker: Weak<BrokerInner>, interval: Duration) {
         if inner.shutting_down.load(Ordering::Acquire) {
             return;
         }
-        let broker = Broker { inner };
-        if let Err(e) = broker.enforce_retention().await {
-            tracing::error!(error = %e, "retention failed");
-        }
+        work(Broker { inner }).await;
     }
 }
 

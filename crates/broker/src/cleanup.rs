@@ -21,14 +21,12 @@
 //! - A partition whose run fails is logged and skipped; the others are still compacted.
 
 use std::sync::Arc;
-use std::sync::Weak;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::Duration;
 
 use tributary_event::names::name_key;
 use tributary_log::{CleanupPolicy, CompactionOutcome, CompactionState};
 
-use crate::broker::{BrokerInner, check_retention};
+use crate::broker::check_retention;
 use crate::catalog::{HubCleanup, HubDefinition};
 use crate::hub::Hub;
 use crate::{Broker, BrokerError};
@@ -256,21 +254,4 @@ fn compact_partition(
         );
     }
     Ok(outcome)
-}
-
-/// Compacts what is due every `interval` until the broker is dropped or shuts down.
-pub(crate) async fn compaction_task(broker: Weak<BrokerInner>, interval: Duration) {
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    ticker.tick().await;
-    loop {
-        ticker.tick().await;
-        let Some(inner) = broker.upgrade() else {
-            return;
-        };
-        if inner.shutting_down.load(Ordering::Acquire) {
-            return;
-        }
-        Broker { inner }.compact_due().await;
-    }
 }
