@@ -780,16 +780,21 @@ impl Broker {
         Ok(self.hub(hub)?.open_receivers())
     }
 
-    /// Enforces every hub's retention now (the background task does this periodically).
-    pub async fn enforce_retention(&self) -> Result<(), BrokerError> {
-        let hubs: Vec<Arc<Hub>> = self
-            .inner
+    /// The hubs open now that `wanted` picks (a snapshot: the map is not held).
+    pub(crate) fn hubs_where(&self, wanted: impl Fn(&Hub) -> bool) -> Vec<Arc<Hub>> {
+        self.inner
             .hubs
             .read()
             .expect("hub map")
             .values()
+            .filter(|hub| wanted(hub))
             .cloned()
-            .collect();
+            .collect()
+    }
+
+    /// Enforces every hub's retention now (the background task does this periodically).
+    pub async fn enforce_retention(&self) -> Result<(), BrokerError> {
+        let hubs = self.hubs_where(|_| true);
         tokio::task::spawn_blocking(move || enforce_retention(&hubs))
             .await
             .expect("retention does not panic")

@@ -20,7 +20,6 @@
 //!   segments only, so appends never wait for it (see `tributary_log::PartitionLog::compact`).
 //! - A partition whose run fails is logged and skipped; the others are still compacted.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use tributary_event::names::name_key;
@@ -186,15 +185,7 @@ impl Broker {
     /// active segments older than [`crate::BrokerConfig::compaction_segment_age_max`] first.
     /// Failures are logged; returns how many partitions were compacted.
     pub async fn compact_due(&self) -> usize {
-        let hubs: Vec<Arc<Hub>> = self
-            .inner
-            .hubs
-            .read()
-            .expect("hub map")
-            .values()
-            .filter(|hub| hub.cleanup().policy.compacts())
-            .cloned()
-            .collect();
+        let hubs = self.hubs_where(|hub| hub.cleanup().policy.compacts());
         let clock = self.inner.clock.clone();
         let age = self.inner.config.compaction_segment_age_max;
         let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
