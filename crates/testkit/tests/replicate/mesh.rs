@@ -17,13 +17,13 @@ use super::{contents, identity, task, wait_for};
 /// A task reading `from`'s hub in the consumer group `replication`, with one target per hub
 /// of `to`, and nothing else set: every `[merge]` key at its default.
 async fn merge_task(dir: &Path, name: &str, from: &TestHub, to: &[&TestHub]) -> TaskConfig {
-    let _ = from
-        .broker
-        .create_consumer_group("orders", "replication")
-        .await;
+    // A consumer group per task, as each application reading a hub has its own: two tasks in
+    // one group would take each other's partitions with their owner levels.
+    let group = format!("replication-{name}");
+    let _ = from.broker.create_consumer_group("orders", &group).await;
     let mut text = format!(
         "name = \"{name}\"\n[source]\nconnection_string = \"{}\"\nevent_hub = \"orders\"\n\
-         consumer_group = \"replication\"\n",
+         consumer_group = \"{group}\"\n",
         from.connection_string
     );
     for (index, hub) in to.iter().enumerate() {
