@@ -18,11 +18,10 @@ pub const WATERMARKS_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 pub const PREFETCH_KIB_MAX: u32 = 16 * 1024;
 
 /// How long librdkafka waits before fetching again once a receiver's prefetch queue is above
-/// its bounds (`fetch.queue.backoff.ms`, 1,000 by default). A fetch answer larger than the
-/// prefetch — one answer of a cluster can hold a mebibyte per partition, thousands of small
-/// records — otherwise leaves a receiver that drained it idle for the rest of a second: a copy
-/// from Tributary's Kafka door ran at a tenth of its speed. 10 ms keeps the check cheap and the
-/// queue fed.
+/// its bounds (`fetch.queue.backoff.ms`, 1,000 by default). One fetch answer can hold a
+/// mebibyte per partition — thousands of small records, more than the prefetch — and with the
+/// default a receiver that drained it would sit idle for the rest of a second. 10 ms keeps the
+/// check cheap and the queue fed.
 pub const FETCH_QUEUE_BACKOFF_MS: u32 = 10;
 
 /// How long the cluster may hold a fetch open waiting for records (`fetch.wait.max.ms`): a
