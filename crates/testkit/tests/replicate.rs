@@ -388,7 +388,16 @@ async fn a_three_hub_mesh_holds_every_event_once_per_hub_and_never_loops() {
             if i != j {
                 let name = format!("mesh-{i}-{j}");
                 let config = copy_task(dir.path(), &name, from, to, "").await;
-                let mut text = std::fs::read_to_string(&config.file).unwrap();
+                // A consumer group per task, as each reading application has its own: two
+                // tasks in one group would take each other's partitions with their owner levels.
+                from.broker
+                    .create_consumer_group("orders", &name)
+                    .await
+                    .unwrap();
+                let mut text = std::fs::read_to_string(&config.file).unwrap().replace(
+                    "consumer_group = \"replication\"",
+                    &format!("consumer_group = \"{name}\""),
+                );
                 text.push_str("[merge]\nforward_replicated = false\n");
                 let config = task(dir.path(), &name, &text);
                 replicators.push(
