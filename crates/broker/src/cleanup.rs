@@ -50,8 +50,9 @@ pub struct HubUpdate {
 }
 
 impl HubUpdate {
-    /// `definition` with this update applied, checked.
-    fn apply(&self, definition: &HubDefinition) -> Result<HubDefinition, BrokerError> {
+    /// `definition` with this update applied and checked, as [`Broker::update_hub`] would
+    /// apply it; nothing is saved (a caller asked only to validate uses this).
+    pub fn apply(&self, definition: &HubDefinition) -> Result<HubDefinition, BrokerError> {
         let mut updated = definition.clone();
         if let Some(age) = self.retention_age_ms {
             updated.retention_age_ms = age;

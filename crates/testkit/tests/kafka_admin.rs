@@ -252,6 +252,122 @@ async fn logins_without_manage_may_describe_but_not_create_delete_or_grow() {
     hub.stop().await;
 }
 
+/// `ops` applied to topic "orders" by IncrementalAlterConfigs with login `conn`: the outcome.
+async fn alter_orders(door: &RunningKafkaServer, conn: &str, ops: Value, validate: bool) -> Value {
+    let more = json!({"topic": "orders", "ops": ops, "validate_only": validate});
+    admin("incremental_alter_configs", args(door, conn, more)).await["result"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_client_alters_a_topics_configs_incrementally_or_whole() {
+    use tributary_broker::CleanupPolicy;
+    let hub = TestHub::start(&[("orders", 2)]).await;
+    let door = kafka_door(&hub).await;
+    let root = hub.conn(&hub.root);
+    let orders = || hub.broker.describe_hub("orders").unwrap();
+
+    let ops = json!([
+        ["SET", "retention.ms", "7200000"],
+        ["APPEND", "cleanup.policy", "compact"],
+        ["SET", "min.compaction.lag.ms", "60000"]
+    ]);
+    assert_eq!(alter_orders(&door, &root, ops, false).await, Value::Null);
+    let altered = orders();
+    assert_eq!(altered.retention_age_ms, Some(7_200_000));
+    assert_eq!(altered.cleanup.policy, CleanupPolicy::DeleteOrCompact);
+    assert_eq!(altered.cleanup.min_compaction_lag_ms, 60_000);
+    let described = admin(
+        "describe_configs",
+        args(&door, &root, json!({"topic": "orders"})),
+    )
+    .await;
+    let policy = &described["configs"]["cleanup.policy"];
+    assert_eq!(policy["value"], "delete,compact", "{described}");
+    assert_eq!(policy["source"], "DYNAMIC_TOPIC_CONFIG", "{described}");
+
+    // SUBTRACT leaves compact; DELETE takes retention.ms back to its default, one day.
+    let ops = json!([
+        ["SUBTRACT", "cleanup.policy", "delete"],
+        ["DELETE", "retention.ms"]
+    ]);
+    assert_eq!(alter_orders(&door, &root, ops, false).await, Value::Null);
+    assert_eq!(orders().cleanup.policy, CleanupPolicy::Compact);
+    assert_eq!(orders().retention_age_ms, Some(86_400_000));
+
+    // AlterConfigs replaces the whole set: what it does not name goes back to its default.
+    let more = json!({"topic": "orders", "configs": {"retention.ms": "3600000"}});
+    let replaced = admin("alter_configs", args(&door, &root, more)).await;
+    assert_eq!(replaced["result"], Value::Null, "{replaced}");
+    let replaced = orders();
+    assert_eq!(replaced.retention_age_ms, Some(3_600_000));
+    assert_eq!(replaced.cleanup.policy, CleanupPolicy::Delete);
+    assert_eq!(replaced.cleanup.min_compaction_lag_ms, 0);
+    door.shutdown().await;
+    hub.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn altering_configs_a_hub_cannot_honour_or_without_manage_changes_nothing() {
+    let hub = TestHub::start(&[("orders", 2)]).await;
+    let door = kafka_door(&hub).await;
+    let root = hub.conn(&hub.root);
+    let orders = || hub.broker.describe_hub("orders").unwrap();
+    // Refused whole: a fixed config at another value, APPEND on a config that is no list, an
+    // unknown config, a login without Manage, the broker's configs. Nothing changes.
+    let before = orders();
+    let refusals = [
+        (
+            json!([
+                ["SET", "retention.ms", "1000"],
+                ["SET", "max.message.bytes", "5"]
+            ]),
+            &root,
+            "INVALID_CONFIG",
+            "max.message.bytes=5",
+        ),
+        (
+            json!([["APPEND", "retention.ms", "5"]]),
+            &root,
+            "INVALID_CONFIG",
+            "list configs",
+        ),
+        (
+            json!([["SET", "segment.jitter.ms", "5"]]),
+            &root,
+            "INVALID_CONFIG",
+            "segment.jitter.ms",
+        ),
+        (
+            json!([["SET", "retention.ms", "1000"]]),
+            &hub.conn(&hub.listen),
+            "TOPIC_AUTHORIZATION_FAILED",
+            "Manage",
+        ),
+    ];
+    for (ops, conn, error, says) in refusals {
+        let refused = alter_orders(&door, conn, ops.clone(), false).await;
+        assert_eq!(refused["error"], error, "{ops}: {refused}");
+        assert!(
+            refused["message"].as_str().unwrap().contains(says),
+            "{ops}: {refused}"
+        );
+        assert_eq!(orders(), before, "{ops}");
+    }
+    let more = json!({"broker": "0", "ops": [["SET", "log.retention.ms", "5"]]});
+    let broker = admin("incremental_alter_configs", args(&door, &root, more)).await;
+    assert_eq!(broker["result"]["error"], "INVALID_REQUEST", "{broker}");
+
+    // validate_only checks and changes nothing; a bad value is still refused.
+    let ops = json!([["SET", "retention.ms", "1000"]]);
+    assert_eq!(alter_orders(&door, &root, ops, true).await, Value::Null);
+    assert_eq!(orders(), before);
+    let bad = alter_orders(&door, &root, json!([["SET", "retention.ms", "0"]]), true).await;
+    assert_eq!(bad["error"], "INVALID_CONFIG", "{bad}");
+
+    door.shutdown().await;
+    hub.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cluster_is_this_one_node_with_its_broker_configs() {
     let hub = TestHub::start(&[]).await;

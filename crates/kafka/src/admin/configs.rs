@@ -18,16 +18,16 @@ use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 use tributary_amqp::auth;
 use tributary_broker::config::RETENTION_AGE_MS_DEFAULT;
-use tributary_broker::{HubCleanup, HubDefinition, HubSpec};
+use tributary_broker::{HubCleanup, HubDefinition, HubSpec, HubUpdate};
 
 use super::{Refusal, text};
 use crate::connection::{Context, Session};
 use crate::limits::RECORD_BYTES_MAX;
 use crate::metadata::NODE_ID;
 
-/// DescribeConfigs' resource types.
-const RESOURCE_TOPIC: i8 = 2;
-const RESOURCE_BROKER: i8 = 4;
+/// The config resource types (DescribeConfigs, AlterConfigs).
+pub(crate) const RESOURCE_TOPIC: i8 = 2;
+pub(crate) const RESOURCE_BROKER: i8 = 4;
 
 /// DescribeConfigs' config sources.
 const SOURCE_TOPIC: i8 = 1;
@@ -73,7 +73,7 @@ impl Retention {
         }
     }
 
-    fn of_hub(hub: &HubDefinition) -> Self {
+    pub(crate) fn of_hub(hub: &HubDefinition) -> Self {
         Retention {
             age_ms: hub.retention_age_ms,
             bytes_max: hub.retention_bytes_max,
@@ -275,38 +275,98 @@ fn broker_entries() -> Vec<Entry> {
 /// The hub settings `configs` ask for, applied to `spec`; a config the hub cannot honour is
 /// INVALID_CONFIG naming it. A config with a null value keeps its default.
 pub(crate) fn apply(configs: &[CreatableTopicConfig], spec: &mut HubSpec) -> Result<(), Refusal> {
+    let mut retention = Retention::of(spec);
     for config in configs {
-        let Some(value) = config.value.as_ref() else {
-            continue;
-        };
-        let (name, value) = (config.name.as_str(), value.as_str().trim());
-        let invalid = |why: &str| {
-            Refusal::new(
-                ResponseError::InvalidConfig,
-                format!("{name}={value}: {why}"),
-            )
-        };
+        if let Some(value) = config.value.as_ref() {
+            retention.set(config.name.as_str(), value.as_str())?;
+        }
+    }
+    spec.retention_age_ms = retention.age_ms;
+    spec.retention_bytes_max = retention.bytes_max;
+    spec.cleanup = retention.cleanup;
+    Ok(())
+}
+
+/// INVALID_CONFIG for `name=value`, saying why.
+pub(crate) fn invalid(name: &str, value: &str, why: &str) -> Refusal {
+    Refusal::new(
+        ResponseError::InvalidConfig,
+        format!("{name}={value}: {why}"),
+    )
+}
+
+impl Retention {
+    /// What a topic created without configs keeps: Kafka's and Event Hubs' defaults.
+    pub(crate) fn defaults() -> Self {
+        Retention {
+            age_ms: Some(RETENTION_AGE_MS_DEFAULT),
+            bytes_max: None,
+            cleanup: HubCleanup::default(),
+        }
+    }
+
+    /// Sets topic config `name` to `value`; a config the hub keeps changes it, one the hub fixes
+    /// must be given at its fixed value, and anything else is INVALID_CONFIG naming it.
+    pub(crate) fn set(&mut self, name: &str, value: &str) -> Result<(), Refusal> {
+        let value = value.trim();
+        let invalid = |why: &str| invalid(name, value, why);
         match name {
-            "retention.ms" => spec.retention_age_ms = limit(value).map_err(invalid)?,
+            "retention.ms" => self.age_ms = limit(value).map_err(invalid)?,
             "retention.bytes" => {
                 let bytes = limit(value).map_err(invalid)?;
-                spec.retention_bytes_max = bytes.map(|b| b.unsigned_abs());
+                self.bytes_max = bytes.map(|b| b.unsigned_abs());
             }
             "cleanup.policy" => {
-                spec.cleanup.policy = value
+                self.cleanup.policy = value
                     .parse()
                     .map_err(|_| invalid("expected delete, compact or compact,delete"))?;
             }
             "min.compaction.lag.ms" => {
-                spec.cleanup.min_compaction_lag_ms = duration(value).map_err(invalid)?;
+                self.cleanup.min_compaction_lag_ms = duration(value).map_err(invalid)?;
             }
             "delete.retention.ms" => {
-                spec.cleanup.tombstone_retention_ms = duration(value).map_err(invalid)?;
+                self.cleanup.tombstone_retention_ms = duration(value).map_err(invalid)?;
             }
             _ => fixed_value(name, value).map_err(invalid)?,
         }
+        Ok(())
     }
-    Ok(())
+
+    /// Sets topic config `name` back to its default; a config the hub fixes is its default
+    /// already, and an unknown one is INVALID_CONFIG.
+    pub(crate) fn reset(&mut self, name: &str) -> Result<(), Refusal> {
+        let defaults = Retention::defaults();
+        match name {
+            "retention.ms" => self.age_ms = defaults.age_ms,
+            "retention.bytes" => self.bytes_max = defaults.bytes_max,
+            "cleanup.policy" => self.cleanup.policy = defaults.cleanup.policy,
+            "min.compaction.lag.ms" => {
+                self.cleanup.min_compaction_lag_ms = defaults.cleanup.min_compaction_lag_ms;
+            }
+            "delete.retention.ms" => {
+                self.cleanup.tombstone_retention_ms = defaults.cleanup.tombstone_retention_ms;
+            }
+            _ if fixed_entries().iter().any(|e| e.name == name) => {}
+            _ => {
+                return Err(Refusal::new(
+                    ResponseError::InvalidConfig,
+                    format!("{name}: an event hub has no such topic config"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The update that gives a hub these settings.
+    pub(crate) fn update(self) -> HubUpdate {
+        HubUpdate {
+            retention_age_ms: Some(self.age_ms),
+            retention_bytes_max: Some(self.bytes_max),
+            cleanup_policy: Some(self.cleanup.policy),
+            min_compaction_lag_ms: Some(self.cleanup.min_compaction_lag_ms),
+            tombstone_retention_ms: Some(self.cleanup.tombstone_retention_ms),
+        }
+    }
 }
 
 /// A retention limit: a positive number, or −1 for none.

@@ -1,10 +1,10 @@
 //! Topic administration over Kafka, as Event Hubs' Kafka endpoint and a one-node Kafka broker
-//! answer it: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs and
-//! DescribeCluster. A topic is an event hub, so creating a topic creates a hub (with its
+//! answer it: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs,
+//! IncrementalAlterConfigs and DescribeCluster. A topic is an event hub, so creating a topic creates a hub (with its
 //! `$Default` consumer group) and deleting one deletes the hub and its events.
 //!
 //! # Rights
-//! - Creating, deleting and growing topics need the Manage right on the topic (a namespace-wide
+//! - Creating, deleting, growing and altering topics need the Manage right on the topic (a namespace-wide
 //!   policy covers every name); without it a topic's answer is TOPIC_AUTHORIZATION_FAILED, and
 //!   nothing changes.
 //! - Describing a topic's configs needs Listen or Manage on it (TOPIC_AUTHORIZATION_FAILED);
@@ -32,6 +32,7 @@
 //! - `validate_only` runs every check and changes nothing.
 //! - Error messages name the topic and the rule, never a key or token.
 
+mod alter;
 mod cluster;
 mod configs;
 mod topics;
@@ -46,7 +47,7 @@ use crate::connection::{Context, Session};
 
 pub(crate) use cluster::authorized_operations as cluster_operations;
 
-/// What creating, deleting or growing a topic needs.
+/// What creating, deleting, growing or altering a topic needs.
 const MANAGE: Needed = &[Right::Manage];
 
 /// Whether `request` is one of the administration requests this module answers.
@@ -57,6 +58,8 @@ pub(crate) fn answers(request: &RequestKind) -> bool {
             | RequestKind::DeleteTopics(_)
             | RequestKind::CreatePartitions(_)
             | RequestKind::DescribeConfigs(_)
+            | RequestKind::AlterConfigs(_)
+            | RequestKind::IncrementalAlterConfigs(_)
             | RequestKind::DescribeCluster(_)
     )
 }
@@ -80,6 +83,12 @@ pub(crate) async fn answer(
         RequestKind::DescribeConfigs(request) => {
             ResponseKind::DescribeConfigs(configs::describe(&request, session, ctx))
         }
+        RequestKind::AlterConfigs(request) => {
+            ResponseKind::AlterConfigs(alter::alter(request, session, ctx).await)
+        }
+        RequestKind::IncrementalAlterConfigs(request) => ResponseKind::IncrementalAlterConfigs(
+            alter::incremental_alter(request, session, ctx).await,
+        ),
         RequestKind::DescribeCluster(request) => {
             ResponseKind::DescribeCluster(cluster::describe(&request, session, ctx))
         }

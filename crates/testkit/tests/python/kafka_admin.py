@@ -1,5 +1,5 @@
 """Drives confluent-kafka's AdminClient (librdkafka) against Tributary's Kafka door: topics
-created, described, grown and deleted, the cluster described, and records produced with lz4 and
+created, described, altered, grown and deleted, the cluster described, and records produced with lz4 and
 zstd and consumed back.
 
 Each subcommand runs one scenario and prints one JSON document on stdout (the last line); the
@@ -12,8 +12,8 @@ Usage: kafka_admin.py <command> <json-arguments>
 
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import (AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic,
-                                  ResourceType)
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
+                                  ConfigSource, NewPartitions, NewTopic, ResourceType)
 
 # The produce and consume scenarios, and the SASL configuration, are kafka_interop.py's.
 from kafka_interop import cmd_consume, cmd_produce, config, run
@@ -91,6 +91,39 @@ def cmd_describe_configs(args):
     return {"configs": configs}
 
 
+def resource_of(args, configs=None, incremental_configs=None):
+    """The topic `topic` or the broker `broker` as a ConfigResource."""
+    kind, name = ((ResourceType.TOPIC, args["topic"]) if "topic" in args
+                  else (ResourceType.BROKER, args["broker"]))
+    return ConfigResource(kind, name, set_config=configs,
+                          incremental_configs=incremental_configs)
+
+
+def cmd_alter_configs(args):
+    """Replaces the configs of topic `topic` (or broker `broker`) with `configs` (name →
+    value), with `validate_only`; returns the outcome."""
+    resource = resource_of(args, configs=args["configs"])
+    client = admin(args)
+    futures = client.alter_configs(
+        [resource], validate_only=args.get("validate_only", False), request_timeout=TIMEOUT_S)
+    return {"result": outcome(futures[resource])}
+
+
+def cmd_incremental_alter_configs(args):
+    """Applies `ops` ([op, name, value?] with op SET, DELETE, APPEND or SUBTRACT) to topic
+    `topic` (or broker `broker`), with `validate_only`; returns the outcome."""
+    entries = [
+        ConfigEntry(op[1], op[2] if len(op) > 2 else None,
+                    incremental_operation=AlterConfigOpType[op[0]])
+        for op in args["ops"]
+    ]
+    resource = resource_of(args, incremental_configs=entries)
+    client = admin(args)
+    futures = client.incremental_alter_configs(
+        [resource], validate_only=args.get("validate_only", False), request_timeout=TIMEOUT_S)
+    return {"result": outcome(futures[resource])}
+
+
 def cmd_describe_cluster(args):
     """Describes the cluster: its id, controller, nodes and this login's operations."""
     client = admin(args)
@@ -122,6 +155,8 @@ COMMANDS = {
     "delete_topics": cmd_delete_topics,
     "create_partitions": cmd_create_partitions,
     "describe_configs": cmd_describe_configs,
+    "alter_configs": cmd_alter_configs,
+    "incremental_alter_configs": cmd_incremental_alter_configs,
     "describe_cluster": cmd_describe_cluster,
     "partitions": cmd_partitions,
     "produce": cmd_produce,
