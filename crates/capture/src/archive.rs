@@ -120,8 +120,26 @@ impl ArchiveNameFormat {
         partition: &str,
         window_start_ms: i64,
     ) -> String {
+        self.render_with_extension(
+            namespace,
+            hub,
+            partition,
+            window_start_ms,
+            ARCHIVE_EXTENSION,
+        )
+    }
+
+    /// [`render`](Self::render) with `extension` (`.parquet`) in place of `.avro`.
+    pub fn render_with_extension(
+        &self,
+        namespace: &str,
+        hub: &str,
+        partition: &str,
+        window_start_ms: i64,
+        extension: &str,
+    ) -> String {
         let t = UtcFields::from_ms(window_start_ms);
-        let mut name = String::with_capacity(self.format.len() + ARCHIVE_EXTENSION.len() + 32);
+        let mut name = String::with_capacity(self.format.len() + extension.len() + 32);
         for piece in &self.pieces {
             match piece {
                 Piece::Text(text) => name.push_str(text),
@@ -136,7 +154,7 @@ impl ArchiveNameFormat {
                 Piece::Field(Field::Second) => name.push_str(&format!("{:02}", t.second)),
             }
         }
-        name.push_str(ARCHIVE_EXTENSION);
+        name.push_str(extension);
         name
     }
 }

@@ -81,11 +81,11 @@ pub fn event_record(event: &ReceivedEvent) -> Value {
         ),
         (
             "SystemProperties".into(),
-            Value::Map(system_properties(event)),
+            Value::Map(avro_map(system_property_values(event))),
         ),
         (
             "Properties".into(),
-            Value::Map(application_properties(event)),
+            Value::Map(avro_map(property_values(event))),
         ),
         (
             "Body".into(),
@@ -94,14 +94,28 @@ pub fn event_record(event: &ReceivedEvent) -> Value {
     ])
 }
 
-fn system_properties(event: &ReceivedEvent) -> HashMap<String, Value> {
-    let mut map = HashMap::new();
-    let long = |v: i64| Value::Union(LONG, Box::new(Value::Long(v)));
-    let string = |s: &str| Value::Union(STRING, Box::new(Value::String(s.to_owned())));
-    map.insert(
+/// One value of a `SystemProperties` or `Properties` map, by the branch of Azure's union it
+/// takes: what the Avro and Parquet writers both encode.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FieldValue {
+    /// `long`.
+    Long(i64),
+    /// `double`.
+    Double(f64),
+    /// `string`.
+    String(String),
+    /// `bytes`.
+    Bytes(Vec<u8>),
+    /// `null` (application properties only).
+    Null,
+}
+
+/// `event`'s `SystemProperties`: `x-opt-enqueued-time` and the texts the event has.
+pub fn system_property_values(event: &ReceivedEvent) -> Vec<(String, FieldValue)> {
+    let mut values = vec![(
         "x-opt-enqueued-time".to_owned(),
-        long(event.enqueued_time_ms),
-    );
+        FieldValue::Long(event.enqueued_time_ms),
+    )];
     let data = &event.data;
     let texts = [
         ("x-opt-partition-key", &data.partition_key),
@@ -111,49 +125,65 @@ fn system_properties(event: &ReceivedEvent) -> HashMap<String, Value> {
     ];
     for (key, value) in texts {
         if let Some(value) = value {
-            map.insert(key.to_owned(), string(value));
+            values.push((key.to_owned(), FieldValue::String(value.to_string())));
         }
     }
-    map
+    values
 }
 
-fn application_properties(event: &ReceivedEvent) -> HashMap<String, Value> {
+/// `event`'s application `Properties`, each mapped by type (see the module docs).
+pub fn property_values(event: &ReceivedEvent) -> Vec<(String, FieldValue)> {
     event
         .data
         .properties
         .iter()
-        .map(|(key, value)| (key.to_string(), property_value(value)))
+        .map(|(key, value)| (key.to_string(), field_value(value)))
         .collect()
 }
 
 /// One application property as a branch of `["long","double","string","bytes","null"]`.
-fn property_value(value: &PropertyValue) -> Value {
-    let (branch, value) = match value {
-        PropertyValue::Null => (NULL, Value::Null),
-        PropertyValue::Bool(b) => (
-            STRING,
-            Value::String(if *b { "True" } else { "False" }.into()),
-        ),
-        PropertyValue::Int32(v) => (LONG, Value::Long(i64::from(*v))),
-        PropertyValue::Int64(v) | PropertyValue::Timestamp(v) => (LONG, Value::Long(*v)),
-        PropertyValue::UInt32(v) => (LONG, Value::Long(i64::from(*v))),
+fn field_value(value: &PropertyValue) -> FieldValue {
+    match value {
+        PropertyValue::Null => FieldValue::Null,
+        PropertyValue::Bool(b) => FieldValue::String(if *b { "True" } else { "False" }.into()),
+        PropertyValue::Int32(v) => FieldValue::Long(i64::from(*v)),
+        PropertyValue::Int64(v) | PropertyValue::Timestamp(v) => FieldValue::Long(*v),
+        PropertyValue::UInt32(v) => FieldValue::Long(i64::from(*v)),
         PropertyValue::UInt64(v) => match i64::try_from(*v) {
-            Ok(v) => (LONG, Value::Long(v)),
-            Err(_) => (STRING, Value::String(v.to_string())),
+            Ok(v) => FieldValue::Long(v),
+            Err(_) => FieldValue::String(v.to_string()),
         },
-        PropertyValue::Float32(v) => (DOUBLE, Value::Double(f64::from(*v))),
-        PropertyValue::Float64(v) => (DOUBLE, Value::Double(*v)),
-        PropertyValue::String(s) => (STRING, Value::String(s.to_string())),
-        PropertyValue::Bytes(b) => (BYTES, Value::Bytes(b.to_vec())),
-        PropertyValue::Uuid(u) => (STRING, Value::String(uuid_text(u))),
+        PropertyValue::Float32(v) => FieldValue::Double(f64::from(*v)),
+        PropertyValue::Float64(v) => FieldValue::Double(*v),
+        PropertyValue::String(s) => FieldValue::String(s.to_string()),
+        PropertyValue::Bytes(b) => FieldValue::Bytes(b.to_vec()),
+        PropertyValue::Uuid(u) => FieldValue::String(uuid_text(u)),
+    }
+}
+
+/// A map value as its Avro union branch.
+fn avro_value(value: FieldValue) -> Value {
+    let (branch, value) = match value {
+        FieldValue::Long(v) => (LONG, Value::Long(v)),
+        FieldValue::Double(v) => (DOUBLE, Value::Double(v)),
+        FieldValue::String(v) => (STRING, Value::String(v)),
+        FieldValue::Bytes(v) => (BYTES, Value::Bytes(v)),
+        FieldValue::Null => (NULL, Value::Null),
     };
     Value::Union(branch, Box::new(value))
 }
 
-/// The Avro codec of a capture format.
+fn avro_map(values: Vec<(String, FieldValue)>) -> HashMap<String, Value> {
+    values
+        .into_iter()
+        .map(|(key, value)| (key, avro_value(value)))
+        .collect()
+}
+
+/// The Avro codec of a capture format (`null` for the formats that are not Avro).
 pub fn codec(format: CaptureFormat) -> Codec {
     match format {
-        CaptureFormat::Avro => Codec::Null,
+        CaptureFormat::Avro | CaptureFormat::Parquet => Codec::Null,
         CaptureFormat::AvroDeflate => Codec::Deflate(DeflateSettings::default()),
     }
 }

@@ -9,7 +9,7 @@ use crate::limits::{
     SIZE_BYTES_MIN,
 };
 
-/// The encoding of a window's file: Azure's `Avro` and `AvroDeflate`.
+/// The encoding of a window's file: Azure's `Avro` and `AvroDeflate`, and `Parquet`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CaptureFormat {
     /// An Avro object container file with the `null` codec (Azure's default).
@@ -17,6 +17,9 @@ pub enum CaptureFormat {
     Avro,
     /// An Avro object container file whose blocks are compressed with the `deflate` codec.
     AvroDeflate,
+    /// A Parquet file with one column per field of Azure's record (see [`crate::window`]);
+    /// needs the `parquet` feature.
+    Parquet,
 }
 
 impl CaptureFormat {
@@ -25,6 +28,15 @@ impl CaptureFormat {
         match self {
             CaptureFormat::Avro => "Avro",
             CaptureFormat::AvroDeflate => "AvroDeflate",
+            CaptureFormat::Parquet => "Parquet",
+        }
+    }
+
+    /// What the archive names of files in this format end with.
+    pub fn extension(self) -> &'static str {
+        match self {
+            CaptureFormat::Avro | CaptureFormat::AvroDeflate => crate::archive::ARCHIVE_EXTENSION,
+            CaptureFormat::Parquet => ".parquet",
         }
     }
 
@@ -36,10 +48,14 @@ impl CaptureFormat {
             || text.eq_ignore_ascii_case("avro-deflate")
         {
             Ok(CaptureFormat::AvroDeflate)
+        } else if text.eq_ignore_ascii_case("parquet") {
+            Ok(CaptureFormat::Parquet)
         } else {
             Err(CaptureError::InvalidConfig {
                 setting: "capture-format",
-                reason: format!("{text:?} is not a capture encoding; use Avro or AvroDeflate"),
+                reason: format!(
+                    "{text:?} is not a capture encoding; use Avro, AvroDeflate or Parquet"
+                ),
             })
         }
     }
@@ -81,6 +97,12 @@ impl Default for CaptureConfig {
 impl CaptureConfig {
     /// Checks the windows against Azure's ranges (the name format was checked when parsed).
     pub fn validate(&self) -> Result<(), CaptureError> {
+        if self.format == CaptureFormat::Parquet && !cfg!(feature = "parquet") {
+            return Err(CaptureError::InvalidConfig {
+                setting: "capture-format",
+                reason: "this build has no Parquet (tributary-capture's `parquet` feature)".into(),
+            });
+        }
         if !(INTERVAL_MIN..=INTERVAL_MAX).contains(&self.interval) {
             return Err(CaptureError::InvalidConfig {
                 setting: "capture-interval",
@@ -144,8 +166,13 @@ mod tests {
             CaptureFormat::parse("avrodeflate").unwrap(),
             CaptureFormat::AvroDeflate
         );
+        assert_eq!(
+            CaptureFormat::parse("PARQUET").unwrap(),
+            CaptureFormat::Parquet
+        );
+        assert_eq!(CaptureFormat::Parquet.extension(), ".parquet");
         assert!(
-            CaptureFormat::parse("parquet")
+            CaptureFormat::parse("orc")
                 .unwrap_err()
                 .to_string()
                 .contains("capture-format")

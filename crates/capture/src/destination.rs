@@ -9,7 +9,8 @@
 //! [`Destination::leftovers`] and removed by [`Destination::remove_leftover`]; it never
 //! becomes visible.
 //!
-//! Later destinations (Azure Blob: a block list committed at once) implement the same trait.
+//! `BlobDestination` (`crate::blob`, feature `blob`: a block list committed at once) implements
+//! the same trait.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};

@@ -49,6 +49,14 @@ pub enum CaptureError {
         /// The encoder's message.
         reason: String,
     },
+    /// Encoding a window's Parquet file failed.
+    #[error("writing the Parquet file {name}: {reason}")]
+    Parquet {
+        /// The archive name of the file.
+        name: String,
+        /// The encoder's message.
+        reason: String,
+    },
     /// Reading the partition failed.
     #[error("reading partition {partition} of event hub {hub}: {source}")]
     Broker {

@@ -2,10 +2,12 @@
 //! files that a pipeline written against Azure Event Hubs Capture reads unchanged.
 //!
 //! - [`CaptureConfig`]: the time and size windows (Azure's ranges), skip-empty, the encoding
-//!   (`Avro`, `AvroDeflate`) and the [`ArchiveNameFormat`] (Azure's nine placeholders).
-//! - [`avro`]: Azure's record schema and how an event becomes a record.
+//!   (`Avro`, `AvroDeflate`, `Parquet`) and the [`ArchiveNameFormat`] (Azure's nine placeholders).
+//! - [`avro`]: Azure's record schema and how an event becomes a record; [`window`]: the seam
+//!   between a window and its file format (Avro, or Parquet with the `parquet` feature).
 //! - [`Destination`]: where files go, written under a temporary name and published whole;
-//!   [`DirectoryDestination`] (`file:`) is the first.
+//!   [`DirectoryDestination`] (`file:`), and with the `blob` feature `BlobDestination`
+//!   (`blob:`, block blobs in an Azure Storage container, committed whole).
 //! - [`PartitionCapture`]: one partition, read from a [`tributary_broker::Broker`], exactly once
 //!   across crashes; its [`progress`] file says where the next window starts.
 //! - [`CaptureFileCreated`]: the notification of each file, in Event Grid's shape.
@@ -15,16 +17,23 @@
 
 pub mod archive;
 pub mod avro;
+#[cfg(feature = "blob")]
+pub mod blob;
 pub mod config;
 pub mod destination;
 mod error;
 pub mod limits;
 pub mod notification;
+#[cfg(feature = "parquet")]
+pub mod parquet;
 pub mod partition;
 pub mod progress;
 pub mod time_text;
+pub mod window;
 
 pub use archive::{ArchiveNameFormat, DEFAULT_ARCHIVE_NAME_FORMAT};
+#[cfg(feature = "blob")]
+pub use blob::BlobDestination;
 pub use config::{CaptureConfig, CaptureFormat};
 pub use destination::{Destination, DirectoryDestination, PendingFile};
 pub use error::CaptureError;

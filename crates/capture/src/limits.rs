@@ -31,7 +31,24 @@ pub const ARCHIVE_NAME_FORMAT_BYTES_MAX: usize = 1024;
 /// The most bytes a progress file may have; a larger one is not ours.
 pub const PROGRESS_FILE_BYTES_MAX: u64 = 64 * 1024;
 
+/// The bytes a Blob Storage destination stages per block (Put Block): a window's file is held in
+/// memory at most this much at a time, and the service's 50,000 blocks a blob at this size hold
+/// far more than the largest size window.
+pub const BLOB_BLOCK_BYTES: usize = 4 * 1024 * 1024;
+/// The bytes one ranged read of a blob asks for when a file is read back at recovery.
+pub const BLOB_READ_BYTES: u64 = 4 * 1024 * 1024;
+/// The most List Blobs pages (5,000 blobs each) a search for leftovers follows.
+pub const BLOB_LIST_PAGES_MAX: u32 = 1024;
+
+/// About how many bytes of events (as the size window counts them) a Parquet row group holds
+/// before it is written: what a Parquet window keeps in memory at most, whatever its size.
+pub const PARQUET_ROW_GROUP_BYTES: u64 = 32 * 1024 * 1024;
+/// The most bytes a Parquet file's footer may have when it is read back; the capture's own
+/// footers are a few kilobytes (statistics only on the two numeric columns).
+pub const PARQUET_FOOTER_BYTES_MAX: usize = 8 * 1024 * 1024;
+
 const _: () = assert!(READ_BYTES_MAX < SIZE_BYTES_MIN);
+const _: () = assert!(SIZE_BYTES_MAX / (BLOB_BLOCK_BYTES as u64) < 50_000);
 const _: () = assert!(SIZE_BYTES_MIN <= SIZE_BYTES_DEFAULT);
 const _: () = assert!(SIZE_BYTES_DEFAULT <= SIZE_BYTES_MAX);
 const _: () = assert!(INTERVAL_MIN.as_secs() <= INTERVAL_DEFAULT.as_secs());

@@ -32,13 +32,14 @@ use std::sync::Arc;
 use tributary_broker::Broker;
 use tributary_event::{Clock, EventPosition, ReceivedEvent};
 
-use crate::avro::{RecordWriter, event_record, record_bytes, record_writer, summarize};
+use crate::avro::record_bytes;
 use crate::config::CaptureConfig;
-use crate::destination::{Destination, PendingFile};
+use crate::destination::Destination;
 use crate::error::CaptureError;
 use crate::limits::{READ_BYTES_MAX, READ_EVENTS_MAX};
 use crate::notification::{Bounds, CaptureFileCreated};
 use crate::progress::{Progress, ProgressStore};
+use crate::window::{WindowWriter, summarize, window_writer};
 
 /// Which partition of which event hub of which namespace a capture reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,7 +54,7 @@ pub struct CaptureTarget {
 
 /// The window being filled: its file under its temporary name and what it holds.
 struct OpenWindow {
-    writer: RecordWriter<WholeWrites>,
+    writer: Box<dyn WindowWriter>,
     bounds: Bounds,
     event_count: u64,
     record_bytes: u64,
@@ -125,9 +126,13 @@ impl PartitionCapture {
     /// The archive name of the window that started at `window_start_ms`.
     pub fn archive_name(&self, window_start_ms: i64) -> String {
         let t = &self.target;
-        self.config
-            .archive_name_format
-            .render(&t.namespace, &t.hub, &t.partition, window_start_ms)
+        self.config.archive_name_format.render_with_extension(
+            &t.namespace,
+            &t.hub,
+            &t.partition,
+            window_start_ms,
+            self.config.format.extension(),
+        )
     }
 
     /// Recovers if needed, reads what the partition committed, and closes the window if its
@@ -221,7 +226,7 @@ impl PartitionCapture {
             path: self.destination.url(name).into(),
             reason,
         };
-        let summary = summarize(self.destination.open(name)?)
+        let summary = summarize(self.config.format, self.destination.open(name)?)
             .map_err(|e| corrupted(format!("not a capture file: {e}")))?;
         let bounds = match (summary.first_sequence, summary.last_sequence) {
             (Some(first), Some(last)) if first == progress.next_sequence => {
@@ -284,15 +289,8 @@ impl PartitionCapture {
         if self.window.is_none() {
             self.window = Some(self.open_window()?);
         }
-        let name = self.current_name();
         let window = self.window.as_mut().expect("opened above");
-        window
-            .writer
-            .append_value_ref(&event_record(event))
-            .map_err(|e| CaptureError::Avro {
-                name,
-                reason: e.to_string(),
-            })?;
+        window.writer.append(event)?;
         let this = (event.sequence_number, event.enqueued_time_ms);
         window.bounds = Some(
             window
@@ -311,9 +309,8 @@ impl PartitionCapture {
 
     fn open_window(&self) -> Result<OpenWindow, CaptureError> {
         let name = self.current_name();
-        let file = WholeWrites(self.destination.create(&name)?);
-        let writer = record_writer(file, self.config.format)
-            .map_err(|reason| CaptureError::Avro { name, reason })?;
+        let file = self.destination.create(&name)?;
+        let writer = window_writer(self.config.format, file, &name)?;
         Ok(OpenWindow {
             writer,
             bounds: None,
@@ -335,11 +332,7 @@ impl PartitionCapture {
             None => self.open_window()?,
         };
         let name = self.current_name();
-        let file = window.writer.into_inner().map_err(|e| CaptureError::Avro {
-            name: name.clone(),
-            reason: e.to_string(),
-        })?;
-        let size = file.0.publish()?;
+        let size = window.writer.finish()?.publish()?;
         let next_sequence = window
             .bounds
             .map_or(progress.next_sequence, |(_, (last, _))| last + 1);
@@ -393,21 +386,6 @@ impl PartitionCapture {
             partition: self.target.partition.clone(),
             source: Box::new(source),
         }
-    }
-}
-
-/// A pending file whose every `write` writes the whole buffer: the Avro encoder does not retry
-/// short writes, which `io::Write` allows (a file may take part of a buffer).
-struct WholeWrites(Box<dyn PendingFile>);
-
-impl std::io::Write for WholeWrites {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.write_all(buf)?;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.0.flush()
     }
 }
 

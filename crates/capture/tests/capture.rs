@@ -60,6 +60,7 @@ async fn every_event_comes_back_from_the_file_as_the_hub_holds_it() {
         let codec: &[u8] = match format {
             CaptureFormat::Avro => b"null",
             CaptureFormat::AvroDeflate => b"deflate",
+            other => panic!("{other:?} is not an Avro format"),
         };
         assert!(
             raw.windows(codec.len()).any(|w| w == codec),

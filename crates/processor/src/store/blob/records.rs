@@ -4,7 +4,7 @@
 use super::requests::Condition;
 use super::{
     BlobCheckpointStore, Checkpoint, CheckpointStore, ListedBlob, Ownership, OwnershipFence,
-    ScopeKey, Seen, StoreError, VERSION_KEY, Write, backend, blob_name, parse_time_ms, prefix,
+    ScopeKey, Seen, StoreError, VERSION_KEY, Write, backend, blob_name, prefix,
     validate_checkpoint, validate_claim, validate_value,
 };
 
@@ -226,7 +226,7 @@ impl CheckpointStore for BlobCheckpointStore {
             let Some(partition_id) = partition_of(blob, &prefix) else {
                 continue;
             };
-            let last_modified_ms = parse_time_ms(&blob.last_modified);
+            let last_modified_ms = tributary_blob::http_date_ms(&blob.last_modified);
             let version = self.observe(
                 &scope,
                 partition_id,

@@ -1,7 +1,7 @@
 //! Reading one page of a List Blobs answer (`restype=container&comp=list&include=metadata`):
 //! each blob's name, ETag, Last-Modified and metadata, and the marker of the next page.
 //!
-//! Only the elements the store uses are read; anything else (other properties, unknown
+//! Only the elements callers use are read; anything else (other properties, unknown
 //! elements a newer service version adds) is skipped. Malformed XML is an error, never a panic.
 
 use std::collections::HashMap;
@@ -11,21 +11,26 @@ use quick_xml::events::Event;
 
 /// One blob of a listing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct ListedBlob {
-    pub(crate) name: String,
-    /// Without surrounding quotes.
-    pub(crate) etag: String,
+pub struct ListedBlob {
+    /// The blob's name in its container.
+    pub name: String,
+    /// The ETag, without surrounding quotes.
+    pub etag: String,
     /// The RFC 1123 date as the service wrote it.
-    pub(crate) last_modified: String,
+    pub last_modified: String,
     /// Keys in lower case (metadata keys are case-insensitive).
-    pub(crate) metadata: HashMap<String, String>,
+    pub metadata: HashMap<String, String>,
+    /// The size in bytes (0 for a blob that has only uncommitted blocks).
+    pub content_length: u64,
 }
 
 /// One page: its blobs and, when there are more, the marker to ask for next.
 #[derive(Debug, Default)]
-pub(crate) struct Page {
-    pub(crate) blobs: Vec<ListedBlob>,
-    pub(crate) next_marker: Option<String>,
+pub struct Page {
+    /// The page's blobs, in name order.
+    pub blobs: Vec<ListedBlob>,
+    /// The marker of the next page; `None` on the last.
+    pub next_marker: Option<String>,
 }
 
 /// Parses a List Blobs response body.
@@ -79,6 +84,9 @@ fn take_text(path: &[String], text: &str, blob: &mut ListedBlob, page: &mut Page
             blob.etag = text.trim_matches('"').to_owned();
         }
         [.., "Blob", "Properties", "Last-Modified"] => blob.last_modified = text.to_owned(),
+        [.., "Blob", "Properties", "Content-Length"] => {
+            blob.content_length = text.trim().parse().unwrap_or(0);
+        }
         [.., "Blob", "Metadata", key] => {
             blob.metadata
                 .entry(key.to_ascii_lowercase())
@@ -87,6 +95,36 @@ fn take_text(path: &[String], text: &str, blob: &mut ListedBlob, page: &mut Page
         }
         _ => {}
     }
+}
+
+/// How many blocks a Get Block List answer lists under `UncommittedBlocks`.
+pub(crate) fn count_uncommitted_blocks(xml: &str) -> Result<usize, String> {
+    let mut reader = Reader::from_str(xml);
+    let mut path: Vec<String> = Vec::new();
+    let mut count = 0;
+    loop {
+        match reader
+            .read_event()
+            .map_err(|e| format!("bad block list XML: {e}"))?
+        {
+            Event::Start(start) => {
+                let name = String::from_utf8_lossy(start.local_name().as_ref()).into_owned();
+                if name == "Block" && path.last().is_some_and(|p| p == "UncommittedBlocks") {
+                    count += 1;
+                }
+                path.push(name);
+            }
+            Event::End(_) => {
+                path.pop();
+            }
+            Event::Eof => break,
+            _ => {}
+        }
+    }
+    if !path.is_empty() {
+        return Err("bad block list XML: it ends inside an element".to_owned());
+    }
+    Ok(count)
 }
 
 #[cfg(test)]
@@ -103,6 +141,7 @@ mod tests {
 <Content-Length>0</Content-Length></Properties>
 <Metadata><OwnerId>a &amp; b</OwnerId><tributaryversion>3</tributaryversion></Metadata></Blob>
 <Blob><Name>ns/hub/$default/ownership/1</Name><Properties><Etag>0x8D2</Etag>
+<Content-Length>1234</Content-Length>
 <Last-Modified>Wed, 25 Nov 2026 01:00:01 GMT</Last-Modified></Properties><Metadata /></Blob>
 </Blobs><NextMarker>2!abc</NextMarker></EnumerationResults>"#;
         let page = parse(xml).unwrap();
@@ -113,8 +152,10 @@ mod tests {
         assert_eq!(page.blobs[0].last_modified, "Wed, 25 Nov 2026 01:00:00 GMT");
         assert_eq!(page.blobs[0].metadata["ownerid"], "a & b");
         assert_eq!(page.blobs[0].metadata["tributaryversion"], "3");
+        assert_eq!(page.blobs[0].content_length, 0);
         assert_eq!(page.blobs[1].etag, "0x8D2");
         assert!(page.blobs[1].metadata.is_empty());
+        assert_eq!(page.blobs[1].content_length, 1234);
     }
 
     #[test]
@@ -125,5 +166,17 @@ mod tests {
         assert_eq!(page.next_marker, None);
         assert!(parse("<EnumerationResults><Blobs>").is_err());
         assert!(parse("<a></b>").is_err());
+    }
+
+    #[test]
+    fn uncommitted_blocks_are_counted() {
+        let xml = r#"<?xml version="1.0" encoding="utf-8"?><BlockList><CommittedBlocks>
+<Block><Name>YQ==</Name><Size>1</Size></Block></CommittedBlocks><UncommittedBlocks>
+<Block><Name>Yg==</Name><Size>2</Size></Block><Block><Name>Yw==</Name><Size>3</Size></Block>
+</UncommittedBlocks></BlockList>"#;
+        assert_eq!(count_uncommitted_blocks(xml).unwrap(), 2);
+        let none = "<BlockList><CommittedBlocks /><UncommittedBlocks /></BlockList>";
+        assert_eq!(count_uncommitted_blocks(none).unwrap(), 0);
+        assert!(count_uncommitted_blocks("<BlockList><UncommittedBlocks>").is_err());
     }
 }

@@ -1,7 +1,7 @@
-//! The blob store's HTTP/1.1 client for one storage endpoint: a few kept-alive connections,
+//! The HTTP/1.1 client for one storage endpoint: a few kept-alive connections,
 //! plain TCP (Azurite) or TLS (Azure Storage, rustls with the webpki roots).
 //!
-//! Hand-written on hyper's client connections rather than a full client crate: the store talks
+//! Hand-written on hyper's client connections rather than a full client crate: a client talks
 //! to one host, so a pool is a stack of idle connections, and the tree already has hyper and
 //! rustls (a full client would add a second TLS setup and a DNS resolver crate).
 //!
@@ -9,8 +9,10 @@
 //! connection (closed by the server while idle) is tried once more on a new one; errors name the
 //! host and path, never the query (which may hold a SAS token).
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+#[cfg(feature = "tls")]
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,26 +20,34 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
+#[cfg(feature = "tls")]
 use tokio_rustls::TlsConnector;
+#[cfg(feature = "tls")]
 use tokio_rustls::rustls::pki_types::ServerName;
+#[cfg(feature = "tls")]
 use tokio_rustls::rustls::{ClientConfig, RootCertStore};
 
-/// How long one request may take, connecting included, before the store call fails.
+/// How long one request may take, connecting included, before the call fails.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Idle connections kept per store: enough for the claims one balancing round sends at once.
+/// Idle connections kept per client: enough for the claims one balancing round sends at once.
 const IDLE_CONNECTIONS_MAX: usize = 8;
 
-/// A response, its body read whole (listings are a few kilobytes per page).
+/// A response, its body read whole (listings are a few kilobytes per page; blob reads ask for
+/// bounded ranges).
 #[derive(Debug)]
-pub(crate) struct Response {
-    pub(crate) status: u16,
-    pub(crate) headers: hyper::HeaderMap,
-    pub(crate) body: Bytes,
+pub struct Response {
+    /// The HTTP status.
+    pub status: u16,
+    /// The response headers.
+    pub headers: hyper::HeaderMap,
+    /// The body.
+    pub body: Bytes,
 }
 
 impl Response {
-    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+    /// The value of header `name`, if it is present and text.
+    pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 }
@@ -65,6 +75,7 @@ impl std::fmt::Debug for Http {
     }
 }
 
+#[cfg(feature = "tls")]
 fn tls_config() -> Arc<ClientConfig> {
     static CONFIG: OnceLock<Arc<ClientConfig>> = OnceLock::new();
     Arc::clone(CONFIG.get_or_init(|| {
@@ -187,13 +198,7 @@ impl Http {
             .map_err(|e| format!("cannot connect: {e}"))?;
         let _ = tcp.set_nodelay(true);
         let stream: Box<dyn Io> = if self.tls {
-            let name = ServerName::try_from(self.host.clone())
-                .map_err(|e| format!("not a TLS server name: {e}"))?;
-            let tls = TlsConnector::from(tls_config())
-                .connect(name, tcp)
-                .await
-                .map_err(|e| format!("TLS handshake failed: {e}"))?;
-            Box::new(tls)
+            self.tls_handshake(tcp).await?
         } else {
             Box::new(tcp)
         };
@@ -206,5 +211,21 @@ impl Http {
             let _ = connection.await;
         });
         Ok(sender)
+    }
+
+    #[cfg(feature = "tls")]
+    async fn tls_handshake(&self, tcp: tokio::net::TcpStream) -> Result<Box<dyn Io>, String> {
+        let name = ServerName::try_from(self.host.clone())
+            .map_err(|e| format!("not a TLS server name: {e}"))?;
+        let tls = TlsConnector::from(tls_config())
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("TLS handshake failed: {e}"))?;
+        Ok(Box::new(tls))
+    }
+
+    #[cfg(not(feature = "tls"))]
+    async fn tls_handshake(&self, _tcp: tokio::net::TcpStream) -> Result<Box<dyn Io>, String> {
+        Err("this build has no TLS (the tributary-blob feature `tls` is off)".to_owned())
     }
 }
