@@ -22,8 +22,9 @@
 //! loses its store too), or, on every third seed, in one SQLite file they share (the file
 //! system is not cut: a host cut from the hub keeps its leases). Seeds: 1, 2, 3, or
 //! `TRIBUTARY_PARTITION_SEEDS` (`7`, `1,5,9` or `1..100`); `scripts/partition-scan` runs many.
-//! A failure prints the seed and its schedule, which replays it. Needs root (`ip netns`); a
-//! network that cannot be made fails the test.
+//! A failure prints the seed and its schedule, which replays it; `TRIBUTARY_PARTITION_LOGS=DIR`
+//! keeps each seed's process logs and every host's readings in DIR/seed-N. Needs root
+//! (`ip netns`); a network that cannot be made fails the test.
 
 mod common;
 
