@@ -3,12 +3,17 @@
 //! - [`azurite`]: Azurite's blob service on a free port, for the blob checkpoint store tests.
 //! - [`counting_store`]: a checkpoint store wrapper counting a processor's store calls.
 //! - [`formats`]: the on-disk format fixtures earlier builds wrote, and copies of them.
+//! - [`history`]: what a processor fleet did, and the checks run on it after a nemesis
+//!   schedule (no double processing beyond a window, no checkpoint backwards, nothing lost).
 //! - [`hub`]: a real hub on a free port — a broker on a temporary directory and its AMQP front
 //!   door (AMQPS when given a certificate) with root, listen-only and send-only policies.
 //! - [`sdk`]: running the official SDKs' scenario scripts (Python `azure-eventhub`, JavaScript
 //!   `@azure/event-hubs`) and reading the JSON they print.
 //! - [`official`]: the official Python and JavaScript processors in their own processes, and
 //!   what they report, for the mixed-fleet tests.
+//! - [`netns`]: nodes in network namespaces of their own on one bridge, and faults on the
+//!   links between them (silent drops, resets, slow and lossy links, a link down).
+//! - [`nemesis`]: a seeded, replayable schedule of those faults.
 //! - [`oci`]: the HTTP front door under test, the `oci` SDK's scripts, a raw HTTP client.
 //! - [`postgres`]: a private PostgreSQL server (one per test binary, a database per test).
 //!
@@ -21,7 +26,10 @@
 pub mod azurite;
 pub mod counting_store;
 pub mod formats;
+pub mod history;
 pub mod hub;
+pub mod nemesis;
+pub mod netns;
 pub mod oci;
 pub mod official;
 pub mod postgres;

@@ -11,7 +11,11 @@ use std::time::{Duration, Instant};
 /// `tributary ARGS…` on the data directory DATA (given as TRIBUTARY_DATA_DIR, which the
 /// commands that take no data directory ignore, where they refuse `--data-dir`), not yet started.
 pub(crate) fn tributary(data: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tributary"));
+    tributary_via(Command::new(env!("CARGO_BIN_EXE_tributary")), data, args)
+}
+
+/// [`tributary`] through a launcher already naming the binary (`ip netns exec NS tributary`).
+pub(crate) fn tributary_via(mut cmd: Command, data: &Path, args: &[&str]) -> Command {
     cmd.env("TRIBUTARY_DATA_DIR", data).args(args);
     // Tests run servers side by side: the Kafka doors on free ports unless a test says otherwise.
     cmd.env("TRIBUTARY_KAFKA_PORT", "0")
