@@ -22,7 +22,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use tributary_broker::HubUpdate;
 
-use super::configs::{RESOURCE_BROKER, RESOURCE_TOPIC, Retention, invalid};
+use super::configs::{self, RESOURCE_BROKER, RESOURCE_TOPIC, Retention, invalid};
 use super::{MANAGE, Refusal, text};
 use crate::connection::{Context, Session};
 
@@ -130,16 +130,7 @@ fn topic(
             ));
         }
     }
-    session.authorize(name, MANAGE).map_err(|code| Refusal {
-        code,
-        message: format!("altering topic {name:?} needs the Manage right"),
-    })?;
-    let hub = ctx.broker.describe_hub(name).map_err(|_| {
-        Refusal::new(
-            ResponseError::UnknownTopicOrPartition,
-            format!("topic {name:?} does not exist"),
-        )
-    })?;
+    let hub = configs::topic(name, session, ctx, MANAGE, "altering")?;
     Ok(Retention::of_hub(&hub))
 }
 

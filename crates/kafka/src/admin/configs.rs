@@ -17,6 +17,7 @@ use kafka_protocol::messages::describe_configs_response::{
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 use tributary_amqp::auth;
+use tributary_amqp::auth::Needed;
 use tributary_broker::config::RETENTION_AGE_MS_DEFAULT;
 use tributary_broker::{HubCleanup, HubDefinition, HubSpec, HubUpdate};
 
@@ -452,18 +453,7 @@ fn entries(
     let name = resource.resource_name.as_str();
     let all = match resource.resource_type {
         RESOURCE_TOPIC => {
-            session
-                .authorize(name, auth::LISTEN)
-                .map_err(|code| Refusal {
-                    code,
-                    message: format!("describing topic {name:?} needs the Listen or Manage right"),
-                })?;
-            let hub = ctx.broker.describe_hub(name).map_err(|_| {
-                Refusal::new(
-                    ResponseError::UnknownTopicOrPartition,
-                    format!("topic {name:?} does not exist"),
-                )
-            })?;
+            let hub = topic(name, session, ctx, auth::LISTEN, "describing")?;
             topic_entries(Retention::of_hub(&hub))
         }
         RESOURCE_BROKER => {
@@ -490,6 +480,39 @@ fn entries(
             .filter(|e| keys.iter().any(|k| k.as_str() == e.name))
             .collect(),
     })
+}
+
+/// The hub topic `name` is, once the session holds `needed` on it for `doing` (named in the
+/// refusal: "describing", "altering").
+pub(crate) fn topic(
+    name: &str,
+    session: &Session,
+    ctx: &Context,
+    needed: Needed,
+    doing: &str,
+) -> Result<HubDefinition, Refusal> {
+    session.authorize(name, needed).map_err(|code| Refusal {
+        code,
+        message: format!(
+            "{doing} topic {name:?} needs the {} right",
+            needed_rights(needed)
+        ),
+    })?;
+    ctx.broker.describe_hub(name).map_err(|_| {
+        Refusal::new(
+            ResponseError::UnknownTopicOrPartition,
+            format!("topic {name:?} does not exist"),
+        )
+    })
+}
+
+/// The rights a check accepts, as a refusal names them ("Listen or Manage").
+fn needed_rights(needed: Needed) -> String {
+    needed
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" or ")
 }
 
 /// One config as DescribeConfigs answers it (its synonym list is itself, as Kafka lists the
