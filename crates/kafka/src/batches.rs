@@ -23,6 +23,31 @@ use tributary_event::EventData;
 use crate::limits::{DECOMPRESSED_BATCH_BYTES_MAX, RECORD_BYTES_MAX};
 use crate::{bounded, mapping};
 
+/// Where a v2 batch's header keeps its record count: after base offset (8), batch length (4),
+/// leader epoch (4), magic (1), CRC (4), attributes (2), last offset delta (4), first and max
+/// timestamps (8 + 8), producer id (8), producer epoch (2) and base sequence (4).
+const RECORD_COUNT_OFFSET: usize = 57;
+
+/// How many records a partition's batches say they hold, read from their headers without
+/// decoding them (for the throughput limits, before the batches are checked): a batch whose
+/// header is cut short or is not v2 counts as one.
+pub fn record_count(records: &Bytes) -> u64 {
+    let mut rest = &records[..];
+    let mut count = 0u64;
+    while rest.len() >= 12 {
+        let length = i32::from_be_bytes(rest[8..12].try_into().expect("4 bytes"));
+        let size = usize::try_from(length).unwrap_or(0).saturating_add(12);
+        let header = rest.get(RECORD_COUNT_OFFSET..RECORD_COUNT_OFFSET + 4);
+        let in_batch = match (rest.get(16), header) {
+            (Some(2), Some(n)) => i32::from_be_bytes(n.try_into().expect("4 bytes")),
+            _ => 1,
+        };
+        count += u64::try_from(in_batch).unwrap_or(0).max(1);
+        rest = rest.get(size..).unwrap_or(&[]);
+    }
+    count
+}
+
 /// The events a partition's record batches hold (see [`crate::mapping`]), or the error code.
 pub fn events(records: Option<Bytes>) -> Result<Vec<EventData>, i16> {
     let corrupt = ResponseError::CorruptMessage.code();
