@@ -9,6 +9,8 @@
 //!   sends again); every event is stored once, at a rate within 10 % of the limit.
 //! - Kafka: confluent-kafka producing above a hub's 200 KiB/s ingress limit sees throttling
 //!   (its throttle callback) and loses nothing; the stored rate is within 10 % of the limit.
+//! - AMQP egress: a Python receiver reading five seconds' worth of stored events gets them all,
+//!   in order and without an error, paced at the hub's egress limit.
 //! - HTTP: a PutMessages over a hub's limit is answered 429 with `Retry-After` and writes
 //!   nothing; a GetMessages over the egress limit is slowed, not refused.
 //! - `/metrics` counts the throttled requests per door, hub and direction.
@@ -18,7 +20,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tributary_amqp::AccessPolicies;
+use tributary_broker::SendTarget;
 use tributary_broker::throttle::{DirectionLimits, Rate, ThroughputLimits};
+use tributary_event::EventData;
 use tributary_kafka::{KafkaConfig, RunningKafkaServer};
 use tributary_testkit::oci::{Server, Setup, request, start_http};
 use tributary_testkit::{TestHub, run_python, within};
@@ -27,6 +31,8 @@ use tributary_testkit::{TestHub, run_python, within};
 const AMQP_EVENTS_PER_SECOND: u64 = 200;
 /// The Kafka hub's ingress limit, in bytes a second.
 const KAFKA_BYTES_PER_SECOND: u64 = 200 * 1024;
+/// The AMQP receivers' hub's egress limit, in events a second.
+const AMQP_EGRESS_EVENTS_PER_SECOND: u64 = 300;
 /// The HTTP hub's ingress and egress limits, in events a second.
 const HTTP_EVENTS_PER_SECOND: u64 = 10;
 
@@ -52,6 +58,13 @@ fn limits() -> ThroughputLimits {
         events_per_second: None,
     };
     hubs.insert("kf".to_owned(), ingress(kafka));
+    hubs.insert(
+        "out".to_owned(),
+        DirectionLimits {
+            ingress: Rate::default(),
+            egress: events_per_second(AMQP_EGRESS_EVENTS_PER_SECOND),
+        },
+    );
     hubs.insert(
         "web".to_owned(),
         DirectionLimits {
@@ -95,7 +108,7 @@ async fn every_door_throttles_at_its_limit_and_clients_complete() {
     let dir = tempfile::tempdir().unwrap();
     let f = TestHub::start_in(
         dir,
-        &[("py", 3), ("kf", 1), ("web", 1)],
+        &[("py", 3), ("kf", 1), ("web", 1), ("out", 1)],
         |c| {
             c.log.durability = tributary_broker::Durability::None;
             c.throughput = limits();
@@ -118,15 +131,22 @@ async fn every_door_throttles_at_its_limit_and_clients_complete() {
     within("every door's scenario", async {
         tokio::join!(
             amqp_scenario(&f),
+            amqp_egress_scenario(&f),
             kafka_scenario(&f, &kafka),
             http_scenario(&web)
         )
     })
     .await;
     let metrics = request(&web, "GET", "/metrics", &[], b"").await.text();
-    for (door, hub) in [("amqp", "py"), ("kafka", "kf"), ("http", "web")] {
+    let throttled = [
+        ("amqp", "py", "ingress"),
+        ("amqp", "out", "egress"),
+        ("kafka", "kf", "ingress"),
+        ("http", "web", "ingress"),
+    ];
+    for (door, hub, direction) in throttled {
         let line = format!(
-            r#"tributary_throttled_total{{door="{door}",hub="{hub}",direction="ingress"}}"#
+            r#"tributary_throttled_total{{door="{door}",hub="{hub}",direction="{direction}"}}"#
         );
         assert!(metrics.contains(&line), "{line} missing in:\n{metrics}");
     }
@@ -182,6 +202,35 @@ async fn amqp_scenario(f: &TestHub) {
     assert!(
         (rate - limit).abs() <= limit * 0.1,
         "stored at {rate:.1} events/s, limit {limit}: {result}"
+    );
+}
+
+async fn amqp_egress_scenario(f: &TestHub) {
+    let count = 5 * AMQP_EGRESS_EVENTS_PER_SECOND;
+    let events = (0..count)
+        .map(|i| EventData::new(format!("e{i}").into_bytes()))
+        .collect();
+    let target = SendTarget::Partition("0".to_owned());
+    f.broker.send("out", target, events).await.expect("stored");
+    let started = Instant::now();
+    let args = json!({"conn": f.conn(&f.root), "hub": "out", "partition": 0, "position": "earliest", "count": count});
+    let result = run_python("interop.py", "consume", args).await;
+    let elapsed = started.elapsed();
+    let received = result["events"].as_array().expect("events");
+    assert_eq!(received.len() as u64, count, "{result}");
+    assert!(
+        received
+            .iter()
+            .enumerate()
+            .all(|(i, e)| e["body"] == format!("e{i}")),
+        "{result}"
+    );
+    // A second's worth at once, then the egress rate: the receiver is slowed, not refused.
+    let paced = Duration::from_secs(count / AMQP_EGRESS_EVENTS_PER_SECOND - 1);
+    assert!(elapsed >= paced, "{count} events received in {elapsed:?}");
+    assert_eq!(result["errors"], json!([]), "{result}");
+    eprintln!(
+        "AMQP egress: {count} events at {AMQP_EGRESS_EVENTS_PER_SECOND} events/s received in {elapsed:?}"
     );
 }
 
