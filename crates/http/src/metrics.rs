@@ -260,22 +260,28 @@ impl Metrics {
             m.lag.clone(),
         );
         m.compaction.register(&mut registry);
+        m.register_broker_counts(&mut registry);
+        Metrics { registry, ..m }
+    }
+
+    /// Registers what is read from the broker at each scrape besides the gauges: the log's
+    /// sync times and the throttled requests.
+    fn register_broker_counts(&self, registry: &mut Registry) {
         registry.register(
             "log_sync_duration_seconds",
             "Each fdatasync the log made for fsync appends",
-            m.log_syncs.clone(),
+            self.log_syncs.clone(),
         );
         registry.register(
             "log_append_sync_wait_seconds",
             "Each fsync append's wait from its write to the return of the sync that made it durable",
-            m.log_sync_waits.clone(),
+            self.log_sync_waits.clone(),
         );
         registry.register(
             "throttled",
             "Requests a front door throttled under the throughput limits (refused, or made to wait)",
-            m.throttled.clone(),
+            self.throttled.clone(),
         );
-        Metrics { registry, ..m }
     }
 
     pub(crate) fn request(&self, route: &str, method: &str, status: u16, seconds: f64) {

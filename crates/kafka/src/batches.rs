@@ -179,6 +179,31 @@ mod tests {
         buf.freeze()
     }
 
+    #[test]
+    fn record_counts_come_from_batch_headers_and_garbage_counts_little() {
+        let event = |n: i64| ReceivedEvent {
+            sequence_number: n,
+            offset: 0,
+            enqueued_time_ms: 0,
+            data: EventData::new(vec![b'x'; 10]),
+        };
+        let records: Vec<_> = (0..7)
+            .map(|n| mapping::record_from_event(event(n), 0))
+            .collect();
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut buf, &records, &options).unwrap();
+        let one = buf.freeze();
+        assert_eq!(record_count(&one), 7);
+        let two = Bytes::from([one.clone(), batch(Compression::Gzip, b"y".to_vec())].concat());
+        assert_eq!(record_count(&two), 8);
+        assert_eq!(record_count(&Bytes::from_static(b"short")), 0);
+        assert_eq!(record_count(&one.slice(..40)), 1, "a cut header counts one");
+    }
+
     /// The compressors the codec has without its lz4 and zstd features (which build C).
     fn compress(
         records: &mut BytesMut,

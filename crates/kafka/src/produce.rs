@@ -100,7 +100,7 @@ enum Step {
 /// [`StartedProduce::answer`].
 pub(crate) fn start(request: ProduceRequest, session: &Session, ctx: &Context) -> StartedProduce {
     let transactional = request.transactional_id.is_some();
-    let throttle = charge_ingress(&request, ctx);
+    let throttle = charge_ingress(&request, session, ctx);
     let topics = request
         .topic_data
         .into_iter()
@@ -132,14 +132,21 @@ pub(crate) fn start(request: ProduceRequest, session: &Session, ctx: &Context) -
 
 /// Charges a request's record batches to each hub's (and the namespace's) ingress limits: how
 /// long the client must wait before its next request. Kafka's quotas never refuse a produce;
-/// they delay the client (`throttle_time_ms`, and the connection muted that long).
-fn charge_ingress(request: &ProduceRequest, ctx: &Context) -> Duration {
+/// they delay the client (`throttle_time_ms`, and the connection muted that long). Only
+/// batches the connection may send to an existing hub are charged: a client without the
+/// right cannot use up another's limit.
+fn charge_ingress(request: &ProduceRequest, session: &Session, ctx: &Context) -> Duration {
     let throttle = ctx.broker.throttle();
     let now = tokio::time::Instant::now();
+    let chargeable = |hub: &str| {
+        throttle.limits_hub(hub, Direction::Ingress)
+            && session.authorize(hub, auth::SEND).is_ok()
+            && ctx.broker.describe_hub(hub).is_ok()
+    };
     request
         .topic_data
         .iter()
-        .filter(|topic| throttle.limits_hub(&topic.name.0, Direction::Ingress))
+        .filter(|topic| request.transactional_id.is_none() && chargeable(&topic.name.0))
         .filter_map(|topic| {
             let batches = topic
                 .partition_data
