@@ -19,8 +19,9 @@
 //!   `Retry-After`);
 //! - [`Admit::Within`]: admitted if the wait is at most this long, else refused (AMQP: the
 //!   disposition comes after the wait, beyond it `com.microsoft:server-busy`);
-//! - [`Admit::Always`]: always admitted, after the wait (Kafka's `throttle_time_ms`, and every
-//!   egress: reads are slowed, never refused).
+//! - [`Admit::Always`]: always admitted, after the time until what it took is repaid, however
+//!   large (Kafka's `throttle_time_ms`, and every egress: reads are slowed, never refused; a
+//!   read larger than a second's worth must not pass a full bucket for free).
 //!
 //! A refused request takes nothing and is told how long to wait before it would be admitted.
 //! [`Throttle::throttled_counts`] counts throttled requests per door, hub and direction, for
@@ -94,9 +95,19 @@ impl TokenBucket {
         (self.tokens + elapsed * self.per_second).min(self.capacity())
     }
 
-    /// How long a request of `cost` would wait if it took its tokens at `now`.
+    /// How long a request of `cost` would wait if it took its tokens at `now`: until the
+    /// bucket would have held its cost, capped at a second's worth.
     pub fn wait(&self, cost: u64, now: Instant) -> Duration {
-        let need = (cost as f64).min(self.capacity());
+        self.wait_for((cost as f64).min(self.capacity()), now)
+    }
+
+    /// How long until the debt a request of `cost` taken at `now` leaves is repaid: the wait
+    /// of a request already served (Kafka's throttle time), which no cap may shorten.
+    pub fn repaid(&self, cost: u64, now: Instant) -> Duration {
+        self.wait_for(cost as f64, now)
+    }
+
+    fn wait_for(&self, need: f64, now: Instant) -> Duration {
         let short = need - self.tokens_at(now);
         if short <= 0.0 {
             return Duration::ZERO;
@@ -281,13 +292,15 @@ impl ScopeBuckets {
         }
     }
 
-    fn wait(&self, cost: Cost, now: Instant) -> Duration {
-        let bytes = self
-            .bytes
-            .map_or(Duration::ZERO, |b| b.wait(cost.bytes, now));
+    fn wait(&self, cost: Cost, now: Instant, admit: Admit) -> Duration {
+        let wait = |b: &TokenBucket, cost| match admit {
+            Admit::Always => b.repaid(cost, now),
+            Admit::Now | Admit::Within(_) => b.wait(cost, now),
+        };
+        let bytes = self.bytes.map_or(Duration::ZERO, |b| wait(&b, cost.bytes));
         let events = self
             .events
-            .map_or(Duration::ZERO, |b| b.wait(cost.events, now));
+            .map_or(Duration::ZERO, |b| wait(&b, cost.events));
         bytes.max(events)
     }
 
@@ -381,10 +394,10 @@ impl Throttle {
             .hubs
             .get(&name_key(hub))
             .map(|s| s.lock().expect("throttle"));
-        let wait = namespace.direction(direction).wait(cost, now).max(
-            hub_scope
-                .as_mut()
-                .map_or(Duration::ZERO, |s| s.direction(direction).wait(cost, now)),
+        let wait = namespace.direction(direction).wait(cost, now, admit).max(
+            hub_scope.as_mut().map_or(Duration::ZERO, |s| {
+                s.direction(direction).wait(cost, now, admit)
+            }),
         );
         let allowed = match admit {
             Admit::Now => Duration::ZERO,
@@ -538,6 +551,10 @@ mod tests {
         assert_eq!(admitted, Ok(Duration::from_millis(500)));
         let admitted = t.admit("kafka", "h", ingress, cost(10, 1), Admit::Always, now);
         assert_eq!(admitted, Ok(Duration::from_millis(1500)));
+        // Already served, a request larger than a second's worth waits for all of it.
+        let later = now + Duration::from_secs(10);
+        let served = t.admit("kafka", "h", ingress, cost(30, 1), Admit::Always, later);
+        assert_eq!(served, Ok(Duration::from_secs(2)));
         // Egress has no limit here.
         let egress = t.admit(
             "amqp",
@@ -554,7 +571,7 @@ mod tests {
             vec![
                 ("amqp", "h".to_owned(), ingress, 2),
                 ("http", "h".to_owned(), ingress, 1),
-                ("kafka", "h".to_owned(), ingress, 1),
+                ("kafka", "h".to_owned(), ingress, 2),
             ]
         );
     }

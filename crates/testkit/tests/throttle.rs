@@ -11,6 +11,8 @@
 //!   (its throttle callback) and loses nothing; the stored rate is within 10 % of the limit.
 //! - AMQP egress: a Python receiver reading five seconds' worth of stored events gets them all,
 //!   in order and without an error, paced at the hub's egress limit.
+//! - Kafka egress: a confluent-kafka consumer reading five seconds' worth gets every record in
+//!   order, throttled (its callback) to the hub's egress limit.
 //! - HTTP: a PutMessages over a hub's limit is answered 429 with `Retry-After` and writes
 //!   nothing; a GetMessages over the egress limit is slowed, not refused.
 //! - `/metrics` counts the throttled requests per door, hub and direction.
@@ -33,6 +35,8 @@ const AMQP_EVENTS_PER_SECOND: u64 = 200;
 const KAFKA_BYTES_PER_SECOND: u64 = 200 * 1024;
 /// The AMQP receivers' hub's egress limit, in events a second.
 const AMQP_EGRESS_EVENTS_PER_SECOND: u64 = 300;
+/// The Kafka consumers' hub's egress limit, in bytes a second.
+const KAFKA_EGRESS_BYTES_PER_SECOND: u64 = 100 * 1024;
 /// The HTTP hub's ingress and egress limits, in events a second.
 const HTTP_EVENTS_PER_SECOND: u64 = 10;
 
@@ -58,6 +62,16 @@ fn limits() -> ThroughputLimits {
         events_per_second: None,
     };
     hubs.insert("kf".to_owned(), ingress(kafka));
+    hubs.insert(
+        "kfo".to_owned(),
+        DirectionLimits {
+            ingress: Rate::default(),
+            egress: Rate {
+                bytes_per_second: Some(KAFKA_EGRESS_BYTES_PER_SECOND),
+                events_per_second: None,
+            },
+        },
+    );
     hubs.insert(
         "out".to_owned(),
         DirectionLimits {
@@ -108,7 +122,7 @@ async fn every_door_throttles_at_its_limit_and_clients_complete() {
     let dir = tempfile::tempdir().unwrap();
     let f = TestHub::start_in(
         dir,
-        &[("py", 3), ("kf", 1), ("web", 1), ("out", 1)],
+        &[("py", 3), ("kf", 1), ("web", 1), ("out", 1), ("kfo", 1)],
         |c| {
             c.log.durability = tributary_broker::Durability::None;
             c.throughput = limits();
@@ -133,6 +147,7 @@ async fn every_door_throttles_at_its_limit_and_clients_complete() {
             amqp_scenario(&f),
             amqp_egress_scenario(&f),
             kafka_scenario(&f, &kafka),
+            kafka_egress_scenario(&f, &kafka),
             http_scenario(&web)
         )
     })
@@ -142,6 +157,7 @@ async fn every_door_throttles_at_its_limit_and_clients_complete() {
         ("amqp", "py", "ingress"),
         ("amqp", "out", "egress"),
         ("kafka", "kf", "ingress"),
+        ("kafka", "kfo", "egress"),
         ("http", "web", "ingress"),
     ];
     for (door, hub, direction) in throttled {
@@ -262,6 +278,42 @@ async fn kafka_scenario(f: &TestHub, door: &RunningKafkaServer) {
     assert!(
         rate <= limit * 1.1 && rate >= limit * 0.8,
         "stored at {rate:.0} B/s, limit {limit}: {result}"
+    );
+}
+
+async fn kafka_egress_scenario(f: &TestHub, door: &RunningKafkaServer) {
+    // Five seconds' worth of 1000-byte events (a little more in record batches), stored in
+    // batches of 16: the log reads whole batches, and a fetch gets at least one.
+    let count = 5 * KAFKA_EGRESS_BYTES_PER_SECOND / 1000;
+    for _ in 0..count / 16 {
+        let events = (0..16).map(|_| EventData::new(vec![b'k'; 1000])).collect();
+        let target = SendTarget::Partition("0".to_owned());
+        f.broker.send("kfo", target, events).await.expect("stored");
+    }
+    let result: Value = run_python(
+        "throttle.py",
+        "kafka-consume",
+        json!({
+            "bootstrap": door.local_addr().to_string(), "topic": "kfo", "count": count,
+            "fetch_bytes": 64 * 1024,
+        }),
+    )
+    .await;
+    assert_eq!(result["received"], count, "{result}");
+    assert_eq!(result["in_order"], true, "{result}");
+    assert_eq!(result["errors"], json!([]), "{result}");
+    assert!(
+        result["throttles"].as_u64().unwrap() > 0,
+        "no throttle callback: {result}"
+    );
+    // A second's worth at once, then the egress rate: fetches are slowed, not refused.
+    let elapsed = result["elapsed_s"].as_f64().unwrap();
+    assert!(
+        elapsed >= 3.5,
+        "{count} records fetched in {elapsed:.1} s: {result}"
+    );
+    eprintln!(
+        "Kafka egress: {count} records of 1000 B at {KAFKA_EGRESS_BYTES_PER_SECOND} B/s: {result}"
     );
 }
 

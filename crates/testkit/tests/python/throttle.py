@@ -7,7 +7,7 @@ Each subcommand prints one JSON document on stdout (the last line);
 crates/testkit/tests/throttle.rs starts the server, runs this script and asserts on it (and on
 what the server stored). Exit code 0 means the scenario ran.
 
-Usage: throttle.py amqp-send|kafka-produce <json-arguments>
+Usage: throttle.py amqp-send|kafka-produce|kafka-consume <json-arguments>
 """
 
 import json
@@ -21,7 +21,7 @@ import traceback
 
 from azure.eventhub import EventData, EventHubProducerClient
 from azure.eventhub.exceptions import EventDataSendError
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 # How many times a refused batch is sent before the scenario gives up.
 MAX_ATTEMPTS = 30
@@ -122,7 +122,49 @@ def cmd_kafka_produce(args):
     }
 
 
+def cmd_kafka_consume(args):
+    """Reads `count` records of partition 0 of `topic` from the beginning; reports how many
+    came, in order, and the throttle callbacks librdkafka made."""
+    throttles = []
+
+    def throttled(event):
+        throttles.append(event.throttle_time * 1000.0)
+
+    consumer = Consumer({
+        "bootstrap.servers": args["bootstrap"],
+        "group.id": "throttle-test",
+        # Many fetches rather than one: a Kafka quota throttles the fetch after the one over it.
+        "max.partition.fetch.bytes": args["fetch_bytes"],
+        "enable.auto.commit": False,
+        "socket.timeout.ms": 10000,
+        "throttle_cb": throttled,
+    })
+    consumer.assign([TopicPartition(args["topic"], 0, OFFSET_BEGINNING)])
+    offsets = []
+    errors = []
+    started = time.monotonic()
+    deadline = started + 60
+    while len(offsets) < args["count"] and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        if msg.error():
+            errors.append(msg.error().name())
+            continue
+        offsets.append(msg.offset())
+    elapsed = time.monotonic() - started
+    consumer.close()
+    return {
+        "elapsed_s": elapsed,
+        "received": len(offsets),
+        "in_order": offsets == list(range(len(offsets))),
+        "errors": errors,
+        "throttles": len([t for t in throttles if t > 0]),
+    }
+
+
 COMMANDS = {
+    "kafka-consume": cmd_kafka_consume,
     "amqp-send": cmd_amqp_send,
     "kafka-produce": cmd_kafka_produce,
 }
