@@ -268,6 +268,9 @@ fn print_banner(
             groups.join(", ")
         )?;
     }
+    for line in crate::throughput::describe(broker.throttle().limits()) {
+        writeln!(out, "  {line}")?;
+    }
     for line in doors.iter().flat_map(Door::describe) {
         writeln!(out, "  {line}")?;
     }

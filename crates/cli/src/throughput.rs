@@ -128,9 +128,59 @@ pub fn limits(
     })
 }
 
+/// The banner's lines for the limits in force: one for the namespace and one per hub, none
+/// when nothing is limited.
+pub fn describe(limits: &ThroughputLimits) -> Vec<String> {
+    let scopes = std::iter::once(("namespace".to_owned(), &limits.namespace)).chain(
+        limits
+            .hubs
+            .iter()
+            .map(|(hub, l)| (format!("event hub {hub:?}"), l)),
+    );
+    scopes
+        .filter(|(_, l)| l.ingress.is_limited() || l.egress.is_limited())
+        .map(|(scope, l)| {
+            format!(
+                "throughput limits of the {scope}: ingress {}, egress {}",
+                rate_text(l.ingress),
+                rate_text(l.egress)
+            )
+        })
+        .collect()
+}
+
+fn rate_text(rate: Rate) -> String {
+    let parts: Vec<String> = [
+        rate.bytes_per_second.map(|b| format!("{b} B/s")),
+        rate.events_per_second.map(|e| format!("{e} events/s")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if parts.is_empty() {
+        "unlimited".to_owned()
+    } else {
+        parts.join(" or ")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_banner_names_each_limited_scope() {
+        assert!(describe(&ThroughputLimits::default()).is_empty());
+        let hub = parse_hub_limit("orders:egress=1KiB/s").unwrap();
+        let l = limits(Some(1), None, None, &[hub]).unwrap();
+        assert_eq!(
+            describe(&l),
+            [
+                "throughput limits of the namespace: ingress 1048576 B/s or 1000 events/s, egress 2097152 B/s or 4096 events/s",
+                "throughput limits of the event hub \"orders\": ingress unlimited, egress 1024 B/s",
+            ]
+        );
+    }
 
     #[test]
     fn rates_parse_bytes_and_events() {
