@@ -27,6 +27,13 @@ pub const SEND_LINK_CREDIT: u32 = 200;
 /// client cannot have more unsettled deliveries than credit.
 pub const SEND_PIPELINE_MAX: usize = 64;
 
+/// The longest a send waits for its turn under an ingress limit before it is refused with
+/// `com.microsoft:server-busy` instead: a second, one bucket's worth of debt. A client that
+/// waits for each settlement is then paced at the limit and never refused; clients that
+/// together keep more than a second's worth in flight are told to back off (the SDKs wait
+/// seconds before retrying), as Event Hubs throttles.
+pub const THROTTLE_WAIT_MAX: Duration = Duration::from_secs(1);
+
 /// The most events a receive link reads from the broker at once before handing them to the
 /// client as its credit allows: the Python SDK's default prefetch.
 pub const RECEIVE_BATCH_EVENTS: usize = 300;

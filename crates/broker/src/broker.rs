@@ -21,6 +21,7 @@ use crate::door_stamp;
 use crate::hub::Hub;
 use crate::ownership_registry::OwnershipRegistry;
 use crate::receiver::Receiver;
+use crate::throttle::Throttle;
 use crate::{BrokerError, DisconnectReason};
 
 /// What the hub assigned to an acknowledged send.
@@ -145,6 +146,8 @@ pub(crate) struct BrokerInner {
     pub(crate) shutting_down: AtomicBool,
     /// Called with a hub's name once it is deleted (see [`Broker::on_hub_deleted`]).
     hub_deleted: Mutex<Vec<HubDeleted>>,
+    /// The throughput limits every front door applies.
+    throttle: Throttle,
     _lock: File,
 }
 
@@ -232,6 +235,7 @@ impl Broker {
             hubs.insert(key.clone(), Arc::new(hub));
         }
         tracing::info!(data_dir = %dir.display(), hubs = hubs.len(), "broker opened");
+        let throttle = Throttle::new(config.throughput.clone());
         Ok(Broker {
             inner: Arc::new(BrokerInner {
                 config,
@@ -243,6 +247,7 @@ impl Broker {
                 registry: OwnershipRegistry::default(),
                 shutting_down: AtomicBool::new(false),
                 hub_deleted: Mutex::new(Vec::new()),
+                throttle,
                 _lock: lock,
             }),
         })
@@ -255,6 +260,11 @@ impl Broker {
     /// The broker's configuration.
     pub fn config(&self) -> &BrokerConfig {
         &self.inner.config
+    }
+
+    /// The namespace's and hubs' throughput limits, which the front doors apply.
+    pub fn throttle(&self) -> &Throttle {
+        &self.inner.throttle
     }
 
     /// How long the log's `fdatasync` calls have taken since the broker opened, and how many

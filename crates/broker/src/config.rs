@@ -7,6 +7,8 @@ use std::time::Duration;
 use tributary_log::LogConfig;
 use tributary_log::storage::{OsStorage, Storage};
 
+use crate::throttle::ThroughputLimits;
+
 /// Retention of an event hub when its creator does not say: one day, as Event Hubs.
 pub const RETENTION_AGE_MS_DEFAULT: i64 = 24 * 60 * 60 * 1000;
 
@@ -48,6 +50,9 @@ pub struct BrokerConfig {
     /// Where the partition logs' files live: the file system, or in tests a fault-injecting
     /// storage (`tributary_log::faults`).
     pub storage: Arc<dyn Storage>,
+    /// Ingress and egress limits of the namespace and of single hubs, which every front door
+    /// applies ([`crate::throttle`]); the default limits nothing.
+    pub throughput: ThroughputLimits,
 }
 
 impl BrokerConfig {
@@ -61,6 +66,7 @@ impl BrokerConfig {
             compaction_check_interval: COMPACTION_CHECK_INTERVAL_DEFAULT,
             compaction_segment_age_max: COMPACTION_SEGMENT_AGE_MAX_DEFAULT,
             storage: Arc::new(OsStorage),
+            throughput: ThroughputLimits::default(),
         }
     }
 }

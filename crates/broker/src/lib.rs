@@ -30,6 +30,11 @@
 //! ([`HubCleanup`]); [`Broker::update_hub`] changes that and the retention later, and a
 //! background task compacts what is due (see `cleanup`).
 //!
+//! # Throttling
+//! [`Broker::throttle`] holds the namespace's and hubs' ingress and egress limits (Event Hubs'
+//! throughput units; see [`throttle`]): the front doors charge what they append and deliver to
+//! it and answer in their protocol's way — the broker's own calls are never throttled.
+//!
 //! [`BrokerSource`] offers a hub of the broker as a `tributary_source::PartitionSource`, so an
 //! event processor host (`tributary-processor`) reads it in process.
 //!
@@ -51,6 +56,7 @@ mod hub;
 mod ownership_registry;
 pub mod receiver;
 mod source;
+pub mod throttle;
 
 pub use activity::{OpenReceiverInfo, PartitionActivity};
 pub use broker::{Broker, HubSpec, QueuedAppend, ReceiverSpec, SendReceipt};

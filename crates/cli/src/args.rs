@@ -295,6 +295,24 @@ pub struct ServeArgs {
     /// per partition; beyond that, 429).
     #[arg(long, help_heading = SERVE_LIMITS_HEADING)]
     pub http_oci_rate_limits: bool,
+    /// Limit the namespace's throughput as Event Hubs' throughput units do: each unit allows
+    /// 1 MiB/s or 1000 events/s in and 2 MiB/s or 4096 events/s out, shared by every hub.
+    /// Over the ingress limit AMQP sends get `com.microsoft:server-busy`, Kafka produces
+    /// `throttle_time_ms` and HTTP puts 429; reads are slowed to the egress limit.
+    #[arg(long, value_parser = crate::throughput::parse_throughput_units, help_heading = SERVE_LIMITS_HEADING)]
+    pub throughput_units: Option<u64>,
+    /// The namespace's ingress limit, e.g. `1MiB/s,1000ev/s` (either part may be left out);
+    /// replaces the ingress part of --throughput-units.
+    #[arg(long, value_parser = crate::throughput::parse_rate, help_heading = SERVE_LIMITS_HEADING)]
+    pub ingress_limit: Option<tributary_broker::throttle::Rate>,
+    /// The namespace's egress limit, e.g. `2MiB/s,4096ev/s`; replaces the egress part of
+    /// --throughput-units.
+    #[arg(long, value_parser = crate::throughput::parse_rate, help_heading = SERVE_LIMITS_HEADING)]
+    pub egress_limit: Option<tributary_broker::throttle::Rate>,
+    /// One hub's limits on top of the namespace's, e.g.
+    /// `orders:ingress=256KiB/s,250ev/s,egress=1MiB/s`. Repeatable, once per hub.
+    #[arg(long, value_parser = crate::throughput::parse_hub_limit, help_heading = SERVE_LIMITS_HEADING)]
+    pub hub_limit: Vec<(String, tributary_broker::throttle::DirectionLimits)>,
     /// The server's certificate chain (PEM; `tributary cert` makes one for development). With
     /// --tls-key it turns on AMQPS (--amqps-port) and HTTPS (--https-port) and turns the plain
     /// ports off unless --plain is given. The files are re-read when they change.

@@ -34,6 +34,7 @@ mod receive;
 mod replicate;
 mod running;
 mod serve;
+mod throughput;
 
 use std::process::ExitCode;
 

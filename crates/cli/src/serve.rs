@@ -210,6 +210,13 @@ async fn open_broker(global: &GlobalArgs, args: &ServeArgs) -> Result<Broker> {
     config.retention_check_interval = Duration::from_millis(args.retention_check as u64);
     config.compaction_check_interval = Duration::from_millis(args.compaction_check as u64);
     config.compaction_segment_age_max = Duration::from_millis(args.compaction_segment_age as u64);
+    config.throughput = crate::throughput::limits(
+        args.throughput_units,
+        args.ingress_limit,
+        args.egress_limit,
+        &args.hub_limit,
+    )
+    .map_err(anyhow::Error::msg)?;
     Broker::open(config).await.with_context(|| {
         format!(
             "cannot open the data directory {}",
@@ -260,6 +267,9 @@ fn print_banner(
             hub.name,
             groups.join(", ")
         )?;
+    }
+    for line in crate::throughput::describe(broker.throttle().limits()) {
+        writeln!(out, "  {line}")?;
     }
     for line in doors.iter().flat_map(Door::describe) {
         writeln!(out, "  {line}")?;

@@ -18,6 +18,8 @@ pub(crate) struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Whole seconds for a `Retry-After` header, on a throttled request.
+    pub retry_after_secs: Option<u64>,
 }
 
 impl ApiError {
@@ -26,6 +28,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after_secs: None,
         }
     }
 
@@ -61,8 +64,22 @@ impl ApiError {
         )
     }
 
+    /// 429 with `Retry-After: 1`: a rate per second was exceeded.
     pub(crate) fn throttled(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::TOO_MANY_REQUESTS, "TooManyRequests", message)
+        Self::throttled_for(message, std::time::Duration::from_secs(1))
+    }
+
+    /// 429 with `Retry-After` saying when the request would be admitted, in whole seconds
+    /// rounded up (at least 1: the header has no finer unit).
+    pub(crate) fn throttled_for(
+        message: impl Into<String>,
+        retry_after: std::time::Duration,
+    ) -> Self {
+        let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+        ApiError {
+            retry_after_secs: Some(secs.max(1)),
+            ..Self::new(StatusCode::TOO_MANY_REQUESTS, "TooManyRequests", message)
+        }
     }
 
     pub(crate) fn internal(message: impl Into<String>) -> Self {
@@ -85,6 +102,11 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        if let Some(secs) = self.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         response
     }
 }

@@ -59,7 +59,6 @@ pub mod fuzzing;
 pub mod limits;
 mod metrics;
 mod oci;
-mod ratelimit;
 pub mod retention;
 pub mod routes;
 mod server;

@@ -37,9 +37,6 @@ pub const CLOCK_SKEW_MS_MAX_DEFAULT: i64 = 5 * 60 * 1000;
 /// The longest `opc-request-id` echoed back; longer ones are replaced with a generated id.
 pub const REQUEST_ID_CHARS_MAX: usize = 98;
 
-/// The most rate-limit buckets kept; beyond this, idle (full) buckets are dropped first.
-pub const RATE_BUCKETS_MAX: usize = 100_000;
-
 /// The cursor HMAC key's length: SHA-256's block-sized security, 256 bits.
 pub const CURSOR_KEY_BYTES: usize = 32;
 

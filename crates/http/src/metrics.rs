@@ -10,6 +10,10 @@
 //! made) and `tributary_log_append_sync_wait_seconds` (each `fsync` append's wait for the sync
 //! that made it durable — the disk's share of its acknowledgement).
 //!
+//! `tributary_throttled_total{door,hub,direction}` counts the requests each front door
+//! throttled under the throughput limits (refused, or made to wait), read from the broker's
+//! throttle ([`tributary_broker::throttle`]) at each scrape.
+//!
 //! For each partition of a hub that compacts: `tributary_compaction_bytes_before` and
 //! `tributary_compaction_bytes_after` (the range compaction's last run rewrote, before and
 //! after), `tributary_compaction_dirty_ratio` (the share of the partition's bytes compaction
@@ -53,6 +57,13 @@ struct GroupLabels {
     hub: String,
     group: String,
     partition: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ThrottleLabels {
+    door: String,
+    hub: String,
+    direction: String,
 }
 
 fn latency_histogram() -> Histogram {
@@ -183,6 +194,7 @@ pub(crate) struct Metrics {
     compaction: CompactionGauges,
     log_syncs: CountedHistogram,
     log_sync_waits: CountedHistogram,
+    throttled: Family<ThrottleLabels, Counter>,
     scrape: Mutex<()>,
 }
 
@@ -202,6 +214,7 @@ impl Metrics {
             compaction: CompactionGauges::default(),
             log_syncs: CountedHistogram::default(),
             log_sync_waits: CountedHistogram::default(),
+            throttled: Family::default(),
             scrape: Mutex::new(()),
             registry: Registry::default(),
         };
@@ -247,17 +260,28 @@ impl Metrics {
             m.lag.clone(),
         );
         m.compaction.register(&mut registry);
+        m.register_broker_counts(&mut registry);
+        Metrics { registry, ..m }
+    }
+
+    /// Registers what is read from the broker at each scrape besides the gauges: the log's
+    /// sync times and the throttled requests.
+    fn register_broker_counts(&self, registry: &mut Registry) {
         registry.register(
             "log_sync_duration_seconds",
             "Each fdatasync the log made for fsync appends",
-            m.log_syncs.clone(),
+            self.log_syncs.clone(),
         );
         registry.register(
             "log_append_sync_wait_seconds",
             "Each fsync append's wait from its write to the return of the sync that made it durable",
-            m.log_sync_waits.clone(),
+            self.log_sync_waits.clone(),
         );
-        Metrics { registry, ..m }
+        registry.register(
+            "throttled",
+            "Requests a front door throttled under the throughput limits (refused, or made to wait)",
+            self.throttled.clone(),
+        );
     }
 
     pub(crate) fn request(&self, route: &str, method: &str, status: u16, seconds: f64) {
@@ -286,6 +310,19 @@ impl Metrics {
         };
         self.events_out.get_or_create(&labels).inc_by(events);
         self.bytes_out.get_or_create(&labels).inc_by(bytes);
+    }
+
+    /// Catches the throttled-request counters up with the broker's counts (which only grow).
+    fn refresh_throttled(&self, broker: &Broker) {
+        for (door, hub, direction, n) in broker.throttle().throttled_counts() {
+            let labels = ThrottleLabels {
+                door: door.to_owned(),
+                hub,
+                direction: direction.as_str().to_owned(),
+            };
+            let counter = self.throttled.get_or_create(&labels);
+            counter.inc_by(n.saturating_sub(counter.get()));
+        }
     }
 
     /// Refreshes the scrape-time gauges and encodes everything.
@@ -335,6 +372,7 @@ impl Metrics {
                     .set((next - committed).max(0));
             }
         }
+        self.refresh_throttled(broker);
         let sync_times = broker.sync_times();
         self.log_syncs.set(sync_times.syncs);
         self.log_sync_waits.set(sync_times.waits);

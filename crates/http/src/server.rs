@@ -25,12 +25,12 @@ use crate::cursor::CursorKey;
 use crate::error::ApiError;
 use crate::limits::{BODY_DRAIN_BYTES_MAX, REQUEST_BODY_BYTES_MAX, REQUEST_ID_CHARS_MAX};
 use crate::metrics::Metrics;
-use crate::ratelimit::Buckets;
 use crate::tls::TlsListener;
 use crate::websocket::{
     self, AMQP_WEBSOCKET_PATH, AMQP_WEBSOCKET_PATH_SLASHED, AmqpOverWebSockets,
 };
 use crate::{AuthConfig, HttpConfig, HttpError, admin, admin_policies, oci};
+use tributary_broker::throttle::Buckets;
 
 /// What every handler shares.
 #[derive(Debug)]

@@ -23,6 +23,31 @@ use tributary_event::EventData;
 use crate::limits::{DECOMPRESSED_BATCH_BYTES_MAX, RECORD_BYTES_MAX};
 use crate::{bounded, mapping};
 
+/// Where a v2 batch's header keeps its record count: after base offset (8), batch length (4),
+/// leader epoch (4), magic (1), CRC (4), attributes (2), last offset delta (4), first and max
+/// timestamps (8 + 8), producer id (8), producer epoch (2) and base sequence (4).
+const RECORD_COUNT_OFFSET: usize = 57;
+
+/// How many records a partition's batches say they hold, read from their headers without
+/// decoding them (for the throughput limits, before the batches are checked): a batch whose
+/// header is cut short or is not v2 counts as one.
+pub fn record_count(records: &Bytes) -> u64 {
+    let mut rest = &records[..];
+    let mut count = 0u64;
+    while rest.len() >= 12 {
+        let length = i32::from_be_bytes(rest[8..12].try_into().expect("4 bytes"));
+        let size = usize::try_from(length).unwrap_or(0).saturating_add(12);
+        let header = rest.get(RECORD_COUNT_OFFSET..RECORD_COUNT_OFFSET + 4);
+        let in_batch = match (rest.get(16), header) {
+            (Some(2), Some(n)) => i32::from_be_bytes(n.try_into().expect("4 bytes")),
+            _ => 1,
+        };
+        count += u64::try_from(in_batch).unwrap_or(0).max(1);
+        rest = rest.get(size..).unwrap_or(&[]);
+    }
+    count
+}
+
 /// The events a partition's record batches hold (see [`crate::mapping`]), or the error code.
 pub fn events(records: Option<Bytes>) -> Result<Vec<EventData>, i16> {
     let corrupt = ResponseError::CorruptMessage.code();
@@ -152,6 +177,31 @@ mod tests {
         )
         .unwrap();
         buf.freeze()
+    }
+
+    #[test]
+    fn record_counts_come_from_batch_headers_and_garbage_counts_little() {
+        let event = |n: i64| ReceivedEvent {
+            sequence_number: n,
+            offset: 0,
+            enqueued_time_ms: 0,
+            data: EventData::new(vec![b'x'; 10]),
+        };
+        let records: Vec<_> = (0..7)
+            .map(|n| mapping::record_from_event(event(n), 0))
+            .collect();
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        };
+        RecordBatchEncoder::encode(&mut buf, &records, &options).unwrap();
+        let one = buf.freeze();
+        assert_eq!(record_count(&one), 7);
+        let two = Bytes::from([one.clone(), batch(Compression::Gzip, b"y".to_vec())].concat());
+        assert_eq!(record_count(&two), 8);
+        assert_eq!(record_count(&Bytes::from_static(b"short")), 0);
+        assert_eq!(record_count(&one.slice(..40)), 1, "a cut header counts one");
     }
 
     /// The compressors the codec has without its lz4 and zstd features (which build C).

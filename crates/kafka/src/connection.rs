@@ -11,6 +11,10 @@
 //!   anything else closes the connection, as does a failed login, the pre-authentication
 //!   deadline ([`crate::limits::KafkaLimits::auth_timeout`]) or more than
 //!   [`UNAUTHENTICATED_BYTES_MAX`] bytes before it.
+//! - Under the throughput limits ([`tributary_broker::throttle`]) a Produce or Fetch answer
+//!   carries `throttle_time_ms`, and no further request of the connection is read for that
+//!   long (Kafka's channel muting); a client older than KIP-219 (Produce < 6, Fetch < 8) also
+//!   gets the answer only after that time, as a Kafka broker delays it.
 //! - A frame over the size limit, an unknown API, an unadvertised version or a body that does
 //!   not decode closes the connection (logged at debug level, never with a secret); nothing a
 //!   client sends can panic the server.
@@ -19,6 +23,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::ResponseError;
@@ -72,7 +77,19 @@ pub(crate) struct Session {
     /// The client id of the latest request's header, at most [`CLIENT_ID_CHARS_MAX`]
     /// characters (DescribeGroups shows it).
     client_id: String,
+    /// Until when the connection is muted (no request read) for the throughput limits.
+    muted_until: Option<Instant>,
 }
+
+/// The door's name in the throttle's counters.
+pub(crate) const DOOR: &str = "kafka";
+
+/// The first Produce version whose clients wait out `throttle_time_ms` themselves (KIP-219):
+/// older ones get their answer only after the throttle time.
+const PRODUCE_CLIENT_THROTTLES: i16 = 6;
+
+/// The first Fetch version whose clients wait out `throttle_time_ms` themselves (KIP-219).
+const FETCH_CLIENT_THROTTLES: i16 = 8;
 
 /// The longest client id kept for a connection: what identifies a client in a listing, not a
 /// place to store data (the header's string may be 32 KiB).
@@ -104,6 +121,16 @@ impl Session {
 
     fn authenticated(&self) -> bool {
         self.open || self.grant.is_some()
+    }
+
+    /// Mutes the connection for `throttle` from now (the throughput limits' delay), as a Kafka
+    /// broker mutes a client's channel for its quota's throttle time.
+    fn mute_for(&mut self, throttle: Duration) {
+        if throttle.is_zero() {
+            return;
+        }
+        let until = Instant::now() + throttle;
+        self.muted_until = Some(self.muted_until.map_or(until, |u| u.max(until)));
     }
 
     /// Whether this connection may do what `needed` allows on event hub `hub`; the error is
@@ -220,6 +247,12 @@ async fn read_requests<'a, R>(
         {
             return;
         }
+        if let Some(until) = session.muted_until.take() {
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => {}
+                () = crate::connection::stopping(&mut shutdown) => return,
+            }
+        }
         if session.close_after_response {
             // As Kafka's connections.failed.authentication.delay.ms: the client reads the
             // refusal before the close (kafka-python 3 drops a response that arrives with the
@@ -333,7 +366,13 @@ async fn start<'a>(
                 let place = place(places).await?;
                 let started = produce::start(produce, session, ctx);
                 let wait_for_answer = !started.all_queued();
+                let throttle = started.throttle;
+                session.mute_for(throttle);
                 let answer = Box::pin(async move {
+                    if version < PRODUCE_CLIENT_THROTTLES {
+                        // An older client does not back off itself: the answer comes late.
+                        tokio::time::sleep(throttle).await;
+                    }
                     match started.answer(ctx).await {
                         Some(response) => {
                             let response = ResponseKind::Produce(response);
@@ -401,7 +440,14 @@ async fn dispatch(
             ResponseKind::ListOffsets(offsets::answer(&request, session, ctx))
         }
         RequestKind::Fetch(request) => {
-            ResponseKind::Fetch(fetch::answer(request, session, ctx).await)
+            let (response, throttle) = fetch::answer(request, session, ctx).await;
+            session.mute_for(throttle);
+            if version < FETCH_CLIENT_THROTTLES {
+                // An older client does not back off itself: the answer comes late.
+                tokio::time::sleep(throttle).await;
+            }
+            let throttle_time_ms = i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX);
+            ResponseKind::Fetch(response.with_throttle_time_ms(throttle_time_ms))
         }
         request if admin::answers(&request) => admin::answer(request, session, ctx).await?,
         request if groups::answers(&request) => {

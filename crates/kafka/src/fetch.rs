@@ -9,6 +9,9 @@
 //!   `max_wait_ms` (at most [`FETCH_WAIT_MAX`]), then answers with what there is.
 //! - `partition_max_bytes` and `max_bytes` bound the answer, but a partition's first event is
 //!   always sent whole so a consumer can make progress, as Kafka does.
+//! - Under an egress limit ([`tributary_broker::throttle`]) the answer carries
+//!   `throttle_time_ms` and the connection is muted that long (see [`crate::connection`]):
+//!   reads are slowed to the limit, never refused.
 //! - Fetch sessions are declined (session id 0): every fetch names its partitions.
 //! - An offset below the log start or above the high watermark gets OFFSET_OUT_OF_RANGE, except
 //!   on a compacted hub, where an offset below the first kept event reads from it (compaction
@@ -26,10 +29,11 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tributary_amqp::auth;
 
-use crate::connection::{Context, Session};
+use crate::connection::{Context, DOOR, Session};
 use crate::error;
 use crate::limits::{FETCH_PARTITION_EVENTS_MAX, FETCH_RESPONSE_BYTES_MAX, FETCH_WAIT_MAX};
 use crate::mapping;
+use tributary_broker::throttle::{Admit, Cost, Direction};
 
 /// One partition a fetch asks for.
 struct Wanted {
@@ -39,12 +43,14 @@ struct Wanted {
     max_bytes: u64,
 }
 
-/// The Fetch answer, after waiting as `max_wait_ms` and `min_bytes` say.
+/// The Fetch answer, after waiting as `max_wait_ms` and `min_bytes` say, and how long the
+/// egress limits throttle the client (the caller sets `throttle_time_ms` and mutes the
+/// connection for it).
 pub(crate) async fn answer(
     request: FetchRequest,
     session: &Session,
     ctx: &Context,
-) -> FetchResponse {
+) -> (FetchResponse, Duration) {
     let wait_ms = u64::try_from(request.max_wait_ms).unwrap_or(0);
     let deadline = Instant::now() + Duration::from_millis(wait_ms).min(FETCH_WAIT_MAX);
     let min_bytes = u64::try_from(request.min_bytes).unwrap_or(0);
@@ -64,14 +70,52 @@ pub(crate) async fn answer(
         })
         .collect();
     loop {
-        let (partitions, bytes, failed) = read_all(&wanted, max_bytes, session, ctx);
+        let (partitions, bytes, failed, events) = read_all(&wanted, max_bytes, session, ctx);
         let enough = bytes >= min_bytes.max(1) || failed;
         // Wait for an event beyond what is there now: each partition's high watermark.
         let next: Vec<i64> = partitions.iter().map(|p| p.high_watermark).collect();
         if enough || Instant::now() >= deadline || !wait(&wanted, &next, deadline, ctx).await {
-            return response(&request, partitions);
+            let throttle = charge_egress(&wanted, &partitions, &events, ctx);
+            let response = response(&request, partitions);
+            return (response, throttle);
         }
     }
+}
+
+/// Charges what an answer carries to each hub's (and the namespace's) egress limits: how long
+/// the client must wait before its next request (Kafka's `throttle_time_ms`; reads are slowed,
+/// never refused).
+fn charge_egress(
+    wanted: &[Wanted],
+    partitions: &[PartitionData],
+    events: &[u64],
+    ctx: &Context,
+) -> Duration {
+    let throttle = ctx.broker.throttle();
+    let mut costs: Vec<(&str, Cost)> = Vec::new();
+    for ((w, p), n) in wanted.iter().zip(partitions).zip(events) {
+        let bytes = p.records.as_ref().map_or(0, |r| r.len() as u64);
+        if *n == 0 || !throttle.limits_hub(&w.hub, Direction::Egress) {
+            continue;
+        }
+        match costs.iter_mut().find(|(hub, _)| *hub == w.hub) {
+            Some((_, cost)) => {
+                cost.events += n;
+                cost.bytes += bytes;
+            }
+            None => costs.push((&w.hub, Cost { events: *n, bytes })),
+        }
+    }
+    let now = Instant::now();
+    costs
+        .into_iter()
+        .filter_map(|(hub, cost)| {
+            throttle
+                .admit(DOOR, hub, Direction::Egress, cost, Admit::Always, now)
+                .ok()
+        })
+        .max()
+        .unwrap_or(Duration::ZERO)
 }
 
 /// Reads every wanted partition: their answers, the record bytes, and whether any failed.
@@ -80,18 +124,20 @@ fn read_all(
     max_bytes: u64,
     session: &Session,
     ctx: &Context,
-) -> (Vec<PartitionData>, u64, bool) {
+) -> (Vec<PartitionData>, u64, bool, Vec<u64>) {
     let mut left = max_bytes;
     let mut failed = false;
     let mut answers = Vec::with_capacity(wanted.len());
+    let mut events = Vec::with_capacity(wanted.len());
     for w in wanted {
         let data = PartitionData::default()
             .with_partition_index(w.partition)
             .with_preferred_read_replica(BrokerId(-1))
             .with_aborted_transactions(Some(Vec::new()));
         let data = match read(w, w.max_bytes.min(left), session, ctx) {
-            Ok((records, high, start)) => {
+            Ok((records, high, start, n)) => {
                 left = left.saturating_sub(records.len() as u64);
+                events.push(n);
                 data.with_high_watermark(high)
                     .with_last_stable_offset(high)
                     .with_log_start_offset(start)
@@ -99,6 +145,7 @@ fn read_all(
             }
             Err(code) => {
                 failed = true;
+                events.push(0);
                 data.with_error_code(code)
                     .with_high_watermark(-1)
                     .with_last_stable_offset(-1)
@@ -107,17 +154,17 @@ fn read_all(
         };
         answers.push(data);
     }
-    (answers, max_bytes - left, failed)
+    (answers, max_bytes - left, failed, events)
 }
 
 /// One partition's records from its offset (at most about `max_bytes`, at least one event),
-/// its high watermark and its log start offset.
+/// its high watermark, its log start offset and how many events the records hold.
 fn read(
     w: &Wanted,
     max_bytes: u64,
     session: &Session,
     ctx: &Context,
-) -> Result<(Bytes, i64, i64), i16> {
+) -> Result<(Bytes, i64, i64, u64), i16> {
     session.authorize(&w.hub, auth::LISTEN)?;
     if w.partition < 0 {
         return Err(ResponseError::UnknownTopicOrPartition.code());
@@ -141,7 +188,7 @@ fn read(
         return Err(ResponseError::OffsetOutOfRange.code());
     }
     if from == high {
-        return Ok((Bytes::new(), high, start));
+        return Ok((Bytes::new(), high, start, 0));
     }
     let events = ctx
         .broker
@@ -154,6 +201,7 @@ fn read(
         )
         .map_err(code)?;
     let first = events.first().map_or(from, |e| e.sequence_number);
+    let count = events.len() as u64;
     let records: Vec<_> = events
         .into_iter()
         .map(|event| mapping::record_from_event(event, first))
@@ -165,7 +213,7 @@ fn read(
     };
     RecordBatchEncoder::encode(&mut buf, &records, &options)
         .map_err(|_| ResponseError::UnknownServerError.code())?;
-    Ok((buf.freeze(), high, start))
+    Ok((buf.freeze(), high, start, count))
 }
 
 /// Whether `hub` compacts (so an offset before its first kept event is not out of range).

@@ -21,6 +21,9 @@
 //!   librdkafka's `enable.idempotence`) is checked against its producer's sequence numbers
 //!   first, and stored with them, by [`crate::producers`]: a retried batch that was stored is
 //!   acknowledged with the offset it got and not stored again, restarts included.
+//! - Under an ingress limit ([`tributary_broker::throttle`]) the records are stored all the
+//!   same and the answer carries `throttle_time_ms`; the connection is muted that long (see
+//!   [`crate::connection`]), as a Kafka broker enforces its produce quotas.
 //! - InitProducerId hands out a producer id never handed out before (epoch 0).
 //!   Transactions are refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 
@@ -36,7 +39,11 @@ use tributary_amqp::auth;
 use tributary_broker::QueuedAppend;
 use tributary_event::EventData;
 
-use crate::connection::{Context, Session};
+use std::time::Duration;
+
+use tributary_broker::throttle::{Admit, Cost, Direction};
+
+use crate::connection::{Context, DOOR, Session};
 use crate::error;
 use crate::producers::BatchIdentity;
 
@@ -45,6 +52,8 @@ use crate::producers::BatchIdentity;
 pub(crate) struct StartedProduce {
     acks: i16,
     topics: Vec<(TopicName, Vec<(i32, Step)>)>,
+    /// How long the ingress limits throttle the client for this request.
+    pub(crate) throttle: Duration,
 }
 
 /// Why a partition's batch was refused: its error code, and the broker's words when it has
@@ -91,6 +100,7 @@ enum Step {
 /// [`StartedProduce::answer`].
 pub(crate) fn start(request: ProduceRequest, session: &Session, ctx: &Context) -> StartedProduce {
     let transactional = request.transactional_id.is_some();
+    let throttle = charge_ingress(&request, session, ctx);
     let topics = request
         .topic_data
         .into_iter()
@@ -116,7 +126,55 @@ pub(crate) fn start(request: ProduceRequest, session: &Session, ctx: &Context) -
     StartedProduce {
         acks: request.acks,
         topics,
+        throttle,
     }
+}
+
+/// Charges a request's record batches to each hub's (and the namespace's) ingress limits: how
+/// long the client must wait before its next request. Kafka's quotas never refuse a produce;
+/// they delay the client (`throttle_time_ms`, and the connection muted that long). Only
+/// batches the connection may send to an existing hub are charged: a client without the
+/// right cannot use up another's limit.
+fn charge_ingress(request: &ProduceRequest, session: &Session, ctx: &Context) -> Duration {
+    let throttle = ctx.broker.throttle();
+    let now = tokio::time::Instant::now();
+    let chargeable = |hub: &str| {
+        throttle.limits_hub(hub, Direction::Ingress)
+            && session.authorize(hub, auth::SEND).is_ok()
+            && ctx.broker.describe_hub(hub).is_ok()
+    };
+    request
+        .topic_data
+        .iter()
+        .filter(|topic| request.transactional_id.is_none() && chargeable(&topic.name.0))
+        .filter_map(|topic| {
+            let batches = topic
+                .partition_data
+                .iter()
+                .filter_map(|p| p.records.as_ref());
+            let cost = batches.fold(
+                Cost {
+                    events: 0,
+                    bytes: 0,
+                },
+                |cost, records| Cost {
+                    events: cost.events + crate::batches::record_count(records),
+                    bytes: cost.bytes + records.len() as u64,
+                },
+            );
+            throttle
+                .admit(
+                    DOOR,
+                    &topic.name.0,
+                    Direction::Ingress,
+                    cost,
+                    Admit::Always,
+                    now,
+                )
+                .ok()
+        })
+        .max()
+        .unwrap_or(Duration::ZERO)
 }
 
 impl StartedProduce {
@@ -144,7 +202,12 @@ impl StartedProduce {
                     .with_partition_responses(partitions),
             );
         }
-        (self.acks != 0).then(|| ProduceResponse::default().with_responses(responses))
+        let throttle_time_ms = i32::try_from(self.throttle.as_millis()).unwrap_or(i32::MAX);
+        (self.acks != 0).then(|| {
+            ProduceResponse::default()
+                .with_responses(responses)
+                .with_throttle_time_ms(throttle_time_ms)
+        })
     }
 }
 

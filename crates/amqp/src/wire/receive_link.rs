@@ -25,10 +25,13 @@ use serde_amqp::described::Described;
 use serde_amqp::descriptor::Descriptor;
 use tokio::sync::{mpsc, oneshot, watch};
 use tributary_amqp_engine::{Connection, LinkId};
+use tributary_broker::throttle::{Admit, Cost, Direction};
 use tributary_broker::{
     DisconnectWatch, LastEnqueuedEvent, ReceiveError, Receiver as BrokerReceiver, ReceiverSpec,
 };
 use tributary_event::EventPosition;
+
+use super::send_link::DOOR;
 
 use super::{Command, ConnectionState, LinkRef, now_secs, shutting_down};
 use crate::auth::LISTEN;
@@ -180,6 +183,7 @@ pub(crate) fn attach(
         receiver,
         request,
         entity: names.entity_path(),
+        hub: names.hub.clone(),
         link,
         connection: connection.clone(),
         commands: commands.clone(),
@@ -314,6 +318,8 @@ struct Pump {
     request: Request,
     /// The entity path, whose grant is checked again while the link lives.
     entity: String,
+    /// The hub read, whose egress limits pace the deliveries.
+    hub: String,
     link: LinkRef,
     connection: Arc<ConnectionState>,
     commands: mpsc::UnboundedSender<Command>,
@@ -339,6 +345,54 @@ impl Pump {
             }
             ReceiveError::Broker(e) => conditions::from_broker(&e, name),
             other => Refusal::new(conditions::INTERNAL_ERROR, other.to_string()),
+        }
+    }
+
+    /// The events as delivery messages: their bytes, and where each ends.
+    fn encode(&self, events: &[tributary_event::ReceivedEvent]) -> (Vec<u8>, Vec<usize>) {
+        let runtime = if self.request.runtime_metric {
+            self.receiver.last_enqueued().map(runtime_metric)
+        } else {
+            None
+        };
+        let mut messages = Vec::with_capacity(events.len() * 256);
+        let mut ends = Vec::with_capacity(events.len());
+        for event in events {
+            write_delivery_message(event, runtime.as_ref(), &mut messages);
+            ends.push(messages.len());
+        }
+        (messages, ends)
+    }
+
+    /// Charges a batch about to be delivered to the hub's and namespace's egress limits and
+    /// waits until it is within them (reads are slowed, never refused). Ends early, with what
+    /// [`Pump::pump`] returns, if the link goes, is displaced or the broker shuts down: no
+    /// event is delivered after a displacement.
+    async fn pace(&mut self, events: u64, bytes: u64) -> Result<(), Option<Refusal>> {
+        let throttle = self.connection.ctx.broker.throttle();
+        if !throttle.limits_hub(&self.hub, Direction::Egress) {
+            return Ok(());
+        }
+        let cost = Cost { events, bytes };
+        let now = tokio::time::Instant::now();
+        let Ok(wait) = throttle.admit(DOOR, &self.hub, Direction::Egress, cost, Admit::Always, now)
+        else {
+            return Ok(());
+        };
+        if wait.is_zero() {
+            return Ok(());
+        }
+        let mut shutdown = self.connection.ctx.shutdown.clone();
+        tokio::select! {
+            () = tokio::time::sleep(wait) => Ok(()),
+            _ = &mut self.gone => Err(None),
+            reason = self.receiver.disconnected() => {
+                Err(Some(self.receive_failed(ReceiveError::Disconnected(reason))))
+            }
+            () = shutting_down(&mut shutdown) => Err(Some(Refusal::new(
+                conditions::DETACH_FORCED,
+                "the broker is shutting down",
+            ))),
         }
     }
 
@@ -374,18 +428,11 @@ impl Pump {
                 received = self.receiver.receive(want, RECEIVE_WAIT) => match received {
                     Ok(events) if events.is_empty() => {}
                     Ok(events) => {
-                        let runtime = if self.request.runtime_metric {
-                            self.receiver.last_enqueued().map(runtime_metric)
-                        } else {
-                            None
-                        };
-                        let mut messages = Vec::with_capacity(events.len() * 256);
-                        let mut ends = Vec::with_capacity(events.len());
-                        for event in &events {
-                            write_delivery_message(event, runtime.as_ref(), &mut messages);
-                            ends.push(messages.len());
-                        }
+                        let (messages, ends) = self.encode(&events);
                         fetched += events.len() as u64;
+                        if let Err(end) = self.pace(ends.len() as u64, messages.len() as u64).await {
+                            return end;
+                        }
                         let deliver = Command::Deliver { link: self.link, messages, ends };
                         if self.commands.send(deliver).is_err() {
                             return None;

@@ -16,6 +16,9 @@
 //!   deliveries of a link are in flight at once (issued to the log in arrival order, each
 //!   settled once its own append is durable, settlements in arrival order), so a client that
 //!   does not wait for each settlement shares fsyncs instead of paying one per delivery.
+//! - Under an ingress limit ([`tributary_broker::throttle`]) a delivery is appended once its
+//!   turn comes, up to [`THROTTLE_WAIT_MAX`] later; one that would wait longer is rejected
+//!   with `com.microsoft:server-busy` (Event Hubs' error 50002) and nothing of it is appended.
 //!
 //! [`Broker::send`]: tributary_broker::Broker::send
 
@@ -36,7 +39,8 @@ use super::nodes::rejected;
 use super::{Command, ConnectionState, LinkRef, now_secs};
 use crate::auth::SEND;
 use crate::conditions::{self, Refusal};
-use crate::limits::{SEND_LINK_CREDIT, SEND_PIPELINE_MAX};
+use crate::limits::{SEND_LINK_CREDIT, SEND_PIPELINE_MAX, THROTTLE_WAIT_MAX};
+use tributary_broker::throttle::{Admit, Cost, Direction};
 use tributary_eventhubs::address::Node;
 use tributary_eventhubs::ingest::{events_of, has_structured_body};
 
@@ -356,6 +360,38 @@ fn refuse_structured_body_if_compacted(broker: &Broker, hub: &str) -> Result<(),
     }
 }
 
+/// The door's name in the throttle's counters.
+pub(crate) const DOOR: &str = "amqp";
+
+/// Charges a delivery to the namespace's and the hub's ingress limits
+/// ([`tributary_broker::throttle`]). Within them, or within [`THROTTLE_WAIT_MAX`] of them,
+/// returns once the delivery's turn comes (so a client sending faster than the limit is paced
+/// by its settlements); beyond, refuses it with `com.microsoft:server-busy` in the service's
+/// words, which the SDKs retry after a pause of their own (the Python SDK's: 4 s).
+async fn throttle_ingress(broker: &Broker, hub: &str, cost: Cost) -> Result<(), Refusal> {
+    let throttle = broker.throttle();
+    if !throttle.limits_hub(hub, Direction::Ingress) {
+        return Ok(());
+    }
+    let now = tokio::time::Instant::now();
+    let admit = Admit::Within(THROTTLE_WAIT_MAX);
+    match throttle.admit(DOOR, hub, Direction::Ingress, cost, admit, now) {
+        Ok(wait) => {
+            tokio::time::sleep(wait).await;
+            Ok(())
+        }
+        Err(throttled) => {
+            let secs = throttled.retry_after.as_secs() + 1;
+            Err(Refusal::new(
+                conditions::SERVER_BUSY,
+                format!(
+                    "The request was terminated because the entity is being throttled. Error code : 50002. Please wait {secs} seconds and try again."
+                ),
+            ))
+        }
+    }
+}
+
 /// Appends one delivery's events; returns once they are durable.
 async fn append(
     broker: &Broker,
@@ -365,7 +401,12 @@ async fn append(
 ) -> Result<(), Refusal> {
     let route_by_key = to.partition.is_none();
     let (key, events) = events_of(&payload, format, route_by_key)?;
+    let cost = Cost {
+        events: events.len() as u64,
+        bytes: payload.len() as u64,
+    };
     drop(payload);
+    throttle_ingress(broker, &to.hub, cost).await?;
     if events.iter().any(has_structured_body) {
         refuse_structured_body_if_compacted(broker, &to.hub)?;
     }

@@ -7,6 +7,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
+use tributary_broker::throttle::{Admit, Cost, Direction};
 use tributary_broker::{BrokerError, HubDefinition, SendReceipt, SendTarget};
 use tributary_event::names::name_key;
 use tributary_event::{EventData, PropertyValue, ReceivedEvent, partition_for_key};
@@ -53,6 +54,7 @@ pub(crate) async fn put_messages(
     let hub = state.broker.describe_hub(&path.stream)?;
     let sends = route(&state, &hub, messages);
     throttle_puts(&state, &hub, &sends)?;
+    throttle_ingress(&state, &hub.name, &sends)?;
     let count = details.messages.len();
     drop(details);
     let mut entries = vec![PutOutcome::Unanswered; count];
@@ -223,6 +225,51 @@ fn throttle_puts(state: &AppState, hub: &HubDefinition, sends: &[Send]) -> Resul
     })
 }
 
+/// Charges a PutMessages request to the namespace's and the hub's ingress limits
+/// ([`tributary_broker::throttle`]): over them, 429 with `Retry-After` and nothing written.
+fn throttle_ingress(state: &AppState, hub: &str, sends: &[Send]) -> Result<(), ApiError> {
+    let throttle = state.broker.throttle();
+    if !throttle.limits_hub(hub, Direction::Ingress) {
+        return Ok(());
+    }
+    let cost = Cost {
+        events: sends.iter().map(|s| s.events.len() as u64).sum(),
+        bytes: sends.iter().map(|s| s.bytes).sum(),
+    };
+    let now = tokio::time::Instant::now();
+    throttle
+        .admit(DOOR, hub, Direction::Ingress, cost, Admit::Now, now)
+        .map(drop)
+        .map_err(|t| {
+            ApiError::throttled_for(
+                format!(
+                    "stream {hub:?} is over its ingress limit; nothing was written, retry later"
+                ),
+                t.retry_after,
+            )
+        })
+}
+
+/// Charges a GetMessages answer to the egress limits and waits until it is within them:
+/// reads are slowed, never refused.
+async fn pace_egress(state: &AppState, hub: &str, events: &[(u32, &ReceivedEvent)]) {
+    let throttle = state.broker.throttle();
+    if events.is_empty() || !throttle.limits_hub(hub, Direction::Egress) {
+        return;
+    }
+    let cost = Cost {
+        events: events.len() as u64,
+        bytes: events.iter().map(|(_, e)| message_bytes(e)).sum(),
+    };
+    let now = tokio::time::Instant::now();
+    if let Ok(wait) = throttle.admit(DOOR, hub, Direction::Egress, cost, Admit::Always, now) {
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// The door's name in the throttle's counters.
+const DOOR: &str = "http";
+
 /// Sends every batch at once (their syncs share a group commit); returns them in order.
 async fn run_sends(
     state: &AppState,
@@ -343,7 +390,9 @@ async fn get_partition(
         };
     let events = within_answer_bytes(events);
     let next = events.last().map_or(from, |e| e.sequence_number + 1);
-    let body = encode_messages(state, &hub.name, events.iter().map(|e| (c.partition, e)));
+    let answer: Vec<(u32, &ReceivedEvent)> = events.iter().map(|e| (c.partition, e)).collect();
+    pace_egress(state, &hub.name, &answer).await;
+    let body = encode_messages(state, &hub.name, answer.iter().copied());
     let next_cursor = Cursor::Partition(PartitionCursor { offset: next, ..c });
     Ok(with_next_cursor(state, body, &next_cursor, now_ms))
 }
@@ -382,11 +431,9 @@ async fn get_group(
         .coordinator
         .get(&session, limit, GET_RESPONSE_BYTES_MAX)
         .await?;
-    let body = encode_messages(
-        state,
-        &batch.stream,
-        batch.events.iter().map(|(p, e)| (*p, e)),
-    );
+    let answer: Vec<(u32, &ReceivedEvent)> = batch.events.iter().map(|(p, e)| (*p, e)).collect();
+    pace_egress(state, &batch.stream, &answer).await;
+    let body = encode_messages(state, &batch.stream, answer.iter().copied());
     Ok(with_next_cursor(
         state,
         body,
