@@ -7,6 +7,10 @@
 //!   `com.microsoft:server-busy` (which the SDK's pyamqp transport raises as
 //!   `EventDataSendError` rather than retrying, so the script waits as the refusal says and
 //!   sends again); every event is stored once, at a rate within 10 % of the limit.
+//! - AMQP with the official JavaScript SDK, whose retry policy takes `ServerBusyError` as
+//!   transient: without retries a producer over the limit meets the refusal as a retryable
+//!   `ServerBusyError`; with them, producers well above the limit complete every batch, each
+//!   event stored once.
 //! - Kafka: confluent-kafka producing above a hub's 200 KiB/s ingress limit sees throttling
 //!   (its throttle callback) and loses nothing; the stored rate is within 10 % of the limit.
 //! - AMQP egress: a Python receiver reading five seconds' worth of stored events gets them all,
@@ -27,7 +31,7 @@ use tributary_broker::throttle::{DirectionLimits, Rate, ThroughputLimits};
 use tributary_event::EventData;
 use tributary_kafka::{KafkaConfig, RunningKafkaServer};
 use tributary_testkit::oci::{Server, Setup, request, start_http};
-use tributary_testkit::{TestHub, run_python, within};
+use tributary_testkit::{TestHub, run_node, run_python, within};
 
 /// The AMQP hub's ingress limit, in events a second.
 const AMQP_EVENTS_PER_SECOND: u64 = 200;
@@ -53,10 +57,12 @@ fn limits() -> ThroughputLimits {
         ingress: rate,
         egress: Rate::default(),
     };
-    hubs.insert(
-        "py".to_owned(),
-        ingress(events_per_second(AMQP_EVENTS_PER_SECOND)),
-    );
+    for hub in ["py", "js", "js-once"] {
+        hubs.insert(
+            hub.to_owned(),
+            ingress(events_per_second(AMQP_EVENTS_PER_SECOND)),
+        );
+    }
     let kafka = Rate {
         bytes_per_second: Some(KAFKA_BYTES_PER_SECOND),
         events_per_second: None,
@@ -122,7 +128,15 @@ async fn every_door_throttles_at_its_limit_and_clients_complete() {
     let dir = tempfile::tempdir().unwrap();
     let f = TestHub::start_in(
         dir,
-        &[("py", 3), ("kf", 1), ("web", 1), ("out", 1), ("kfo", 1)],
+        &[
+            ("py", 3),
+            ("js", 3),
+            ("js-once", 3),
+            ("kf", 1),
+            ("web", 1),
+            ("out", 1),
+            ("kfo", 1),
+        ],
         |c| {
             c.log.durability = tributary_broker::Durability::None;
             c.throughput = limits();
@@ -145,6 +159,7 @@ async fn every_door_throttles_at_its_limit_and_clients_complete() {
     within("every door's scenario", async {
         tokio::join!(
             amqp_scenario(&f),
+            amqp_js_scenario(&f),
             amqp_egress_scenario(&f),
             kafka_scenario(&f, &kafka),
             kafka_egress_scenario(&f, &kafka),
@@ -155,6 +170,7 @@ async fn every_door_throttles_at_its_limit_and_clients_complete() {
     let metrics = request(&web, "GET", "/metrics", &[], b"").await.text();
     let throttled = [
         ("amqp", "py", "ingress"),
+        ("amqp", "js", "ingress"),
         ("amqp", "out", "egress"),
         ("kafka", "kf", "ingress"),
         ("kafka", "kfo", "egress"),
@@ -218,6 +234,57 @@ async fn amqp_scenario(f: &TestHub) {
     assert!(
         (rate - limit).abs() <= limit * 0.1,
         "stored at {rate:.1} events/s, limit {limit}: {result}"
+    );
+}
+
+async fn amqp_js_scenario(f: &TestHub) {
+    let (producers, batches, batch_events) = (3u64, 7u64, 100u64);
+    let args = |hub: &str, max_retries: u64| {
+        json!({
+            "conn": f.conn(&f.root), "hub": hub, "producers": producers, "batches": batches,
+            "batch_events": batch_events, "max_retries": max_retries, "retry_delay_ms": 300,
+        })
+    };
+    // Without retries, a producer over the limit meets the refusal: a retryable ServerBusyError.
+    let once = run_node("send-busy", args("js-once", 0)).await;
+    let errors: Vec<&Value> = once["producers"]
+        .as_array()
+        .expect("producers")
+        .iter()
+        .filter_map(|p| p.get("error"))
+        .collect();
+    assert!(!errors.is_empty(), "no send was refused: {once}");
+    for error in errors {
+        assert_eq!(error["code"], "ServerBusyError", "{once}");
+        assert_eq!(error["retryable"], true, "{once}");
+        assert!(
+            error["message"]
+                .as_str()
+                .unwrap()
+                .contains("Error code : 50002"),
+            "{once}"
+        );
+    }
+    // With the SDK's retries, every batch goes through and each event is stored once.
+    let result = run_node("send-busy", args("js", 20)).await;
+    for producer in result["producers"].as_array().expect("producers") {
+        assert_eq!(producer["sent"], batches, "{result}");
+        assert!(producer.get("error").is_none(), "{result}");
+    }
+    let mut bodies = HashSet::new();
+    for p in 0..producers {
+        for e in f.read_all("js", p as u32).await {
+            assert!(
+                bodies.insert(e.data.body.clone()),
+                "stored twice: {:?}",
+                e.data.body
+            );
+        }
+    }
+    assert_eq!(
+        bodies.len() as u64,
+        producers * batches * batch_events,
+        "{result}"
     );
 }
 

@@ -318,7 +318,37 @@ async function cmdSendBatch(args) {
   }
 }
 
+/**
+ * `producers` producers at once, each sending `batches` batches of `batch_events` events
+ * (`<producer>-<batch>-<i>`) to partition `<producer>` of `hub`, one after another, with the SDK's
+ * retries (`max_retries`, `retry_delay_ms`); each producer's outcome: batches sent, and the
+ * first error that ended it (with its name and whether the SDK deems it retryable).
+ */
+async function cmdSendBusy(args) {
+  const retryOptions = { maxRetries: args.max_retries, retryDelayInMs: args.retry_delay_ms };
+  const producer = async (p) => {
+    const client = new EventHubProducerClient(args.conn, args.hub, { retryOptions });
+    let sent = 0;
+    try {
+      for (let b = 0; b < args.batches; b++) {
+        const batch = await client.createBatch({ partitionId: String(p) });
+        for (let i = 0; i < args.batch_events; i++) batch.tryAdd({ body: `${p}-${b}-${i}` });
+        await client.sendBatch(batch);
+        sent += 1;
+      }
+      return { sent };
+    } catch (error) {
+      return { sent, error: errorDoc(error) };
+    } finally {
+      await client.close();
+    }
+  };
+  const ids = [...Array(args.producers).keys()];
+  return { producers: await Promise.all(ids.map(producer)) };
+}
+
 const COMMANDS = {
+  "send-busy": cmdSendBusy,
   produce: cmdProduce,
   receive: cmdReceive,
   steal: cmdSteal,
