@@ -48,6 +48,8 @@ pub struct BrokerConfig {
     /// Where the partition logs' files live: the file system, or in tests a fault-injecting
     /// storage (`tributary_log::faults`).
     pub storage: Arc<dyn Storage>,
+    /// Whether retention keeps events captured hubs' captures have not written yet.
+    pub capture_retention: crate::CaptureRetention,
 }
 
 impl BrokerConfig {
@@ -61,6 +63,7 @@ impl BrokerConfig {
             compaction_check_interval: COMPACTION_CHECK_INTERVAL_DEFAULT,
             compaction_segment_age_max: COMPACTION_SEGMENT_AGE_MAX_DEFAULT,
             storage: Arc::new(OsStorage),
+            capture_retention: crate::CaptureRetention::Hold,
         }
     }
 }

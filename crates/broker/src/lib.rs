@@ -30,6 +30,11 @@
 //! ([`HubCleanup`]); [`Broker::update_hub`] changes that and the retention later, and a
 //! background task compacts what is due (see `cleanup`).
 //!
+//! # Capture
+//! A hub may carry an Event Hubs Capture ([`HubCapture`], set on create or by
+//! [`Broker::update_hub`]); the capture itself runs above the broker and reports each
+//! partition's progress ([`Broker::report_capture`]), which retention keeps (see `capture`).
+//!
 //! [`BrokerSource`] offers a hub of the broker as a `tributary_source::PartitionSource`, so an
 //! event processor host (`tributary-processor`) reads it in process.
 //!
@@ -41,6 +46,7 @@
 
 mod activity;
 mod broker;
+mod capture;
 mod catalog;
 mod cleanup;
 pub mod config;
@@ -54,7 +60,10 @@ mod source;
 
 pub use activity::{OpenReceiverInfo, PartitionActivity};
 pub use broker::{Broker, HubSpec, QueuedAppend, ReceiverSpec, SendReceipt};
-pub use catalog::{ConsumerGroupDefinition, HubCleanup, HubDefinition, json_format_version};
+pub use capture::{CaptureRetention, CaptureStatus};
+pub use catalog::{
+    ConsumerGroupDefinition, HubCapture, HubCleanup, HubDefinition, json_format_version,
+};
 pub use cleanup::{HubUpdate, SWEEP_INTERVAL_MS_MAX};
 pub use config::BrokerConfig;
 pub use door_stamp::{DOOR_STAMP_PROPERTY, DoorStamps};

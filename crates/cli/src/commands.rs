@@ -5,6 +5,7 @@ use std::io::{BufRead, Write};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use tributary_broker::{HubSpec, HubUpdate, SendTarget};
+use tributary_capture::CaptureDescription;
 
 use crate::admin::Catalog;
 use crate::args::{
@@ -75,13 +76,19 @@ pub async fn hub(global: &GlobalArgs, args: &HubArgs) -> Result<()> {
             retention,
             retention_bytes,
             cleanup,
+            capture,
         } => {
+            let capture = match capture.description().map_err(anyhow::Error::msg)? {
+                Some(description) => description.apply(name, None)?,
+                None => None,
+            };
             let spec = HubSpec {
                 name: name.clone(),
                 partition_count: *partitions,
                 retention_age_ms: retention.0,
                 retention_bytes_max: *retention_bytes,
                 cleanup: cleanup.cleanup(),
+                capture,
             };
             let (name, partitions) = catalog.create_hub(spec).await?;
             writeln!(
@@ -97,6 +104,8 @@ pub async fn hub(global: &GlobalArgs, args: &HubArgs) -> Result<()> {
             cleanup_policy,
             min_compaction_lag,
             tombstone_retention,
+            capture,
+            no_capture,
         } => {
             let update = HubUpdate {
                 retention_age_ms: retention.map(|r| r.0),
@@ -104,13 +113,21 @@ pub async fn hub(global: &GlobalArgs, args: &HubArgs) -> Result<()> {
                 cleanup_policy: *cleanup_policy,
                 min_compaction_lag_ms: *min_compaction_lag,
                 tombstone_retention_ms: *tombstone_retention,
+                capture: None,
             };
-            if update == HubUpdate::default() {
+            let capture = match capture.description().map_err(anyhow::Error::msg)? {
+                Some(description) => Some(description),
+                None => no_capture.then(|| CaptureDescription {
+                    enabled: Some(false),
+                    ..CaptureDescription::default()
+                }),
+            };
+            if update == HubUpdate::default() && capture.is_none() {
                 anyhow::bail!(
-                    "nothing to change: give --retention, --retention-bytes, --cleanup-policy, --min-compaction-lag or --tombstone-retention"
+                    "nothing to change: give --retention, --retention-bytes, --cleanup-policy, --min-compaction-lag, --tombstone-retention, --capture… or --no-capture"
                 );
             }
-            catalog.update_hub(name, &update).await?;
+            catalog.update_hub(name, &update, capture.as_ref()).await?;
             writeln!(out, "updated event hub {name:?}")?;
         }
         HubCommand::List => {
