@@ -379,17 +379,21 @@ impl Metrics {
         );
         m.compaction.register(&mut registry);
         m.capture.register(&mut registry);
+        m.register_log(&mut registry);
+        Metrics { registry, ..m }
+    }
+
+    fn register_log(&self, registry: &mut Registry) {
         registry.register(
             "log_sync_duration_seconds",
             "Each fdatasync the log made for fsync appends",
-            m.log_syncs.clone(),
+            self.log_syncs.clone(),
         );
         registry.register(
             "log_append_sync_wait_seconds",
             "Each fsync append's wait from its write to the return of the sync that made it durable",
-            m.log_sync_waits.clone(),
+            self.log_sync_waits.clone(),
         );
-        Metrics { registry, ..m }
     }
 
     pub(crate) fn request(&self, route: &str, method: &str, status: u16, seconds: f64) {
