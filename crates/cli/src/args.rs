@@ -1258,6 +1258,56 @@ mod tests {
     }
 
     #[test]
+    fn capture_flags() {
+        let cli = parse(&[
+            "hub",
+            "create",
+            "c",
+            "--capture",
+            "file:/cap",
+            "--capture-format",
+            "avro-deflate",
+            "--capture-interval",
+            "2m",
+            "--capture-size",
+            "10MiB",
+            "--capture-skip-empty",
+            "--capture-notify",
+            "files",
+        ])
+        .unwrap();
+        let Command::Hub(HubArgs {
+            command: HubCommand::Create { capture, .. },
+            ..
+        }) = cli.command
+        else {
+            panic!("hub create")
+        };
+        let description = capture.description().unwrap().unwrap();
+        let set = description.apply("c", None).unwrap().unwrap();
+        assert_eq!(set.destination, "file:/cap");
+        assert_eq!(set.encoding, "AvroDeflate");
+        assert_eq!(set.interval_secs, 120);
+        assert_eq!(set.size_bytes_max, 10 << 20);
+        assert!(set.skip_empty);
+        assert_eq!(set.notify_hub.as_deref(), Some("files"));
+        let no_flags = CaptureArgs::default();
+        assert_eq!(no_flags.description(), Ok(None));
+        let relative = CaptureArgs {
+            capture: Some("file:cap".into()),
+            ..CaptureArgs::default()
+        };
+        assert!(relative.description().unwrap_err().contains("absolute"));
+        let fractional = CaptureArgs {
+            capture_interval: Some(60_500),
+            ..CaptureArgs::default()
+        };
+        assert!(fractional.description().is_err());
+        assert!(parse(&["hub", "update", "c", "--no-capture", "--capture", "file:/x"]).is_err());
+        assert!(parse(&["hub", "update", "c", "--no-capture"]).is_ok());
+    }
+
+    #[test]
     fn positions() {
         assert_eq!(parse_position("earliest"), Ok(PositionArg::Earliest));
         assert_eq!(parse_position("seq:42"), Ok(PositionArg::Sequence(42)));

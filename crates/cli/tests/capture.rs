@@ -162,33 +162,30 @@ fn check_files(files: &Value, captured_to: i64, hub: &[(String, String)]) -> Vec
     files
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_captures_exactly_once_across_kill_9_notifies_and_survives_a_bad_destination() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let files_dir = dir.path().join("capture");
-    let dest = format!("file:{}", files_dir.display());
-    run_ok(&data, &["hub", "create", "files", "-p", "1"]);
+/// The notification hub `files` and the captured hub `capserve`, through the CLI on the data
+/// directory; settings Azure would refuse are refused.
+fn create_hubs(data: &Path, dest: &str) {
+    run_ok(data, &["hub", "create", "files", "-p", "1"]);
     let refused = run_err(
-        &data,
+        data,
         &["hub", "create", "capserve", "--capture", "blob:https://a/c"],
     );
     assert!(refused.contains("not built yet"), "{refused}");
     let refused = run_err(
-        &data,
+        data,
         &[
             "hub",
             "create",
             "capserve",
             "--capture",
-            &dest,
+            dest,
             "--capture-interval",
             "30s",
         ],
     );
     assert!(refused.contains("capture-interval"), "{refused}");
     run_ok(
-        &data,
+        data,
         &[
             "hub",
             "create",
@@ -196,7 +193,7 @@ async fn serve_captures_exactly_once_across_kill_9_notifies_and_survives_a_bad_d
             "-p",
             "1",
             "--capture",
-            &dest,
+            dest,
             "--capture-interval",
             "60s",
             "--capture-size",
@@ -205,6 +202,44 @@ async fn serve_captures_exactly_once_across_kill_9_notifies_and_survives_a_bad_d
             "files",
         ],
     );
+}
+
+/// Each file's notification, at least once, read with the SDK from hub `files`.
+async fn check_notifications(conn: &str, files: &[Value]) {
+    let notified = python(
+        "consume",
+        json!({"conn": conn, "hub": "files", "count": files.len()}),
+    )
+    .await;
+    let events = notified["events"].as_array().unwrap();
+    for file in files {
+        let path = file["path"].as_str().unwrap();
+        let count = file["records"].as_array().unwrap().len();
+        let event = events
+            .iter()
+            .find(|e| e["data"]["fileUrl"].as_str().unwrap().ends_with(path))
+            .unwrap_or_else(|| panic!("no notification of {path}: {notified}"));
+        assert_eq!(event["eventType"], "Microsoft.EventHub.CaptureFileCreated");
+        assert_eq!(event["data"]["eventCount"], count);
+        assert_eq!(event["data"]["partitionId"], "0");
+    }
+    assert!(
+        notified["content_types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c == "application/json"),
+        "{notified}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_captures_exactly_once_across_kill_9_notifies_and_survives_a_bad_destination() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let files_dir = dir.path().join("capture");
+    let dest = format!("file:{}", files_dir.display());
+    create_hubs(&data, &dest);
 
     // Send, and kill the server while it captures, again and again.
     let mut sent = 0;
@@ -234,32 +269,7 @@ async fn serve_captures_exactly_once_across_kill_9_notifies_and_survives_a_bad_d
     );
     assert!(!files.is_empty());
 
-    // Each file's notification, at least once, read with the SDK.
-    let notified = python(
-        "consume",
-        json!({"conn": conn, "hub": "files", "count": files.len()}),
-    )
-    .await;
-    let events = notified["events"].as_array().unwrap();
-    for file in &files {
-        let path = file["path"].as_str().unwrap();
-        let count = file["records"].as_array().unwrap().len();
-        let event = events
-            .iter()
-            .find(|e| e["data"]["fileUrl"].as_str().unwrap().ends_with(path))
-            .unwrap_or_else(|| panic!("no notification of {path}: {notified}"));
-        assert_eq!(event["eventType"], "Microsoft.EventHub.CaptureFileCreated");
-        assert_eq!(event["data"]["eventCount"], count);
-        assert_eq!(event["data"]["partitionId"], "0");
-    }
-    assert!(
-        notified["content_types"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|c| c == "application/json"),
-        "{notified}"
-    );
+    check_notifications(&conn, &files).await;
 
     bad_destination_is_reported_then_caught_up(&data, dir.path(), &conn).await;
     drop(guard);
