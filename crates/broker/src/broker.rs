@@ -409,6 +409,8 @@ impl Broker {
         let hub = inner.hubs.write().expect("hub map").remove(&key);
         // After the hub left the map, so no claim can write its records again.
         inner.registry.lock().forget_hub(&key);
+        // A hub made later under this name is not taken for captured by this one's capture.
+        self.forget_capture(name);
         let callbacks = inner
             .hub_deleted
             .lock()

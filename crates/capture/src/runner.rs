@@ -4,7 +4,8 @@
 //! hubs' captures in the catalog with the partition captures it runs: it starts one
 //! [`PartitionCapture`] per partition of a hub that is now captured, restarts those whose
 //! settings changed, and stops those of hubs no longer captured (whose progress it then
-//! removes, so capture turned on again starts afresh, as on Azure). Each partition is stepped
+//! removes, so capture turned on again starts afresh, as on Azure; a deleted hub's progress
+//! goes with it). Each partition is stepped
 //! on the blocking pool, one step at a time per partition; a step reads what was committed and
 //! closes the window when its time or size is up.
 //!
@@ -88,6 +89,11 @@ impl CaptureRunner {
             state_dir: state_dir.to_path_buf(),
             stopping: AtomicBool::new(false),
             workers: Mutex::new(HashMap::new()),
+        });
+        let state_dir = state.state_dir.clone();
+        broker.on_hub_deleted(move |hub| {
+            // A hub made later under this name starts its capture afresh.
+            let _ = std::fs::remove_dir_all(state_dir.join(name_key(hub)));
         });
         let ticking = state.clone();
         let ticker = broker.spawn_every(TICK, move |broker| {
