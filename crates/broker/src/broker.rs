@@ -13,9 +13,11 @@ use tributary_event::names::{
     validate_hub_name,
 };
 use tributary_event::{Clock, EventData, EventPosition, SendTarget, SystemClock};
-use tributary_log::{GroupCommitter, PartitionProperties, ReadCursor, Retention, SyncTimes};
+use tributary_log::{
+    GroupCommitter, PartitionProperties, ReadCursor, Retention, RetentionOutcome, SyncTimes,
+};
 
-use crate::catalog::{Catalog, ConsumerGroupDefinition, HubCleanup, HubDefinition};
+use crate::catalog::{Catalog, ConsumerGroupDefinition, HubCapture, HubCleanup, HubDefinition};
 use crate::config::{BrokerConfig, PARTITIONS_MAX};
 use crate::door_stamp;
 use crate::hub::Hub;
@@ -87,6 +89,8 @@ pub struct HubSpec {
     pub retention_bytes_max: Option<u64>,
     /// Delete by age and size (the default), compact by key, or both.
     pub cleanup: HubCleanup,
+    /// Its Event Hubs Capture, if any (checked by `tributary_capture::spec` first).
+    pub capture: Option<HubCapture>,
 }
 
 impl HubSpec {
@@ -98,6 +102,7 @@ impl HubSpec {
             retention_age_ms: Some(crate::config::RETENTION_AGE_MS_DEFAULT),
             retention_bytes_max: None,
             cleanup: HubCleanup::default(),
+            capture: None,
         }
     }
 }
@@ -148,6 +153,8 @@ pub(crate) struct BrokerInner {
     hub_deleted: Mutex<Vec<HubDeleted>>,
     /// The throughput limits every front door applies.
     throttle: Throttle,
+    /// What the capture running in `serve` reports of each captured partition.
+    pub(crate) capture: Mutex<crate::capture::CaptureStatuses>,
     _lock: File,
 }
 
@@ -248,6 +255,7 @@ impl Broker {
                 shutting_down: AtomicBool::new(false),
                 hub_deleted: Mutex::new(Vec::new()),
                 throttle,
+                capture: Mutex::new(Default::default()),
                 _lock: lock,
             }),
         })
@@ -321,6 +329,10 @@ impl Broker {
             retention_bytes_max: spec.retention_bytes_max,
             created_at_ms: now,
             cleanup: spec.cleanup,
+            capture: spec.capture.map(|c| HubCapture {
+                enabled_at_ms: now,
+                ..c
+            }),
             consumer_groups: vec![ConsumerGroupDefinition {
                 name: DEFAULT_CONSUMER_GROUP.to_owned(),
                 created_at_ms: now,
@@ -407,6 +419,8 @@ impl Broker {
         let hub = inner.hubs.write().expect("hub map").remove(&key);
         // After the hub left the map, so no claim can write its records again.
         inner.registry.lock().forget_hub(&key);
+        // A hub made later under this name is not taken for captured by this one's capture.
+        self.forget_capture(name);
         let callbacks = inner
             .hub_deleted
             .lock()
@@ -805,7 +819,8 @@ impl Broker {
     /// Enforces every hub's retention now (the background task does this periodically).
     pub async fn enforce_retention(&self) -> Result<(), BrokerError> {
         let hubs = self.hubs_where(|_| true);
-        tokio::task::spawn_blocking(move || enforce_retention(&hubs))
+        let broker = self.clone();
+        tokio::task::spawn_blocking(move || broker.enforce_retention_blocking(&hubs))
             .await
             .expect("retention does not panic")
     }
@@ -884,24 +899,70 @@ fn stamp_partition_key(
     Ok(())
 }
 
-fn enforce_retention(hubs: &[Arc<Hub>]) -> Result<(), BrokerError> {
-    for hub in hubs {
-        let definition = hub.definition.read().expect("hub definition").clone();
-        let retention = Retention {
-            age_ms_max: definition.retention_age_ms,
-            bytes_max: definition.retention_bytes_max,
-        };
-        for (partition, p) in hub.partitions.iter().enumerate() {
-            let outcome = p
-                .log
-                .enforce_retention(&retention)
-                .map_err(hub.log_error(partition as u32))?;
-            if outcome.segments_removed > 0 {
-                tracing::info!(hub = %definition.name, partition, segments = outcome.segments_removed, bytes = outcome.bytes_removed, "retention removed segments");
+impl Broker {
+    /// Retention over `hubs`, keeping what captured hubs' captures have not written (see
+    /// [`crate::capture`]).
+    fn enforce_retention_blocking(&self, hubs: &[Arc<Hub>]) -> Result<(), BrokerError> {
+        for hub in hubs {
+            let definition = hub.definition.read().expect("hub definition").clone();
+            let retention = Retention {
+                age_ms_max: definition.retention_age_ms,
+                bytes_max: definition.retention_bytes_max,
+            };
+            for (partition, p) in hub.partitions.iter().enumerate() {
+                let index = partition as u32;
+                let uncaptured = definition
+                    .capture
+                    .as_ref()
+                    .map(|_| self.uncaptured(&definition.name, index));
+                let outcome = p
+                    .log
+                    .enforce_retention_keeping(&retention, uncaptured)
+                    .map_err(hub.log_error(index))?;
+                if outcome.segments_removed > 0 {
+                    tracing::info!(hub = %definition.name, partition, segments = outcome.segments_removed, bytes = outcome.bytes_removed, "retention removed segments");
+                }
+                if uncaptured.is_some() {
+                    self.note_capture_retention(&definition.name, index, &outcome);
+                }
             }
         }
+        Ok(())
     }
-    Ok(())
+
+    /// Records (and logs) what retention did to a captured partition's uncaptured events.
+    fn note_capture_retention(&self, hub: &str, partition: u32, outcome: &RetentionOutcome) {
+        if outcome.held_for_uncaptured {
+            tracing::warn!(
+                hub,
+                partition,
+                "capture is behind retention: keeping segments past the retention until they are captured (serve --capture-retention)"
+            );
+        }
+        if outcome.uncaptured_events_removed > 0 {
+            tracing::warn!(
+                hub,
+                partition,
+                events = outcome.uncaptured_events_removed,
+                "capture is behind retention: removed events not yet captured (serve --capture-retention proceed)"
+            );
+        }
+        self.report_capture(hub, partition, |status| {
+            status.retention_held = outcome.held_for_uncaptured;
+            status.uncaptured_events_removed += outcome.uncaptured_events_removed;
+        });
+    }
+
+    /// Runs `work` on this broker every `interval` (the first after one interval) until the
+    /// broker is dropped or shuts down, as retention and compaction run: for background work
+    /// that lives above the broker (capture).
+    pub fn spawn_every<W, F>(&self, interval: Duration, work: W) -> tokio::task::JoinHandle<()>
+    where
+        W: Fn(Broker) -> F + Send + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        tokio::spawn(every(interval, Arc::downgrade(&self.inner), work))
+    }
 }
 
 /// Runs `work` on the broker every `interval` (the first after one interval) until the broker

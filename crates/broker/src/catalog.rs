@@ -18,8 +18,10 @@ use crate::BrokerError;
 
 /// The catalog's format (see [`tributary_event::format`]): 1 since the catalog was written; 2
 /// since hubs carry a cleanup policy (a format-1 reader would ignore it and delete a compacted
-/// hub's events by age). A format-1 catalog is read as hubs that delete, and written as 2.
-const CATALOG_VERSION: u32 = 2;
+/// hub's events by age); 3 since hubs carry a capture (a format-2 reader would ignore it, and
+/// its retention would delete events no capture has written). A format-1 or 2 catalog is read
+/// as hubs that delete and capture nothing, and written as 3.
+const CATALOG_VERSION: u32 = 3;
 
 /// A consumer group as the catalog records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,6 +55,9 @@ pub struct HubDefinition {
     /// before hubs had a policy opens with [`HubCleanup::default`], deleting).
     #[serde(default)]
     pub cleanup: HubCleanup,
+    /// Its Event Hubs Capture, if it is captured (a catalog before format 3 has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<HubCapture>,
     /// Its consumer groups, `$Default` first.
     pub consumer_groups: Vec<ConsumerGroupDefinition>,
 }
@@ -113,6 +118,32 @@ impl HubCleanup {
             other => BrokerError::InvalidRetention(other.to_string()),
         })
     }
+}
+
+/// A hub's Event Hubs Capture as the catalog records it: the settings as given, checked by
+/// `tributary_capture::spec` (which the broker does not depend on) before they reach the
+/// broker. `serve` captures every hub that has one; retention keeps what it has not written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HubCapture {
+    /// Where the files go: `file:/absolute/dir`.
+    pub destination: String,
+    /// Azure's encoding name: `Avro` or `AvroDeflate`.
+    pub encoding: String,
+    /// The time window in seconds (60 to 900).
+    pub interval_secs: u32,
+    /// The size window in bytes (10 MiB to 500 MiB).
+    pub size_bytes_max: u64,
+    /// Whether a window without events writes no file.
+    pub skip_empty: bool,
+    /// Azure's archive name format.
+    pub archive_name_format: String,
+    /// The hub each file's `Microsoft.EventHub.CaptureFileCreated` notification is appended to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notify_hub: Option<String>,
+    /// When capture was turned on, ms since the epoch (set by the broker; kept while it stays
+    /// on): as on Azure, a capture starts with the events enqueued from then on.
+    #[serde(default)]
+    pub enabled_at_ms: i64,
 }
 
 /// The cleanup policy in the catalog: its Kafka spelling (`delete`, `compact`,

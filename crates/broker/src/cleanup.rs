@@ -1,6 +1,6 @@
 //! A hub's retention and cleanup policy after it is created, and compaction in the background.
 //!
-//! [`Broker::update_hub`] changes a hub's retention and cleanup settings: durably first (the
+//! [`Broker::update_hub`] changes a hub's retention, cleanup and capture settings: durably first (the
 //! catalog is saved, or nothing changes), then live on every partition log, so appends follow
 //! the new policy at once (a hub that now compacts refuses events without a partition key).
 //!
@@ -26,7 +26,7 @@ use tributary_event::names::name_key;
 use tributary_log::{CleanupPolicy, CompactionOutcome, CompactionState};
 
 use crate::broker::check_retention;
-use crate::catalog::{HubCleanup, HubDefinition};
+use crate::catalog::{HubCapture, HubCleanup, HubDefinition};
 use crate::hub::Hub;
 use crate::{Broker, BrokerError};
 
@@ -47,6 +47,8 @@ pub struct HubUpdate {
     pub min_compaction_lag_ms: Option<i64>,
     /// The tombstone retention.
     pub tombstone_retention_ms: Option<i64>,
+    /// The capture (`Some(None)`: capture turned off).
+    pub capture: Option<Option<HubCapture>>,
 }
 
 impl HubUpdate {
@@ -68,6 +70,9 @@ impl HubUpdate {
         cleanup.tombstone_retention_ms = self
             .tombstone_retention_ms
             .unwrap_or(cleanup.tombstone_retention_ms);
+        if let Some(capture) = &self.capture {
+            updated.capture.clone_from(capture);
+        }
         check_retention(updated.retention_age_ms, updated.retention_bytes_max)?;
         updated.cleanup.validate()?;
         Ok(updated)
@@ -133,7 +138,13 @@ impl Broker {
         let Some(before) = catalog.hubs.get(&key).cloned() else {
             return Err(BrokerError::HubNotFound { name: hub.name() });
         };
-        let updated = update.apply(&before)?;
+        let mut updated = update.apply(&before)?;
+        if let Some(capture) = &mut updated.capture {
+            capture.enabled_at_ms = match &before.capture {
+                Some(kept) => kept.enabled_at_ms,
+                None => inner.clock.now_ms(),
+            };
+        }
         catalog.hubs.insert(key.clone(), updated.clone());
         if let Err(e) = catalog.save() {
             catalog.hubs.insert(key, before);

@@ -53,6 +53,8 @@ pub struct BrokerConfig {
     /// Ingress and egress limits of the namespace and of single hubs, which every front door
     /// applies ([`crate::throttle`]); the default limits nothing.
     pub throughput: ThroughputLimits,
+    /// Whether retention keeps events captured hubs' captures have not written yet.
+    pub capture_retention: crate::CaptureRetention,
 }
 
 impl BrokerConfig {
@@ -67,6 +69,7 @@ impl BrokerConfig {
             compaction_segment_age_max: COMPACTION_SEGMENT_AGE_MAX_DEFAULT,
             storage: Arc::new(OsStorage),
             throughput: ThroughputLimits::default(),
+            capture_retention: crate::CaptureRetention::Hold,
         }
     }
 }

@@ -35,6 +35,11 @@
 //! throughput units; see [`throttle`]): the front doors charge what they append and deliver to
 //! it and answer in their protocol's way — the broker's own calls are never throttled.
 //!
+//! # Capture
+//! A hub may carry an Event Hubs Capture ([`HubCapture`], set on create or by
+//! [`Broker::update_hub`]); the capture itself runs above the broker and reports each
+//! partition's progress ([`Broker::report_capture`]), which retention keeps (see `capture`).
+//!
 //! [`BrokerSource`] offers a hub of the broker as a `tributary_source::PartitionSource`, so an
 //! event processor host (`tributary-processor`) reads it in process.
 //!
@@ -46,6 +51,7 @@
 
 mod activity;
 mod broker;
+mod capture;
 mod catalog;
 mod cleanup;
 pub mod config;
@@ -60,7 +66,10 @@ pub mod throttle;
 
 pub use activity::{OpenReceiverInfo, PartitionActivity};
 pub use broker::{Broker, HubSpec, QueuedAppend, ReceiverSpec, SendReceipt};
-pub use catalog::{ConsumerGroupDefinition, HubCleanup, HubDefinition, json_format_version};
+pub use capture::{CaptureRetention, CaptureStatus};
+pub use catalog::{
+    ConsumerGroupDefinition, HubCapture, HubCleanup, HubDefinition, json_format_version,
+};
 pub use cleanup::{HubUpdate, SWEEP_INTERVAL_MS_MAX};
 pub use config::BrokerConfig;
 pub use door_stamp::{DOOR_STAMP_PROPERTY, DoorStamps};

@@ -218,6 +218,7 @@ async fn update_hub_changes_retention_and_cleanup_durably_and_live() {
             cleanup_policy: Some(CleanupPolicy::DeleteOrCompact),
             min_compaction_lag_ms: Some(60_000),
             tombstone_retention_ms: Some(3_600_000),
+            capture: None,
         };
         let updated = b.update_hub("h", update).await.unwrap();
         assert_eq!(updated.retention_age_ms, None);

@@ -12,8 +12,12 @@
 //!   across crashes; its [`progress`] file says where the next window starts.
 //! - [`CaptureFileCreated`]: the notification of each file, in Event Grid's shape.
 //!
+//! - [`spec`]: a hub's capture as users give it (`DEST`, flags, Azure's `captureDescription`),
+//!   checked in one place.
+//! - [`CaptureRunner`]: every captured hub's partitions, stepped inside `serve`, with
+//!   notifications, status, retries and the progress retention keeps.
+//!
 //! Time comes from a [`tributary_event::Clock`], so tests drive windows deterministically.
-//! It does not yet run by itself (no task, no `serve` flag, no hub property): a caller steps it.
 
 pub mod archive;
 pub mod avro;
@@ -28,6 +32,8 @@ pub mod notification;
 pub mod parquet;
 pub mod partition;
 pub mod progress;
+pub mod runner;
+pub mod spec;
 pub mod time_text;
 pub mod window;
 
@@ -40,3 +46,5 @@ pub use error::CaptureError;
 pub use notification::{CaptureFileCreated, EventGridEvent};
 pub use partition::{CaptureTarget, PartitionCapture};
 pub use progress::Progress;
+pub use runner::CaptureRunner;
+pub use spec::{CaptureDescription, CaptureSpec, DestinationSpec};

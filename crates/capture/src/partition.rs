@@ -21,11 +21,14 @@
 //!   its last event, so its events are not written a second time.
 //!
 //! Every event is therefore in exactly one file, whatever the moment of the crash. The
-//! notification of a file found at recovery is returned again: notifications are at least once.
+//! notification of a file found at recovery is returned again, and given again to
+//! [`PartitionCapture::on_file`], which is called before the progress moves past the file:
+//! notifications are at least once.
 //!
 //! # What it does not do
-//! It does not run by itself: a caller calls `step` (a task every second or so). It does not
-//! skip events retention removed before they were captured: reading them is an error.
+//! It does not run by itself: [`crate::runner`] steps it inside `serve`. Events retention
+//! removed before they were captured (only when told to, `serve --capture-retention proceed`)
+//! are skipped with a warning: the capture goes on from the earliest retained event.
 
 use std::sync::Arc;
 
@@ -74,7 +77,13 @@ pub struct PartitionCapture {
     /// The sequence number of the next event to read (past the open window's events).
     read_next: i64,
     window: Option<OpenWindow>,
+    /// Called with each file's notification once the file is durable and before the progress
+    /// moves past it (see [`PartitionCapture::on_file`]).
+    on_file: Option<OnFile>,
 }
+
+/// What [`PartitionCapture::on_file`] takes.
+pub type OnFile = Box<dyn FnMut(&CaptureFileCreated) -> Result<(), CaptureError> + Send>;
 
 impl std::fmt::Debug for PartitionCapture {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -115,7 +124,16 @@ impl PartitionCapture {
             progress: None,
             read_next: 0,
             window: None,
+            on_file: None,
         })
+    }
+
+    /// Calls `on_file` with each file's notification after the file is durable and before the
+    /// progress is recorded past its events; if it fails, the step fails and the progress stays,
+    /// so the file is found again at recovery and `on_file` called again: a notification is
+    /// delivered at least once, never lost.
+    pub fn on_file(&mut self, on_file: OnFile) {
+        self.on_file = Some(on_file);
     }
 
     /// The recorded progress (after the first step).
@@ -155,11 +173,12 @@ impl PartitionCapture {
         }
         // Read up to what the partition held when the step began, so a step ends even while
         // producers keep sending.
-        let head = self
+        let properties = self
             .broker
             .partition_properties(&self.target.hub, &self.target.partition)
-            .map_err(|e| self.broker_error(e))?
-            .last_enqueued_sequence_number;
+            .map_err(|e| self.broker_error(e))?;
+        self.skip_removed(properties.begin_sequence_number)?;
+        let head = properties.last_enqueued_sequence_number;
         while self.read_next <= head {
             let events = self.read()?;
             if events.is_empty() {
@@ -182,6 +201,26 @@ impl PartitionCapture {
             created.extend(self.close_window()?);
         }
         Ok(created)
+    }
+
+    /// Goes on from `begin`, the partition's earliest retained event, when retention removed
+    /// events before they were captured (`serve --capture-retention proceed`): recorded first
+    /// when no window is open, so the next window's file starts where its progress says.
+    fn skip_removed(&mut self, begin: i64) -> Result<(), CaptureError> {
+        if self.read_next >= begin {
+            return Ok(());
+        }
+        tracing::warn!(hub = %self.target.hub, partition = %self.target.partition, from = self.read_next, to = begin, "events were removed before they were captured; going on from the earliest retained event");
+        if self.window.is_none() {
+            let progress = Progress {
+                next_sequence: begin,
+                ..self.progress.expect("recovered")
+            };
+            self.store.save(progress)?;
+            self.progress = Some(progress);
+        }
+        self.read_next = begin;
+        Ok(())
     }
 
     /// Loads (or starts) the progress, removes the window's leftover temporary file, and
@@ -245,6 +284,7 @@ impl PartitionCapture {
         tracing::info!(file = %name, next_sequence, "found a window file published before a crash");
         let bounds = self.enqueue_times(bounds)?;
         let created = self.notification(name, summary.event_count, bounds)?;
+        self.notify(&created)?;
         self.advance(next_sequence)?;
         Ok(created)
     }
@@ -285,7 +325,9 @@ impl PartitionCapture {
 
     /// Appends `event` to the open window, opening its file first if it is the first.
     fn append(&mut self, event: &ReceivedEvent) -> Result<(), CaptureError> {
-        assert_eq!(event.sequence_number, self.read_next);
+        // Sequence numbers may skip: compaction removes events, retention may (see
+        // `skip_removed`).
+        assert!(event.sequence_number >= self.read_next);
         if self.window.is_none() {
             self.window = Some(self.open_window()?);
         }
@@ -299,7 +341,7 @@ impl PartitionCapture {
         );
         window.event_count += 1;
         window.record_bytes += record_bytes(event);
-        self.read_next += 1;
+        self.read_next = event.sequence_number + 1;
         Ok(())
     }
 
@@ -345,6 +387,7 @@ impl PartitionCapture {
             window.event_count,
             window.bounds,
         );
+        self.notify(&created)?;
         self.advance(next_sequence)?;
         Ok(Some(created))
     }
@@ -362,6 +405,13 @@ impl PartitionCapture {
         self.progress = Some(progress);
         self.read_next = next_sequence;
         Ok(())
+    }
+
+    fn notify(&mut self, created: &CaptureFileCreated) -> Result<(), CaptureError> {
+        match self.on_file.as_mut() {
+            Some(on_file) => on_file(created),
+            None => Ok(()),
+        }
     }
 
     fn notification(

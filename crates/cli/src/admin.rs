@@ -20,6 +20,7 @@ use tributary_amqp::{AccessPolicies, Right};
 
 use serde_json::json;
 use tributary_broker::{Broker, HubSpec, HubUpdate};
+use tributary_capture::CaptureDescription;
 use tributary_http::retention::{RetentionDescription, hours, minutes, policy_name};
 
 use crate::args::{AdminArgs, GlobalArgs, PositionArg};
@@ -304,6 +305,9 @@ impl Catalog {
                 }
                 body["retentionDescription"] =
                     json!(RetentionDescription::of_cleanup(spec.cleanup));
+                if let Some(capture) = &spec.capture {
+                    body["captureDescription"] = json!(CaptureDescription::of(Some(capture)));
+                }
                 let hub = admin.call(Method::POST, HUBS, Some(body)).await?;
                 let (name, partitions, _) = hub_line(&hub)?;
                 Ok((name, partitions))
@@ -311,14 +315,31 @@ impl Catalog {
         }
     }
 
-    /// Changes a hub's retention and cleanup settings.
-    pub async fn update_hub(&self, name: &str, update: &HubUpdate) -> Result<()> {
+    /// Changes a hub's retention and cleanup settings, and its capture as `capture` says.
+    pub async fn update_hub(
+        &self,
+        name: &str,
+        update: &HubUpdate,
+        capture: Option<&CaptureDescription>,
+    ) -> Result<()> {
         match self {
-            Catalog::Local(broker) => broker.update_hub(name, update.clone()).await.map(drop)?,
+            Catalog::Local(broker) => {
+                let mut update = update.clone();
+                if let Some(description) = capture {
+                    let current = broker.describe_hub(name)?;
+                    update.capture =
+                        Some(description.apply(&current.name, current.capture.as_ref())?);
+                }
+                broker.update_hub(name, update).await.map(drop)?;
+            }
             Catalog::Server(admin) => {
                 let path = format!("{HUBS}/{}", segment(name));
+                let mut body = update_body(update);
+                if let Some(description) = capture {
+                    body["captureDescription"] = json!(description);
+                }
                 admin
-                    .call(Method::PATCH, &path, Some(update_body(update)))
+                    .call(Method::PATCH, &path, Some(body))
                     .await
                     .map(drop)?;
             }

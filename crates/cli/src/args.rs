@@ -272,6 +272,14 @@ pub struct ServeArgs {
     /// compaction reaches the newest events of a partition written slowly (Kafka's segment.ms).
     #[arg(long, default_value = "1h", value_parser = parse_duration_ms, help_heading = shared::DATA_HEADING)]
     pub compaction_segment_age: i64,
+    /// What retention does with events of a captured hub its capture has not written yet:
+    /// `hold` keeps them past the retention (and warns), `proceed` removes them as due,
+    /// counting them (tributary_capture_uncaptured_events_removed).
+    #[arg(long, default_value = "hold", value_parser = parse_capture_retention, help_heading = shared::DATA_HEADING)]
+    pub capture_retention: tributary_broker::CaptureRetention,
+    /// The namespace name captured hubs' archive names carry ({Namespace}).
+    #[arg(long, default_value = "tributary", help_heading = shared::DATA_HEADING)]
+    pub capture_namespace: String,
     /// The address the network front doors listen on (0.0.0.0 for every interface).
     #[arg(long, default_value = "127.0.0.1", help_heading = SERVE_PORTS_HEADING)]
     pub listen: std::net::IpAddr,
@@ -518,9 +526,11 @@ pub enum HubCommand {
         retention_bytes: Option<u64>,
         #[command(flatten)]
         cleanup: CleanupArgs,
+        #[command(flatten)]
+        capture: CaptureArgs,
     },
-    /// Change an event hub's retention or cleanup policy (only the settings given). A hub that
-    /// now compacts refuses events without a partition key from then on.
+    /// Change an event hub's retention, cleanup policy or capture (only the settings given). A
+    /// hub that now compacts refuses events without a partition key from then on.
     Update {
         /// The hub.
         name: String,
@@ -539,6 +549,11 @@ pub enum HubCommand {
         /// How long a tombstone (a key and an empty body) is kept.
         #[arg(long, value_parser = parse_duration_or_zero_ms)]
         tombstone_retention: Option<i64>,
+        #[command(flatten)]
+        capture: CaptureArgs,
+        /// Stop capturing the hub (its files stay; capture turned on again starts afresh).
+        #[arg(long, conflicts_with_all = ["capture", "capture_format", "capture_interval", "capture_size", "capture_skip_empty", "capture_name_format", "capture_notify"])]
+        no_capture: bool,
     },
     /// List the event hubs.
     List,
@@ -581,6 +596,97 @@ impl CleanupArgs {
             min_compaction_lag_ms: self.min_compaction_lag,
             tombstone_retention_ms: self.tombstone_retention,
         }
+    }
+}
+
+/// A hub's Event Hubs Capture (`hub create`, `hub update`): each window of each partition's
+/// events written to an Avro file, as Azure's Capture writes them, by `tributary serve`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct CaptureArgs {
+    /// Capture the hub's events to DEST: `file:/absolute/dir` (Azure Blob Storage is not built
+    /// yet). Windows start with the events enqueued from now on.
+    #[arg(long, value_name = "DEST")]
+    pub capture: Option<String>,
+    /// The capture files' encoding: `avro` or `avro-deflate` [default: avro].
+    #[arg(long, value_name = "FORMAT")]
+    pub capture_format: Option<String>,
+    /// The capture's time window, 60s to 900s [default: 300s].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub capture_interval: Option<i64>,
+    /// The capture's size window, 10MiB to 500MiB [default: 300MiB].
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    pub capture_size: Option<u64>,
+    /// Write no file for a window without events (Azure's skipEmptyArchives).
+    #[arg(long)]
+    pub capture_skip_empty: bool,
+    /// Azure's archive name format: all of {Namespace} {EventHub} {PartitionId} {Year}
+    /// {Month} {Day} {Hour} {Minute} {Second}, in any order
+    /// [default: {Namespace}/{EventHub}/{PartitionId}/{Year}/{Month}/{Day}/{Hour}/{Minute}/{Second}].
+    #[arg(long, value_name = "FORMAT")]
+    pub capture_name_format: Option<String>,
+    /// Append each file's Microsoft.EventHub.CaptureFileCreated notification (Event Grid
+    /// schema, JSON) to this hub.
+    #[arg(long, value_name = "HUB")]
+    pub capture_notify: Option<String>,
+}
+
+impl CaptureArgs {
+    /// The capture these flags set, as Azure's `captureDescription` (only what is given);
+    /// `None` when no capture flag is given.
+    pub fn description(&self) -> Result<Option<tributary_capture::CaptureDescription>, String> {
+        use tributary_capture::spec::{
+            CaptureDestination, DIRECTORY_DESTINATION_NAME, DestinationProperties, DestinationSpec,
+        };
+        let given = self.capture.is_some()
+            || self.capture_format.is_some()
+            || self.capture_interval.is_some()
+            || self.capture_size.is_some()
+            || self.capture_skip_empty
+            || self.capture_name_format.is_some()
+            || self.capture_notify.is_some();
+        if !given {
+            return Ok(None);
+        }
+        let directory = match self
+            .capture
+            .as_deref()
+            .map(DestinationSpec::parse)
+            .transpose()
+        {
+            Ok(Some(DestinationSpec::File(dir))) => Some(dir.display().to_string()),
+            Ok(None) => None,
+            Err(e) => return Err(e.to_string()),
+        };
+        let interval = self.capture_interval.map(|ms| {
+            if ms % 1000 == 0 {
+                u32::try_from(ms / 1000).map_err(|_| "--capture-interval is too long".to_owned())
+            } else {
+                Err(format!(
+                    "--capture-interval {ms} ms is not a whole number of seconds"
+                ))
+            }
+        });
+        let destination = (directory.is_some() || self.capture_name_format.is_some()).then(|| {
+            CaptureDestination {
+                name: directory
+                    .as_ref()
+                    .map(|_| DIRECTORY_DESTINATION_NAME.to_owned()),
+                properties: DestinationProperties {
+                    archive_name_format: self.capture_name_format.clone(),
+                    directory,
+                    ..DestinationProperties::default()
+                },
+            }
+        });
+        Ok(Some(tributary_capture::CaptureDescription {
+            enabled: self.capture.is_some().then_some(true),
+            encoding: self.capture_format.clone(),
+            interval_in_seconds: interval.transpose()?,
+            size_limit_in_bytes: self.capture_size,
+            skip_empty_archives: self.capture_skip_empty.then_some(true),
+            destination,
+            notify_event_hub: self.capture_notify.clone(),
+        }))
     }
 }
 
@@ -940,6 +1046,15 @@ pub fn parse_duration_or_zero_ms(s: &str) -> Result<i64, String> {
     })
 }
 
+/// Parses `serve --capture-retention`: `hold` or `proceed`.
+fn parse_capture_retention(s: &str) -> Result<tributary_broker::CaptureRetention, String> {
+    match s {
+        "hold" => Ok(tributary_broker::CaptureRetention::Hold),
+        "proceed" => Ok(tributary_broker::CaptureRetention::Proceed),
+        _ => Err(format!("{s:?}: use hold or proceed")),
+    }
+}
+
 /// Parses a cleanup policy: `delete`, `compact`, `delete,compact` (either order) or Event
 /// Hubs' `Delete`, `Compact`, `DeleteOrCompact`.
 fn parse_cleanup_policy(s: &str) -> Result<CleanupPolicy, String> {
@@ -1158,6 +1273,56 @@ mod tests {
         );
         assert!(parse(&["send", "h", "--batch-size", "0"]).is_err());
         assert!(parse(&["send", "h", "--property", "novalue"]).is_err());
+    }
+
+    #[test]
+    fn capture_flags() {
+        let cli = parse(&[
+            "hub",
+            "create",
+            "c",
+            "--capture",
+            "file:/cap",
+            "--capture-format",
+            "avro-deflate",
+            "--capture-interval",
+            "2m",
+            "--capture-size",
+            "10MiB",
+            "--capture-skip-empty",
+            "--capture-notify",
+            "files",
+        ])
+        .unwrap();
+        let Command::Hub(HubArgs {
+            command: HubCommand::Create { capture, .. },
+            ..
+        }) = cli.command
+        else {
+            panic!("hub create")
+        };
+        let description = capture.description().unwrap().unwrap();
+        let set = description.apply("c", None).unwrap().unwrap();
+        assert_eq!(set.destination, "file:/cap");
+        assert_eq!(set.encoding, "AvroDeflate");
+        assert_eq!(set.interval_secs, 120);
+        assert_eq!(set.size_bytes_max, 10 << 20);
+        assert!(set.skip_empty);
+        assert_eq!(set.notify_hub.as_deref(), Some("files"));
+        let no_flags = CaptureArgs::default();
+        assert_eq!(no_flags.description(), Ok(None));
+        let relative = CaptureArgs {
+            capture: Some("file:cap".into()),
+            ..CaptureArgs::default()
+        };
+        assert!(relative.description().unwrap_err().contains("absolute"));
+        let fractional = CaptureArgs {
+            capture_interval: Some(60_500),
+            ..CaptureArgs::default()
+        };
+        assert!(fractional.description().is_err());
+        assert!(parse(&["hub", "update", "c", "--no-capture", "--capture", "file:/x"]).is_err());
+        assert!(parse(&["hub", "update", "c", "--no-capture"]).is_ok());
     }
 
     #[test]

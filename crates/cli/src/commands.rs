@@ -5,6 +5,7 @@ use std::io::{BufRead, Write};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use tributary_broker::{HubSpec, HubUpdate, SendTarget};
+use tributary_capture::CaptureDescription;
 
 use crate::admin::Catalog;
 use crate::args::{
@@ -75,13 +76,19 @@ pub async fn hub(global: &GlobalArgs, args: &HubArgs) -> Result<()> {
             retention,
             retention_bytes,
             cleanup,
+            capture,
         } => {
+            let capture = match capture.description().map_err(anyhow::Error::msg)? {
+                Some(description) => description.apply(name, None)?,
+                None => None,
+            };
             let spec = HubSpec {
                 name: name.clone(),
                 partition_count: *partitions,
                 retention_age_ms: retention.0,
                 retention_bytes_max: *retention_bytes,
                 cleanup: cleanup.cleanup(),
+                capture,
             };
             let (name, partitions) = catalog.create_hub(spec).await?;
             writeln!(
@@ -90,27 +97,9 @@ pub async fn hub(global: &GlobalArgs, args: &HubArgs) -> Result<()> {
                 crate::output::count(partitions, "partition")
             )?;
         }
-        HubCommand::Update {
-            name,
-            retention,
-            retention_bytes,
-            cleanup_policy,
-            min_compaction_lag,
-            tombstone_retention,
-        } => {
-            let update = HubUpdate {
-                retention_age_ms: retention.map(|r| r.0),
-                retention_bytes_max: retention_bytes.map(|r| r.0),
-                cleanup_policy: *cleanup_policy,
-                min_compaction_lag_ms: *min_compaction_lag,
-                tombstone_retention_ms: *tombstone_retention,
-            };
-            if update == HubUpdate::default() {
-                anyhow::bail!(
-                    "nothing to change: give --retention, --retention-bytes, --cleanup-policy, --min-compaction-lag or --tombstone-retention"
-                );
-            }
-            catalog.update_hub(name, &update).await?;
+        HubCommand::Update { name, .. } => {
+            let (update, capture) = hub_update(&args.command)?;
+            catalog.update_hub(name, &update, capture.as_ref()).await?;
             writeln!(out, "updated event hub {name:?}")?;
         }
         HubCommand::List => {
@@ -132,6 +121,45 @@ pub async fn hub(global: &GlobalArgs, args: &HubArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// What `hub update` changes: the retention and cleanup settings, and the capture as Azure's
+/// `captureDescription` (`--no-capture`: `enabled: false`).
+fn hub_update(command: &HubCommand) -> Result<(HubUpdate, Option<CaptureDescription>)> {
+    let HubCommand::Update {
+        retention,
+        retention_bytes,
+        cleanup_policy,
+        min_compaction_lag,
+        tombstone_retention,
+        capture,
+        no_capture,
+        ..
+    } = command
+    else {
+        unreachable!("hub_update is called for hub update only")
+    };
+    let update = HubUpdate {
+        retention_age_ms: retention.map(|r| r.0),
+        retention_bytes_max: retention_bytes.map(|r| r.0),
+        cleanup_policy: *cleanup_policy,
+        min_compaction_lag_ms: *min_compaction_lag,
+        tombstone_retention_ms: *tombstone_retention,
+        capture: None,
+    };
+    let capture = match capture.description().map_err(anyhow::Error::msg)? {
+        Some(description) => Some(description),
+        None => no_capture.then(|| CaptureDescription {
+            enabled: Some(false),
+            ..CaptureDescription::default()
+        }),
+    };
+    if update == HubUpdate::default() && capture.is_none() {
+        anyhow::bail!(
+            "nothing to change: give --retention, --retention-bytes, --cleanup-policy, --min-compaction-lag, --tombstone-retention, --capture… or --no-capture"
+        );
+    }
+    Ok((update, capture))
 }
 
 /// `tributary group …`: on the data directory, or through the server running on it.

@@ -5,7 +5,8 @@ use std::io::Write;
 use base64::Engine;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use tributary_broker::{Broker, HubCleanup, HubDefinition, SendReceipt};
+use tributary_broker::{Broker, HubCapture, HubCleanup, HubDefinition, SendReceipt};
+use tributary_capture::CaptureDescription;
 use tributary_event::{PropertyValue, ReceivedEvent, uuid_text};
 use tributary_http::retention::RetentionDescription;
 
@@ -137,6 +138,8 @@ pub struct HubView {
     pub cleanup: HubCleanup,
     /// Its consumer groups.
     pub groups: Vec<String>,
+    /// Its capture, if it is captured.
+    pub capture: Option<HubCapture>,
     /// Its partitions.
     pub partitions: Vec<PartitionView>,
 }
@@ -156,6 +159,8 @@ pub struct PartitionView {
     pub last_time: Option<String>,
     /// Whether it holds no events.
     pub empty: bool,
+    /// Its capture's state, as a running server reports it (`None` on the data directory).
+    pub capture: Option<String>,
 }
 
 impl HubView {
@@ -171,6 +176,7 @@ impl HubView {
                 last_offset: props.last_enqueued_offset.map(|o| o.to_string()),
                 last_time: props.last_enqueued_time_ms.map(rfc3339),
                 empty: props.is_empty,
+                capture: None,
             });
         }
         Ok(HubView {
@@ -180,6 +186,7 @@ impl HubView {
             retention_bytes: hub.retention_bytes_max,
             cleanup: hub.cleanup,
             groups: hub.consumer_groups.iter().map(|g| g.name.clone()).collect(),
+            capture: hub.capture.clone(),
             partitions,
         })
     }
@@ -199,6 +206,7 @@ impl HubView {
                     last_offset: text(p, "lastEnqueuedOffset"),
                     last_time: text(p, "lastEnqueuedTime"),
                     empty: p["isEmpty"].as_bool()?,
+                    capture: p.get("capture").map(capture_state),
                 })
             })
             .collect::<Option<Vec<_>>>()
@@ -211,7 +219,15 @@ impl HubView {
                 .map_err(|_| bad())?,
             None => HubCleanup::default(),
         };
+        let capture = match hub.get("captureDescription") {
+            Some(description) => CaptureDescription::deserialize(description)
+                .map_err(|_| bad())?
+                .apply(hub["name"].as_str().unwrap_or_default(), None)
+                .map_err(|_| bad())?,
+            None => None,
+        };
         Ok(HubView {
+            capture,
             name: text(hub, "name").ok_or_else(bad)?,
             created: text(hub, "createdAt").unwrap_or_default(),
             retention_ms: hub["retentionMs"].as_i64(),
@@ -249,6 +265,26 @@ pub fn write_hub(out: &mut impl Write, hub: &HubView) -> anyhow::Result<()> {
         )?;
     }
     writeln!(out)?;
+    if let Some(c) = &hub.capture {
+        write!(
+            out,
+            "capture:        {} ({}, every {} s or {} bytes{}, names {})",
+            c.destination,
+            c.encoding,
+            c.interval_secs,
+            c.size_bytes_max,
+            if c.skip_empty {
+                ", empty windows skipped"
+            } else {
+                ""
+            },
+            c.archive_name_format
+        )?;
+        if let Some(notify) = &c.notify_hub {
+            write!(out, ", notifications to {notify}")?;
+        }
+        writeln!(out)?;
+    }
     writeln!(out, "consumer groups: {}", hub.groups.join(", "))?;
     writeln!(
         out,
@@ -266,7 +302,34 @@ pub fn write_hub(out: &mut impl Write, hub: &HubView) -> anyhow::Result<()> {
             p.empty
         )?;
     }
+    for p in &hub.partitions {
+        if let Some(state) = &p.capture {
+            writeln!(out, "capture of partition {}: {state}", p.id)?;
+        }
+    }
     Ok(())
+}
+
+/// A partition's capture state in one line, from the admin API's `capture` object.
+fn capture_state(c: &Value) -> String {
+    let mut line = format!(
+        "captured to sequence number {}, lag {} events ({} s), {} files ({} bytes), {} errors",
+        c["capturedTo"]
+            .as_i64()
+            .map_or("-".to_owned(), |s| s.to_string()),
+        c["lagEvents"].as_i64().unwrap_or(0),
+        c["lagSeconds"].as_f64().unwrap_or(0.0),
+        c["filesWritten"].as_u64().unwrap_or(0),
+        c["bytesWritten"].as_u64().unwrap_or(0),
+        c["errors"].as_u64().unwrap_or(0),
+    );
+    if let Some(error) = c["lastError"].as_str() {
+        line.push_str(&format!("; failing: {error}"));
+    }
+    if c["retentionHeld"].as_bool() == Some(true) {
+        line.push_str("; retention held for it");
+    }
+    line
 }
 
 #[cfg(test)]

@@ -13,6 +13,9 @@
 //! is never written to the policies file), and moves the HTTP door to the emulator's health
 //! port; it says so on stderr, loudly, before anything else.
 //!
+//! Every captured hub is captured while it serves ([`CaptureRunner`]; progress in
+//! `<data dir>/capture/`), and stops being captured cleanly on the way out.
+//!
 //! The banner — where each door listens, the dashboard, how to get a connection string — goes
 //! to stdout; warnings and diagnostics go to stderr. Every port asked for is checked before any
 //! door starts, so ports in use are reported together, each with the flag that moves it.
@@ -24,6 +27,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use tributary_amqp::{AccessPolicies, AccessPolicy};
 use tributary_broker::{Broker, BrokerConfig, HubSpec};
+use tributary_capture::CaptureRunner;
 use tributary_tls::ServerTls;
 
 use crate::args::{CertArgs, GlobalArgs, ServeArgs};
@@ -34,6 +38,9 @@ use crate::running;
 /// The log's own limit while front doors run: they enforce the 1 MiB protocol limits on what
 /// clients send; the log's check counts record framing and keys too, so it needs headroom.
 const FRONT_DOOR_EVENT_BYTES_MAX: u32 = 1024 * 1024 + 16 * 1024;
+
+/// Where the captures' progress is kept, in the data directory.
+const CAPTURE_STATE_DIR: &str = "capture";
 
 /// `tributary serve`.
 pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
@@ -73,6 +80,11 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
             return Err(e);
         }
     };
+    let capture = CaptureRunner::start(
+        &broker,
+        &args.capture_namespace,
+        &global.data_dir.join(CAPTURE_STATE_DIR),
+    );
     // Listening before the banner says "press Ctrl-C", so a Ctrl-C right after it stops cleanly.
     let ctrl_c = listen_for_ctrl_c()?;
     running::write(&global.data_dir, &doors.listeners())?;
@@ -81,6 +93,7 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
     eprintln!("stopping: closing listeners, syncing partitions");
     running::remove(&global.data_dir);
     doors.stop().await?;
+    capture.stop().await;
     broker.shutdown().await?;
     Ok(())
 }
@@ -217,6 +230,7 @@ async fn open_broker(global: &GlobalArgs, args: &ServeArgs) -> Result<Broker> {
         &args.hub_limit,
     )
     .map_err(anyhow::Error::msg)?;
+    config.capture_retention = args.capture_retention;
     Broker::open(config).await.with_context(|| {
         format!(
             "cannot open the data directory {}",

@@ -1352,7 +1352,7 @@ fn migrate_opens_an_earlier_build_s_data_directory_and_refuses_a_newer_one() {
     std::fs::write(&catalog, json.to_string()).unwrap();
     let refused = run_err(&data, &["migrate"]);
     assert!(
-        refused.contains("was written by format 7; this binary reads up to format 2"),
+        refused.contains("was written by format 7; this binary reads up to format 3"),
         "{refused}"
     );
     assert_eq!(

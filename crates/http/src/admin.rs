@@ -15,6 +15,12 @@
 //! now; its description shows each partition's compaction (dirty ratio, last run, bytes before
 //! and after).
 //!
+//! A hub's Event Hubs Capture is Azure's `captureDescription` (see
+//! [`tributary_capture::spec`]), shown by every hub and taken by `POST` and `PATCH`
+//! (`{"enabled": false}` turns it off). A captured hub's description shows each partition's
+//! capture: `capturedTo`, `lagEvents`, `lagSeconds`, `filesWritten`, `bytesWritten`, `errors`,
+//! `lastError`, `lastSuccess`, `retentionHeld` and `uncapturedEventsRemoved`.
+//!
 //! `POST /admin/v1/hubs/{hub}/consumergroups/{group}/reset` with `{"type": "TRIM_HORIZON" |
 //! "LATEST" | "AT_TIME", "time": …}` moves every checkpoint of such a group so that its
 //! processors resume at the earliest retained event, after the latest, or at the first event
@@ -30,7 +36,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tributary_broker::{HubCleanup, HubDefinition, HubSpec, HubUpdate};
+use tributary_broker::{Broker, HubCleanup, HubDefinition, HubSpec, HubUpdate};
+use tributary_capture::CaptureDescription;
 use tributary_groups::GroupSummary;
 
 use crate::error::ApiError;
@@ -82,6 +89,8 @@ struct CreateHub {
     retention_bytes_max: Option<u64>,
     #[serde(default)]
     retention_description: Option<RetentionDescription>,
+    #[serde(default)]
+    capture_description: Option<CaptureDescription>,
 }
 
 /// `PATCH /admin/v1/hubs/{hub}`: what to change, each field optional (`retentionBytesMax`
@@ -97,6 +106,8 @@ struct UpdateHub {
     retention_bytes_max: Option<Option<u64>>,
     #[serde(default)]
     retention_description: Option<RetentionDescription>,
+    #[serde(default)]
+    capture_description: Option<CaptureDescription>,
 }
 
 /// A field that may be given as `null`: `Some(None)` then, `None` (by default) when absent.
@@ -171,6 +182,7 @@ fn hub_json(h: &HubDefinition) -> Value {
         "retentionMs": h.retention_age_ms,
         "retentionBytesMax": h.retention_bytes_max,
         "retentionDescription": RetentionDescription::of(h),
+        "captureDescription": CaptureDescription::of(h.capture.as_ref()),
         "createdAt": crate::oci::format_time(h.created_at_ms),
         "consumerGroups": h.consumer_groups.iter().map(|g| g.name.clone()).collect::<Vec<_>>(),
     })
@@ -198,6 +210,11 @@ async fn create_hub(State(state): State<AppState>, body: Bytes) -> Result<Respon
             .tombstone_retention_ms
             .unwrap_or(spec.cleanup.tombstone_retention_ms),
     };
+    if let Some(description) = &request.capture_description {
+        spec.capture = description
+            .apply(&spec.name, None)
+            .map_err(|e| ApiError::invalid(e.to_string()))?;
+    }
     let hub = state.broker.create_hub(spec).await?;
     Ok((StatusCode::CREATED, Json(hub_json(&hub))).into_response())
 }
@@ -234,9 +251,36 @@ async fn describe_hub(
             });
         }
     }
+    if definition.capture.is_some() {
+        add_capture_statuses(&state.broker, &definition, &mut partitions);
+    }
     body["partitions"] = Value::Array(partitions);
     body["openReceivers"] = json!(state.broker.open_receiver_count(&definition.name)?);
     Ok(Json(body).into_response())
+}
+
+/// Adds each partition's capture status to its description (see the module docs).
+fn add_capture_statuses(broker: &Broker, hub: &HubDefinition, partitions: &mut [Value]) {
+    let now_ms = broker.clock().now_ms();
+    let statuses = broker.capture_statuses(&hub.name, hub.partition_count);
+    for (partition, status) in partitions.iter_mut().zip(statuses) {
+        let next = partition["lastEnqueuedSequenceNumber"]
+            .as_i64()
+            .unwrap_or(-1)
+            + 1;
+        partition["capture"] = json!({
+            "capturedTo": status.captured_to,
+            "lagEvents": status.lag_events(next),
+            "lagSeconds": status.lag_seconds(now_ms),
+            "filesWritten": status.files_written,
+            "bytesWritten": status.bytes_written,
+            "errors": status.errors,
+            "lastError": status.last_error,
+            "lastSuccess": status.last_success_ms.map(crate::oci::format_time),
+            "retentionHeld": status.retention_held,
+            "uncapturedEventsRemoved": status.uncaptured_events_removed,
+        });
+    }
 }
 
 async fn update_hub(
@@ -245,9 +289,20 @@ async fn update_hub(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let request: UpdateHub = parse_json(&body)?;
+    let capture = match &request.capture_description {
+        Some(description) => {
+            let current = state.broker.describe_hub(&path.stream)?;
+            let capture = description
+                .apply(&current.name, current.capture.as_ref())
+                .map_err(|e| ApiError::invalid(e.to_string()))?;
+            Some(capture)
+        }
+        None => None,
+    };
     let update = HubUpdate {
         retention_age_ms: retention_age(request.retention_ms, request.retention_forever)?,
         retention_bytes_max: request.retention_bytes_max,
+        capture,
         ..cleanup_changes(request.retention_description.as_ref())?
     };
     let hub = state.broker.update_hub(&path.stream, update).await?;

@@ -19,6 +19,12 @@
 //! after), `tributary_compaction_dirty_ratio` (the share of the partition's bytes compaction
 //! has not yet seen) and `tributary_compaction_last_run_timestamp_seconds` (absent until a run
 //! since the server started).
+//!
+//! For each partition of a captured hub (as its capture reports it to the broker):
+//! `tributary_capture_lag_events`, `tributary_capture_lag_seconds` (the oldest uncaptured
+//! event's wait), `tributary_capture_files_written`, `tributary_capture_bytes_written`,
+//! `tributary_capture_errors`, `tributary_capture_last_success_timestamp_seconds`,
+//! `tributary_capture_retention_held` and `tributary_capture_uncaptured_events_removed`.
 
 use std::sync::{Arc, Mutex};
 
@@ -178,6 +184,129 @@ impl CompactionGauges {
     }
 }
 
+/// Each captured partition's capture, read at each scrape from what the capture reports to
+/// the broker.
+#[derive(Debug, Default)]
+struct CaptureGauges {
+    lag_events: Family<PartitionLabels, Gauge>,
+    lag_seconds: Family<PartitionLabels, Gauge<f64, AtomicU64>>,
+    files: Family<PartitionLabels, Gauge>,
+    bytes: Family<PartitionLabels, Gauge>,
+    errors: Family<PartitionLabels, Gauge>,
+    last_success: Family<PartitionLabels, Gauge<f64, AtomicU64>>,
+    retention_held: Family<PartitionLabels, Gauge>,
+    removed: Family<PartitionLabels, Gauge>,
+}
+
+impl CaptureGauges {
+    fn register(&self, registry: &mut Registry) {
+        let gauges: [(&str, &str, Family<PartitionLabels, Gauge>); 6] = [
+            (
+                "capture_lag_events",
+                "Events appended to the partition and not yet in a capture file",
+                self.lag_events.clone(),
+            ),
+            (
+                "capture_files_written",
+                "Capture files published since the server started",
+                self.files.clone(),
+            ),
+            (
+                "capture_bytes_written",
+                "Bytes of the capture files published since the server started",
+                self.bytes.clone(),
+            ),
+            (
+                "capture_errors",
+                "Failed capture steps since the server started (each retried)",
+                self.errors.clone(),
+            ),
+            (
+                "capture_retention_held",
+                "1 while retention keeps segments past the retention for the capture",
+                self.retention_held.clone(),
+            ),
+            (
+                "capture_uncaptured_events_removed",
+                "Events retention removed before they were captured (serve --capture-retention proceed)",
+                self.removed.clone(),
+            ),
+        ];
+        for (name, help, family) in gauges {
+            registry.register(name, help, family);
+        }
+        registry.register(
+            "capture_lag_seconds",
+            "How long the oldest event not yet captured has waited",
+            self.lag_seconds.clone(),
+        );
+        registry.register(
+            "capture_last_success_timestamp_seconds",
+            "When a capture step last succeeded (Unix time)",
+            self.last_success.clone(),
+        );
+    }
+
+    fn clear(&self) {
+        for family in [
+            &self.lag_events,
+            &self.files,
+            &self.bytes,
+            &self.errors,
+            &self.retention_held,
+            &self.removed,
+        ] {
+            family.clear();
+        }
+        self.lag_seconds.clear();
+        self.last_success.clear();
+    }
+
+    #[allow(clippy::cast_precision_loss)]
+    fn refresh(&self, broker: &Broker, hub: &HubDefinition, next: &[i64]) {
+        if hub.capture.is_none() {
+            return;
+        }
+        let now_ms = broker.clock().now_ms();
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        for (p, status) in broker
+            .capture_statuses(&hub.name, hub.partition_count)
+            .iter()
+            .enumerate()
+        {
+            let labels = PartitionLabels {
+                hub: hub.name.clone(),
+                partition: p.to_string(),
+            };
+            let next_sequence = next.get(p).copied().unwrap_or(0);
+            self.lag_events
+                .get_or_create(&labels)
+                .set(status.lag_events(next_sequence));
+            self.lag_seconds
+                .get_or_create(&labels)
+                .set(status.lag_seconds(now_ms));
+            self.files
+                .get_or_create(&labels)
+                .set(gauge(status.files_written));
+            self.bytes
+                .get_or_create(&labels)
+                .set(gauge(status.bytes_written));
+            self.errors.get_or_create(&labels).set(gauge(status.errors));
+            self.retention_held
+                .get_or_create(&labels)
+                .set(i64::from(status.retention_held));
+            self.removed
+                .get_or_create(&labels)
+                .set(gauge(status.uncaptured_events_removed));
+            if let Some(ms) = status.last_success_ms {
+                self.last_success
+                    .get_or_create(&labels)
+                    .set(ms as f64 / 1000.0);
+            }
+        }
+    }
+}
+
 /// The front door's metrics.
 #[derive(Debug)]
 pub(crate) struct Metrics {
@@ -192,6 +321,7 @@ pub(crate) struct Metrics {
     receivers: Family<HubLabels, Gauge>,
     lag: Family<GroupLabels, Gauge>,
     compaction: CompactionGauges,
+    capture: CaptureGauges,
     log_syncs: CountedHistogram,
     log_sync_waits: CountedHistogram,
     throttled: Family<ThrottleLabels, Counter>,
@@ -212,6 +342,7 @@ impl Metrics {
             receivers: Family::default(),
             lag: Family::default(),
             compaction: CompactionGauges::default(),
+            capture: CaptureGauges::default(),
             log_syncs: CountedHistogram::default(),
             log_sync_waits: CountedHistogram::default(),
             throttled: Family::default(),
@@ -260,6 +391,7 @@ impl Metrics {
             m.lag.clone(),
         );
         m.compaction.register(&mut registry);
+        m.capture.register(&mut registry);
         m.register_broker_counts(&mut registry);
         Metrics { registry, ..m }
     }
@@ -332,13 +464,16 @@ impl Metrics {
         self.receivers.clear();
         self.lag.clear();
         self.compaction.clear();
+        self.capture.clear();
         let mut next_by_partition = std::collections::HashMap::new();
         for hub in broker.list_hubs() {
+            let mut next_of_hub = Vec::new();
             for p in 0..hub.partition_count {
                 let Ok(props) = broker.partition_properties(&hub.name, &p.to_string()) else {
                     continue;
                 };
                 let next = props.last_enqueued_sequence_number + 1;
+                next_of_hub.push(next);
                 next_by_partition.insert((hub.name.to_ascii_lowercase(), p), next);
                 let labels = PartitionLabels {
                     hub: hub.name.clone(),
@@ -347,6 +482,7 @@ impl Metrics {
                 self.next_sequence.get_or_create(&labels).set(next);
             }
             self.compaction.refresh(broker, &hub);
+            self.capture.refresh(broker, &hub, &next_of_hub);
             if let Ok(n) = broker.open_receiver_count(&hub.name) {
                 let n = i64::try_from(n).unwrap_or(i64::MAX);
                 self.receivers

@@ -81,7 +81,7 @@ pub use config::{Cleanup, CleanupPolicy, Durability, LogConfig, Retention};
 pub use error::{DecodeErrorOrText, LogError};
 pub use partition::{
     AppendCompletion, AppendReceipt, Committed, PartitionLog, PartitionProperties, ReadCursor,
-    RetentionOutcome,
+    RetentionOutcome, Uncaptured,
 };
 pub use record::DecodeError;
 pub use sync_times::{DurationCounts, DurationHistogram, SYNC_TIME_BOUNDS_MICROS, SyncTimes};

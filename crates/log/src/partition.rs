@@ -93,6 +93,21 @@ pub struct RetentionOutcome {
     pub segments_removed: u32,
     /// Bytes freed.
     pub bytes_removed: u64,
+    /// Whether retention kept a segment it would have removed because it holds events not yet
+    /// captured ([`Uncaptured::hold`]).
+    pub held_for_uncaptured: bool,
+    /// Events not yet captured that retention removed anyway (`hold` off).
+    pub uncaptured_events_removed: u64,
+}
+
+/// The events of a partition a capture has not written yet: those from `from_sequence` on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Uncaptured {
+    /// The first sequence number not yet captured.
+    pub from_sequence: i64,
+    /// Whether retention keeps the segments that hold them (else it removes them as due and
+    /// counts them in [`RetentionOutcome::uncaptured_events_removed`]).
+    pub hold: bool,
 }
 
 /// Where a reader is in a partition. Keeps a hint of the file position so sequential reads do
@@ -850,6 +865,16 @@ impl PartitionLog {
     /// compaction keeps: retention removes nothing there. While a compaction runs, retention
     /// does nothing (it never waits for one) and removes what it should the next time.
     pub fn enforce_retention(&self, retention: &Retention) -> Result<RetentionOutcome, LogError> {
+        self.enforce_retention_keeping(retention, None)
+    }
+
+    /// [`PartitionLog::enforce_retention`], keeping (or counting) the events a capture has not
+    /// written yet: a segment holding any of them is not removed while `uncaptured.hold`.
+    pub fn enforce_retention_keeping(
+        &self,
+        retention: &Retention,
+        uncaptured: Option<Uncaptured>,
+    ) -> Result<RetentionOutcome, LogError> {
         if !self.cleanup().policy.deletes() {
             return Ok(RetentionOutcome::default());
         }
@@ -869,24 +894,12 @@ impl PartitionLog {
         if active_expired && committed.next_sequence == active.next_sequence {
             self.roll(&mut writer)?;
         }
+        let mut outcome = RetentionOutcome::default();
         let removed = {
             let mut segments = self.shared.segments.write().expect("segments lock");
-            let mut total: u64 = segments.iter().map(|s| s.contents().end_position).sum();
-            let mut removed = Vec::new();
-            while segments.len() > 1 {
-                let oldest = segments[0].contents();
-                let too_old = cutoff.is_some_and(|c| oldest.last_time_ms.is_none_or(|t| t < c));
-                let too_big = retention.bytes_max.is_some_and(|max| total > max);
-                if !too_old && !too_big {
-                    break;
-                }
-                total -= oldest.end_position;
-                removed.push(segments.remove(0));
-            }
-            removed
+            expired_segments(&mut segments, retention, cutoff, uncaptured, &mut outcome)
         };
         drop(writer);
-        let mut outcome = RetentionOutcome::default();
         for segment in removed {
             outcome.segments_removed += 1;
             outcome.bytes_removed += segment.contents().end_position;
@@ -1232,6 +1245,40 @@ fn lock_directory(
             LogError::io("lock", &path, e)
         }
     })
+}
+
+/// Takes the oldest segments out of `segments` while they are older than `cutoff` or the
+/// partition is larger than the retention size (never the last, active one), keeping one that
+/// holds events not yet captured while `uncaptured.hold` (and counting such events otherwise).
+fn expired_segments(
+    segments: &mut Vec<Arc<Segment>>,
+    retention: &Retention,
+    cutoff: Option<i64>,
+    uncaptured: Option<Uncaptured>,
+    outcome: &mut RetentionOutcome,
+) -> Vec<Arc<Segment>> {
+    let mut total: u64 = segments.iter().map(|s| s.contents().end_position).sum();
+    let mut removed = Vec::new();
+    while segments.len() > 1 {
+        let oldest = segments[0].contents();
+        let too_old = cutoff.is_some_and(|c| oldest.last_time_ms.is_none_or(|t| t < c));
+        let too_big = retention.bytes_max.is_some_and(|max| total > max);
+        if !too_old && !too_big {
+            break;
+        }
+        if let Some(u) = uncaptured.filter(|u| oldest.next_sequence > u.from_sequence) {
+            if u.hold {
+                outcome.held_for_uncaptured = true;
+                break;
+            }
+            let first = oldest.first_sequence.unwrap_or(oldest.next_sequence);
+            let skipped = oldest.next_sequence - first.max(u.from_sequence);
+            outcome.uncaptured_events_removed += u64::try_from(skipped).unwrap_or(0);
+        }
+        total -= oldest.end_position;
+        removed.push(segments.remove(0));
+    }
+    removed
 }
 
 #[cfg(test)]

@@ -70,6 +70,13 @@ async fn check_hubs(broker: &Broker, fixture: &Path) {
     );
     let orders = broker.describe_hub("orders").unwrap();
     assert!(orders.consumer_group("audit").is_some());
+    let catalog = std::fs::read(fixture.join("data/catalog.json")).unwrap();
+    let captured = tributary_broker::json_format_version(&catalog).is_some_and(|v| v >= 3);
+    let capture = captured.then(|| tributary_broker::HubCapture {
+        enabled_at_ms: fixture::T0_MS,
+        ..fixture::orders_capture()
+    });
+    assert_eq!(orders.capture, capture, "{}", fixture.display());
     for (hub, partition, count) in [("orders", 0, ORDERS_0), ("orders", 1, ORDERS_1)] {
         let events = read_all(broker, hub, &partition.to_string());
         assert_eq!(events.len() as i64, count, "{hub}/{partition}");
@@ -227,7 +234,7 @@ type FutureFile = (&'static str, fn(&Path), u64, u64);
 async fn a_broker_file_from_a_future_format_is_refused_naming_both_versions() {
     let fixture = fixtures().pop().unwrap();
     let cases: [FutureFile; 4] = [
-        ("catalog.json", |p| set_json_version(p, 7), 7, 2),
+        ("catalog.json", |p| set_json_version(p, 7), 7, 3),
         (
             "hubs/orders/processor/$default.json",
             |p| set_json_version(p, 7),

@@ -228,6 +228,38 @@ fn compaction_table(out: &mut String, h: &HubRow) {
     out.push_str("</tbody></table>");
 }
 
+/// A captured hub's capture table: per partition, how far it is captured, its lag, its files
+/// and its state (failing, or holding retention back).
+fn capture_table(out: &mut String, h: &HubRow, now_ms: i64) {
+    let Some(capture) = &h.capture else {
+        return;
+    };
+    let _ = write!(
+        out,
+        "<p class=\"meta\">capture on, to {}</p><table class=\"capture\"><thead><tr><th>Partition</th>\
+         <th>Captured to</th><th>Lag (events)</th><th>Lag</th><th>Files</th><th>Bytes</th><th>State</th></tr></thead><tbody>",
+        escape(&capture.destination)
+    );
+    for (p, (status, lag)) in capture.partitions.iter().enumerate() {
+        let state = match (&status.last_error, status.retention_held) {
+            (Some(error), _) => format!("failing: {}", escape(error)),
+            (None, true) => "behind retention: retention held".to_owned(),
+            (None, false) if status.captured_to.is_none() => "starting".to_owned(),
+            (None, false) => "ok".to_owned(),
+        };
+        let lag_ms = (status.lag_seconds(now_ms) * 1000.0) as i64;
+        let _ = write!(
+            out,
+            "<tr><td>{p}</td><td>{}</td><td>{lag}</td><td>{}</td><td>{}</td><td>{}</td><td>{state}</td></tr>",
+            status.captured_to.map_or("-".to_owned(), |s| s.to_string()),
+            duration(lag_ms),
+            status.files_written,
+            bytes(status.bytes_written),
+        );
+    }
+    out.push_str("</tbody></table>");
+}
+
 /// The inside of one hub's section, as of `now_ms`.
 pub(crate) fn hub(h: &HubRow, now_ms: i64) -> String {
     let (events_in, events_out) = h
@@ -259,6 +291,7 @@ pub(crate) fn hub(h: &HubRow, now_ms: i64) -> String {
     }
     out.push_str("</tbody></table>");
     compaction_table(&mut out, h);
+    capture_table(&mut out, h, now_ms);
     for g in &h.groups {
         group_table(&mut out, g, now_ms);
     }

@@ -11,7 +11,9 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use tributary_broker::{Broker, CompactionState, HubCleanup, PartitionActivity, SyncTimes};
+use tributary_broker::{
+    Broker, CaptureStatus, CompactionState, HubCleanup, PartitionActivity, SyncTimes,
+};
 use tributary_groups::{GroupCoordinator, GroupSummary};
 
 /// One partition's row.
@@ -68,9 +70,19 @@ pub(crate) struct HubRow {
     pub cleanup: HubCleanup,
     /// Compaction's progress per partition, for a hub that compacts (else empty).
     pub compaction: Vec<CompactionState>,
+    /// Its capture's destination and each partition's capture status and lag in events, for a
+    /// captured hub (else `None`).
+    pub capture: Option<CaptureRows>,
     pub consumer_groups: Vec<String>,
     pub partitions: Vec<PartitionRow>,
     pub groups: Vec<GroupTable>,
+}
+
+/// A captured hub's capture: where to, and per partition its status and lag in events.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CaptureRows {
+    pub destination: String,
+    pub partitions: Vec<(CaptureStatus, i64)>,
 }
 
 /// The log's sync latency.
@@ -211,6 +223,18 @@ impl Sampler {
                 } else {
                     Vec::new()
                 },
+                capture: definition.capture.as_ref().map(|c| CaptureRows {
+                    destination: c.destination.clone(),
+                    partitions: broker
+                        .capture_statuses(&definition.name, definition.partition_count)
+                        .into_iter()
+                        .zip(&partitions)
+                        .map(|(status, p)| {
+                            let lag = status.lag_events(p.last_sequence + 1);
+                            (status, lag)
+                        })
+                        .collect(),
+                }),
                 consumer_groups: definition
                     .consumer_groups
                     .iter()

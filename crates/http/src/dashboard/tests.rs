@@ -169,6 +169,50 @@ async fn a_compacted_hub_shows_its_policy_and_each_partitions_compaction() {
 }
 
 #[tokio::test]
+async fn a_captured_hub_shows_its_capture_and_its_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = state(dir.path(), AuthConfig::DevelopmentUnauthenticated).await;
+    let spec = HubSpec {
+        capture: Some(tributary_capture::spec::with_defaults("file:/var/capture")),
+        ..HubSpec::new("clicks", 1)
+    };
+    state.broker.create_hub(spec).await.unwrap();
+    send(&state.broker, "clicks", "0", 3).await;
+    let mut sampler = Sampler::default();
+    let html = |sampler: &mut Sampler| {
+        let snapshot = sampler.sample(&state.broker, &state.coordinator);
+        super::render::hub(&snapshot.hubs[0], snapshot.time_ms)
+    };
+    let starting = html(&mut sampler);
+    assert!(
+        starting.contains("capture on, to file:/var/capture"),
+        "{starting}"
+    );
+    assert!(
+        starting.contains("<td>0</td><td>-</td><td>3</td>"),
+        "{starting}"
+    );
+    state.broker.report_capture("clicks", 0, |s| {
+        s.captured_to = Some(1);
+        s.last_error = Some("disk full".into());
+    });
+    let failing = html(&mut sampler);
+    assert!(
+        failing.contains("<td>0</td><td>1</td><td>2</td>"),
+        "{failing}"
+    );
+    assert!(failing.contains("failing: disk full"), "{failing}");
+    state
+        .broker
+        .create_hub(HubSpec::new("plain", 1))
+        .await
+        .unwrap();
+    let snapshot = sampler.sample(&state.broker, &state.coordinator);
+    let plain = snapshot.hubs.iter().find(|h| h.name == "plain").unwrap();
+    assert!(!super::render::hub(plain, snapshot.time_ms).contains("class=\"capture\""));
+}
+
+#[tokio::test]
 async fn ticks_send_every_section_first_then_only_what_changed() {
     let dir = tempfile::tempdir().unwrap();
     let state = state(dir.path(), AuthConfig::DevelopmentUnauthenticated).await;

@@ -366,6 +366,8 @@ impl Retention {
             cleanup_policy: Some(self.cleanup.policy),
             min_compaction_lag_ms: Some(self.cleanup.min_compaction_lag_ms),
             tombstone_retention_ms: Some(self.cleanup.tombstone_retention_ms),
+            // A topic's configs say nothing of Capture: it is kept as it is.
+            capture: None,
         }
     }
 }

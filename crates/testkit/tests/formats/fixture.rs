@@ -7,7 +7,8 @@
 //! replication task's offset maps. What it holds is fixed here, so the test reading it
 //! (`tests/formats.rs`) knows what to expect:
 //!
-//! - hub `orders`, 2 partitions, consumer groups `$Default` and `audit`: partition 0 holds
+//! - hub `orders`, 2 partitions, consumer groups `$Default` and `audit`, captured
+//!   ([`orders_capture`]; from catalog format 3 on): partition 0 holds
 //!   [`ORDERS_0`] events (sealed segments with index files, then the active one; each event
 //!   carries the property `n`, so version 2 segments refer between records), partition 1
 //!   [`ORDERS_1`]. Group `$Default`: both partitions owned by [`OWNER`], partition 0
@@ -32,7 +33,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tributary_broker::{
-    Broker, BrokerConfig, CheckpointRecord, Durability, HubSpec, OwnershipClaim, SendTarget,
+    Broker, BrokerConfig, CheckpointRecord, Durability, HubCapture, HubSpec, OwnershipClaim,
+    SendTarget,
 };
 use tributary_event::{EventData, ManualClock, PropertyValue};
 use tributary_groups::{CoordinatorConfig, GroupCoordinator, JoinRequest, StartPosition};
@@ -96,12 +98,32 @@ pub(crate) async fn write(dir: &Path) {
     write_offset_map_format_1(&stores.join("task-format-1.offsets"));
 }
 
+/// The capture of hub `orders` (catalog format 3 on; turned on at [`T0_MS`]).
+pub(crate) fn orders_capture() -> HubCapture {
+    HubCapture {
+        destination: "file:/var/lib/tributary-fixture-capture".to_owned(),
+        encoding: "AvroDeflate".to_owned(),
+        interval_secs: 120,
+        size_bytes_max: 20 * 1024 * 1024,
+        skip_empty: true,
+        archive_name_format:
+            "{Namespace}/{EventHub}/{PartitionId}/{Year}/{Month}/{Day}/{Hour}/{Minute}/{Second}"
+                .to_owned(),
+        notify_hub: Some("legacy".to_owned()),
+        enabled_at_ms: 0,
+    }
+}
+
 async fn write_broker_data(data: &Path) {
     let clock = Arc::new(ManualClock::new(T0_MS));
     let broker = Broker::open_with_clock(broker_config(data), clock)
         .await
         .unwrap();
-    broker.create_hub(HubSpec::new("orders", 2)).await.unwrap();
+    let orders = HubSpec {
+        capture: Some(orders_capture()),
+        ..HubSpec::new("orders", 2)
+    };
+    broker.create_hub(orders).await.unwrap();
     broker
         .create_consumer_group("orders", "audit")
         .await
