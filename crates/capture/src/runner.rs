@@ -54,9 +54,20 @@ pub struct CaptureRunner {
 struct RunnerState {
     namespace: String,
     state_dir: PathBuf,
+    /// The connection string of the storage account `blob:` destinations are in.
+    storage: Option<StorageSecret>,
     stopping: AtomicBool,
     /// By (hub name key, partition index).
     workers: Mutex<HashMap<(String, u32), Arc<Worker>>>,
+}
+
+/// A storage account's connection string: it holds the account key, so it is never shown.
+struct StorageSecret(String);
+
+impl std::fmt::Debug for StorageSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StorageSecret(..)")
+    }
 }
 
 /// One partition's capture and its schedule.
@@ -82,11 +93,18 @@ impl std::fmt::Debug for Worker {
 
 impl CaptureRunner {
     /// Starts capturing `broker`'s captured hubs, as namespace `namespace` (`{Namespace}` in
-    /// archive names), keeping each partition's progress below `state_dir`.
-    pub fn start(broker: &Broker, namespace: &str, state_dir: &Path) -> CaptureRunner {
+    /// archive names), keeping each partition's progress below `state_dir`; `blob:`
+    /// destinations are reached with `storage`, their account's connection string.
+    pub fn start(
+        broker: &Broker,
+        namespace: &str,
+        state_dir: &Path,
+        storage: Option<String>,
+    ) -> CaptureRunner {
         let state = Arc::new(RunnerState {
             namespace: namespace.to_owned(),
             state_dir: state_dir.to_path_buf(),
+            storage: storage.map(StorageSecret),
             stopping: AtomicBool::new(false),
             workers: Mutex::new(HashMap::new()),
         });
@@ -258,7 +276,8 @@ impl Worker {
         runtime: &tokio::runtime::Handle,
     ) -> Result<PartitionCapture, CaptureError> {
         let spec = check(&self.hub, &self.settings)?;
-        let destination = spec.destination.open()?;
+        let storage = state.storage.as_ref().map(|s| s.0.as_str());
+        let destination = spec.destination.open(storage)?;
         let target = CaptureTarget {
             namespace: state.namespace.clone(),
             hub: self.hub.clone(),

@@ -6,16 +6,20 @@
 //! `hub create|update --capture…`, the admin API) checks a [`HubCapture`] here before it
 //! reaches the broker, and the capture running in `serve` reads it back through it.
 //!
-//! `DEST` ([`DestinationSpec`]) is `file:` and an absolute directory. A relative path is
-//! refused: the same command works on a data directory and through a running server, whose
-//! working directory may differ, so only an absolute path means one place. `blob:` is refused
-//! for now, saying Blob Storage destinations are not built yet.
+//! `DEST` ([`DestinationSpec`]) is `file:` and an absolute directory, or `blob:` and an Azure
+//! Storage container's URL. A relative path is refused: the same command works on a data
+//! directory and through a running server, whose working directory may differ, so only an
+//! absolute path means one place. A container URL carries no credential (a SAS in it is
+//! refused): the catalog and the admin API would keep and show it. The storage account's
+//! connection string is given to `serve` instead ([`DestinationSpec::open`] takes it).
 //!
 //! [`CaptureDescription`] is Azure's ARM `captureDescription` (`enabled`, `encoding`,
 //! `intervalInSeconds`, `sizeLimitInBytes`, `skipEmptyArchives`, `destination: {name,
 //! properties: {archiveNameFormat, blobContainer, storageAccountResourceId}}`). A directory is
 //! the destination named [`DIRECTORY_DESTINATION_NAME`] with the Tributary property `directory`;
-//! the notification hub is the Tributary field `notifyEventHub`.
+//! a container is Azure's [`BLOB_DESTINATION_NAME`] with `blobContainer` and the Tributary
+//! property `containerUrl` (there is no Azure Resource Manager here to resolve
+//! `storageAccountResourceId`); the notification hub is the Tributary field `notifyEventHub`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -41,6 +45,12 @@ pub const BLOB_DESTINATION_NAME: &str = "EventHubArchive.AzureBlockBlob";
 pub enum DestinationSpec {
     /// `file:/absolute/dir`: files below that directory.
     File(PathBuf),
+    /// `blob:https://ACCOUNT.blob.core.windows.net/CONTAINER` (or Azurite's path-style URL):
+    /// block blobs in that container.
+    Blob {
+        /// The container's URL, without a query.
+        container_url: String,
+    },
 }
 
 impl DestinationSpec {
@@ -60,20 +70,82 @@ impl DestinationSpec {
             }
             return Ok(DestinationSpec::File(path));
         }
-        if text.starts_with("blob:") || text.starts_with("https:") {
-            return Err(invalid(format!(
-                "{text:?}: Azure Blob Storage destinations are not built yet; use file:/absolute/dir"
-            )));
+        if let Some(url) = text.strip_prefix("blob:") {
+            let http = url.starts_with("https://") || url.starts_with("http://");
+            let path = url.split_once("://").map_or("", |(_, rest)| rest);
+            if !http || !path.trim_end_matches('/').contains('/') {
+                return Err(invalid(format!(
+                    "{text:?}: a Blob Storage destination is blob: and a container's URL, e.g. blob:https://ACCOUNT.blob.core.windows.net/CONTAINER"
+                )));
+            }
+            if url.contains('?') {
+                return Err(invalid(format!(
+                    "{:?}: a credential in the destination would be kept in the hub's catalog and shown by the admin API; give the container's URL alone, and serve the storage account's connection string (--capture-storage)",
+                    url.split('?').next().unwrap_or_default()
+                )));
+            }
+            return Ok(DestinationSpec::Blob {
+                container_url: url.trim_end_matches('/').to_owned(),
+            });
         }
         Err(invalid(format!(
-            "{text:?} is not a capture destination; use file:/absolute/dir"
+            "{text:?} is not a capture destination; use file:/absolute/dir or blob:CONTAINER_URL"
         )))
     }
 
-    /// The destination, opened (a directory is created if missing).
-    pub fn open(&self) -> Result<Arc<dyn Destination>, CaptureError> {
+    /// The destination, opened (a directory is created if missing; a container must exist),
+    /// a container with `storage`, its account's connection string.
+    pub fn open(&self, storage: Option<&str>) -> Result<Arc<dyn Destination>, CaptureError> {
         match self {
             DestinationSpec::File(dir) => Ok(Arc::new(DirectoryDestination::new(dir)?)),
+            DestinationSpec::Blob { .. } => self.open_blob(storage),
+        }
+    }
+
+    #[cfg(feature = "blob")]
+    fn open_blob(&self, storage: Option<&str>) -> Result<Arc<dyn Destination>, CaptureError> {
+        if storage.is_none() {
+            return Err(CaptureError::InvalidConfig {
+                setting: "capture-storage",
+                reason: format!(
+                    "{self}: capturing to Blob Storage needs the storage account's connection string (serve --capture-storage, or TRIBUTARY_CAPTURE_STORAGE)"
+                ),
+            });
+        }
+        Ok(Arc::new(crate::blob::BlobDestination::open(
+            &self.to_string(),
+            storage,
+        )?))
+    }
+
+    #[cfg(not(feature = "blob"))]
+    fn open_blob(&self, _storage: Option<&str>) -> Result<Arc<dyn Destination>, CaptureError> {
+        Err(CaptureError::InvalidConfig {
+            setting: "capture",
+            reason: format!("{self}: this build has no Blob Storage destination (feature blob)"),
+        })
+    }
+}
+
+impl DestinationSpec {
+    /// How `captureDescription.destination` shows it (the archive name format aside).
+    pub fn described(&self) -> CaptureDestination {
+        match self {
+            DestinationSpec::File(dir) => CaptureDestination {
+                name: Some(DIRECTORY_DESTINATION_NAME.to_owned()),
+                properties: DestinationProperties {
+                    directory: Some(dir.display().to_string()),
+                    ..DestinationProperties::default()
+                },
+            },
+            DestinationSpec::Blob { container_url } => CaptureDestination {
+                name: Some(BLOB_DESTINATION_NAME.to_owned()),
+                properties: DestinationProperties {
+                    blob_container: container_url.rsplit('/').next().map(str::to_owned),
+                    container_url: Some(container_url.clone()),
+                    ..DestinationProperties::default()
+                },
+            },
         }
     }
 }
@@ -82,6 +154,7 @@ impl std::fmt::Display for DestinationSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             DestinationSpec::File(dir) => write!(f, "file:{}", dir.display()),
+            DestinationSpec::Blob { container_url } => write!(f, "blob:{container_url}"),
         }
     }
 }
@@ -173,7 +246,7 @@ pub struct CaptureDescription {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CaptureDestination {
-    /// [`DIRECTORY_DESTINATION_NAME`] (or Azure's [`BLOB_DESTINATION_NAME`], not built yet).
+    /// [`DIRECTORY_DESTINATION_NAME`] or Azure's [`BLOB_DESTINATION_NAME`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Its properties.
@@ -197,6 +270,9 @@ pub struct DestinationProperties {
     /// Tributary: the absolute directory of a [`DIRECTORY_DESTINATION_NAME`] destination.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub directory: Option<String>,
+    /// Tributary: the container's URL of a [`BLOB_DESTINATION_NAME`] destination.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_url: Option<String>,
 }
 
 impl CaptureDescription {
@@ -208,24 +284,17 @@ impl CaptureDescription {
                 ..CaptureDescription::default()
             };
         };
-        let directory = match DestinationSpec::parse(&c.destination) {
-            Ok(DestinationSpec::File(dir)) => Some(dir.display().to_string()),
-            Err(_) => None,
-        };
+        let mut destination = DestinationSpec::parse(&c.destination)
+            .ok()
+            .map_or_else(CaptureDestination::default, |d| d.described());
+        destination.properties.archive_name_format = Some(c.archive_name_format.clone());
         CaptureDescription {
             enabled: Some(true),
             encoding: Some(c.encoding.clone()),
             interval_in_seconds: Some(c.interval_secs),
             size_limit_in_bytes: Some(c.size_bytes_max),
             skip_empty_archives: Some(c.skip_empty),
-            destination: Some(CaptureDestination {
-                name: Some(DIRECTORY_DESTINATION_NAME.to_owned()),
-                properties: DestinationProperties {
-                    archive_name_format: Some(c.archive_name_format.clone()),
-                    directory,
-                    ..DestinationProperties::default()
-                },
-            }),
+            destination: Some(destination),
             notify_event_hub: c.notify_hub.clone(),
         }
     }
@@ -292,19 +361,27 @@ impl CaptureDescription {
         };
         let p = &destination.properties;
         let name = destination.name.as_deref();
-        let blob = p.blob_container.is_some() || p.storage_account_resource_id.is_some();
+        let blob = p.blob_container.is_some()
+            || p.storage_account_resource_id.is_some()
+            || p.container_url.is_some();
         if name.is_some_and(|n| n.eq_ignore_ascii_case(BLOB_DESTINATION_NAME)) || blob {
-            return Err(CaptureError::InvalidConfig {
-                setting: "captureDescription.destination",
-                reason: "Azure Blob Storage destinations are not built yet; use the destination \
-                         Tributary.Directory with properties.directory"
-                    .to_owned(),
-            });
+            let Some(url) = &p.container_url else {
+                return Err(CaptureError::InvalidConfig {
+                    setting: "captureDescription.destination.properties.containerUrl",
+                    reason: format!(
+                        "a {BLOB_DESTINATION_NAME} destination names its container by URL here (there is no Azure Resource Manager to resolve storageAccountResourceId): \"containerUrl\": \"https://ACCOUNT.blob.core.windows.net/CONTAINER\""
+                    ),
+                });
+            };
+            let spec = DestinationSpec::parse(&format!("blob:{url}"))?;
+            return Ok(Some(spec.to_string()));
         }
         if let Some(other) = name.filter(|n| !n.eq_ignore_ascii_case(DIRECTORY_DESTINATION_NAME)) {
             return Err(CaptureError::InvalidConfig {
                 setting: "captureDescription.destination.name",
-                reason: format!("{other:?} is not a destination; use {DIRECTORY_DESTINATION_NAME}"),
+                reason: format!(
+                    "{other:?} is not a destination; use {DIRECTORY_DESTINATION_NAME} or {BLOB_DESTINATION_NAME}"
+                ),
             });
         }
         Ok(p.directory.as_ref().map(|dir| format!("file:{dir}")))
@@ -316,7 +393,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn destinations_are_absolute_directories_and_blob_is_not_built_yet() {
+    fn destinations_are_absolute_directories_or_container_urls_without_a_credential() {
         assert_eq!(
             DestinationSpec::parse("file:/var/c").unwrap(),
             DestinationSpec::File("/var/c".into())
@@ -327,11 +404,28 @@ mod tests {
         );
         let relative = DestinationSpec::parse("file:c").unwrap_err().to_string();
         assert!(relative.contains("absolute"), "{relative}");
-        let blob = DestinationSpec::parse("blob:https://a.blob.core.windows.net/c")
+        let blob = DestinationSpec::parse("blob:https://a.blob.core.windows.net/c/").unwrap();
+        assert_eq!(
+            blob,
+            DestinationSpec::Blob {
+                container_url: "https://a.blob.core.windows.net/c".into()
+            }
+        );
+        assert_eq!(blob.to_string(), "blob:https://a.blob.core.windows.net/c");
+        let sas = DestinationSpec::parse("blob:https://a.blob.core.windows.net/c?sv=1&sig=SECRET")
             .unwrap_err()
             .to_string();
-        assert!(blob.contains("not built yet"), "{blob}");
-        assert!(DestinationSpec::parse("/var/c").is_err());
+        assert!(sas.contains("--capture-storage"), "{sas}");
+        assert!(!sas.contains("SECRET"), "{sas}");
+        for bad in [
+            "blob:a.blob.core.windows.net/c",
+            "blob:https://a.blob.core.windows.net",
+            "/var/c",
+        ] {
+            assert!(DestinationSpec::parse(bad).is_err(), "{bad}");
+        }
+        let unopened = blob.open(None).err().unwrap().to_string();
+        assert!(unopened.contains("--capture-storage"), "{unopened}");
     }
 
     #[test]
@@ -397,12 +491,26 @@ mod tests {
             ..CaptureDescription::default()
         };
         assert!(on.apply("h", None).is_err());
-        let blob: CaptureDescription = serde_json::from_value(serde_json::json!({
+        let azure_only: CaptureDescription = serde_json::from_value(serde_json::json!({
             "destination": {"name": "EventHubArchive.AzureBlockBlob",
                 "properties": {"blobContainer": "c", "storageAccountResourceId": "/s"}}
         }))
         .unwrap();
-        let error = blob.apply("h", None).unwrap_err().to_string();
-        assert!(error.contains("not built yet"), "{error}");
+        let error = azure_only.apply("h", None).unwrap_err().to_string();
+        assert!(error.contains("containerUrl"), "{error}");
+        let blob: CaptureDescription = serde_json::from_value(serde_json::json!({
+            "destination": {"name": "EventHubArchive.AzureBlockBlob",
+                "properties": {"containerUrl": "http://127.0.0.1:10000/devstoreaccount1/c"}}
+        }))
+        .unwrap();
+        let capture = blob.apply("h", None).unwrap().unwrap();
+        assert_eq!(
+            capture.destination,
+            "blob:http://127.0.0.1:10000/devstoreaccount1/c"
+        );
+        let shown = CaptureDescription::of(Some(&capture));
+        let properties = &shown.destination.as_ref().unwrap().properties;
+        assert_eq!(properties.blob_container.as_deref(), Some("c"));
+        assert_eq!(shown.apply("h", None).unwrap().unwrap(), capture);
     }
 }

@@ -280,6 +280,11 @@ pub struct ServeArgs {
     /// The namespace name captured hubs' archive names carry ({Namespace}).
     #[arg(long, default_value = "tributary", help_heading = shared::DATA_HEADING)]
     pub capture_namespace: String,
+    /// The connection string of the Azure Storage account that `blob:` capture destinations
+    /// are in (DefaultEndpointsProtocol=…;AccountName=…;AccountKey=…;BlobEndpoint=…). Kept out of
+    /// the hub catalog and never shown.
+    #[arg(long, env = "TRIBUTARY_CAPTURE_STORAGE", hide_env_values = true, value_name = "CONNECTION_STRING", help_heading = shared::DATA_HEADING)]
+    pub capture_storage: Option<String>,
     /// The address the network front doors listen on (0.0.0.0 for every interface).
     #[arg(long, default_value = "127.0.0.1", help_heading = SERVE_PORTS_HEADING)]
     pub listen: std::net::IpAddr,
@@ -603,11 +608,12 @@ impl CleanupArgs {
 /// events written to an Avro file, as Azure's Capture writes them, by `tributary serve`.
 #[derive(Debug, Clone, Default, Args)]
 pub struct CaptureArgs {
-    /// Capture the hub's events to DEST: `file:/absolute/dir` (Azure Blob Storage is not built
-    /// yet). Windows start with the events enqueued from now on.
+    /// Capture the hub's events to DEST: `file:/absolute/dir`, or
+    /// `blob:https://ACCOUNT.blob.core.windows.net/CONTAINER` (serve needs the account's
+    /// connection string: --capture-storage). Windows start with the events enqueued from now on.
     #[arg(long, value_name = "DEST")]
     pub capture: Option<String>,
-    /// The capture files' encoding: `avro` or `avro-deflate` [default: avro].
+    /// The capture files' encoding: `avro`, `avro-deflate` or `parquet` [default: avro].
     #[arg(long, value_name = "FORMAT")]
     pub capture_format: Option<String>,
     /// The capture's time window, 60s to 900s [default: 300s].
@@ -634,9 +640,7 @@ impl CaptureArgs {
     /// The capture these flags set, as Azure's `captureDescription` (only what is given);
     /// `None` when no capture flag is given.
     pub fn description(&self) -> Result<Option<tributary_capture::CaptureDescription>, String> {
-        use tributary_capture::spec::{
-            CaptureDestination, DIRECTORY_DESTINATION_NAME, DestinationProperties, DestinationSpec,
-        };
+        use tributary_capture::spec::DestinationSpec;
         let given = self.capture.is_some()
             || self.capture_format.is_some()
             || self.capture_interval.is_some()
@@ -647,16 +651,13 @@ impl CaptureArgs {
         if !given {
             return Ok(None);
         }
-        let directory = match self
+        let named = self
             .capture
             .as_deref()
             .map(DestinationSpec::parse)
             .transpose()
-        {
-            Ok(Some(DestinationSpec::File(dir))) => Some(dir.display().to_string()),
-            Ok(None) => None,
-            Err(e) => return Err(e.to_string()),
-        };
+            .map_err(|e| e.to_string())?
+            .map(|spec| spec.described());
         let interval = self.capture_interval.map(|ms| {
             if ms % 1000 == 0 {
                 u32::try_from(ms / 1000).map_err(|_| "--capture-interval is too long".to_owned())
@@ -666,17 +667,13 @@ impl CaptureArgs {
                 ))
             }
         });
-        let destination = (directory.is_some() || self.capture_name_format.is_some()).then(|| {
-            CaptureDestination {
-                name: directory
-                    .as_ref()
-                    .map(|_| DIRECTORY_DESTINATION_NAME.to_owned()),
-                properties: DestinationProperties {
-                    archive_name_format: self.capture_name_format.clone(),
-                    directory,
-                    ..DestinationProperties::default()
-                },
-            }
+        let destination = (named.is_some() || self.capture_name_format.is_some()).then(|| {
+            let mut destination = named.unwrap_or_default();
+            destination
+                .properties
+                .archive_name_format
+                .clone_from(&self.capture_name_format);
+            destination
         });
         Ok(Some(tributary_capture::CaptureDescription {
             enabled: self.capture.is_some().then_some(true),

@@ -84,6 +84,7 @@ pub async fn serve(global: &GlobalArgs, args: &ServeArgs) -> Result<()> {
         &broker,
         &args.capture_namespace,
         &global.data_dir.join(CAPTURE_STATE_DIR),
+        args.capture_storage.clone(),
     );
     // Listening before the banner says "press Ctrl-C", so a Ctrl-C right after it stops cleanly.
     let ctrl_c = listen_for_ctrl_c()?;

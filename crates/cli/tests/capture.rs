@@ -1,7 +1,9 @@
 //! Event Hubs Capture inside `tributary serve`, as a user runs it: a hub captured through the
 //! CLI, events sent with the official Python SDK (azure-eventhub), `serve` killed with SIGKILL
 //! again and again while it captures, the files read back with fastavro, the notifications read
-//! with the SDK, and a destination that cannot be written reported, then caught up.
+//! with the SDK, a destination that cannot be written reported, then caught up; and a hub
+//! captured as Parquet into an Azure Storage container (Azurite), the blobs listed and
+//! downloaded with the official azure-storage-blob SDK and read with pyarrow.
 
 mod common;
 
@@ -19,20 +21,19 @@ const BODY_BYTES: i64 = 64 * 1024;
 /// Kill cycles.
 const CYCLES: i64 = 4;
 
-fn serve(data: &Path) -> (ServeGuard, String) {
-    let (child, _banner, stderr) = start_serve(
-        data,
-        &[
-            "--amqp-port",
-            "0",
-            "--http-port",
-            "0",
-            "--hub",
-            "files",
-            "--partitions",
-            "1",
-        ],
-    );
+fn serve(data: &Path, more: &[&str]) -> (ServeGuard, String) {
+    let mut args = vec![
+        "--amqp-port",
+        "0",
+        "--http-port",
+        "0",
+        "--hub",
+        "files",
+        "--partitions",
+        "1",
+    ];
+    args.extend_from_slice(more);
+    let (child, _banner, stderr) = start_serve(data, &args);
     let guard = ServeGuard::new(child);
     // Drained, so that its log never fills the pipe and blocks it.
     std::thread::spawn(move || for _ in stderr {});
@@ -168,9 +169,9 @@ fn create_hubs(data: &Path, dest: &str) {
     run_ok(data, &["hub", "create", "files", "-p", "1"]);
     let refused = run_err(
         data,
-        &["hub", "create", "capserve", "--capture", "blob:https://a/c"],
+        &["hub", "create", "capserve", "--capture", "blob:https://account.example"],
     );
-    assert!(refused.contains("not built yet"), "{refused}");
+    assert!(refused.contains("a container's URL"), "{refused}");
     let refused = run_err(
         data,
         &[
@@ -244,7 +245,7 @@ async fn serve_captures_exactly_once_across_kill_9_notifies_and_survives_a_bad_d
     // Send, and kill the server while it captures, again and again.
     let mut sent = 0;
     for cycle in 0..CYCLES {
-        let (guard, conn) = serve(&data);
+        let (guard, conn) = serve(&data, &[]);
         send(&conn, "capserve", sent, EVENTS_PER_SEND).await;
         sent += EVENTS_PER_SEND;
         std::thread::sleep(Duration::from_millis(
@@ -253,7 +254,9 @@ async fn serve_captures_exactly_once_across_kill_9_notifies_and_survives_a_bad_d
         kill_9(guard);
     }
 
-    let (guard, conn) = serve(&data);
+    let azurite = tributary_testkit::Azurite::start().await;
+    let storage = azurite.connection_string();
+    let (guard, conn) = serve(&data, &["--capture-storage", &storage]);
     let line = wait_until("a capture file", Duration::from_secs(30), || {
         let (to, line) = capture_state(&data, "capserve");
         if to > 0 { Ok(line) } else { Err(line) }
@@ -272,7 +275,53 @@ async fn serve_captures_exactly_once_across_kill_9_notifies_and_survives_a_bad_d
     check_notifications(&conn, &files).await;
 
     bad_destination_is_reported_then_caught_up(&data, dir.path(), &conn).await;
+    blob_storage_as_parquet(&data, &conn, &azurite).await;
     drop(guard);
+    azurite.stop().await;
+}
+
+/// A hub captured as Parquet into a container of Azurite: every event of the closed windows
+/// in exactly one blob, read back as the hub holds it.
+async fn blob_storage_as_parquet(data: &Path, conn: &str, azurite: &tributary_testkit::Azurite) {
+    let storage = azurite.connection_string();
+    let container = json!({"connection_string": storage, "container": "lake"});
+    python("blob-container", container.clone()).await;
+    let dest = format!("blob:{}/lake", azurite.blob_endpoint());
+    let with_key = format!("{dest}?sv=2024&sig=SECRET");
+    let refused = run_err(data, &["hub", "create", "lake", "--capture", &with_key]);
+    assert!(refused.contains("--capture-storage"), "{refused}");
+    assert!(!refused.contains("SECRET"), "{refused}");
+    let settings = [
+        "--capture-format",
+        "parquet",
+        "--capture-interval",
+        "60s",
+        "--capture-size",
+        "10MiB",
+    ];
+    let mut create = vec!["hub", "create", "lake", "-p", "1", "--capture", &dest];
+    create.extend_from_slice(&settings);
+    run_ok(data, &create);
+    send(conn, "lake", 0, 3 * EVENTS_PER_SEND).await;
+    wait_until("a Parquet blob", Duration::from_secs(40), || {
+        let (to, line) = capture_state(data, "lake");
+        if to > 0 { Ok(line) } else { Err(line) }
+    });
+    let (captured_to, _) = capture_state(data, "lake");
+    let hub = hub_events(data, "lake", 3 * EVENTS_PER_SEND);
+    let mut blobs = python("blobs", container).await;
+    for blob in blobs["files"].as_array_mut().unwrap() {
+        let name = blob["path"].as_str().unwrap();
+        assert!(
+            name.starts_with("tributary/lake/0/") && name.ends_with(".parquet"),
+            "{name}"
+        );
+        for record in blob["records"].as_array_mut().unwrap() {
+            let ms = record["EnqueuedTimeUtc"].as_i64().unwrap();
+            record["EnqueuedTimeUtc"] = json!(tributary_capture::time_text::enqueued_time_utc(ms));
+        }
+    }
+    assert!(!check_files(&blobs, captured_to, &hub).is_empty());
 }
 
 /// A destination that cannot be created (a file stands where its directory should be) fails

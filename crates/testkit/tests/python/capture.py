@@ -6,6 +6,10 @@ command prints one JSON document.
           `bytes` bytes (body `capture-<n>` padded), each with properties n (int) and tag (str)
   files   {"dir"}: every record of every `.avro` file below dir, by file
   consume {"conn", "hub", "count"}: `count` events from the earliest of every partition
+  blob-container {"connection_string", "container"}: creates the Blob Storage container
+  blobs   {"connection_string", "container"}: every record of every Parquet blob, by blob, read
+          with pyarrow after the official azure-storage-blob SDK listed and downloaded it
+          (EnqueuedTimeUtc as epoch milliseconds)
 """
 
 import base64
@@ -14,8 +18,12 @@ import os
 import sys
 import threading
 
+import io
+
 import fastavro
+import pyarrow.parquet as pq
 from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
+from azure.storage.blob import BlobServiceClient
 
 
 def cmd_send(args):
@@ -91,6 +99,41 @@ def cmd_consume(args):
     return {"events": bodies, "content_types": content_types}
 
 
+def cmd_blob_container(args):
+    service = BlobServiceClient.from_connection_string(args["connection_string"])
+    service.create_container(args["container"])
+    return {"created": args["container"]}
+
+
+def union_value(branches):
+    """A Parquet map value (one field per Avro union branch) as the one value it holds."""
+    for name in ("long", "double", "string", "bytes"):
+        if branches.get(name) is not None:
+            return text(branches[name])
+    return None
+
+
+def cmd_blobs(args):
+    service = BlobServiceClient.from_connection_string(args["connection_string"])
+    container = service.get_container_client(args["container"])
+    files = []
+    for blob in sorted(container.list_blobs(), key=lambda b: b.name):
+        data = container.download_blob(blob.name).readall()
+        records = []
+        for row in pq.read_table(io.BytesIO(data)).to_pylist():
+            records.append({
+                "SequenceNumber": row["SequenceNumber"],
+                "Offset": row["Offset"],
+                "EnqueuedTimeUtc": int(row["EnqueuedTimeUtc"].timestamp() * 1000),
+                "Properties": {k: union_value(v) for k, v in row["Properties"]},
+                "Body": base64.b64encode(row["Body"]).decode(),
+            })
+        files.append({"path": blob.name, "records": records})
+    return {"files": files}
+
+
 if __name__ == "__main__":
     command, arguments = sys.argv[1], json.loads(sys.argv[2])
-    print(json.dumps({"send": cmd_send, "files": cmd_files, "consume": cmd_consume}[command](arguments)))
+    commands = {"send": cmd_send, "files": cmd_files, "consume": cmd_consume,
+                "blob-container": cmd_blob_container, "blobs": cmd_blobs}
+    print(json.dumps(commands[command](arguments)))
