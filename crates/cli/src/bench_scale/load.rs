@@ -58,11 +58,14 @@ pub async fn ingest(plan: &Plan, server: &ServerProcess, who: &Producers) -> Res
     let events: Arc<[EventData]> = (0..BATCH_EVENTS)
         .map(|_| EventData::new(body.clone()))
         .collect();
+    // Connection k of a hub's c sends to the partitions k, k + c, k + 2c, …: with 1,024
+    // partitions no connection needs a link to each (a session holds 1,024 links at most).
+    let c = who.connections_per_hub;
     for (n, producer) in producers.iter().enumerate() {
         for slot in 0..who.window {
             let (producer, counter, events) = (producer.clone(), counter.clone(), events.clone());
-            let (partitions, stride) = (who.partitions as usize, who.window);
-            let first = n + slot;
+            let (partitions, stride) = (who.partitions as usize, who.window * c);
+            let first = n % c + slot * c;
             tasks.spawn(async move {
                 let mut partition = first % partitions;
                 while !counter.stop.load(Ordering::Relaxed) {

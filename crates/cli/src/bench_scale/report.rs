@@ -202,9 +202,11 @@ impl Table {
     }
 }
 
-/// A figure with a precision that suits its size: 1,234,567 / 123.4 / 1.23 / 0.0123.
+/// A figure with a precision that suits its size: 1,234,567 / 123.4 / 1.23 / 0.0123 (whole
+/// numbers below 10,000 without decimals).
 fn number(v: f64) -> String {
     match v.abs() {
+        a if (1.0..10_000.0).contains(&a) && v.fract() == 0.0 => format!("{v:.0}"),
         a if a >= 10_000.0 => crate::bench_replicate::thousands(v),
         a if a >= 100.0 => format!("{v:.1}"),
         a if a >= 1.0 || a == 0.0 => format!("{v:.2}"),
@@ -214,15 +216,18 @@ fn number(v: f64) -> String {
 
 type DrawResult = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
+/// The (x, column) points of the steps at x > 0 (the x axis is logarithmic).
+fn points(table: &Table, column: usize) -> Vec<(f64, f64)> {
+    table
+        .rows
+        .iter()
+        .filter(|r| r[0] > 0.0)
+        .map(|r| (r[0], r[column]))
+        .collect()
+}
+
 fn draw(table: &Table, out: &mut String) -> DrawResult {
-    let points = |column: usize| -> Vec<(f64, f64)> {
-        table
-            .rows
-            .iter()
-            .filter(|r| r[0] > 0.0)
-            .map(|r| (r[0], r[column]))
-            .collect()
-    };
+    let points = |column: usize| points(table, column);
     let xs: Vec<f64> = points(0).iter().map(|p| p.0).collect();
     let x_min = xs.iter().copied().fold(f64::INFINITY, f64::min).min(1.0);
     let x_max = xs.iter().copied().fold(0.0, f64::max).max(x_min * 2.0);
@@ -249,6 +254,7 @@ fn draw(table: &Table, out: &mut String) -> DrawResult {
         .configure_mesh()
         .x_desc(table.columns[0].as_str())
         .y_desc(left_label.as_str())
+        .x_label_formatter(&|v| number(*v))
         .y_label_formatter(&|v| number(*v))
         .draw()?;
     chart
@@ -266,11 +272,18 @@ fn draw(table: &Table, out: &mut String) -> DrawResult {
             .configure_secondary_axes()
             .y_desc(right_label.as_str())
             .label_style(("sans-serif", 12))
+            .y_label_formatter(&|v| number(*v))
             .draw()?;
         chart
             .draw_secondary_series(LineSeries::new(points(*right), RED.stroke_width(2)))?
             .label(right_label.as_str())
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED));
+        chart.draw_secondary_series(PointSeries::of_element(
+            points(*right),
+            4,
+            RED.filled(),
+            &|c, s, st| Circle::new(c, s, st),
+        ))?;
     }
     chart
         .configure_series_labels()
@@ -336,7 +349,7 @@ pub fn html(context: &Context, tables: &[Table]) -> Result<String> {
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <title>Tributary scale curves</title><style>\
          body{font-family:sans-serif;max-width:980px;margin:2em auto;color:#222}\
-         table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}\
+         table{border-collapse:collapse;font-size:13px;display:block;overflow-x:auto}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}\
          .met{color:#080}.missed{color:#b00;font-weight:bold}.note{color:#555;font-size:13px}\
          </style></head><body>\n<h1>Tributary scale curves</h1>\n",
     );

