@@ -15,7 +15,7 @@ mod process;
 mod replicate;
 mod shared;
 
-pub use bench::{BenchArgs, LagRate, Scenario, TaskTransport};
+pub use bench::{BenchArgs, LagRate, Scenario, Sweep, TaskTransport};
 #[cfg(feature = "kafka-bench")]
 pub use bench::{KafkaConsume, KafkaServer};
 pub use demo::{DemoArgs, DemoWorkerArgs};

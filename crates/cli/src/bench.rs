@@ -9,9 +9,9 @@
 //! * `recover`: writes a partition of `--recovery-gib` and times reopening it, with its index
 //!   files and (worst case) without them.
 //! * `memory`: appends `--memory-gib` of 1 KiB events and reports the process's resident set.
-//! * `processor`, `replicate`, `silent-connections` and `kafka`: see `bench_processor.rs`,
-//!   `bench_replicate.rs`, `bench_silent.rs` and `bench_kafka.rs` (built with the
-//!   `kafka-bench` feature).
+//! * `processor`, `replicate`, `silent-connections`, `scale` and `kafka`: see
+//!   `bench_processor.rs`, `bench_replicate.rs`, `bench_silent.rs`, `bench_scale.rs` and
+//!   `bench_kafka.rs` (built with the `kafka-bench` feature).
 //!
 //! Every result line states the durability, event size, batch size, partitions, appenders and
 //! window, so numbers are never quoted without their conditions.
@@ -37,6 +37,11 @@ pub async fn run(global: &GlobalArgs, args: &BenchArgs) -> Result<()> {
     });
     if args.scenario == Scenario::SilentConnections {
         let outcome = crate::bench_silent::run(args, &root).await;
+        let _ = std::fs::remove_dir_all(&root);
+        return outcome;
+    }
+    if args.scenario == Scenario::Scale {
+        let outcome = crate::bench_scale::run(global, args, &root).await;
         let _ = std::fs::remove_dir_all(&root);
         return outcome;
     }
@@ -380,7 +385,12 @@ fn memory(args: &BenchArgs, dir: &Path) -> Result<()> {
 
 /// (VmRSS, VmHWM) of this process in KiB.
 pub(crate) fn resident_kib() -> (u64, u64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    resident_kib_of("self")
+}
+
+/// (VmRSS, VmHWM) in KiB of the process `pid` (a number, or `self`); zeros once it is gone.
+pub(crate) fn resident_kib_of(pid: &str) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let field = |name: &str| {
         status
             .lines()
@@ -389,4 +399,19 @@ pub(crate) fn resident_kib() -> (u64, u64) {
             .unwrap_or(0)
     };
     (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// CPU clock ticks (user + system, 1/100 s) of a process so far.
+pub(crate) fn cpu_ticks(pid: &str) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let Some(close) = stat.rfind(')') else {
+        return 0;
+    };
+    let fields: Vec<u64> = stat[close + 1..]
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    fields.iter().sum()
 }

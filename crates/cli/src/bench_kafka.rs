@@ -389,21 +389,6 @@ async fn create_topics(args: &BenchArgs, server: &Server) -> Result<()> {
     Ok(())
 }
 
-/// CPU clock ticks (user + system, 1/100 s) of a process so far.
-fn cpu_ticks(pid: &str) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let Some(close) = stat.rfind(')') else {
-        return 0;
-    };
-    let fields: Vec<u64> = stat[close + 1..]
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    fields.iter().sum()
-}
-
 /// A process's resident set, in KiB.
 fn rss_kib(pid: u32) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
@@ -433,8 +418,8 @@ impl CpuMark {
     fn now(server: &Server) -> CpuMark {
         CpuMark {
             at: Instant::now(),
-            server: cpu_ticks(&server.pid.to_string()),
-            client: cpu_ticks("self"),
+            server: crate::bench::cpu_ticks(&server.pid.to_string()),
+            client: crate::bench::cpu_ticks("self"),
         }
     }
 

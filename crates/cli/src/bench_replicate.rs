@@ -1030,7 +1030,7 @@ fn cores() -> usize {
 }
 
 /// The 1-minute load average: other work on the machine competes with the run.
-fn load_average() -> String {
+pub(crate) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|l| l.split_whitespace().next().map(str::to_owned))

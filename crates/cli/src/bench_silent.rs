@@ -290,12 +290,12 @@ fn report(what: &str, latency: &Histogram<u64>, baseline: Option<&Histogram<u64>
     );
 }
 
-fn verdict(met: bool) -> &'static str {
+pub(crate) fn verdict(met: bool) -> &'static str {
     if met { "met" } else { "MISSED" }
 }
 
 /// Raises the open-file limit to at least `wanted` descriptors, or explains why it cannot.
-fn raise_fd_limit(wanted: u64) -> Result<()> {
+pub(crate) fn raise_fd_limit(wanted: u64) -> Result<()> {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     let current = getrlimit(Resource::Nofile);
     if current.current.is_none_or(|soft| soft >= wanted) {

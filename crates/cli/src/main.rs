@@ -14,6 +14,7 @@ mod bench;
 mod bench_kafka;
 mod bench_processor;
 mod bench_replicate;
+mod bench_scale;
 mod bench_silent;
 mod commands;
 mod demo;

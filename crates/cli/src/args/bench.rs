@@ -28,8 +28,30 @@ pub enum Scenario {
     /// and processor failover over a topic, and the AMQP door's ingest as a yardstick (not part
     /// of `all`: it needs the `kafka-bench` feature and `scripts/setup-tansu`).
     Kafka,
-    /// All of the above but `silent-connections` and `kafka`.
+    /// Performance as curves: sweeps of partitions, hubs, connections, consumer groups and data
+    /// on disk against a server in a child process, written as CSV files and one HTML report
+    /// (not part of `all`: it runs for minutes and needs many file descriptors).
+    Scale,
+    /// All of the above but `silent-connections`, `kafka` and `scale`.
     All,
+}
+
+/// One sweep of the scale scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
+pub enum Sweep {
+    /// Partitions of one hub, 4 to 1,024: ingest rate, acknowledgement p99, server memory.
+    Partitions,
+    /// Hubs of 16 partitions, 1 to 100: the same.
+    Hubs,
+    /// Producer connections, 1 to 1,000: ingest rate and server memory per connection.
+    Connections,
+    /// Idle connections holding a receiver, up to 10,000, beside one active producer.
+    Idle,
+    /// Consumer groups reading one hub, 1 to 20: delivered events/s and end-to-end p99.
+    Groups,
+    /// Data on disk, 1 GiB up to `--data-max`: time to open and serve, memory, deep reads,
+    /// and retention deleting segments while ingest runs.
+    Data,
 }
 
 /// `tributary bench`.
@@ -128,6 +150,26 @@ pub struct BenchArgs {
     /// Idle connections the Kafka scenario holds to measure what one costs a server.
     #[arg(long, default_value_t = 1_000)]
     pub kafka_idle_connections: usize,
+    /// The scale scenario's sweeps, comma-separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "partitions,hubs,connections,idle,groups,data"
+    )]
+    pub sweep: Vec<Sweep>,
+    /// The scale scenario with tiny steps of a fraction of a second (for tests: its figures
+    /// mean nothing).
+    #[arg(long)]
+    pub quick: bool,
+    /// Where the scale scenario writes its CSV files and report.html [default: scale-report
+    /// under the data directory].
+    #[arg(long)]
+    pub report_dir: Option<PathBuf>,
+    /// The scale scenario's largest data directory (steps from 1 GiB, doubling, to 50 GiB at
+    /// most); lowered to half the free disk when that is less.
+    #[arg(long, default_value = "8GiB", value_parser = parse_bytes)]
+    pub data_max: u64,
     /// Where to write (default: a directory under the data directory, removed afterwards).
     #[arg(long)]
     pub dir: Option<PathBuf>,

@@ -27,8 +27,9 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use tokio::io::AsyncWriteExt;
 use tributary_kafka_source::{KafkaOptions, KafkaSource};
 
-use super::{Server, cpu_ticks, thousands, verdict};
+use super::{Server, thousands, verdict};
 use crate::args::BenchArgs;
+use crate::bench::cpu_ticks;
 use crate::bench_processor::{Bench, failover_cause};
 
 /// The event hub the copy writes.

@@ -1,0 +1,312 @@
+//! The scale scenario's data sweep: a hub of four partitions grows from 1 GiB (doubling) to the
+//! plan's `data_max` (50 GiB at most) of 1 KiB events, written in this process straight into
+//! the broker (durability `none`, the fastest way to get the bytes on disk); at each size a
+//! fresh server child opens the directory and is timed from its start until a client's first
+//! read returns an event; its resident set beyond an empty server's is what opening the data
+//! costs (the indexes and the rest); then reads deep in the log (in its older half), by offset
+//! and by enqueued time, are timed from opening the receiver to its first event. Last,
+//! retention: ingest p99 into a hub whose partitions are bounded (so segments are deleted every
+//! second while it runs) beside one that is not.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use hdrhistogram::Histogram;
+use indicatif::ProgressBar;
+use tokio::task::JoinSet;
+use tributary_broker::{Broker, BrokerConfig, Durability, HubSpec};
+use tributary_client::ConsumerClient;
+use tributary_event::{EventData, EventPosition, SendTarget};
+
+use super::Plan;
+use super::load::{self, Producers};
+use super::report::{Chart, Table, Target};
+use super::server::{ServerOptions, ServerProcess};
+use super::sweeps::{finish, fresh_server, settle};
+use crate::args::Sweep;
+
+const HUB: &str = "data";
+const PARTITIONS: u32 = 4;
+const EVENT_BYTES: usize = 1024;
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+/// A position recorded every this many batches while filling.
+const SAMPLE_EVERY: u64 = 64;
+
+/// The sizes the sweep grows the data to, in bytes.
+pub fn steps(plan: &Plan) -> Vec<u64> {
+    if plan.quick {
+        return vec![2 * MIB, 4 * MIB];
+    }
+    let sizes: Vec<u64> = [1, 2, 4, 8, 16, 32, 50]
+        .iter()
+        .map(|g| g * GIB)
+        .filter(|&b| b <= plan.data_max)
+        .collect();
+    if sizes.is_empty() {
+        vec![plan.data_max.max(MIB)]
+    } else {
+        sizes
+    }
+}
+
+/// Where an event was written: a position to read from later.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    partition: u32,
+    offset: u64,
+    enqueued_time_ms: i64,
+}
+
+/// Runs the sweep.
+pub async fn sweep(plan: &Plan, progress: &ProgressBar) -> Result<Table> {
+    let mut table = Table::new(
+        Sweep::Data,
+        "Data on disk (one hub of 4 partitions, 1 KiB events)",
+        &[
+            "data_gib",
+            "open_and_serve_ms",
+            "server_ready_ms",
+            "rss_beyond_empty_mib",
+            "read_by_offset_p99_ms",
+            "read_by_time_p99_ms",
+        ],
+        Chart::new(1, "open and serve, ms").right(3, "deep read by offset p99, ms"),
+    );
+    let empty = fresh_server(plan, "data-empty").await?;
+    settle(plan).await;
+    let empty_kib = empty.rss_kib();
+    finish(plan, empty, "data-empty").await?;
+    let dir = plan.work.join("data");
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut samples = Vec::new();
+    let mut written = 0;
+    for size in steps(plan) {
+        progress.set_message(format!(
+            "data: filling to {:.2} GiB",
+            size as f64 / GIB as f64
+        ));
+        written += fill(&dir, size.saturating_sub(written), &mut samples).await?;
+        progress.set_message(format!("data: opening {:.2} GiB", size as f64 / GIB as f64));
+        let row = open_and_read(plan, &dir, &samples, empty_kib).await?;
+        table.push(&[written as f64 / GIB as f64], &row);
+        progress.inc(1);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    table.target(Target::at_most(
+        "the biggest data directory opens and serves",
+        table
+            .column("open_and_serve_ms")
+            .last()
+            .copied()
+            .unwrap_or(0.0),
+        1000.0,
+        "ms",
+    ));
+    let deep = table
+        .max("read_by_offset_p99_ms")
+        .max(table.max("read_by_time_p99_ms"));
+    table.target(Target::at_most(
+        "a deep read's p99 (worst step)",
+        deep,
+        5.0,
+        "ms",
+    ));
+    retention(plan, progress, &mut table).await?;
+    table.note("open and serve: from starting the server process until a new client's first read (receiver on partition 0 from the start) returned an event; a deep read: a new receiver at a position in the older half of the log, until its first event (one link attach and one delivery, page cache warm); RSS beyond empty: the server's resident set after the first read minus an empty server's");
+    if let Some(capped) = &plan.data_capped {
+        table.note(capped);
+    }
+    Ok(table)
+}
+
+/// Appends about `bytes` of 1 KiB events to the hub under `dir` (creating it), recording a
+/// position every [`SAMPLE_EVERY`] batches. Returns the bytes written.
+async fn fill(dir: &Path, bytes: u64, samples: &mut Vec<Sample>) -> Result<u64> {
+    let mut config = BrokerConfig::new(dir);
+    config.log.durability = Durability::None;
+    let broker = Broker::open(config)
+        .await
+        .context("cannot open the data hub")?;
+    if broker.describe_hub(HUB).is_err() {
+        let mut spec = HubSpec::new(HUB, PARTITIONS);
+        spec.retention_age_ms = None;
+        broker.create_hub(spec).await?;
+    }
+    let batch: Arc<[EventData]> = (0..load::BATCH_EVENTS)
+        .map(|_| EventData::new(vec![b'd'; EVENT_BYTES]))
+        .collect();
+    let batches = bytes / (EVENT_BYTES * load::BATCH_EVENTS) as u64;
+    let writers = u64::from(PARTITIONS) * 4;
+    let mut tasks = JoinSet::new();
+    for w in 0..writers {
+        let (broker, batch) = (broker.clone(), batch.clone());
+        let partition = (w % u64::from(PARTITIONS)) as u32;
+        tasks.spawn(async move {
+            let mut found = Vec::new();
+            for n in (w..batches).step_by(writers as usize) {
+                let target = SendTarget::Partition(partition.to_string());
+                let receipt = broker.send_borrowed(HUB, target, &batch).await?;
+                if n % SAMPLE_EVERY < writers {
+                    found.push(Sample {
+                        partition,
+                        offset: receipt.offsets[0],
+                        enqueued_time_ms: receipt.enqueued_time_ms,
+                    });
+                }
+            }
+            anyhow::Ok(found)
+        });
+    }
+    while let Some(found) = tasks.join_next().await {
+        samples.extend(found.context("a writer panicked")??);
+    }
+    broker.shutdown().await?;
+    Ok(batches * (EVENT_BYTES * load::BATCH_EVENTS) as u64)
+}
+
+/// One step: a server on `dir`, timed to its first read; its memory; the deep reads.
+async fn open_and_read(
+    plan: &Plan,
+    dir: &Path,
+    samples: &[Sample],
+    empty_kib: u64,
+) -> Result<Vec<f64>> {
+    let started = Instant::now();
+    let server = ServerProcess::start(plan, dir, ServerOptions::default()).await?;
+    let consumer = ConsumerClient::connect(&server.conn, HUB).await?;
+    read_one(&consumer, 0, EventPosition::Earliest).await?;
+    let serve_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let ready_ms = server.started_in.as_secs_f64() * 1000.0;
+    settle(plan).await;
+    let rss_mib = server.rss_kib().saturating_sub(empty_kib) as f64 / 1024.0;
+    let reads = if plan.quick { 3 } else { 50 };
+    // The older half, in the order written: what a reader catching up from far back asks for.
+    let mut deep: Vec<Sample> = samples.to_vec();
+    deep.sort_by_key(|s| s.enqueued_time_ms);
+    deep.truncate(deep.len().div_ceil(2));
+    let by_offset = timed_reads(&consumer, &deep, reads, |s| EventPosition::Offset {
+        offset: s.offset,
+        inclusive: true,
+    })
+    .await?;
+    let by_time = timed_reads(&consumer, &deep, reads, |s| EventPosition::EnqueuedTime {
+        enqueued_time_ms: s.enqueued_time_ms,
+        inclusive: true,
+    })
+    .await?;
+    consumer.close().await;
+    server.stop().await?;
+    Ok(vec![serve_ms, ready_ms, rss_mib, by_offset, by_time])
+}
+
+/// `reads` reads spread over `samples`, each a new receiver at `position(sample)` until its
+/// first event; the p99 in milliseconds.
+async fn timed_reads(
+    consumer: &ConsumerClient,
+    samples: &[Sample],
+    reads: usize,
+    position: impl Fn(&Sample) -> EventPosition,
+) -> Result<f64> {
+    anyhow::ensure!(
+        !samples.is_empty(),
+        "no position was recorded while filling"
+    );
+    let mut latency = Histogram::<u64>::new(3)?;
+    for i in 0..reads {
+        let sample = &samples[i * samples.len() / reads];
+        let started = Instant::now();
+        read_one(consumer, sample.partition, position(sample)).await?;
+        let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        latency.record(us.max(1))?;
+    }
+    Ok(latency.value_at_quantile(0.99) as f64 / 1000.0)
+}
+
+/// Opens a receiver at `start` on `partition`, waits for one event and closes it.
+async fn read_one(consumer: &ConsumerClient, partition: u32, start: EventPosition) -> Result<()> {
+    let mut receiver = consumer
+        .open_receiver(&partition.to_string(), "$Default", start, None, 1)
+        .await?;
+    let events = receiver.receive(1, Duration::from_secs(30)).await?;
+    receiver.close().await;
+    anyhow::ensure!(
+        !events.is_empty(),
+        "no event came from partition {partition}"
+    );
+    Ok(())
+}
+
+/// Ingest p99 into a hub whose partitions are bounded to a few segments (retention deletes
+/// segments every second while it runs) beside one that keeps everything; added to `table` as
+/// a target (at most 1.5× the p99 without) and a note.
+async fn retention(plan: &Plan, progress: &ProgressBar, table: &mut Table) -> Result<()> {
+    let (segment, bound) = if plan.quick {
+        (256 << 10, MIB)
+    } else {
+        (8 * MIB, 32 * MIB)
+    };
+    let dir = plan.work.join("retention");
+    let _ = std::fs::remove_dir_all(&dir);
+    let options = ServerOptions {
+        segment_bytes: Some(segment),
+    };
+    let mut server = ServerProcess::start(plan, &dir, options).await?;
+    server.command(&format!("hub keep {PARTITIONS}")).await?;
+    server
+        .command(&format!("hub trim {PARTITIONS} {bound}"))
+        .await?;
+    let mut runs = Vec::new();
+    for hub in ["keep", "trim"] {
+        progress.set_message(format!("data: ingest into {hub} (retention)"));
+        let producers = Producers {
+            hubs: vec![hub.into()],
+            partitions: PARTITIONS,
+            connections_per_hub: 4,
+            window: 16,
+            event_bytes: EVENT_BYTES,
+        };
+        runs.push(load::ingest(plan, &server, &producers).await?);
+        progress.inc(1);
+    }
+    let kept = directory_bytes(&dir.join("hubs").join("keep"));
+    let trimmed = directory_bytes(&dir.join("hubs").join("trim"));
+    server.stop().await?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let (keep, trim) = (&runs[0], &runs[1]);
+    table.target(Target::at_most(
+        "ingest p99 while retention deletes segments, vs without (ratio)",
+        trim.p99_ms / keep.p99_ms.max(0.001),
+        1.5,
+        "×",
+    ));
+    table.note(&format!(
+        "retention: 1 KiB events, 4 producers × 16 sends in flight, {:.2} MiB segments; without retention {} events/s, ack p99 {:.2} ms ({:.0} MiB on disk after); bounded to {} MiB per partition (checked every second) {} events/s, ack p99 {:.2} ms ({:.0} MiB of the hub on disk after)",
+        segment as f64 / MIB as f64,
+        crate::bench_replicate::thousands(keep.rate),
+        keep.p99_ms,
+        kept as f64 / MIB as f64,
+        bound / MIB,
+        crate::bench_replicate::thousands(trim.rate),
+        trim.p99_ms,
+        trimmed as f64 / MIB as f64,
+    ));
+    Ok(())
+}
+
+/// The bytes of every file under `dir`.
+fn directory_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => directory_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
