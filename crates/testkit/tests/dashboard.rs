@@ -8,7 +8,8 @@
 //! events arrive, shows the ownership table of a running processor fleet (two hosts sharing a
 //! consumer group through the hub-hosted checkpoint store, over an AMQP door on the same broker)
 //! and moves the partitions of the host it asks this test to kill (as `kill -9` would) to the
-//! other without a reload, and that two operator actions work; this test then checks their
+//! other without a reload, and that the operator actions work (a consumer group made, a group
+//! reset, a compacted hub created, a hub's capture turned on); this test then checks their
 //! effect on the broker and the coordinator. It also checks what a reader sees: the login page
 //! styled as the dashboard, the charts' time axis and value scale, the header's count of
 //! consumer groups (processor and server-side), and singular forms ("lag 1 event", never
@@ -171,7 +172,12 @@ fn kill_on_marker(host: RunningHost, marker: PathBuf) -> tokio::task::JoinHandle
 }
 
 /// What the browser script is told: where the page is, the credentials, what to look for.
-fn script_args(port: u16, chromium: &Path, kill_marker: &Path) -> serde_json::Value {
+fn script_args(
+    port: u16,
+    chromium: &Path,
+    kill_marker: &Path,
+    capture_dir: &Path,
+) -> serde_json::Value {
     let screenshots = repo().join("target/dashboard-screenshots");
     // Only this run's pictures.
     let _ = std::fs::remove_dir_all(&screenshots);
@@ -197,6 +203,9 @@ fn script_args(port: u16, chromium: &Path, kill_marker: &Path) -> serde_json::Va
         "serverSideGroups": OCI_GROUPS,
         "singleEventHub": SINGLE_EVENT_HUB,
         "singleEventGroup": "readers-02",
+        "compactedHub": "compacted-in-the-browser",
+        "capturedHub": "hub-01",
+        "captureDir": capture_dir,
     })
 }
 
@@ -232,7 +241,13 @@ async fn the_dashboard_in_a_browser() {
             }
         })
     };
-    let args = script_args(http.local_addr().port(), &chromium, &kill_marker);
+    let capture_dir = tempfile::tempdir().unwrap();
+    let args = script_args(
+        http.local_addr().port(),
+        &chromium,
+        &kill_marker,
+        capture_dir.path(),
+    );
     let mut command = tokio::process::Command::new("node");
     command
         .arg(repo().join("crates/testkit/tests/browser/dashboard.js"))
@@ -248,6 +263,18 @@ async fn the_dashboard_in_a_browser() {
         groups.iter().any(|g| g.name == "made-in-the-browser"),
         "{groups:?}"
     );
+    let compacted = broker.describe_hub("compacted-in-the-browser").unwrap();
+    assert_eq!(
+        compacted.cleanup.policy,
+        tributary_broker::CleanupPolicy::Compact
+    );
+    let capture = broker.describe_hub("hub-01").unwrap().capture;
+    let capture = capture.expect("hub-01 captured from the form");
+    assert_eq!(
+        capture.destination,
+        format!("file:{}", capture_dir.path().display())
+    );
+    assert_eq!((capture.encoding.as_str(), capture.interval_secs), ("AvroDeflate", 120));
     let readers = coordinator.list(Some("hub-00"));
     let readers = readers.iter().find(|g| g.group == "readers-00").unwrap();
     assert_eq!(

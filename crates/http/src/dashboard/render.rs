@@ -360,7 +360,13 @@ pub(crate) fn login(error: Option<&str>) -> String {
 
 /// The operator's forms; the script sends them to the admin API.
 const ACTIONS: &str = r#"<section class="actions"><details><summary>Operator actions</summary>
-<form data-action="create-hub"><b>Create hub</b> <input name="name" placeholder="name" required> <input name="partitionCount" type="number" min="1" max="1024" value="4" required> partitions <button>Create</button></form>
+<form data-action="create-hub"><b>Create hub</b> <input name="name" placeholder="name" required> <input name="partitionCount" type="number" min="1" max="1024" value="4" required> partitions, cleanup
+<select name="cleanupPolicy"><option value="Delete">delete</option><option value="Compact">compact</option><option value="DeleteOrCompact">delete and compact</option></select> <button>Create</button></form>
+<form data-action="capture-hub"><b>Capture hub</b> <input name="hub" placeholder="hub" required> to
+<select name="kind"><option value="directory">directory</option><option value="containerUrl">Blob container URL</option></select> <input name="where" placeholder="/absolute/dir or https://ACCOUNT.blob.core.windows.net/CONTAINER" size="40" required>
+<select name="encoding"><option>Avro</option><option>AvroDeflate</option><option>Parquet</option></select> every <input name="interval" type="number" min="60" max="900" value="300" required> s
+<label><input name="skipEmpty" type="checkbox"> skip empty windows</label> <button>Capture</button></form>
+<form data-action="stop-capture"><b>Stop capturing</b> <input name="hub" placeholder="hub" required> <button class="danger">Stop</button></form>
 <form data-action="delete-hub"><b>Delete hub</b> <input name="hub" placeholder="hub" required> <button class="danger">Delete</button></form>
 <form data-action="create-consumer-group"><b>Create consumer group</b> <input name="hub" placeholder="hub" required> <input name="name" placeholder="group" required> <button>Create</button></form>
 <form data-action="delete-consumer-group"><b>Delete consumer group</b> <input name="hub" placeholder="hub" required> <input name="name" placeholder="group" required> <button class="danger">Delete</button></form>

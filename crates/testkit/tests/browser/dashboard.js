@@ -205,6 +205,21 @@ async function main() {
     await page.waitForFunction(() => document.getElementById("action-result").textContent.includes("409"), null, { timeout: 10000 });
     out.processorResetRefusal = await page.locator("#action-result").textContent();
     check(out.processorResetRefusal.includes(first), `the refusal names the running owner: ${out.processorResetRefusal}`);
+    // A compacted hub, and a hub captured to a directory, made from the operator's forms.
+    const create = page.locator('form[data-action="create-hub"]');
+    await create.locator('input[name="name"]').fill(args.compactedHub);
+    await create.locator('select[name="cleanupPolicy"]').selectOption("Compact");
+    await page.evaluate(() => (document.getElementById("action-result").textContent = ""));
+    await create.locator("button").click();
+    await page.waitForFunction(() => document.getElementById("action-result").textContent.includes("done"), null, { timeout: 10000 });
+    const capture = page.locator('form[data-action="capture-hub"]');
+    await capture.locator('input[name="hub"]').fill(args.capturedHub);
+    await capture.locator('input[name="where"]').fill(args.captureDir);
+    await capture.locator('select[name="encoding"]').selectOption("AvroDeflate");
+    await capture.locator('input[name="interval"]').fill("120");
+    await page.evaluate(() => (document.getElementById("action-result").textContent = ""));
+    await capture.locator("button").click();
+    await page.waitForFunction(() => document.getElementById("action-result").textContent.includes("done"), null, { timeout: 10000 });
     await page.locator(".actions").scrollIntoViewIfNeeded();
     await shot("06-action");
 

@@ -124,7 +124,29 @@
   // A reset form's position: earliest, latest, or a UTC time.
   const resetTo = (f) => (f.type === "AT_TIME" ? { type: f.type, time: new Date(f.time + "Z").toISOString() } : { type: f.type });
   const requests = {
-    "create-hub": (f) => ["POST", "/admin/v1/hubs", { name: f.name, partitionCount: Number(f.partitionCount) }],
+    "create-hub": (f) => [
+      "POST",
+      "/admin/v1/hubs",
+      { name: f.name, partitionCount: Number(f.partitionCount), retentionDescription: { cleanupPolicy: f.cleanupPolicy } },
+    ],
+    // Azure's captureDescription: a directory is Tributary's destination, a container Azure's.
+    "capture-hub": (f) => [
+      "PATCH",
+      "/admin/v1/hubs/" + path(f.hub),
+      {
+        captureDescription: {
+          enabled: true,
+          encoding: f.encoding,
+          intervalInSeconds: Number(f.interval),
+          skipEmptyArchives: f.skipEmpty === "on",
+          destination: {
+            name: f.kind === "directory" ? "Tributary.Directory" : "EventHubArchive.AzureBlockBlob",
+            properties: { [f.kind]: f.where },
+          },
+        },
+      },
+    ],
+    "stop-capture": (f) => ["PATCH", "/admin/v1/hubs/" + path(f.hub), { captureDescription: { enabled: false } }],
     "delete-hub": (f) => ["DELETE", "/admin/v1/hubs/" + path(f.hub)],
     "create-consumer-group": (f) => ["POST", "/admin/v1/hubs/" + path(f.hub) + "/consumergroups", { name: f.name }],
     "delete-consumer-group": (f) => ["DELETE", "/admin/v1/hubs/" + path(f.hub, "consumergroups", f.name)],
@@ -138,7 +160,7 @@
       const result = document.getElementById("action-result");
       const fields = Object.fromEntries(new FormData(form));
       const action = form.dataset.action;
-      if (action.startsWith("delete") && !confirm(`${action.replace(/-/g, " ")} ${fields.hub} ${fields.name || ""}?`)) return;
+      if ((action.startsWith("delete") || action === "stop-capture") && !confirm(`${action.replace(/-/g, " ")} ${fields.hub} ${fields.name || ""}?`)) return;
       const [method, url, body] = requests[action](fields);
       try {
         const response = await fetch(url, {
