@@ -169,7 +169,13 @@ fn create_hubs(data: &Path, dest: &str) {
     run_ok(data, &["hub", "create", "files", "-p", "1"]);
     let refused = run_err(
         data,
-        &["hub", "create", "capserve", "--capture", "blob:https://account.example"],
+        &[
+            "hub",
+            "create",
+            "capserve",
+            "--capture",
+            "blob:https://account.example",
+        ],
     );
     assert!(refused.contains("a container's URL"), "{refused}");
     let refused = run_err(

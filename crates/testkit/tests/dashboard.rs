@@ -274,7 +274,10 @@ async fn the_dashboard_in_a_browser() {
         capture.destination,
         format!("file:{}", capture_dir.path().display())
     );
-    assert_eq!((capture.encoding.as_str(), capture.interval_secs), ("AvroDeflate", 120));
+    assert_eq!(
+        (capture.encoding.as_str(), capture.interval_secs),
+        ("AvroDeflate", 120)
+    );
     let readers = coordinator.list(Some("hub-00"));
     let readers = readers.iter().find(|g| g.group == "readers-00").unwrap();
     assert_eq!(
