@@ -257,33 +257,7 @@ async fn the_dashboard_in_a_browser() {
     sender.abort();
     println!("dashboard in the browser: {measured}");
 
-    // The operator actions changed the broker and the coordinator.
-    let groups = broker.list_consumer_groups("hub-00").unwrap();
-    assert!(
-        groups.iter().any(|g| g.name == "made-in-the-browser"),
-        "{groups:?}"
-    );
-    let compacted = broker.describe_hub("compacted-in-the-browser").unwrap();
-    assert_eq!(
-        compacted.cleanup.policy,
-        tributary_broker::CleanupPolicy::Compact
-    );
-    let capture = broker.describe_hub("hub-01").unwrap().capture;
-    let capture = capture.expect("hub-01 captured from the form");
-    assert_eq!(
-        capture.destination,
-        format!("file:{}", capture_dir.path().display())
-    );
-    assert_eq!(
-        (capture.encoding.as_str(), capture.interval_secs),
-        ("AvroDeflate", 120)
-    );
-    let readers = coordinator.list(Some("hub-00"));
-    let readers = readers.iter().find(|g| g.group == "readers-00").unwrap();
-    assert_eq!(
-        readers.committed[0], 20,
-        "reset to latest: after the 20 events of partition 0"
-    );
+    operator_actions_took_effect(&broker, &coordinator, capture_dir.path());
     let first_paint = measured["firstPaintMs"]
         .as_f64()
         .expect("first paint measured");
@@ -301,4 +275,38 @@ async fn the_dashboard_in_a_browser() {
     amqp.shutdown().await;
     http.shutdown().await.unwrap();
     broker.shutdown().await.unwrap();
+}
+
+/// What the browser's operator actions changed in the broker and the coordinator.
+fn operator_actions_took_effect(
+    broker: &Broker,
+    coordinator: &tributary_groups::GroupCoordinator,
+    capture_dir: &Path,
+) {
+    let groups = broker.list_consumer_groups("hub-00").unwrap();
+    assert!(
+        groups.iter().any(|g| g.name == "made-in-the-browser"),
+        "{groups:?}"
+    );
+    let compacted = broker.describe_hub("compacted-in-the-browser").unwrap();
+    assert_eq!(
+        compacted.cleanup.policy,
+        tributary_broker::CleanupPolicy::Compact
+    );
+    let capture = broker.describe_hub("hub-01").unwrap().capture;
+    let capture = capture.expect("hub-01 captured from the form");
+    assert_eq!(
+        capture.destination,
+        format!("file:{}", capture_dir.display())
+    );
+    assert_eq!(
+        (capture.encoding.as_str(), capture.interval_secs),
+        ("AvroDeflate", 120)
+    );
+    let readers = coordinator.list(Some("hub-00"));
+    let readers = readers.iter().find(|g| g.group == "readers-00").unwrap();
+    assert_eq!(
+        readers.committed[0], 20,
+        "reset to latest: after the 20 events of partition 0"
+    );
 }
