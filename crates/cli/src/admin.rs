@@ -269,6 +269,19 @@ pub enum Catalog {
     Server(Admin),
 }
 
+/// Where the admin API of the server running on `data_dir` listens, when `connection_string`
+/// names that server (its plain AMQP door, on this machine): its HTTP door need not be on the
+/// default port (`--http-port 0`, say). The connection string's own credential is still the
+/// one used.
+fn running_admin_url(data_dir: &Path, connection_string: &str) -> Option<String> {
+    let cs = tributary_client::ConnectionString::parse(connection_string).ok()?;
+    let listeners = running::find(data_dir)?;
+    let local = matches!(cs.host(), "localhost" | "127.0.0.1" | "::1" | "[::1]");
+    let same = listeners.amqp.is_some_and(|amqp| amqp.port() == cs.port());
+    let http = listeners.http.filter(|_| local && same)?;
+    Some(format!("http://127.0.0.1:{}", http.port()))
+}
+
 /// One line of `hub list`: name, partitions, consumer groups.
 pub type HubLine = (String, u64, usize);
 
@@ -277,8 +290,11 @@ impl Catalog {
     /// one, else the data directory.
     pub async fn open(global: &GlobalArgs, remote: &AdminArgs) -> Result<Catalog> {
         if let Some(cs) = &remote.connection_string {
-            let admin =
-                Admin::remote(cs, remote.admin_url.as_deref(), global.ca_file.as_deref()).await?;
+            let admin_url = match &remote.admin_url {
+                Some(url) => Some(url.clone()),
+                None => running_admin_url(&global.data_dir, cs),
+            };
+            let admin = Admin::remote(cs, admin_url.as_deref(), global.ca_file.as_deref()).await?;
             return Ok(Catalog::Server(admin));
         }
         match Admin::find(&global.data_dir, global.ca_file.as_deref()) {
