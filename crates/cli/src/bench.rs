@@ -9,9 +9,9 @@
 //! * `recover`: writes a partition of `--recovery-gib` and times reopening it, with its index
 //!   files and (worst case) without them.
 //! * `memory`: appends `--memory-gib` of 1 KiB events and reports the process's resident set.
-//! * `processor`, `replicate`, `silent-connections`, `scale` and `kafka`: see
-//!   `bench_processor.rs`, `bench_replicate.rs`, `bench_silent.rs`, `bench_scale.rs` and
-//!   `bench_kafka.rs` (built with the `kafka-bench` feature).
+//! * `processor`, `replicate`, `silent-connections`, `scale`, `capture` and `kafka`: see
+//!   `bench_processor.rs`, `bench_replicate.rs`, `bench_silent.rs`, `bench_scale.rs`,
+//!   `bench_capture.rs` and `bench_kafka.rs` (built with the `kafka-bench` feature).
 //!
 //! Every result line states the durability, event size, batch size, partitions, appenders and
 //! window, so numbers are never quoted without their conditions.
@@ -42,6 +42,11 @@ pub async fn run(global: &GlobalArgs, args: &BenchArgs) -> Result<()> {
     }
     if args.scenario == Scenario::Scale {
         let outcome = crate::bench_scale::run(global, args, &root).await;
+        let _ = std::fs::remove_dir_all(&root);
+        return outcome;
+    }
+    if args.scenario == Scenario::Capture {
+        let outcome = crate::bench_capture::run(args, &root).await;
         let _ = std::fs::remove_dir_all(&root);
         return outcome;
     }

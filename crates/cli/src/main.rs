@@ -10,6 +10,7 @@
 mod admin;
 mod args;
 mod bench;
+mod bench_capture;
 #[cfg(feature = "kafka-bench")]
 mod bench_kafka;
 mod bench_processor;

@@ -32,7 +32,10 @@ pub enum Scenario {
     /// on disk against a server in a child process, written as CSV files and one HTML report
     /// (not part of `all`: it runs for minutes and needs many file descriptors).
     Scale,
-    /// All of the above but `silent-connections`, `kafka` and `scale`.
+    /// Event Hubs Capture beside ingest, in process: its CPU per captured event against the
+    /// hub's per ingested event, and its lag at half the ingest maximum (not part of `all`).
+    Capture,
+    /// All of the above but `silent-connections`, `kafka`, `scale` and `capture`.
     All,
 }
 
@@ -158,8 +161,8 @@ pub struct BenchArgs {
         default_value = "partitions,hubs,connections,idle,groups,data"
     )]
     pub sweep: Vec<Sweep>,
-    /// The scale scenario with tiny steps of a fraction of a second (for tests: its figures
-    /// mean nothing).
+    /// The scale and capture scenarios with tiny steps of a fraction of a second (for tests:
+    /// their figures mean nothing).
     #[arg(long)]
     pub quick: bool,
     /// Where the scale scenario writes its CSV files and report.html [default: scale-report

@@ -1,0 +1,397 @@
+//! `tributary bench --scenario capture`: what Event Hubs Capture costs beside ingest, and
+//! whether it keeps up (the targets of issue 36).
+//!
+//! One process runs a hub of one partition (the first `--modes` durability) and a
+//! [`PartitionCapture`] of it (Avro, no deflate, a `file:` destination in the bench directory,
+//! interval 60 s, size window 10 MiB so windows close by size) on a thread of its own named
+//! `capture`, as the runner steps it inside `serve`. Events are 1 KiB, sent in batches of
+//! `--batch-events`, `--in-flight` batches outstanding. Three phases, in one run:
+//!
+//! 1. **ingest**: sends as fast as the hub takes them for `--seconds`, capture idle. The
+//!    process's CPU time over the phase, per event, is the hub's CPU per ingested event; the
+//!    rate is the ingest maximum at that durability.
+//! 2. **capture**: the capture thread steps once, catching up on everything phase 1 wrote,
+//!    nothing else running. The process's CPU time over the phase (reading the log, building
+//!    Avro records, writing and publishing files), per event in published files, is the
+//!    capture's CPU per captured event. It includes the events of the window left open (at
+//!    most one window), so it errs high. The ratio to phase 1 is the first target (≤ 30 %).
+//! 3. **lag**: sends at half the phase-1 rate for `--lag-seconds` while the capture thread
+//!    steps every [`TICK`] (1 s, as the runner). Each event's lag is the time its file was
+//!    published (when `on_file` sees it) minus its enqueued time; its p99 is the second target
+//!    (≤ interval + 5 s). An event in no file at the end (in the open window, or not read yet
+//!    when capture falls behind) counts with the time it has waited so far, a lower bound.
+//!
+//! CPU time is `CLOCK_PROCESS_CPUTIME_ID` (nanoseconds), so short runs still measure; CPU per
+//! event holds better than rates on a busy machine.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use rustix::time::{ClockId, clock_gettime};
+use tributary_broker::{Broker, BrokerConfig, HubSpec, SendReceipt};
+use tributary_capture::runner::TICK;
+use tributary_capture::{
+    CaptureConfig, CaptureFormat, CaptureTarget, Destination, DirectoryDestination,
+    PartitionCapture,
+};
+use tributary_event::{EventData, EventPosition, SendTarget};
+
+use crate::args::BenchArgs;
+use crate::bench_silent::verdict;
+
+const HUB: &str = "captured";
+const EVENT_BYTES: usize = 1024;
+/// Azure's smallest size window, so windows close by size often.
+const SIZE_WINDOW: u64 = 10 << 20;
+const INTERVAL: Duration = Duration::from_secs(60);
+/// The targets of issue 36.
+const CPU_RATIO_TARGET: f64 = 0.30;
+const LAG_SLACK: Duration = Duration::from_secs(5);
+
+/// Runs the scenario under `root` (a fresh directory).
+pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
+    anyhow::ensure!(
+        args.batch_events > 0 && args.in_flight > 0,
+        "batch events and in-flight must be above 0"
+    );
+    let durability = *args.modes.first().context("give a durability mode")?;
+    let (ingest_for, lag_for) = if args.quick {
+        (Duration::from_millis(1500), Duration::from_secs(2))
+    } else {
+        (
+            Duration::from_secs(args.seconds),
+            Duration::from_secs(args.lag_seconds),
+        )
+    };
+    let mut config = BrokerConfig::new(root.join("hub"));
+    config.log.durability = durability;
+    let broker = Broker::open(config).await.context("cannot open the hub")?;
+    broker
+        .create_hub(HubSpec::new(HUB, 1))
+        .await
+        .context("cannot create the hub")?;
+    let capture = CaptureThread::start(&broker, root)?;
+    println!(
+        "# capture: in process, 1 partition, durability {durability}, events {EVENT_BYTES} B in batches of {}, {} in flight; Avro (no deflate) to file:, interval {} s, size {} MiB{}",
+        args.batch_events,
+        args.in_flight,
+        INTERVAL.as_secs(),
+        SIZE_WINDOW >> 20,
+        if args.quick {
+            " (quick: figures mean nothing)"
+        } else {
+            ""
+        }
+    );
+    let ingest = send_for(&broker, args, ingest_for, None).await?;
+    let ingest_cpu = ingest.cpu_ns / ingest.events as f64;
+    println!(
+        "capture ingest  {} events in {:.1} s: {:.0} events/s (the ingest maximum), hub CPU {:.2} µs per ingested event (process CPU time, capture idle)",
+        ingest.events,
+        ingest.elapsed.as_secs_f64(),
+        ingest.rate(),
+        ingest_cpu / 1e3
+    );
+    let caught_up = capture.catch_up().await?;
+    anyhow::ensure!(
+        caught_up.events > 0,
+        "the catch-up published no file: phase 1 wrote less than one size window ({} MiB)",
+        SIZE_WINDOW >> 20
+    );
+    let capture_cpu = caught_up.cpu_ns / caught_up.events as f64;
+    let ratio = capture_cpu / ingest_cpu;
+    println!(
+        "capture cpu     {} events captured in {} files in {:.1} s: capture CPU {:.2} µs per captured event = {:.1} % of the hub's per ingested event (target <= {:.0} %: {})",
+        caught_up.events,
+        caught_up.files,
+        caught_up.elapsed.as_secs_f64(),
+        capture_cpu / 1e3,
+        ratio * 100.0,
+        CPU_RATIO_TARGET * 100.0,
+        verdict(ratio <= CPU_RATIO_TARGET)
+    );
+    lag(&broker, args, &capture, ingest.rate() / 2.0, lag_for).await?;
+    capture.stop().await;
+    broker.shutdown().await?;
+    Ok(())
+}
+
+/// Phase 3: ingest at `rate` for `duration` with the capture stepping; reports the lag.
+async fn lag(
+    broker: &Broker,
+    args: &BenchArgs,
+    capture: &CaptureThread,
+    rate: f64,
+    duration: Duration,
+) -> Result<()> {
+    capture.published.lock().expect("published").clear();
+    capture.set_stepping(true);
+    let sent = send_for(broker, args, duration, Some(rate)).await?;
+    // One more tick, so a window that filled at the end is published.
+    tokio::time::sleep(TICK * 2).await;
+    capture.set_stepping(false);
+    let files = capture.published.lock().expect("published").clone();
+    let end_ms = broker.clock().now_ms();
+    let (lag_ms, uncaptured) = event_lags(&sent.batches, &files, end_ms)?;
+    anyhow::ensure!(
+        !lag_ms.is_empty(),
+        "no file was published during the lag run ({} events sent)",
+        sent.events
+    );
+    let p99_s = lag_ms.value_at_quantile(0.99) as f64 / 1e3;
+    let target = INTERVAL + LAG_SLACK;
+    // More than one size window's events in no file: the capture fell behind, and its lag
+    // grows without bound however the short run's p99 looks.
+    let kept_up = uncaptured <= SIZE_WINDOW / EVENT_BYTES as u64;
+    println!(
+        "capture lag     offered {rate:.0} events/s (half the ingest maximum), sent {:.0} events/s for {:.1} s: {} files; lag (enqueued -> its file published) p50 {:.2} s p99 {p99_s:.2} s max {:.2} s over {} events, {uncaptured} of them in no file at the end, counted with their wait so far{} (target p99 <= {} s and keeping up: {})",
+        sent.rate(),
+        sent.elapsed.as_secs_f64(),
+        files.len(),
+        lag_ms.value_at_quantile(0.50) as f64 / 1e3,
+        lag_ms.max() as f64 / 1e3,
+        lag_ms.len(),
+        if kept_up { "" } else { "; capture FELL BEHIND" },
+        target.as_secs(),
+        verdict(kept_up && p99_s <= target.as_secs_f64())
+    );
+    Ok(())
+}
+
+/// Each sent event's lag in ms (for an event in none of `files`, its wait until `end_ms`); and
+/// how many sent events are in none.
+fn event_lags(
+    batches: &[SentBatch],
+    files: &[PublishedFile],
+    end_ms: i64,
+) -> Result<(Histogram<u64>, u64)> {
+    let mut files = files.to_vec();
+    files.sort_by_key(|f| f.first);
+    let mut lag_ms = Histogram::<u64>::new(3).context("a histogram")?;
+    let mut uncaptured = 0;
+    for batch in batches {
+        for sequence in batch.first..batch.first + batch.count {
+            let after = files.partition_point(|f| f.first <= sequence);
+            let file = after
+                .checked_sub(1)
+                .map(|i| &files[i])
+                .filter(|f| sequence <= f.last);
+            let until_ms = file.map_or(end_ms, |f| f.published_ms);
+            uncaptured += u64::from(file.is_none());
+            let ms = until_ms.saturating_sub(batch.enqueued_ms).max(1);
+            lag_ms.record(ms as u64).context("recording a lag")?;
+        }
+    }
+    Ok((lag_ms, uncaptured))
+}
+
+/// What one batch got: its first sequence number, size and enqueued time.
+struct SentBatch {
+    first: i64,
+    count: i64,
+    enqueued_ms: i64,
+}
+
+struct Sent {
+    events: u64,
+    elapsed: Duration,
+    cpu_ns: f64,
+    batches: Vec<SentBatch>,
+}
+
+impl Sent {
+    fn rate(&self) -> f64 {
+        self.events as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// Sends batches of 1 KiB events for `duration`, `--in-flight` at once, as fast as the hub
+/// takes them or at `rate` events/s.
+async fn send_for(
+    broker: &Broker,
+    args: &BenchArgs,
+    duration: Duration,
+    rate: Option<f64>,
+) -> Result<Sent> {
+    let body = Bytes::from(vec![0x5a; EVENT_BYTES]);
+    let batch: Vec<EventData> = (0..args.batch_events)
+        .map(|_| EventData::new(body.clone()))
+        .collect();
+    let window = Arc::new(tokio::sync::Semaphore::new(args.in_flight));
+    let mut sends = tokio::task::JoinSet::new();
+    let cpu_before = process_cpu_ns();
+    let started = Instant::now();
+    let mut batches_sent = 0u64;
+    while started.elapsed() < duration {
+        if let Some(rate) = rate {
+            let due = Duration::from_secs_f64(batches_sent as f64 * batch.len() as f64 / rate);
+            tokio::time::sleep_until((started + due).into()).await;
+        }
+        let permit = window.clone().acquire_owned().await?;
+        let (broker, batch) = (broker.clone(), batch.clone());
+        sends.spawn(async move {
+            let receipt = broker.send(HUB, SendTarget::RoundRobin, batch).await;
+            drop(permit);
+            receipt
+        });
+        batches_sent += 1;
+    }
+    let mut batches = Vec::with_capacity(sends.len());
+    while let Some(sent) = sends.join_next().await {
+        let receipt: SendReceipt = sent.context("a send task failed")??;
+        batches.push(SentBatch {
+            first: receipt.base_sequence,
+            count: receipt.offsets.len() as i64,
+            enqueued_ms: receipt.enqueued_time_ms,
+        });
+    }
+    Ok(Sent {
+        events: batches_sent * args.batch_events as u64,
+        elapsed: started.elapsed(),
+        cpu_ns: (process_cpu_ns() - cpu_before) as f64,
+        batches,
+    })
+}
+
+/// The CPU time this process has used, in nanoseconds.
+fn process_cpu_ns() -> i128 {
+    let t = clock_gettime(ClockId::ProcessCPUTime);
+    i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec)
+}
+
+/// A published file: the sequence numbers it holds and when it was published (ms).
+#[derive(Clone)]
+struct PublishedFile {
+    first: i64,
+    last: i64,
+    published_ms: i64,
+}
+
+/// What a catch-up step did.
+struct CaughtUp {
+    events: u64,
+    files: usize,
+    elapsed: Duration,
+    cpu_ns: f64,
+}
+
+/// The partition's capture on its own thread, named `capture`.
+struct CaptureThread {
+    commands: std::sync::mpsc::Sender<Command>,
+    published: Arc<Mutex<Vec<PublishedFile>>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+enum Command {
+    /// Step once now, and answer with what it did.
+    CatchUp(tokio::sync::oneshot::Sender<Result<CaughtUp>>),
+    /// Step every tick (true) or not (false).
+    Stepping(bool),
+}
+
+impl CaptureThread {
+    fn start(broker: &Broker, root: &Path) -> Result<CaptureThread> {
+        let destination: Arc<dyn Destination> =
+            Arc::new(DirectoryDestination::new(root.join("capture"))?);
+        let config = CaptureConfig {
+            interval: INTERVAL,
+            size_bytes_max: SIZE_WINDOW,
+            skip_empty: true,
+            format: CaptureFormat::Avro,
+            ..CaptureConfig::default()
+        };
+        let target = CaptureTarget {
+            namespace: "bench".into(),
+            hub: HUB.into(),
+            partition: "0".into(),
+        };
+        let mut capture = PartitionCapture::new(
+            broker.clone(),
+            destination,
+            broker.clock(),
+            config,
+            target,
+            &root.join("capture-state"),
+            EventPosition::Earliest,
+        )?;
+        let published = Arc::new(Mutex::new(Vec::new()));
+        let (seen, clock) = (published.clone(), broker.clock());
+        capture.on_file(Box::new(move |file| {
+            seen.lock().expect("published").push(PublishedFile {
+                first: file.first_sequence_number,
+                last: file.last_sequence_number,
+                published_ms: clock.now_ms(),
+            });
+            Ok(())
+        }));
+        let (commands, received) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("capture".into())
+            .spawn(move || serve_commands(capture, &received))
+            .context("cannot start the capture thread")?;
+        Ok(CaptureThread {
+            commands,
+            published,
+            thread,
+        })
+    }
+
+    async fn catch_up(&self) -> Result<CaughtUp> {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        self.commands
+            .send(Command::CatchUp(answer))
+            .context("the capture thread ended")?;
+        answered.await.context("the capture thread ended")?
+    }
+
+    fn set_stepping(&self, on: bool) {
+        let _ = self.commands.send(Command::Stepping(on));
+    }
+
+    async fn stop(self) {
+        drop(self.commands);
+        let _ = tokio::task::spawn_blocking(move || self.thread.join()).await;
+    }
+}
+
+/// The capture thread: steps on command, or every tick while told to; ends with its channel.
+fn serve_commands(mut capture: PartitionCapture, commands: &std::sync::mpsc::Receiver<Command>) {
+    let mut stepping = false;
+    loop {
+        let command = if stepping {
+            match commands.recv_timeout(TICK) {
+                Ok(command) => Some(command),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        } else {
+            match commands.recv() {
+                Ok(command) => Some(command),
+                Err(_) => return,
+            }
+        };
+        match command {
+            None => {
+                if let Err(e) = capture.step() {
+                    tracing::warn!(error = %e, "a capture step failed in the bench");
+                }
+            }
+            Some(Command::Stepping(on)) => stepping = on,
+            Some(Command::CatchUp(answer)) => {
+                let cpu_before = process_cpu_ns();
+                let started = Instant::now();
+                let outcome = capture.step().map(|files| CaughtUp {
+                    events: files.iter().map(|f| f.event_count).sum(),
+                    files: files.len(),
+                    elapsed: started.elapsed(),
+                    cpu_ns: (process_cpu_ns() - cpu_before) as f64,
+                });
+                let _ = answer.send(outcome.map_err(anyhow::Error::from));
+            }
+        }
+    }
+}
