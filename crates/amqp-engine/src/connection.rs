@@ -244,6 +244,17 @@ impl Connection {
         }
     }
 
+    /// Gives back the capacity of the output buffer and the event queue if they are empty:
+    /// for a connection gone quiet (busy ones keep theirs, to reuse).
+    pub fn release_spare_memory(&mut self) {
+        if self.out.is_empty() {
+            self.out = Vec::new();
+        }
+        if self.events.is_empty() {
+            self.events = VecDeque::new();
+        }
+    }
+
     /// The next event, oldest first.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()

@@ -17,6 +17,10 @@
 //! - **Endings**: after this side's `close`, the peer's is awaited for at most
 //!   [`CLOSE_WAIT`]; then (or after the peer's `close`, a protocol error or the socket's end)
 //!   what is queued is flushed and [`run`] returns how the connection ended.
+//! - **Quiet connections hold little**: after [`QUIET_AFTER`] without a read or a write, the
+//!   input and output buffers and the engine's spare capacity are given back and the next read
+//!   is offered only [`READ_ROOM_QUIET`] bytes (doubling from there while reads fill it). A
+//!   connection never quiet that long keeps its buffers, so busy connections pay nothing.
 
 use std::future::Future;
 use std::time::Duration;
@@ -45,6 +49,14 @@ const BUFFER_KEEP_BYTES: usize = 256 * 1024;
 const READ_ROOM_MIN: usize = 8 * 1024;
 const READ_ROOM_MAX: usize = 128 * 1024;
 const _: () = assert!(READ_ROOM_MIN <= READ_ROOM_MAX && READ_ROOM_MAX <= BUFFER_KEEP_BYTES);
+
+/// Without a read or a write for this long, a connection gives its buffers back.
+pub const QUIET_AFTER: Duration = Duration::from_millis(200);
+
+/// The room a quiet connection's read is offered: enough for a keep-alive, a flow or a
+/// small request; a read that fills it doubles the room, as any full read does.
+pub const READ_ROOM_QUIET: usize = 512;
+const _: () = assert!(READ_ROOM_QUIET <= READ_ROOM_MIN);
 
 /// The application on top of a connection.
 pub trait Handler {
@@ -114,6 +126,13 @@ where
         let idle_at = connection
             .local_idle_timeout_ms()
             .map(|ms| io.last_read + Duration::from_millis(u64::from(ms)));
+        // One timer for both: the idle timeout and, until the buffers are given back, the
+        // moment the connection counts as quiet.
+        let quiet_at = (!io.released).then(|| io.last_read.max(io.last_write) + QUIET_AFTER);
+        let wake_at = match (idle_at, quiet_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         let room = io.out.len() - io.written < OUT_BYTES_HIGH;
         let reading = room && io.ending.is_none();
         let offered = if reading { io.make_read_room() } else { 0 };
@@ -144,12 +163,16 @@ where
                 connection.keep_alive();
                 io.last_write = Instant::now();
             }
-            () = sleep_until(idle_at), if idle_at.is_some() && io.ending.is_none() => {
-                connection.close(Some(amqp_error(
-                    condition::RESOURCE_LIMIT_EXCEEDED,
-                    "the connection was idle beyond its idle timeout",
-                )));
-                io.ending = Some(Ending::IdleTimeout);
+            () = sleep_until(wake_at), if wake_at.is_some() && io.ending.is_none() => {
+                if idle_at.is_some_and(|at| at <= Instant::now()) {
+                    connection.close(Some(amqp_error(
+                        condition::RESOURCE_LIMIT_EXCEEDED,
+                        "the connection was idle beyond its idle timeout",
+                    )));
+                    io.ending = Some(Ending::IdleTimeout);
+                } else {
+                    io.release(&mut connection);
+                }
             }
             () = sleep_until(io.close_deadline), if io.close_deadline.is_some() && io.ending.is_none() => {
                 io.ending = Some(Ending::CloseUnanswered);
@@ -165,8 +188,11 @@ struct Io {
     input: Vec<u8>,
     /// The room the next read gets: doubled after a read that filled it, halved after one that
     /// used under a quarter, within [`READ_ROOM_MIN`]..=[`READ_ROOM_MAX`]. A busy connection
-    /// reads in large chunks; a quiet one asks for little.
+    /// reads in large chunks; a quiet one asks for little, and one given back its buffers
+    /// ([`Io::release`]) for [`READ_ROOM_QUIET`].
     read_room: usize,
+    /// Whether the buffers were given back since the last read or write.
+    released: bool,
     out: Vec<u8>,
     /// Bytes of `out` written so far.
     written: usize,
@@ -182,6 +208,7 @@ impl Io {
         Io {
             input: buffered,
             read_room: READ_ROOM_MIN,
+            released: false,
             out: Vec::new(),
             written: 0,
             last_read: now,
@@ -232,18 +259,35 @@ impl Io {
     fn read(&mut self, n: usize, offered: usize) {
         debug_assert!(n > 0 && n <= offered);
         self.last_read = Instant::now();
+        self.released = false;
         if n >= offered {
             self.read_room = (self.read_room * 2).min(READ_ROOM_MAX);
-        } else if n < self.read_room / 4 {
+        } else if n < self.read_room / 4 && self.read_room > READ_ROOM_MIN {
             self.read_room = (self.read_room / 2).max(READ_ROOM_MIN);
         }
-        assert!((READ_ROOM_MIN..=READ_ROOM_MAX).contains(&self.read_room));
+        assert!((READ_ROOM_QUIET..=READ_ROOM_MAX).contains(&self.read_room));
+    }
+
+    /// The connection was quiet for [`QUIET_AFTER`]: gives back the buffers that hold nothing
+    /// and the engine's spare capacity; the next read is offered [`READ_ROOM_QUIET`].
+    fn release(&mut self, connection: &mut Connection) {
+        self.released = true;
+        if self.input.is_empty() {
+            self.input = Vec::new();
+            self.read_room = READ_ROOM_QUIET;
+        }
+        if self.written == self.out.len() {
+            self.out = Vec::new();
+            self.written = 0;
+        }
+        connection.release_spare_memory();
     }
 
     /// `n` more bytes of the output reached the socket.
     fn wrote(&mut self, n: usize) {
         self.written += n;
         self.last_write = Instant::now();
+        self.released = false;
         if self.written == self.out.len() {
             self.out.clear();
             self.written = 0;
@@ -317,6 +361,40 @@ mod tests {
         io.read_room = 4 * READ_ROOM_MIN;
         io.read(2 * READ_ROOM_MIN, 4 * READ_ROOM_MIN);
         assert_eq!(io.read_room, 4 * READ_ROOM_MIN);
+    }
+
+    #[test]
+    fn a_quiet_connection_gives_its_buffers_back_and_regrows_on_full_reads() {
+        let mut io = Io::new(Vec::new());
+        let mut connection = Connection::server(crate::connection::Config::new("quiet"));
+        let offered = io.make_read_room();
+        io.read(offered, offered);
+        io.out.extend_from_slice(&[0; 3000]);
+        io.wrote(3000);
+        assert!(io.input.capacity() >= READ_ROOM_MIN && io.out.capacity() >= 3000);
+        io.release(&mut connection);
+        assert_eq!((io.input.capacity(), io.out.capacity()), (0, 0));
+        assert_eq!(io.make_read_room(), READ_ROOM_QUIET);
+        // Small reads (keep-alives) keep the quiet room; full ones double it again.
+        io.read(8, READ_ROOM_QUIET);
+        assert_eq!(io.read_room, READ_ROOM_QUIET);
+        assert!(!io.released);
+        for _ in 0..4 {
+            let offered = io.make_read_room();
+            io.read(offered, offered);
+        }
+        assert!(io.read_room >= READ_ROOM_MIN);
+    }
+
+    #[test]
+    fn bytes_not_yet_handled_or_written_are_kept_when_quiet() {
+        let mut io = Io::new(vec![1, 2, 3]);
+        let mut connection = Connection::server(crate::connection::Config::new("quiet"));
+        io.out.extend_from_slice(&[7; 100]);
+        io.wrote(40);
+        io.release(&mut connection);
+        assert_eq!(io.input, [1, 2, 3]);
+        assert_eq!((io.out.len(), io.written), (100, 40));
     }
 
     #[test]

@@ -78,7 +78,9 @@ pub use ownership_registry::{
     CheckpointRecord, OWNER_ID_BYTES_MAX, OWNER_RUNNING_WINDOW_MS, OwnershipClaim, OwnershipRecord,
     PROCESSOR_HOST_RETENTION_MS, ProcessorHostRecord, ProcessorPartitionState,
 };
-pub use receiver::{DisconnectWatch, LastEnqueuedEvent, Receiver, ReceiverPlace};
+pub use receiver::{
+    DisconnectWatch, LastEnqueuedEvent, RELEASE_BUFFERS_AFTER, Receiver, ReceiverPlace,
+};
 pub use source::BrokerSource;
 pub use tributary_event::SendTarget;
 pub use tributary_log::{

@@ -15,6 +15,10 @@ use crate::{BrokerError, DisconnectReason, ReceiveError};
 /// returned, however large).
 pub const RECEIVE_BYTES_MAX: u64 = 4 * 1024 * 1024;
 
+/// A `receive` that has waited this long for an event gives back its cursor's read buffers
+/// (an idle receiver holds no file bytes; a busy one, never waiting this long, reuses them).
+pub const RELEASE_BUFFERS_AFTER: Duration = Duration::from_millis(200);
+
 /// How the broker reaches an open receiver to disconnect it. A watch, so any number of waiters
 /// (a receive in progress, a front door watching for displacement) all see the disconnect.
 #[derive(Debug)]
@@ -122,6 +126,7 @@ impl Receiver {
         wait: Duration,
     ) -> Result<Vec<ReceivedEvent>, ReceiveError> {
         let deadline = tokio::time::Instant::now() + wait;
+        let mut release_at = Some(tokio::time::Instant::now() + RELEASE_BUFFERS_AFTER);
         loop {
             if let Some(reason) = self.control.reason() {
                 return Err(ReceiveError::Disconnected(reason));
@@ -138,7 +143,13 @@ impl Receiver {
                         return Err(ReceiveError::Disconnected(DisconnectReason::HubDeleted));
                     }
                 }
-                () = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
+                // One timer: the deadline, or before it the moment to give the buffers back.
+                () = tokio::time::sleep_until(release_at.map_or(deadline, |at| at.min(deadline))) => {
+                    if release_at.take().is_none_or(|at| at >= deadline) {
+                        return Ok(Vec::new());
+                    }
+                    self.cursor.release_buffers();
+                }
             }
         }
     }

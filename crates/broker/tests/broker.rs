@@ -287,6 +287,44 @@ async fn a_waiting_receiver_is_woken_by_the_append() {
     assert_eq!(last.sequence_number, 0);
 }
 
+/// A receive waiting past the moment it gives its read buffers back still waits out its time,
+/// is woken by the next append and reads on in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_waiting_past_its_buffer_release_reads_on_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = broker(dir.path()).await;
+    b.create_hub(HubSpec::new("h", 1)).await.unwrap();
+    let mut rx = b
+        .open_receiver(ReceiverSpec::new("h", "0", EventPosition::Earliest))
+        .unwrap();
+    b.send("h", SendTarget::RoundRobin, events("first", 2))
+        .await
+        .unwrap();
+    let got = rx.receive(10, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(got.len(), 2);
+    let quiet = tributary_broker::RELEASE_BUFFERS_AFTER;
+    let started = Instant::now();
+    let got = rx.receive(10, quiet * 2).await.unwrap();
+    assert!(got.is_empty());
+    assert!(
+        started.elapsed() >= quiet * 2,
+        "the whole wait, not only until the release"
+    );
+    let sender = b.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(quiet * 2).await;
+        sender
+            .send("h", SendTarget::RoundRobin, events("later", 1))
+            .await
+            .unwrap();
+    });
+    let got = rx.receive(10, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(
+        got.iter().map(|e| e.sequence_number).collect::<Vec<_>>(),
+        [2]
+    );
+}
+
 #[tokio::test]
 async fn receivers_start_at_every_kind_of_position() {
     let dir = tempfile::tempdir().unwrap();

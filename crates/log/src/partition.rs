@@ -143,6 +143,13 @@ impl ReadCursor {
         }
     }
 
+    /// Gives back the memory of the bytes last read (a reader going idle); the next read
+    /// allocates again.
+    pub fn release_buffers(&mut self) {
+        self.buf = BytesMut::new();
+        self.read_ahead = None;
+    }
+
     /// The sequence number of the next event this cursor reads.
     pub fn next_sequence(&self) -> i64 {
         self.next_sequence
@@ -796,11 +803,12 @@ impl PartitionLog {
         max_events: usize,
         max_bytes: u64,
     ) -> Result<Vec<ReceivedEvent>, LogError> {
-        let mut out = Vec::with_capacity(max_events.min(1024));
-        if max_events == 0 {
-            return Ok(out);
-        }
         let committed = self.committed();
+        if max_events == 0 || cursor.next_sequence >= committed.next_sequence {
+            // Nothing to read: no allocation (a waiting receiver holds this empty vector).
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::with_capacity(max_events.min(1024));
         while out.is_empty() && cursor.next_sequence < committed.next_sequence {
             let (segment, next_base) =
                 self.segment_for_sequence(cursor.next_sequence, &committed)?;
@@ -1372,5 +1380,40 @@ mod tests {
             read.extend(events.into_iter().map(|e| e.data));
         }
         assert_eq!(read, appended);
+    }
+
+    /// A reader at the end allocates nothing while it waits, and one that gives its buffers
+    /// back reads on from where it was.
+    #[test]
+    fn a_reader_at_the_end_holds_no_memory_and_reads_on_after_releasing_its_buffers() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let config = LogConfig {
+            durability: Durability::None,
+            ..LogConfig::default()
+        };
+        let clock = Arc::new(ManualClock::new(T0));
+        let log = PartitionLog::open(dir.path(), config, GroupCommitter::start(), clock)
+            .expect("the log opens");
+        let mut cursor = ReadCursor::new(0);
+        assert_eq!(
+            log.read(&mut cursor, 300, 1 << 20)
+                .expect("read")
+                .capacity(),
+            0
+        );
+        log.append(&[stamped(0), stamped(1)]).expect("appended");
+        assert_eq!(log.read(&mut cursor, 1, 1 << 20).expect("read").len(), 1);
+        cursor.release_buffers();
+        let rest = log.read(&mut cursor, 300, 1 << 20).expect("read");
+        assert_eq!(
+            rest.iter().map(|e| e.sequence_number).collect::<Vec<_>>(),
+            [1]
+        );
+        assert_eq!(
+            log.read(&mut cursor, 300, 1 << 20)
+                .expect("read")
+                .capacity(),
+            0
+        );
     }
 }
