@@ -189,6 +189,8 @@ pub enum KafkaServer {
     Tansu,
 }
 
+// Only the Kafka scenario, built with the `kafka-bench` feature, prints server names.
+#[cfg(feature = "kafka-bench")]
 impl KafkaServer {
     /// Its name in the scenario's lines.
     pub fn name(self) -> &'static str {
