@@ -75,8 +75,8 @@ struct Queue {
 
 struct Shared {
     queue: Mutex<Queue>,
-    /// Wakes the committer thread: an interval partition was marked dirty, a chain ended, or
-    /// shutdown began.
+    /// Wakes the committer thread: an interval partition was marked dirty, shutdown began, or
+    /// a chain ended during shutdown.
     wake: Condvar,
     /// Where chains are started; taken (closing the channel, ending the sync threads) when the
     /// committer thread stops.
@@ -260,8 +260,13 @@ fn run_chain(shared: &Shared, chain: Chain) {
         }
         None => {
             queue.in_flight.remove(&key);
+            // Only a shutdown waits for chains to end; waking the committer thread at every
+            // chain's end would cost two context switches per sync for nothing.
+            let shutdown = queue.shutdown;
             drop(queue);
-            shared.wake.notify_one();
+            if shutdown {
+                shared.wake.notify_one();
+            }
         }
     }
 }

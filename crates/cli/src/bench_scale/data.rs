@@ -262,11 +262,8 @@ async fn retention(plan: &Plan, progress: &ProgressBar, table: &mut Table) -> Re
     for hub in ["keep", "trim"] {
         progress.set_message(format!("data: ingest into {hub} (retention)"));
         let producers = Producers {
-            hubs: vec![hub.into()],
-            partitions: PARTITIONS,
-            connections_per_hub: 4,
-            window: 16,
             event_bytes: EVENT_BYTES,
+            ..Producers::new(vec![hub.into()], PARTITIONS, 4, 16)
         };
         runs.push(load::ingest(plan, &server, &producers).await?);
         progress.inc(1);

@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use hdrhistogram::Histogram;
 use tokio::task::JoinSet;
 use tributary_client::{ConsumerClient, ProducerClient};
-use tributary_event::{EventData, EventPosition, SendTarget};
+use tributary_event::{EventData, EventPosition, ReceivedEvent, SendTarget};
 
 use super::Plan;
 use super::server::ServerProcess;
@@ -30,6 +30,8 @@ pub struct Measured {
     pub server_cpu_us: f64,
     /// This process's (the clients') CPU time per event in the window, in microseconds.
     pub client_cpu_us: f64,
+    /// Events counted from the start of the load to its end, warm-up and drain included.
+    pub events_all: u64,
 }
 
 /// Who sends: producers on `hubs`, each keeping `window` sends in flight round the partitions.
@@ -39,6 +41,25 @@ pub struct Producers {
     pub connections_per_hub: usize,
     pub window: usize,
     pub event_bytes: usize,
+}
+
+impl Producers {
+    /// `connections_per_hub` producers on each of `hubs`, each keeping `window` sends of 100 B
+    /// events in flight.
+    pub fn new(
+        hubs: Vec<String>,
+        partitions: u32,
+        connections_per_hub: usize,
+        window: usize,
+    ) -> Self {
+        Producers {
+            hubs,
+            partitions,
+            connections_per_hub,
+            window,
+            event_bytes: 100,
+        }
+    }
 }
 
 /// Runs the producers through the plan's warm-up and one timed step.
@@ -90,14 +111,16 @@ pub async fn ingest(plan: &Plan, server: &ServerProcess, who: &Producers) -> Res
 #[derive(Default)]
 pub struct Window {
     events: AtomicU64,
+    events_all: AtomicU64,
     timing: AtomicBool,
     stop: AtomicBool,
     latency_us: std::sync::Mutex<Option<Histogram<u64>>>,
 }
 
 impl Window {
-    /// Counts `events` with one latency sample, if the timed window is open.
+    /// Counts `events`, and with one latency sample if the timed window is open.
     pub fn record(&self, events: u64, latency: Duration) {
+        self.events_all.fetch_add(events, Ordering::Relaxed);
         if !self.timing.load(Ordering::Relaxed) {
             return;
         }
@@ -147,6 +170,7 @@ impl Window {
             p99_ms: p99_us as f64 / 1000.0,
             server_cpu_us: per_event(server_cpu),
             client_cpu_us: per_event(client_cpu),
+            events_all: self.events_all.load(Ordering::Relaxed),
         })
     }
 }
@@ -166,31 +190,18 @@ pub async fn deliver(
 ) -> Result<Measured> {
     let window = Arc::new(Window::default());
     let mut tasks = JoinSet::new();
-    let mut consumers = Vec::new();
-    for group in groups {
-        let consumer = ConsumerClient::connect(&server.conn, hub).await?;
-        for partition in 0..partitions {
-            let mut receiver = consumer
-                .open_receiver(
-                    &partition.to_string(),
-                    group,
-                    EventPosition::Earliest,
-                    None,
-                    3_000,
-                )
-                .await?;
-            let window = window.clone();
-            tasks.spawn(async move {
-                while !window.stopped() {
-                    let events = receiver.receive(3_000, Duration::from_millis(100)).await?;
-                    window.record(events.len() as u64, Duration::ZERO);
-                }
-                receiver.close().await;
-                anyhow::Ok(())
-            });
-        }
-        consumers.push(consumer);
-    }
+    let readers = Readers {
+        hub: (hub, partitions),
+        groups,
+        start: EventPosition::Earliest,
+        credit: 3_000,
+    };
+    let consumers = readers
+        .spawn(server, &window, &mut tasks, |window, events| {
+            window.record(events.len() as u64, Duration::ZERO);
+            Ok(())
+        })
+        .await?;
     let measured = window.measure(plan, server, &mut tasks).await;
     for consumer in &consumers {
         consumer.close().await;
@@ -203,56 +214,85 @@ pub async fn deliver(
 pub async fn tail_latency(
     plan: &Plan,
     server: &ServerProcess,
-    (hub, partitions): (&str, u32),
+    hub: (&str, u32),
     groups: &[String],
     rate: u64,
 ) -> Result<Measured> {
     let base = Instant::now();
     let window = Arc::new(Window::default());
     let mut tasks = JoinSet::new();
-    let mut consumers = Vec::new();
-    for group in groups {
-        let consumer = ConsumerClient::connect(&server.conn, hub).await?;
-        for partition in 0..partitions {
-            let mut receiver = consumer
-                .open_receiver(
-                    &partition.to_string(),
-                    group,
-                    EventPosition::Latest,
-                    None,
-                    300,
-                )
-                .await?;
-            let window = window.clone();
-            tasks.spawn(async move {
-                while !window.stopped() {
-                    for event in receiver.receive(300, Duration::from_millis(100)).await? {
-                        let stamp = event.data.body.get(..8).context("a short body")?;
-                        let sent = u64::from_le_bytes(stamp.try_into()?);
-                        let now = base.elapsed().as_nanos() as u64;
-                        window.record(1, Duration::from_nanos(now.saturating_sub(sent)));
-                    }
-                }
-                receiver.close().await;
-                anyhow::Ok(())
-            });
-        }
-        consumers.push(consumer);
-    }
-    let producer = ProducerClient::connect(&server.conn, hub).await?;
-    tasks.spawn(pace(
-        producer.clone(),
-        partitions,
-        rate,
-        base,
-        window.clone(),
-    ));
+    let readers = Readers {
+        hub,
+        groups,
+        start: EventPosition::Latest,
+        credit: 300,
+    };
+    let consumers = readers
+        .spawn(server, &window, &mut tasks, move |window, events| {
+            for event in events {
+                let stamp = event.data.body.get(..8).context("a short body")?;
+                let sent = u64::from_le_bytes(stamp.try_into()?);
+                let now = base.elapsed().as_nanos() as u64;
+                window.record(1, Duration::from_nanos(now.saturating_sub(sent)));
+            }
+            Ok(())
+        })
+        .await?;
+    let producer = ProducerClient::connect(&server.conn, hub.0).await?;
+    tasks.spawn(pace(producer.clone(), hub.1, rate, base, window.clone()));
     let measured = window.measure(plan, server, &mut tasks).await;
     producer.close().await;
     for consumer in &consumers {
         consumer.close().await;
     }
     measured
+}
+
+/// Consumer groups reading a hub: one connection per group, a receiver on every partition
+/// starting at `start` with `credit` prefetched and asked for per receive.
+struct Readers<'a> {
+    hub: (&'a str, u32),
+    groups: &'a [String],
+    start: EventPosition,
+    credit: u32,
+}
+
+impl Readers<'_> {
+    /// Opens the receivers, each in a task of `tasks` receiving until `window` stops and
+    /// handing every batch received to `on_events`; the connections, to close when done.
+    async fn spawn<F>(
+        &self,
+        server: &ServerProcess,
+        window: &Arc<Window>,
+        tasks: &mut JoinSet<Result<()>>,
+        on_events: F,
+    ) -> Result<Vec<ConsumerClient>>
+    where
+        F: Fn(&Window, Vec<ReceivedEvent>) -> Result<()> + Clone + Send + 'static,
+    {
+        let (hub, partitions) = self.hub;
+        let mut consumers = Vec::new();
+        for group in self.groups {
+            let consumer = ConsumerClient::connect(&server.conn, hub).await?;
+            for partition in 0..partitions {
+                let mut receiver = consumer
+                    .open_receiver(&partition.to_string(), group, self.start, None, self.credit)
+                    .await?;
+                let (window, on_events) = (window.clone(), on_events.clone());
+                let credit = self.credit as usize;
+                tasks.spawn(async move {
+                    while !window.stopped() {
+                        let events = receiver.receive(credit, Duration::from_millis(100)).await?;
+                        on_events(&window, events)?;
+                    }
+                    receiver.close().await;
+                    anyhow::Ok(())
+                });
+            }
+            consumers.push(consumer);
+        }
+        Ok(consumers)
+    }
 }
 
 /// Sends batches of 10 stamped events at `rate` events/s round the partitions until stopped.

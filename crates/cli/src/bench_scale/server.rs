@@ -1,8 +1,9 @@
 //! The scale scenario's server: a hub and its AMQP door in a child process (this binary again,
 //! with [`SERVER_ENV`] naming its data directory), so that its resident set and CPU time are
 //! its own. The parent drives it by lines on its standard input — `hub NAME PARTITIONS
-//! [RETENTION_BYTES]`, `group HUB NAME` — each answered by `ok` or `error …`; the child ends,
-//! shutting the hub down cleanly, when its standard input closes.
+//! [RETENTION_BYTES]`, `group HUB NAME`, `syncs` (the log's `fdatasync` calls so far) — each
+//! answered by `ok` (`ok N` to `syncs`) or `error …`; the child ends, shutting the hub down
+//! cleanly, when its standard input closes.
 //!
 //! The door's caps and deadlines are raised above what the sweeps open, and the child's
 //! open-file limit to [`FD_WANTED`] (one descriptor per connection plus the logs' files).
@@ -59,7 +60,8 @@ pub async fn serve_child(args: &BenchArgs, dir: &Path) -> Result<()> {
     let mut commands = BufReader::new(tokio::io::stdin()).lines();
     while let Some(command) = commands.next_line().await? {
         match obey(&broker, &command).await {
-            Ok(()) => println!("ok"),
+            Ok(None) => println!("ok"),
+            Ok(Some(answer)) => println!("ok {answer}"),
             Err(e) => println!("error {e:#}"),
         }
     }
@@ -68,7 +70,8 @@ pub async fn serve_child(args: &BenchArgs, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-async fn obey(broker: &Broker, command: &str) -> Result<()> {
+/// Carries out one command; what it answers beyond `ok`, if anything.
+async fn obey(broker: &Broker, command: &str) -> Result<Option<String>> {
     let words: Vec<&str> = command.split_whitespace().collect();
     match words.as_slice() {
         ["hub", name, partitions, rest @ ..] => {
@@ -80,9 +83,10 @@ async fn obey(broker: &Broker, command: &str) -> Result<()> {
         ["group", hub, name] => {
             broker.create_consumer_group(hub, name).await?;
         }
+        ["syncs"] => return Ok(Some(broker.sync_times().syncs.count.to_string())),
         _ => anyhow::bail!("unknown command {command:?}"),
     }
-    Ok(())
+    Ok(None)
 }
 
 /// The parent's handle on a server child.
@@ -150,15 +154,32 @@ impl ServerProcess {
 
     /// Sends one command and waits for its `ok`.
     pub async fn command(&mut self, command: &str) -> Result<()> {
+        let answer = self.ask(command).await?;
+        anyhow::ensure!(
+            answer.is_empty(),
+            "the server answered {command:?} with \"ok {answer}\""
+        );
+        Ok(())
+    }
+
+    /// The `fdatasync` calls the server's log has made so far.
+    pub async fn syncs(&mut self) -> Result<u64> {
+        let answer = self.ask("syncs").await?;
+        answer
+            .parse()
+            .with_context(|| format!("the server answered syncs with \"ok {answer}\""))
+    }
+
+    /// Sends one command and waits for its `ok`; what follows `ok `, if anything.
+    async fn ask(&mut self, command: &str) -> Result<String> {
         self.stdin
             .write_all(format!("{command}\n").as_bytes())
             .await?;
         let answer = self.answer().await?;
-        anyhow::ensure!(
-            answer == "ok",
-            "the server answered {command:?} with {answer:?}"
-        );
-        Ok(())
+        match answer.strip_prefix("ok") {
+            Some(rest) if rest.is_empty() || rest.starts_with(' ') => Ok(rest.trim().to_owned()),
+            _ => anyhow::bail!("the server answered {command:?} with {answer:?}"),
+        }
     }
 
     async fn answer(&mut self) -> Result<String> {

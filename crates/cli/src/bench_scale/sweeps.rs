@@ -5,7 +5,7 @@
 use anyhow::Result;
 use indicatif::ProgressBar;
 
-use super::load::{self, IdleCrowd, Producers};
+use super::load::{self, IdleCrowd, Measured, Producers};
 use super::report::{Chart, Table, Target};
 use super::server::{ServerOptions, ServerProcess};
 use super::{Plan, data};
@@ -88,17 +88,7 @@ async fn partitions(plan: &Plan, progress: &ProgressBar) -> Result<Table> {
     let mut table = Table::new(
         Sweep::Partitions,
         "Partitions of one hub",
-        &[
-            "partitions",
-            "events_per_s",
-            "ack_p99_ms",
-            "rss_baseline_mib",
-            "rss_idle_mib",
-            "rss_per_idle_partition_kib",
-            "rss_after_ingest_mib",
-            "server_cpu_us_per_event",
-            "client_cpu_us_per_event",
-        ],
+        &hubs_columns("partitions"),
         Chart::new(1, "ingest events/s").right(5, "RSS per idle partition, KiB"),
     );
     for n in steps_of(Sweep::Partitions, plan) {
@@ -144,20 +134,26 @@ async fn partitions(plan: &Plan, progress: &ProgressBar) -> Result<Table> {
     Ok(table)
 }
 
-/// One step of the partitions or hubs sweep: a fresh server, `hubs` hubs of `partitions`
-/// each, memory idle, then the ingest. Returns the row after its x.
+/// The columns of the partitions and hubs sweeps after their x, `x`.
+fn hubs_columns(x: &str) -> [&str; 10] {
+    [
+        x,
+        "events_per_s",
+        "ack_p99_ms",
+        "rss_baseline_mib",
+        "rss_idle_mib",
+        "rss_per_idle_partition_kib",
+        "rss_after_ingest_mib",
+        "server_cpu_us_per_event",
+        "client_cpu_us_per_event",
+        "events_per_sync",
+    ]
+}
+
+/// One step of the partitions or hubs sweep: `hubs` hubs of `partitions` each. Returns the row
+/// after its x.
 async fn hubs_step(plan: &Plan, hubs: usize, partitions: u32) -> Result<Vec<f64>> {
-    let name = format!("hubs-{hubs}x{partitions}");
-    let mut server = fresh_server(plan, &name).await?;
-    settle(plan).await;
-    let baseline = server.rss_kib();
     let names: Vec<String> = (0..hubs).map(|h| format!("h{h}")).collect();
-    for hub in &names {
-        server.command(&format!("hub {hub} {partitions}")).await?;
-    }
-    settle(plan).await;
-    let idle = server.rss_kib();
-    let per_partition = idle.saturating_sub(baseline) as f64 / (hubs as f64 * partitions as f64);
     // One hub: four connections; more: one connection per hub. The same sends in flight in
     // all, spread over the hubs (at least one per hub).
     let (connections_per_hub, window) = if hubs == 1 {
@@ -165,26 +161,65 @@ async fn hubs_step(plan: &Plan, hubs: usize, partitions: u32) -> Result<Vec<f64>
     } else {
         (1, (INGEST_WINDOW * INGEST_PRODUCERS / hubs).max(1))
     };
-    let producers = Producers {
-        hubs: names,
-        partitions,
-        connections_per_hub,
-        window,
-        event_bytes: 100,
-    };
-    let measured = load::ingest(plan, &server, &producers).await?;
-    let after = server.rss_kib();
-    finish(plan, server, &name).await?;
+    let producers = Producers::new(names, partitions, connections_per_hub, window);
+    let step = ingest_step(plan, &format!("hubs-{hubs}x{partitions}"), &producers).await?;
+    let per_partition =
+        step.idle_kib.saturating_sub(step.baseline_kib) as f64 / (hubs as f64 * partitions as f64);
     Ok(vec![
-        measured.rate,
-        measured.p99_ms,
-        baseline as f64 / KIB_PER_MIB,
-        idle as f64 / KIB_PER_MIB,
+        step.measured.rate,
+        step.measured.p99_ms,
+        step.baseline_kib as f64 / KIB_PER_MIB,
+        step.idle_kib as f64 / KIB_PER_MIB,
         per_partition,
-        after as f64 / KIB_PER_MIB,
-        measured.server_cpu_us,
-        measured.client_cpu_us,
+        step.after_kib as f64 / KIB_PER_MIB,
+        step.measured.server_cpu_us,
+        step.measured.client_cpu_us,
+        step.events_per_sync,
     ])
+}
+
+/// What an ingest step measured: the server's RSS before any hub, with its hubs idle, and
+/// after the load; the load; and the events each `fdatasync` covered on average over the whole
+/// load (0 without syncs).
+struct IngestStep {
+    baseline_kib: u64,
+    idle_kib: u64,
+    after_kib: u64,
+    measured: Measured,
+    events_per_sync: f64,
+}
+
+/// The body every ingest step shares: a fresh server named `name`, the producers' hubs created
+/// (memory read before and after, each time settled), the producers' warm-up and timed step
+/// (the server's syncs counted over it), memory read again, and the server stopped and its
+/// data removed.
+async fn ingest_step(plan: &Plan, name: &str, producers: &Producers) -> Result<IngestStep> {
+    let mut server = fresh_server(plan, name).await?;
+    settle(plan).await;
+    let baseline_kib = server.rss_kib();
+    for hub in &producers.hubs {
+        server
+            .command(&format!("hub {hub} {}", producers.partitions))
+            .await?;
+    }
+    settle(plan).await;
+    let idle_kib = server.rss_kib();
+    let syncs = server.syncs().await?;
+    let measured = load::ingest(plan, &server, producers).await?;
+    let syncs = server.syncs().await? - syncs;
+    let after_kib = server.rss_kib();
+    finish(plan, server, name).await?;
+    Ok(IngestStep {
+        baseline_kib,
+        idle_kib,
+        after_kib,
+        events_per_sync: if syncs == 0 {
+            0.0
+        } else {
+            measured.events_all as f64 / syncs as f64
+        },
+        measured,
+    })
 }
 
 async fn hubs(plan: &Plan, progress: &ProgressBar) -> Result<Table> {
@@ -192,17 +227,7 @@ async fn hubs(plan: &Plan, progress: &ProgressBar) -> Result<Table> {
     let mut table = Table::new(
         Sweep::Hubs,
         &format!("Hubs of {partitions} partitions"),
-        &[
-            "hubs",
-            "events_per_s",
-            "ack_p99_ms",
-            "rss_baseline_mib",
-            "rss_idle_mib",
-            "rss_per_idle_partition_kib",
-            "rss_after_ingest_mib",
-            "server_cpu_us_per_event",
-            "client_cpu_us_per_event",
-        ],
+        &hubs_columns("hubs"),
         Chart::new(1, "ingest events/s").right(4, "server RSS idle, MiB"),
     );
     for n in steps_of(Sweep::Hubs, plan) {
@@ -240,31 +265,23 @@ async fn connections(plan: &Plan, progress: &ProgressBar) -> Result<Table> {
     );
     for n in steps_of(Sweep::Connections, plan) {
         progress.set_message(format!("producer connections: {n}"));
-        let name = format!("connections-{n}");
-        let mut server = fresh_server(plan, &name).await?;
-        server
-            .command(&format!("hub load {LOAD_PARTITIONS}"))
-            .await?;
-        settle(plan).await;
-        let baseline = server.rss_kib();
-        let producers = Producers {
-            hubs: vec!["load".into()],
-            partitions: LOAD_PARTITIONS,
-            connections_per_hub: n as usize,
-            window: CONNECTION_WINDOW,
-            event_bytes: 100,
-        };
-        let m = load::ingest(plan, &server, &producers).await?;
-        let after = server.rss_kib();
-        finish(plan, server, &name).await?;
-        let per_connection = after.saturating_sub(baseline) as f64 / n as f64;
+        let producers = Producers::new(
+            vec!["load".into()],
+            LOAD_PARTITIONS,
+            n as usize,
+            CONNECTION_WINDOW,
+        );
+        let step = ingest_step(plan, &format!("connections-{n}"), &producers).await?;
+        let m = &step.measured;
+        // Before any connection: the hub is created and idle.
+        let per_connection = step.after_kib.saturating_sub(step.idle_kib) as f64 / n as f64;
         table.push(
             &[n as f64],
             &[
                 m.rate,
                 m.p99_ms,
-                baseline as f64 / KIB_PER_MIB,
-                after as f64 / KIB_PER_MIB,
+                step.idle_kib as f64 / KIB_PER_MIB,
+                step.after_kib as f64 / KIB_PER_MIB,
                 per_connection,
                 m.server_cpu_us,
                 m.client_cpu_us,
@@ -303,13 +320,7 @@ async fn idle(plan: &Plan, progress: &ProgressBar) -> Result<Table> {
             .await?;
         settle(plan).await;
         let held = server.rss_kib();
-        let producers = Producers {
-            hubs: vec!["idle".into()],
-            partitions,
-            connections_per_hub: 1,
-            window: INGEST_WINDOW,
-            event_bytes: 100,
-        };
+        let producers = Producers::new(vec!["idle".into()], partitions, 1, INGEST_WINDOW);
         let m = load::ingest(plan, &server, &producers).await?;
         let per = held.saturating_sub(baseline) as f64 / crowd.len().max(1) as f64;
         table.push(
@@ -413,13 +424,12 @@ async fn backlog(plan: &Plan, server: &ServerProcess, partitions: u32) -> Result
         step: plan.step * 2,
         ..plan.clone()
     };
-    let producers = Producers {
-        hubs: vec!["groups".into()],
+    let producers = Producers::new(
+        vec!["groups".into()],
         partitions,
-        connections_per_hub: INGEST_PRODUCERS,
-        window: INGEST_WINDOW,
-        event_bytes: 100,
-    };
+        INGEST_PRODUCERS,
+        INGEST_WINDOW,
+    );
     load::ingest(&fill, server, &producers).await?;
     Ok(())
 }
