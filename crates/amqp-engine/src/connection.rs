@@ -42,9 +42,9 @@ use fe2o3_amqp_types::performatives::{Attach, ChannelMax, Close, MaxFrameSize, O
 use tributary_amqp_codec::frame::{self, FrameType, MIN_MAX_FRAME_SIZE};
 use tributary_amqp_codec::performative::{FlowFields, code, performative_code};
 
-pub use self::link::{LinkId, LinkRole, attach_frame};
+pub use self::link::{LinkId, LinkMap, LinkRole, attach_frame};
 pub use self::session::SessionId;
-pub use self::transfer::Delivery;
+pub use self::transfer::{Delivery, DeliveryTag};
 pub use crate::error::{ConnectionError, SendError, amqp_error, condition};
 
 use self::link::Link;

@@ -20,7 +20,9 @@
 //! - **Quiet connections hold little**: after [`QUIET_AFTER`] without a read or a write, the
 //!   input and output buffers and the engine's spare capacity are given back and the next read
 //!   is offered only [`READ_ROOM_QUIET`] bytes (doubling from there while reads fill it). A
-//!   connection never quiet that long keeps its buffers, so busy connections pay nothing.
+//!   connection never quiet that long keeps its buffers, so busy connections pay nothing: its
+//!   output buffers (the driver's and the engine's, swapped each turn) keep the capacity of the
+//!   largest turn's output until then.
 
 use std::future::Future;
 use std::time::Duration;
@@ -40,7 +42,8 @@ pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
 /// Commands handled per wake-up before the socket gets its turn again.
 const COMMANDS_PER_TURN: usize = 256;
 
-/// A read buffer above this capacity is given back once empty.
+/// A read buffer above this capacity is given back once empty (a large frame's). The output
+/// buffer keeps its capacity while the connection is busy.
 const BUFFER_KEEP_BYTES: usize = 256 * 1024;
 
 /// The least and the most room a read offers the socket. A read takes at most the room the
@@ -289,11 +292,11 @@ impl Io {
         self.last_write = Instant::now();
         self.released = false;
         if self.written == self.out.len() {
+            // Cleared, not dropped: the next turn's output (a burst of deliveries is often
+            // larger than a read buffer) reuses the capacity instead of growing a new buffer
+            // by doublings. A connection quiet for [`QUIET_AFTER`] gives it back.
             self.out.clear();
             self.written = 0;
-            if self.out.capacity() > BUFFER_KEEP_BYTES {
-                self.out = Vec::new();
-            }
         }
     }
 

@@ -41,6 +41,6 @@ pub mod sasl;
 mod serial;
 
 pub use connection::{
-    Config, Connection, ConnectionError, Event, LinkId, LinkRole, SendError, SessionId,
+    Config, Connection, ConnectionError, Event, LinkId, LinkMap, LinkRole, SendError, SessionId,
 };
 pub use fe2o3_amqp_types as types;

@@ -24,7 +24,10 @@
 //! process first, because first touch of fresh memory is slow on the VMs this runs on; 0 skips
 //! it), `--only ingest,ingest-pipelined,deliver,latency,connections`, `--producers`,
 //! `--partitions`, `--consumer-connections`, `--prefetch`, `--in-flight`, `--durability fsync|none`,
-//! `--tls` (AMQPS with a development certificate; the connections run stays plain).
+//! `--tls` (AMQPS with a development certificate; the connections run stays plain),
+//! `--event-bytes N` (every event body's size, default 100), `--groups N` (consumer groups
+//! reading the backlog at once in the delivery run, each on `--consumer-connections` of its
+//! own; default 1).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -52,7 +55,12 @@ use tributary_event::{EventData, EventPosition, SendTarget};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const EVENT_BYTES: usize = 100;
+/// The size of every event body (`--event-bytes`, default 100), set once before any run.
+static EVENT_BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+fn event_bytes() -> usize {
+    *EVENT_BYTES.get_or_init(|| 100)
+}
 /// The message format of an Event Hubs batch.
 const BATCH_FORMAT: u32 = 0x8001_3700;
 const BATCH_EVENTS: usize = 100;
@@ -79,6 +87,9 @@ struct Options {
     connections: usize,
     /// AMQPS: the listener has a development certificate and the clients trust its authority.
     tls: bool,
+    /// Consumer groups reading the backlog at once in the delivery run, each on its own
+    /// connections.
+    groups: usize,
 }
 
 impl Options {
@@ -96,6 +107,7 @@ impl Options {
             latency_rate: 50_000,
             connections: 1000,
             tls: false,
+            groups: 1,
         };
         let mut args = args.iter();
         while let Some(arg) = args.next() {
@@ -119,6 +131,15 @@ impl Options {
                 }
                 "--connections" => options.connections = value().parse().expect("--connections N"),
                 "--tls" => options.tls = true,
+                "--groups" => options.groups = value().parse().expect("--groups N"),
+                "--event-bytes" => {
+                    let bytes: usize = value().parse().expect("--event-bytes N");
+                    assert!(
+                        bytes >= 16,
+                        "--event-bytes is at least 16 (bodies carry stamps)"
+                    );
+                    EVENT_BYTES.set(bytes).expect("--event-bytes given once");
+                }
                 "--durability" => {
                     options.durability = match value().as_str() {
                         "fsync" => Durability::Fsync,
@@ -353,7 +374,7 @@ async fn handshakes(server: &Server, seconds: u64) {
 fn batch(tag: usize) -> Vec<EventData> {
     (0..BATCH_EVENTS)
         .map(|i| {
-            let mut body = vec![b'x'; EVENT_BYTES];
+            let mut body = vec![b'x'; event_bytes()];
             body[..8].copy_from_slice(&((tag * BATCH_EVENTS + i) as u64).to_le_bytes());
             EventData::new(body)
         })
@@ -394,9 +415,10 @@ async fn ingest(server: &Server, o: &Options) -> u64 {
     }
     let (rate, cpu) = timed_window(seconds, &acked, &stop, tasks).await;
     println!(
-        "ingest: {} events/s, {:.1} MB/s of event bodies (durability {durability}, {EVENT_BYTES}-byte events, batches of {BATCH_EVENTS}, {n_producers} producers (one connection each) with {in_flight} concurrent sends per partition, {n_partitions} partitions, {seconds} s; {cpu})",
+        "ingest: {} events/s, {:.1} MB/s of event bodies (durability {durability}, {bytes}-byte events, batches of {BATCH_EVENTS}, {n_producers} producers (one connection each) with {in_flight} concurrent sends per partition, {n_partitions} partitions, {seconds} s; {cpu})",
         thousands(rate),
-        rate * EVENT_BYTES as f64 / 1e6
+        rate * event_bytes() as f64 / 1e6,
+        bytes = event_bytes(),
     );
     println!(
         "{}",
@@ -441,7 +463,7 @@ const PIPELINE_WINDOW: usize = 16;
 fn raw_batch() -> Message<Batch<Data>> {
     let sections: Vec<Data> = (0..BATCH_EVENTS)
         .map(|i| {
-            let mut body = vec![b'x'; EVENT_BYTES];
+            let mut body = vec![b'x'; event_bytes()];
             body[..8].copy_from_slice(&(i as u64).to_le_bytes());
             let inner = Message::builder().data(Binary::from(body)).build();
             Data(Binary::from(
@@ -488,9 +510,10 @@ async fn ingest_pipelined(server: &Server, o: &Options) -> u64 {
     }
     let (rate, cpu) = timed_window(seconds, &acked, &stop, tasks).await;
     println!(
-        "ingest, pipelined: {} events/s, {:.1} MB/s of event bodies (durability {durability}, {EVENT_BYTES}-byte events, batches of {BATCH_EVENTS}, {n_producers} producers (one connection each) with {PIPELINE_WINDOW} batches in flight per partition on one link each (a bare engine sender, no client encoding), {n_partitions} partitions, {seconds} s; {cpu})",
+        "ingest, pipelined: {} events/s, {:.1} MB/s of event bodies (durability {durability}, {bytes}-byte events, batches of {BATCH_EVENTS}, {n_producers} producers (one connection each) with {PIPELINE_WINDOW} batches in flight per partition on one link each (a bare engine sender, no client encoding), {n_partitions} partitions, {seconds} s; {cpu})",
         thousands(rate),
-        rate * EVENT_BYTES as f64 / 1e6
+        rate * event_bytes() as f64 / 1e6,
+        bytes = event_bytes(),
     );
     for (mut connection, mut session) in connections {
         let _ = session.end().await;
@@ -526,10 +549,20 @@ async fn pipelined_sender(mut sender: Sender, acked: Arc<AtomicU64>, stop: Arc<A
 /// Receivers on every partition read the whole backlog from the start.
 async fn deliver(server: &Server, o: &Options, total: u64) {
     let (n_partitions, n_consumers, prefetch) = (o.partitions, o.consumer_connections, o.prefetch);
-    let durability = o.durability;
+    let (durability, n_groups) = (o.durability, o.groups.max(1));
     let conn = server.conn();
+    let mut groups = vec!["$Default".to_owned()];
+    for g in 1..n_groups {
+        let name = format!("g{g}");
+        server
+            .broker
+            .create_consumer_group("bench", &name)
+            .await
+            .expect("consumer group");
+        groups.push(name);
+    }
     let mut consumers = Vec::new();
-    for _ in 0..n_consumers {
+    for _ in 0..n_consumers * n_groups {
         consumers.push(
             ConsumerClient::connect_with_options(&conn, Some("bench"), server.options())
                 .await
@@ -538,37 +571,23 @@ async fn deliver(server: &Server, o: &Options, total: u64) {
     }
     let (started, cpu) = (Instant::now(), cpu_seconds());
     let mut tasks = Vec::new();
-    for partition in 0..n_partitions {
-        let consumer = consumers[partition as usize % n_consumers].clone();
-        let expected = server
-            .broker
-            .partition_properties("bench", &partition.to_string())
-            .expect("partition")
-            .last_enqueued_sequence_number
-            + 1;
-        tasks.push(tokio::spawn(async move {
-            let mut receiver = consumer
-                .open_receiver(
-                    &partition.to_string(),
-                    "$Default",
-                    EventPosition::Earliest,
-                    None,
-                    prefetch,
-                )
-                .await
-                .expect("receiver");
-            let mut got = 0i64;
-            while got < expected {
-                let events = receiver
-                    .receive(prefetch as usize, Duration::from_secs(10))
-                    .await
-                    .expect("receive");
-                assert!(!events.is_empty(), "partition {partition} stalled");
-                got += events.len() as i64;
-            }
-            receiver.close().await;
-            got as u64
-        }));
+    for (g, group) in groups.iter().enumerate() {
+        for partition in 0..n_partitions {
+            let consumer = consumers[g * n_consumers + partition as usize % n_consumers].clone();
+            let expected = server
+                .broker
+                .partition_properties("bench", &partition.to_string())
+                .expect("partition")
+                .last_enqueued_sequence_number
+                + 1;
+            tasks.push(tokio::spawn(read_partition(
+                consumer,
+                group.clone(),
+                partition,
+                prefetch,
+                expected,
+            )));
+        }
     }
     let mut received = 0;
     for task in tasks {
@@ -576,15 +595,47 @@ async fn deliver(server: &Server, o: &Options, total: u64) {
     }
     let elapsed = started.elapsed();
     let cpu = cpu_note(cpu, received);
-    assert_eq!(received, total);
+    assert_eq!(received, total * n_groups as u64);
     println!(
-        "deliver: {} events/s ({received} events of {EVENT_BYTES} bytes read from the start of {n_partitions} partitions by {n_partitions} receivers on {n_consumers} connections, prefetch {prefetch}, {:.1} s; durability {durability}; {cpu})",
+        "deliver: {} events/s ({received} events of {bytes} bytes read from the start of {n_partitions} partitions by {n_groups} consumer group(s), each {n_partitions} receivers on {n_consumers} connections, prefetch {prefetch}, {:.1} s; durability {durability}; {cpu})",
         thousands(received as f64 / elapsed.as_secs_f64()),
-        elapsed.as_secs_f64()
+        elapsed.as_secs_f64(),
+        bytes = event_bytes(),
     );
     for consumer in &consumers {
         consumer.close().await;
     }
+}
+
+/// One receiver of `group` reading `partition` from the start until it has `expected` events.
+async fn read_partition(
+    consumer: ConsumerClient,
+    group: String,
+    partition: u32,
+    prefetch: u32,
+    expected: i64,
+) -> u64 {
+    let mut receiver = consumer
+        .open_receiver(
+            &partition.to_string(),
+            &group,
+            EventPosition::Earliest,
+            None,
+            prefetch,
+        )
+        .await
+        .expect("receiver");
+    let mut got = 0i64;
+    while got < expected {
+        let events = receiver
+            .receive(prefetch as usize, Duration::from_secs(10))
+            .await
+            .expect("receive");
+        assert!(!events.is_empty(), "partition {partition} stalled");
+        got += events.len() as i64;
+    }
+    receiver.close().await;
+    got as u64
 }
 
 /// CPU time this process used so far (user + system), from `/proc/self/stat` (USER_HZ 100).
@@ -719,7 +770,7 @@ async fn latency(server: &Server, o: &Options) {
 fn stamped_batch(called_ns: u64, scheduled_ns: u64) -> Vec<EventData> {
     (0..BATCH_EVENTS)
         .map(|_| {
-            let mut body = vec![b'x'; EVENT_BYTES];
+            let mut body = vec![b'x'; event_bytes()];
             body[..8].copy_from_slice(&called_ns.to_le_bytes());
             body[8..16].copy_from_slice(&scheduled_ns.to_le_bytes());
             EventData::new(body)
@@ -811,7 +862,7 @@ fn report_latency(o: &Options, samples: Vec<(u64, u64)>, acks: (Vec<u64>, Vec<u6
         quantile_ms(&acks_scheduled, 0.99),
     );
     println!(
-        "latency: p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms, max {:.2} ms, send call to receive; from the scheduled time p50 {:.2} ms, p99 {:.2} ms; at {} events/s offered ({} events sent, {} received; durability {durability}, {EVENT_BYTES}-byte events, batches of {BATCH_EVENTS}, {n_producers} producers, {n_partitions} partitions, {n_partitions} tailing receivers on {n_consumers} connections, prefetch {prefetch}, {seconds} s + 1 s)",
+        "latency: p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms, max {:.2} ms, send call to receive; from the scheduled time p50 {:.2} ms, p99 {:.2} ms; at {} events/s offered ({} events sent, {} received; durability {durability}, {bytes}-byte events, batches of {BATCH_EVENTS}, {n_producers} producers, {n_partitions} partitions, {n_partitions} tailing receivers on {n_consumers} connections, prefetch {prefetch}, {seconds} s + 1 s)",
         quantile_ms(&from_call, 0.50),
         quantile_ms(&from_call, 0.99),
         quantile_ms(&from_call, 0.999),
@@ -820,7 +871,8 @@ fn report_latency(o: &Options, samples: Vec<(u64, u64)>, acks: (Vec<u64>, Vec<u6
         quantile_ms(&from_schedule, 0.99),
         thousands(o.latency_rate as f64),
         sent,
-        from_call.len()
+        from_call.len(),
+        bytes = event_bytes(),
     );
 }
 

@@ -36,6 +36,7 @@ const SWEEPS: [(&str, &[&str], usize); 6] = [
             "groups",
             "delivered_events_per_s",
             "delivered_server_cpu_us_per_event",
+            "delivered_client_cpu_us_per_event",
             "e2e_p99_ms",
         ],
         2,

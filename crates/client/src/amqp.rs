@@ -37,7 +37,7 @@ use tributary_amqp_engine::connection::{SendError, amqp_error, attach_frame};
 use tributary_amqp_engine::driver::{self, Ending, Handler};
 use tributary_amqp_engine::sasl::{self, SaslError};
 use tributary_amqp_engine::types::sasl::SaslCode;
-use tributary_amqp_engine::{Config, Connection, Event, LinkId, SessionId};
+use tributary_amqp_engine::{Config, Connection, Event, LinkId, LinkMap, SessionId};
 
 use crate::error::ClientError;
 use crate::limits::{DELIVERY_BYTES_MAX, FRAME_BYTES_MAX, IDLE_TIMEOUT, SESSIONS_MAX};
@@ -536,7 +536,7 @@ struct ClientHandler {
     shared: Arc<Shared>,
     opened: Option<oneshot::Sender<Result<(), ClientError>>>,
     begins: HashMap<SessionId, oneshot::Sender<Result<SessionId, ClientError>>>,
-    links: HashMap<LinkId, LinkSlot>,
+    links: LinkMap<LinkSlot>,
     next_serial: u64,
     /// Per session, unsettled sends by delivery id.
     unsettled: HashMap<SessionId, BTreeMap<u32, Unsettled>>,
@@ -554,7 +554,7 @@ impl ClientHandler {
             shared,
             opened: Some(opened),
             begins: HashMap::new(),
-            links: HashMap::new(),
+            links: LinkMap::default(),
             next_serial: 0,
             unsettled: HashMap::new(),
             to_accept: Vec::new(),

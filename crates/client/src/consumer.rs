@@ -57,7 +57,7 @@ use crate::error::ClientError;
 use crate::limits::PREFETCH_MAX;
 use crate::management::{self, EventHubProperties, PartitionProperties};
 use crate::producer::check_partition_id;
-use tributary_eventhubs::receive::decode_received_bytes;
+use tributary_eventhubs::receive::decode_received_owned;
 
 /// Reads partitions of one event hub. Cheap to clone; clones share the connection.
 #[derive(Debug, Clone)]
@@ -293,7 +293,8 @@ impl EventReceiver {
                 break;
             };
             self.taken += 1;
-            match decode_received_bytes(&payload, now_ms) {
+            // The event's body is a slice of the delivery's bytes: not copied again.
+            match decode_received_owned(bytes::Bytes::from(payload), now_ms) {
                 Ok((event, last)) => {
                     // `receive` reports a metric only with an offset and a time.
                     if let Some(last) = last

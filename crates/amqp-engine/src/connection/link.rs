@@ -36,6 +36,11 @@ pub struct LinkId {
     pub handle: u32,
 }
 
+/// A map keyed by link, for what an application keeps per link. Its keys are this side's own
+/// session numbers and handles, never chosen by the peer, so a fast hasher without a random
+/// seed (`foldhash`) serves: SipHash cost about 2 % of a delivery's CPU in these lookups.
+pub type LinkMap<V> = std::collections::HashMap<LinkId, V, foldhash::fast::FixedState>;
+
 /// Which end of a link this side is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinkRole {

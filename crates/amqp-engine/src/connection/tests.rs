@@ -362,6 +362,42 @@ fn transfers_beyond_credit_detach_the_link() {
 }
 
 #[test]
+fn a_delivery_keeps_its_tag_and_a_tag_beyond_32_bytes_is_refused() {
+    let (mut client, mut server, session, _) = connected(config("c"), config("s"));
+    let (client_link, server_link) =
+        attached(&mut client, &mut server, session, sender_attach("s", "hub"));
+    server.flow(server_link, 2).unwrap();
+    pump(&mut client, &mut server);
+    events(&mut client);
+    let id = client.send(client_link, false, 0, |o| o.push(1)).unwrap();
+    pump(&mut client, &mut server);
+    let got = deliveries(&mut server);
+    assert_eq!(got[0].tag.as_bytes(), id.to_be_bytes());
+    // A transfer with a 33-byte tag, written by hand (the engine never sends one).
+    let mut out = Vec::new();
+    let start = frame::start_frame(&mut out, FrameType::Amqp, session.0);
+    tributary_amqp_codec::performative::TransferFields {
+        handle: client_link.handle,
+        delivery_id: Some(id + 1),
+        delivery_tag: Some(&[7; 33]),
+        message_format: Some(0),
+        settled: Some(false),
+        ..Default::default()
+    }
+    .encode(&mut out);
+    out.push(2);
+    frame::finish_frame(&mut out, start);
+    let error = server.receive(&out).unwrap_err();
+    assert_eq!(
+        error.to_amqp().condition,
+        ErrorCondition::Custom(Symbol::from(condition::INVALID_FIELD))
+    );
+    assert!(deliveries(&mut server).is_empty());
+    assert_eq!(DeliveryTag::new(&[1; 32]).unwrap().as_bytes(), [1; 32]);
+    assert!(DeliveryTag::new(&[1; 33]).is_none());
+}
+
+#[test]
 fn messages_beyond_max_message_size_detach_the_link() {
     let (mut client, mut server, session, _) = connected(config("c"), config("s"));
     let client_link = client.attach(session, sender_attach("s", "hub")).unwrap();

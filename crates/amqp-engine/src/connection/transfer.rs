@@ -13,8 +13,10 @@
 //! - Every frame written is within the peer's `max-frame-size`.
 //! - A delivery counts against the receiving link's credit once, at its first frame; frames
 //!   of one delivery arrive one after the other, and a peer that interleaves another
-//!   delivery, exceeds the credit or the link's `max-message-size` gets an error, not a
-//!   panic.
+//!   delivery, exceeds the credit or the link's `max-message-size`, or sends a tag longer
+//!   than 32 bytes gets an error, not a panic.
+//! - Receiving a message that fits one frame allocates once: for its payload (the tag is held
+//!   in place).
 //! - A message that fits one frame and the peer's window is written in place: sending it
 //!   allocates nothing (a split message keeps the list of its frames; frames beyond the
 //!   window are copied out to wait).
@@ -35,7 +37,7 @@ pub struct Delivery {
     /// Its delivery id (session-wide; what a disposition names).
     pub delivery_id: u32,
     /// Its tag.
-    pub tag: Vec<u8>,
+    pub tag: DeliveryTag,
     /// The message format (0: a plain AMQP message).
     pub message_format: u32,
     /// Whether the sender settled it already.
@@ -44,11 +46,37 @@ pub struct Delivery {
     pub payload: Vec<u8>,
 }
 
+/// A delivery's tag: up to [`DeliveryTag::MAX`] bytes (specification 2.8.7), held in place so
+/// that receiving a delivery allocates nothing for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveryTag {
+    len: u8,
+    bytes: [u8; DeliveryTag::MAX],
+}
+
+impl DeliveryTag {
+    /// The longest tag AMQP allows.
+    pub const MAX: usize = 32;
+
+    /// `tag`, if it is at most [`DeliveryTag::MAX`] bytes long.
+    pub fn new(tag: &[u8]) -> Option<Self> {
+        let mut bytes = [0; DeliveryTag::MAX];
+        bytes.get_mut(..tag.len())?.copy_from_slice(tag);
+        let len = u8::try_from(tag.len()).expect("at most 32");
+        Some(DeliveryTag { len, bytes })
+    }
+
+    /// The tag's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
 /// A delivery whose frames are arriving.
 #[derive(Debug)]
 pub(super) struct Partial {
     delivery_id: u32,
-    tag: Vec<u8>,
+    tag: DeliveryTag,
     message_format: u32,
     settled: bool,
     payload: Vec<u8>,
@@ -63,9 +91,19 @@ impl Partial {
                 "a delivery's first transfer needs a delivery-id and a tag",
             ));
         };
+        let tag = DeliveryTag::new(tag).ok_or_else(|| {
+            ConnectionError::new(
+                condition::INVALID_FIELD,
+                format!(
+                    "a delivery-tag of {} bytes: at most {} are allowed",
+                    tag.len(),
+                    DeliveryTag::MAX
+                ),
+            )
+        })?;
         Ok(Partial {
             delivery_id,
-            tag: tag.to_vec(),
+            tag,
             message_format: transfer.message_format.unwrap_or(0),
             settled: transfer.settled.unwrap_or(false),
             payload: Vec::new(),

@@ -33,7 +33,6 @@ mod sasl;
 mod send_link;
 mod store_node;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,7 +46,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tributary_amqp_engine::connection::{Delivery, amqp_error as engine_error, attach_frame};
 use tributary_amqp_engine::driver::{self, Ending, Handler};
-use tributary_amqp_engine::{Config, Connection, Event, LinkId, SessionId};
+use tributary_amqp_engine::{Config, Connection, Event, LinkId, LinkMap, SessionId};
 use tributary_broker::Broker;
 
 use crate::auth::ConnectionGrants;
@@ -173,7 +172,7 @@ pub(crate) async fn serve_connection<S>(
     let mut handler = ServerHandler {
         state,
         commands: commands_tx,
-        links: HashMap::new(),
+        links: LinkMap::default(),
         next_serial: 0,
         shutting_down: false,
         unauthenticated: Unauthenticated {
@@ -271,7 +270,7 @@ enum LinkKind {
 pub(crate) struct ServerHandler {
     state: Arc<ConnectionState>,
     commands: mpsc::UnboundedSender<Command>,
-    links: HashMap<LinkId, LinkEntry>,
+    links: LinkMap<LinkEntry>,
     next_serial: u64,
     /// The server is shutting down: send links drain, then the connection closes.
     shutting_down: bool,

@@ -357,10 +357,11 @@ async fn groups(plan: &Plan, progress: &ProgressBar) -> Result<Table> {
             "groups",
             "delivered_events_per_s",
             "delivered_server_cpu_us_per_event",
+            "delivered_client_cpu_us_per_event",
             "e2e_p99_ms",
             "e2e_offered_events_per_s",
         ],
-        Chart::new(1, "delivered events/s, all groups").right(3, "end-to-end p99, ms"),
+        Chart::new(1, "delivered events/s, all groups").right(4, "end-to-end p99, ms"),
     );
     let mut server = fresh_server(plan, "groups").await?;
     let most = steps_of(Sweep::Groups, plan).last().copied().unwrap_or(1) as usize;
@@ -377,6 +378,7 @@ async fn groups(plan: &Plan, progress: &ProgressBar) -> Result<Table> {
             &[
                 delivered.rate,
                 delivered.server_cpu_us,
+                delivered.client_cpu_us,
                 tail.p99_ms,
                 rate as f64,
             ],
