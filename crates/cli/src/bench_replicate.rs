@@ -14,24 +14,30 @@
 //! * **ingest** (the baseline): producers keep `--send-window` batches in flight per partition
 //!   into a hub of the source (`ingest`) for `--seconds` after a 1 s warm-up → events/s
 //!   acknowledged.
+//! * **target ingest**: the same, into the target's hub `ingest`: what the target hub spends
+//!   on an unstamped event, beside what it spends on a stamped one during the copy.
 //! * **copy**: the same producers fill the source's hub `bench` with `--copy-events` events;
-//!   then a task reading it from earliest copies them to the target's hub `bench`
+//!   then a task reading it from earliest copies them to the target's hub `bench-<transport>`
 //!   (`keep_partition`), timed from `Replicator::start` until the target's partitions hold them
-//!   all → events/s, and its ratio to the baseline. The target's log counts its appends, so the
-//!   line gives the events per send the task made; offsets are byte positions, so the logs'
-//!   bytes per event show what the task's stamps add.
-//! * **rounds**: `--rounds N` runs the baseline and the copy N times, alternating, each round
-//!   with event hubs of its own (`ingest-2` and `bench-2`, …), and prints each round's ratio and
-//!   the median: this machine's rates drift from one minute to the next (on a VM, memory the
-//!   host has not backed makes the page cache's first touch slow), and a baseline and a copy
-//!   taken side by side drift together.
-//! * **lag**: after the last round, a fresh task (its own consumer group, from latest) while the
-//!   producers offer a fixed rate (`--lag-rates`: by default half the (median) copy throughput,
-//!   and 10,000 events/s) for `--lag-seconds` after a 2 s warm-up; then the producers stop and
-//!   the task catches up. The task's lag histogram (source enqueued time → target
-//!   acknowledgement) over that window: p50, p99, p999 and max, as the upper bounds of its
-//!   buckets, and the p99 of each second (a steady tail and a backlog draining look alike in
-//!   one figure).
+//!   all → events/s, and its ratio to the baseline. With `--task-transport amqp,local` one
+//!   task copies them over AMQP and then another in process, each into a hub of its own. The
+//!   target's log counts its appends, so the line gives the events per send the task made;
+//!   offsets are byte positions, so the logs' bytes per event show what the task's stamps add.
+//! * **ratios** (issue 38's replication targets, `ratios.rs`): the task's CPU per copied
+//!   event / the source hub's per ingested event, each way (≤ 0.5), and the target hub's CPU per
+//!   stamped event / per unstamped event (≤ 1.2), each with its two figures and a verdict.
+//! * **rounds**: `--rounds N` runs the baselines and the copies N times, alternating, each
+//!   round with event hubs of its own (`ingest-2` and `bench-2`, …), and prints each round's
+//!   ratios and their medians: this machine's rates drift from one minute to the next (on a
+//!   VM, memory the host has not backed makes the page cache's first touch slow), and a
+//!   baseline and a copy taken side by side drift together.
+//! * **lag**: after the last round, for each way the task reaches the hubs, a fresh task (its
+//!   own consumer group, from latest) while the producers offer a fixed rate (`--lag-rates`: by
+//!   default half the (median) copy throughput that way, and 10,000 events/s) for
+//!   `--lag-seconds` after a 2 s warm-up; then the producers stop and the task catches up.
+//!   The task's lag histogram (source enqueued time → target acknowledgement) over that
+//!   window: p50, p99, p999 and max, as the upper bounds of its buckets, and the p99 of each
+//!   second (a steady tail and a backlog draining look alike in one figure).
 //!
 //! Every result line states the durability, event size, batch size, partitions, producers and
 //! the rates, so no figure is quoted without its conditions.
@@ -58,6 +64,8 @@ use tributary_replicate::{Replicator, StartOptions, TaskConfig};
 
 use crate::args::{BenchArgs, LagRate, TaskTransport};
 
+mod ratios;
+
 /// The event hub the copy and the lag runs read and write, on both hubs.
 const HUB: &str = "bench";
 /// The source's event hub the baseline writes, so the copy reads only what it was given.
@@ -82,8 +90,8 @@ pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
         cores(),
         load_average()
     );
-    let source = Hub::start("source", &setup).await?;
-    let target = Hub::start("target", &setup).await?;
+    let source = Hub::start(Role::Source, &setup).await?;
+    let target = Hub::start(Role::Target, &setup).await?;
     let outcome = measure(&setup, &source, &target).await;
     let stopped = (source.stop().await, target.stop().await);
     outcome?;
@@ -93,31 +101,104 @@ pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
 
 async fn measure(setup: &Setup, source: &Hub, target: &Hub) -> Result<()> {
     let mut rounds = Vec::with_capacity(setup.rounds);
-    for round in 1..=setup.rounds {
-        let hub = copy_hub(round);
-        let baseline = {
-            let producers =
-                Producers::connect(setup, &source.connection_string, &ingest_hub(round)).await?;
-            let rate = ingest(setup, &producers, source).await;
-            producers.close().await;
-            rate?
-        };
-        let producers = Producers::connect(setup, &source.connection_string, &hub).await?;
-        let copied = fill_and_copy(setup, &producers, (source, target), &hub, baseline).await;
-        producers.close().await;
-        rounds.push((baseline, copied?));
+    for number in 1..=setup.rounds {
+        let round = measure_round(setup, (source, target), number).await?;
+        ratios::print_round(&round, number, setup.rounds);
+        rounds.push(round);
     }
-    let copy_rate = summarize(&rounds);
+    ratios::print_medians(&rounds);
     let hub = copy_hub(setup.rounds);
     let producers = Producers::connect(setup, &source.connection_string, &hub).await?;
-    let outcome = lags(setup, &producers, (source, target), &hub, copy_rate).await;
+    let mut outcome = Ok(());
+    for (index, &transport) in setup.transports.iter().enumerate() {
+        let copy_rate = summarize(&rounds, index);
+        let lagged = lags(
+            setup,
+            &producers,
+            (source, target),
+            (&hub, transport),
+            copy_rate,
+        );
+        outcome = lagged.await;
+        if outcome.is_err() {
+            break;
+        }
+    }
     producers.close().await;
     outcome
 }
 
-/// The event hub round `round` (from 1) fills and copies, on both hubs.
+/// One round: the source's ingest baseline, the target's ingest of unstamped events, the fill,
+/// and a copy of it each way the task reaches the hubs.
+async fn measure_round(
+    setup: &Setup,
+    (source, target): (&Hub, &Hub),
+    number: usize,
+) -> Result<Round> {
+    let baseline = ingest(setup, source, &ingest_hub(number)).await?;
+    let target_baseline = ingest(setup, target, &ingest_hub(number)).await?;
+    let hub = copy_hub(number);
+    let producers = Producers::connect(setup, &source.connection_string, &hub).await?;
+    let filled = fill(setup, &producers, source, &hub).await;
+    producers.close().await;
+    filled?;
+    let held = source.events(&hub, setup.partitions)?;
+    let mut copies = Vec::with_capacity(setup.transports.len());
+    for &transport in &setup.transports {
+        let copied = copy(
+            setup,
+            (source, target),
+            (number, transport),
+            held,
+            baseline.rate,
+        );
+        copies.push(copied.await?);
+    }
+    Ok(Round {
+        baseline,
+        target_baseline,
+        copies,
+    })
+}
+
+/// What one round measured.
+struct Round {
+    /// The source hub's ingest baseline.
+    baseline: IngestRun,
+    /// The target hub's ingest of unstamped events of the same size, the same way.
+    target_baseline: IngestRun,
+    /// A copy each way the task reaches the hubs, in the order of `--task-transport`.
+    copies: Vec<CopyRun>,
+}
+
+/// An ingest run: its rate, and the CPU its threads used over the events acknowledged.
+struct IngestRun {
+    rate: f64,
+    events: u64,
+    cpu: CpuUse,
+    /// The appends the hub's log made (one per send, or fewer where sends share a batch).
+    appends: u64,
+}
+
+/// A copy: its rate, and the CPU its threads used over the events copied.
+struct CopyRun {
+    transport: TaskTransport,
+    rate: f64,
+    events: u64,
+    cpu: CpuUse,
+    /// The appends the target's log made: one per send of the task.
+    appends: u64,
+}
+
+/// The source's event hub round `round` (from 1) fills and the copies read.
 fn copy_hub(round: usize) -> String {
     hub_of_round(HUB, round)
+}
+
+/// The target's event hub round `round`'s copy over `transport` writes: one each way, so every
+/// copy starts on an empty hub.
+fn target_hub(round: usize, transport: TaskTransport) -> String {
+    format!("{}-{}", copy_hub(round), transport.slug())
 }
 
 /// The source's event hub round `round`'s baseline writes: a fresh one each round, as in a
@@ -133,23 +214,24 @@ fn hub_of_round(name: &str, round: usize) -> String {
     }
 }
 
-/// With more than one round, prints each round's copy / baseline and their median; returns the
-/// median copy rate (the lag runs' `half` is half of it).
-fn summarize(rounds: &[(f64, f64)]) -> f64 {
-    let copy_rate = median(rounds.iter().map(|(_, copy)| *copy).collect());
+/// With more than one round, prints each round's copy / baseline of the `index`th transport and
+/// their median; returns the median copy rate (the lag runs' `half` is half of it).
+fn summarize(rounds: &[Round], index: usize) -> f64 {
+    let copy_rate = median(rounds.iter().map(|r| r.copies[index].rate).collect());
     if rounds.len() > 1 {
         let ratios: Vec<f64> = rounds
             .iter()
-            .map(|(base, copy)| 100.0 * copy / base)
+            .map(|r| 100.0 * r.copies[index].rate / r.baseline.rate)
             .collect();
         let listed: Vec<String> = ratios.iter().map(|ratio| format!("{ratio:.1}")).collect();
         println!(
-            "replicate rounds: copy / baseline {} % in {} rounds, median {:.1} %; copy median {} events/s, baseline median {} events/s",
+            "replicate rounds, task {}: copy / baseline {} % in {} rounds, median {:.1} %; copy median {} events/s, baseline median {} events/s",
+            rounds[0].copies[index].transport,
             listed.join(", "),
             rounds.len(),
             median(ratios),
             thousands(copy_rate),
-            thousands(median(rounds.iter().map(|(base, _)| *base).collect()))
+            thousands(median(rounds.iter().map(|r| r.baseline.rate).collect()))
         );
     }
     copy_rate
@@ -166,25 +248,13 @@ fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
-/// Fills the source's `hub` and copies it to the target's; returns the copy's events/s.
-async fn fill_and_copy(
-    setup: &Setup,
-    producers: &Producers,
-    (source, target): (&Hub, &Hub),
-    hub: &str,
-    baseline: f64,
-) -> Result<f64> {
-    fill(setup, producers, source, hub).await?;
-    let held = source.events(hub, setup.partitions)?;
-    copy(setup, (source, target), hub, held, baseline).await
-}
-
-/// The lag runs, on the event hub `hub`, after copies at `copy_rate` events/s.
+/// The lag runs of a task reaching the hubs over `transport`, from the source's event hub
+/// `hub`, after copies at `copy_rate` events/s.
 async fn lags(
     setup: &Setup,
     producers: &Producers,
-    (source, target): (&Hub, &Hub),
-    hub: &str,
+    hubs: (&Hub, &Hub),
+    (hub, transport): (&str, TaskTransport),
     copy_rate: f64,
 ) -> Result<()> {
     for (index, rate) in setup.lag_rates.iter().enumerate() {
@@ -192,7 +262,7 @@ async fn lags(
             LagRate::HalfCopy => ((copy_rate / 2.0) as u64).max(1),
             LagRate::EventsPerSecond(rate) => *rate,
         };
-        lag(setup, producers, (source, target), hub, rate, index).await?;
+        lag(setup, producers, hubs, (hub, transport), (rate, index)).await?;
     }
     Ok(())
 }
@@ -213,7 +283,7 @@ struct Setup {
     lag_seconds: u64,
     task_batch_events: Option<u32>,
     task_prefetch: Option<u32>,
-    transport: TaskTransport,
+    transports: Vec<TaskTransport>,
 }
 
 impl Setup {
@@ -224,6 +294,10 @@ impl Setup {
         );
         anyhow::ensure!(args.batch_events > 0, "batch events must be above 0");
         anyhow::ensure!(args.seconds > 0, "seconds must be above 0");
+        anyhow::ensure!(
+            !args.task_transport.is_empty(),
+            "give a task transport (amqp, local)"
+        );
         Ok(Setup {
             dir: dir.to_owned(),
             durability: *args.modes.first().context("give a durability mode")?,
@@ -240,7 +314,7 @@ impl Setup {
             lag_seconds: args.lag_seconds.max(1),
             task_batch_events: args.task_batch_events,
             task_prefetch: args.task_prefetch,
-            transport: args.task_transport,
+            transports: dedup(&args.task_transport),
         })
     }
 
@@ -252,27 +326,27 @@ impl Setup {
         )
     }
 
-    /// How the task reads.
-    fn task_note(&self) -> String {
+    /// How a task reaching the hubs over `transport` reads.
+    fn task_note(&self, transport: TaskTransport) -> String {
         let batch = self.task_batch_events.unwrap_or(BATCH_EVENTS_DEFAULT);
         let prefetch = self.task_prefetch.unwrap_or(batch.saturating_mul(2));
         format!(
-            "task {}, batches of up to {batch} events, prefetch {prefetch}, keep_partition",
-            self.transport
+            "task {transport}, batches of up to {batch} events, prefetch {prefetch}, keep_partition"
         )
     }
 
-    /// A copy task `name` of the event hub `hub` from `source` to `target`, reading in `group`
-    /// from `position`, with its checkpoint store beside its (never written) task file.
+    /// A copy task `name` of the source's event hub `from` to the target's `to`, reaching the
+    /// hubs over `transport`, reading in `group` from `position`, with its checkpoint store
+    /// beside its (never written) task file.
     fn task(
         &self,
         (name, group, position): (&str, &str, &str),
         hubs: (&Hub, &Hub),
-        hub: &str,
+        (from, to, transport): (&str, &str, TaskTransport),
     ) -> Result<TaskConfig> {
         let mut text = format!(
-            "name = \"{name}\"\n[source]\n{}\nevent_hub = \"{hub}\"\nconsumer_group = \"{group}\"\ninitial_position = \"{position}\"\ncheckpoint_store = \"{name}.sqlite\"\n",
-            self.endpoint(hubs.0)
+            "name = \"{name}\"\n[source]\n{}\nevent_hub = \"{from}\"\nconsumer_group = \"{group}\"\ninitial_position = \"{position}\"\ncheckpoint_store = \"{name}.sqlite\"\n",
+            self.endpoint(hubs.0, transport)
         );
         if let Some(batch) = self.task_batch_events {
             text.push_str(&format!("batch_events_max = {batch}\n"));
@@ -281,8 +355,8 @@ impl Setup {
             text.push_str(&format!("prefetch = {prefetch}\n"));
         }
         text.push_str(&format!(
-            "[[target]]\nname = \"copy\"\n{}\nevent_hub = \"{hub}\"\nkeep_partition = true\n",
-            self.endpoint(hubs.1)
+            "[[target]]\nname = \"copy\"\n{}\nevent_hub = \"{to}\"\nkeep_partition = true\n",
+            self.endpoint(hubs.1, transport)
         ));
         TaskConfig::parse(&self.dir.join(format!("{name}.toml")), &text)
             .map_err(|e| anyhow!("the bench's task file is wrong: {e}"))
@@ -291,8 +365,8 @@ impl Setup {
 
 impl Setup {
     /// How a task file names `hub`: by connection string or by data directory.
-    fn endpoint(&self, hub: &Hub) -> String {
-        match self.transport {
+    fn endpoint(&self, hub: &Hub, transport: TaskTransport) -> String {
+        match transport {
             TaskTransport::Amqp => format!("connection_string = \"{}\"", hub.connection_string),
             TaskTransport::Local => {
                 let dir = &hub.broker.config().data_dir;
@@ -306,9 +380,9 @@ impl Setup {
 
     /// What the task starts with: in process, both hubs' brokers (so it opens neither data
     /// directory a second time).
-    async fn start_options(&self, hubs: (&Hub, &Hub)) -> StartOptions {
+    async fn start_options(&self, hubs: (&Hub, &Hub), transport: TaskTransport) -> StartOptions {
         let options = StartOptions::default();
-        if self.transport == TaskTransport::Local {
+        if transport == TaskTransport::Local {
             options.brokers.adopt(hubs.0.broker.clone()).await;
             options.brokers.adopt(hubs.1.broker.clone()).await;
         }
@@ -360,8 +434,48 @@ impl Drop for OwnRuntime {
     }
 }
 
+/// The event hubs each hub holds: every round's (both sides make them all, most stay empty on
+/// one side).
+fn hubs_of(setup: &Setup) -> Vec<String> {
+    let mut hubs = Vec::new();
+    for round in 1..=setup.rounds {
+        hubs.extend([copy_hub(round), ingest_hub(round)]);
+        hubs.extend(setup.transports.iter().map(|&t| target_hub(round, t)));
+    }
+    hubs
+}
+
+/// `transports` once each, in their first order.
+fn dedup(transports: &[TaskTransport]) -> Vec<TaskTransport> {
+    let mut once = Vec::with_capacity(transports.len());
+    for &transport in transports {
+        if !once.contains(&transport) {
+            once.push(transport);
+        }
+    }
+    once
+}
+
+/// Which of the two hubs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Source,
+    Target,
+}
+
+impl Role {
+    /// Its name: its data directory's, its threads' (`<name>-hub`), its lines'.
+    fn name(self) -> &'static str {
+        match self {
+            Role::Source => "source",
+            Role::Target => "target",
+        }
+    }
+}
+
 /// A hub as `tributary serve` runs it: a broker and its AMQP door, on a runtime of its own.
 struct Hub {
+    role: Role,
     runtime: OwnRuntime,
     broker: Broker,
     server: Option<RunningAmqpServer>,
@@ -369,10 +483,11 @@ struct Hub {
 }
 
 impl Hub {
-    async fn start(role: &str, setup: &Setup) -> Result<Hub> {
-        let runtime = OwnRuntime::new(&format!("{role}-hub"))?;
-        let dir = setup.dir.join(role);
-        let (durability, partitions, rounds) = (setup.durability, setup.partitions, setup.rounds);
+    async fn start(role: Role, setup: &Setup) -> Result<Hub> {
+        let runtime = OwnRuntime::new(&format!("{}-hub", role.name()))?;
+        let dir = setup.dir.join(role.name());
+        let (durability, partitions) = (setup.durability, setup.partitions);
+        let hubs = hubs_of(setup);
         let (broker, server, connection_string) = runtime
             .run(async move {
                 let mut config = BrokerConfig::new(&dir);
@@ -380,7 +495,6 @@ impl Hub {
                 let broker = Broker::open(config)
                     .await
                     .with_context(|| format!("cannot open {}", dir.display()))?;
-                let hubs = (1..=rounds).flat_map(|round| [copy_hub(round), ingest_hub(round)]);
                 for hub in hubs {
                     broker
                         .create_hub(HubSpec::new(hub, partitions))
@@ -400,8 +514,9 @@ impl Hub {
                 Ok((broker, server, connection_string))
             })
             .await
-            .with_context(|| format!("the {role} hub did not start"))?;
+            .with_context(|| format!("the {} hub did not start", role.name()))?;
         Ok(Hub {
+            role,
             runtime,
             broker,
             server: Some(server),
@@ -555,33 +670,59 @@ fn flood(
     Ok(tasks)
 }
 
-/// The raw ingest baseline into the source's `ingest` hub; returns the events/s acknowledged
-/// within the window.
-async fn ingest(setup: &Setup, producers: &Producers, source: &Hub) -> Result<f64> {
-    let (acked, stop) = (Arc::default(), Arc::default());
-    let tasks = flood(setup, producers, &acked, &stop, u64::MAX)?;
-    tokio::time::sleep(INGEST_WARM_UP).await;
-    let (cpu, syncs) = (ThreadCpu::now(), source.broker.sync_times());
-    let (before, started) = (acked.load(Ordering::Relaxed), Instant::now());
-    tokio::time::sleep(Duration::from_secs(setup.seconds)).await;
-    let (after, elapsed) = (acked.load(Ordering::Relaxed), started.elapsed());
-    stop.store(true, Ordering::Relaxed);
-    let (cpu, syncs) = (cpu.since(), source.broker.sync_times().since(&syncs));
-    join_all(tasks).await?;
-    let events = after - before;
-    let rate = events as f64 / elapsed.as_secs_f64();
+/// Raw ingest of unstamped events into the event hub `event_hub` of `hub`, over AMQP: the
+/// copy's baseline into the source, and the stamped events' baseline into the target.
+async fn ingest(setup: &Setup, hub: &Hub, event_hub: &str) -> Result<IngestRun> {
+    let producers = Producers::connect(setup, &hub.connection_string, event_hub).await?;
+    let run = ingest_with(setup, &producers, hub).await;
+    producers.close().await;
+    let (run, syncs) = run?;
+    let what = match hub.role {
+        Role::Source => "replicate ingest (baseline)",
+        Role::Target => {
+            "replicate ingest into the target (unstamped events, the target ratio's baseline)"
+        }
+    };
     println!(
-        "replicate ingest (baseline): {} events/s into the source hub over AMQP ({}, {} producers (one connection each) with {} concurrent sends per partition, {} s after {} s warm-up)",
-        thousands(rate),
+        "{what}: {} events/s into the {} hub over AMQP ({}, {} producers (one connection each) with {} concurrent sends per partition, {} s after {} s warm-up; {})",
+        thousands(run.rate),
+        hub.role.name(),
         setup.conditions(),
         setup.producers,
         setup.send_window,
         setup.seconds,
-        INGEST_WARM_UP.as_secs()
+        INGEST_WARM_UP.as_secs(),
+        per_append(run.events, run.appends),
     );
-    println!("  {}", cpu.line(events));
-    println!("  source disk: {syncs}");
-    Ok(rate)
+    println!("  {}", run.cpu.line(run.events));
+    println!("  {} disk: {syncs}", hub.role.name());
+    Ok(run)
+}
+
+/// The producers flood `hub` for `--seconds` after a warm-up; the run and the hub's syncs.
+async fn ingest_with(
+    setup: &Setup,
+    producers: &Producers,
+    hub: &Hub,
+) -> Result<(IngestRun, SyncTimes)> {
+    let (acked, stop) = (Arc::default(), Arc::default());
+    let tasks = flood(setup, producers, &acked, &stop, u64::MAX)?;
+    tokio::time::sleep(INGEST_WARM_UP).await;
+    let (cpu, syncs) = (ThreadCpu::now(), hub.broker.sync_times());
+    let (before, started) = (acked.load(Ordering::Relaxed), Instant::now());
+    tokio::time::sleep(Duration::from_secs(setup.seconds)).await;
+    let (after, elapsed) = (acked.load(Ordering::Relaxed), started.elapsed());
+    stop.store(true, Ordering::Relaxed);
+    let (cpu, syncs) = (cpu.since(), hub.broker.sync_times().since(&syncs));
+    join_all(tasks).await?;
+    let events = after - before;
+    let run = IngestRun {
+        rate: events as f64 / elapsed.as_secs_f64(),
+        events,
+        cpu,
+        appends: syncs.waits.count,
+    };
+    Ok((run, syncs))
 }
 
 /// Fills the source's event hub `hub` with `copy_events` events (a little more: the sends in
@@ -600,25 +741,38 @@ async fn fill(setup: &Setup, producers: &Producers, source: &Hub, hub: &str) -> 
     Ok(())
 }
 
-/// Copies the `events` the source's event hub `hub` holds to the target's (empty); returns the
-/// events/s from the task's start to the last event acknowledged.
+/// Copies the `events` round `round` filled the source with to the target's (empty) hub for
+/// `transport`, with a task reaching the hubs over `transport`; the copy's rate (from the
+/// task's start to the last event acknowledged) and CPU.
 async fn copy(
     setup: &Setup,
     (source, target): (&Hub, &Hub),
-    hub: &str,
+    (round, transport): (usize, TaskTransport),
     events: u64,
     baseline: f64,
-) -> Result<f64> {
-    let name = format!("copy-{hub}");
-    let config = setup.task((&name, "$Default", "earliest"), (source, target), hub)?;
-    let goal = target.events(hub, setup.partitions)? + events;
+) -> Result<CopyRun> {
+    let (from, to) = (copy_hub(round), target_hub(round, transport));
+    let hub = from.as_str();
+    let name = format!("copy-{to}");
+    let group = format!("copy-{}", transport.slug());
+    source
+        .broker
+        .create_consumer_group(hub, &group)
+        .await
+        .context("cannot create the copy's consumer group")?;
+    let config = setup.task(
+        (&name, &group, "earliest"),
+        (source, target),
+        (hub, &to, transport),
+    )?;
+    let goal = target.events(&to, setup.partitions)? + events;
     let (cpu, syncs) = (ThreadCpu::now(), target.broker.sync_times());
     let started = Instant::now();
-    let options = setup.start_options((source, target)).await;
+    let options = setup.start_options((source, target), transport).await;
     let replicator = Replicator::start(&config, options)
         .await
         .context("the copy task did not start")?;
-    let first = wait_for((target, hub), setup.partitions, goal, started).await?;
+    let first = wait_for((target, &to), setup.partitions, goal, started).await?;
     let took = started.elapsed();
     let (cpu, syncs) = (cpu.since(), target.broker.sync_times().since(&syncs));
     let snapshot = replicator.metrics().snapshot();
@@ -626,37 +780,41 @@ async fn copy(
         .shutdown()
         .await
         .map_err(|e| anyhow!("the copy task did not stop cleanly: {e}"))?;
-    let rate = events as f64 / took.as_secs_f64();
-    let steady = took.saturating_sub(first);
+    let run = CopyRun {
+        transport,
+        rate: events as f64 / took.as_secs_f64(),
+        events,
+        cpu,
+        appends: syncs.waits.count,
+    };
+    let retries = snapshot.partitions.values().map(|p| p.retries).sum();
     println!(
         "replicate copy: {events} events source → target in {:.2} s = {} events/s, {:.1} % of the ingest baseline ({}; {}; the first event reached the target {:.0} ms after the start, {} events/s from then)",
         took.as_secs_f64(),
-        thousands(rate),
-        100.0 * rate / baseline,
+        thousands(run.rate),
+        100.0 * run.rate / baseline,
         setup.conditions(),
-        setup.task_note(),
+        setup.task_note(transport),
         first.as_secs_f64() * 1e3,
-        thousands(events as f64 / steady.as_secs_f64().max(1e-9)),
+        thousands(events as f64 / took.saturating_sub(first).as_secs_f64().max(1e-9)),
     );
-    println!("  {}", cpu.line(events));
-    println!(
-        "  {}",
-        sends_note(
-            &syncs,
-            events,
-            snapshot.partitions.values().map(|p| p.retries).sum()
-        )
-    );
+    println!("  {}", run.cpu.line(events));
+    println!("  {}", sends_note(&syncs, events, retries));
     println!("  target disk: {syncs}");
-    let per_event = |side: &Hub| -> Result<f64> {
-        Ok(side.log_bytes(hub, setup.partitions)? as f64 / events.max(1) as f64)
-    };
     println!(
         "  log bytes per event: source {:.0}, target {:.0} (the stamps the task adds)",
-        per_event(source)?,
-        per_event(target)?
+        source.log_bytes(hub, setup.partitions)? as f64 / events.max(1) as f64,
+        target.log_bytes(&to, setup.partitions)? as f64 / events.max(1) as f64,
     );
-    Ok(rate)
+    Ok(run)
+}
+
+/// `events` over the `appends` a log made: how many events each append carried.
+fn per_append(events: u64, appends: u64) -> String {
+    match appends {
+        0 => "appends not counted: the log syncs none".to_owned(),
+        _ => format!("{:.0} events per append", events as f64 / appends as f64),
+    }
 }
 
 /// What the task's sends were, from the target log's appends (one per send in fsync mode).
@@ -723,22 +881,10 @@ async fn lag(
     setup: &Setup,
     producers: &Producers,
     (source, target): (&Hub, &Hub),
-    hub: &str,
-    rate: u64,
-    index: usize,
+    (hub, transport): (&str, TaskTransport),
+    (rate, index): (u64, usize),
 ) -> Result<()> {
-    let group = format!("lag-{index}");
-    source
-        .broker
-        .create_consumer_group(hub, &group)
-        .await
-        .context("cannot create the lag run's consumer group")?;
-    let config = setup.task((&group, &group, "latest"), (source, target), hub)?;
-    let options = setup.start_options((source, target)).await;
-    let replicator = Replicator::start(&config, options)
-        .await
-        .context("the lag run's task did not start")?;
-    receiving(&replicator, setup.partitions).await?;
+    let replicator = start_lag_task(setup, (source, target), (hub, transport), index).await?;
     let acked = Arc::new(AtomicU64::new(0));
     let pacers = pace(
         producers,
@@ -774,7 +920,7 @@ async fn lag(
         thousands(offered as f64 / elapsed.as_secs_f64()),
         setup.conditions(),
         setup.producers,
-        setup.task_note(),
+        setup.task_note(transport),
         setup.lag_seconds,
         LAG_WARM_UP.as_secs(),
         lag_line(&lag)
@@ -785,6 +931,35 @@ async fn lag(
     println!("  source disk: {source_syncs}");
     println!("  target disk: {syncs}");
     Ok(())
+}
+
+/// Starts the `index`th lag run's task over `transport`: a fresh consumer group of the source's
+/// `hub` from latest, into the target's hub of the last round's copy over `transport`; returns
+/// once it reads every partition.
+async fn start_lag_task(
+    setup: &Setup,
+    (source, target): (&Hub, &Hub),
+    (hub, transport): (&str, TaskTransport),
+    index: usize,
+) -> Result<Replicator> {
+    let group = format!("lag-{}-{index}", transport.slug());
+    source
+        .broker
+        .create_consumer_group(hub, &group)
+        .await
+        .context("cannot create the lag run's consumer group")?;
+    let to = target_hub(setup.rounds, transport);
+    let config = setup.task(
+        (&group, &group, "latest"),
+        (source, target),
+        (hub, &to, transport),
+    )?;
+    let options = setup.start_options((source, target), transport).await;
+    let replicator = Replicator::start(&config, options)
+        .await
+        .context("the lag run's task did not start")?;
+    receiving(&replicator, setup.partitions).await?;
+    Ok(replicator)
 }
 
 /// Waits until the task owns every partition, and a moment for its receivers to open at the
@@ -982,23 +1157,38 @@ fn parse_stat(stat: &str) -> Option<(String, u64)> {
     Some((name, utime + stime))
 }
 
+/// The source hub's threads (its runtime).
+const SOURCE_HUB: &str = "source hub";
+/// The target hub's threads (its runtime).
+const TARGET_HUB: &str = "target hub";
+/// Both hubs' logs' `fdatasync` threads: in a run only one hub writes, so they are its.
+const LOG_SYNCS: &str = "log sync threads (both hubs)";
+/// The command's runtime, which runs the task alone.
+const TASK: &str = "task";
+
 /// The group a thread's CPU is counted in, by its name.
 fn group_of(name: &str) -> &'static str {
     match name {
-        "source-hub" => "source hub",
-        "target-hub" => "target hub",
+        "source-hub" => SOURCE_HUB,
+        "target-hub" => TARGET_HUB,
         "producers" => "producers",
-        n if n.starts_with("tributary-sync") || n.starts_with("tributary-comm") => {
-            "log sync threads (both hubs)"
-        }
+        n if n.starts_with("tributary-sync") || n.starts_with("tributary-comm") => LOG_SYNCS,
         // The command's runtime (`tokio-rt-worker`, `tokio-runtime-w`): the task alone.
-        n if n.starts_with("tokio-r") => "task",
+        n if n.starts_with("tokio-r") => TASK,
         "tributary" => "main thread (the bench's driver)",
         _ => "other",
     }
 }
 
 impl CpuUse {
+    /// The CPU seconds the thread groups `groups` used, in all.
+    fn seconds(&self, groups: &[&str]) -> f64 {
+        groups
+            .iter()
+            .filter_map(|group| self.groups.get(group))
+            .sum()
+    }
+
     fn line(&self, events: u64) -> String {
         let total: f64 = self.groups.values().sum();
         let wall = self.wall.as_secs_f64();
@@ -1054,6 +1244,18 @@ pub(crate) fn thousands(value: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_way_the_task_reaches_the_hubs_copies_into_a_hub_of_its_own() {
+        let hubs = [TaskTransport::Amqp, TaskTransport::Local].map(|t| target_hub(2, t));
+        assert_eq!(hubs, ["bench-2-amqp", "bench-2-local"]);
+        let once = dedup(&[
+            TaskTransport::Local,
+            TaskTransport::Amqp,
+            TaskTransport::Local,
+        ]);
+        assert_eq!(once, [TaskTransport::Local, TaskTransport::Amqp]);
+    }
 
     #[test]
     fn the_median_is_the_middle_value_or_the_mean_of_the_middle_two() {

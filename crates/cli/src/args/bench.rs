@@ -125,11 +125,12 @@ pub struct BenchArgs {
     /// The replication task's `prefetch` (default: the task's own default).
     #[arg(long)]
     pub task_prefetch: Option<u32>,
-    /// How the replicate scenario's task reaches the two hubs: `amqp` (connection strings, as
-    /// a task deployed beside remote hubs does) or `local` (their data directories: both hubs
-    /// in the task's process, as at the edge).
-    #[arg(long, value_enum, default_value_t = TaskTransport::Amqp)]
-    pub task_transport: TaskTransport,
+    /// How the replicate scenario's task reaches the two hubs, comma-separated: `amqp`
+    /// (connection strings, as a task deployed beside remote hubs does) and/or `local` (their
+    /// data directories: both hubs in the task's process, as at the edge). With both, each
+    /// round copies once each way, and the CPU ratios of both come from the one run.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "amqp")]
+    pub task_transport: Vec<TaskTransport>,
     /// Silent connections the silent-connections scenario holds.
     #[arg(long, default_value_t = 10_000)]
     pub connections: usize,
@@ -217,6 +218,17 @@ pub enum TaskTransport {
     Amqp,
     /// In process, by each hub's data directory.
     Local,
+}
+
+impl TaskTransport {
+    /// Its name on the command line, which also names what the bench makes for it (event
+    /// hubs, consumer groups, task files).
+    pub fn slug(self) -> &'static str {
+        match self {
+            TaskTransport::Amqp => "amqp",
+            TaskTransport::Local => "local",
+        }
+    }
 }
 
 impl std::fmt::Display for TaskTransport {

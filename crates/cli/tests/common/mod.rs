@@ -192,3 +192,28 @@ impl Drop for ServeGuard {
         }
     }
 }
+
+/// The number right after `label` in `line` (up to the next character that is neither a digit
+/// nor a `.`): a figure a benchmark printed.
+pub(crate) fn figure_after(line: &str, label: &str) -> f64 {
+    let rest = line
+        .split_once(label)
+        .unwrap_or_else(|| panic!("no {label:?} in {line:?}"))
+        .1;
+    let number: String = rest
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    number
+        .parse()
+        .unwrap_or_else(|e| panic!("{label:?} in {line:?} is not a number: {e}"))
+}
+
+/// The first line of `stdout` starting with `start`.
+pub(crate) fn line_starting<'a>(stdout: &'a str, start: &str) -> &'a str {
+    stdout
+        .lines()
+        .find(|l| l.starts_with(start))
+        .unwrap_or_else(|| panic!("no line starting {start:?}: {stdout}"))
+}
