@@ -18,7 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::FutureExt;
+use futures_util::{FutureExt, StreamExt};
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use tokio::time::Instant;
@@ -120,25 +120,31 @@ impl KafkaReceiver {
     }
 
     /// Takes up to `max_events`, waiting up to `wait` for the first.
+    ///
+    /// One message stream serves the whole batch: a stream registers a waker slot behind a
+    /// lock when made and removes it when dropped, two locks per message when each message is
+    /// read by a stream of its own (`StreamConsumer::recv`). (A stream never ends: `None` is
+    /// read as nothing there.)
     async fn take(
         &mut self,
         max_events: usize,
         wait: Duration,
     ) -> Result<Vec<ReceivedEvent>, SourceError> {
         let consumer = Arc::clone(self.consumer());
+        let mut messages = consumer.stream();
         let mut events = Vec::new();
-        let first = match tokio::time::timeout(wait, consumer.recv()).await {
-            Err(_elapsed) => return Ok(events),
-            Ok(first) => first.map_err(|e| source_error("cannot read the partition", &e))?,
+        let first = match tokio::time::timeout(wait, messages.next()).await {
+            Err(_) | Ok(None) => return Ok(events),
+            Ok(Some(first)) => first.map_err(|e| source_error("cannot read the partition", &e))?,
         };
         events.push(event_from_message(&first));
         drop(first);
         // The rest of the batch: only what librdkafka already holds, without waiting.
         while events.len() < max_events {
-            match consumer.recv().now_or_never() {
-                None => break,
-                Some(Ok(message)) => events.push(event_from_message(&message)),
-                Some(Err(e)) => {
+            match messages.next().now_or_never() {
+                None | Some(None) => break,
+                Some(Some(Ok(message))) => events.push(event_from_message(&message)),
+                Some(Some(Err(e))) => {
                     self.pending_error = Some(source_error("cannot read the partition", &e));
                     break;
                 }

@@ -7,7 +7,10 @@
 //!   second Tributary child process, partition to partition, over AMQP. Timed from the task's
 //!   start until the hub holds every record; the rate beside what the plain librdkafka consumers
 //!   read from the same topic in the same run, and the task's CPU time per copied record.
-//!   `--task-batch-events` and `--task-prefetch` set the task's batch and prefetch.
+//!   The source server's and the target hub's CPU time over the copy are read too: the three
+//!   together are what a copy at half the plain consumers' rate would need of the machine's
+//!   cores (the arithmetic of issue 33's copy-rate target). `--task-batch-events` and
+//!   `--task-prefetch` set the task's batch and prefetch.
 //! * **failover**: two event processor hosts in this process over the topic `failover-…` (16
 //!   partitions, kept supplied by a librdkafka producer with a record per partition every
 //!   20 ms), reading through `tributary-kafka-source` with an in-memory checkpoint store and the
@@ -55,8 +58,14 @@ pub(super) struct CopyRun {
     records: u64,
     /// Records per second from the task's start until the target held them all.
     rate: f64,
+    /// Records per second from the first record in the target until the last.
+    rate_from_first: f64,
     /// The task process's CPU time per copied record, µs.
     task_us: f64,
+    /// The source server's CPU time over the copy per copied record, µs.
+    source_us: f64,
+    /// The target hub's CPU time over the copy per copied record, µs.
+    target_us: f64,
 }
 
 /// The failover runs' times.
@@ -91,28 +100,41 @@ pub(super) async fn copy(
         .spawn()
         .context("cannot start the replication task's process")?;
     let pid = child.id().context("the task's pid")?.to_string();
+    let (source_pid, target_pid) = (server.pid.to_string(), target.pid.to_string());
+    let (source_before, target_before) = (cpu_ticks(&source_pid), cpu_ticks(&target_pid));
     let waited = wait_for_copy(&mut target, records, started).await;
     let took = started.elapsed();
     let task_s = cpu_ticks(&pid) as f64 / 100.0;
+    let source_s = cpu_ticks(&source_pid).saturating_sub(source_before) as f64 / 100.0;
+    let target_s = cpu_ticks(&target_pid).saturating_sub(target_before) as f64 / 100.0;
     child.start_kill()?;
     child.wait().await?;
     target.stop().await?;
     let first = waited.with_context(|| format!("see {}", dir.join("task.log").display()))?;
+    let per_record = |cpu_s: f64| cpu_s * 1e6 / records.max(1) as f64;
     let run = CopyRun {
         records,
         rate: records as f64 / took.as_secs_f64(),
-        task_us: task_s * 1e6 / records.max(1) as f64,
+        rate_from_first: records as f64 / took.saturating_sub(first).as_secs_f64().max(1e-9),
+        task_us: per_record(task_s),
+        source_us: per_record(source_s),
+        target_us: per_record(target_s),
     };
+    let core_share = |cpu_s: f64| cpu_s * 100.0 / took.as_secs_f64();
     println!(
-        "{} copy: a replication task (its own process) copied {} records of {topic} into a Tributary hub in {:.2} s = {} records/s (the first after {:.0} ms; {} records/s from then); the task's CPU {task_s:.2} s = {:.2} µs per record ({:.0} % of a core)",
+        "{} copy: a replication task (its own process) copied {} records of {topic} into a Tributary hub in {:.2} s = {} records/s (the first after {:.0} ms; {} records/s from then); the task's CPU {task_s:.2} s = {:.2} µs per record ({:.0} % of a core); meanwhile the source server {:.2} µs per record ({:.0} %), the target hub {:.2} µs ({:.0} %)",
         server.name(),
         thousands(records as f64),
         took.as_secs_f64(),
         thousands(run.rate),
         first.as_secs_f64() * 1e3,
-        thousands(records as f64 / took.saturating_sub(first).as_secs_f64().max(1e-9)),
+        thousands(run.rate_from_first),
         run.task_us,
-        task_s * 100.0 / took.as_secs_f64(),
+        core_share(task_s),
+        run.source_us,
+        core_share(source_s),
+        run.target_us,
+        core_share(target_s),
     );
     Ok(run)
 }
@@ -263,6 +285,22 @@ pub(super) fn summarize(server: &str, copy: CopyRun, consume_rate: f64, failover
         COPY_SHARE_TARGET * 100.0,
         verdict(share >= COPY_SHARE_TARGET),
         thousands(copy.records as f64),
+    );
+    // What a copy at the target share would need of the machine: every copied record costs the
+    // source server, the task and the target hub their CPU per record.
+    let copy_us = copy.source_us + copy.task_us + copy.target_us;
+    let wanted = consume_rate * COPY_SHARE_TARGET;
+    println!(
+        "  copy rate from the first record {} records/s = {:.0} % of the plain consumers'; a copy at {:.0} % ({} records/s) × ({:.2} source + {:.2} task + {:.2} target = {copy_us:.2} µs per record) needs {:.2} cores of this machine's {}",
+        thousands(copy.rate_from_first),
+        copy.rate_from_first / consume_rate * 100.0,
+        COPY_SHARE_TARGET * 100.0,
+        thousands(wanted),
+        copy.source_us,
+        copy.task_us,
+        copy.target_us,
+        wanted * copy_us / 1e6,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
     println!(
         "target: processor over {server}, crash failover {:.2} s (<= {} s: {}), graceful hand-over {:.0} ms (<= {} ms: {})",
