@@ -11,7 +11,7 @@ use std::io::Read;
 
 use tributary_event::ReceivedEvent;
 
-use crate::avro::{FileSummary, RecordWriter, event_record, record_writer};
+use crate::avro::{AvroFileWriter, FileSummary};
 use crate::config::CaptureFormat;
 use crate::destination::PendingFile;
 use crate::error::CaptureError;
@@ -34,7 +34,7 @@ pub fn window_writer(
     match format {
         CaptureFormat::Avro | CaptureFormat::AvroDeflate => {
             let writer =
-                record_writer(WholeWrites(file), format).map_err(|reason| CaptureError::Avro {
+                AvroFileWriter::new(file, format).map_err(|reason| CaptureError::Avro {
                     name: name.to_owned(),
                     reason,
                 })?;
@@ -73,30 +73,27 @@ fn no_parquet() -> CaptureError {
     }
 }
 
-/// An Avro window: each event one record, encoded as it comes.
+/// An Avro window: each event one record, encoded as it comes, written a block at a time.
 struct AvroWindow {
-    writer: RecordWriter<WholeWrites>,
+    writer: AvroFileWriter<Box<dyn PendingFile>>,
     name: String,
 }
 
 impl WindowWriter for AvroWindow {
     fn append(&mut self, event: &ReceivedEvent) -> Result<(), CaptureError> {
         self.writer
-            .append_value_ref(&event_record(event))
-            .map(drop)
-            .map_err(|e| CaptureError::Avro {
+            .append(event)
+            .map_err(|reason| CaptureError::Avro {
                 name: self.name.clone(),
-                reason: e.to_string(),
+                reason,
             })
     }
 
     fn finish(self: Box<Self>) -> Result<Box<dyn PendingFile>, CaptureError> {
         let AvroWindow { writer, name } = *self;
-        let file = writer.into_inner().map_err(|e| CaptureError::Avro {
-            name,
-            reason: e.to_string(),
-        })?;
-        Ok(file.0)
+        writer
+            .finish()
+            .map_err(|reason| CaptureError::Avro { name, reason })
     }
 }
 
