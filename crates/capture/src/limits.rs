@@ -29,6 +29,11 @@ pub const READ_BYTES_MAX: u64 = 4 * 1024 * 1024;
 /// small enough that a reader (fastavro, Azure's) holds little of it at once.
 pub const AVRO_BLOCK_BYTES: usize = 1024 * 1024;
 
+/// How many bytes of a window's file are written between two early syncs of a `file:`
+/// destination (see `DirectoryFile`): the disk writes the file while the capture encodes the
+/// rest, so publishing it waits for at most about this much.
+pub const SYNC_AHEAD_BYTES: u64 = 4 * 1024 * 1024;
+
 /// The most bytes an archive name format may have: Azure Blob names are at most 1024
 /// characters, and a format renders to about its own length.
 pub const ARCHIVE_NAME_FORMAT_BYTES_MAX: usize = 1024;
