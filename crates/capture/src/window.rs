@@ -2,7 +2,8 @@
 //! events to its file and finishes it; [`summarize`] reads a file of the format back. The
 //! window logic in [`crate::partition`] knows nothing of the encodings.
 //!
-//! - Avro and AvroDeflate ([`crate::avro`]): one record per event, written as it comes.
+//! - Avro and AvroDeflate ([`crate::avro`]): one record per event, encoded as it comes into
+//!   the open block, each block written whole.
 //! - Parquet (feature `parquet`, [`crate::parquet`]): one column per field of Azure's record,
 //!   row groups written as they fill, so a window of any size holds at most one row group in
 //!   memory.
