@@ -4,8 +4,9 @@
 //! A destination makes a window's file visible whole or not at all: [`Destination::create`]
 //! writes under a temporary name, and [`PendingFile::publish`] makes the bytes durable, then
 //! gives the file its archive name, then makes the name durable — for a directory: `fsync` the
-//! file (synced ahead while it is written, so this waits for little), `rename`, `fsync` the directory (and every directory the name created). A reader of
-//! archive names never sees a partial file. A temporary file a crash left behind is found by
+//! file (synced ahead while it is written, so this waits for little), `rename`, `fsync` the
+//! directory (and every directory the name created). A reader of archive names never sees a
+//! partial file. A temporary file a crash left behind is found by
 //! [`Destination::leftovers`] and removed by [`Destination::remove_leftover`]; it never
 //! becomes visible.
 //!
