@@ -343,7 +343,7 @@ mod tests {
         let mut file = destination.create(name).unwrap();
         let chunk: Vec<u8> = (0..=255).cycle().take(1 << 20).collect();
         // Early syncs start at 4 and 8 MiB (or later, while one runs); the publish waits.
-        let chunks = (2 * SYNC_AHEAD_BYTES >> 20) + 3;
+        let chunks = ((2 * SYNC_AHEAD_BYTES) >> 20) + 3;
         for _ in 0..chunks {
             file.write_all(&chunk).unwrap();
         }
