@@ -728,8 +728,21 @@ impl Broker {
             )));
         }
         let mut cursor = ReadCursor::new(from_sequence);
-        let (hub, p, mut events) =
-            self.read_log(hub, partition, &mut cursor, max_events, max_bytes)?;
+        self.read_from(hub, partition, &mut cursor, max_events, max_bytes)
+    }
+
+    /// [`Broker::read`] from `cursor`, advancing it. A sequential reader (a capture) keeps its
+    /// cursor across calls: each read goes on where the last ended without consulting the
+    /// index, and reuses the cursor's read buffer once the last read's events are dropped.
+    pub fn read_from(
+        &self,
+        hub: &str,
+        partition: &str,
+        cursor: &mut ReadCursor,
+        max_events: usize,
+        max_bytes: u64,
+    ) -> Result<Vec<tributary_event::ReceivedEvent>, BrokerError> {
+        let (hub, p, mut events) = self.read_log(hub, partition, cursor, max_events, max_bytes)?;
         hub.count_delivered(p, events.len());
         door_stamp::hide(&mut events);
         Ok(events)

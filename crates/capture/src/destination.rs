@@ -4,8 +4,9 @@
 //! A destination makes a window's file visible whole or not at all: [`Destination::create`]
 //! writes under a temporary name, and [`PendingFile::publish`] makes the bytes durable, then
 //! gives the file its archive name, then makes the name durable — for a directory: `fsync` the
-//! file, `rename`, `fsync` the directory (and every directory the name created). A reader of
-//! archive names never sees a partial file. A temporary file a crash left behind is found by
+//! file (synced ahead while it is written, so this waits for little), `rename`, `fsync` the
+//! directory (and every directory the name created). A reader of archive names never sees a
+//! partial file. A temporary file a crash left behind is found by
 //! [`Destination::leftovers`] and removed by [`Destination::remove_leftover`]; it never
 //! becomes visible.
 //!
@@ -17,6 +18,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::CaptureError;
+use crate::limits::SYNC_AHEAD_BYTES;
 
 /// What a temporary file's name adds to the archive name.
 pub const TEMPORARY_SUFFIX: &str = ".capturing";
@@ -95,6 +97,9 @@ impl Destination for DirectoryDestination {
             .map_err(|e| CaptureError::io("create", &temporary, e))?;
         Ok(Box::new(DirectoryFile {
             file: std::io::BufWriter::new(file),
+            written: 0,
+            sync_ahead_at: 0,
+            syncing: None,
             temporary,
             path,
             parent,
@@ -166,16 +171,56 @@ impl DirectoryDestination {
 }
 
 /// A file of a [`DirectoryDestination`] under its temporary name.
+///
+/// Every [`SYNC_AHEAD_BYTES`] written, it starts an `fdatasync` of the file on a thread of its
+/// own (if the last one is done): the disk writes the window while the next blocks are encoded,
+/// so the `fsync` at [`PendingFile::publish`] waits for the last few MiB, not the whole file.
+/// A failed early sync fails the publish (its error is not left for the final `fsync`, which
+/// might not see it again).
 struct DirectoryFile {
     file: std::io::BufWriter<File>,
+    written: u64,
+    /// `written` when the last early sync started.
+    sync_ahead_at: u64,
+    syncing: Option<std::thread::JoinHandle<std::io::Result<()>>>,
     temporary: PathBuf,
     path: PathBuf,
     parent: PathBuf,
 }
 
+impl DirectoryFile {
+    /// Starts an early sync if [`SYNC_AHEAD_BYTES`] were written since the last one started and
+    /// it is done; reports its error if it failed.
+    fn sync_ahead(&mut self) -> std::io::Result<()> {
+        if self.written - self.sync_ahead_at < SYNC_AHEAD_BYTES
+            || self.syncing.as_ref().is_some_and(|s| !s.is_finished())
+        {
+            return Ok(());
+        }
+        self.wait_for_sync()?;
+        let file = self.file.get_ref().try_clone()?;
+        self.syncing = Some(std::thread::spawn(move || file.sync_data()));
+        self.sync_ahead_at = self.written;
+        Ok(())
+    }
+
+    /// Waits for the early sync under way, if any, and reports its outcome.
+    fn wait_for_sync(&mut self) -> std::io::Result<()> {
+        match self.syncing.take() {
+            Some(syncing) => syncing
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("an early sync panicked"))),
+            None => Ok(()),
+        }
+    }
+}
+
 impl Write for DirectoryFile {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.file.write(buf)
+        let written = self.file.write(buf)?;
+        self.written += written as u64;
+        self.sync_ahead()?;
+        Ok(written)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -184,12 +229,15 @@ impl Write for DirectoryFile {
 }
 
 impl PendingFile for DirectoryFile {
-    fn publish(self: Box<Self>) -> Result<u64, CaptureError> {
+    fn publish(mut self: Box<Self>) -> Result<u64, CaptureError> {
+        self.wait_for_sync()
+            .map_err(|e| CaptureError::io("sync", &self.temporary, e))?;
         let DirectoryFile {
             file,
             temporary,
             path,
             parent,
+            ..
         } = *self;
         let file = file
             .into_inner()
@@ -285,5 +333,23 @@ mod tests {
         assert!(!destination.remove_leftover(other).unwrap());
         assert!(!destination.exists(other).unwrap());
         assert!(destination.url(name).starts_with("file://"));
+    }
+
+    #[test]
+    fn a_file_synced_ahead_while_written_is_published_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let destination = DirectoryDestination::new(dir.path()).unwrap();
+        let name = "big.avro";
+        let mut file = destination.create(name).unwrap();
+        let chunk: Vec<u8> = (0..=255).cycle().take(1 << 20).collect();
+        // Early syncs start at 4 and 8 MiB (or later, while one runs); the publish waits.
+        let chunks = ((2 * SYNC_AHEAD_BYTES) >> 20) + 3;
+        for _ in 0..chunks {
+            file.write_all(&chunk).unwrap();
+        }
+        assert_eq!(file.publish().unwrap(), chunks << 20);
+        let bytes = std::fs::read(destination.path(name)).unwrap();
+        assert_eq!(bytes.len() as u64, chunks << 20);
+        assert!(bytes.chunks(1 << 20).all(|c| c == chunk.as_slice()));
     }
 }

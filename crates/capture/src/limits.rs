@@ -24,6 +24,16 @@ pub const READ_EVENTS_MAX: usize = 1024;
 /// smallest size window, so a window overshoots its size by at most one read's last event).
 pub const READ_BYTES_MAX: u64 = 4 * 1024 * 1024;
 
+/// About how many bytes of records an Avro block holds before it is written (with one `write`,
+/// compressed first with `deflate`): large enough that a window's file is a few large writes,
+/// small enough that a reader (fastavro, Azure's) holds little of it at once.
+pub const AVRO_BLOCK_BYTES: usize = 1024 * 1024;
+
+/// How many bytes of a window's file are written between two early syncs of a `file:`
+/// destination (see `DirectoryFile`): the disk writes the file while the capture encodes the
+/// rest, so publishing it waits for at most about this much.
+pub const SYNC_AHEAD_BYTES: u64 = 4 * 1024 * 1024;
+
 /// The most bytes an archive name format may have: Azure Blob names are at most 1024
 /// characters, and a format renders to about its own length.
 pub const ARCHIVE_NAME_FORMAT_BYTES_MAX: usize = 1024;

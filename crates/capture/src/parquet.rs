@@ -47,47 +47,45 @@ use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::{ColumnPath, Type};
 use tributary_event::ReceivedEvent;
 
-use crate::avro::{FieldValue, FileSummary, property_values, record_bytes, system_property_values};
+use crate::avro::{FieldValue, FileSummary, properties, record_bytes, system_properties};
 use crate::destination::PendingFile;
 use crate::error::CaptureError;
 use crate::limits::{PARQUET_FOOTER_BYTES_MAX, PARQUET_ROW_GROUP_BYTES};
 use crate::window::{WholeWrites, WindowWriter};
 
+/// The Parquet type of a `SystemProperties` or `Properties` map, after its name: a string key,
+/// and Azure's Avro union as one optional field per branch (see the module docs).
+const MAP_GROUP: &str = "(MAP) {
+    repeated group key_value {
+      required binary key (STRING);
+      required group value {
+        optional int64 long;
+        optional double double;
+        optional binary string (STRING);
+        optional binary bytes;
+      }
+    }
+  }";
+
 /// The Parquet schema of a capture file (see the module docs).
-pub const PARQUET_SCHEMA: &str = "message EventData {
+pub fn parquet_schema() -> String {
+    format!(
+        "message EventData {{
   required int64 SequenceNumber;
   required binary Offset (STRING);
   required int64 EnqueuedTimeUtc (TIMESTAMP(MILLIS,true));
-  required group SystemProperties (MAP) {
-    repeated group key_value {
-      required binary key (STRING);
-      required group value {
-        optional int64 long;
-        optional double double;
-        optional binary string (STRING);
-        optional binary bytes;
-      }
-    }
-  }
-  required group Properties (MAP) {
-    repeated group key_value {
-      required binary key (STRING);
-      required group value {
-        optional int64 long;
-        optional double double;
-        optional binary string (STRING);
-        optional binary bytes;
-      }
-    }
-  }
+  required group SystemProperties {MAP_GROUP}
+  required group Properties {MAP_GROUP}
   optional binary Body;
-}";
+}}"
+    )
+}
 
 static SCHEMA: LazyLock<Arc<Type>> = LazyLock::new(|| {
-    Arc::new(parse_message_type(PARQUET_SCHEMA).expect("the capture's Parquet schema parses"))
+    Arc::new(parse_message_type(&parquet_schema()).expect("the capture's Parquet schema parses"))
 });
 
-fn properties() -> Arc<WriterProperties> {
+fn writer_properties() -> Arc<WriterProperties> {
     let numeric = EnabledStatistics::Chunk;
     Arc::new(
         WriterProperties::builder()
@@ -117,16 +115,17 @@ struct MapColumn {
 }
 
 impl MapColumn {
-    fn push_row(&mut self, entries: Vec<(String, FieldValue)>) {
-        if entries.is_empty() {
+    fn push_row<'k, 'v>(&mut self, entries: impl Iterator<Item = (&'k str, FieldValue<'v>)>) {
+        let mut entries = entries.peekable();
+        if entries.peek().is_none() {
             self.repetition.push(0);
             self.key_levels.push(0);
             self.branch_levels.iter_mut().for_each(|l| l.push(0));
             return;
         }
-        for (i, (key, value)) in entries.into_iter().enumerate() {
+        for (i, (key, value)) in entries.enumerate() {
             self.repetition.push(i16::from(i > 0));
-            self.keys.push(ByteArray::from(key.into_bytes()));
+            self.keys.push(ByteArray::from(key));
             self.key_levels.push(1);
             let set = match value {
                 FieldValue::Long(v) => {
@@ -138,7 +137,7 @@ impl MapColumn {
                     Some(1)
                 }
                 FieldValue::String(v) => {
-                    self.strings.push(ByteArray::from(v.into_bytes()));
+                    self.strings.push(ByteArray::from(v.as_ref()));
                     Some(2)
                 }
                 FieldValue::Bytes(v) => {
@@ -202,9 +201,10 @@ impl Rows {
         self.offsets
             .push(ByteArray::from(event.offset.to_string().into_bytes()));
         self.enqueued_times.push(event.enqueued_time_ms);
-        self.system.push_row(system_property_values(event));
-        self.properties.push_row(property_values(event));
-        self.bodies.push(ByteArray::from(event.data.body.to_vec()));
+        self.system.push_row(system_properties(event));
+        self.properties.push_row(properties(event));
+        // A slice of the log's read buffer, not a copy.
+        self.bodies.push(ByteArray::from(event.data.body.clone()));
         self.bytes += record_bytes(event);
     }
 
@@ -237,8 +237,9 @@ impl ParquetWindow {
         file: Box<dyn PendingFile>,
         name: &str,
     ) -> Result<ParquetWindow, CaptureError> {
-        let file = SerializedFileWriter::new(WholeWrites(file), Arc::clone(&SCHEMA), properties())
-            .map_err(|e| parquet_error(name, &e))?;
+        let file =
+            SerializedFileWriter::new(WholeWrites(file), Arc::clone(&SCHEMA), writer_properties())
+                .map_err(|e| parquet_error(name, &e))?;
         Ok(ParquetWindow {
             file,
             rows: Rows::default(),

@@ -32,7 +32,7 @@
 
 use std::sync::Arc;
 
-use tributary_broker::Broker;
+use tributary_broker::{Broker, ReadCursor};
 use tributary_event::{Clock, EventPosition, ReceivedEvent};
 
 use crate::avro::record_bytes;
@@ -76,6 +76,9 @@ pub struct PartitionCapture {
     progress: Option<Progress>,
     /// The sequence number of the next event to read (past the open window's events).
     read_next: i64,
+    /// Where the last read ended, and its read buffer: reads go on from it while it is at
+    /// `read_next`.
+    cursor: ReadCursor,
     window: Option<OpenWindow>,
     /// Called with each file's notification once the file is durable and before the progress
     /// moves past it (see [`PartitionCapture::on_file`]).
@@ -123,6 +126,7 @@ impl PartitionCapture {
             start,
             progress: None,
             read_next: 0,
+            cursor: ReadCursor::new(0),
             window: None,
             on_file: None,
         })
@@ -310,17 +314,19 @@ impl PartitionCapture {
         Ok(Some(((first, time(first)?), (last, time(last)?))))
     }
 
-    fn read(&self) -> Result<Vec<ReceivedEvent>, CaptureError> {
+    fn read(&mut self) -> Result<Vec<ReceivedEvent>, CaptureError> {
+        if self.cursor.next_sequence() != self.read_next {
+            self.cursor = ReadCursor::new(self.read_next);
+        }
         let t = &self.target;
-        self.broker
-            .read(
-                &t.hub,
-                &t.partition,
-                self.read_next,
-                READ_EVENTS_MAX,
-                READ_BYTES_MAX,
-            )
-            .map_err(|e| self.broker_error(e))
+        let read = self.broker.read_from(
+            &t.hub,
+            &t.partition,
+            &mut self.cursor,
+            READ_EVENTS_MAX,
+            READ_BYTES_MAX,
+        );
+        read.map_err(|e| self.broker_error(e))
     }
 
     /// Appends `event` to the open window, opening its file first if it is the first.

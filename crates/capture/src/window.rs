@@ -2,7 +2,8 @@
 //! events to its file and finishes it; [`summarize`] reads a file of the format back. The
 //! window logic in [`crate::partition`] knows nothing of the encodings.
 //!
-//! - Avro and AvroDeflate ([`crate::avro`]): one record per event, written as it comes.
+//! - Avro and AvroDeflate ([`crate::avro`]): one record per event, encoded as it comes into
+//!   the open block, each block written whole.
 //! - Parquet (feature `parquet`, [`crate::parquet`]): one column per field of Azure's record,
 //!   row groups written as they fill, so a window of any size holds at most one row group in
 //!   memory.
@@ -11,7 +12,7 @@ use std::io::Read;
 
 use tributary_event::ReceivedEvent;
 
-use crate::avro::{FileSummary, RecordWriter, event_record, record_writer};
+use crate::avro::{AvroFileWriter, FileSummary};
 use crate::config::CaptureFormat;
 use crate::destination::PendingFile;
 use crate::error::CaptureError;
@@ -34,7 +35,7 @@ pub fn window_writer(
     match format {
         CaptureFormat::Avro | CaptureFormat::AvroDeflate => {
             let writer =
-                record_writer(WholeWrites(file), format).map_err(|reason| CaptureError::Avro {
+                AvroFileWriter::new(file, format).map_err(|reason| CaptureError::Avro {
                     name: name.to_owned(),
                     reason,
                 })?;
@@ -73,30 +74,27 @@ fn no_parquet() -> CaptureError {
     }
 }
 
-/// An Avro window: each event one record, encoded as it comes.
+/// An Avro window: each event one record, encoded as it comes, written a block at a time.
 struct AvroWindow {
-    writer: RecordWriter<WholeWrites>,
+    writer: AvroFileWriter<Box<dyn PendingFile>>,
     name: String,
 }
 
 impl WindowWriter for AvroWindow {
     fn append(&mut self, event: &ReceivedEvent) -> Result<(), CaptureError> {
         self.writer
-            .append_value_ref(&event_record(event))
-            .map(drop)
-            .map_err(|e| CaptureError::Avro {
+            .append(event)
+            .map_err(|reason| CaptureError::Avro {
                 name: self.name.clone(),
-                reason: e.to_string(),
+                reason,
             })
     }
 
     fn finish(self: Box<Self>) -> Result<Box<dyn PendingFile>, CaptureError> {
         let AvroWindow { writer, name } = *self;
-        let file = writer.into_inner().map_err(|e| CaptureError::Avro {
-            name,
-            reason: e.to_string(),
-        })?;
-        Ok(file.0)
+        writer
+            .finish()
+            .map_err(|reason| CaptureError::Avro { name, reason })
     }
 }
 

@@ -269,15 +269,13 @@ async fn a_file_this_capture_did_not_write_is_refused_not_overwritten() {
     let foreign = f.broker.read(common::HUB, "0", 0, 1, u64::MAX).unwrap();
     let mut other = foreign[0].clone();
     other.sequence_number = 41;
-    let mut writer = tributary_capture::avro::record_writer(
+    let mut writer = tributary_capture::avro::AvroFileWriter::new(
         std::fs::File::create(&path).unwrap(),
         tributary_capture::CaptureFormat::Avro,
     )
     .unwrap();
-    writer
-        .append_value_ref(&tributary_capture::avro::event_record(&other))
-        .unwrap();
-    writer.into_inner().unwrap();
+    writer.append(&other).unwrap();
+    writer.finish().unwrap();
 
     let mut restarted = f.capture(CaptureConfig::default(), "0");
     let error = restarted.step().unwrap_err().to_string();
