@@ -405,6 +405,7 @@ mod tests {
 
     use proptest::prelude::*;
     use tributary_event::EventData;
+    use tributary_event::strategy::property_value;
 
     use super::*;
 
@@ -472,24 +473,6 @@ mod tests {
             .unwrap()
             .map(Result::unwrap)
             .collect()
-    }
-
-    fn property_value() -> impl Strategy<Value = PropertyValue> {
-        prop_oneof![
-            Just(PropertyValue::Null),
-            any::<bool>().prop_map(PropertyValue::Bool),
-            any::<i32>().prop_map(PropertyValue::Int32),
-            any::<i64>().prop_map(PropertyValue::Int64),
-            any::<u32>().prop_map(PropertyValue::UInt32),
-            any::<u64>().prop_map(PropertyValue::UInt64),
-            (-1e30_f32..1e30).prop_map(PropertyValue::Float32),
-            (-1e300_f64..1e300).prop_map(PropertyValue::Float64),
-            ".{0,40}".prop_map(|s| PropertyValue::String(s.into())),
-            proptest::collection::vec(any::<u8>(), 0..40)
-                .prop_map(|b| PropertyValue::Bytes(b.into())),
-            any::<i64>().prop_map(PropertyValue::Timestamp),
-            any::<[u8; 16]>().prop_map(PropertyValue::Uuid),
-        ]
     }
 
     fn event() -> impl Strategy<Value = ReceivedEvent> {

@@ -18,6 +18,8 @@ pub mod format;
 pub mod names;
 mod partition_key;
 mod position;
+#[cfg(feature = "arbitrary")]
+pub mod strategy;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use event::{

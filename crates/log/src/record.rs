@@ -887,29 +887,12 @@ impl<'a> Reader<'a> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    pub(crate) fn arb_value() -> impl Strategy<Value = PropertyValue> {
-        prop_oneof![
-            Just(PropertyValue::Null),
-            any::<bool>().prop_map(PropertyValue::Bool),
-            any::<i32>().prop_map(PropertyValue::Int32),
-            any::<i64>().prop_map(PropertyValue::Int64),
-            any::<u32>().prop_map(PropertyValue::UInt32),
-            any::<u64>().prop_map(PropertyValue::UInt64),
-            (-1e30f32..1e30).prop_map(PropertyValue::Float32),
-            (-1e300f64..1e300).prop_map(PropertyValue::Float64),
-            ".{0,40}".prop_map(|s| PropertyValue::String(s.into())),
-            proptest::collection::vec(any::<u8>(), 0..20)
-                .prop_map(|v| PropertyValue::Bytes(v.into())),
-            any::<i64>().prop_map(PropertyValue::Timestamp),
-            any::<[u8; 16]>().prop_map(PropertyValue::Uuid),
-        ]
-    }
+    use tributary_event::strategy::property_value;
 
     pub(crate) fn arb_event() -> impl Strategy<Value = EventData> {
         (
             proptest::collection::vec(any::<u8>(), 0..300),
-            proptest::collection::btree_map("[a-z]{1,8}", arb_value(), 0..4),
+            proptest::collection::btree_map("[a-z]{1,8}", property_value(), 0..4),
             proptest::option::of("[a-z0-9]{1,12}"),
             proptest::option::of("[a-z/]{1,12}"),
             proptest::option::of(".{0,8}"),
@@ -988,11 +971,11 @@ mod tests {
         /// do) decode to exactly what was appended, whichever record a read starts at.
         #[test]
         fn repeated_properties_round_trip_from_every_record(
-            base in proptest::collection::vec(arb_value(), 0..6),
+            base in proptest::collection::vec(property_value(), 0..6),
             events in proptest::collection::vec(
                 (
                     proptest::collection::vec(any::<u8>(), 0..40),
-                    proptest::collection::vec((0u8..4, arb_value()), 6),
+                    proptest::collection::vec((0u8..4, property_value()), 6),
                 ),
                 1..8,
             ),
