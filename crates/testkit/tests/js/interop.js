@@ -66,6 +66,8 @@ function errorDoc(error) {
     code: error?.code,
     message: String(error?.message ?? error),
     retryable: error?.retryable,
+    // An SDK's retry loop that gives up throws an AggregateError of every attempt's error.
+    ...(Array.isArray(error?.errors) ? { errors: error.errors.map(errorDoc) } : {}),
   };
 }
 
