@@ -74,9 +74,9 @@ pub const PARQUET_ROW_GROUP_BYTES: u64 = 32 * 1024 * 1024;
 pub const PARQUET_FOOTER_BYTES_MAX: usize = 8 * 1024 * 1024;
 
 const _: () = assert!(READ_BYTES_MAX < SIZE_BYTES_MIN);
-const _: () = assert!(WRITE_CHUNK_BYTES % DIRECT_ALIGN_BYTES == 0);
+const _: () = assert!(WRITE_CHUNK_BYTES.is_multiple_of(DIRECT_ALIGN_BYTES));
 const _: () = assert!(WRITE_BUFFERS >= 2);
-const _: () = assert!(SYNC_AHEAD_BYTES % (WRITE_CHUNK_BYTES as u64) == 0);
+const _: () = assert!(SYNC_AHEAD_BYTES.is_multiple_of(WRITE_CHUNK_BYTES as u64));
 const _: () = assert!(SIZE_BYTES_MAX / (BLOB_BLOCK_BYTES as u64) < 50_000);
 const _: () = assert!(SIZE_BYTES_MIN <= SIZE_BYTES_DEFAULT);
 const _: () = assert!(SIZE_BYTES_DEFAULT <= SIZE_BYTES_MAX);

@@ -368,11 +368,13 @@ impl CaptureThread {
     async fn wait_for_published(&self, sequence: i64, limit: Duration) {
         let started = Instant::now();
         while started.elapsed() < limit {
-            let published = self.published.lock().expect("published");
-            if published.iter().any(|f| f.last >= sequence) {
+            let published = {
+                let files = self.published.lock().expect("published");
+                files.iter().any(|f| f.last >= sequence)
+            };
+            if published {
                 return;
             }
-            drop(published);
             tokio::time::sleep(TICK / 20).await;
         }
     }
