@@ -3,9 +3,11 @@
 //! # Guarantees
 //! A destination makes a window's file visible whole or not at all: [`Destination::create`]
 //! writes under a temporary name, and [`PendingFile::publish`] makes the bytes durable, then
-//! gives the file its archive name, then makes the name durable — for a directory: `fsync` the
-//! file (synced ahead while it is written, so this waits for little), `rename`, `fsync` the
-//! directory (and every directory the name created). A reader of archive names never sees a
+//! gives the file its archive name, then makes the name durable — for a directory: write the
+//! file's last bytes and `fdatasync` it (its earlier bytes were written while the window was
+//! encoded, so this waits for little), `rename`, `fsync` the directory (and every directory the
+//! name created). A directory's files are written with `O_DIRECT` where the file system takes
+//! it, on a writer thread per file (see [`crate::file_writer`]). A reader of archive names never sees a
 //! partial file. A temporary file a crash left behind is found by
 //! [`Destination::leftovers`] and removed by [`Destination::remove_leftover`]; it never
 //! becomes visible.
@@ -13,12 +15,13 @@
 //! `BlobDestination` (`crate::blob`, feature `blob`: a block list committed at once) implements
 //! the same trait.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::CaptureError;
-use crate::limits::SYNC_AHEAD_BYTES;
+pub use crate::file_writer::WriteMode;
+use crate::file_writer::{BufferPool, FileWriter};
 
 /// What a temporary file's name adds to the archive name.
 pub const TEMPORARY_SUFFIX: &str = ".capturing";
@@ -53,6 +56,9 @@ pub trait PendingFile: Write + Send {
 #[derive(Debug, Clone)]
 pub struct DirectoryDestination {
     root: PathBuf,
+    mode: WriteMode,
+    /// The write buffers of its files, kept between files.
+    pool: BufferPool,
 }
 
 impl DirectoryDestination {
@@ -65,7 +71,19 @@ impl DirectoryDestination {
                 sync_dir(parent)?;
             }
         }
-        Ok(DirectoryDestination { root })
+        Ok(DirectoryDestination {
+            root,
+            mode: WriteMode::Direct,
+            pool: BufferPool::default(),
+        })
+    }
+
+    /// The same destination writing its files as `mode` says: [`WriteMode::Direct`] (the
+    /// default) falls back to the page cache per file where the file system refuses
+    /// `O_DIRECT`; [`WriteMode::Buffered`] always writes through it.
+    pub fn with_write_mode(mut self, mode: WriteMode) -> DirectoryDestination {
+        self.mode = mode;
+        self
     }
 
     /// The root directory.
@@ -89,17 +107,13 @@ impl Destination for DirectoryDestination {
         let parent = path.parent().unwrap_or(&self.root).to_path_buf();
         create_dirs_durably(&self.root, &parent)?;
         let temporary = self.temporary(name);
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&temporary)
+        let writer = FileWriter::create(&temporary, self.mode, self.pool.clone())
             .map_err(|e| CaptureError::io("create", &temporary, e))?;
+        if writer.mode() != self.mode {
+            tracing::debug!(file = %temporary.display(), "the file system refuses O_DIRECT: writing through the page cache");
+        }
         Ok(Box::new(DirectoryFile {
-            file: std::io::BufWriter::new(file),
-            written: 0,
-            sync_ahead_at: 0,
-            syncing: None,
+            writer,
             temporary,
             path,
             parent,
@@ -170,84 +184,38 @@ impl DirectoryDestination {
     }
 }
 
-/// A file of a [`DirectoryDestination`] under its temporary name.
-///
-/// Every [`SYNC_AHEAD_BYTES`] written, it starts an `fdatasync` of the file on a thread of its
-/// own (if the last one is done): the disk writes the window while the next blocks are encoded,
-/// so the `fsync` at [`PendingFile::publish`] waits for the last few MiB, not the whole file.
-/// A failed early sync fails the publish (its error is not left for the final `fsync`, which
-/// might not see it again).
+/// A file of a [`DirectoryDestination`] under its temporary name, written by its
+/// [`FileWriter`]'s thread.
 struct DirectoryFile {
-    file: std::io::BufWriter<File>,
-    written: u64,
-    /// `written` when the last early sync started.
-    sync_ahead_at: u64,
-    syncing: Option<std::thread::JoinHandle<std::io::Result<()>>>,
+    writer: FileWriter,
     temporary: PathBuf,
     path: PathBuf,
     parent: PathBuf,
 }
 
-impl DirectoryFile {
-    /// Starts an early sync if [`SYNC_AHEAD_BYTES`] were written since the last one started and
-    /// it is done; reports its error if it failed.
-    fn sync_ahead(&mut self) -> std::io::Result<()> {
-        if self.written - self.sync_ahead_at < SYNC_AHEAD_BYTES
-            || self.syncing.as_ref().is_some_and(|s| !s.is_finished())
-        {
-            return Ok(());
-        }
-        self.wait_for_sync()?;
-        let file = self.file.get_ref().try_clone()?;
-        self.syncing = Some(std::thread::spawn(move || file.sync_data()));
-        self.sync_ahead_at = self.written;
-        Ok(())
-    }
-
-    /// Waits for the early sync under way, if any, and reports its outcome.
-    fn wait_for_sync(&mut self) -> std::io::Result<()> {
-        match self.syncing.take() {
-            Some(syncing) => syncing
-                .join()
-                .unwrap_or_else(|_| Err(std::io::Error::other("an early sync panicked"))),
-            None => Ok(()),
-        }
-    }
-}
-
 impl Write for DirectoryFile {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let written = self.file.write(buf)?;
-        self.written += written as u64;
-        self.sync_ahead()?;
-        Ok(written)
+        self.writer.write(buf)?;
+        Ok(buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        self.file.flush()
+        // Bytes go to the file a chunk at a time; `publish` writes the last ones.
+        Ok(())
     }
 }
 
 impl PendingFile for DirectoryFile {
-    fn publish(mut self: Box<Self>) -> Result<u64, CaptureError> {
-        self.wait_for_sync()
-            .map_err(|e| CaptureError::io("sync", &self.temporary, e))?;
+    fn publish(self: Box<Self>) -> Result<u64, CaptureError> {
         let DirectoryFile {
-            file,
+            writer,
             temporary,
             path,
             parent,
-            ..
         } = *self;
-        let file = file
-            .into_inner()
-            .map_err(|e| CaptureError::io("write", &temporary, e.into_error()))?;
-        file.sync_all()
-            .map_err(|e| CaptureError::io("sync", &temporary, e))?;
-        let size = file
-            .metadata()
-            .map_err(|e| CaptureError::io("stat", &temporary, e))?
-            .len();
+        let (file, size) = writer
+            .finish()
+            .map_err(|e| CaptureError::io("write", &temporary, e))?;
         drop(file);
         std::fs::rename(&temporary, &path)
             .map_err(|e| CaptureError::io("rename", &temporary, e))?;
@@ -307,49 +275,63 @@ mod tests {
     use std::io::Write;
 
     use super::*;
+    use crate::limits::{SYNC_AHEAD_BYTES, WRITE_CHUNK_BYTES};
+
+    const MODES: [WriteMode; 2] = [WriteMode::Direct, WriteMode::Buffered];
 
     #[test]
     fn a_file_is_visible_only_once_published_and_leftovers_are_found_and_removed() {
-        let dir = tempfile::tempdir().unwrap();
-        let destination = DirectoryDestination::new(dir.path().join("root")).unwrap();
-        let name = "ns/hub/0/2023/09/15/14/42/31.avro";
-        let mut file = destination.create(name).unwrap();
-        file.write_all(b"window").unwrap();
-        assert!(!destination.exists(name).unwrap());
-        assert_eq!(destination.leftovers().unwrap(), [name]);
-        assert_eq!(file.publish().unwrap(), 6);
-        assert!(destination.exists(name).unwrap());
-        assert_eq!(destination.size(name).unwrap(), 6);
-        assert!(destination.leftovers().unwrap().is_empty());
+        for mode in MODES {
+            let dir = tempfile::tempdir().unwrap();
+            let destination = DirectoryDestination::new(dir.path().join("root"))
+                .unwrap()
+                .with_write_mode(mode);
+            let name = "ns/hub/0/2023/09/15/14/42/31.avro";
+            let mut file = destination.create(name).unwrap();
+            file.write_all(b"window").unwrap();
+            assert!(!destination.exists(name).unwrap());
+            assert_eq!(destination.leftovers().unwrap(), [name]);
+            assert_eq!(file.publish().unwrap(), 6, "{mode:?}");
+            assert!(destination.exists(name).unwrap());
+            assert_eq!(destination.size(name).unwrap(), 6, "{mode:?}");
+            assert_eq!(std::fs::read(destination.path(name)).unwrap(), b"window");
+            assert!(destination.leftovers().unwrap().is_empty());
 
-        // A crash while writing leaves the temporary file; it is removed, never published.
-        let other = "ns/hub/0/2023/09/15/14/43/31.avro";
-        let mut file = destination.create(other).unwrap();
-        file.write_all(b"half").unwrap();
-        file.flush().unwrap();
-        drop(file);
-        assert_eq!(destination.leftovers().unwrap(), [other]);
-        assert!(destination.remove_leftover(other).unwrap());
-        assert!(!destination.remove_leftover(other).unwrap());
-        assert!(!destination.exists(other).unwrap());
-        assert!(destination.url(name).starts_with("file://"));
+            // A crash while writing leaves the temporary file; it is removed, never published.
+            let other = "ns/hub/0/2023/09/15/14/43/31.avro";
+            let mut file = destination.create(other).unwrap();
+            file.write_all(b"half").unwrap();
+            file.flush().unwrap();
+            drop(file);
+            assert_eq!(destination.leftovers().unwrap(), [other]);
+            assert!(destination.remove_leftover(other).unwrap());
+            assert!(!destination.remove_leftover(other).unwrap());
+            assert!(!destination.exists(other).unwrap());
+            assert!(destination.url(name).starts_with("file://"));
+        }
     }
 
     #[test]
-    fn a_file_synced_ahead_while_written_is_published_whole() {
-        let dir = tempfile::tempdir().unwrap();
-        let destination = DirectoryDestination::new(dir.path()).unwrap();
-        let name = "big.avro";
-        let mut file = destination.create(name).unwrap();
-        let chunk: Vec<u8> = (0..=255).cycle().take(1 << 20).collect();
-        // Early syncs start at 4 and 8 MiB (or later, while one runs); the publish waits.
-        let chunks = ((2 * SYNC_AHEAD_BYTES) >> 20) + 3;
-        for _ in 0..chunks {
-            file.write_all(&chunk).unwrap();
+    fn a_file_of_many_chunks_written_while_encoding_is_published_whole() {
+        for mode in MODES {
+            let dir = tempfile::tempdir().unwrap();
+            let destination = DirectoryDestination::new(dir.path())
+                .unwrap()
+                .with_write_mode(mode);
+            let name = "big.avro";
+            let mut file = destination.create(name).unwrap();
+            // Pieces that straddle chunks, past two early syncs of the buffered path, and a
+            // partial last block.
+            let piece: Vec<u8> = (0..=255).cycle().take(WRITE_CHUNK_BYTES / 3 + 1).collect();
+            let pieces = (2 * SYNC_AHEAD_BYTES as usize + 3 * WRITE_CHUNK_BYTES) / piece.len();
+            for _ in 0..pieces {
+                file.write_all(&piece).unwrap();
+            }
+            let size = (pieces * piece.len()) as u64;
+            assert_eq!(file.publish().unwrap(), size, "{mode:?}");
+            let bytes = std::fs::read(destination.path(name)).unwrap();
+            assert_eq!(bytes.len() as u64, size, "{mode:?}");
+            assert!(bytes.chunks(piece.len()).all(|c| c == piece.as_slice()));
         }
-        assert_eq!(file.publish().unwrap(), chunks << 20);
-        let bytes = std::fs::read(destination.path(name)).unwrap();
-        assert_eq!(bytes.len() as u64, chunks << 20);
-        assert!(bytes.chunks(1 << 20).all(|c| c == chunk.as_slice()));
     }
 }

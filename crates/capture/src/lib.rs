@@ -26,6 +26,7 @@ pub mod blob;
 pub mod config;
 pub mod destination;
 mod error;
+mod file_writer;
 pub mod limits;
 pub mod notification;
 #[cfg(feature = "parquet")]
@@ -41,7 +42,7 @@ pub use archive::{ArchiveNameFormat, DEFAULT_ARCHIVE_NAME_FORMAT};
 #[cfg(feature = "blob")]
 pub use blob::BlobDestination;
 pub use config::{CaptureConfig, CaptureFormat};
-pub use destination::{Destination, DirectoryDestination, PendingFile};
+pub use destination::{Destination, DirectoryDestination, PendingFile, WriteMode};
 pub use error::CaptureError;
 pub use notification::{CaptureFileCreated, EventGridEvent};
 pub use partition::{CaptureTarget, PartitionCapture};

@@ -1,0 +1,430 @@
+//! A window file of a `file:` destination written on a thread of its own ([`FileWriter`]),
+//! from 4096-aligned buffers, with `O_DIRECT` where the file system takes it.
+//!
+//! # Why
+//! Capture writes every event it reads a second time. Through the page cache the kernel copies
+//! each byte into a cache page, dirties and later writes it back: on this project's machine more
+//! than half of the capture's CPU (BENCHMARKS.md, "Capture's CPU and lag"). With `O_DIRECT` the
+//! device reads the bytes straight from the capture's buffers, so that copy is gone.
+//!
+//! # How
+//! The encoder copies bytes into the filling buffer; each full buffer ([`WRITE_CHUNK_BYTES`],
+//! a multiple of the block size, at a chunk-aligned offset) goes to the file's writer thread,
+//! which writes it while the encoder fills the next one: at most [`WRITE_BUFFERS`] buffers per
+//! file, so the encoder waits only when the device is slower than it. Only the last buffer of
+//! a file is partial: [`FileWriter::finish`] writes it padded to a whole block, cuts the file
+//! back to its true length, and `fdatasync`s it.
+//!
+//! Where `O_DIRECT` is refused at open (`EINVAL`: a file system without direct I/O), the same
+//! writer thread writes through the page cache and `fdatasync`s every [`SYNC_AHEAD_BYTES`], so
+//! the final sync waits for the last few MiB, not the whole file.
+//!
+//! # Guarantees
+//! [`FileWriter::finish`] returns only once every byte handed to [`FileWriter::write`] is in
+//! the file and durable (data and length), or with the first error the writer thread met. A
+//! writer dropped without finishing stops its thread before the drop returns, so no write of
+//! an abandoned file happens after it.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::limits::{
+    DIRECT_ALIGN_BYTES, POOLED_BUFFERS_MAX, SYNC_AHEAD_BYTES, WRITE_BUFFERS, WRITE_CHUNK_BYTES,
+};
+
+/// How a file's bytes reach the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// `O_DIRECT`: from the capture's aligned buffers, no page-cache copy.
+    Direct,
+    /// Through the page cache (where the file system refuses `O_DIRECT`, or when asked).
+    Buffered,
+}
+
+/// [`WRITE_CHUNK_BYTES`] of memory starting at a [`DIRECT_ALIGN_BYTES`]-aligned address, and
+/// how many of them are filled. Got without `unsafe`: a `Vec` one alignment longer, used from
+/// its first aligned byte.
+#[derive(Debug)]
+pub(crate) struct AlignedBuffer {
+    memory: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl AlignedBuffer {
+    fn new() -> AlignedBuffer {
+        let memory = vec![0; WRITE_CHUNK_BYTES + DIRECT_ALIGN_BYTES];
+        let address = memory.as_ptr() as usize;
+        let start = (DIRECT_ALIGN_BYTES - address % DIRECT_ALIGN_BYTES) % DIRECT_ALIGN_BYTES;
+        assert_eq!((address + start) % DIRECT_ALIGN_BYTES, 0);
+        AlignedBuffer {
+            memory,
+            start,
+            len: 0,
+        }
+    }
+
+    /// Copies as much of `bytes` as fits; returns how much.
+    fn push(&mut self, bytes: &[u8]) -> usize {
+        let taken = bytes.len().min(WRITE_CHUNK_BYTES - self.len);
+        let at = self.start + self.len;
+        self.memory[at..at + taken].copy_from_slice(&bytes[..taken]);
+        self.len += taken;
+        taken
+    }
+
+    fn is_full(&self) -> bool {
+        self.len == WRITE_CHUNK_BYTES
+    }
+
+    fn filled(&self) -> &[u8] {
+        &self.memory[self.start..self.start + self.len]
+    }
+
+    /// The filled bytes zero-padded to whole blocks (what `O_DIRECT` takes).
+    fn padded(&mut self) -> &[u8] {
+        let padded = self.len.next_multiple_of(DIRECT_ALIGN_BYTES);
+        self.memory[self.start + self.len..self.start + padded].fill(0);
+        &self.memory[self.start..self.start + padded]
+    }
+}
+
+/// Buffers kept between files (a destination's), so a new window's file does not fault in
+/// fresh memory: at most [`POOLED_BUFFERS_MAX`] are kept.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BufferPool(Arc<Mutex<Vec<AlignedBuffer>>>);
+
+impl BufferPool {
+    fn take(&self) -> AlignedBuffer {
+        let pooled = self.0.lock().expect("buffer pool").pop();
+        pooled.unwrap_or_else(AlignedBuffer::new)
+    }
+
+    fn give(&self, mut buffer: AlignedBuffer) {
+        buffer.len = 0;
+        let mut pool = self.0.lock().expect("buffer pool");
+        if pool.len() < POOLED_BUFFERS_MAX {
+            pool.push(buffer);
+        }
+    }
+}
+
+/// A full buffer and where in the file it goes.
+struct Chunk {
+    buffer: AlignedBuffer,
+    offset: u64,
+}
+
+/// A file being written by a thread of its own. See the module docs.
+pub(crate) struct FileWriter {
+    file: Arc<File>,
+    mode: WriteMode,
+    filling: AlignedBuffer,
+    /// Where `filling`'s first byte goes: every byte before it was handed to the thread.
+    filling_offset: u64,
+    /// Buffers handed to the thread and not yet given back.
+    in_flight: usize,
+    chunks: Option<SyncSender<Chunk>>,
+    written: Receiver<std::io::Result<AlignedBuffer>>,
+    thread: Option<JoinHandle<()>>,
+    pool: BufferPool,
+}
+
+impl std::fmt::Debug for FileWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileWriter")
+            .field("mode", &self.mode)
+            .field("filling_offset", &self.filling_offset)
+            .field("in_flight", &self.in_flight)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FileWriter {
+    /// Creates (or truncates) `path` and starts its writer thread: `O_DIRECT` if `mode` asks
+    /// for it and the file system takes it, else through the page cache.
+    pub(crate) fn create(
+        path: &Path,
+        mode: WriteMode,
+        pool: BufferPool,
+    ) -> std::io::Result<FileWriter> {
+        let (file, mode) = open(path, mode)?;
+        let file = Arc::new(file);
+        let (chunks, to_write) = sync_channel(WRITE_BUFFERS);
+        let (done, written) = sync_channel(WRITE_BUFFERS);
+        let thread_file = Arc::clone(&file);
+        let thread = std::thread::Builder::new()
+            .name("capture-write".into())
+            .spawn(move || write_chunks(&thread_file, mode, &to_write, &done))?;
+        Ok(FileWriter {
+            file,
+            mode,
+            filling: pool.take(),
+            filling_offset: 0,
+            in_flight: 0,
+            chunks: Some(chunks),
+            written,
+            thread: Some(thread),
+            pool,
+        })
+    }
+
+    /// How the bytes reach the device.
+    pub(crate) fn mode(&self) -> WriteMode {
+        self.mode
+    }
+
+    /// Appends `bytes`; hands each buffer that fills to the writer thread. An error is the
+    /// first one the thread met.
+    pub(crate) fn write(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
+        while !bytes.is_empty() {
+            let taken = self.filling.push(bytes);
+            bytes = &bytes[taken..];
+            if self.filling.is_full() {
+                self.hand_off()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends the full buffer to the thread, then takes the next one to fill: from the pool
+    /// while fewer than [`WRITE_BUFFERS`] are in use, else the oldest in flight once the thread
+    /// has written it (the one just sent is then already queued behind it).
+    fn hand_off(&mut self) -> std::io::Result<()> {
+        assert!(self.filling.is_full());
+        let full = std::mem::replace(&mut self.filling, AlignedBuffer::empty());
+        let chunk = Chunk {
+            buffer: full,
+            offset: self.filling_offset,
+        };
+        let sent = self
+            .chunks
+            .as_ref()
+            .expect("open until finished")
+            .send(chunk);
+        if sent.is_err() {
+            // The thread stopped at an error, which it reported before it stopped.
+            self.filling = self.pool.take();
+            return Err(self.failure());
+        }
+        self.in_flight += 1;
+        self.filling_offset += WRITE_CHUNK_BYTES as u64;
+        let next = if self.in_flight < WRITE_BUFFERS {
+            Ok(self.pool.take())
+        } else {
+            self.wait_for_one()
+        };
+        // After an error the file is abandoned, but a buffer stays in place, so no call panics.
+        match next {
+            Ok(buffer) => self.filling = buffer,
+            Err(e) => {
+                self.filling = self.pool.take();
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the oldest buffer in flight to be written and takes it back.
+    fn wait_for_one(&mut self) -> std::io::Result<AlignedBuffer> {
+        let outcome = self.written.recv().unwrap_or_else(|_| Err(thread_ended()));
+        self.in_flight = self.in_flight.saturating_sub(1);
+        let mut buffer = outcome?;
+        buffer.len = 0;
+        Ok(buffer)
+    }
+
+    /// The error the writer thread stopped at (the buffers written before it go to the pool).
+    fn failure(&mut self) -> std::io::Error {
+        loop {
+            match self.written.recv() {
+                Ok(Ok(buffer)) => self.pool.give(buffer),
+                Ok(Err(e)) => return e,
+                Err(_) => return thread_ended(),
+            }
+        }
+    }
+
+    /// Writes what is left, cuts the file to its length and `fdatasync`s it; returns the file
+    /// and its length in bytes.
+    pub(crate) fn finish(mut self) -> std::io::Result<(Arc<File>, u64)> {
+        while self.in_flight > 0 {
+            let buffer = self.wait_for_one()?;
+            self.pool.give(buffer);
+        }
+        self.stop_thread();
+        let offset = self.filling_offset;
+        let len = offset + self.filling.len as u64;
+        match self.mode {
+            WriteMode::Direct => {
+                self.file.write_all_at(self.filling.padded(), offset)?;
+                self.file.set_len(len)?;
+            }
+            WriteMode::Buffered => self.file.write_all_at(self.filling.filled(), offset)?,
+        }
+        self.file.sync_data()?;
+        Ok((Arc::clone(&self.file), len))
+    }
+
+    /// Ends the writer thread (after the write under way) and waits for it.
+    fn stop_thread(&mut self) {
+        self.chunks = None;
+        if let Some(thread) = self.thread.take() {
+            // The thread only writes and sends; a panic there is a bug shown by its own message.
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for FileWriter {
+    fn drop(&mut self) {
+        self.stop_thread();
+        let filling = std::mem::replace(&mut self.filling, AlignedBuffer::empty());
+        if !filling.memory.is_empty() {
+            self.pool.give(filling);
+        }
+        while let Ok(Ok(buffer)) = self.written.try_recv() {
+            self.pool.give(buffer);
+        }
+    }
+}
+
+impl AlignedBuffer {
+    /// No memory: what a dropped writer leaves in place of its buffer.
+    fn empty() -> AlignedBuffer {
+        AlignedBuffer {
+            memory: Vec::new(),
+            start: 0,
+            len: 0,
+        }
+    }
+}
+
+fn thread_ended() -> std::io::Error {
+    std::io::Error::other("the capture's writer thread ended")
+}
+
+/// Opens `path` for writing, truncated, with `O_DIRECT` if `mode` asks for it and the file
+/// system takes it.
+fn open(path: &Path, mode: WriteMode) -> std::io::Result<(File, WriteMode)> {
+    let mut options = OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    if mode == WriteMode::Direct {
+        let direct = options
+            .clone()
+            .custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32)
+            .open(path);
+        match direct {
+            Ok(file) => return Ok((file, WriteMode::Direct)),
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((options.open(path)?, WriteMode::Buffered))
+}
+
+/// The writer thread: writes each chunk at its offset (through the page cache: `fdatasync`
+/// every [`SYNC_AHEAD_BYTES`]) and gives its buffer back; stops at the first error, after
+/// reporting it, or when the sending side is gone.
+fn write_chunks(
+    file: &File,
+    mode: WriteMode,
+    chunks: &Receiver<Chunk>,
+    done: &SyncSender<std::io::Result<AlignedBuffer>>,
+) {
+    let mut synced_to = 0;
+    for Chunk { buffer, offset } in chunks {
+        let end = offset + buffer.len as u64;
+        let mut outcome = file.write_all_at(buffer.filled(), offset);
+        if outcome.is_ok() && mode == WriteMode::Buffered && end - synced_to >= SYNC_AHEAD_BYTES {
+            outcome = file.sync_data();
+            synced_to = end;
+        }
+        let failed = outcome.is_err();
+        if done.send(outcome.map(|()| buffer)).is_err() || failed {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i % 251) as u8).collect()
+    }
+
+    /// Writes `bytes` in uneven pieces and checks the file holds exactly them.
+    fn write_and_check(mode: WriteMode, bytes: &[u8]) -> WriteMode {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("window.avro");
+        let mut writer = FileWriter::create(&path, mode, BufferPool::default()).unwrap();
+        let used = writer.mode();
+        for piece in bytes.chunks(300_007) {
+            writer.write(piece).unwrap();
+        }
+        let (_, len) = writer.finish().unwrap();
+        assert_eq!(len, bytes.len() as u64);
+        let read = std::fs::read(&path).unwrap();
+        assert_eq!(read.len(), bytes.len());
+        assert!(read == bytes, "the file holds other bytes than written");
+        used
+    }
+
+    #[test]
+    fn direct_and_buffered_files_hold_exactly_what_was_written() {
+        // Chunk-exact, one byte past, a partial block, empty: the tail cases of `finish`.
+        for len in [
+            3 * WRITE_CHUNK_BYTES,
+            3 * WRITE_CHUNK_BYTES + 1,
+            WRITE_CHUNK_BYTES / 2 + 100,
+            7,
+            0,
+        ] {
+            let bytes = pattern(len);
+            // The tests' temporary directory is on ext4 here, which takes O_DIRECT.
+            assert_eq!(
+                write_and_check(WriteMode::Direct, &bytes),
+                WriteMode::Direct
+            );
+            assert_eq!(
+                write_and_check(WriteMode::Buffered, &bytes),
+                WriteMode::Buffered
+            );
+        }
+    }
+
+    #[test]
+    fn buffers_are_aligned_and_pooled_across_files() {
+        let pool = BufferPool::default();
+        let buffer = pool.take();
+        assert_eq!(buffer.filled().as_ptr() as usize % DIRECT_ALIGN_BYTES, 0);
+        pool.give(buffer);
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer =
+            FileWriter::create(&dir.path().join("f"), WriteMode::Direct, pool.clone()).unwrap();
+        writer.write(&pattern(2 * WRITE_CHUNK_BYTES + 5)).unwrap();
+        writer.finish().unwrap();
+        let pooled = pool.0.lock().unwrap().len();
+        assert!((1..=WRITE_BUFFERS).contains(&pooled), "{pooled} pooled");
+    }
+
+    #[test]
+    fn a_dropped_writer_stops_its_thread_and_leaves_what_it_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("abandoned");
+        let mut writer =
+            FileWriter::create(&path, WriteMode::Direct, BufferPool::default()).unwrap();
+        writer.write(&pattern(2 * WRITE_CHUNK_BYTES + 9)).unwrap();
+        drop(writer);
+        // Whole chunks may have reached the file; the unfinished tail never does.
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert!(len <= 2 * WRITE_CHUNK_BYTES as u64, "{len}");
+        assert_eq!(len % WRITE_CHUNK_BYTES as u64, 0);
+    }
+}
