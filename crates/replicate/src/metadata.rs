@@ -57,6 +57,9 @@ pub const AZURE_MERGE_TARGET: &str = "repl-target";
 /// What every property above starts with.
 const PREFIX: &str = "repl-";
 
+/// How many properties a first hop's stamp appends.
+const FIRST_HOP_PROPERTIES: usize = 6;
+
 /// What separates the hops of one property.
 pub const HOP_SEPARATOR: char = ';';
 
@@ -286,7 +289,13 @@ pub fn stamp_with(
 ) -> Undo {
     let mut undo = Undo::default();
     let time = format_enqueued_time(position.enqueued_time_ms);
-    let (offset, sequence) = (decimal(position.offset), decimal(position.sequence_number));
+    let offset = decimal(position.offset);
+    // A Kafka record's sequence number is its offset: one number, written once.
+    let sequence = if i64::try_from(position.offset) == Ok(position.sequence_number) {
+        offset.clone()
+    } else {
+        decimal(position.sequence_number)
+    };
     let partition = partition.clone();
     if !event
         .properties
@@ -294,20 +303,19 @@ pub fn stamp_with(
         .any(|(key, _)| key.starts_with(PREFIX))
     {
         // A first hop (the common case): nothing to find or extend, six appends of strings
-        // held inline or shared.
-        let string = |key: &'static str, value: SmolStr| {
-            (SmolStr::new_static(key), PropertyValue::String(value))
+        // held inline or shared, each written where it stays.
+        let properties = &mut event.properties;
+        properties.reserve(FIRST_HOP_PROPERTIES);
+        let mut string = |key: &'static str, value: SmolStr| {
+            properties.push((SmolStr::new_static(key), PropertyValue::String(value)));
         };
-        let stamp = [
-            string(ENQUEUED_TIME, time),
-            string(OFFSET, offset),
-            string(SEQUENCE, sequence),
-            string(PARTITION, partition),
-            string(ORIGIN, ids.source.clone()),
-            string(PATH, ids.first_path.clone()),
-        ];
-        undo.appended = stamp.len();
-        event.properties.extend(stamp);
+        string(ENQUEUED_TIME, time);
+        string(OFFSET, offset);
+        string(SEQUENCE, sequence);
+        string(PARTITION, partition);
+        string(ORIGIN, ids.source.clone());
+        string(PATH, ids.first_path.clone());
+        undo.appended = FIRST_HOP_PROPERTIES;
         return undo;
     }
     append(event, &mut undo, ENQUEUED_TIME, &time);
@@ -322,9 +330,10 @@ pub fn stamp_with(
     undo
 }
 
-/// `n` in decimal, held inline (at most 20 characters).
-fn decimal(n: impl itoa::Integer) -> SmolStr {
-    SmolStr::new(itoa::Buffer::new().format(n))
+/// `n` in decimal, held inline: an integer of 64 bits at most (the `Into<i128>` bound keeps the
+/// 128-bit ones out) takes at most 20 characters, within the 23 a `SmolStr` holds inline.
+fn decimal(n: impl itoa::Integer + Into<i128>) -> SmolStr {
+    SmolStr::new_inline(itoa::Buffer::new().format(n))
 }
 
 /// One hop of the service metadata, as read back.
