@@ -421,6 +421,34 @@ mod tests {
     }
 
     #[test]
+    fn a_kafka_records_offset_is_written_as_both_offset_and_sequence_number() {
+        let kafka = Position {
+            sequence_number: 1_234_567,
+            offset: 1_234_567,
+            enqueued_time_ms: 0,
+        };
+        let mut event = EventData::new("x");
+        stamp(&mut event, "0", kafka, "topic-a", "hub-b");
+        assert_eq!(string_property(&event, OFFSET), Some("1234567"));
+        assert_eq!(string_property(&event, SEQUENCE), Some("1234567"));
+        let mut extreme = EventData::new("x");
+        let widest = Position {
+            sequence_number: i64::MIN,
+            offset: u64::MAX,
+            enqueued_time_ms: 0,
+        };
+        stamp(&mut extreme, "0", widest, "topic-a", "hub-b");
+        assert_eq!(
+            string_property(&extreme, OFFSET),
+            Some("18446744073709551615")
+        );
+        assert_eq!(
+            string_property(&extreme, SEQUENCE),
+            Some("-9223372036854775808")
+        );
+    }
+
+    #[test]
     fn a_first_hop_holds_short_values_inline_and_shares_the_hub_ids() {
         let source = "0f8fad5b-d9cb-469f-a165-70867728950e";
         let target = "7c9e6679-7425-40de-944b-e07fc1f90ae7";
