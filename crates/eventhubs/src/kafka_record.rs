@@ -80,7 +80,23 @@ pub fn event_from_record<'a>(
     headers: impl IntoIterator<Item = (&'a str, Option<Bytes>)>,
     create_time_ms: Option<i64>,
 ) -> EventData {
+    event_from_record_with_room(key, value, headers, create_time_ms, 0)
+}
+
+/// [`event_from_record`], its property list made with room for `spare_properties` more, which
+/// the caller adds next (a replication task's stamp): growing the list would copy it.
+pub fn event_from_record_with_room<'a>(
+    key: Option<Bytes>,
+    value: Option<Bytes>,
+    headers: impl IntoIterator<Item = (&'a str, Option<Bytes>)>,
+    create_time_ms: Option<i64>,
+    spare_properties: usize,
+) -> EventData {
+    let headers = headers.into_iter();
+    // Each header, the key (when not UTF-8) and the CreateTime may take one.
+    let own = headers.size_hint().0.saturating_add(2);
     let mut event = EventData::new(value.unwrap_or_default());
+    event.properties = Vec::with_capacity(own.saturating_add(spare_properties));
     for (name, value) in headers {
         if name == TIMESTAMP_PROPERTY || name == KEY_PROPERTY {
             continue;
@@ -95,13 +111,14 @@ pub fn event_from_record<'a>(
             Ok(text) => event.partition_key = Some(text.to_owned()),
             Err(_) => event
                 .properties
-                .push((KEY_PROPERTY.into(), PropertyValue::Bytes(key))),
+                .push((SmolStr::new_static(KEY_PROPERTY), PropertyValue::Bytes(key))),
         }
     }
     if let Some(ms) = create_time_ms.filter(|ms| *ms >= 0) {
-        event
-            .properties
-            .push((TIMESTAMP_PROPERTY.into(), PropertyValue::Timestamp(ms)));
+        event.properties.push((
+            SmolStr::new_static(TIMESTAMP_PROPERTY),
+            PropertyValue::Timestamp(ms),
+        ));
     }
     event
 }

@@ -28,3 +28,10 @@ pub const FETCH_QUEUE_BACKOFF_MS: u32 = 10;
 /// record appended to an idle partition reaches the receiver within this, and an idle receiver
 /// sends about ten fetches a second.
 pub const FETCH_WAIT_MS_MAX: u32 = 100;
+
+/// The room each event's property list is made with beyond the record's own properties: a
+/// replication task stamps six `repl-*` properties on every event it forwards, and may mark a
+/// fan-out and Azure's merge target besides. Made with that room, the list is never grown (a
+/// copy of it) by the stamp; an event nobody stamps carries the unused room, a few hundred
+/// bytes, only while it is held.
+pub const PROPERTY_ROOM: usize = 8;

@@ -18,6 +18,8 @@ use rdkafka::message::{BorrowedMessage, Headers, Timestamp};
 use tributary_event::ReceivedEvent;
 use tributary_eventhubs::kafka_record;
 
+use crate::limits::PROPERTY_ROOM;
+
 pub use tributary_eventhubs::kafka_record::{KEY_PROPERTY, TIMESTAMP_PROPERTY};
 
 /// A record's parts, borrowed from wherever it was read.
@@ -44,13 +46,14 @@ pub fn event_from_record<'a>(
         Timestamp::LogAppendTime(ms) if ms >= 0 => (None, ms),
         _ => (None, 0),
     };
-    let data = kafka_record::event_from_record(
+    let data = kafka_record::event_from_record_with_room(
         record.key.map(Bytes::copy_from_slice),
         record.value.map(Bytes::copy_from_slice),
         headers
             .into_iter()
             .map(|(name, value)| (name, value.map(Bytes::copy_from_slice))),
         create_time,
+        PROPERTY_ROOM,
     );
     ReceivedEvent {
         sequence_number: record.offset,
@@ -133,6 +136,21 @@ mod tests {
                 KEY_PROPERTY.into(),
                 PropertyValue::Bytes(Bytes::from_static(b"\xff\xfe"))
             )]
+        );
+    }
+
+    #[test]
+    fn the_property_list_has_room_for_a_replication_stamp() {
+        let event = event_from_record(
+            record(None, Timestamp::CreateTime(7)),
+            [("h", Some(&b"v"[..]))],
+        );
+        let properties = &event.data.properties;
+        assert_eq!(properties.len(), 2, "the header and the CreateTime");
+        assert!(
+            properties.capacity() >= properties.len() + PROPERTY_ROOM,
+            "room for {PROPERTY_ROOM} more without growing: capacity {}",
+            properties.capacity()
         );
     }
 

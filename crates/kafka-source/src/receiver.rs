@@ -132,11 +132,14 @@ impl KafkaReceiver {
     ) -> Result<Vec<ReceivedEvent>, SourceError> {
         let consumer = Arc::clone(self.consumer());
         let mut messages = consumer.stream();
-        let mut events = Vec::new();
         let first = match tokio::time::timeout(wait, messages.next()).await {
-            Err(_) | Ok(None) => return Ok(events),
+            Err(_) | Ok(None) => return Ok(Vec::new()),
             Ok(Some(first)) => first.map_err(|e| source_error("cannot read the partition", &e))?,
         };
+        // Room for as many as librdkafka prefetches, up to the batch: growing the list would
+        // copy every event in it again.
+        let prefetch = usize::try_from(self.options.prefetch.max(1)).unwrap_or(usize::MAX);
+        let mut events = Vec::with_capacity(max_events.min(prefetch));
         events.push(event_from_message(&first));
         drop(first);
         // The rest of the batch: only what librdkafka already holds, without waiting.

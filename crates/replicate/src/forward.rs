@@ -44,6 +44,65 @@ pub struct Outgoing {
     pub undo: Undo,
 }
 
+/// Events on their way, in source order: the events side by side, as a target sends them, and
+/// beside them where each was read and what takes its stamp off. An event is moved into its
+/// route's list once and sent from there; it is never moved again between stages (each move
+/// of an event copies a few hundred bytes).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outgoings {
+    /// The events as they will be sent (stamped).
+    pub events: Vec<EventData>,
+    /// Each event's position and undo, at the event's index.
+    pub places: Vec<(Position, Undo)>,
+}
+
+impl Outgoings {
+    /// An empty list with room for `capacity` events.
+    pub fn with_capacity(capacity: usize) -> Outgoings {
+        Outgoings {
+            events: Vec::with_capacity(capacity),
+            places: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// How many events the list holds.
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Whether the list holds no event.
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// Adds `outgoing` at the end.
+    pub fn push(&mut self, outgoing: Outgoing) {
+        self.events.push(outgoing.event);
+        self.places.push((outgoing.position, outgoing.undo));
+    }
+
+    /// The events one by one, each with its place.
+    pub fn into_items(self) -> impl Iterator<Item = Outgoing> {
+        self.events
+            .into_iter()
+            .zip(self.places)
+            .map(|(event, (position, undo))| Outgoing {
+                event,
+                position,
+                undo,
+            })
+    }
+}
+
+impl FromIterator<Outgoing> for Outgoings {
+    fn from_iter<I: IntoIterator<Item = Outgoing>>(items: I) -> Outgoings {
+        let items = items.into_iter();
+        let mut list = Outgoings::with_capacity(items.size_hint().0);
+        items.for_each(|outgoing| list.push(outgoing));
+        list
+    }
+}
+
 /// An event a target refused on its own.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Poison {
@@ -96,7 +155,7 @@ pub struct Counting<'a> {
 pub async fn forward(
     destination: &Destination,
     source_partition: &str,
-    items: Vec<Outgoing>,
+    items: Outgoings,
     retry: RetryPolicy,
     counting: &Counting<'_>,
 ) -> Vec<Poison> {
@@ -116,15 +175,15 @@ pub async fn forward(
 /// per partition key; keyless events in one group for their source partition (`keep_partition`)
 /// or round-robin.
 fn group(
-    items: Vec<Outgoing>,
+    items: Outgoings,
     keep_partition: bool,
     source_partition: &str,
-) -> Vec<(SendTarget, Vec<Outgoing>)> {
-    let Some(first) = items.first() else {
+) -> Vec<(SendTarget, Outgoings)> {
+    let Some(first) = items.events.first() else {
         return Vec::new();
     };
-    let key = &first.event.partition_key;
-    if (key.is_some() || keep_partition) && items.iter().all(|o| &o.event.partition_key == key) {
+    let key = &first.partition_key;
+    if (key.is_some() || keep_partition) && items.events.iter().all(|e| &e.partition_key == key) {
         // One group (one key, or keyless events kept in their partition): the batch as it is.
         let to = match key {
             Some(key) => SendTarget::PartitionKey(key.clone()),
@@ -132,9 +191,9 @@ fn group(
         };
         return vec![(to, items)];
     }
-    let mut groups: Vec<(SendTarget, Vec<Outgoing>)> = Vec::new();
+    let mut groups: Vec<(SendTarget, Outgoings)> = Vec::new();
     let mut places: HashMap<Option<String>, usize> = HashMap::new();
-    for item in items {
+    for item in items.into_items() {
         let key = item.event.partition_key.clone();
         let place = *places.entry(key.clone()).or_insert_with(|| {
             let to = match key {
@@ -142,7 +201,7 @@ fn group(
                 None if keep_partition => SendTarget::Partition(source_partition.to_owned()),
                 None => SendTarget::RoundRobin,
             };
-            groups.push((to, Vec::new()));
+            groups.push((to, Outgoings::default()));
             groups.len() - 1
         });
         groups[place].1.push(item);
@@ -154,7 +213,7 @@ fn group(
 async fn send_group(
     destination: &Destination,
     to: SendTarget,
-    items: Vec<Outgoing>,
+    items: Outgoings,
     retry: RetryPolicy,
     counting: &Counting<'_>,
 ) -> Vec<Poison> {
@@ -171,22 +230,23 @@ async fn send_group(
         }
     };
     let max = destination.batch_bytes_max;
-    if fits_one_batch_at_most(&sizer, &items, max) {
+    if fits_one_batch_at_most(&sizer, &items.events, max) {
         // The common case: the whole group is one send by the bound alone (nothing encoded
         // to measure it), its items not moved into a batch.
         return send_isolating(destination, &to, items, retry, counting).await;
     }
     let sizes: Vec<_> = items
+        .events
         .iter()
-        .map(|item| sizer.event_bytes(&item.event))
+        .map(|event| sizer.event_bytes(event))
         .collect();
     if fits_one_batch(&sizes, sizer.envelope_bytes(), max) {
         // The common case: the whole group is one send, its items not moved into a batch.
         return send_isolating(destination, &to, items, retry, counting).await;
     }
-    let mut batch: Vec<Outgoing> = Vec::new();
+    let mut batch = Outgoings::default();
     let mut batch_bytes = sizer.envelope_bytes();
-    for (item, size) in items.into_iter().zip(sizes) {
+    for (item, size) in items.into_items().zip(sizes) {
         let bytes = match size {
             Ok(bytes) if sizer.envelope_bytes() + bytes <= max => bytes,
             Ok(bytes) => {
@@ -227,13 +287,13 @@ async fn send_group(
 /// [`BATCH_EVENTS_MAX`] of them, within `max` bytes with the envelope even at their widest.
 /// An event that cannot be encoded at all takes more than 4 GiB by the bound, so none passes
 /// under a `max` below that.
-fn fits_one_batch_at_most(sizer: &BatchSizer, items: &[Outgoing], max: u64) -> bool {
+fn fits_one_batch_at_most(sizer: &BatchSizer, events: &[EventData], max: u64) -> bool {
     let mut total = sizer.envelope_bytes();
     max < u64::from(u32::MAX)
-        && !items.is_empty()
-        && items.len() <= BATCH_EVENTS_MAX
-        && items.iter().all(|item| {
-            total = total.saturating_add(sizer.event_bytes_at_most(&item.event));
+        && !events.is_empty()
+        && events.len() <= BATCH_EVENTS_MAX
+        && events.iter().all(|event| {
+            total = total.saturating_add(sizer.event_bytes_at_most(event));
             total <= max
         })
 }
@@ -254,9 +314,9 @@ fn fits_one_batch(sizes: &[Result<u64, MessageError>], envelope_bytes: u64, max:
         })
 }
 
-fn refuse_all(items: Vec<Outgoing>, reason: &str) -> Vec<Poison> {
+fn refuse_all(items: Outgoings, reason: &str) -> Vec<Poison> {
     items
-        .into_iter()
+        .into_items()
         .map(|outgoing| Poison {
             outgoing,
             reason: reason.to_owned(),
@@ -265,20 +325,16 @@ fn refuse_all(items: Vec<Outgoing>, reason: &str) -> Vec<Poison> {
 }
 
 /// Sends `batch`; if the target refuses it, halves it until the refused events stand alone.
-/// The events are sent as they are (no copy); where each was read travels beside them.
+/// The events are sent from where they lie (no copy); where each was read travels beside them.
 async fn send_isolating(
     destination: &Destination,
     to: &SendTarget,
-    batch: Vec<Outgoing>,
+    batch: Outgoings,
     retry: RetryPolicy,
     counting: &Counting<'_>,
 ) -> Vec<Poison> {
     let mut poison = Vec::new();
-    let (events, places): (Vec<EventData>, Vec<(Position, Undo)>) = batch
-        .into_iter()
-        .map(|o| (o.event, (o.position, o.undo)))
-        .unzip();
-    let mut pending = VecDeque::from([(events, places)]);
+    let mut pending = VecDeque::from([(batch.events, batch.places)]);
     while let Some((mut events, mut places)) = pending.pop_front() {
         assert!(!events.is_empty(), "a batch is never empty");
         assert_eq!(events.len(), places.len(), "every event has its place");
@@ -371,6 +427,21 @@ mod tests {
     }
 
     #[test]
+    fn outgoings_keep_each_event_beside_its_place() {
+        let items: Vec<_> = (0..4).map(|seq| item(Some("k"), seq)).collect();
+        let list: Outgoings = items.iter().cloned().collect();
+        assert_eq!(list.len(), 4);
+        for (event, (position, _)) in list.events.iter().zip(&list.places) {
+            assert_eq!(
+                &event.body[..],
+                position.sequence_number.to_string().as_bytes()
+            );
+        }
+        assert_eq!(list.into_items().collect::<Vec<_>>(), items);
+        assert!(Outgoings::with_capacity(8).is_empty());
+    }
+
+    #[test]
     fn groups_keep_source_order_per_key() {
         let items = vec![
             item(Some("a"), 0),
@@ -379,10 +450,15 @@ mod tests {
             item(Some("a"), 3),
             item(None, 4),
         ];
-        let groups = group(items.clone(), true, "3");
+        let groups = group(items.iter().cloned().collect(), true, "3");
         let seqs: Vec<(SendTarget, Vec<i64>)> = groups
             .into_iter()
-            .map(|(to, g)| (to, g.iter().map(|o| o.position.sequence_number).collect()))
+            .map(|(to, g)| {
+                (
+                    to,
+                    g.places.iter().map(|(p, _)| p.sequence_number).collect(),
+                )
+            })
             .collect();
         assert_eq!(
             seqs,
@@ -392,16 +468,16 @@ mod tests {
                 (SendTarget::PartitionKey("b".into()), vec![2]),
             ]
         );
-        let spread = group(items, false, "3");
+        let spread = group(items.into_iter().collect(), false, "3");
         assert_eq!(spread[1].0, SendTarget::RoundRobin);
     }
 
     #[test]
     fn a_batch_of_one_key_or_of_kept_keyless_events_is_one_group() {
-        let keyed: Vec<_> = (0..3).map(|seq| item(Some("a"), seq)).collect();
+        let keyed: Outgoings = (0..3).map(|seq| item(Some("a"), seq)).collect();
         let groups = group(keyed.clone(), false, "3");
         assert_eq!(groups, vec![(SendTarget::PartitionKey("a".into()), keyed)]);
-        let keyless: Vec<_> = (0..3).map(|seq| item(None, seq)).collect();
+        let keyless: Outgoings = (0..3).map(|seq| item(None, seq)).collect();
         let groups = group(keyless.clone(), true, "3");
         assert_eq!(
             groups,
@@ -410,7 +486,7 @@ mod tests {
         let spread = group(keyless, false, "3");
         assert_eq!(spread.len(), 1);
         assert_eq!(spread[0].0, SendTarget::RoundRobin);
-        assert!(group(Vec::new(), true, "3").is_empty());
+        assert!(group(Outgoings::default(), true, "3").is_empty());
     }
 
     #[test]

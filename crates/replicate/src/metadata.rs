@@ -57,6 +57,9 @@ pub const AZURE_MERGE_TARGET: &str = "repl-target";
 /// What every property above starts with.
 const PREFIX: &str = "repl-";
 
+/// How many properties a first hop's stamp appends.
+const FIRST_HOP_PROPERTIES: usize = 6;
+
 /// What separates the hops of one property.
 pub const HOP_SEPARATOR: char = ';';
 
@@ -286,7 +289,13 @@ pub fn stamp_with(
 ) -> Undo {
     let mut undo = Undo::default();
     let time = format_enqueued_time(position.enqueued_time_ms);
-    let (offset, sequence) = (decimal(position.offset), decimal(position.sequence_number));
+    let offset = decimal(position.offset);
+    // A Kafka record's sequence number is its offset: one number, written once.
+    let sequence = if i64::try_from(position.offset) == Ok(position.sequence_number) {
+        offset.clone()
+    } else {
+        decimal(position.sequence_number)
+    };
     let partition = partition.clone();
     if !event
         .properties
@@ -294,20 +303,19 @@ pub fn stamp_with(
         .any(|(key, _)| key.starts_with(PREFIX))
     {
         // A first hop (the common case): nothing to find or extend, six appends of strings
-        // held inline or shared.
-        let string = |key: &'static str, value: SmolStr| {
-            (SmolStr::new_static(key), PropertyValue::String(value))
+        // held inline or shared, each written where it stays.
+        let properties = &mut event.properties;
+        properties.reserve(FIRST_HOP_PROPERTIES);
+        let mut string = |key: &'static str, value: SmolStr| {
+            properties.push((SmolStr::new_static(key), PropertyValue::String(value)));
         };
-        let stamp = [
-            string(ENQUEUED_TIME, time),
-            string(OFFSET, offset),
-            string(SEQUENCE, sequence),
-            string(PARTITION, partition),
-            string(ORIGIN, ids.source.clone()),
-            string(PATH, ids.first_path.clone()),
-        ];
-        undo.appended = stamp.len();
-        event.properties.extend(stamp);
+        string(ENQUEUED_TIME, time);
+        string(OFFSET, offset);
+        string(SEQUENCE, sequence);
+        string(PARTITION, partition);
+        string(ORIGIN, ids.source.clone());
+        string(PATH, ids.first_path.clone());
+        undo.appended = FIRST_HOP_PROPERTIES;
         return undo;
     }
     append(event, &mut undo, ENQUEUED_TIME, &time);
@@ -322,9 +330,10 @@ pub fn stamp_with(
     undo
 }
 
-/// `n` in decimal, held inline (at most 20 characters).
-fn decimal(n: impl itoa::Integer) -> SmolStr {
-    SmolStr::new(itoa::Buffer::new().format(n))
+/// `n` in decimal, held inline: an integer of 64 bits at most (the `Into<i128>` bound keeps the
+/// 128-bit ones out) takes at most 20 characters, within the 23 a `SmolStr` holds inline.
+fn decimal(n: impl itoa::Integer + Into<i128>) -> SmolStr {
+    SmolStr::new_inline(itoa::Buffer::new().format(n))
 }
 
 /// One hop of the service metadata, as read back.
@@ -409,6 +418,34 @@ mod tests {
         assert!(has_passed_through(&event, "hub-a"));
         assert!(has_passed_through(&event, "hub-b"));
         assert!(!has_passed_through(&event, "hub-c"));
+    }
+
+    #[test]
+    fn a_kafka_records_offset_is_written_as_both_offset_and_sequence_number() {
+        let kafka = Position {
+            sequence_number: 1_234_567,
+            offset: 1_234_567,
+            enqueued_time_ms: 0,
+        };
+        let mut event = EventData::new("x");
+        stamp(&mut event, "0", kafka, "topic-a", "hub-b");
+        assert_eq!(string_property(&event, OFFSET), Some("1234567"));
+        assert_eq!(string_property(&event, SEQUENCE), Some("1234567"));
+        let mut extreme = EventData::new("x");
+        let widest = Position {
+            sequence_number: i64::MIN,
+            offset: u64::MAX,
+            enqueued_time_ms: 0,
+        };
+        stamp(&mut extreme, "0", widest, "topic-a", "hub-b");
+        assert_eq!(
+            string_property(&extreme, OFFSET),
+            Some("18446744073709551615")
+        );
+        assert_eq!(
+            string_property(&extreme, SEQUENCE),
+            Some("-9223372036854775808")
+        );
     }
 
     #[test]

@@ -30,7 +30,7 @@ use tributary_processor::{
 };
 
 use crate::endpoint::{Brokers, OpenedSource, SourceNewest, open_source, open_target};
-use crate::forward::{Counting, Destination, Outgoing, Poison, RetryPolicy, forward};
+use crate::forward::{Counting, Destination, Outgoing, Outgoings, Poison, RetryPolicy, forward};
 use crate::limits::TARGETS_MAX;
 use crate::metadata::{self, HopIds};
 use crate::metrics::{FilterReason, PartitionMetrics, TaskMetrics};
@@ -86,7 +86,7 @@ impl Sink {
 /// One edited batch, routed.
 struct Routed {
     /// Each route's events, stamped for its target.
-    per_route: Vec<Vec<Outgoing>>,
+    per_route: Vec<Outgoings>,
     /// The events no route matched, as the editor left them, for the dead-letter target.
     unmatched: Vec<(EventData, Position)>,
 }
@@ -860,12 +860,12 @@ impl ReplicationProcessor {
     fn route(&self, events: impl Iterator<Item = (EventData, Position, u64)>) -> Routed {
         let task = &self.task;
         let mut routed = Routed {
-            per_route: vec![Vec::new(); task.routes.len()],
+            per_route: vec![Outgoings::default(); task.routes.len()],
             unmatched: Vec::new(),
         };
         if let ([only], Some(most)) = (routed.per_route.as_mut_slice(), events.size_hint().1) {
             // Room for the whole batch at once: growing a vector of events copies them.
-            only.reserve_exact(most);
+            *only = Outgoings::with_capacity(most);
         }
         for (event, position, mut mask) in events {
             if mask == 0 {
@@ -899,7 +899,8 @@ impl ReplicationProcessor {
 
     /// Adds `event` to the events for route `route_index`, stamped for its hub, with the other
     /// hubs of `mask` (the routes the event takes) as its fan-out. Pushed first and stamped
-    /// where it lies: an event is a few hundred bytes, and each move of it is a copy.
+    /// where it lies, and sent from there: an event is a few hundred bytes, and each move of it
+    /// is a copy.
     #[inline(always)]
     fn push_for_route(
         &self,
@@ -910,35 +911,32 @@ impl ReplicationProcessor {
         position: Position,
     ) {
         let list = &mut routed.per_route[route_index];
-        list.push(Outgoing {
-            event,
-            position,
-            undo: metadata::Undo::default(),
-        });
-        let outgoing = list.last_mut().expect("just pushed");
+        list.events.push(event);
+        let event = list.events.last_mut().expect("just pushed");
+        let mut undo = metadata::Undo::default();
         // A table keeps the source position in its own columns: no stamp.
         if let Some(ids) = &self.route_ids[route_index] {
-            outgoing.undo =
-                metadata::stamp_with(&mut outgoing.event, &self.partition, position, ids);
+            undo = metadata::stamp_with(event, &self.partition, position, ids);
             // The other hubs get their copies from this hop directly: a later hop skips them.
             for sibling in routes_in(mask & !(1 << route_index)) {
                 if let Some(sibling_ids) = &self.route_ids[sibling] {
-                    metadata::mark_fanout(&mut outgoing.event, &mut outgoing.undo, sibling_ids);
+                    metadata::mark_fanout(event, &mut undo, sibling_ids);
                 }
             }
         }
         if self.task.azure_marker
             && let Some(hub_name) = &self.task.routes[route_index].hub_name
         {
-            metadata::mark_azure_merge_target(&mut outgoing.event, &mut outgoing.undo, hub_name);
+            metadata::mark_azure_merge_target(event, &mut undo, hub_name);
         }
+        list.places.push((position, undo));
     }
 
     #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
     async fn forward_routes(
         &self,
         partition: &str,
-        per_route: Vec<Vec<Outgoing>>,
+        per_route: Vec<Outgoings>,
         last: Position,
     ) -> Vec<(String, Poison)> {
         let counting = Counting {
@@ -968,6 +966,7 @@ impl ReplicationProcessor {
                         #[cfg(feature = "postgres")]
                         Sink::Table(projection) => {
                             // Even a batch with no rows for the table moves its progress.
+                            let items = items.into_items().collect();
                             let (written, refused) = projection
                                 .write(partition, items, last, self.task.retry)
                                 .await;
@@ -1051,6 +1050,7 @@ impl ReplicationProcessor {
             partition: &self.metrics,
             now_ms: wall_clock_ms,
         };
+        let letters = letters.into_iter().collect();
         let refused = forward(destination, partition, letters, task.retry, &counting).await;
         self.metrics.dead_lettered(total - refused.len());
         for poison in refused {
