@@ -454,6 +454,7 @@ mod tests {
     use crate::send::serde_reference::event_to_message;
     use tributary_amqp_codec::testing::{damage, text};
     use tributary_amqp_codec::value::ArrayRule;
+    use tributary_event::strategy::any_property_value;
 
     const NOW: i64 = 1_700_000_000_999;
 
@@ -491,29 +492,11 @@ mod tests {
         true
     }
 
-    fn property_value() -> BoxedStrategy<PropertyValue> {
-        prop_oneof![
-            Just(PropertyValue::Null),
-            any::<bool>().prop_map(PropertyValue::Bool),
-            any::<i32>().prop_map(PropertyValue::Int32),
-            any::<i64>().prop_map(PropertyValue::Int64),
-            any::<u32>().prop_map(PropertyValue::UInt32),
-            any::<u64>().prop_map(PropertyValue::UInt64),
-            any::<f32>().prop_map(PropertyValue::Float32),
-            any::<f64>().prop_map(PropertyValue::Float64),
-            text().prop_map(|s| PropertyValue::String(s.into())),
-            vec(any::<u8>(), 0..40).prop_map(|b| PropertyValue::Bytes(Bytes::from(b))),
-            any::<i64>().prop_map(PropertyValue::Timestamp),
-            any::<[u8; 16]>().prop_map(PropertyValue::Uuid),
-        ]
-        .boxed()
-    }
-
     /// An event as a producer sends it: any body, properties of every type, ids.
     fn event() -> BoxedStrategy<EventData> {
         (
             vec(any::<u8>(), 0..300),
-            vec((text(), property_value()), 0..10),
+            vec((text(), any_property_value()), 0..10),
             option::of(text()),
             option::of(text()),
             option::of(text()),
