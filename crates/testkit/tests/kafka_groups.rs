@@ -305,6 +305,7 @@ async fn a_reset_is_refused_while_members_are_joined_and_moves_the_offsets_after
     let mut member = holder(&args);
     let joined = member.next(Duration::from_secs(60)).await;
     assert_eq!(joined["joined"], json!([0, 1]), "{joined}");
+    until_owned_and_hosted(&door.broker, "orders", "audit", 2).await;
     let shown = request(&api, "GET", AUDIT_PARTITIONS, &[], b"")
         .await
         .json();
@@ -393,6 +394,29 @@ async fn a_consumer_rejoins_after_a_restart_and_carries_on_from_its_commits() {
     let sequences: Vec<_> = checkpoints.iter().map(|c| c.sequence_number).collect();
     assert_eq!(sequences, [Some(4), Some(4)]);
     door.stop().await;
+}
+
+/// Waits until the door has recorded a member's assignment where the hub shows it: an owner
+/// on each of `partitions` partitions and that owner's host record. The door writes these
+/// after the member has its answer (visibility never holds up the group protocol), so a test
+/// that looks right after `joined` must wait for them.
+async fn until_owned_and_hosted(broker: &Broker, hub: &str, group: &str, partitions: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (owned, hosts) = broker.list_ownership_and_hosts(hub, group).await.unwrap();
+        let owners: Vec<_> = owned.iter().filter(|r| !r.owner_id.is_empty()).collect();
+        let hosted = owners
+            .iter()
+            .all(|r| hosts.iter().any(|h| h.owner_id == r.owner_id));
+        if owners.len() == partitions && hosted {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the assignment never showed: {owned:?} {hosts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// A member of the group that `kafka_groups.py hold` runs, with `args`.
