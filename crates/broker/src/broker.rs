@@ -227,7 +227,7 @@ impl Broker {
         let lock = lock_data_dir(dir)?;
         let catalog = Catalog::load(dir)?;
         remove_orphan_hub_dirs(dir, &catalog);
-        let committer = GroupCommitter::start();
+        let committer = GroupCommitter::start_with(config.sync_scope);
         let mut hubs = HashMap::new();
         for (key, definition) in &catalog.hubs {
             let hub_dir = dir.join("hubs").join(key);

@@ -55,6 +55,9 @@ pub struct BrokerConfig {
     pub throughput: ThroughputLimits,
     /// Whether retention keeps events captured hubs' captures have not written yet.
     pub capture_retention: crate::CaptureRetention,
+    /// What one sync of `fsync` appends covers: each partition's file, or the data
+    /// directory's file system shared by the partitions waiting at once.
+    pub sync_scope: tributary_log::SyncScope,
 }
 
 impl BrokerConfig {
@@ -70,6 +73,7 @@ impl BrokerConfig {
             storage: Arc::new(OsStorage),
             throughput: ThroughputLimits::default(),
             capture_retention: crate::CaptureRetention::Hold,
+            sync_scope: tributary_log::SyncScope::File,
         }
     }
 }

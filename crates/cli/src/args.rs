@@ -1171,6 +1171,17 @@ mod tests {
             Durability::Interval(std::time::Duration::from_millis(50))
         );
         assert!(parse(&["hub", "list", "--durability", "sometimes"]).is_err());
+        assert_eq!(cli.global().sync_scope, tributary_log::SyncScope::File);
+        let shared = parse(&["serve", "--sync-scope", "filesystem"]).unwrap();
+        assert_eq!(
+            shared.global().sync_scope,
+            tributary_log::SyncScope::FileSystem
+        );
+        let refused = parse(&["serve", "--sync-scope", "disk"]).unwrap_err();
+        assert!(
+            refused.to_string().contains("use file or filesystem"),
+            "{refused}"
+        );
     }
 
     #[test]

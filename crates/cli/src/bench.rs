@@ -24,7 +24,7 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use tributary_event::{EventData, SystemClock};
-use tributary_log::{Durability, GroupCommitter, LogConfig, PartitionLog, ReadCursor};
+use tributary_log::{Durability, GroupCommitter, LogConfig, PartitionLog, ReadCursor, SyncScope};
 
 use crate::args::{BenchArgs, GlobalArgs, Scenario};
 
@@ -139,8 +139,9 @@ fn open_logs(
     dir: &Path,
     partitions: usize,
     durability: Durability,
+    scope: SyncScope,
 ) -> Result<(GroupCommitter, Vec<PartitionLog>)> {
-    let committer = GroupCommitter::start();
+    let committer = GroupCommitter::start_with(scope);
     let logs = (0..partitions)
         .map(|p| {
             let config = LogConfig {
@@ -277,7 +278,7 @@ fn run_appenders(logs: &[PartitionLog], args: &BenchArgs, size: usize) -> Result
 }
 
 fn append_and_read(args: &BenchArgs, dir: &Path, mode: Durability, size: usize) -> Result<()> {
-    let (committer, logs) = open_logs(dir, args.partitions, mode)?;
+    let (committer, logs) = open_logs(dir, args.partitions, mode, args.sync_scope.sync_scope)?;
     let outcome = run_appenders(&logs, args, size)?;
     let secs = outcome.elapsed.as_secs_f64();
     let h = &outcome.latency_us;
@@ -363,7 +364,7 @@ fn recover(args: &BenchArgs, dir: &Path) -> Result<()> {
 }
 
 fn memory(args: &BenchArgs, dir: &Path) -> Result<()> {
-    let (_committer, logs) = open_logs(dir, 4, Durability::None)?;
+    let (_committer, logs) = open_logs(dir, 4, Durability::None, SyncScope::File)?;
     // Reset the peak (VmHWM) so it covers this scenario only, not the warm-up or earlier runs.
     let _ = std::fs::write("/proc/self/clear_refs", "5");
     let before = resident_kib();

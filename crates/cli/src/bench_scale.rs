@@ -36,6 +36,8 @@ pub struct Plan {
     pub warm_up: Duration,
     /// The durability of every hub.
     pub durability: tributary_log::Durability,
+    /// What the server's syncs cover.
+    pub sync_scope: tributary_log::SyncScope,
     /// Tiny steps, for tests.
     pub quick: bool,
     /// The largest data directory of the data sweep (already capped by free disk).
@@ -121,6 +123,7 @@ fn plan(args: &BenchArgs, root: &Path, report_dir: &Path) -> Result<Plan> {
         step,
         warm_up,
         durability,
+        sync_scope: args.sync_scope.sync_scope,
         quick: args.quick,
         data_max,
         data_capped,

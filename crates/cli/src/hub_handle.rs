@@ -257,6 +257,7 @@ pub async fn open_broker(global: &GlobalArgs) -> Result<Broker> {
             event_bytes_max: global.event_bytes_max,
             ..LogConfig::default()
         },
+        sync_scope: global.sync_scope,
         ..BrokerConfig::new(&global.data_dir)
     };
     Broker::open(config).await.with_context(|| {

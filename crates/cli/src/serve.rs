@@ -220,6 +220,7 @@ fn print_applied(file: &Path, applied: &emulator::Applied) {
 async fn open_broker(global: &GlobalArgs, args: &ServeArgs) -> Result<Broker> {
     let mut config = BrokerConfig::new(&global.data_dir);
     config.log.durability = global.durability;
+    config.sync_scope = global.sync_scope;
     config.log.event_bytes_max = global.event_bytes_max.max(FRONT_DOOR_EVENT_BYTES_MAX);
     config.retention_check_interval = Duration::from_millis(args.retention_check as u64);
     config.compaction_check_interval = Duration::from_millis(args.compaction_check as u64);

@@ -371,10 +371,29 @@ fn a_running_hub_holds_its_data_directory() {
 /// `kill -9` a writer while it appends; every batch it acknowledged must be there afterwards.
 #[test]
 fn acknowledged_events_survive_kill_9() {
+    acknowledged_events_survive_kill_9_syncing("file");
+}
+
+/// The same with the partitions sharing syncs of the file system (`--sync-scope filesystem`).
+#[test]
+fn acknowledged_events_survive_kill_9_with_file_system_syncs() {
+    acknowledged_events_survive_kill_9_syncing("filesystem");
+}
+
+fn acknowledged_events_survive_kill_9_syncing(scope: &str) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     run_ok(d, &["hub", "create", "h", "-p", "4"]);
-    let mut writer = tributary(d, &["send", "h", "--receipts", "--batch-size", "20"])
+    let send = [
+        "send",
+        "h",
+        "--receipts",
+        "--batch-size",
+        "20",
+        "--sync-scope",
+        scope,
+    ];
+    let mut writer = tributary(d, &send)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

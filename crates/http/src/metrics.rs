@@ -401,7 +401,7 @@ impl Metrics {
     fn register_broker_counts(&self, registry: &mut Registry) {
         registry.register(
             "log_sync_duration_seconds",
-            "Each fdatasync the log made for fsync appends",
+            "Each sync the log made for fsync appends (an fdatasync, or a syncfs shared by partitions with --sync-scope filesystem)",
             self.log_syncs.clone(),
         );
         registry.register(

@@ -56,6 +56,48 @@ impl FromStr for Durability {
     }
 }
 
+/// What one sync of the group committer covers when it makes `fsync` appends durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncScope {
+    /// `fdatasync` of each partition's file: partitions sync independently, and nothing else on
+    /// the disk is flushed with them. The default.
+    #[default]
+    File,
+    /// One `syncfs` for the partitions whose appends are waiting at the same moment, when more
+    /// of them wait than the committer has sync threads or a `syncfs` is under way (then one
+    /// `syncfs` at a time, the partitions that wait meanwhile sharing the next); otherwise
+    /// each its own `fdatasync`, as with `File`. Many
+    /// partitions then share one sync instead of one each, which is what keeps ingest across
+    /// hundreds of partitions from paying a device flush per batch. `syncfs` also flushes
+    /// every other dirty file of that file system, other programs' included: use it where the
+    /// data directory has a file system of its own. After a `syncfs` fails, the committer
+    /// goes back to `File` for good (a file's own `fdatasync` reports its lost writes to that
+    /// partition; a second `syncfs` would not).
+    FileSystem,
+}
+
+impl std::fmt::Display for SyncScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SyncScope::File => "file",
+            SyncScope::FileSystem => "filesystem",
+        })
+    }
+}
+
+impl FromStr for SyncScope {
+    type Err = String;
+
+    /// Parses `file` or `filesystem`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "file" => Ok(SyncScope::File),
+            "filesystem" => Ok(SyncScope::FileSystem),
+            _ => Err(format!("unknown sync scope {s:?}: use file or filesystem")),
+        }
+    }
+}
+
 /// How long and how much a partition keeps. Whole segments are removed; the active segment is
 /// sealed first if everything in it has expired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

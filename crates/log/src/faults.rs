@@ -20,6 +20,10 @@
 //!   rename; a failed write first writes a random prefix of its bytes (a short write);
 //! - a slow sync (a sleep of up to the configured maximum).
 //!
+//! A sync of the whole file system ([`Storage::file_system`]) settles every file's pending
+//! writes; when it fails and its writes are lost, they are lost in every file, and each of those
+//! files' next sync fails (as Linux reports a lost write to each file once).
+//!
 //! Single faults can also be asked for ([`FaultyStorage::fail_next_sync`],
 //! [`FaultyStorage::fail_next_write`]), and a sync can be held until released, so a test can
 //! line appends up behind it deterministically.
@@ -40,7 +44,7 @@ use std::time::Duration;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 
-use crate::storage::{OpenMode, Storage, StorageFile};
+use crate::storage::{FileSystem, OpenMode, Storage, StorageFile};
 
 /// How often each fault happens: probabilities per operation, from 0.0 to 1.0.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -161,6 +165,9 @@ struct FileState {
     pending: Vec<Op>,
     /// How many changes have left `pending` (synced or lost) since the file was created.
     settled: u64,
+    /// A failed sync of the whole file system lost this file's pending changes: its next
+    /// sync fails (Linux reports a lost write once to each file open when it was lost).
+    lost_unreported: bool,
 }
 
 /// The seeded generator behind every random choice of a simulation: ChaCha8, whose output for
@@ -296,6 +303,7 @@ impl World {
             }
             let file = self.files.get_mut(&id).expect("file");
             file.current = file.durable.clone();
+            file.lost_unreported = false; // A restarted machine has no errors to report.
         }
     }
 
@@ -613,6 +621,68 @@ impl Storage for FaultyStorage {
             path: path.to_owned(),
         }))
     }
+
+    fn file_system(&self, _dir: &Path) -> io::Result<Box<dyn FileSystem>> {
+        let world = self.shared.lock();
+        world.alive()?;
+        Ok(Box::new(FaultyFileSystem {
+            shared: self.shared.clone(),
+            generation: world.generation,
+        }))
+    }
+}
+
+/// The one simulated file system, synced whole.
+#[derive(Debug)]
+struct FaultyFileSystem {
+    shared: Arc<Shared>,
+    generation: u64,
+}
+
+impl FileSystem for FaultyFileSystem {
+    fn id(&self) -> u64 {
+        0
+    }
+
+    /// Settles every file's pending changes, as `syncfs` does. A failure is drawn once for the
+    /// whole sync; if its writes are then lost, they are lost in every file that had some,
+    /// and each such file's next sync fails.
+    fn sync(&self) -> io::Result<()> {
+        let mut world = self.shared.lock();
+        world.step()?;
+        if world.generation != self.generation {
+            return Err(io::Error::other(
+                "the file system was opened before a simulated crash",
+            ));
+        }
+        let failed = sync_fails(&mut world);
+        let lost_p = world.config.lost_after_failed_sync;
+        let lost = failed && world.chance(lost_p);
+        if failed && !lost {
+            return Err(io::Error::from(rustix::io::Errno::IO));
+        }
+        if lost {
+            world.counts.lost_writes += 1;
+        }
+        for file in world.files.values_mut() {
+            if file.pending.is_empty() {
+                continue;
+            }
+            file.settled += file.pending.len() as u64;
+            let done = std::mem::take(&mut file.pending);
+            if lost {
+                file.lost_unreported = true;
+            } else {
+                for op in &done {
+                    op.apply(&mut file.durable);
+                }
+            }
+        }
+        if lost {
+            return Err(io::Error::from(rustix::io::Errno::IO));
+        }
+        Ok(())
+    }
 }
 
 /// Draws whether a sync fails (and counts it).
@@ -668,6 +738,11 @@ impl FaultyFile {
             drop(world);
             std::thread::sleep(pause);
             world = self.world()?;
+        }
+        // A write this file lost in a failed sync of the whole file system is reported here.
+        let file = world.files.get_mut(&self.id).expect("open file");
+        if std::mem::take(&mut file.lost_unreported) {
+            return Err(io::Error::from(rustix::io::Errno::IO));
         }
         // What this sync covers, and whether it fails, is decided when it starts.
         let file = &world.files[&self.id];

@@ -77,7 +77,7 @@ mod sync_times;
 
 pub use commit::GroupCommitter;
 pub use compaction::{CompactionOutcome, CompactionState};
-pub use config::{Cleanup, CleanupPolicy, Durability, LogConfig, Retention};
+pub use config::{Cleanup, CleanupPolicy, Durability, LogConfig, Retention, SyncScope};
 pub use error::{DecodeErrorOrText, LogError};
 pub use partition::{
     AppendCompletion, AppendReceipt, Committed, PartitionLog, PartitionProperties, ReadCursor,

@@ -32,7 +32,7 @@ use crate::record::{
     verify_checksum,
 };
 use crate::segment::*;
-use crate::storage::{OpenMode, OsStorage, Storage};
+use crate::storage::{FileSystem, OpenMode, OsStorage, Storage};
 use tributary_event::Clock;
 
 /// Called once per append with its outcome: the receipt when the append is acknowledged, or the
@@ -175,6 +175,9 @@ pub(crate) struct PartitionShared {
     pub(crate) config: LogConfig,
     clock: Arc<dyn Clock>,
     committer: GroupCommitter,
+    /// The file system the committer syncs whole for this partition
+    /// ([`crate::SyncScope::FileSystem`]); none when each file syncs on its own.
+    pub(crate) file_system: Option<Arc<dyn FileSystem>>,
     writer: Mutex<Writer>,
     pub(crate) segments: RwLock<Vec<Arc<Segment>>>,
     committed: Mutex<Committed>,
@@ -346,12 +349,14 @@ impl PartitionLog {
             last_offset,
             buf: Vec::new(),
         };
+        let file_system = committer.file_system_of(storage.as_ref(), dir);
         Ok(PartitionLog {
             shared: Arc::new(PartitionShared {
                 dir: dir.to_owned(),
                 config,
                 clock,
                 committer,
+                file_system,
                 writer: Mutex::new(writer),
                 segments: RwLock::new(segments),
                 committed: Mutex::new(committed),

@@ -1,7 +1,7 @@
 //! The storage seam: every file operation the log makes, behind one trait.
 //!
 //! The log touches the file system only through [`Storage`] (directories: create, list, lock,
-//! sync; files: open, remove, rename) and the [`StorageFile`]s it opens (positioned reads and
+//! sync; files: open, remove, rename; whole file systems: `syncfs`) and the [`StorageFile`]s it opens (positioned reads and
 //! writes, length, preallocation, `fdatasync`/`fsync`). [`OsStorage`], the default, is a thin
 //! pass-through to `std::fs` and `rustix`; a partition holds one `Arc<dyn Storage>` and each
 //! segment one boxed file, so the seam costs a virtual call per system call.
@@ -12,15 +12,17 @@
 //! # Guarantees an implementation must give
 //! - `write_all_at` either writes every byte or fails; on failure any prefix of the bytes may
 //!   have been written (a short write followed by an error).
-//! - Bytes are durable (survive a crash) only once a later `sync_data`/`sync_all` of the file
-//!   has returned `Ok`; a directory entry (created, renamed, removed file) only once `sync_dir`
-//!   of its directory has. A failed sync leaves durability unknown: the bytes it should have
-//!   covered may or may not survive, and a later successful sync does not vouch for them.
+//! - Bytes are durable (survive a crash) only once a later `sync_data`/`sync_all` of the file,
+//!   or a [`FileSystem::sync`] of its file system, has returned `Ok`; a directory entry
+//!   (created, renamed, removed file) only once `sync_dir` of its directory has. A failed sync
+//!   leaves durability unknown: the bytes it should have covered may or may not survive, and a
+//!   later successful sync does not vouch for them — except that the next sync of a file that
+//!   lost bytes fails too (Linux reports a lost write to every open file once).
 
 use std::fmt::Debug;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 
 /// How [`Storage::open`] opens a file. Every mode but `Read` opens for reading and writing.
@@ -55,6 +57,19 @@ pub trait Storage: Send + Sync + Debug {
     /// Takes an exclusive lock on the file `path` (creating it), held until the returned guard
     /// is dropped. Fails with [`io::ErrorKind::WouldBlock`] when another holder has it.
     fn lock_file(&self, path: &Path) -> io::Result<Box<dyn Debug + Send + Sync>>;
+    /// The file system that holds directory `dir`, to sync whole (see [`FileSystem`]).
+    fn file_system(&self, dir: &Path) -> io::Result<Box<dyn FileSystem>>;
+}
+
+/// A file system, held open to be synced whole.
+pub trait FileSystem: Send + Sync + Debug {
+    /// Tells file systems apart: two handles with the same id sync the same file system.
+    fn id(&self) -> u64;
+    /// `syncfs`: makes every file's data and metadata on the file system durable, as a sync of
+    /// each file would. Fails if a write to any file of it failed since this handle was opened
+    /// (and since the last time that failure was reported through it): which files lost bytes
+    /// is then unknown, and a file's own sync reports its loss.
+    fn sync(&self) -> io::Result<()>;
 }
 
 /// An open file.
@@ -143,6 +158,30 @@ impl Storage for OsStorage {
             Err(std::fs::TryLockError::Error(e)) => Err(e),
         }
     }
+
+    fn file_system(&self, dir: &Path) -> io::Result<Box<dyn FileSystem>> {
+        let dir = File::open(dir)?;
+        let device = dir.metadata()?.dev();
+        Ok(Box::new(OsFileSystem { device, dir }))
+    }
+}
+
+/// A file system, through a directory of it held open: `syncfs` reports a write failure to
+/// each open file once, so every sync goes through the same one.
+#[derive(Debug)]
+struct OsFileSystem {
+    device: u64,
+    dir: File,
+}
+
+impl FileSystem for OsFileSystem {
+    fn id(&self) -> u64 {
+        self.device
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        rustix::fs::syncfs(&self.dir).map_err(io::Error::from)
+    }
 }
 
 impl StorageFile for OsFile {
@@ -184,4 +223,25 @@ pub(crate) fn read_whole(storage: &dyn Storage, path: &Path) -> io::Result<Vec<u
     let mut buf = vec![0; len];
     file.read_exact_at(&mut buf, 0)?;
     Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directories_of_one_file_system_share_its_id_and_it_syncs() {
+        let root = tempfile::tempdir().unwrap();
+        let (a, b) = (root.path().join("a"), root.path().join("b"));
+        OsStorage.create_dir_all(&a).unwrap();
+        OsStorage.create_dir_all(&b).unwrap();
+        let fs_a = OsStorage.file_system(&a).unwrap();
+        let fs_b = OsStorage.file_system(&b).unwrap();
+        assert_eq!(fs_a.id(), fs_b.id());
+        fs_a.sync().unwrap();
+        let missing = OsStorage
+            .file_system(&root.path().join("missing"))
+            .unwrap_err();
+        assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+    }
 }

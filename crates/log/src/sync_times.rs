@@ -125,7 +125,8 @@ impl SyncTimeRecorder {
 /// appends since it started (or, after [`SyncTimes::since`], within a window).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SyncTimes {
-    /// Each `fdatasync` call, from its start to its return.
+    /// Each sync for `fsync` appends (an `fdatasync`, or a `syncfs` that several partitions
+    /// share), from its start to its return.
     pub syncs: DurationCounts,
     /// Each append, from its hand-off to the committer (its bytes written) to the return of the
     /// sync that made it durable: the disk's share of the append's acknowledgement. It includes
@@ -149,11 +150,11 @@ impl SyncTimes {
 impl std::fmt::Display for SyncTimes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.syncs.count == 0 && self.waits.count == 0 {
-            return write!(f, "no fdatasync calls");
+            return write!(f, "no syncs");
         }
         write!(
             f,
-            "{} fdatasync calls ({}); {} appends waited for them ({}), {:.2} appends per sync",
+            "{} syncs ({}); {} appends waited for them ({}), {:.2} appends per sync",
             self.syncs.count,
             self.syncs,
             self.waits.count,
@@ -332,11 +333,11 @@ mod tests {
         );
         assert_eq!(
             window.to_string(),
-            "2 fdatasync calls (mean 1.10 ms, p50 <= 1.00 ms, p99 <= 1.50 ms, p999 <= 1.50 ms); \
+            "2 syncs (mean 1.10 ms, p50 <= 1.00 ms, p99 <= 1.50 ms, p999 <= 1.50 ms); \
              1 appends waited for them (mean 1.30 ms, p50 <= 1.50 ms, p99 <= 1.50 ms, p999 <= 1.50 ms), \
              0.50 appends per sync"
         );
-        assert_eq!(SyncTimes::default().to_string(), "no fdatasync calls");
+        assert_eq!(SyncTimes::default().to_string(), "no syncs");
         assert_eq!(
             window.syncs.quantile(1.0),
             Some(Duration::from_micros(1_500)),

@@ -20,6 +20,10 @@
 //! 4. recovery keeps every acknowledged batch, and beyond them only whole batches whose sync
 //!    failed (their bytes may or may not have reached the disk), in order; never a refused one.
 //!
+//! Focused tests also cover [`SyncScope::FileSystem`]: partitions waiting at once share one
+//! sync of the whole file system, a failed one poisons each of them, and the committer then
+//! syncs file by file.
+//!
 //! A failure names its seed. `TRIBUTARY_SIM_SEED=<n>` replays one seed;
 //! `TRIBUTARY_SIM_SEEDS=<count>` runs more (the default is 200).
 
@@ -33,7 +37,7 @@ use tributary_event::{EventData, PropertyValue};
 use tributary_log::faults::{FaultConfig, FaultCounts, FaultyStorage, SimRng};
 use tributary_log::{
     AppendReceipt, Durability, GroupCommitter, LogConfig, LogError, ManualClock, PartitionLog,
-    ReadCursor,
+    ReadCursor, SyncScope,
 };
 
 const DIR: &str = "/sim/hub/0";
@@ -675,4 +679,97 @@ fn a_restart_that_keeps_the_page_cache_after_a_failed_sync_recovers_only_what_wa
     storage.crash();
     let log = quiet_log(&storage, &committer);
     assert_eq!(bodies(&log), [Bytes::from("a"), Bytes::from("c")]);
+}
+
+/// Opens partition `p` of a hub on `storage` (in `/sim/hub/<p>`).
+fn partition(p: usize, storage: &FaultyStorage, committer: &GroupCommitter) -> PartitionLog {
+    quiet_log_in(
+        &Path::new("/sim/hub").join(p.to_string()),
+        storage,
+        committer,
+    )
+}
+
+/// Appends `body` to partition 0 and holds its sync on the committer's only sync thread; runs
+/// `meanwhile`; appends `body` to each of `partitions`, whose links queue behind the held sync;
+/// then releases it, so the queued links are taken together. Returns the receivers of partition
+/// 0's outcome and of theirs.
+fn behind_a_held_sync(
+    storage: &FaultyStorage,
+    logs: &[PartitionLog],
+    partitions: std::ops::Range<usize>,
+    body: &str,
+    meanwhile: impl FnOnce(),
+) -> (Receiver<Outcome>, Vec<Receiver<Outcome>>) {
+    storage.hold_next_sync(true);
+    let lone = submit(&logs[0], body);
+    storage.wait_until_held();
+    meanwhile();
+    let queued = partitions.map(|p| submit(&logs[p], body)).collect();
+    storage.release();
+    (lone, queued)
+}
+
+#[test]
+fn partitions_waiting_at_once_share_one_file_system_sync_and_a_failed_one_poisons_each_of_them() {
+    let faults = FaultConfig {
+        lost_after_failed_sync: 1.0,
+        ..FaultConfig::NONE
+    };
+    let storage = FaultyStorage::new(3, faults);
+    let committer = GroupCommitter::start_with_sync_threads(SyncScope::FileSystem, 1);
+    let logs: Vec<PartitionLog> = (0..8).map(|p| partition(p, &storage, &committer)).collect();
+    let syncs = || committer.sync_times().syncs.count;
+
+    // Partitions 1-4 wait behind partition 0's held sync, then share one syncfs.
+    let before = syncs();
+    let (lone, shared) = behind_a_held_sync(&storage, &logs, 1..5, "a", || {});
+    for rx in std::iter::once(&lone).chain(&shared) {
+        rx.recv().unwrap().unwrap();
+    }
+    assert_eq!(
+        syncs() - before,
+        2,
+        "the held fdatasync and one syncfs for four partitions"
+    );
+
+    // The next shared sync fails and loses its writes: each partition it covered is poisoned;
+    // the one synced alone is not.
+    let (lone, shared) =
+        behind_a_held_sync(&storage, &logs, 1..5, "b", || storage.fail_next_sync());
+    lone.recv().unwrap().unwrap();
+    for rx in &shared {
+        let outcome = rx.recv().unwrap();
+        assert!(
+            matches!(outcome, Err(LogError::Poisoned { .. })),
+            "{outcome:?}"
+        );
+    }
+    let refused = logs[1].append(&one("c")).unwrap_err();
+    assert!(refused.to_string().contains("syncfs failed"), "{refused}");
+
+    // From then on every partition syncs its own file, even when several wait at once.
+    let before = syncs();
+    let (lone, alone) = behind_a_held_sync(&storage, &logs, 5..8, "c", || {});
+    for rx in std::iter::once(&lone).chain(&alone) {
+        rx.recv().unwrap().unwrap();
+    }
+    assert_eq!(
+        syncs() - before,
+        4,
+        "one fdatasync each after a failed syncfs"
+    );
+
+    // A crash keeps every acknowledged append; of the failed ones, nothing (their writes were
+    // lost).
+    drop(logs);
+    storage.crash();
+    let logs: Vec<PartitionLog> = (0..8).map(|p| partition(p, &storage, &committer)).collect();
+    assert_eq!(bodies(&logs[0]), ["a", "b", "c"]);
+    for log in &logs[1..5] {
+        assert_eq!(bodies(log), ["a"]);
+    }
+    for log in &logs[5..8] {
+        assert_eq!(bodies(log), ["c"]);
+    }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tributary_event::{EventData, EventPosition, PropertyValue};
 use tributary_log::{
     Durability, GroupCommitter, LogConfig, LogError, ManualClock, PartitionLog, ReadCursor,
-    Retention,
+    Retention, SyncScope,
 };
 
 const T0: i64 = 1_700_000_000_000;
@@ -382,7 +382,37 @@ fn concurrent_appenders_across_partitions_are_all_acknowledged_in_order() {
 /// the others), and each partition acknowledges its appends in append order.
 #[test]
 fn more_partitions_than_sync_threads_all_acknowledge_in_append_order() {
+    all_acknowledge_in_append_order(SyncScope::File);
+}
+
+/// The same with partitions sharing syncs of the whole file system (`syncfs`); the data is
+/// all there after reopening with another committer.
+#[test]
+fn partitions_sharing_file_system_syncs_all_acknowledge_in_append_order() {
+    let root = all_acknowledge_in_append_order(SyncScope::FileSystem);
     let committer = GroupCommitter::start();
+    for p in 0..tributary_log::limits::SYNC_THREADS * 2 + 3 {
+        let log = PartitionLog::open(
+            &root.path().join(p.to_string()),
+            LogConfig::default(),
+            committer.clone(),
+            Arc::new(tributary_log::SystemClock),
+        )
+        .unwrap();
+        let bodies: Vec<String> = read_all(&log, 0)
+            .iter()
+            .map(|e| String::from_utf8(e.data.body.to_vec()).unwrap())
+            .collect();
+        let expected: Vec<String> = (0..60).map(|round| format!("{p}-{round}")).collect();
+        assert_eq!(bodies, expected, "partition {p}");
+    }
+}
+
+/// Appends 60 events to each of more partitions than there are sync threads, all in flight at
+/// once, with syncs covering `scope`; checks each partition acknowledged them in order.
+/// Returns the data directory.
+fn all_acknowledge_in_append_order(scope: SyncScope) -> tempfile::TempDir {
+    let committer = GroupCommitter::start_with(scope);
     let root = tempfile::tempdir().unwrap();
     let partitions = tributary_log::limits::SYNC_THREADS * 2 + 3;
     let logs: Vec<PartitionLog> = (0..partitions)
@@ -419,6 +449,7 @@ fn more_partitions_than_sync_threads_all_acknowledge_in_append_order() {
         let expected: Vec<i64> = (0..APPENDS as i64).collect();
         assert_eq!(sequences, &expected, "partition {p}");
     }
+    root
 }
 
 #[test]

@@ -83,6 +83,8 @@ pub struct BenchArgs {
     /// scenario runs the first, on both hubs.
     #[arg(long, value_delimiter = ',', default_value = "fsync,none", value_parser = parse_durability)]
     pub modes: Vec<Durability>,
+    #[command(flatten)]
+    pub sync_scope: super::shared::SyncScopeArgs,
     /// How long each append run (and the replicate scenario's ingest baseline) lasts, in
     /// seconds.
     #[arg(long, default_value_t = 10)]

@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use tributary_log::Durability;
+use tributary_log::{Durability, SyncScope};
 
 use super::AliasArgs;
 use super::parse_durability;
@@ -34,7 +34,8 @@ pub struct DataDirArgs {
     pub data_dir: PathBuf,
 }
 
-/// `--durability`, alone: for `demo`, whose hub lives in a directory of its own.
+/// `--durability` and `--sync-scope`: for `demo`, whose hub lives in a directory of its own,
+/// and (through [`DataArgs`]) every command that opens the data directory.
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = DATA_HEADING)]
 pub struct DurabilityArgs {
@@ -42,6 +43,21 @@ pub struct DurabilityArgs {
     /// loss), `interval:<ms>` (synced every <ms>), or `none` (left to the OS).
     #[arg(long, global = true, env = "TRIBUTARY_DURABILITY", default_value_t = Durability::Fsync, value_parser = parse_durability)]
     pub durability: Durability,
+    #[command(flatten)]
+    pub sync_scope: SyncScopeArgs,
+}
+
+/// `--sync-scope`: what one sync of `fsync` appends covers.
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = DATA_HEADING)]
+pub struct SyncScopeArgs {
+    /// What one sync covers with `--durability fsync`: `file` (an fdatasync per partition's
+    /// file) or `filesystem` (when more partitions' appends wait at the same moment than there
+    /// are sync threads, they share one syncfs of the data directory's file system: far fewer
+    /// device flushes across hundreds of partitions; it also flushes every other program's
+    /// files on that file system, so give the data directory a file system of its own).
+    #[arg(long, global = true, env = "TRIBUTARY_SYNC_SCOPE", default_value_t = SyncScope::File)]
+    pub sync_scope: SyncScope,
 }
 
 /// The data directory and how its partitions are written: for the commands that open it (or
@@ -92,6 +108,8 @@ pub struct GlobalArgs {
     pub data_dir: PathBuf,
     /// `--durability`.
     pub durability: Durability,
+    /// `--sync-scope`.
+    pub sync_scope: SyncScope,
     /// `--event-bytes-max`.
     pub event_bytes_max: u32,
     /// `--log`.
@@ -108,6 +126,7 @@ impl GlobalArgs {
         GlobalArgs {
             data_dir: PathBuf::from(DATA_DIR_DEFAULT),
             durability: Durability::default(),
+            sync_scope: SyncScope::default(),
             event_bytes_max: tributary_log::limits::EVENT_BYTES_MAX_DEFAULT,
             log: log.to_owned(),
             ca_file: None,
@@ -124,6 +143,7 @@ impl GlobalArgs {
     /// With the durability `durability`.
     pub fn with_durability(mut self, durability: &DurabilityArgs) -> GlobalArgs {
         self.durability = durability.durability;
+        self.sync_scope = durability.sync_scope.sync_scope;
         self
     }
 

@@ -320,7 +320,7 @@ impl Context {
             } else {
                 "release"
             },
-            durability: plan.durability.to_string(),
+            durability: format!("{}, sync scope {}", plan.durability, plan.sync_scope),
             step: format!(
                 "{:.1} s per step after {:.1} s of warm-up{}",
                 plan.step.as_secs_f64(),

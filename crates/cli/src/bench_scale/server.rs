@@ -35,6 +35,7 @@ pub async fn serve_child(args: &BenchArgs, dir: &Path) -> Result<()> {
     crate::bench_silent::raise_fd_limit(FD_WANTED)?;
     let mut config = BrokerConfig::new(dir);
     config.log.durability = *args.modes.first().context("give a durability mode")?;
+    config.sync_scope = args.sync_scope.sync_scope;
     config.retention_check_interval = Duration::from_secs(1);
     if let Ok(bytes) = std::env::var(SEGMENT_ENV) {
         config.log.segment_bytes_max = bytes.parse().context("a malformed segment size")?;
@@ -122,6 +123,8 @@ impl ServerProcess {
         command
             .args(["bench", "--scenario", "scale", "--modes"])
             .arg(plan.durability.to_string())
+            .arg("--sync-scope")
+            .arg(plan.sync_scope.to_string())
             .env(SERVER_ENV, dir)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())

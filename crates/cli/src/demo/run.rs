@@ -141,6 +141,7 @@ struct Hub {
 async fn start_hub(global: &GlobalArgs, dir: &Path) -> Result<Hub> {
     let mut config = BrokerConfig::new(dir);
     config.log.durability = global.durability;
+    config.sync_scope = global.sync_scope;
     let broker = Broker::open(config)
         .await
         .with_context(|| format!("cannot open the hub's directory {}", dir.display()))?;

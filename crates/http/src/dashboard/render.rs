@@ -87,7 +87,7 @@ pub(crate) fn overview(snapshot: &Snapshot) -> String {
 <div class="card"><b id="total-hubs">{hubs}</b> {} · {} · <span id="total-groups" title="the groups with a table below: processor groups (ownership and checkpoints kept by the hub) and server-side groups (offsets kept by the group coordinator)">{} ({processor} processor, {server_side} server-side)</span></div>
 <div class="card">in <b id="total-in">{}</b> events/s · out <b id="total-out">{}</b> events/s</div>
 <div class="card">lag <b id="total-lag">{lag}</b> {}</div>
-<div class="card" title="fdatasync calls of the log's group committer">log sync: last second {}, mean {}, p99 {} · since start {}, mean {}, p50 {}, p99 {}</div>
+<div class="card" title="syncs of the log's group committer (fdatasync, or a syncfs shared by partitions)">log sync: last second {}, mean {}, p99 {} · since start {}, mean {}, p50 {}, p99 {}</div>
 </div>"#,
         if hubs == 1 { "hub" } else { "hubs" },
         count(partitions, "partition", "partitions"),
