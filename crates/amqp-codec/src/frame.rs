@@ -126,7 +126,16 @@ pub fn start_frame(out: &mut Vec<u8>, frame_type: FrameType, channel: u16) -> us
 /// Panics if the frame is longer than `u32::MAX` bytes: callers size frames to the peer's
 /// `max-frame-size` first.
 pub fn finish_frame(out: &mut [u8], start: usize) {
-    let size = u32::try_from(out.len() - start).expect("frames are sized to max-frame-size");
+    finish_frame_followed(out, start, 0);
+}
+
+/// [`finish_frame`] for a frame whose last `following` bytes are not in `out`: the caller sends
+/// them right after it (a message body sent from where it is).
+///
+/// Panics as [`finish_frame`] does.
+pub fn finish_frame_followed(out: &mut [u8], start: usize, following: usize) {
+    let size =
+        u32::try_from(out.len() - start + following).expect("frames are sized to max-frame-size");
     out[start..start + 4].copy_from_slice(&size.to_be_bytes());
 }
 

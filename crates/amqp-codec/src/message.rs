@@ -62,8 +62,18 @@ pub mod section {
 /// # Panics
 /// If `body` is longer than `u32::MAX` bytes, which no AMQP encoding can hold.
 pub fn write_data_section(out: &mut Vec<u8>, body: &[u8]) {
+    write_data_section_header(out, body.len());
+    out.extend_from_slice(body);
+}
+
+/// Appends the start of a `data` section whose body of `body_len` bytes follows it: what
+/// [`write_data_section`] writes before the body, for a body the caller sends from where it is.
+///
+/// # Panics
+/// If `body_len` is above `u32::MAX`, which no AMQP encoding can hold.
+pub fn write_data_section_header(out: &mut Vec<u8>, body_len: usize) {
     out.extend_from_slice(&[0x00, 0x53, section::DATA]);
-    write_variable(out, 0xa0, body);
+    write_variable_header(out, 0xa0, body_len);
 }
 
 /// A map section being written: keys and values are appended in turn; [`MapSection::finish`]
@@ -310,15 +320,20 @@ impl ValueWriter<'_> {
 /// Writes a variable-width value — binary (`0xa0`), string (`0xa1`) or symbol (`0xa3`) — in its
 /// one-byte-length form when it fits, else its four-byte-length one (constructor + 0x10).
 fn write_variable(out: &mut Vec<u8>, short_constructor: u8, bytes: &[u8]) {
-    match u8::try_from(bytes.len()) {
+    write_variable_header(out, short_constructor, bytes.len());
+    out.extend_from_slice(bytes);
+}
+
+/// The constructor and length of a variable-width value of `len` bytes (see [`write_variable`]).
+fn write_variable_header(out: &mut Vec<u8>, short_constructor: u8, len: usize) {
+    match u8::try_from(len) {
         Ok(length) => out.extend_from_slice(&[short_constructor, length]),
         Err(_) => {
-            let length = u32::try_from(bytes.len()).expect("a value fits a message");
+            let length = u32::try_from(len).expect("a value fits a message");
             out.push(short_constructor + 0x10); // vbin32 / str32 / sym32
             out.extend_from_slice(&length.to_be_bytes());
         }
     }
-    out.extend_from_slice(bytes);
 }
 
 #[cfg(test)]

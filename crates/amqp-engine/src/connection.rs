@@ -37,6 +37,8 @@ mod transfer;
 
 use std::collections::VecDeque;
 
+use bytes::{Bytes, BytesMut};
+
 use fe2o3_amqp_types::definitions::{self, Fields};
 use fe2o3_amqp_types::performatives::{Attach, ChannelMax, Close, MaxFrameSize, Open};
 use tributary_amqp_codec::frame::{self, FrameType, MIN_MAX_FRAME_SIZE};
@@ -44,12 +46,13 @@ use tributary_amqp_codec::performative::{FlowFields, code, performative_code};
 
 pub use self::link::{LinkId, LinkMap, LinkRole, attach_frame};
 pub use self::session::SessionId;
-pub use self::transfer::{Delivery, DeliveryTag};
+pub use self::transfer::{Delivery, DeliveryTag, SPLICE_MIN_BYTES};
 pub use crate::error::{ConnectionError, SendError, amqp_error, condition};
 
 use self::link::Link;
 use self::session::{Session, Sessions};
 use crate::error::decode;
+use crate::output::{Output, Splice};
 use crate::pad::write_performative;
 
 /// The protocol header of an AMQP connection (no security layer).
@@ -169,6 +172,8 @@ pub struct Connection {
     remote_idle_timeout_ms: Option<u32>,
     sessions: Sessions,
     out: Vec<u8>,
+    /// Bodies sent after `out[..at]` without being copied into it ([`Self::send_parts`]).
+    spliced: Vec<Splice>,
     events: VecDeque<Event>,
 }
 
@@ -204,6 +209,7 @@ impl Connection {
             remote_idle_timeout_ms: None,
             sessions: Sessions::default(),
             out: Vec::new(),
+            spliced: Vec::new(),
             events: VecDeque::new(),
         }
     }
@@ -226,7 +232,9 @@ impl Connection {
 
     /// Bytes waiting to be sent; the caller sends all of them, in order.
     pub fn take_output(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.out)
+        let mut output = Vec::new();
+        self.move_output_to(&mut output);
+        output
     }
 
     /// Whether bytes wait to be sent.
@@ -236,11 +244,33 @@ impl Connection {
 
     /// Appends the bytes waiting to be sent to `buffer` (cheaper than [`Self::take_output`]
     /// when the caller keeps its own buffer).
+    /// Bodies sent from where they are ([`Self::send_parts`]) are copied in here.
     pub fn move_output_to(&mut self, buffer: &mut Vec<u8>) {
-        if buffer.is_empty() {
+        if !self.spliced.is_empty() {
+            let mut at = 0;
+            for splice in self.spliced.drain(..) {
+                buffer.extend_from_slice(&self.out[at..splice.at]);
+                buffer.extend_from_slice(&splice.body);
+                at = splice.at;
+            }
+            buffer.extend_from_slice(&self.out[at..]);
+            self.out.clear();
+        } else if buffer.is_empty() {
             std::mem::swap(buffer, &mut self.out);
         } else {
             buffer.append(&mut self.out);
+        }
+    }
+
+    /// Moves the bytes waiting to be sent to the driver's `output`: with the bodies to send
+    /// from where they are if `splice`, else with those bodies copied in.
+    pub(crate) fn move_output_into(&mut self, output: &mut Output, splice: bool) {
+        if !splice && !self.spliced.is_empty() {
+            let mut flat = Vec::new();
+            self.move_output_to(&mut flat);
+            output.append(&mut flat, &mut Vec::new());
+        } else {
+            output.append(&mut self.out, &mut self.spliced);
         }
     }
 
@@ -298,7 +328,49 @@ impl Connection {
     /// (the caller keeps the rest for the next call). On a protocol error the connection is
     /// closed with the error (queued in the output) and the error returned; nothing more is
     /// read after that, nor after the peer's `close`.
+    ///
+    /// The payloads of the deliveries it reads are copies; [`Self::receive_buf`] reads without
+    /// copying them.
     pub fn receive(&mut self, input: &[u8]) -> Result<usize, ConnectionError> {
+        self.receive_bytes(&Bytes::copy_from_slice(input))
+    }
+
+    /// [`Self::receive`] from a buffer the caller reads into: takes the protocol header and the
+    /// whole frames off the front of `input` (what stays is the start of a frame: read more
+    /// into it) and reads them. A delivery's payload is a view of these bytes, not a copy: the
+    /// bytes of one read are freed once the last delivery read from them is dropped.
+    pub fn receive_buf(&mut self, input: &mut BytesMut) -> Result<(), ConnectionError> {
+        let whole = self.whole_frames_len(input);
+        if whole == 0 {
+            return Ok(());
+        }
+        let frames = input.split_to(whole).freeze();
+        self.receive_bytes(&frames).map(|_| ())
+    }
+
+    /// How many bytes at the start of `input` a receive can use: the protocol header (while it
+    /// is expected) and whole frames. All of them if the framing is broken: reading them then
+    /// reports the error.
+    fn whole_frames_len(&self, input: &[u8]) -> usize {
+        let mut at = 0;
+        if !self.header_received {
+            if input.len() < AMQP_HEADER.len() {
+                return 0;
+            }
+            at = AMQP_HEADER.len();
+        }
+        loop {
+            match frame::split_frame(&input[at..], self.config.max_frame_size) {
+                Ok(Some((_, size))) => at += size,
+                Ok(None) => return at,
+                Err(_) => return input.len(),
+            }
+        }
+    }
+
+    /// Reads the complete frames at the start of `input` (see [`Self::receive`]); deliveries'
+    /// payloads are slices of `input`.
+    fn receive_bytes(&mut self, input: &Bytes) -> Result<usize, ConnectionError> {
         let mut used = 0;
         let result = self.receive_frames(input, &mut used);
         self.top_up_windows();
@@ -312,7 +384,7 @@ impl Connection {
         }
     }
 
-    fn receive_frames(&mut self, input: &[u8], used: &mut usize) -> Result<(), ConnectionError> {
+    fn receive_frames(&mut self, input: &Bytes, used: &mut usize) -> Result<(), ConnectionError> {
         while !self.close_received {
             let rest = &input[*used..];
             if !self.header_received {
@@ -348,13 +420,19 @@ impl Connection {
             if frame.body.is_empty() {
                 continue; // a keep-alive
             }
-            self.on_frame(frame.channel, frame.body)?;
+            self.on_frame(frame.channel, frame.body, input)?;
         }
         Ok(())
     }
 
-    /// Dispatches a frame to its layer by performative.
-    fn on_frame(&mut self, channel: u16, body: &[u8]) -> Result<(), ConnectionError> {
+    /// Dispatches a frame to its layer by performative. `input`: the bytes `body` lies in
+    /// (a delivery's payload is a slice of them).
+    fn on_frame(
+        &mut self,
+        channel: u16,
+        body: &[u8],
+        input: &Bytes,
+    ) -> Result<(), ConnectionError> {
         let performative = performative_code(body).map_err(crate::error::decode_error)?;
         if !self.open_received && performative != code::OPEN {
             return Err(ConnectionError::new(
@@ -363,7 +441,7 @@ impl Connection {
             ));
         }
         match performative {
-            code::TRANSFER => self.on_transfer(channel, body),
+            code::TRANSFER => self.on_transfer(channel, body, input),
             code::FLOW => self.on_flow(channel, body),
             code::DISPOSITION => self.on_disposition(channel, body),
             code::OPEN => self.on_open(body),

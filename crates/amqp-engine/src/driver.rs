@@ -4,7 +4,8 @@
 //! sent, lets the engine turn it into [`Event`]s for the handler, takes the handler's
 //! commands (from the tasks it spawned: link pumps, broker appends, timers), and writes
 //! everything the engine queued in as few writes as possible: a burst of deliveries leaves in
-//! one system call. The handler is synchronous — it reacts and queues frames, it never waits —
+//! one system call, a vectored write of the frames and of the long bodies sent from where
+//! they are (streams without vectored writes get the bodies copied into the frames). The handler is synchronous — it reacts and queues frames, it never waits —
 //! so nothing it does can stall the other links of the connection.
 //!
 //! # Guarantees
@@ -27,17 +28,23 @@
 use std::future::Future;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::connection::{Connection, ConnectionError, Event, amqp_error, condition};
+use crate::output::Output;
 
 /// Above this many bytes waiting for the socket, reading and commands pause.
 pub const OUT_BYTES_HIGH: usize = 4 * 1024 * 1024;
 
 /// How long this side's `close` waits for the peer's.
 pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// The most slices one vectored write is given (Linux takes up to 1,024): a frame's bytes
+/// and a body sent from where it is are one each.
+const WRITE_SLICES_MAX: usize = 512;
 
 /// Commands handled per wake-up before the socket gets its turn again.
 const COMMANDS_PER_TURN: usize = 256;
@@ -119,30 +126,24 @@ where
 {
     let (mut reader, mut writer) = tokio::io::split(stream);
     let mut io = Io::new(buffered);
+    io.splice = writer.is_write_vectored();
     let mut shutdown_asked = false;
     let mut commands_open = true;
     tokio::pin!(shutdown);
     while !io.turn(&mut connection, handler) {
-        let keep_alive_at = connection
-            .remote_idle_timeout_ms()
-            .map(|ms| io.last_write + Duration::from_millis(u64::from(ms / 2).max(1)));
-        let idle_at = connection
-            .local_idle_timeout_ms()
-            .map(|ms| io.last_read + Duration::from_millis(u64::from(ms)));
-        // One timer for both: the idle timeout and, until the buffers are given back, the
-        // moment the connection counts as quiet.
-        let quiet_at = (!io.released).then(|| io.last_read.max(io.last_write) + QUIET_AFTER);
-        let wake_at = match (idle_at, quiet_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let room = io.out.len() - io.written < OUT_BYTES_HIGH;
+        let [keep_alive_at, idle_at, wake_at] = io.deadlines(&connection);
+        let room = io.out.pending() < OUT_BYTES_HIGH;
         let reading = room && io.ending.is_none();
         let offered = if reading { io.make_read_room() } else { 0 };
-        let flushed = io.written == io.out.len();
+        let flushed = io.out.is_flushed();
+        let slices = if flushed {
+            Vec::new()
+        } else {
+            io.out.slices(WRITE_SLICES_MAX)
+        };
         tokio::select! {
             biased;
-            result = writer.write(&io.out[io.written..]), if !flushed => match result {
+            result = writer.write_vectored(&slices), if !flushed => match result {
                 Ok(0) | Err(_) => {
                     let error = result.err().unwrap_or_else(|| std::io::ErrorKind::WriteZero.into());
                     return (connection, Ending::Io(error));
@@ -188,7 +189,9 @@ where
 
 /// What [`run`] keeps between wake-ups: the bytes read and to write, the clocks, the ending.
 struct Io {
-    input: Vec<u8>,
+    /// Bytes read and not handled yet: the start of a frame between turns. What a turn reads is
+    /// split off and shared with the deliveries read from it ([`Connection::receive_buf`]).
+    input: BytesMut,
     /// The room the next read gets: doubled after a read that filled it, halved after one that
     /// used under a quarter, within [`READ_ROOM_MIN`]..=[`READ_ROOM_MAX`]. A busy connection
     /// reads in large chunks; a quiet one asks for little, and one given back its buffers
@@ -196,9 +199,11 @@ struct Io {
     read_room: usize,
     /// Whether the buffers were given back since the last read or write.
     released: bool,
-    out: Vec<u8>,
-    /// Bytes of `out` written so far.
-    written: usize,
+    /// What waits for the socket.
+    out: Output,
+    /// Whether bodies go to the socket as they are, with vectored writes (else they are copied
+    /// into the frames: a stream without vectored writes would take one slice per call).
+    splice: bool,
     last_read: Instant,
     last_write: Instant,
     close_deadline: Option<Instant>,
@@ -209,11 +214,11 @@ impl Io {
     fn new(buffered: Vec<u8>) -> Self {
         let now = Instant::now();
         Io {
-            input: buffered,
+            input: BytesMut::from(&buffered[..]),
             read_room: READ_ROOM_MIN,
             released: false,
-            out: Vec::new(),
-            written: 0,
+            out: Output::default(),
+            splice: false,
             last_read: now,
             last_write: now,
             close_deadline: None,
@@ -225,31 +230,44 @@ impl Io {
     /// gathered; returns whether the run is over (it ended and everything is written).
     fn turn<H: Handler>(&mut self, connection: &mut Connection, handler: &mut H) -> bool {
         if !self.input.is_empty() && self.ending.is_none() {
-            match connection.receive(&self.input) {
-                Ok(used) => {
-                    self.input.drain(..used);
-                }
-                Err(error) => {
-                    self.input.clear();
-                    self.ending = Some(Ending::Protocol(error));
-                }
+            if let Err(error) = connection.receive_buf(&mut self.input) {
+                self.input.clear();
+                self.ending = Some(Ending::Protocol(error));
             }
             if self.input.is_empty() && self.input.capacity() > BUFFER_KEEP_BYTES {
-                self.input = Vec::new();
+                self.input = BytesMut::new();
             }
         }
         while let Some(event) = connection.poll_event() {
             handler.on_event(connection, event);
         }
         handler.on_turn_end(connection);
-        connection.move_output_to(&mut self.out);
+        connection.move_output_into(&mut self.out, self.splice);
         if connection.is_closed() && self.close_deadline.is_none() {
             self.close_deadline = Some(Instant::now() + CLOSE_WAIT);
         }
         if connection.is_finished() && self.ending.is_none() {
             self.ending = Some(Ending::Closed);
         }
-        self.ending.is_some() && self.written == self.out.len()
+        self.ending.is_some() && self.out.is_flushed()
+    }
+
+    /// When the connection needs attention if nothing arrives: the next keep-alive, the idle
+    /// timeout, and the earlier of the idle timeout and, until the buffers are given back, the
+    /// moment the connection counts as quiet (one timer for both).
+    fn deadlines(&self, connection: &Connection) -> [Option<Instant>; 3] {
+        let keep_alive_at = connection
+            .remote_idle_timeout_ms()
+            .map(|ms| self.last_write + Duration::from_millis(u64::from(ms / 2).max(1)));
+        let idle_at = connection
+            .local_idle_timeout_ms()
+            .map(|ms| self.last_read + Duration::from_millis(u64::from(ms)));
+        let quiet_at = (!self.released).then(|| self.last_read.max(self.last_write) + QUIET_AFTER);
+        let wake_at = match (idle_at, quiet_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        [keep_alive_at, idle_at, wake_at]
     }
 
     /// Makes room in the input buffer for the next read; returns the room offered.
@@ -276,28 +294,22 @@ impl Io {
     fn release(&mut self, connection: &mut Connection) {
         self.released = true;
         if self.input.is_empty() {
-            self.input = Vec::new();
+            self.input = BytesMut::new();
             self.read_room = READ_ROOM_QUIET;
         }
-        if self.written == self.out.len() {
-            self.out = Vec::new();
-            self.written = 0;
-        }
+        self.out.release();
         connection.release_spare_memory();
     }
 
     /// `n` more bytes of the output reached the socket.
     fn wrote(&mut self, n: usize) {
-        self.written += n;
         self.last_write = Instant::now();
         self.released = false;
-        if self.written == self.out.len() {
-            // Cleared, not dropped: the next turn's output (a burst of deliveries is often
-            // larger than a read buffer) reuses the capacity instead of growing a new buffer
-            // by doublings. A connection quiet for [`QUIET_AFTER`] gives it back.
-            self.out.clear();
-            self.written = 0;
-        }
+        // Once all is written the buffer is cleared, not dropped: the next turn's output (a
+        // burst of deliveries is often larger than a read buffer) reuses the capacity instead
+        // of growing a new buffer by doublings. A connection quiet for [`QUIET_AFTER`] gives
+        // it back.
+        self.out.advance(n);
     }
 
     /// The peer's side of the socket ended.
@@ -309,7 +321,6 @@ impl Io {
         });
         // Nothing more can reach the peer either; stop writing.
         self.out.clear();
-        self.written = 0;
     }
 }
 
@@ -372,7 +383,7 @@ mod tests {
         let mut connection = Connection::server(crate::connection::Config::new("quiet"));
         let offered = io.make_read_room();
         io.read(offered, offered);
-        io.out.extend_from_slice(&[0; 3000]);
+        io.out.append(&mut vec![0; 3000], &mut Vec::new());
         io.wrote(3000);
         assert!(io.input.capacity() >= READ_ROOM_MIN && io.out.capacity() >= 3000);
         io.release(&mut connection);
@@ -393,11 +404,11 @@ mod tests {
     fn bytes_not_yet_handled_or_written_are_kept_when_quiet() {
         let mut io = Io::new(vec![1, 2, 3]);
         let mut connection = Connection::server(crate::connection::Config::new("quiet"));
-        io.out.extend_from_slice(&[7; 100]);
+        io.out.append(&mut vec![7; 100], &mut Vec::new());
         io.wrote(40);
         io.release(&mut connection);
-        assert_eq!(io.input, [1, 2, 3]);
-        assert_eq!((io.out.len(), io.written), (100, 40));
+        assert_eq!(io.input[..], [1, 2, 3]);
+        assert_eq!(io.out.pending(), 60);
     }
 
     #[test]

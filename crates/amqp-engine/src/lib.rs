@@ -14,6 +14,12 @@
 //! [`connection`] whose type keeps its own counters and asserts its invariants where it
 //! changes them; [`error`] holds what goes wrong.
 //!
+//! # Copies on the data path
+//! A delivery received is a view of the bytes read ([`Connection::receive_buf`]), not a copy.
+//! A message sent as a head and a long body ([`Connection::send_parts`]) keeps its body where
+//! it is: the driver hands the frames and the bodies to the socket in vectored writes (the
+//! `output` module), so the kernel makes the body's one copy.
+//!
 //! # Why our own
 //! Delivering one small event through `fe2o3-amqp` cost about 13 µs of CPU (client and server
 //! together): frames moved through three channels per direction, a serde pass sizing every
@@ -36,6 +42,7 @@
 pub mod connection;
 pub mod driver;
 pub mod error;
+mod output;
 mod pad;
 pub mod sasl;
 mod serial;

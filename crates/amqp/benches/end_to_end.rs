@@ -666,7 +666,7 @@ fn load_average() -> String {
 fn cpu_note(since: f64, events: u64) -> String {
     let used = cpu_seconds() - since;
     format!(
-        "process CPU {used:.1} s = {:.1} us per event, client and server together; load average {}",
+        "process CPU {used:.2} s = {:.2} us per event, client and server together; load average {}",
         used * 1e6 / events.max(1) as f64,
         load_average()
     )

@@ -26,6 +26,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use bytes::Bytes;
 use fe2o3_amqp_types::definitions::{self, Role, SenderSettleMode};
 use fe2o3_amqp_types::messaging::{DeliveryState, Outcome};
 use fe2o3_amqp_types::performatives::Attach;
@@ -130,7 +131,7 @@ struct Attached {
 #[derive(Debug)]
 pub(crate) enum ReceiverEvent {
     /// Messages, in order (each a transfer's payload).
-    Messages(Vec<Vec<u8>>),
+    Messages(Vec<Bytes>),
     /// The link ended; nothing follows.
     Ended(ClientError),
 }
@@ -511,7 +512,7 @@ enum LinkKind {
     Receiver {
         credit: u32,
         events: mpsc::UnboundedSender<ReceiverEvent>,
-        batch: Vec<Vec<u8>>,
+        batch: Vec<Bytes>,
     },
 }
 

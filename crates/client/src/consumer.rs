@@ -28,6 +28,12 @@
 //! and [`EventReceiver::last_enqueued`] reports the partition's newest event as of the latest
 //! delivery.
 //!
+//! # Memory
+//! An event's body is not copied out of what the connection read: it is a view of one socket
+//! read (up to 128 KiB), which stays allocated while any event read from it is held. An
+//! application that keeps a few events for long, apart from the rest, can copy their bodies
+//! (`Bytes::copy_from_slice`) to let the reads go.
+//!
 //! # Cancellation
 //! Dropping a `receive` future part-way loses nothing: events that arrived stay buffered in
 //! the receiver for the next call.
@@ -36,6 +42,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use fe2o3_amqp_types::definitions::{Fields, Role, SenderSettleMode};
 use fe2o3_amqp_types::messaging::{Source, Target as TargetTerminus};
 use fe2o3_amqp_types::primitives::{Array, Symbol, Value};
@@ -228,7 +235,7 @@ pub struct EventReceiver {
     link: Option<ReceiverLink>,
     prefetch: u32,
     /// Messages that arrived and were not taken yet, oldest first.
-    arrived: VecDeque<Vec<u8>>,
+    arrived: VecDeque<Bytes>,
     /// Messages taken since credit was last granted back.
     taken: u32,
     /// How the link ended, once it has; reported after the messages before it.
@@ -294,7 +301,7 @@ impl EventReceiver {
             };
             self.taken += 1;
             // The event's body is a slice of the delivery's bytes: not copied again.
-            match decode_received_owned(bytes::Bytes::from(payload), now_ms) {
+            match decode_received_owned(payload, now_ms) {
                 Ok((event, last)) => {
                     // `receive` reports a metric only with an offset and a time.
                     if let Some(last) = last
@@ -366,11 +373,7 @@ impl EventReceiver {
 
 /// Files a link event: messages to take, or the link's end.
 /// Takes what `link` holds already, without waiting.
-fn drain(
-    link: &mut ReceiverLink,
-    arrived: &mut VecDeque<Vec<u8>>,
-    ended: &mut Option<ClientError>,
-) {
+fn drain(link: &mut ReceiverLink, arrived: &mut VecDeque<Bytes>, ended: &mut Option<ClientError>) {
     while ended.is_none() {
         match link.try_next() {
             Some(event) => take(event, arrived, ended),
@@ -379,7 +382,7 @@ fn drain(
     }
 }
 
-fn take(event: ReceiverEvent, arrived: &mut VecDeque<Vec<u8>>, ended: &mut Option<ClientError>) {
+fn take(event: ReceiverEvent, arrived: &mut VecDeque<Bytes>, ended: &mut Option<ClientError>) {
     match event {
         ReceiverEvent::Messages(messages) => arrived.extend(messages),
         ReceiverEvent::Ended(error) => *ended = Some(error),

@@ -61,7 +61,7 @@ pub(crate) struct RequestResponseLink {
     sender: SenderLink,
     receiver: ReceiverLink,
     /// Responses that arrived and were not looked at yet.
-    responses: VecDeque<Vec<u8>>,
+    responses: VecDeque<bytes::Bytes>,
 }
 
 impl RequestResponseLink {

@@ -30,7 +30,7 @@
 //! where it first appears, with its last value).
 
 use tributary_amqp_codec::message::{
-    ListSection, MapSection, ValueWriter, section, write_data_section,
+    ListSection, MapSection, ValueWriter, section, write_data_section_header,
 };
 use tributary_event::{EventData, PropertyValue, ReceivedEvent, repeats_a_property_key};
 
@@ -56,10 +56,26 @@ pub fn write_delivery_message(
     runtime: Option<&LastEnqueued>,
     out: &mut Vec<u8>,
 ) {
+    if write_delivery_message_head(event, runtime, out) {
+        out.extend_from_slice(&event.data.body);
+    }
+}
+
+/// Appends to `out` what [`write_delivery_message`] writes, except, on the fast path, the
+/// event's body: returns whether the body follows, i.e. whether the message is the bytes
+/// appended to `out` followed by `event.data.body` (false: the message is whole in `out`).
+/// A sender that writes the body from where the event holds it copies it once.
+pub fn write_delivery_message_head(
+    event: &ReceivedEvent,
+    runtime: Option<&LastEnqueued>,
+    out: &mut Vec<u8>,
+) -> bool {
     if event.data.protocol_sections.is_some() || repeats_a_property_key(&event.data.properties) {
         write_through_engine(event, runtime, out);
+        false
     } else {
-        write_plain(event, runtime, out);
+        write_plain_head(event, runtime, out);
+        true
     }
 }
 
@@ -70,12 +86,14 @@ fn write_through_engine(event: &ReceivedEvent, runtime: Option<&LastEnqueued>, o
         // Not seen in practice (only a value too long for any AMQP encoding fails). Deliver
         // the event without its kept sections rather than not at all; `out` is as it was.
         tracing::warn!(sequence_number = event.sequence_number, error = %e, "cannot encode a message; delivering it without its kept sections");
-        write_plain(event, runtime, out);
+        write_plain_head(event, runtime, out);
+        out.extend_from_slice(&event.data.body);
     }
 }
 
-/// The fast path: every section written by hand, the kept protocol sections (if any) ignored.
-fn write_plain(event: &ReceivedEvent, runtime: Option<&LastEnqueued>, out: &mut Vec<u8>) {
+/// The fast path: every section written by hand, the kept protocol sections (if any) ignored;
+/// all of the message but the body's bytes, which follow the returned bytes.
+fn write_plain_head(event: &ReceivedEvent, runtime: Option<&LastEnqueued>, out: &mut Vec<u8>) {
     let data = &event.data;
     if let Some(last) = runtime {
         write_runtime_annotations(last, out);
@@ -96,7 +114,7 @@ fn write_plain(event: &ReceivedEvent, runtime: Option<&LastEnqueued>, out: &mut 
         }
         application.finish();
     }
-    write_data_section(out, &data.body);
+    write_data_section_header(out, data.body.len());
 }
 
 /// The runtime-metric delivery annotations, as `runtime_annotations` in [`general`] makes them.
@@ -201,8 +219,9 @@ mod tests {
         crate::message::encode_message(message).expect("the engine encodes the message")
     }
 
-    /// Writes the message after some bytes already in the buffer, checks those are untouched,
-    /// and decodes what was appended — strictly, as a received message is decoded.
+    /// Writes the message after some bytes already in the buffer, checks those are untouched
+    /// and that its head and body ([`write_delivery_message_head`]) make the same bytes, and
+    /// decodes what was appended — strictly, as a received message is decoded.
     fn written(event: &ReceivedEvent, runtime: Option<&LastEnqueued>) -> AmqpMessage {
         let prefix = [0xde, 0xad, 0xbe, 0xef];
         let mut out = prefix.to_vec();
@@ -211,6 +230,21 @@ mod tests {
             out[..prefix.len()],
             prefix,
             "bytes before the message are kept"
+        );
+        let mut split = prefix.to_vec();
+        let plain = event.data.protocol_sections.is_none()
+            && !repeats_a_property_key(&event.data.properties);
+        let body_follows = write_delivery_message_head(event, runtime, &mut split);
+        assert_eq!(
+            body_follows, plain,
+            "only the fast path leaves the body out"
+        );
+        if body_follows {
+            split.extend_from_slice(&event.data.body);
+        }
+        assert_eq!(
+            split, out,
+            "the head and then the body are the whole message"
         );
         decode_strict(&out[prefix.len()..]).expect("the written message decodes")
     }

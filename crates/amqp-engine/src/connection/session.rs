@@ -215,7 +215,7 @@ impl Session {
     }
 
     /// Whether transfers wait (or would wait) for the peer's window.
-    fn is_blocked(&self) -> bool {
+    pub(super) fn is_blocked(&self) -> bool {
         self.remote_incoming_window == 0 || !self.blocked.is_empty()
     }
 
@@ -532,6 +532,15 @@ impl Connection {
                 self.write_session_flow(local);
             }
         }
+    }
+
+    /// Whether a message sent on `session` now leaves at once rather than waiting, copied,
+    /// for the peer's session window (false for a session that is not mapped). A sender with
+    /// its messages at hand keeps them until [`Event::Credit`] says the window opened.
+    pub fn window_open(&self, session: SessionId) -> bool {
+        self.sessions
+            .get(session.0)
+            .is_some_and(|s| !s.is_blocked())
     }
 
     /// Bytes of transfer frames waiting for the peer's session windows.

@@ -2,6 +2,7 @@
 //! byte passed by hand, so each test is a replayable sequence of frames.
 
 use super::*;
+use bytes::BytesMut;
 use fe2o3_amqp_types::definitions::{ErrorCondition, Role, SenderSettleMode};
 use fe2o3_amqp_types::messaging::{Source, Target};
 use fe2o3_amqp_types::primitives::Symbol;
@@ -28,8 +29,10 @@ fn pump_chunked(a: &mut Connection, b: &mut Connection, chunk: usize) {
     panic!("the connections never went quiet");
 }
 
+/// Hands `input` to `c` as the driver does ([`Connection::receive_buf`]), in pieces of `chunk`
+/// bytes (0: whole).
 fn feed(c: &mut Connection, input: &mut Vec<u8>, chunk: usize) {
-    let mut buffer = Vec::new();
+    let mut buffer = BytesMut::new();
     let pieces: Vec<Vec<u8>> = if chunk == 0 {
         vec![std::mem::take(input)]
     } else {
@@ -40,11 +43,8 @@ fn feed(c: &mut Connection, input: &mut Vec<u8>, chunk: usize) {
     };
     for piece in pieces {
         buffer.extend_from_slice(&piece);
-        match c.receive(&buffer) {
-            Ok(used) => {
-                buffer.drain(..used);
-            }
-            Err(_) => return,
+        if c.receive_buf(&mut buffer).is_err() {
+            return;
         }
     }
     assert!(buffer.is_empty(), "{} bytes left unread", buffer.len());
@@ -196,7 +196,7 @@ fn the_client_sends_and_the_server_settles() {
     pump(&mut client, &mut server);
     let got = deliveries(&mut server);
     assert_eq!(
-        got.iter().map(|d| d.payload.as_slice()).collect::<Vec<_>>(),
+        got.iter().map(|d| &d.payload[..]).collect::<Vec<_>>(),
         [b"one", b"two"]
     );
     assert_eq!(got[0].message_format, 0x8001_3700);
@@ -258,7 +258,7 @@ fn messages_larger_than_a_frame_are_split_and_joined() {
     let got = deliveries(&mut client);
     assert_eq!(got.len(), 2);
     assert_eq!(got[0].payload, big);
-    assert_eq!(got[1].payload, b"small");
+    assert_eq!(got[1].payload, &b"small"[..]);
 }
 
 #[test]
@@ -290,6 +290,109 @@ fn transfers_wait_for_the_peer_window_and_keep_their_order() {
         .collect();
     assert_eq!(ids, (0..50).collect::<Vec<_>>());
     assert_eq!(server.blocked_bytes(), 0);
+}
+
+#[test]
+fn a_sender_sees_the_window_close_and_is_told_when_it_opens() {
+    let mut narrow = config("c");
+    narrow.session_window = 4;
+    let (mut client, mut server, session, _) = connected(narrow, config("s"));
+    let (client_link, server_link) =
+        attached(&mut client, &mut server, session, receiver_attach("r", "a"));
+    client.flow(client_link, 50).unwrap();
+    pump(&mut client, &mut server);
+    events(&mut server);
+    let mut sent = 0;
+    while server.window_open(server_link.session) {
+        server.send(server_link, true, 0, |o| o.push(7)).unwrap();
+        sent += 1;
+    }
+    assert_eq!(sent, 4, "the window takes 4 frames");
+    assert_eq!(server.blocked_bytes(), 0, "nothing was sent to wait");
+    assert_eq!(server.credit(server_link), 46, "credit is not the limit");
+    pump(&mut client, &mut server);
+    assert_eq!(deliveries(&mut client).len(), 4);
+    assert!(events(&mut server).contains(&Event::Credit(server_link)));
+    assert!(server.window_open(server_link.session));
+    let unmapped = SessionId(server_link.session.0 + 1);
+    assert!(!server.window_open(unmapped));
+}
+
+#[test]
+fn a_payload_read_from_a_buffer_is_a_view_of_it_and_a_partial_frame_stays() {
+    let (mut client, mut server, session, _) = connected(config("c"), config("s"));
+    let (client_link, server_link) =
+        attached(&mut client, &mut server, session, receiver_attach("r", "a"));
+    client.flow(client_link, 2).unwrap();
+    pump(&mut client, &mut server);
+    events(&mut server);
+    for byte in [1u8, 2] {
+        server
+            .send(server_link, true, 0, |o| o.extend([byte; 300]))
+            .unwrap();
+    }
+    let bytes = server.take_output();
+    let mut buffer = BytesMut::from(&bytes[..bytes.len() - 3]);
+    let read = buffer.as_ptr() as usize..buffer.as_ptr() as usize + buffer.len();
+    client.receive_buf(&mut buffer).unwrap();
+    let first = deliveries(&mut client);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].payload, vec![1; 300]);
+    assert!(
+        read.contains(&(first[0].payload.as_ptr() as usize)),
+        "the payload is not a copy"
+    );
+    let first_frame = u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize;
+    assert_eq!(
+        buffer.len(),
+        bytes.len() - first_frame - 3,
+        "the second frame's start waits"
+    );
+    buffer.extend_from_slice(&bytes[bytes.len() - 3..]);
+    client.receive_buf(&mut buffer).unwrap();
+    assert!(buffer.is_empty());
+    assert_eq!(deliveries(&mut client)[0].payload, vec![2; 300]);
+}
+
+#[test]
+fn a_message_sent_in_parts_arrives_whole_its_long_body_uncopied_where_it_fits() {
+    let mut narrow = config("c");
+    narrow.session_window = 4;
+    narrow.max_frame_size = 4096;
+    let (mut client, mut server, session, _) = connected(narrow, config("s"));
+    let (client_link, server_link) =
+        attached(&mut client, &mut server, session, receiver_attach("r", "a"));
+    client.flow(client_link, 100).unwrap();
+    pump(&mut client, &mut server);
+    events(&mut server);
+    let head = b"head".as_slice();
+    // Short, long, too long for one frame (and beyond the window of 4 frames), then one that
+    // finds the window closed.
+    let sizes = [0, SPLICE_MIN_BYTES - 1, SPLICE_MIN_BYTES, 3000, 9000, 2000];
+    let mut sent = Vec::new();
+    for (i, size) in sizes.into_iter().enumerate() {
+        let body = Bytes::from(vec![i as u8; size]);
+        server
+            .send_parts(server_link, true, 0, head, &body)
+            .unwrap();
+        sent.push([head, &body[..]].concat());
+    }
+    let spliced: Vec<usize> = server.spliced.iter().map(|s| s.body.len()).collect();
+    assert_eq!(
+        spliced,
+        [SPLICE_MIN_BYTES, 3000],
+        "long bodies that fit are not copied"
+    );
+    assert!(
+        server.blocked_bytes() > 0,
+        "the last frames wait for the window"
+    );
+    pump(&mut client, &mut server);
+    let got: Vec<Bytes> = deliveries(&mut client)
+        .into_iter()
+        .map(|d| d.payload)
+        .collect();
+    assert_eq!(got, sent);
 }
 
 #[test]

@@ -15,12 +15,15 @@
 //!   of one delivery arrive one after the other, and a peer that interleaves another
 //!   delivery, exceeds the credit or the link's `max-message-size`, or sends a tag longer
 //!   than 32 bytes gets an error, not a panic.
-//! - Receiving a message that fits one frame allocates once: for its payload (the tag is held
-//!   in place).
+//! - Receiving a message that fits one frame allocates nothing: its payload is a view of the
+//!   bytes read ([`Connection::receive_buf`]), its tag held in place.
 //! - A message that fits one frame and the peer's window is written in place: sending it
 //!   allocates nothing (a split message keeps the list of its frames; frames beyond the
-//!   window are copied out to wait).
+//!   window are copied out to wait). One sent as a head and a body of at least
+//!   [`SPLICE_MIN_BYTES`] ([`Connection::send_parts`]) is not even copied: its body goes to
+//!   the socket from where the sender holds it.
 
+use bytes::Bytes;
 use tributary_amqp_codec::frame::{self, FrameType};
 use tributary_amqp_codec::performative::{DispositionFields, TransferFields};
 
@@ -28,6 +31,7 @@ use super::link::{LinkId, LinkRole};
 use super::session::{Session, SessionId};
 use super::{Connection, Event};
 use crate::error::{ConnectionError, SendError, condition, decode_error};
+use crate::output::Splice;
 
 /// A complete message received on a link.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,8 +46,8 @@ pub struct Delivery {
     pub message_format: u32,
     /// Whether the sender settled it already.
     pub settled: bool,
-    /// The encoded message.
-    pub payload: Vec<u8>,
+    /// The encoded message: a view of the bytes read when it came in one frame.
+    pub payload: Bytes,
 }
 
 /// A delivery's tag: up to [`DeliveryTag::MAX`] bytes (specification 2.8.7), held in place so
@@ -124,13 +128,13 @@ impl Partial {
         Ok(self)
     }
 
-    /// The delivery, with `last` the payload of its last frame.
-    fn finish(mut self, link: LinkId, last: &[u8]) -> Delivery {
+    /// The delivery, with `last` the payload of its last frame, a slice of `input`.
+    fn finish(mut self, link: LinkId, last: &[u8], input: &Bytes) -> Delivery {
         let payload = if self.payload.is_empty() {
-            last.to_vec()
+            input.slice_ref(last)
         } else {
             self.payload.extend_from_slice(last);
-            self.payload
+            Bytes::from(self.payload)
         };
         Delivery {
             link,
@@ -145,7 +149,12 @@ impl Partial {
 
 /// The connection's delivery frames: `transfer` and `disposition`.
 impl Connection {
-    pub(super) fn on_transfer(&mut self, channel: u16, body: &[u8]) -> Result<(), ConnectionError> {
+    pub(super) fn on_transfer(
+        &mut self,
+        channel: u16,
+        body: &[u8],
+        input: &Bytes,
+    ) -> Result<(), ConnectionError> {
         let local_channel = self.session_of(channel)?;
         let (transfer, payload) = TransferFields::decode(body).map_err(decode_error)?;
         let handle = self.link_of(local_channel, transfer.handle)?;
@@ -197,7 +206,7 @@ impl Connection {
             return Ok(());
         }
         self.events
-            .push_back(Event::Delivery(partial.finish(id, payload)));
+            .push_back(Event::Delivery(partial.finish(id, payload, input)));
         Ok(())
     }
 
@@ -229,32 +238,10 @@ impl Connection {
         message_format: u32,
         write: impl FnOnce(&mut Vec<u8>),
     ) -> Result<u32, SendError> {
-        if self.close_sent {
-            return Err(SendError::Closed);
-        }
-        let max_frame = self.remote_max_frame as usize;
-        let session = self.mapped_session(link.session)?;
-        let state = match session.link_mut(link.handle) {
-            Some(l) if l.is_attached() => l,
-            _ => return Err(SendError::NotAttached),
-        };
-        if state.role() != LinkRole::Sender {
-            return Err(SendError::WrongRole);
-        }
-        if state.credit() == 0 {
-            return Err(SendError::NoCredit);
-        }
-        state.consume_credit();
-        let delivery_id = session.take_delivery_id();
+        let delivery_id = self.start_delivery(link)?;
         let tag = delivery_id.to_be_bytes();
-        let fields = TransferFields {
-            handle: link.handle,
-            delivery_id: Some(delivery_id),
-            delivery_tag: Some(&tag),
-            message_format: Some(message_format),
-            settled: Some(settled),
-            ..TransferFields::default()
-        };
+        let fields = transfer_fields(link, delivery_id, &tag, settled, message_format);
+        let max_frame = self.remote_max_frame as usize;
         let session = self
             .sessions
             .get_mut(link.session.0)
@@ -268,6 +255,78 @@ impl Connection {
             write,
         );
         Ok(delivery_id)
+    }
+
+    /// [`Self::send`] for a message encoded as `head` followed by `body`. When the body is at
+    /// least [`SPLICE_MIN_BYTES`] long and the message fits one frame and the peer's window,
+    /// the body is not copied: it follows the frame's other bytes to the socket as it is (see
+    /// [`crate::output`]). Otherwise it is copied as [`Self::send`] copies a message.
+    pub fn send_parts(
+        &mut self,
+        link: LinkId,
+        settled: bool,
+        message_format: u32,
+        head: &[u8],
+        body: &Bytes,
+    ) -> Result<u32, SendError> {
+        let delivery_id = self.start_delivery(link)?;
+        let tag = delivery_id.to_be_bytes();
+        let fields = transfer_fields(link, delivery_id, &tag, settled, message_format);
+        let max_frame = self.remote_max_frame as usize;
+        let session = self
+            .sessions
+            .get_mut(link.session.0)
+            .expect("the session was just found");
+        if body.len() >= SPLICE_MIN_BYTES && !session.is_blocked() {
+            let start = frame::start_frame(&mut self.out, FrameType::Amqp, link.session.0);
+            fields.encode(&mut self.out);
+            self.out.extend_from_slice(head);
+            if self.out.len() - start + body.len() <= max_frame {
+                frame::finish_frame_followed(&mut self.out, start, body.len());
+                self.spliced.push(Splice {
+                    at: self.out.len(),
+                    body: body.clone(),
+                });
+                // The window is open: the frame is counted and leaves, nothing is split off.
+                session.send_frames(&mut self.out, &[start]);
+                return Ok(delivery_id);
+            }
+            self.out.truncate(start);
+        }
+        let write = |out: &mut Vec<u8>| {
+            out.extend_from_slice(head);
+            out.extend_from_slice(body);
+        };
+        write_transfer(
+            &mut self.out,
+            session,
+            link.session.0,
+            fields,
+            max_frame,
+            write,
+        );
+        Ok(delivery_id)
+    }
+
+    /// Checks that `link` may send a message now, spends one of its credits and takes the
+    /// session's next delivery id for it.
+    fn start_delivery(&mut self, link: LinkId) -> Result<u32, SendError> {
+        if self.close_sent {
+            return Err(SendError::Closed);
+        }
+        let session = self.mapped_session(link.session)?;
+        let state = match session.link_mut(link.handle) {
+            Some(l) if l.is_attached() => l,
+            _ => return Err(SendError::NotAttached),
+        };
+        if state.role() != LinkRole::Sender {
+            return Err(SendError::WrongRole);
+        }
+        if state.credit() == 0 {
+            return Err(SendError::NoCredit);
+        }
+        state.consume_credit();
+        Ok(session.take_delivery_id())
     }
 
     /// Settles or updates deliveries `first..=last` of `session` (this side received them:
@@ -297,6 +356,28 @@ impl Connection {
         fields.encode(&mut self.out);
         frame::finish_frame(&mut self.out, start);
         Ok(())
+    }
+}
+
+/// Bodies shorter than this are copied into the frame even by [`Connection::send_parts`]:
+/// copying a few hundred bytes costs less than one more slice in a vectored write.
+pub const SPLICE_MIN_BYTES: usize = 512;
+
+/// The first transfer of a message: its delivery id, its tag (the id's bytes), settled or not.
+fn transfer_fields(
+    link: LinkId,
+    delivery_id: u32,
+    tag: &[u8; 4],
+    settled: bool,
+    message_format: u32,
+) -> TransferFields<'_> {
+    TransferFields {
+        handle: link.handle,
+        delivery_id: Some(delivery_id),
+        delivery_tag: Some(tag),
+        message_format: Some(message_format),
+        settled: Some(settled),
+        ..TransferFields::default()
     }
 }
 

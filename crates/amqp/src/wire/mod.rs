@@ -104,11 +104,10 @@ pub(crate) struct LinkRef {
 /// What link tasks ask of the connection.
 #[derive(Debug)]
 pub(crate) enum Command {
-    /// Encoded messages for a receive link, in order: `messages[ends[i-1]..ends[i]]`.
+    /// Encoded messages for a receive link, in order.
     Deliver {
         link: LinkRef,
-        messages: Vec<u8>,
-        ends: Vec<usize>,
+        encoded: receive_link::Encoded,
     },
     /// A send link's task finished `finished` deliveries: settle those of `delivery_ids` (the
     /// ones the client did not settle itself) with this outcome.
@@ -321,13 +320,9 @@ impl Handler for ServerHandler {
 
     fn on_command(&mut self, connection: &mut Connection, command: Command) {
         match command {
-            Command::Deliver {
-                link,
-                messages,
-                ends,
-            } => {
+            Command::Deliver { link, encoded } => {
                 if let Some(LinkKind::Receive(receive)) = self.kind_mut(link) {
-                    receive.queue(messages, ends);
+                    receive.queue(encoded);
                     receive.flush(connection, link.id);
                 }
             }

@@ -19,6 +19,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use fe2o3_amqp_types::performatives::Attach;
 use fe2o3_amqp_types::primitives::{Symbol, Value};
 use serde_amqp::described::Described;
@@ -39,7 +40,7 @@ use crate::conditions::{self, Refusal};
 use crate::limits::{RECEIVE_BATCH_EVENTS, RECEIVE_WAIT};
 use tributary_eventhubs::LastEnqueued;
 use tributary_eventhubs::address::Node;
-use tributary_eventhubs::deliver::write_delivery_message;
+use tributary_eventhubs::deliver::write_delivery_message_head;
 use tributary_eventhubs::names::link::{
     EPOCH, RECEIVER_NAME, RUNTIME_METRIC_CAPABILITY as RUNTIME_METRIC,
     SELECTOR_FILTER_CODE as SELECTOR_CODE, SELECTOR_FILTER_KEY as SELECTOR_NAME,
@@ -194,11 +195,28 @@ pub(crate) fn attach(
     Ok((handle, runtime_metric))
 }
 
-/// Encoded messages the link's task fetched: `messages[ends[i-1]..ends[i]]`, sent from `next`.
+/// Messages the link's task fetched and encoded: message `i` is `heads[ends[i-1]..ends[i]]`
+/// followed by `bodies[i]` (empty when its head holds all of it). A body stays where the log's
+/// read left it: the connection hands it to the socket as it is (or, if short, copies it into
+/// the frame; [`Connection::send_parts`]).
+#[derive(Debug)]
+pub(crate) struct Encoded {
+    heads: Vec<u8>,
+    ends: Vec<usize>,
+    bodies: Vec<Bytes>,
+}
+
+impl Encoded {
+    /// The bytes of every message together: what the egress limits count.
+    fn bytes(&self) -> u64 {
+        (self.heads.len() + self.bodies.iter().map(Bytes::len).sum::<usize>()) as u64
+    }
+}
+
+/// Encoded messages waiting for credit, sent from `next`.
 #[derive(Debug)]
 struct Fetched {
-    messages: Vec<u8>,
-    ends: Vec<usize>,
+    encoded: Encoded,
     next: usize,
 }
 
@@ -222,40 +240,35 @@ pub(crate) struct ReceiveLinkHandle {
 
 impl ReceiveLinkHandle {
     /// Messages the task fetched, in order.
-    pub(crate) fn queue(&mut self, messages: Vec<u8>, ends: Vec<usize>) {
-        if !ends.is_empty() {
-            self.pending.push_back(Fetched {
-                messages,
-                ends,
-                next: 0,
-            });
+    pub(crate) fn queue(&mut self, encoded: Encoded) {
+        if !encoded.ends.is_empty() {
+            self.pending.push_back(Fetched { encoded, next: 0 });
         }
     }
 
-    /// Sends what is pending as far as the credit goes, answers a drain, and tells the task
-    /// how far it may read. Once the broker has disconnected the receiver nothing more is sent
-    /// (the task detaches the link with the reason).
+    /// Sends what is pending as far as the credit and the session's window go (what the
+    /// window does not take yet waits here, uncopied, for [`tributary_amqp_engine::Event::Credit`]),
+    /// answers a drain, and tells the task how far it may read. Once the broker has disconnected
+    /// the receiver nothing more is sent (the task detaches the link with the reason).
     pub(crate) fn flush(&mut self, connection: &mut Connection, link: LinkId) {
         if self.disconnect.reason().is_some() {
             self.pending.clear();
             return;
         }
-        while connection.credit(link) > 0 {
+        while connection.credit(link) > 0 && connection.window_open(link.session) {
             let Some(fetched) = self.pending.front_mut() else {
                 break;
             };
-            let start = fetched.next.checked_sub(1).map_or(0, |i| fetched.ends[i]);
-            let end = fetched.ends[fetched.next];
-            let message = &fetched.messages[start..end];
-            if connection
-                .send(link, true, 0, |out| out.extend_from_slice(message))
-                .is_err()
-            {
+            let encoded = &fetched.encoded;
+            let start = fetched.next.checked_sub(1).map_or(0, |i| encoded.ends[i]);
+            let head = &encoded.heads[start..encoded.ends[fetched.next]];
+            let body = &encoded.bodies[fetched.next];
+            if connection.send_parts(link, true, 0, head, body).is_err() {
                 return;
             }
             self.handed += 1;
             fetched.next += 1;
-            if fetched.next == fetched.ends.len() {
+            if fetched.next == encoded.ends.len() {
                 self.pending.pop_front();
             }
         }
@@ -348,20 +361,30 @@ impl Pump {
         }
     }
 
-    /// The events as delivery messages: their bytes, and where each ends.
-    fn encode(&self, events: &[tributary_event::ReceivedEvent]) -> (Vec<u8>, Vec<usize>) {
+    /// The events as delivery messages: each one's head encoded, its body kept as it is.
+    fn encode(&self, events: Vec<tributary_event::ReceivedEvent>) -> Encoded {
         let runtime = if self.request.runtime_metric {
             self.receiver.last_enqueued().map(runtime_metric)
         } else {
             None
         };
-        let mut messages = Vec::with_capacity(events.len() * 256);
+        let mut heads = Vec::with_capacity(events.len() * 64);
         let mut ends = Vec::with_capacity(events.len());
-        for event in events {
-            write_delivery_message(event, runtime.as_ref(), &mut messages);
-            ends.push(messages.len());
+        let mut bodies = Vec::with_capacity(events.len());
+        for mut event in events {
+            let body_follows = write_delivery_message_head(&event, runtime.as_ref(), &mut heads);
+            ends.push(heads.len());
+            bodies.push(if body_follows {
+                std::mem::take(&mut event.data.body)
+            } else {
+                Bytes::new()
+            });
         }
-        (messages, ends)
+        Encoded {
+            heads,
+            ends,
+            bodies,
+        }
     }
 
     /// Charges a batch about to be delivered to the hub's and namespace's egress limits and
@@ -428,12 +451,12 @@ impl Pump {
                 received = self.receiver.receive(want, RECEIVE_WAIT) => match received {
                     Ok(events) if events.is_empty() => {}
                     Ok(events) => {
-                        let (messages, ends) = self.encode(&events);
                         fetched += events.len() as u64;
-                        if let Err(end) = self.pace(ends.len() as u64, messages.len() as u64).await {
+                        let encoded = self.encode(events);
+                        if let Err(end) = self.pace(encoded.ends.len() as u64, encoded.bytes()).await {
                             return end;
                         }
-                        let deliver = Command::Deliver { link: self.link, messages, ends };
+                        let deliver = Command::Deliver { link: self.link, encoded };
                         if self.commands.send(deliver).is_err() {
                             return None;
                         }

@@ -28,6 +28,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 
+use bytes::Bytes;
 use tokio::sync::mpsc;
 use tributary_amqp_codec::performative::ACCEPTED;
 use tributary_amqp_engine::connection::Delivery;
@@ -59,7 +60,7 @@ struct Incoming {
     delivery_id: u32,
     settled: bool,
     format: u32,
-    payload: Vec<u8>,
+    payload: Bytes,
 }
 
 /// The connection's side of a send link: deliveries go to the link's task, settlements come
@@ -393,12 +394,7 @@ async fn throttle_ingress(broker: &Broker, hub: &str, cost: Cost) -> Result<(), 
 }
 
 /// Appends one delivery's events; returns once they are durable.
-async fn append(
-    broker: &Broker,
-    to: &SendTo,
-    format: u32,
-    payload: Vec<u8>,
-) -> Result<(), Refusal> {
+async fn append(broker: &Broker, to: &SendTo, format: u32, payload: Bytes) -> Result<(), Refusal> {
     let route_by_key = to.partition.is_none();
     let (key, events) = events_of(&payload, format, route_by_key)?;
     let cost = Cost {
