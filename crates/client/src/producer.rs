@@ -30,7 +30,7 @@ use crate::connection::{ClientOptions, Connector, Target};
 use crate::error::ClientError;
 use crate::limits::{MESSAGE_BYTES_MAX_DEFAULT, SEND_EVENTS_MAX};
 use crate::management::{self, EventHubProperties, PartitionProperties};
-use tributary_eventhubs::send::encode_outgoing;
+use tributary_eventhubs::send::{Stamped, encode_outgoing_stamped};
 
 /// A sender link and the connection generation it was attached on.
 #[derive(Default)]
@@ -104,9 +104,21 @@ impl ProducerClient {
     /// exceed the hub's message size (send fewer per call); with [`ClientError::NotFound`] for
     /// an unknown hub or partition.
     pub async fn send(&self, events: &[EventData], target: SendTarget) -> Result<(), ClientError> {
+        self.send_stamped(events, None, target).await
+    }
+
+    /// [`send`](Self::send), each message carrying after its event's own application
+    /// properties those of `stamped` (see `tributary_eventhubs::send::Stamp`): what a
+    /// replication task sends, its stamp encoded once per batch.
+    pub async fn send_stamped(
+        &self,
+        events: &[EventData],
+        stamped: Option<Stamped<'_>>,
+        target: SendTarget,
+    ) -> Result<(), ClientError> {
         let (address, partition_key) = self.route(events, &target)?;
         // Encoded in the caller's task, before any lock: concurrent sends encode in parallel.
-        let (payload, format) = encode_outgoing(events, partition_key.as_deref())?;
+        let (payload, format) = encode_outgoing_stamped(events, stamped, partition_key.as_deref())?;
         let slot = self.slot(&address).await;
         let connector = &self.connector;
         connector

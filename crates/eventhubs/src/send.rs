@@ -28,6 +28,12 @@ use crate::names::BATCH_MESSAGE_FORMAT;
 use crate::names::annotation::PARTITION_KEY as PARTITION_KEY_ANNOTATION;
 use crate::scan::{SectionKind, encoded_section};
 
+mod stamp;
+pub use stamp::{Stamp, StampValue, StampValues, Stamped};
+
+/// The stamp one message carries, with its values, if any.
+pub type MessageStamp<'a> = Option<(&'a Stamp, &'a [StampValue])>;
+
 /// The descriptor code of the `header` section (the codec's [`section`] codes are those the
 /// server writes, and it writes no header).
 const HEADER_SECTION: u8 = 0x70;
@@ -91,6 +97,29 @@ pub fn encode_outgoing(
     events: &[EventData],
     partition_key: Option<&str>,
 ) -> Result<(Vec<u8>, u32), MessageError> {
+    encode_outgoing_stamped(events, None, partition_key)
+}
+
+/// [`encode_outgoing`] for events sent with a [`Stamp`]: each message the events make carries,
+/// after its event's own application properties, the stamp's, with the values
+/// `stamped.values` gives for it (a message it gives none for carries its own only). The
+/// bytes are those `encode_outgoing` writes for the events holding the stamp's properties
+/// themselves, appended to their own.
+///
+/// # Errors
+/// As [`encode_outgoing`].
+pub fn encode_outgoing_stamped(
+    events: &[EventData],
+    stamped: Option<Stamped<'_>>,
+    partition_key: Option<&str>,
+) -> Result<(Vec<u8>, u32), MessageError> {
+    let mut values = stamped
+        .map(|stamped| stamped.value_slots())
+        .unwrap_or_default();
+    let stamp_estimate = stamped.map_or(0, |stamped| {
+        let fixed = usize::try_from(stamped.stamp.bytes_at_most(0)).unwrap_or(usize::MAX);
+        fixed.saturating_add(values.len().saturating_mul(PROPERTY_ESTIMATE))
+    });
     let prefix_estimate = partition_key.map_or(0, |key| {
         key.len()
             .saturating_add(DURABLE_HEADER.len())
@@ -100,23 +129,41 @@ pub fn encode_outgoing(
     if let [event] = events {
         reserve(
             &mut out,
-            prefix_estimate.saturating_add(estimated_len(event)),
+            prefix_estimate
+                .saturating_add(estimated_len(event))
+                .saturating_add(stamp_estimate),
         );
         write_prefix(&mut out, partition_key)?;
-        write_message(&mut out, event)?;
+        write_message(&mut out, event, stamp_of(stamped, 0, &mut values))?;
         return Ok((out, 0));
     }
     let estimate = events.iter().fold(prefix_estimate, |sum, event| {
         sum.saturating_add(prefix_estimate)
             .saturating_add(estimated_len(event))
+            .saturating_add(stamp_estimate)
     });
     reserve(&mut out, estimate);
     write_prefix(&mut out, partition_key)?;
     let prefix_len = out.len();
-    for event in events {
-        write_batched(&mut out, event, prefix_len)?;
+    for (index, event) in events.iter().enumerate() {
+        let stamp = stamp_of(stamped, index, &mut values);
+        write_batched(&mut out, event, stamp, prefix_len)?;
     }
     Ok((out, BATCH_MESSAGE_FORMAT))
+}
+
+/// The stamp message `index` carries: `stamped`'s, with the values it gives for the message
+/// written into `values`; none if it gives none.
+fn stamp_of<'a>(
+    stamped: Option<Stamped<'a>>,
+    index: usize,
+    values: &'a mut [StampValue],
+) -> MessageStamp<'a> {
+    let stamped = stamped?;
+    stamped
+        .values
+        .values(index, values)
+        .then_some((stamped.stamp, &*values))
 }
 
 /// Measures, exactly, how many bytes events take in a batch [`encode_outgoing`] writes for one
@@ -157,8 +204,20 @@ impl BatchSizer {
     /// # Errors
     /// [`MessageError::TooLong`] where [`encode_outgoing`] fails for the event.
     pub fn event_bytes(&mut self, event: &EventData) -> Result<u64, MessageError> {
+        self.event_bytes_stamped(event, None)
+    }
+
+    /// [`event_bytes`](Self::event_bytes) for `event` sent with `stamp` and its values.
+    ///
+    /// # Errors
+    /// [`MessageError::TooLong`] where [`encode_outgoing_stamped`] fails for the event.
+    pub fn event_bytes_stamped(
+        &mut self,
+        event: &EventData,
+        stamp: MessageStamp<'_>,
+    ) -> Result<u64, MessageError> {
         self.scratch.truncate(self.prefix_len);
-        write_message(&mut self.scratch, event)?;
+        write_message(&mut self.scratch, event, stamp)?;
         let message_len = self.scratch.len();
         // The `data` descriptor (3 bytes) and a vbin8 (2) or vbin32 (5) header.
         let header_len = if message_len <= SHORT_MAX { 5 } else { 8 };
@@ -170,6 +229,17 @@ impl BatchSizer {
     /// whose events fit a batch by these figures need not measure them one by one; where they
     /// do not, it measures (the bound is up to about 9 bytes a field too large).
     pub fn event_bytes_at_most(&self, event: &EventData) -> u64 {
+        self.event_bytes_at_most_stamped(event, None)
+    }
+
+    /// [`event_bytes_at_most`](Self::event_bytes_at_most) for `event` sent with `stamp`, each
+    /// of whose values' texts takes at most `stamp.1` bytes (the values themselves are not
+    /// needed).
+    pub fn event_bytes_at_most_stamped(
+        &self,
+        event: &EventData,
+        stamp: Option<(&Stamp, usize)>,
+    ) -> u64 {
         /// A section's descriptor (3 bytes), and a list's or map's widest header: constructor,
         /// size and count (9).
         const SECTION: u64 = 3;
@@ -189,7 +259,10 @@ impl BatchSizer {
             bytes += SECTION + COMPOUND + 4 + optional(&event.message_id);
             bytes += optional(&event.correlation_id) + optional(&event.content_type);
         }
-        if !event.properties.is_empty() {
+        if let Some((stamp, value_bytes_max)) = stamp {
+            bytes = bytes.saturating_add(stamp.bytes_at_most(value_bytes_max));
+        }
+        if !event.properties.is_empty() || stamp.is_some() {
             bytes += SECTION + COMPOUND;
             for (key, value) in &event.properties {
                 bytes += variable(key.len());
@@ -266,9 +339,13 @@ fn write_prefix(out: &mut Vec<u8>, partition_key: Option<&str>) -> Result<(), Me
 
 /// Appends `event`'s message after its prefix: `properties` and `application-properties` when
 /// it has any, its body as one `data` section, and its kept delivery annotations last.
-fn write_message(out: &mut Vec<u8>, event: &EventData) -> Result<(), MessageError> {
+fn write_message(
+    out: &mut Vec<u8>,
+    event: &EventData,
+    stamp: MessageStamp<'_>,
+) -> Result<(), MessageError> {
     write_properties(out, event)?;
-    write_application_properties(out, &event.properties)?;
+    write_application_properties(out, &event.properties, stamp)?;
     out.extend_from_slice(&[0x00, 0x53, section::DATA]);
     write_variable(out, VBIN8, &event.body, "the body")?;
     out.extend_from_slice(kept_delivery_annotations(event));
@@ -289,6 +366,7 @@ fn kept_delivery_annotations(event: &EventData) -> &[u8] {
 fn write_batched(
     out: &mut Vec<u8>,
     event: &EventData,
+    stamp: MessageStamp<'_>,
     prefix_len: usize,
 ) -> Result<(), MessageError> {
     // Room for a vbin32 header; moved down to a vbin8 one if the message is short enough.
@@ -296,7 +374,7 @@ fn write_batched(
     let message_at = out.len();
     let header_at = message_at - 5;
     out.extend_from_within(..prefix_len);
-    write_message(out, event)?;
+    write_message(out, event, stamp)?;
     let length = out.len() - message_at;
     if length <= SHORT_MAX {
         out[header_at] = VBIN8;
@@ -349,14 +427,24 @@ fn write_optional_string(
     }
 }
 
-/// The `application-properties` section, if the event has any: string keys, each value of the
-/// AMQP twin [`crate::property::to_amqp`] gives it.
+/// The `application-properties` section, if the event has any or a stamp adds some: string
+/// keys, each value of the AMQP twin [`crate::property::to_amqp`] gives it, then the stamp's.
 fn write_application_properties(
     out: &mut Vec<u8>,
     properties: &[(SmolStr, PropertyValue)],
+    stamp: MessageStamp<'_>,
 ) -> Result<(), MessageError> {
-    if properties.is_empty() {
+    let stamp = stamp.filter(|(stamp, _)| !stamp.is_empty());
+    if properties.is_empty() && stamp.is_none() {
         return Ok(());
+    }
+    if let Some((stamp, values)) = stamp
+        && stamp.clashes_with(properties)
+    {
+        // A key in both: the map holds it once, as it does for an event holding both.
+        let mut all = properties.to_vec();
+        all.extend(stamp.properties(values));
+        return write_application_properties(out, &all, None);
     }
     let map = Compound::start(out, section::APPLICATION_PROPERTIES, MAP8);
     let entries = if repeats_a_property_key(properties) {
@@ -370,6 +458,13 @@ fn write_application_properties(
             write_property(out, key, value)?;
         }
         properties.len()
+    };
+    let entries = match stamp {
+        Some((stamp, values)) => {
+            stamp.write(out, values)?;
+            entries.saturating_add(stamp.len())
+        }
+        None => entries,
     };
     map.finish(out, entries.saturating_mul(2), "the application properties")
 }
@@ -925,6 +1020,104 @@ mod tests {
                         || at_most <= measured + 9 * fields + 20,
                     "{at_most} vs {measured}"
                 );
+            }
+        }
+
+        /// A stamp's values per message, as a test gives them: none for a message that
+        /// carries no stamp.
+        struct GivenValues(Vec<Option<Vec<StampValue>>>);
+
+        impl StampValues for GivenValues {
+            fn values(&self, index: usize, values: &mut [StampValue]) -> bool {
+                match &self.0[index] {
+                    Some(given) => {
+                        values.clone_from_slice(given);
+                        true
+                    }
+                    None => false,
+                }
+            }
+        }
+
+        fn stamp_value() -> BoxedStrategy<StampValue> {
+            prop_oneof![
+                text().prop_map(|text| StampValue::Text(text.into())),
+                any::<i64>().prop_map(StampValue::Signed),
+                any::<u64>().prop_map(StampValue::Unsigned),
+            ]
+            .boxed()
+        }
+
+        /// A stamp's varying keys, and its fixed keys with their values.
+        type StampKeys = (Vec<String>, Vec<(String, String)>);
+
+        /// A stamp of up to three varying and three fixed properties, whose keys may clash
+        /// with an event's own.
+        fn stamp() -> BoxedStrategy<StampKeys> {
+            let key = prop_oneof![3 => "repl-[a-z]{1,8}", 1 => text()];
+            (vec(key.clone(), 0..=3), vec((key, text()), 0..=3))
+                .prop_filter("distinct keys", |(varying, fixed)| {
+                    let keys: std::collections::HashSet<_> = varying
+                        .iter()
+                        .chain(fixed.iter().map(|(key, _)| key))
+                        .collect();
+                    keys.len() == varying.len() + fixed.len()
+                })
+                .boxed()
+        }
+
+        proptest! {
+            /// A stamped batch is byte for byte the batch of the same events holding the
+            /// stamp's properties after their own, and the sizer measures it so.
+            #[test]
+            fn a_stamp_is_written_as_the_properties_it_stands_for(
+                events in vec(event(), 1..=4),
+                (varying, fixed) in stamp(),
+                values in vec(option::of(vec(stamp_value(), 3)), 4),
+                partition_key in option::of(text()),
+            ) {
+                let varying_keys: Vec<&str> = varying.iter().map(String::as_str).collect();
+                let fixed_pairs: Vec<(&str, &str)> =
+                    fixed.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                let stamp = Stamp::new(&varying_keys, &fixed_pairs).expect("short keys");
+                let given = GivenValues(
+                    values
+                        .into_iter()
+                        .map(|v| v.map(|mut v| { v.truncate(varying.len()); v }))
+                        .collect(),
+                );
+                let holding: Vec<EventData> = events
+                    .iter()
+                    .zip(&given.0)
+                    .map(|(event, values)| {
+                        let mut event = event.clone();
+                        if let Some(values) = values {
+                            event.properties.extend(stamp.properties(values));
+                        }
+                        event
+                    })
+                    .collect();
+                let stamped = Stamped { stamp: &stamp, values: &given };
+                let key = partition_key.as_deref();
+                prop_assert_eq!(
+                    encode_outgoing_stamped(&events, Some(stamped), key).expect("encodes"),
+                    encode_outgoing(&holding, key).expect("encodes")
+                );
+                let mut sizer = BatchSizer::new(key).expect("a short key");
+                for (index, event) in events.iter().enumerate() {
+                    let values = given.0[index].as_deref();
+                    let with = values.map(|values| (&stamp, values));
+                    let measured = sizer.event_bytes_stamped(event, with).expect("encodes");
+                    prop_assert_eq!(measured, sizer.event_bytes(&holding[index]).expect("encodes"));
+                    let longest = values
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|value| value.text().len())
+                        .max()
+                        .unwrap_or(0);
+                    let bound = values.map(|_| (&stamp, longest));
+                    prop_assert!(sizer.event_bytes_at_most_stamped(event, bound) >= measured);
+                }
             }
         }
 

@@ -29,9 +29,9 @@ use tributary_eventhubs::message::MessageError;
 use tributary_eventhubs::send::BatchSizer;
 
 use crate::limits::SENDS_IN_FLIGHT_MAX;
-use crate::metadata::Undo;
+use crate::metadata::{FirstHopStamp, Undo};
 use crate::metrics::{PartitionMetrics, TaskMetrics};
-use crate::target::{HubIdentity, Target, TargetError};
+use crate::target::{BatchStamps, HubIdentity, Target, TargetError};
 
 /// An event on its way, with where it was read.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,10 +50,12 @@ pub struct Outgoing {
 /// of an event copies a few hundred bytes).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Outgoings {
-    /// The events as they will be sent (stamped).
+    /// The events as they will be sent (stamped, or sent with `stamp`).
     pub events: Vec<EventData>,
     /// Each event's position and undo, at the event's index.
     pub places: Vec<(Position, Undo)>,
+    /// The stamp the events whose undo is [deferred](Undo::is_deferred) are sent with.
+    pub stamp: Option<Arc<FirstHopStamp>>,
 }
 
 impl Outgoings {
@@ -62,7 +64,22 @@ impl Outgoings {
         Outgoings {
             events: Vec::with_capacity(capacity),
             places: Vec::with_capacity(capacity),
+            stamp: None,
         }
+    }
+
+    /// An empty list whose events are sent with `stamp`, as the list it is cut from.
+    fn sharing_stamp(stamp: &Option<Arc<FirstHopStamp>>) -> Outgoings {
+        Outgoings {
+            stamp: stamp.clone(),
+            ..Outgoings::default()
+        }
+    }
+
+    /// The stamps of the events `places` of this list.
+    fn stamps<'a>(&'a self, places: &'a [(Position, Undo)]) -> Option<BatchStamps<'a>> {
+        let stamp = self.stamp.as_deref()?;
+        Some(BatchStamps { stamp, places })
     }
 
     /// How many events the list holds.
@@ -193,6 +210,7 @@ fn group(
     }
     let mut groups: Vec<(SendTarget, Outgoings)> = Vec::new();
     let mut places: HashMap<Option<String>, usize> = HashMap::new();
+    let stamp = items.stamp.clone();
     for item in items.into_items() {
         let key = item.event.partition_key.clone();
         let place = *places.entry(key.clone()).or_insert_with(|| {
@@ -201,7 +219,7 @@ fn group(
                 None if keep_partition => SendTarget::Partition(source_partition.to_owned()),
                 None => SendTarget::RoundRobin,
             };
-            groups.push((to, Outgoings::default()));
+            groups.push((to, Outgoings::sharing_stamp(&stamp)));
             groups.len() - 1
         });
         groups[place].1.push(item);
@@ -230,22 +248,19 @@ async fn send_group(
         }
     };
     let max = destination.batch_bytes_max;
-    if fits_one_batch_at_most(&sizer, &items.events, max) {
+    if fits_one_batch_at_most(&sizer, &items, max) {
         // The common case: the whole group is one send by the bound alone (nothing encoded
         // to measure it), its items not moved into a batch.
         return send_isolating(destination, &to, items, retry, counting).await;
     }
-    let sizes: Vec<_> = items
-        .events
-        .iter()
-        .map(|event| sizer.event_bytes(event))
-        .collect();
+    let sizes = exact_sizes(&mut sizer, &items);
     if fits_one_batch(&sizes, sizer.envelope_bytes(), max) {
         // The common case: the whole group is one send, its items not moved into a batch.
         return send_isolating(destination, &to, items, retry, counting).await;
     }
-    let mut batch = Outgoings::default();
+    let mut batch = Outgoings::sharing_stamp(&items.stamp);
     let mut batch_bytes = sizer.envelope_bytes();
+    let items_stamp = items.stamp.clone();
     for (item, size) in items.into_items().zip(sizes) {
         let bytes = match size {
             Ok(bytes) if sizer.envelope_bytes() + bytes <= max => bytes,
@@ -270,7 +285,7 @@ async fn send_group(
             }
         };
         if !batch.is_empty() && (batch_bytes + bytes > max || batch.len() == BATCH_EVENTS_MAX) {
-            let full = std::mem::take(&mut batch);
+            let full = std::mem::replace(&mut batch, Outgoings::sharing_stamp(&items_stamp));
             poison.extend(send_isolating(destination, &to, full, retry, counting).await);
             batch_bytes = sizer.envelope_bytes();
         }
@@ -283,17 +298,37 @@ async fn send_group(
     poison
 }
 
+/// What each of `items` adds to a batch, measured by encoding it (with its stamp).
+fn exact_sizes(sizer: &mut BatchSizer, items: &Outgoings) -> Vec<Result<u64, MessageError>> {
+    let stamps = items.stamps(&items.places);
+    let mut values = stamps
+        .map(|stamps| stamps.value_slots())
+        .unwrap_or_default();
+    (items.events.iter().enumerate())
+        .map(|(index, event)| {
+            let stamp = stamps
+                .as_ref()
+                .and_then(|stamps| stamps.of(index, &mut values));
+            sizer.event_bytes_stamped(event, stamp)
+        })
+        .collect()
+}
+
 /// Whether `items` go out as one batch by [`BatchSizer::event_bytes_at_most`]: at most
 /// [`BATCH_EVENTS_MAX`] of them, within `max` bytes with the envelope even at their widest.
 /// An event that cannot be encoded at all takes more than 4 GiB by the bound, so none passes
 /// under a `max` below that.
-fn fits_one_batch_at_most(sizer: &BatchSizer, events: &[EventData], max: u64) -> bool {
+fn fits_one_batch_at_most(sizer: &BatchSizer, items: &Outgoings, max: u64) -> bool {
+    let events = &items.events;
+    let stamps = items.stamps(&items.places);
     let mut total = sizer.envelope_bytes();
     max < u64::from(u32::MAX)
         && !events.is_empty()
         && events.len() <= BATCH_EVENTS_MAX
-        && events.iter().all(|event| {
-            total = total.saturating_add(sizer.event_bytes_at_most(event));
+        && events.iter().enumerate().all(|(index, event)| {
+            // The bound needs no values: a stamp's take a known most.
+            let stamp = stamps.as_ref().and_then(|stamps| stamps.bound_of(index));
+            total = total.saturating_add(sizer.event_bytes_at_most_stamped(event, stamp));
             total <= max
         })
 }
@@ -334,11 +369,16 @@ async fn send_isolating(
     counting: &Counting<'_>,
 ) -> Vec<Poison> {
     let mut poison = Vec::new();
+    let stamp = batch.stamp.as_deref();
     let mut pending = VecDeque::from([(batch.events, batch.places)]);
     while let Some((mut events, mut places)) = pending.pop_front() {
         assert!(!events.is_empty(), "a batch is never empty");
         assert_eq!(events.len(), places.len(), "every event has its place");
-        match send_retrying(destination, to, &events, retry, counting.partition).await {
+        let stamps = stamp.map(|stamp| BatchStamps {
+            stamp,
+            places: &places,
+        });
+        match send_retrying(destination, to, &events, stamps, retry, counting.partition).await {
             Ok(()) => {
                 counting.partition.sent(&destination.name, events.len());
                 let now_ms = (counting.now_ms)();
@@ -372,13 +412,14 @@ async fn send_retrying(
     destination: &Destination,
     to: &SendTarget,
     events: &[EventData],
+    stamps: Option<BatchStamps<'_>>,
     retry: RetryPolicy,
     partition: &PartitionMetrics,
 ) -> Result<(), String> {
     let mut pause = retry.backoff_min;
     let mut attempt: u64 = 0;
     loop {
-        let error = match destination.target.send(events, to).await {
+        let error = match destination.target.send(events, stamps, to).await {
             Ok(()) => return Ok(()),
             Err(TargetError::Refused(reason)) => return Err(reason),
             Err(error) => error,

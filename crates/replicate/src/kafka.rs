@@ -22,7 +22,7 @@ mod engine {
     };
 
     use crate::endpoint::{OpenError, OpenedSource, SourceNewest};
-    use crate::target::{HubIdentity, Target, TargetError};
+    use crate::target::{BatchStamps, HubIdentity, Target, TargetError};
     use crate::task::KafkaConnection;
 
     /// The librdkafka settings a task's Kafka endpoint gives.
@@ -159,7 +159,15 @@ mod engine {
             Ok(MESSAGE_BYTES_MAX)
         }
 
-        async fn send(&self, events: &[EventData], to: &SendTarget) -> Result<(), TargetError> {
+        async fn send(
+            &self,
+            events: &[EventData],
+            stamps: Option<BatchStamps<'_>>,
+            to: &SendTarget,
+        ) -> Result<(), TargetError> {
+            // A Kafka record holds its stamp as headers: the events hold it.
+            let events = BatchStamps::held(stamps, events);
+            let events = events.as_ref();
             let destination = match to {
                 SendTarget::Partition(id) => Destination::Partition(id.parse().map_err(|_| {
                     TargetError::Misconfigured(format!("{id:?} is not a Kafka partition"))

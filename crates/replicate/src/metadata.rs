@@ -23,6 +23,13 @@
 //!   ([`reached`]): in a full mesh whose hubs each run one task with every other hub as a
 //!   target, every event reaches every hub once, while a chain still relays.
 //!
+//! A first hop's stamp (the common case: an event without `repl-*` properties, sent to one
+//! hub, no Azure marker) need not be held by the event: for a target that encodes AMQP
+//! messages itself, a [`FirstHopStamp`] is encoded once per route and source partition and
+//! written into each message with the event's own offset, sequence number and enqueued time
+//! ([`Undo::deferred`]). The message carries the same properties, in the same order, as an
+//! event stamped by [`stamp_with`].
+//!
 //! Ids never contain `;` (a Tributary id is a UUID; a host name and a hub name cannot hold one),
 //! so the lists split unambiguously.
 
@@ -31,6 +38,7 @@ use time::format_description::FormatItem;
 use time::macros::format_description;
 use tributary_edit::Position;
 use tributary_event::{EventData, PropertyValue, SmolStr};
+use tributary_eventhubs::send::{Stamp, StampValue};
 
 /// The source's enqueued time, as Azure's helper names it (code spelling; written).
 pub const ENQUEUED_TIME: &str = "repl-enqueued-time";
@@ -60,6 +68,10 @@ const PREFIX: &str = "repl-";
 /// How many properties a first hop's stamp appends.
 const FIRST_HOP_PROPERTIES: usize = 6;
 
+/// A first hop's properties whose values differ per event, in the order they are written
+/// (before [`PARTITION`], [`ORIGIN`] and [`PATH`], the same for a partition's whole batch).
+const FIRST_HOP_VARYING: [&str; 3] = [ENQUEUED_TIME, OFFSET, SEQUENCE];
+
 /// What separates the hops of one property.
 pub const HOP_SEPARATOR: char = ';';
 
@@ -86,9 +98,26 @@ pub struct Undo {
     appended: usize,
     /// The properties the stamp changed in place, with their values before.
     replaced: Vec<(usize, PropertyValue)>,
+    /// The event does not hold its first-hop stamp: its [`FirstHopStamp`] is written into
+    /// its message as it is sent.
+    deferred: bool,
 }
 
 impl Undo {
+    /// The record of an event whose first-hop stamp is written as it is sent
+    /// ([`FirstHopStamp`]), not into the event: nothing to take off.
+    pub fn deferred() -> Undo {
+        Undo {
+            deferred: true,
+            ..Undo::default()
+        }
+    }
+
+    /// Whether the event's first-hop stamp is written as it is sent ([`Undo::deferred`]).
+    pub fn is_deferred(&self) -> bool {
+        self.deferred
+    }
+
     /// Takes the stamp back off `event` (the event as the stamp left it).
     pub fn apply(self, event: &mut EventData) {
         assert!(
@@ -260,6 +289,69 @@ impl HopIds {
     }
 }
 
+/// Whether `event` carries no stamp yet: stamping it is a first hop.
+pub fn is_first_hop(event: &EventData) -> bool {
+    !event
+        .properties
+        .iter()
+        .any(|(key, _)| key.starts_with(PREFIX))
+}
+
+/// One route's first-hop stamp for one source partition, its AMQP bytes encoded once: the
+/// stamp a first hop's event is sent with instead of holding it ([`Undo::deferred`]). A
+/// target that encodes messages itself writes it into each message with the event's values;
+/// one that stores events as they are ([`FirstHopStamp::apply`]) has each event hold it.
+/// Either way the message carries what [`stamp_with`] writes, in its order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirstHopStamp {
+    encoded: Stamp,
+    partition: SmolStr,
+    ids: HopIds,
+}
+
+impl FirstHopStamp {
+    /// The most bytes one of the stamp's values takes: an enqueued time (always 20:
+    /// `yyyy-MM-dd HH:mm:ssZ`, the year clamped to 1–9999) or a decimal of 64 bits.
+    pub const VALUE_BYTES_MAX: usize = StampValue::INTEGER_BYTES_MAX;
+    /// The stamp of events read from partition `partition` of the hub `ids.source()`, sent to
+    /// the hub `ids.target()`; `None` for ids too long for AMQP (their events then hold their
+    /// stamps).
+    pub fn new(partition: &SmolStr, ids: &HopIds) -> Option<FirstHopStamp> {
+        let fixed = [
+            (PARTITION, partition.as_str()),
+            (ORIGIN, ids.source()),
+            (PATH, ids.first_path.as_str()),
+        ];
+        let encoded = Stamp::new(&FIRST_HOP_VARYING, &fixed).ok()?;
+        Some(FirstHopStamp {
+            encoded,
+            partition: partition.clone(),
+            ids: ids.clone(),
+        })
+    }
+
+    /// The stamp's bytes.
+    pub fn encoded(&self) -> &Stamp {
+        &self.encoded
+    }
+
+    /// Writes the values of [`FIRST_HOP_VARYING`] for an event read at `position` into
+    /// `values` (as many as [`Stamp::varying_len`]): its enqueued time, offset and sequence
+    /// number.
+    pub fn values(position: Position, values: &mut [StampValue]) {
+        if let [time, offset, sequence] = values {
+            *time = StampValue::Text(format_enqueued_time(position.enqueued_time_ms));
+            *offset = StampValue::Unsigned(position.offset);
+            *sequence = StampValue::Signed(position.sequence_number);
+        }
+    }
+
+    /// Has `event`, read at `position`, hold the stamp itself, as [`stamp_with`] writes it.
+    pub fn apply(&self, event: &mut EventData, position: Position) {
+        stamp_with(event, &self.partition, position, &self.ids);
+    }
+}
+
 /// Stamps `event`, read at `position` from the hub `source_id`, for forwarding to the hub
 /// `target_id` (see [`stamp_with`], which takes the ids built once).
 pub fn stamp(
@@ -297,11 +389,7 @@ pub fn stamp_with(
         decimal(position.sequence_number)
     };
     let partition = partition.clone();
-    if !event
-        .properties
-        .iter()
-        .any(|(key, _)| key.starts_with(PREFIX))
-    {
+    if is_first_hop(event) {
         // A first hop (the common case): nothing to find or extend, six appends of strings
         // held inline or shared, each written where it stays.
         let properties = &mut event.properties;
@@ -309,9 +397,10 @@ pub fn stamp_with(
         let mut string = |key: &'static str, value: SmolStr| {
             properties.push((SmolStr::new_static(key), PropertyValue::String(value)));
         };
-        string(ENQUEUED_TIME, time);
-        string(OFFSET, offset);
-        string(SEQUENCE, sequence);
+        let [time_key, offset_key, sequence_key] = FIRST_HOP_VARYING;
+        string(time_key, time);
+        string(offset_key, offset);
+        string(sequence_key, sequence);
         string(PARTITION, partition);
         string(ORIGIN, ids.source.clone());
         string(PATH, ids.first_path.clone());

@@ -32,7 +32,7 @@ use tributary_processor::{
 use crate::endpoint::{Brokers, OpenedSource, SourceNewest, open_source, open_target};
 use crate::forward::{Counting, Destination, Outgoing, Outgoings, Poison, RetryPolicy, forward};
 use crate::limits::TARGETS_MAX;
-use crate::metadata::{self, HopIds};
+use crate::metadata::{self, FirstHopStamp, HopIds};
 use crate::metrics::{FilterReason, PartitionMetrics, TaskMetrics};
 use crate::offset_map::{self, OffsetMap, PartitionSyncs, SyncSetup, SyncTarget};
 use crate::status;
@@ -526,19 +526,8 @@ async fn start_host(
         options.start_position_override = resume_from_tables(&runtime.routes, initial);
     }
     let ownership_store = Arc::clone(&store);
-    let factory = move |context: &PartitionContext| ReplicationProcessor {
-        metrics: runtime.metrics.partition(context.partition_id()),
-        syncs: PartitionSyncs::new(runtime.syncs.clone(), context.partition_id()),
-        store: Arc::clone(&ownership_store),
-        next_sequence: None,
-        route_ids: runtime
-            .routes
-            .iter()
-            .map(|route| route.ids.as_ref().map(HopIds::own_copy))
-            .collect(),
-        dead_letter_ids: runtime.dead_letter_ids.own_copy(),
-        partition: SmolStr::new(context.partition_id()),
-        task: Arc::clone(&runtime),
+    let factory = move |context: &PartitionContext| {
+        ReplicationProcessor::new(&runtime, context, Arc::clone(&ownership_store))
     };
     EventProcessorHost::builder(source.source, store, factory)
         .options(options)
@@ -618,6 +607,9 @@ struct ReplicationProcessor {
     next_sequence: Option<i64>,
     /// Each route's ids (none for a table), this partition's own copy.
     route_ids: Vec<Option<HopIds>>,
+    /// Each route's first-hop stamp for this partition, encoded once, when its target writes
+    /// it into the messages it sends ([`Target::encodes_stamps`](crate::target::Target)).
+    route_stamps: Vec<Option<Arc<FirstHopStamp>>>,
     /// The dead-letter stamp's ids, this partition's own copy.
     dead_letter_ids: HopIds,
     /// The source partition's id, as stamps record it.
@@ -729,6 +721,23 @@ fn stamped(
     }
 }
 
+/// `route`'s first-hop stamp for source partition `partition`, if its target writes stamps into
+/// the messages it sends.
+fn route_stamp(route: &Route, partition: &str) -> Option<Arc<FirstHopStamp>> {
+    let destination = match &route.sink {
+        Sink::Hub(destination) => destination,
+        #[cfg(feature = "postgres")]
+        Sink::Table(_) => return None,
+    };
+    let ids = route.ids.as_ref()?.own_copy();
+    destination
+        .target
+        .encodes_stamps()
+        .then(|| FirstHopStamp::new(&SmolStr::new(partition), &ids))
+        .flatten()
+        .map(Arc::new)
+}
+
 /// The routes (bits) in `mask`.
 fn routes_in(mut mask: u64) -> impl Iterator<Item = usize> {
     // One step per set bit (lowest first), not one per bit of the mask: this runs per event.
@@ -740,6 +749,30 @@ fn routes_in(mut mask: u64) -> impl Iterator<Item = usize> {
 }
 
 impl ReplicationProcessor {
+    /// The processor of the partition `context` is about, for the task `runtime`.
+    fn new(
+        runtime: &Arc<TaskRuntime>,
+        context: &PartitionContext,
+        store: Arc<dyn CheckpointStore>,
+    ) -> ReplicationProcessor {
+        let partition = context.partition_id();
+        ReplicationProcessor {
+            metrics: runtime.metrics.partition(partition),
+            syncs: PartitionSyncs::new(runtime.syncs.clone(), partition),
+            store,
+            next_sequence: None,
+            route_ids: (runtime.routes.iter())
+                .map(|route| route.ids.as_ref().map(HopIds::own_copy))
+                .collect(),
+            route_stamps: (runtime.routes.iter())
+                .map(|route| route_stamp(route, partition))
+                .collect(),
+            dead_letter_ids: runtime.dead_letter_ids.own_copy(),
+            partition: SmolStr::new(partition),
+            task: Arc::clone(runtime),
+        }
+    }
+
     /// The targets an offset sync covers: every hub route but those named through an alias
     /// (the hub behind one may change, with other sequence numbers).
     fn sync_targets(task: &TaskRuntime) -> Vec<SyncTarget<'_>> {
@@ -867,6 +900,9 @@ impl ReplicationProcessor {
             // Room for the whole batch at once: growing a vector of events copies them.
             *only = Outgoings::with_capacity(most);
         }
+        for (list, stamp) in routed.per_route.iter_mut().zip(&self.route_stamps) {
+            list.stamp.clone_from(stamp);
+        }
         for (event, position, mut mask) in events {
             if mask == 0 {
                 match task.unmatched {
@@ -914,6 +950,13 @@ impl ReplicationProcessor {
         list.events.push(event);
         let event = list.events.last_mut().expect("just pushed");
         let mut undo = metadata::Undo::default();
+        let alone = mask == 1 << route_index && !self.task.azure_marker;
+        if alone && self.route_stamps[route_index].is_some() && metadata::is_first_hop(event) {
+            // The common case: a first hop to one hub, whose stamp the target writes into
+            // the event's message from bytes encoded once per batch.
+            list.places.push((position, metadata::Undo::deferred()));
+            return;
+        }
         // A table keeps the source position in its own columns: no stamp.
         if let Some(ids) = &self.route_ids[route_index] {
             undo = metadata::stamp_with(event, &self.partition, position, ids);
