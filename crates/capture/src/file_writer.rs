@@ -68,6 +68,15 @@ impl AlignedBuffer {
         }
     }
 
+    /// No memory: what a dropped writer leaves in place of its buffer.
+    fn empty() -> AlignedBuffer {
+        AlignedBuffer {
+            memory: Vec::new(),
+            start: 0,
+            len: 0,
+        }
+    }
+
     /// Copies as much of `bytes` as fits; returns how much.
     fn push(&mut self, bytes: &[u8]) -> usize {
         let taken = bytes.len().min(WRITE_CHUNK_BYTES - self.len);
@@ -289,17 +298,6 @@ impl Drop for FileWriter {
         }
         while let Ok(Ok(buffer)) = self.written.try_recv() {
             self.pool.give(buffer);
-        }
-    }
-}
-
-impl AlignedBuffer {
-    /// No memory: what a dropped writer leaves in place of its buffer.
-    fn empty() -> AlignedBuffer {
-        AlignedBuffer {
-            memory: Vec::new(),
-            start: 0,
-            len: 0,
         }
     }
 }
