@@ -675,7 +675,8 @@ impl ClientHandler {
             format,
             reply,
         } = send;
-        match connection.send(link, false, format, |out| out.extend_from_slice(&payload)) {
+        // Large enough messages go to the socket from the payload itself, not copied.
+        match connection.send_bytes(link, false, format, &Bytes::from(payload)) {
             Ok(delivery_id) => {
                 unsettled
                     .entry(link.session)

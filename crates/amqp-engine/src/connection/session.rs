@@ -219,6 +219,12 @@ impl Session {
         self.remote_incoming_window == 0 || !self.blocked.is_empty()
     }
 
+    /// Whether `frames` transfer frames written now would all leave at once: nothing waits
+    /// and the peer's window takes them all.
+    pub(super) fn takes_frames(&self, frames: usize) -> bool {
+        self.blocked.is_empty() && frames <= self.remote_incoming_window as usize
+    }
+
     /// The peer's session flow state (specification 2.5.6): what it still accepts, counted
     /// from the transfers it has seen.
     fn peer_flow(&mut self, next_incoming_id: Option<u32>, incoming_window: u32) {

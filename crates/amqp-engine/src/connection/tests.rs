@@ -396,6 +396,53 @@ fn a_message_sent_in_parts_arrives_whole_its_long_body_uncopied_where_it_fits() 
 }
 
 #[test]
+fn a_message_sent_as_bytes_arrives_whole_its_long_frames_uncopied_where_the_window_takes_them() {
+    let mut narrow = config("c");
+    narrow.session_window = 6;
+    narrow.max_frame_size = 4096;
+    let (mut client, mut server, session, _) = connected(narrow, config("s"));
+    let (client_link, server_link) =
+        attached(&mut client, &mut server, session, receiver_attach("r", "a"));
+    client.flow(client_link, 100).unwrap();
+    pump(&mut client, &mut server);
+    events(&mut server);
+    // Empty, short, long, three frames, then five frames when the window takes none of
+    // them: copied, waiting for it.
+    let sizes = [0, SPLICE_MIN_BYTES - 1, SPLICE_MIN_BYTES, 9000, 18_000];
+    let mut sent = Vec::new();
+    for (i, size) in sizes.into_iter().enumerate() {
+        let payload = Bytes::from(
+            (0..size)
+                .map(|n| (n % 251) as u8 ^ i as u8)
+                .collect::<Vec<_>>(),
+        );
+        server.send_bytes(server_link, true, 0, &payload).unwrap();
+        sent.push(payload);
+    }
+    let spliced: Vec<usize> = server.spliced.iter().map(|s| s.body.len()).collect();
+    assert_eq!(spliced.len(), 4, "{spliced:?}");
+    assert_eq!(
+        spliced[0], SPLICE_MIN_BYTES,
+        "a long message that fits is not copied"
+    );
+    assert_eq!(
+        spliced[1..].iter().sum::<usize>(),
+        9000,
+        "none of the three-frame message's shares is copied: {spliced:?}"
+    );
+    assert!(
+        server.blocked_bytes() > 0,
+        "the frames beyond the window wait for it"
+    );
+    pump(&mut client, &mut server);
+    let got: Vec<Bytes> = deliveries(&mut client)
+        .into_iter()
+        .map(|d| d.payload)
+        .collect();
+    assert_eq!(got, sent);
+}
+
+#[test]
 fn a_peer_beyond_our_window_is_a_window_violation() {
     let mut narrow = config("s");
     narrow.session_window = 2;

@@ -308,6 +308,63 @@ impl Connection {
         Ok(delivery_id)
     }
 
+    /// [`Self::send`] for a message already encoded whole, as a producer holds it. When the
+    /// peer's window takes all of the message's frames, each frame's share of `payload` of at
+    /// least [`SPLICE_MIN_BYTES`] is not copied but follows the frame's other bytes to the
+    /// socket (see [`crate::output`]); otherwise each share is copied once, into its frame.
+    pub fn send_bytes(
+        &mut self,
+        link: LinkId,
+        settled: bool,
+        message_format: u32,
+        payload: &Bytes,
+    ) -> Result<u32, SendError> {
+        let delivery_id = self.start_delivery(link)?;
+        let tag = delivery_id.to_be_bytes();
+        let mut fields = transfer_fields(link, delivery_id, &tag, settled, message_format);
+        let max_frame = self.remote_max_frame as usize;
+        let session = self
+            .sessions
+            .get_mut(link.session.0)
+            .expect("the session was just found");
+        let out = &mut self.out;
+        let first = frame::start_frame(out, FrameType::Amqp, link.session.0);
+        fields.more = true;
+        fields.encode(out);
+        let head_bytes = out.len() - first;
+        out.truncate(first);
+        let room = max_frame - head_bytes;
+        let frames = payload.len().div_ceil(room).max(1);
+        let splice = session.takes_frames(frames);
+        let mut starts = Vec::with_capacity(frames);
+        let mut at = 0;
+        for index in 0..frames {
+            let share = payload.slice(at..(at + room).min(payload.len()));
+            at += share.len();
+            fields.more = index + 1 < frames;
+            let start = frame::start_frame(out, FrameType::Amqp, link.session.0);
+            fields.encode(out);
+            assert!(
+                out.len() - start + share.len() <= max_frame,
+                "every frame fits the peer's max-frame-size"
+            );
+            if splice && share.len() >= SPLICE_MIN_BYTES {
+                frame::finish_frame_followed(out, start, share.len());
+                self.spliced.push(Splice {
+                    at: out.len(),
+                    body: share,
+                });
+            } else {
+                out.extend_from_slice(&share);
+                frame::finish_frame(out, start);
+            }
+            starts.push(start);
+        }
+        assert_eq!(at, payload.len(), "the frames carry the whole message");
+        session.send_frames(out, &starts);
+        Ok(delivery_id)
+    }
+
     /// Checks that `link` may send a message now, spends one of its credits and takes the
     /// session's next delivery id for it.
     fn start_delivery(&mut self, link: LinkId) -> Result<u32, SendError> {
