@@ -21,7 +21,9 @@
 //!   allocates nothing (a split message keeps the list of its frames; frames beyond the
 //!   window are copied out to wait). One sent as a head and a body of at least
 //!   [`SPLICE_MIN_BYTES`] ([`Connection::send_parts`]) is not even copied: its body goes to
-//!   the socket from where the sender holds it.
+//!   the socket from where the sender holds it. Nor is a message sent encoded whole
+//!   ([`Connection::send_bytes`]) whose frames the peer's window takes: each frame's share of
+//!   at least [`SPLICE_MIN_BYTES`] goes to the socket from the sender's bytes.
 
 use bytes::Bytes;
 use tributary_amqp_codec::frame::{self, FrameType};
