@@ -354,10 +354,11 @@ fn a_payload_read_from_a_buffer_is_a_view_of_it_and_a_partial_frame_stays() {
     assert_eq!(deliveries(&mut client)[0].payload, vec![2; 300]);
 }
 
-#[test]
-fn a_message_sent_in_parts_arrives_whole_its_long_body_uncopied_where_it_fits() {
+/// A client receiving from the server on a session window of `window` frames and frames of
+/// at most 4096 bytes, with credit for 100 messages: the two and the server's sending link.
+fn narrow_receiver(window: u32) -> (Connection, Connection, LinkId) {
     let mut narrow = config("c");
-    narrow.session_window = 4;
+    narrow.session_window = window;
     narrow.max_frame_size = 4096;
     let (mut client, mut server, session, _) = connected(narrow, config("s"));
     let (client_link, server_link) =
@@ -365,6 +366,18 @@ fn a_message_sent_in_parts_arrives_whole_its_long_body_uncopied_where_it_fits() 
     client.flow(client_link, 100).unwrap();
     pump(&mut client, &mut server);
     events(&mut server);
+    (client, server, server_link)
+}
+
+/// The payloads of what `client` receives once the two have exchanged all they can.
+fn received(client: &mut Connection, server: &mut Connection) -> Vec<Bytes> {
+    pump(client, server);
+    deliveries(client).into_iter().map(|d| d.payload).collect()
+}
+
+#[test]
+fn a_message_sent_in_parts_arrives_whole_its_long_body_uncopied_where_it_fits() {
+    let (mut client, mut server, server_link) = narrow_receiver(4);
     let head = b"head".as_slice();
     // Short, long, too long for one frame (and beyond the window of 4 frames), then one that
     // finds the window closed.
@@ -387,25 +400,12 @@ fn a_message_sent_in_parts_arrives_whole_its_long_body_uncopied_where_it_fits() 
         server.blocked_bytes() > 0,
         "the last frames wait for the window"
     );
-    pump(&mut client, &mut server);
-    let got: Vec<Bytes> = deliveries(&mut client)
-        .into_iter()
-        .map(|d| d.payload)
-        .collect();
-    assert_eq!(got, sent);
+    assert_eq!(received(&mut client, &mut server), sent);
 }
 
 #[test]
 fn a_message_sent_as_bytes_arrives_whole_its_long_frames_uncopied_where_the_window_takes_them() {
-    let mut narrow = config("c");
-    narrow.session_window = 6;
-    narrow.max_frame_size = 4096;
-    let (mut client, mut server, session, _) = connected(narrow, config("s"));
-    let (client_link, server_link) =
-        attached(&mut client, &mut server, session, receiver_attach("r", "a"));
-    client.flow(client_link, 100).unwrap();
-    pump(&mut client, &mut server);
-    events(&mut server);
+    let (mut client, mut server, server_link) = narrow_receiver(6);
     // Empty, short, long, three frames, then five frames when the window takes none of
     // them: copied, waiting for it.
     let sizes = [0, SPLICE_MIN_BYTES - 1, SPLICE_MIN_BYTES, 9000, 18_000];
@@ -434,12 +434,7 @@ fn a_message_sent_as_bytes_arrives_whole_its_long_frames_uncopied_where_the_wind
         server.blocked_bytes() > 0,
         "the frames beyond the window wait for it"
     );
-    pump(&mut client, &mut server);
-    let got: Vec<Bytes> = deliveries(&mut client)
-        .into_iter()
-        .map(|d| d.payload)
-        .collect();
-    assert_eq!(got, sent);
+    assert_eq!(received(&mut client, &mut server), sent);
 }
 
 #[test]
