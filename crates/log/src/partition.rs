@@ -27,6 +27,7 @@ use crate::commit::{GroupCommitter, PendingSync};
 use crate::compaction::{CompactionBook, CompactionOutcome, CompactionState};
 use crate::config::{Cleanup, Durability, LogConfig, Retention};
 use crate::limits::*;
+use crate::recent::RecentBatches;
 use crate::record::{
     BATCH_HEADER_BYTES, BatchHeader, decode_batch, encode_batch, record_len, record_offsets,
     verify_checksum,
@@ -183,6 +184,9 @@ pub(crate) struct PartitionShared {
     committed: Mutex<Committed>,
     poisoned: Mutex<Option<String>>,
     listener: RwLock<Option<CommitListener>>,
+    /// The batches written last, for readers close behind the writer
+    /// ([`PartitionLog::keep_recent`]). Taken after the writer's lock, never before it.
+    recent: RwLock<RecentBatches>,
     /// Where the files are.
     pub(crate) storage: Arc<dyn Storage>,
     /// The cleanup policy now in force (the configuration's until changed).
@@ -362,6 +366,7 @@ impl PartitionLog {
                 committed: Mutex::new(committed),
                 poisoned: Mutex::new(None),
                 listener: RwLock::new(None),
+                recent: RwLock::new(RecentBatches::default()),
                 storage,
                 cleanup: RwLock::new(config.cleanup),
                 maintenance: Mutex::new(()),
@@ -419,6 +424,23 @@ impl PartitionLog {
     /// moves forward. It must be quick: waking a waiter, not doing work.
     pub fn set_commit_listener(&self, listener: impl Fn(&Committed) + Send + Sync + 'static) {
         *self.shared.listener.write().expect("listener lock") = Some(Arc::new(listener));
+    }
+
+    /// Keeps the batches written from now on in memory, up to `budget` bytes (the oldest go
+    /// first), so that a reader close behind the writer (a capture) reads them from there
+    /// instead of the file: no copy out of the page cache, no checksum. 0 (the default) keeps
+    /// none and frees what was kept. Costs the writer one allocation per batch while on.
+    pub fn keep_recent(&self, budget: u64) {
+        self.shared
+            .recent
+            .write()
+            .expect("recent lock")
+            .set_budget(budget);
+    }
+
+    /// The bytes of batches kept for readers now (see [`PartitionLog::keep_recent`]).
+    pub fn recent_bytes(&self) -> u64 {
+        self.shared.recent.read().expect("recent lock").held()
     }
 
     /// What readers can currently see.
@@ -565,7 +587,19 @@ impl PartitionLog {
         self.preallocate(writer, position + batch_len);
         let written = active.file.write_all_at(&buf, position);
         let header = BatchHeader::decode(&buf).expect("encoded header decodes");
-        writer.buf = buf;
+        let keep_recent =
+            written.is_ok() && self.shared.recent.read().expect("recent lock").keeps();
+        if keep_recent {
+            // The kept batch takes the buffer; the next batch gets one of the same size.
+            writer.buf = Vec::with_capacity(buf.capacity());
+            self.shared.recent.write().expect("recent lock").push(
+                active.id,
+                batch_offset,
+                Bytes::from(buf),
+            );
+        } else {
+            writer.buf = buf;
+        }
         if let Err(e) = written {
             tracing::warn!(
                 segment = %active.path.display(),
@@ -832,7 +866,14 @@ impl PartitionLog {
                 (limit_position(&segment, &contents, &committed), start)
             };
             read_segment(
-                &segment, start, limit, cursor, max_events, max_bytes, &mut out,
+                &segment,
+                &self.shared.recent,
+                start,
+                limit,
+                cursor,
+                max_events,
+                max_bytes,
+                &mut out,
             )?;
             if out.is_empty() && cursor.next_sequence == before {
                 // Nothing at or after the cursor in this segment: compaction removed the rest
@@ -1042,9 +1083,12 @@ fn limit_position(segment: &Segment, contents: &SegmentContents, committed: &Com
     contents.end_position.min(committed_local)
 }
 
-/// Reads batches from `start` to `limit` in one segment into `out`, advancing `cursor`.
+/// Reads batches from `start` to `limit` in one segment into `out`, advancing `cursor`. A batch
+/// the writer still keeps in `recent` is taken from there rather than from the file.
+#[allow(clippy::too_many_arguments)]
 fn read_segment(
     segment: &Segment,
+    recent: &RwLock<RecentBatches>,
     start: u64,
     limit: u64,
     cursor: &mut ReadCursor,
@@ -1055,8 +1099,17 @@ fn read_segment(
     let mut position = start;
     let mut bytes_read = 0u64;
     let (mut chunk, mut chunk_start) = take_read_ahead(cursor, segment, position);
+    // Whether `chunk` is a batch the writer kept: bytes that never left memory, so there is
+    // no checksum to verify.
+    let mut kept = false;
     while position < limit && out.len() < max_events && (out.is_empty() || bytes_read < max_bytes) {
         if position + BATCH_HEADER_BYTES as u64 > chunk_start + chunk.len() as u64 {
+            let offset = segment.header.base_offset + position;
+            if let Some(batch) = recent.read().expect("recent lock").find(segment.id, offset) {
+                (chunk, chunk_start, kept) = (batch, position, true);
+                continue;
+            }
+            kept = false;
             let want =
                 u64::from(READ_CHUNK_BYTES).min(max_bytes.saturating_sub(bytes_read).max(1 << 16));
             chunk = read_at(
@@ -1078,13 +1131,15 @@ fn read_segment(
                 "batch runs past the committed end",
             ));
         }
-        let batch = if at as u64 + len <= chunk.len() as u64 {
-            chunk.slice(at..at + len as usize)
+        let (batch, kept) = if at as u64 + len <= chunk.len() as u64 {
+            (chunk.slice(at..at + len as usize), kept)
         } else {
-            read_at(&mut cursor.buf, segment, position, len)?
+            (read_at(&mut cursor.buf, segment, position, len)?, false)
         };
-        verify_checksum(&batch, &header)
-            .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
+        if !kept {
+            verify_checksum(&batch, &header)
+                .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
+        }
         if header.next_sequence() <= cursor.next_sequence {
             // A batch before the cursor (the index entry lies before it): step over it.
             position += len;

@@ -554,3 +554,110 @@ fn a_newer_build_s_empty_last_segment_is_refused_not_removed_as_torn() {
     );
     assert_eq!(std::fs::read(&newer).unwrap(), header, "kept as it was");
 }
+
+/// Overwrites the bytes after each segment file's header with `0xff`, as damage on the disk
+/// would: a read that still returns the events did not take them from the file.
+fn damage_segment_files(dir: &std::path::Path) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|x| x == "log") {
+            let len = std::fs::metadata(&path).unwrap().len() as usize;
+            let header = 64.min(len);
+            let mut bytes = std::fs::read(&path).unwrap();
+            bytes[header..].fill(0xff);
+            std::fs::write(&path, bytes).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_reader_behind_the_writer_reads_the_kept_batches_from_memory_and_the_rest_from_the_file() {
+    let f = Fixture::new(Durability::Fsync, 4096);
+    let log = f.open();
+    log.append(&events("before", 3)).unwrap();
+    log.keep_recent(2048);
+    let mut expected = Vec::new();
+    for i in 0..40 {
+        let batch = events(&format!("batch{i}"), 1 + i % 3);
+        expected.extend(batch.iter().map(|e| e.body.clone()));
+        log.append(&batch).unwrap();
+    }
+    assert!(
+        log.recent_bytes() > 1024 && log.recent_bytes() <= 2048,
+        "the budget bounds what is kept: {}",
+        log.recent_bytes()
+    );
+    // Read before any damage: the kept batches and the file agree, across segments.
+    let all = read_all(&log, 3);
+    assert_eq!(
+        all.iter().map(|e| e.data.body.clone()).collect::<Vec<_>>(),
+        expected
+    );
+    let tail_from = all[all.len() - 8].sequence_number;
+    let tail = read_all(&log, tail_from);
+    damage_segment_files(f.dir.path());
+    // The last batches are still kept: read from memory, they are exactly what was read from
+    // the file before the damage.
+    let kept = read_all(&log, tail_from);
+    assert_eq!(kept.len(), 8);
+    for (a, b) in kept.iter().zip(&tail) {
+        assert_eq!(
+            (
+                a.sequence_number,
+                a.offset,
+                a.enqueued_time_ms,
+                &a.data.body
+            ),
+            (
+                b.sequence_number,
+                b.offset,
+                b.enqueued_time_ms,
+                &b.data.body
+            )
+        );
+    }
+    // The first batches are no longer kept: from the file, the damage is found, not served.
+    let mut cursor = ReadCursor::new(3);
+    assert!(matches!(
+        log.read(&mut cursor, 10, 1 << 20),
+        Err(LogError::Corrupted { .. })
+    ));
+    // Turned off, nothing is kept and every read goes to the file.
+    log.keep_recent(0);
+    assert_eq!(log.recent_bytes(), 0);
+    let mut cursor = ReadCursor::new(tail_from);
+    assert!(matches!(
+        log.read(&mut cursor, 10, 1 << 20),
+        Err(LogError::Corrupted { .. })
+    ));
+}
+
+#[test]
+fn a_failed_write_keeps_nothing() {
+    use tributary_log::faults::{FaultConfig, FaultyStorage};
+    let storage = Arc::new(FaultyStorage::new(7, FaultConfig::NONE));
+    let f = Fixture::new(Durability::Fsync, 1 << 20);
+    let log = PartitionLog::open_on(
+        storage.clone(),
+        f.dir.path(),
+        f.config,
+        f.committer.clone(),
+        f.clock.clone(),
+    )
+    .unwrap();
+    log.keep_recent(1 << 20);
+    log.append(&events("one", 2)).unwrap();
+    let held = log.recent_bytes();
+    storage.fail_next_write();
+    assert!(log.append(&events("refused", 2)).is_err());
+    assert_eq!(log.recent_bytes(), held, "a refused batch is not kept");
+    let r = log.append(&events("two", 2)).unwrap();
+    assert_eq!(r.base_sequence, 2);
+    let bodies: Vec<_> = read_all(&log, 0).into_iter().map(|e| e.data.body).collect();
+    let expected: Vec<_> = events("one", 2)
+        .into_iter()
+        .chain(events("two", 2))
+        .map(|e| e.body)
+        .collect();
+    assert_eq!(bodies, expected);
+}
