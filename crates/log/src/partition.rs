@@ -123,6 +123,9 @@ pub struct ReadCursor {
     /// its first byte, bytes)`. Committed bytes of a segment file never change, so they stay
     /// valid (compaction writes a new file, with a new id).
     read_ahead: Option<(u64, u64, Bytes)>,
+    /// The offset every batch before which this cursor has read whole (see
+    /// [`PartitionLog::release_recent`]).
+    read_to_offset: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +144,7 @@ impl ReadCursor {
             hint: None,
             buf: BytesMut::new(),
             read_ahead: None,
+            read_to_offset: 0,
         }
     }
 
@@ -436,6 +440,14 @@ impl PartitionLog {
             .write()
             .expect("recent lock")
             .set_budget(budget);
+    }
+
+    /// Drops the kept batches (see [`PartitionLog::keep_recent`]) that `cursor` has read whole:
+    /// the reader that asked for them says it will not read them again, so a partition it
+    /// keeps up with holds only what was written since its last read.
+    pub fn release_recent(&self, cursor: &ReadCursor) {
+        let mut recent = self.shared.recent.write().expect("recent lock");
+        recent.release_before(cursor.read_to_offset);
     }
 
     /// The bytes of batches kept for readers now (see [`PartitionLog::keep_recent`]).
@@ -1154,6 +1166,7 @@ fn read_segment(
         if done_with_batch {
             cursor.next_sequence = header.next_sequence();
             position += len;
+            cursor.read_to_offset = segment.header.base_offset + position;
             cursor.hint = Some(ReadHint {
                 segment_id: segment.id,
                 position,

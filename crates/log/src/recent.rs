@@ -15,7 +15,8 @@
 //! - A batch is found only in the segment it was written to: compaction's rewrite of a sealed
 //!   segment has a new id, so a read of it never gets the batches compaction replaced.
 //! - At most the budget is held (past it, the oldest batches go first), and a budget of 0 (the
-//!   default) holds nothing and costs the writer nothing.
+//!   default) holds nothing and costs the writer nothing. The reader that asked for the batches
+//!   releases those it has read, so a reader that keeps up holds little.
 
 use std::collections::VecDeque;
 
@@ -81,6 +82,17 @@ impl RecentBatches {
             .map(|b| b.bytes.clone())
     }
 
+    /// Drops the batches that end at or before `offset`.
+    pub(crate) fn release_before(&mut self, offset: u64) {
+        while let Some(oldest) = self.batches.front() {
+            if oldest.offset + oldest.bytes.len() as u64 > offset {
+                break;
+            }
+            self.held -= oldest.bytes.len() as u64;
+            self.batches.pop_front();
+        }
+    }
+
     /// The bytes kept now.
     pub(crate) fn held(&self) -> u64 {
         self.held
@@ -140,6 +152,20 @@ mod tests {
         recent.set_budget(0);
         assert_eq!(recent.held(), 0);
         assert!(recent.find(1, 360).is_none());
+    }
+
+    #[test]
+    fn releases_the_batches_a_reader_is_done_with() {
+        let mut recent = RecentBatches::default();
+        recent.set_budget(1000);
+        for i in 0..4 {
+            recent.push(1, i * 10, batch(10));
+        }
+        recent.release_before(25);
+        assert_eq!(recent.held(), 20, "the batch at 20 is read only in part");
+        assert!(recent.find(1, 10).is_none() && recent.find(1, 20).is_some());
+        recent.release_before(40);
+        assert_eq!(recent.held(), 0);
     }
 
     #[test]

@@ -661,3 +661,25 @@ fn a_failed_write_keeps_nothing() {
         .collect();
     assert_eq!(bodies, expected);
 }
+
+#[test]
+fn a_reader_releases_the_kept_batches_it_has_read_whole() {
+    let f = Fixture::new(Durability::Fsync, 1 << 20);
+    let log = f.open();
+    log.keep_recent(1 << 20);
+    for i in 0..10 {
+        log.append(&events(&format!("batch{i}"), 2)).unwrap();
+    }
+    let all = log.recent_bytes();
+    let mut cursor = ReadCursor::new(0);
+    assert_eq!(log.read(&mut cursor, 5, 1 << 20).unwrap().len(), 5);
+    log.release_recent(&cursor);
+    let held = log.recent_bytes();
+    assert!(
+        held < all && held > all * 7 / 10 - 1,
+        "two of ten batches read whole, the third in part: {held} of {all} held"
+    );
+    while !log.read(&mut cursor, 5, 1 << 20).unwrap().is_empty() {}
+    log.release_recent(&cursor);
+    assert_eq!(log.recent_bytes(), 0);
+}
