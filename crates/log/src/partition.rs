@@ -1116,19 +1116,14 @@ fn read_segment(
     let mut kept = false;
     while position < limit && out.len() < max_events && (out.is_empty() || bytes_read < max_bytes) {
         if position + BATCH_HEADER_BYTES as u64 > chunk_start + chunk.len() as u64 {
-            let offset = segment.header.base_offset + position;
-            if let Some(batch) = recent.read().expect("recent lock").find(segment.id, offset) {
-                (chunk, chunk_start, kept) = (batch, position, true);
-                continue;
-            }
-            kept = false;
-            let want =
-                u64::from(READ_CHUNK_BYTES).min(max_bytes.saturating_sub(bytes_read).max(1 << 16));
-            chunk = read_at(
-                &mut cursor.buf,
+            let bytes_left = max_bytes.saturating_sub(bytes_read);
+            (chunk, kept) = chunk_at(
                 segment,
+                recent,
+                &mut cursor.buf,
                 position,
-                want.min(limit - position),
+                limit,
+                bytes_left,
             )?;
             chunk_start = position;
         }
@@ -1137,16 +1132,14 @@ fn read_segment(
             .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
         let len = u64::from(header.batch_len);
         if position + len > limit {
-            return Err(LogError::corrupted(
-                &segment.path,
-                position,
-                "batch runs past the committed end",
-            ));
+            let past = "batch runs past the committed end";
+            return Err(LogError::corrupted(&segment.path, position, past));
         }
-        let (batch, kept) = if at as u64 + len <= chunk.len() as u64 {
-            (chunk.slice(at..at + len as usize), kept)
+        let batch = if at as u64 + len <= chunk.len() as u64 {
+            chunk.slice(at..at + len as usize)
         } else {
-            (read_at(&mut cursor.buf, segment, position, len)?, false)
+            kept = false; // A kept chunk is one whole batch: this one is from the file.
+            read_at(&mut cursor.buf, segment, position, len)?
         };
         if !kept {
             verify_checksum(&batch, &header)
@@ -1187,6 +1180,29 @@ fn read_segment(
         cursor.read_ahead = Some((segment.id, chunk_start, chunk));
     }
     Ok(())
+}
+
+/// The bytes from `position` in `segment` on: the batch there if the writer still keeps it in
+/// `recent` (then `true`: bytes that never left memory), else a chunk read from the file into
+/// `buf`'s memory, up to `limit` and about `bytes_left` (at least 64 KiB, at most
+/// [`READ_CHUNK_BYTES`]).
+fn chunk_at(
+    segment: &Segment,
+    recent: &RwLock<RecentBatches>,
+    buf: &mut BytesMut,
+    position: u64,
+    limit: u64,
+    bytes_left: u64,
+) -> Result<(Bytes, bool), LogError> {
+    let offset = segment.header.base_offset + position;
+    if let Some(batch) = recent.read().expect("recent lock").find(segment.id, offset) {
+        return Ok((batch, true));
+    }
+    let want = u64::from(READ_CHUNK_BYTES).min(bytes_left.max(1 << 16));
+    Ok((
+        read_at(buf, segment, position, want.min(limit - position))?,
+        false,
+    ))
 }
 
 /// The cursor's read-ahead bytes, if they cover `position` in `segment`; else nothing.
