@@ -24,6 +24,17 @@ pub const READ_EVENTS_MAX: usize = 1024;
 /// smallest size window, so a window overshoots its size by at most one read's last event).
 pub const READ_BYTES_MAX: u64 = 4 * 1024 * 1024;
 
+/// How many bytes of its last batches a captured partition keeps in memory for its capture
+/// (`PartitionLog::keep_recent`), at most: the capture, stepped as events arrive (at most every
+/// [`STEP_SPACING`]), reads them from there rather than back from the file, and releases them
+/// once read, so a capture that keeps up holds about one spacing's worth of batches. 64 MiB
+/// covers [`STEP_SPACING`] of ingest at 3 GB/s, more than one partition takes here; a capture
+/// that falls behind reads from the file as before.
+pub const RECENT_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// The least time between two steps of a partition's capture that events woke: a few commits
+/// gather, so a busy partition is stepped some 50 times a second, not once per commit.
+pub const STEP_SPACING: Duration = Duration::from_millis(20);
+
 /// About how many bytes of records an Avro block holds before it is written (with one `write`,
 /// compressed first with `deflate`): large enough that a window's file is a few large writes,
 /// small enough that a reader (fastavro, Azure's) holds little of it at once.

@@ -290,3 +290,67 @@ async fn progress_is_kept_across_restarts_and_nothing_is_written_twice() {
     assert_eq!(captured_sequences(&f.files_root()), [0, 1, 2]);
     assert_eq!(avro_files(&f.files_root()).len(), 2);
 }
+
+/// Every segment file of the broker's logs below `dir`.
+fn segment_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(segment_files(&path));
+        } else if path.extension().is_some_and(|x| x == "log") {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn a_capture_that_keeps_up_takes_what_was_just_committed_from_memory_not_the_file() {
+    let f = Fixture::start(1).await;
+    let mut capture = f.capture(CaptureConfig::default(), "0");
+    assert!(capture.step().unwrap().is_empty());
+    f.send("0", (0..6).map(typed_event).collect()).await;
+    f.send("0", (6..9).map(typed_event).collect()).await;
+    let held = f.hub_events("0");
+    // Damage every byte past each segment file's header: read back from the file, the
+    // events would fail their checksums.
+    let segments = segment_files(f.dir.path());
+    assert!(!segments.is_empty());
+    for path in &segments {
+        let mut bytes = std::fs::read(path).unwrap();
+        let header = 64.min(bytes.len());
+        bytes[header..].fill(0xff);
+        std::fs::write(path, bytes).unwrap();
+    }
+    f.advance_secs(300);
+    let created = capture.step().unwrap();
+    assert_eq!(created.len(), 1);
+    let files = avro_files(&f.files_root());
+    let records = read_records(files.values().next().unwrap());
+    assert_eq!(records.len(), held.len());
+    for (record, event) in records.iter().zip(&held) {
+        assert_record_is_event(record, event);
+    }
+    // A capture starting afresh (progress of its own) reads the file, and finds the damage
+    // rather than serving it.
+    drop(capture);
+    let again = tempfile::tempdir().unwrap();
+    let destination = tributary_capture::DirectoryDestination::new(again.path().join("files"));
+    let mut fresh = tributary_capture::PartitionCapture::new(
+        f.broker.clone(),
+        std::sync::Arc::new(destination.unwrap()),
+        f.clock.clone(),
+        CaptureConfig::default(),
+        tributary_capture::CaptureTarget {
+            namespace: NAMESPACE.to_owned(),
+            hub: HUB.to_owned(),
+            partition: "0".to_owned(),
+        },
+        &again.path().join("state"),
+        tributary_event::EventPosition::Earliest,
+    )
+    .unwrap();
+    let error = fresh.step().unwrap_err().to_string();
+    assert!(error.contains("corrupt"), "{error}");
+}
