@@ -6,8 +6,11 @@
 //! settings changed, and stops those of hubs no longer captured (whose progress it then
 //! removes, so capture turned on again starts afresh, as on Azure; a deleted hub's progress
 //! goes with it). Each partition is stepped
-//! on the blocking pool, one step at a time per partition; a step reads what was committed and
-//! closes the window when its time or size is up.
+//! on the blocking pool, one step at a time per partition, at every tick and, between ticks,
+//! [`STEP_SPACING`] after new events arrive; a step reads what was committed and closes the
+//! window when its time or size is up. Stepped this soon, a capture reads what was just
+//! committed from the memory the partition keeps for it ([`Broker::keep_recent`]), not back
+//! from its file.
 //!
 //! # Guarantees
 //! - Exactly once across crashes, as [`PartitionCapture`] gives it; a new capture starts with
@@ -32,6 +35,7 @@ use tributary_event::names::name_key;
 use tributary_event::{EventData, EventPosition};
 
 use crate::error::CaptureError;
+use crate::limits::STEP_SPACING;
 use crate::notification::CaptureFileCreated;
 use crate::partition::{CaptureTarget, OnFile, PartitionCapture};
 use crate::spec::check;
@@ -80,6 +84,11 @@ struct Worker {
     busy: AtomicBool,
     failures: AtomicU32,
     retry_at_ms: AtomicI64,
+    /// The sequence number the capture reads next, as of its last step: events at or past it
+    /// wake the worker.
+    read_next: AtomicI64,
+    /// Set when the worker leaves the runner (its hub's capture ended or changed).
+    retired: AtomicBool,
 }
 
 impl std::fmt::Debug for Worker {
@@ -158,11 +167,17 @@ impl RunnerState {
         let now_ms = broker.clock().now_ms();
         let due = {
             let mut workers = self.workers.lock().expect("workers");
-            workers.retain(|key, w| wanted.get(key).is_some_and(|(_, s)| **s == w.settings));
+            workers.retain(|key, w| {
+                let keep = wanted.get(key).is_some_and(|(_, s)| **s == w.settings);
+                w.retired.store(!keep, Ordering::Release);
+                keep
+            });
             for (key, (hub, settings)) in wanted {
-                workers
-                    .entry(key.clone())
-                    .or_insert_with(|| Arc::new(Worker::new(hub, key.1, settings.clone())));
+                workers.entry(key.clone()).or_insert_with(|| {
+                    let worker = Arc::new(Worker::new(hub, key.1, settings.clone()));
+                    tokio::spawn(worker.clone().follow(self.clone(), broker.clone()));
+                    worker
+                });
             }
             workers
                 .values()
@@ -216,6 +231,50 @@ impl Worker {
             busy: AtomicBool::new(false),
             failures: AtomicU32::new(0),
             retry_at_ms: AtomicI64::new(0),
+            read_next: AtomicI64::new(0),
+            retired: AtomicBool::new(false),
+        }
+    }
+
+    /// Steps the capture as events arrive, [`STEP_SPACING`] after they wake it, so it reads
+    /// them while the partition still keeps them in memory; the ticks step it besides (a
+    /// window's time closes it without events). Ends once the worker is retired or the runner
+    /// stops.
+    async fn follow(self: Arc<Self>, state: Arc<RunnerState>, broker: Broker) {
+        let partition = self.partition.to_string();
+        while !self.retired.load(Ordering::Acquire) && !state.stopping.load(Ordering::Acquire) {
+            let next = self.read_next.load(Ordering::Acquire);
+            let arrived = broker
+                .wait_for_sequence(&self.hub, &partition, next, TICK)
+                .await;
+            match arrived {
+                Ok(true) => tokio::time::sleep(STEP_SPACING).await,
+                Ok(false) => continue,
+                // The hub is going away; the tick retires the worker.
+                Err(_) => {
+                    tokio::time::sleep(TICK).await;
+                    continue;
+                }
+            }
+            let failing_for_ms = self.retry_at_ms.load(Ordering::Relaxed) - broker.clock().now_ms();
+            if failing_for_ms > 0 {
+                // The tick retries a failing capture when its backoff is over.
+                let wait = Duration::from_millis(failing_for_ms.unsigned_abs()).min(TICK);
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+            if state.stopping.load(Ordering::Acquire) || self.busy.swap(true, Ordering::AcqRel) {
+                // Stepped by the tick right now.
+                tokio::time::sleep(STEP_SPACING).await;
+                continue;
+            }
+            let (worker, state, broker) = (self.clone(), state.clone(), broker.clone());
+            let runtime = tokio::runtime::Handle::current();
+            let stepped = tokio::task::spawn_blocking(move || {
+                worker.step(&state, &broker, &runtime);
+                worker.busy.store(false, Ordering::Release);
+            });
+            let _ = stepped.await;
         }
     }
 
@@ -230,6 +289,9 @@ impl Worker {
                 created
             }),
         };
+        if let Some(capture) = slot.as_ref() {
+            self.read_next.store(capture.read_next(), Ordering::Release);
+        }
         let now_ms = broker.clock().now_ms();
         match outcome {
             Ok(created) => {
