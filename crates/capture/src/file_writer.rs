@@ -28,9 +28,11 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crate::limits::{
     DIRECT_ALIGN_BYTES, POOLED_BUFFERS_MAX, SYNC_AHEAD_BYTES, WRITE_BUFFERS, WRITE_CHUNK_BYTES,
@@ -168,7 +170,10 @@ impl FileWriter {
         let thread_file = Arc::clone(&file);
         let thread = std::thread::Builder::new()
             .name("capture-write".into())
-            .spawn(move || write_chunks(&thread_file, mode, &to_write, &done))?;
+            .spawn(move || {
+                write_chunks(&thread_file, mode, &to_write, &done);
+                count_writer_cpu();
+            })?;
         Ok(FileWriter {
             file,
             mode,
@@ -328,6 +333,23 @@ fn open(path: &Path, mode: WriteMode) -> std::io::Result<(File, WriteMode)> {
 /// The writer thread: writes each chunk at its offset (through the page cache: `fdatasync`
 /// every [`SYNC_AHEAD_BYTES`]) and gives its buffer back; stops at the first error, after
 /// reporting it, or when the sending side is gone.
+/// The CPU time of the writer threads that have ended, in nanoseconds.
+static WRITER_THREADS_CPU_NS: AtomicU64 = AtomicU64::new(0);
+
+/// The CPU time the writer threads of every window file have used, those still running aside:
+/// the share of a capture's cost that its stepping thread does not see (for measuring it).
+pub fn writer_threads_cpu() -> Duration {
+    Duration::from_nanos(WRITER_THREADS_CPU_NS.load(Ordering::Relaxed))
+}
+
+/// Adds the calling writer thread's CPU time to [`WRITER_THREADS_CPU_NS`] as it ends.
+fn count_writer_cpu() {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    let ns = u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000
+        + u64::try_from(t.tv_nsec).unwrap_or(0);
+    WRITER_THREADS_CPU_NS.fetch_add(ns, Ordering::Relaxed);
+}
+
 fn write_chunks(
     file: &File,
     mode: WriteMode,

@@ -44,6 +44,7 @@ pub use blob::BlobDestination;
 pub use config::{CaptureConfig, CaptureFormat};
 pub use destination::{Destination, DirectoryDestination, PendingFile, WriteMode};
 pub use error::CaptureError;
+pub use file_writer::writer_threads_cpu;
 pub use notification::{CaptureFileCreated, EventGridEvent};
 pub use partition::{CaptureTarget, PartitionCapture};
 pub use progress::Progress;

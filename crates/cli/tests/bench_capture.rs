@@ -1,4 +1,4 @@
-//! `tributary bench --scenario capture --quick`: the three phases run in one process and print
+//! `tributary bench --scenario capture --quick`: the four phases run in one process and print
 //! their lines, each with finite, positive figures and a verdict against its target.
 
 mod common;
@@ -30,6 +30,9 @@ fn quick_capture_bench_prints_its_cpu_ratio_and_lag() {
         ("capture ingest", "hub CPU"),
         ("capture cpu", "capture CPU"),
         ("capture cpu", "="),
+        ("capture live", "capture CPU"),
+        ("capture live", "="),
+        ("capture live", "alone at"),
         ("capture lag", "p50"),
         ("capture lag", "p99"),
         ("capture lag", "over"),
@@ -41,7 +44,7 @@ fn quick_capture_bench_prints_its_cpu_ratio_and_lag() {
             "{line} {label} is {value}: {stdout}"
         );
     }
-    for line in ["capture cpu", "capture lag"] {
+    for line in ["capture cpu", "capture live", "capture lag"] {
         let line = common::line_starting(&stdout, line);
         assert!(
             line.ends_with(": met)") || line.ends_with(": MISSED)"),
