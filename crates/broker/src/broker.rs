@@ -659,32 +659,6 @@ impl Broker {
         Ok(hub.partitions[partition as usize].log.properties())
     }
 
-    /// Has one partition keep its last batches in memory, up to `budget` bytes, for a reader
-    /// that follows close behind (a capture; see [`tributary_log::PartitionLog::keep_recent`]).
-    /// 0 stops it and frees them.
-    pub fn keep_recent(&self, hub: &str, partition: &str, budget: u64) -> Result<(), BrokerError> {
-        let hub = self.hub(hub)?;
-        let partition = hub.partition(partition)?;
-        hub.partitions[partition as usize].log.keep_recent(budget);
-        Ok(())
-    }
-
-    /// Drops the batches one partition keeps ([`Broker::keep_recent`]) that `cursor` has read
-    /// whole.
-    pub fn release_recent(
-        &self,
-        hub: &str,
-        partition: &str,
-        cursor: &ReadCursor,
-    ) -> Result<(), BrokerError> {
-        let hub = self.hub(hub)?;
-        let partition = hub.partition(partition)?;
-        hub.partitions[partition as usize]
-            .log
-            .release_recent(cursor);
-        Ok(())
-    }
-
     /// Opens a receiver, applying the epoch rules of its (hub, group, partition): it may
     /// disconnect other receivers, or be refused.
     pub fn open_receiver(&self, spec: ReceiverSpec) -> Result<Receiver, BrokerError> {

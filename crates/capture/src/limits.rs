@@ -24,18 +24,10 @@ pub const READ_EVENTS_MAX: usize = 1024;
 /// smallest size window, so a window overshoots its size by at most one read's last event).
 pub const READ_BYTES_MAX: u64 = 4 * 1024 * 1024;
 
-/// How many bytes of its last batches a captured partition keeps in memory for its capture
-/// (`PartitionLog::keep_recent`), at most: the capture, stepped as events arrive (at most every
-/// [`STEP_SPACING`]), reads them from there rather than back from the file, and releases them
-/// once read, so a capture that keeps up holds about one spacing's worth of batches. The cap
-/// is for a capture that falls behind (it then reads from the file): 64 MiB is a step of a
-/// partition taking 1 GB/s that ran 60 ms late.
-pub const RECENT_BYTES_MAX: u64 = 64 * 1024 * 1024;
 /// The least time between two steps of a partition's capture that events woke: a few commits
 /// gather, so a busy partition is stepped at most 200 times a second, not once per commit, and
-/// what a step reads was written so recently that it is still in the processor's caches
-/// (5 ms of a partition taking 400 MB/s is 2 MB; 20 ms cost the capture about 10 % more CPU
-/// per event).
+/// what a step reads was written so recently that it is still in the page cache and in the
+/// processor's caches (5 ms of a partition taking 400 MB/s is 2 MB).
 pub const STEP_SPACING: Duration = Duration::from_millis(5);
 
 /// About how many bytes of records an Avro block holds before it is written (with one `write`,

@@ -39,7 +39,7 @@ use crate::avro::record_bytes;
 use crate::config::CaptureConfig;
 use crate::destination::Destination;
 use crate::error::CaptureError;
-use crate::limits::{READ_BYTES_MAX, READ_EVENTS_MAX, RECENT_BYTES_MAX};
+use crate::limits::{READ_BYTES_MAX, READ_EVENTS_MAX};
 use crate::notification::{Bounds, CaptureFileCreated};
 use crate::progress::{Progress, ProgressStore};
 use crate::window::{WindowWriter, summarize, window_writer};
@@ -87,17 +87,6 @@ pub struct PartitionCapture {
 
 /// What [`PartitionCapture::on_file`] takes.
 pub type OnFile = Box<dyn FnMut(&CaptureFileCreated) -> Result<(), CaptureError> + Send>;
-
-impl Drop for PartitionCapture {
-    /// The partition no longer keeps its last batches for this capture. (A newer capture of
-    /// the same partition asks again at its next step.)
-    fn drop(&mut self) {
-        // A hub deleted meanwhile took its partitions' memory with it.
-        let _ = self
-            .broker
-            .keep_recent(&self.target.hub, &self.target.partition, 0);
-    }
-}
 
 impl std::fmt::Debug for PartitionCapture {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -192,12 +181,6 @@ impl PartitionCapture {
         if self.progress.is_none() {
             created.extend(self.recover()?);
         }
-        // Read what was just committed from the partition's memory, not back from its file:
-        // asked at every step, so a capture of the same partition dropped since (the runner
-        // restarting it with new settings) cannot have turned it off.
-        self.broker
-            .keep_recent(&self.target.hub, &self.target.partition, RECENT_BYTES_MAX)
-            .map_err(|e| self.broker_error(e))?;
         // Read up to what the partition held when the step began, so a step ends even while
         // producers keep sending.
         let properties = self
@@ -349,13 +332,7 @@ impl PartitionCapture {
             READ_EVENTS_MAX,
             READ_BYTES_MAX,
         );
-        let events = read.map_err(|e| self.broker_error(e))?;
-        // The batches read whole are not read again, even after an error (a capture that
-        // recovers reads back from the file).
-        self.broker
-            .release_recent(&t.hub, &t.partition, &self.cursor)
-            .map_err(|e| self.broker_error(e))?;
-        Ok(events)
+        read.map_err(|e| self.broker_error(e))
     }
 
     /// Appends `event` to the open window, opening its file first if it is the first.

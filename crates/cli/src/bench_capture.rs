@@ -9,8 +9,7 @@
 //!
 //! 1. **together**: sends as fast as the hub takes them for `--seconds` while the capture
 //!    thread follows the partition as the runner does inside `serve`: a step once events past
-//!    what it captured are there, [`STEP_SPACING`] apart, and one every [`TICK`]. Stepped this
-//!    soon it reads the batches the partition keeps in memory for it, not the file. The
+//!    what it captured are there, [`STEP_SPACING`] apart, and one every [`TICK`]. The
 //!    capture's CPU is the time of those steps (the capture thread's own clock) and of the
 //!    window files' writer threads; the hub's is the process's CPU time less the capture's.
 //!    Each per event (captured, ingested), their ratio is the first target, both measured in

@@ -68,7 +68,6 @@ pub mod faults;
 pub mod fuzzing;
 pub mod limits;
 mod partition;
-mod recent;
 mod record;
 mod recovery;
 mod segment;

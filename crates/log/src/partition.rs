@@ -27,7 +27,6 @@ use crate::commit::{GroupCommitter, PendingSync};
 use crate::compaction::{CompactionBook, CompactionOutcome, CompactionState};
 use crate::config::{Cleanup, Durability, LogConfig, Retention};
 use crate::limits::*;
-use crate::recent::RecentBatches;
 use crate::record::{
     BATCH_HEADER_BYTES, BatchHeader, decode_batch, encode_batch, record_len, record_offsets,
     verify_checksum,
@@ -123,9 +122,6 @@ pub struct ReadCursor {
     /// its first byte, bytes)`. Committed bytes of a segment file never change, so they stay
     /// valid (compaction writes a new file, with a new id).
     read_ahead: Option<(u64, u64, Bytes)>,
-    /// The offset every batch before which this cursor has read whole (see
-    /// [`PartitionLog::release_recent`]).
-    read_to_offset: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,7 +140,6 @@ impl ReadCursor {
             hint: None,
             buf: BytesMut::new(),
             read_ahead: None,
-            read_to_offset: 0,
         }
     }
 
@@ -188,9 +183,6 @@ pub(crate) struct PartitionShared {
     committed: Mutex<Committed>,
     poisoned: Mutex<Option<String>>,
     listener: RwLock<Option<CommitListener>>,
-    /// The batches written last, for readers close behind the writer
-    /// ([`PartitionLog::keep_recent`]). Taken after the writer's lock, never before it.
-    recent: RwLock<RecentBatches>,
     /// Where the files are.
     pub(crate) storage: Arc<dyn Storage>,
     /// The cleanup policy now in force (the configuration's until changed).
@@ -370,7 +362,6 @@ impl PartitionLog {
                 committed: Mutex::new(committed),
                 poisoned: Mutex::new(None),
                 listener: RwLock::new(None),
-                recent: RwLock::new(RecentBatches::default()),
                 storage,
                 cleanup: RwLock::new(config.cleanup),
                 maintenance: Mutex::new(()),
@@ -428,31 +419,6 @@ impl PartitionLog {
     /// moves forward. It must be quick: waking a waiter, not doing work.
     pub fn set_commit_listener(&self, listener: impl Fn(&Committed) + Send + Sync + 'static) {
         *self.shared.listener.write().expect("listener lock") = Some(Arc::new(listener));
-    }
-
-    /// Keeps the batches written from now on in memory, up to `budget` bytes (the oldest go
-    /// first), so that a reader close behind the writer (a capture) reads them from there
-    /// instead of the file: no copy out of the page cache, no checksum. 0 (the default) keeps
-    /// none and frees what was kept. Costs the writer one allocation per batch while on.
-    pub fn keep_recent(&self, budget: u64) {
-        self.shared
-            .recent
-            .write()
-            .expect("recent lock")
-            .set_budget(budget);
-    }
-
-    /// Drops the kept batches (see [`PartitionLog::keep_recent`]) that `cursor` has read whole:
-    /// the reader that asked for them says it will not read them again, so a partition it
-    /// keeps up with holds only what was written since its last read.
-    pub fn release_recent(&self, cursor: &ReadCursor) {
-        let mut recent = self.shared.recent.write().expect("recent lock");
-        recent.release_before(cursor.read_to_offset);
-    }
-
-    /// The bytes of batches kept for readers now (see [`PartitionLog::keep_recent`]).
-    pub fn recent_bytes(&self) -> u64 {
-        self.shared.recent.read().expect("recent lock").held()
     }
 
     /// What readers can currently see.
@@ -599,19 +565,7 @@ impl PartitionLog {
         self.preallocate(writer, position + batch_len);
         let written = active.file.write_all_at(&buf, position);
         let header = BatchHeader::decode(&buf).expect("encoded header decodes");
-        let keep_recent =
-            written.is_ok() && self.shared.recent.read().expect("recent lock").keeps();
-        if keep_recent {
-            // The kept batch takes the buffer; the next batch gets one of the same size.
-            writer.buf = Vec::with_capacity(buf.capacity());
-            self.shared.recent.write().expect("recent lock").push(
-                active.id,
-                batch_offset,
-                Bytes::from(buf),
-            );
-        } else {
-            writer.buf = buf;
-        }
+        writer.buf = buf;
         if let Err(e) = written {
             tracing::warn!(
                 segment = %active.path.display(),
@@ -878,14 +832,7 @@ impl PartitionLog {
                 (limit_position(&segment, &contents, &committed), start)
             };
             read_segment(
-                &segment,
-                &self.shared.recent,
-                start,
-                limit,
-                cursor,
-                max_events,
-                max_bytes,
-                &mut out,
+                &segment, start, limit, cursor, max_events, max_bytes, &mut out,
             )?;
             if out.is_empty() && cursor.next_sequence == before {
                 // Nothing at or after the cursor in this segment: compaction removed the rest
@@ -1095,12 +1042,9 @@ fn limit_position(segment: &Segment, contents: &SegmentContents, committed: &Com
     contents.end_position.min(committed_local)
 }
 
-/// Reads batches from `start` to `limit` in one segment into `out`, advancing `cursor`. A batch
-/// the writer still keeps in `recent` is taken from there rather than from the file.
-#[allow(clippy::too_many_arguments)]
+/// Reads batches from `start` to `limit` in one segment into `out`, advancing `cursor`.
 fn read_segment(
     segment: &Segment,
-    recent: &RwLock<RecentBatches>,
     start: u64,
     limit: u64,
     cursor: &mut ReadCursor,
@@ -1111,19 +1055,15 @@ fn read_segment(
     let mut position = start;
     let mut bytes_read = 0u64;
     let (mut chunk, mut chunk_start) = take_read_ahead(cursor, segment, position);
-    // Whether `chunk` is a batch the writer kept: bytes that never left memory, so there is
-    // no checksum to verify.
-    let mut kept = false;
     while position < limit && out.len() < max_events && (out.is_empty() || bytes_read < max_bytes) {
         if position + BATCH_HEADER_BYTES as u64 > chunk_start + chunk.len() as u64 {
-            let bytes_left = max_bytes.saturating_sub(bytes_read);
-            (chunk, kept) = chunk_at(
-                segment,
-                recent,
+            let want =
+                u64::from(READ_CHUNK_BYTES).min(max_bytes.saturating_sub(bytes_read).max(1 << 16));
+            chunk = read_at(
                 &mut cursor.buf,
+                segment,
                 position,
-                limit,
-                bytes_left,
+                want.min(limit - position),
             )?;
             chunk_start = position;
         }
@@ -1132,19 +1072,19 @@ fn read_segment(
             .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
         let len = u64::from(header.batch_len);
         if position + len > limit {
-            let past = "batch runs past the committed end";
-            return Err(LogError::corrupted(&segment.path, position, past));
+            return Err(LogError::corrupted(
+                &segment.path,
+                position,
+                "batch runs past the committed end",
+            ));
         }
         let batch = if at as u64 + len <= chunk.len() as u64 {
             chunk.slice(at..at + len as usize)
         } else {
-            kept = false; // A kept chunk is one whole batch: this one is from the file.
             read_at(&mut cursor.buf, segment, position, len)?
         };
-        if !kept {
-            verify_checksum(&batch, &header)
-                .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
-        }
+        verify_checksum(&batch, &header)
+            .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
         if header.next_sequence() <= cursor.next_sequence {
             // A batch before the cursor (the index entry lies before it): step over it.
             position += len;
@@ -1159,7 +1099,6 @@ fn read_segment(
         if done_with_batch {
             cursor.next_sequence = header.next_sequence();
             position += len;
-            cursor.read_to_offset = segment.header.base_offset + position;
             cursor.hint = Some(ReadHint {
                 segment_id: segment.id,
                 position,
@@ -1180,29 +1119,6 @@ fn read_segment(
         cursor.read_ahead = Some((segment.id, chunk_start, chunk));
     }
     Ok(())
-}
-
-/// The bytes from `position` in `segment` on: the batch there if the writer still keeps it in
-/// `recent` (then `true`: bytes that never left memory), else a chunk read from the file into
-/// `buf`'s memory, up to `limit` and about `bytes_left` (at least 64 KiB, at most
-/// [`READ_CHUNK_BYTES`]).
-fn chunk_at(
-    segment: &Segment,
-    recent: &RwLock<RecentBatches>,
-    buf: &mut BytesMut,
-    position: u64,
-    limit: u64,
-    bytes_left: u64,
-) -> Result<(Bytes, bool), LogError> {
-    let offset = segment.header.base_offset + position;
-    if let Some(batch) = recent.read().expect("recent lock").find(segment.id, offset) {
-        return Ok((batch, true));
-    }
-    let want = u64::from(READ_CHUNK_BYTES).min(bytes_left.max(1 << 16));
-    Ok((
-        read_at(buf, segment, position, want.min(limit - position))?,
-        false,
-    ))
 }
 
 /// The cursor's read-ahead bytes, if they cover `position` in `segment`; else nothing.

@@ -118,9 +118,6 @@ impl Sim {
             )
             .expect("the log opens"),
         );
-        // Keep every batch written in memory too: a read of a segment compaction rewrote must
-        // still see the rewrite, never the batches kept from before it.
-        self.log().keep_recent(1 << 20);
     }
 
     fn append(&mut self, events: &[(u8, u16)], shared: bool) {

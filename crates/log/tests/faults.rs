@@ -82,9 +82,6 @@ struct Sim {
     committer: GroupCommitter,
     clock: Arc<ManualClock>,
     config: LogConfig,
-    /// What the partition keeps of its last batches for readers (`keep_recent`): reads are
-    /// checked against the model whether they come from the file or from memory.
-    recent_budget: u64,
     log: Option<PartitionLog>,
     model: Model,
     next_batch: u64,
@@ -114,10 +111,8 @@ impl Sim {
             // keeps a prefix of the unsynced directory changes instead of none.
             storage.keep_directory_prefixes();
         }
-        let recent_budget = [0, 2048, 1 << 20][rng.below(3) as usize];
         Sim {
             storage,
-            recent_budget,
             rng,
             committer: GroupCommitter::start(),
             clock: Arc::new(ManualClock::new(T0)),
@@ -175,7 +170,6 @@ impl Sim {
             ) {
                 Ok(log) => {
                     self.storage.set_faults(true);
-                    log.keep_recent(self.recent_budget);
                     self.log = Some(log);
                     return self.check_recovered();
                 }
