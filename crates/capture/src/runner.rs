@@ -8,9 +8,8 @@
 //! goes with it). Each partition is stepped
 //! on the blocking pool, one step at a time per partition, at every tick and, between ticks,
 //! [`STEP_SPACING`] after new events arrive; a step reads what was committed and closes the
-//! window when its time or size is up. Stepped this soon, a capture reads what was just
-//! committed from the memory the partition keeps for it ([`Broker::keep_recent`]), not back
-//! from its file.
+//! window when its time or size is up. Stepped this soon, a window closed by its size is
+//! published tens of milliseconds after its last event, not up to a tick later.
 //!
 //! # Guarantees
 //! - Exactly once across crashes, as [`PartitionCapture`] gives it; a new capture starts with
@@ -89,6 +88,9 @@ struct Worker {
     read_next: AtomicI64,
     /// Set when the worker leaves the runner (its hub's capture ended or changed).
     retired: AtomicBool,
+    /// The progress last reported and the enqueued time of its first uncaptured event: the
+    /// progress moves only when a window closes, so most steps reuse it rather than read it.
+    oldest_uncaptured: Mutex<Option<(i64, Option<i64>)>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -233,12 +235,27 @@ impl Worker {
             retry_at_ms: AtomicI64::new(0),
             read_next: AtomicI64::new(0),
             retired: AtomicBool::new(false),
+            oldest_uncaptured: Mutex::new(None),
         }
     }
 
-    /// Steps the capture as events arrive, [`STEP_SPACING`] after they wake it, so it reads
-    /// them while the partition still keeps them in memory; the ticks step it besides (a
-    /// window's time closes it without events). Ends once the worker is retired or the runner
+    /// The enqueued time of the first event not yet in a file, `captured_to`.
+    fn oldest_uncaptured(&self, broker: &Broker, captured_to: Option<i64>) -> Option<i64> {
+        let captured_to = captured_to?;
+        let mut known = self.oldest_uncaptured.lock().expect("oldest uncaptured");
+        match *known {
+            // An event not yet there when last looked up may be there now.
+            Some((sequence, Some(oldest))) if sequence == captured_to => Some(oldest),
+            _ => {
+                let oldest = enqueued_time(broker, &self.hub, self.partition, captured_to);
+                *known = Some((captured_to, oldest));
+                oldest
+            }
+        }
+    }
+
+    /// Steps the capture as events arrive, [`STEP_SPACING`] after they wake it; the ticks step
+    /// it besides (a window's time closes it without events). Ends once the worker is retired or the runner
     /// stops.
     async fn follow(self: Arc<Self>, state: Arc<RunnerState>, broker: Broker) {
         let partition = self.partition.to_string();
@@ -300,8 +317,7 @@ impl Worker {
                     .as_ref()
                     .and_then(|c| c.progress())
                     .map(|p| p.next_sequence);
-                let oldest =
-                    captured_to.and_then(|s| enqueued_time(broker, &self.hub, self.partition, s));
+                let oldest = self.oldest_uncaptured(broker, captured_to);
                 broker.report_capture(&self.hub, self.partition, |status| {
                     status.files_written += created.len() as u64;
                     status.bytes_written += created.iter().map(|c| c.size_in_bytes).sum::<u64>();

@@ -291,66 +291,65 @@ async fn progress_is_kept_across_restarts_and_nothing_is_written_twice() {
     assert_eq!(avro_files(&f.files_root()).len(), 2);
 }
 
-/// Every segment file of the broker's logs below `dir`.
-fn segment_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            found.extend(segment_files(&path));
-        } else if path.extension().is_some_and(|x| x == "log") {
-            found.push(path);
-        }
-    }
-    found
-}
-
 #[tokio::test]
-async fn a_capture_that_keeps_up_takes_what_was_just_committed_from_memory_not_the_file() {
+async fn the_runner_publishes_a_window_its_size_closed_without_waiting_for_a_tick() {
     let f = Fixture::start(1).await;
-    let mut capture = f.capture(CaptureConfig::default(), "0");
-    assert!(capture.step().unwrap().is_empty());
-    f.send("0", (0..6).map(typed_event).collect()).await;
-    f.send("0", (6..9).map(typed_event).collect()).await;
-    let held = f.hub_events("0");
-    // Damage every byte past each segment file's header: read back from the file, the
-    // events would fail their checksums.
-    let segments = segment_files(f.dir.path());
-    assert!(!segments.is_empty());
-    for path in &segments {
-        let mut bytes = std::fs::read(path).unwrap();
-        let header = 64.min(bytes.len());
-        bytes[header..].fill(0xff);
-        std::fs::write(path, bytes).unwrap();
+    let files = f.dir.path().join("followed-files");
+    std::fs::create_dir_all(&files).unwrap();
+    let settings = tributary_broker::HubCapture {
+        destination: format!("file:{}", files.display()),
+        encoding: "Avro".to_owned(),
+        interval_secs: 900,
+        size_bytes_max: 10 * 1024 * 1024,
+        skip_empty: true,
+        archive_name_format: tributary_capture::DEFAULT_ARCHIVE_NAME_FORMAT.to_owned(),
+        notify_hub: None,
+        enabled_at_ms: 0,
+    };
+    let spec = tributary_broker::HubSpec {
+        capture: Some(settings),
+        ..tributary_broker::HubSpec::new("followed", 1)
+    };
+    f.broker.create_hub(spec).await.unwrap();
+    let runner = tributary_capture::CaptureRunner::start(
+        &f.broker,
+        NAMESPACE,
+        &f.dir.path().join("runner-state"),
+        None,
+    );
+    // The first tick (after one) starts the partition's worker.
+    tokio::time::sleep(tributary_capture::runner::TICK + Duration::from_millis(500)).await;
+    let published = || {
+        avro_files(&files)
+            .keys()
+            .filter(|name| name.ends_with(".avro"))
+            .count()
+    };
+    // Windows of eleven events of 1,000 KiB each, closed by their size: with a step only
+    // every tick (1 s), a window's file would come half a tick after its last event on
+    // average; stepped as events arrive, within a few of STEP_SPACING.
+    let body = Bytes::from(vec![7u8; 1000 * 1024]);
+    let mut delays = Vec::new();
+    for window in 0..5 {
+        for _ in 0..11 {
+            let event = EventData::new(body.clone());
+            f.broker
+                .send_to_partition_keyed("followed", "0", &[event])
+                .await
+                .unwrap();
+        }
+        let sent = std::time::Instant::now();
+        while published() <= window {
+            assert!(sent.elapsed() < Duration::from_secs(30), "no file");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        delays.push(sent.elapsed());
     }
-    f.advance_secs(300);
-    let created = capture.step().unwrap();
-    assert_eq!(created.len(), 1);
-    let files = avro_files(&f.files_root());
-    let records = read_records(files.values().next().unwrap());
-    assert_eq!(records.len(), held.len());
-    for (record, event) in records.iter().zip(&held) {
-        assert_record_is_event(record, event);
-    }
-    // A capture starting afresh (progress of its own) reads the file, and finds the damage
-    // rather than serving it.
-    drop(capture);
-    let again = tempfile::tempdir().unwrap();
-    let destination = tributary_capture::DirectoryDestination::new(again.path().join("files"));
-    let mut fresh = tributary_capture::PartitionCapture::new(
-        f.broker.clone(),
-        std::sync::Arc::new(destination.unwrap()),
-        f.clock.clone(),
-        CaptureConfig::default(),
-        tributary_capture::CaptureTarget {
-            namespace: NAMESPACE.to_owned(),
-            hub: HUB.to_owned(),
-            partition: "0".to_owned(),
-        },
-        &again.path().join("state"),
-        tributary_event::EventPosition::Earliest,
-    )
-    .unwrap();
-    let error = fresh.step().unwrap_err().to_string();
-    assert!(error.contains("corrupt"), "{error}");
+    runner.stop().await;
+    delays.sort();
+    assert!(
+        delays[2] < Duration::from_millis(300),
+        "a file came {:?} after its window's last event (median; all: {delays:?})",
+        delays[2]
+    );
 }
