@@ -330,9 +330,6 @@ fn open(path: &Path, mode: WriteMode) -> std::io::Result<(File, WriteMode)> {
     Ok((options.open(path)?, WriteMode::Buffered))
 }
 
-/// The writer thread: writes each chunk at its offset (through the page cache: `fdatasync`
-/// every [`SYNC_AHEAD_BYTES`]) and gives its buffer back; stops at the first error, after
-/// reporting it, or when the sending side is gone.
 /// The CPU time of the writer threads that have ended, in nanoseconds.
 static WRITER_THREADS_CPU_NS: AtomicU64 = AtomicU64::new(0);
 
@@ -350,6 +347,9 @@ fn count_writer_cpu() {
     WRITER_THREADS_CPU_NS.fetch_add(ns, Ordering::Relaxed);
 }
 
+/// The writer thread: writes each chunk at its offset (through the page cache: `fdatasync`
+/// every [`SYNC_AHEAD_BYTES`]) and gives its buffer back; stops at the first error, after
+/// reporting it, or when the sending side is gone.
 fn write_chunks(
     file: &File,
     mode: WriteMode,

@@ -255,8 +255,8 @@ impl Worker {
     }
 
     /// Steps the capture as events arrive, [`STEP_SPACING`] after they wake it; the ticks step
-    /// it besides (a window's time closes it without events). Ends once the worker is retired or the runner
-    /// stops.
+    /// it besides (a window's time closes it without events). Ends once the worker is retired
+    /// or the runner stops.
     async fn follow(self: Arc<Self>, state: Arc<RunnerState>, broker: Broker) {
         let partition = self.partition.to_string();
         while !self.retired.load(Ordering::Acquire) && !state.stopping.load(Ordering::Acquire) {
