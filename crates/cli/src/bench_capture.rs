@@ -36,8 +36,9 @@
 //!    33 %), and its lag grows by `f` s every second. An event still in no file at the end (the
 //!    open window's) counts with the time it has waited so far, a lower bound.
 //!
-//! CPU time is `CLOCK_PROCESS_CPUTIME_ID` (nanoseconds), so short runs still measure; CPU per
-//! event holds better than rates on a busy machine.
+//! CPU time is `CLOCK_PROCESS_CPUTIME_ID` for the process and `CLOCK_THREAD_CPUTIME_ID` for the
+//! capture's threads (nanoseconds), so short runs still measure; CPU per event holds better
+//! than rates on a busy machine.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -470,9 +471,14 @@ impl CaptureThread {
 
     /// What the steps taken while following have cost so far, with the writer threads' CPU.
     fn following_cost(&self) -> FollowCostNow {
-        let writers = u64::try_from(tributary_capture::writer_threads_cpu().as_nanos());
+        let writers =
+            u64::try_from(tributary_capture::writer_threads_cpu().as_nanos()).unwrap_or(u64::MAX);
         FollowCostNow {
-            cpu_ns: self.following.cpu_ns.load(Ordering::Relaxed) + writers.unwrap_or(u64::MAX),
+            cpu_ns: self
+                .following
+                .cpu_ns
+                .load(Ordering::Relaxed)
+                .saturating_add(writers),
             events: self.following.events.load(Ordering::Relaxed),
         }
     }
