@@ -948,6 +948,28 @@ async fn hosts_sharing_a_sqlite_file_balance_and_hand_over() {
         a_partitions.iter().all(all_five)
     })
     .await;
+    // A delivery is journaled before its batch's checkpoint is stored: wait for the stored
+    // checkpoints too, so that a leaves with every partition checkpointed past event 4.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let checkpoints = store_b
+            .list_checkpoints(NAMESPACE, HUB, GROUP)
+            .await
+            .unwrap();
+        let at_four = |p: &String| {
+            checkpoints
+                .iter()
+                .any(|c| &c.partition_id == p && c.sequence_number == Some(4))
+        };
+        if a_partitions.iter().all(at_four) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not reached within 30 s: every partition checkpointed"
+        );
+        sleep(Duration::from_millis(20)).await;
+    }
     let b_before: Vec<usize> = a_partitions
         .iter()
         .map(|p| journal.delivered_to("b", p).len())
