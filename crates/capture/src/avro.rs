@@ -154,12 +154,16 @@ pub fn codec(format: CaptureFormat) -> Codec {
 /// A capture Avro object container file being written to `W`.
 ///
 /// The header (magic, `avro.schema`, `avro.codec`, sync marker) is apache-avro's. The records
-/// are encoded here, straight from each event into the open block: the schema is fixed, and
-/// apache-avro's generic path (an owned `Value` tree per event, a `HashMap` per map, the
-/// schema walked per value) cost about 1.3 µs per 1 KiB event, most of the capture's CPU
-/// (BENCHMARKS.md, "Capture's CPU and lag"). A block holds about [`AVRO_BLOCK_BYTES`] of
-/// records and is written with one `write` (compressed first with `deflate`), so the sink sees
-/// few large writes.
+/// are encoded here: the schema is fixed, and apache-avro's generic path (an owned `Value` tree
+/// per event, a `HashMap` per map, the schema walked per value) cost about 1.3 µs per 1 KiB
+/// event, most of the capture's CPU (BENCHMARKS.md, "Capture's CPU and lag"). A block holds
+/// about [`AVRO_BLOCK_BYTES`] of records.
+///
+/// [`AvroFileWriter::append`] encodes an event into the open block, which is written whole
+/// (compressed first with `deflate`). [`AvroFileWriter::append_all`] without a codec writes
+/// each body from the event straight to the sink: it encodes the block's record heads (every
+/// field before the body's bytes) first, so the block's length is known before its first
+/// byte goes out, and each body is copied once, into the sink, not twice.
 pub struct AvroFileWriter<W: Write> {
     sink: W,
     codec: Codec,
@@ -169,6 +173,9 @@ pub struct AvroFileWriter<W: Write> {
     block_records: i64,
     /// Block header bytes (record count, byte length), kept to reuse their memory.
     block_header: Vec<u8>,
+    /// The record heads of a block [`AvroFileWriter::append_all`] writes, and where each ends.
+    heads: Vec<u8>,
+    head_ends: Vec<usize>,
     enqueued_time: EnqueuedTimeText,
 }
 
@@ -202,6 +209,8 @@ impl<W: Write> AvroFileWriter<W> {
             block: Vec::with_capacity(AVRO_BLOCK_BYTES + AVRO_BLOCK_BYTES / 8),
             block_records: 0,
             block_header: Vec::with_capacity(20),
+            heads: Vec::new(),
+            head_ends: Vec::new(),
             enqueued_time: EnqueuedTimeText::default(),
         })
     }
@@ -214,6 +223,58 @@ impl<W: Write> AvroFileWriter<W> {
             self.write_block()?;
         }
         Ok(())
+    }
+
+    /// Appends `events` as records, in order. Without a codec each body goes from its event
+    /// straight to the sink, in blocks of their own; with `deflate` this is
+    /// [`AvroFileWriter::append`] for each.
+    pub fn append_all(&mut self, events: &[ReceivedEvent]) -> Result<(), String> {
+        if !matches!(self.codec, Codec::Null) {
+            return events.iter().try_for_each(|event| self.append(event));
+        }
+        // Records appended one by one before go first, in their own block.
+        self.write_block()?;
+        let mut rest = events;
+        while !rest.is_empty() {
+            let written = self.write_direct_block(rest)?;
+            rest = &rest[written..];
+        }
+        Ok(())
+    }
+
+    /// Writes the first of `events`, about [`AVRO_BLOCK_BYTES`] of records (at least one), as
+    /// one uncompressed block from their encoded heads and their bodies. Returns how many.
+    fn write_direct_block(&mut self, events: &[ReceivedEvent]) -> Result<usize, String> {
+        self.heads.clear();
+        self.head_ends.clear();
+        let mut body_bytes = 0;
+        for event in events {
+            encode_head(&mut self.heads, event, &mut self.enqueued_time);
+            self.head_ends.push(self.heads.len());
+            body_bytes += event.data.body.len();
+            if self.heads.len() + body_bytes >= AVRO_BLOCK_BYTES {
+                break;
+            }
+        }
+        let count = self.head_ends.len();
+        self.block_header.clear();
+        put_long(&mut self.block_header, count as i64);
+        put_long(
+            &mut self.block_header,
+            (self.heads.len() + body_bytes) as i64,
+        );
+        let mut written = self.sink.write_all(&self.block_header);
+        let mut head_start = 0;
+        for (event, &head_end) in events.iter().zip(&self.head_ends) {
+            written = written
+                .and_then(|()| self.sink.write_all(&self.heads[head_start..head_end]))
+                .and_then(|()| self.sink.write_all(&event.data.body));
+            head_start = head_end;
+        }
+        written
+            .and_then(|()| self.sink.write_all(&self.marker))
+            .map_err(|e| e.to_string())?;
+        Ok(count)
     }
 
     /// Writes the open block, if it holds records, and hands back the sink.
@@ -248,6 +309,13 @@ impl<W: Write> AvroFileWriter<W> {
 
 /// Encodes `event` as one `EventData` record (Avro binary encoding, fields in schema order).
 fn encode_record(out: &mut Vec<u8>, event: &ReceivedEvent, time: &mut EnqueuedTimeText) {
+    encode_head(out, event, time);
+    out.extend_from_slice(&event.data.body);
+}
+
+/// Encodes `event`'s record up to its body's bytes: every field, then the body's union branch
+/// and length.
+fn encode_head(out: &mut Vec<u8>, event: &ReceivedEvent, time: &mut EnqueuedTimeText) {
     put_long(out, event.sequence_number);
     put_decimal(out, event.offset);
     put_bytes(out, time.text(event.enqueued_time_ms).as_bytes());
@@ -259,7 +327,7 @@ fn encode_record(out: &mut Vec<u8>, event: &ReceivedEvent, time: &mut EnqueuedTi
     put_map(out, data.len(), data);
     // `Body`: branch 1 of `["null","bytes"]`.
     put_long(out, 1);
-    put_bytes(out, &event.data.body);
+    put_long(out, event.data.body.len() as i64);
 }
 
 fn put_map<'k, 'v>(
@@ -460,11 +528,15 @@ mod tests {
         writer.into_inner().unwrap()
     }
 
-    fn hand_file(events: &[ReceivedEvent], format: CaptureFormat) -> Vec<u8> {
+    /// The records of `events` written by the hand encoder: the first `one_by_one` with
+    /// `append`, the rest with `append_all`.
+    fn hand_file(events: &[ReceivedEvent], format: CaptureFormat, one_by_one: usize) -> Vec<u8> {
         let mut writer = AvroFileWriter::new(Vec::new(), format).unwrap();
-        for event in events {
+        let (first, rest) = events.split_at(one_by_one.min(events.len()));
+        for event in first {
             writer.append(event).unwrap();
         }
+        writer.append_all(rest).unwrap();
         writer.finish().unwrap()
     }
 
@@ -509,11 +581,12 @@ mod tests {
         fn the_hand_encoder_decodes_to_the_generic_paths_records(
             events in proptest::collection::vec(event(), 0..12),
             deflate in any::<bool>(),
+            one_by_one in 0..13_usize,
         ) {
             let format = if deflate { CaptureFormat::AvroDeflate } else { CaptureFormat::Avro };
             let expected: Vec<Value> = events.iter().map(generic_record).collect();
             prop_assert_eq!(&decoded(&generic_file(&events, format)), &expected);
-            prop_assert_eq!(&decoded(&hand_file(&events, format)), &expected);
+            prop_assert_eq!(&decoded(&hand_file(&events, format, one_by_one)), &expected);
         }
     }
 
@@ -529,8 +602,13 @@ mod tests {
                 enqueued_time_ms: 1_700_000_000_000 + n * 7,
             })
             .collect();
-        for format in [CaptureFormat::Avro, CaptureFormat::AvroDeflate] {
-            let file = hand_file(&events, format);
+        let formats = [CaptureFormat::Avro, CaptureFormat::AvroDeflate];
+        // One by one, all at once, and half and half.
+        for (format, one_by_one) in formats
+            .into_iter()
+            .flat_map(|f| [count, 0, count / 2].map(|n| (f, n)))
+        {
+            let file = hand_file(&events, format, one_by_one);
             let summary = summarize(&file[..]).unwrap();
             assert_eq!(summary.event_count, count as u64, "{format:?}");
             assert_eq!(summary.last_sequence, Some(count as i64 - 1), "{format:?}");
@@ -539,11 +617,19 @@ mod tests {
                 assert_eq!(
                     records[n],
                     generic_record(&events[n]),
-                    "{format:?} record {n}"
+                    "{format:?} record {n}, {one_by_one} one by one"
                 );
             }
+            // Blocks of about `AVRO_BLOCK_BYTES`: 3 (2.7 blocks' worth), 4 when, without a
+            // codec, the half appended one by one ends its own block. The file's sync marker
+            // ends the header and every block.
+            let marker = &file[file.len() - 16..];
+            let blocks = file.windows(16).filter(|w| *w == marker).count() - 1;
+            let own_block = format == CaptureFormat::Avro && one_by_one == count / 2;
+            let expected = if own_block { 4 } else { 3 };
+            assert_eq!(blocks, expected, "{format:?}, {one_by_one} one by one");
         }
         // Deflate compresses the repeated bodies: the codec was applied to the blocks.
-        assert!(hand_file(&events, CaptureFormat::AvroDeflate).len() < count * 1024 / 4);
+        assert!(hand_file(&events, CaptureFormat::AvroDeflate, 0).len() < count * 1024 / 4);
     }
 }

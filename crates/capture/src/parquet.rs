@@ -265,10 +265,12 @@ fn parquet_error(name: &str, error: &ParquetError) -> CaptureError {
 }
 
 impl WindowWriter for ParquetWindow {
-    fn append(&mut self, event: &ReceivedEvent) -> Result<(), CaptureError> {
-        self.rows.push(event);
-        if self.rows.bytes >= PARQUET_ROW_GROUP_BYTES {
-            self.write_rows()?;
+    fn append(&mut self, events: &[ReceivedEvent]) -> Result<(), CaptureError> {
+        for event in events {
+            self.rows.push(event);
+            if self.rows.bytes >= PARQUET_ROW_GROUP_BYTES {
+                self.write_rows()?;
+            }
         }
         Ok(())
     }

@@ -194,8 +194,10 @@ impl PartitionCapture {
             if events.is_empty() {
                 break;
             }
-            for event in &events {
-                self.append(event)?;
+            let mut rest = &events[..];
+            while !rest.is_empty() {
+                let appended = self.append(rest)?;
+                rest = &rest[appended..];
                 if self
                     .window
                     .as_ref()
@@ -335,26 +337,45 @@ impl PartitionCapture {
         read.map_err(|e| self.broker_error(e))
     }
 
-    /// Appends `event` to the open window, opening its file first if it is the first.
-    fn append(&mut self, event: &ReceivedEvent) -> Result<(), CaptureError> {
-        // Sequence numbers may skip: compaction removes events, retention may (see
-        // `skip_removed`).
-        assert!(event.sequence_number >= self.read_next);
+    /// Appends the first of `events` (at least one) to the open window, opening its file first
+    /// if they are its first: as many as the window's size takes, the last one crossing it.
+    /// Returns how many.
+    fn append(&mut self, events: &[ReceivedEvent]) -> Result<usize, CaptureError> {
         if self.window.is_none() {
             self.window = Some(self.open_window()?);
         }
         let window = self.window.as_mut().expect("opened above");
-        window.writer.append(event)?;
-        let this = (event.sequence_number, event.enqueued_time_ms);
+        let mut taken = 0;
+        let mut bytes = 0;
+        let mut next = self.read_next;
+        for event in events {
+            // Sequence numbers may skip: compaction removes events, retention may (see
+            // `skip_removed`).
+            assert!(event.sequence_number >= next);
+            next = event.sequence_number + 1;
+            taken += 1;
+            bytes += record_bytes(event);
+            if window.record_bytes + bytes >= self.config.size_bytes_max {
+                break;
+            }
+        }
+        let taken_events = &events[..taken];
+        window.writer.append(taken_events)?;
+        let first = &taken_events[0];
+        let last = &taken_events[taken - 1];
+        let (first, last) = (
+            (first.sequence_number, first.enqueued_time_ms),
+            (last.sequence_number, last.enqueued_time_ms),
+        );
         window.bounds = Some(
             window
                 .bounds
-                .map_or((this, this), |(first, _)| (first, this)),
+                .map_or((first, last), |(first, _)| (first, last)),
         );
-        window.event_count += 1;
-        window.record_bytes += record_bytes(event);
-        self.read_next = event.sequence_number + 1;
-        Ok(())
+        window.event_count += taken as u64;
+        window.record_bytes += bytes;
+        self.read_next = next;
+        Ok(taken)
     }
 
     fn current_name(&self) -> String {

@@ -2,8 +2,9 @@
 //! events to its file and finishes it; [`summarize`] reads a file of the format back. The
 //! window logic in [`crate::partition`] knows nothing of the encodings.
 //!
-//! - Avro and AvroDeflate ([`crate::avro`]): one record per event, encoded as it comes into
-//!   the open block, each block written whole.
+//! - Avro and AvroDeflate ([`crate::avro`]): one record per event. Without a codec each read's
+//!   events are written a block at a time, each body straight from its event; with `deflate`
+//!   each record is encoded into the open block, which is compressed and written whole.
 //! - Parquet (feature `parquet`, [`crate::parquet`]): one column per field of Azure's record,
 //!   row groups written as they fill, so a window of any size holds at most one row group in
 //!   memory.
@@ -19,8 +20,8 @@ use crate::error::CaptureError;
 
 /// A window's file being written in one format.
 pub trait WindowWriter: Send {
-    /// Appends one event.
-    fn append(&mut self, event: &ReceivedEvent) -> Result<(), CaptureError>;
+    /// Appends `events`, in order.
+    fn append(&mut self, events: &[ReceivedEvent]) -> Result<(), CaptureError>;
     /// Writes what the format keeps until the end (the last row group, the footer) and hands
     /// back the file, ready to publish.
     fn finish(self: Box<Self>) -> Result<Box<dyn PendingFile>, CaptureError>;
@@ -74,16 +75,16 @@ fn no_parquet() -> CaptureError {
     }
 }
 
-/// An Avro window: each event one record, encoded as it comes, written a block at a time.
+/// An Avro window: each event one record, written a block at a time.
 struct AvroWindow {
     writer: AvroFileWriter<Box<dyn PendingFile>>,
     name: String,
 }
 
 impl WindowWriter for AvroWindow {
-    fn append(&mut self, event: &ReceivedEvent) -> Result<(), CaptureError> {
+    fn append(&mut self, events: &[ReceivedEvent]) -> Result<(), CaptureError> {
         self.writer
-            .append(event)
+            .append_all(events)
             .map_err(|reason| CaptureError::Avro {
                 name: self.name.clone(),
                 reason,
@@ -160,9 +161,7 @@ pub(crate) mod tests {
         let bytes = Arc::new(Mutex::new(Vec::new()));
         let file = Box::new(MemoryFile(Arc::clone(&bytes)));
         let mut writer = window_writer(format, file, "w").unwrap();
-        for event in events {
-            writer.append(event).unwrap();
-        }
+        writer.append(events).unwrap();
         let size = writer.finish().unwrap().publish().unwrap();
         let bytes = bytes.lock().unwrap().clone();
         assert_eq!(size, bytes.len() as u64);
