@@ -948,8 +948,11 @@ async fn hosts_sharing_a_sqlite_file_balance_and_hand_over() {
         a_partitions.iter().all(all_five)
     })
     .await;
-    // A delivery is journaled before its batch's checkpoint is stored: wait for the stored
-    // checkpoints too, so that a leaves with every partition checkpointed past event 4.
+    // Deliveries alone do not say a partition is checkpointed: its events may have been
+    // delivered by b before a took it over, and a taken-over batch's checkpoint is fenced
+    // off (b no longer owns the partition), so a starts it again from the last stored
+    // checkpoint, and may be shut down before it got there. Wait for the stored checkpoints,
+    // so that a leaves with every partition checkpointed past event 4.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let checkpoints = store_b
