@@ -263,17 +263,17 @@ impl<W: Write> AvroFileWriter<W> {
             &mut self.block_header,
             (self.heads.len() + body_bytes) as i64,
         );
-        let mut written = self.sink.write_all(&self.block_header);
-        let mut head_start = 0;
-        for (event, &head_end) in events.iter().zip(&self.head_ends) {
-            written = written
-                .and_then(|()| self.sink.write_all(&self.heads[head_start..head_end]))
-                .and_then(|()| self.sink.write_all(&event.data.body));
-            head_start = head_end;
-        }
-        written
-            .and_then(|()| self.sink.write_all(&self.marker))
-            .map_err(|e| e.to_string())?;
+        let written = (|| {
+            self.sink.write_all(&self.block_header)?;
+            let mut head_start = 0;
+            for (event, &head_end) in events.iter().zip(&self.head_ends) {
+                self.sink.write_all(&self.heads[head_start..head_end])?;
+                self.sink.write_all(&event.data.body)?;
+                head_start = head_end;
+            }
+            self.sink.write_all(&self.marker)
+        })();
+        written.map_err(|e| e.to_string())?;
         Ok(count)
     }
 

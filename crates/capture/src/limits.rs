@@ -30,9 +30,9 @@ pub const READ_BYTES_MAX: u64 = 4 * 1024 * 1024;
 /// processor's caches (5 ms of a partition taking 400 MB/s is 2 MB).
 pub const STEP_SPACING: Duration = Duration::from_millis(5);
 
-/// About how many bytes of records an Avro block holds before it is written (with one `write`,
-/// compressed first with `deflate`): large enough that a window's file is a few large writes,
-/// small enough that a reader (fastavro, Azure's) holds little of it at once.
+/// About how many bytes of records an Avro block holds: large enough that block headers and
+/// sync markers cost nothing and a `deflate` block compresses well, small enough that a reader
+/// (fastavro, Azure's) holds little of it at once.
 pub const AVRO_BLOCK_BYTES: usize = 1024 * 1024;
 
 /// How many bytes of a window's file a `file:` destination writes through the page cache
