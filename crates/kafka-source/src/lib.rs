@@ -47,6 +47,8 @@ mod options;
 #[cfg(feature = "kafka")]
 mod producer;
 #[cfg(feature = "kafka")]
+mod ready;
+#[cfg(feature = "kafka")]
 mod receiver;
 #[cfg(feature = "kafka")]
 mod source;

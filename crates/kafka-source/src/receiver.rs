@@ -18,7 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use tokio::time::Instant;
@@ -33,12 +33,15 @@ use crate::limits::{
     FETCH_QUEUE_BACKOFF_MS, FETCH_WAIT_MS_MAX, PREFETCH_KIB_MAX, WATERMARKS_REFRESH_INTERVAL,
 };
 use crate::mapping::event_from_message;
+use crate::ready::ReadyRecords;
 use crate::source::{Shared, StartAt, blocking};
 
 /// A reader of one Kafka partition; see the [module docs](self).
 pub(crate) struct KafkaReceiver {
     shared: Arc<Shared>,
     consumer: Option<Arc<StreamConsumer>>,
+    /// The consumer's queue, for the records after a batch's first (see `take`).
+    ready: Option<ReadyRecords>,
     partition: i32,
     options: ReceiverOptions,
     claim: EpochClaim,
@@ -64,6 +67,7 @@ impl KafkaReceiver {
         let mut receiver = KafkaReceiver {
             shared,
             consumer: None,
+            ready: None,
             partition,
             options,
             claim,
@@ -80,7 +84,9 @@ impl KafkaReceiver {
             .add_partition_offset(&receiver.shared.topic, partition, start.offset)
             .and_then(|()| consumer.assign(&assignment))
             .map_err(|e| source_error("cannot assign the partition", &e))?;
-        receiver.consumer = Some(Arc::new(consumer));
+        let consumer = Arc::new(consumer);
+        receiver.ready = Some(ReadyRecords::new(Arc::clone(&consumer)));
+        receiver.consumer = Some(consumer);
         Ok(receiver)
     }
 
@@ -121,20 +127,24 @@ impl KafkaReceiver {
 
     /// Takes up to `max_events`, waiting up to `wait` for the first.
     ///
-    /// One message stream serves the whole batch: a stream registers a waker slot behind a
-    /// lock when made and removes it when dropped, two locks per message when each message is
-    /// read by a stream of its own (`StreamConsumer::recv`). (A stream never ends: `None` is
-    /// read as nothing there.)
+    /// The first record is awaited through a message stream (which registers a waker with
+    /// the consumer's queue); the rest of the batch is only what librdkafka already holds,
+    /// taken in one call ([`ReadyRecords`]) rather than one poll each. (A stream never ends:
+    /// `None` is read as nothing there.)
     async fn take(
         &mut self,
         max_events: usize,
         wait: Duration,
     ) -> Result<Vec<ReceivedEvent>, SourceError> {
         let consumer = Arc::clone(self.consumer());
-        let mut messages = consumer.stream();
-        let first = match tokio::time::timeout(wait, messages.next()).await {
-            Err(_) | Ok(None) => return Ok(Vec::new()),
-            Ok(Some(first)) => first.map_err(|e| source_error("cannot read the partition", &e))?,
+        let first = {
+            let mut messages = consumer.stream();
+            match tokio::time::timeout(wait, messages.next()).await {
+                Err(_) | Ok(None) => return Ok(Vec::new()),
+                Ok(Some(first)) => {
+                    first.map_err(|e| source_error("cannot read the partition", &e))?
+                }
+            }
         };
         // Room for as many as librdkafka prefetches, up to the batch: growing the list would
         // copy every event in it again.
@@ -142,16 +152,9 @@ impl KafkaReceiver {
         let mut events = Vec::with_capacity(max_events.min(prefetch));
         events.push(event_from_message(&first));
         drop(first);
-        // The rest of the batch: only what librdkafka already holds, without waiting.
-        while events.len() < max_events {
-            match messages.next().now_or_never() {
-                None | Some(None) => break,
-                Some(Some(Ok(message))) => events.push(event_from_message(&message)),
-                Some(Some(Err(e))) => {
-                    self.pending_error = Some(source_error("cannot read the partition", &e));
-                    break;
-                }
-            }
+        let ready = self.ready.as_mut().expect("set when opened");
+        if let Err(e) = ready.take(max_events - 1, &mut events) {
+            self.pending_error = Some(source_error("cannot read the partition", &e));
         }
         self.skip_early_records(&mut events);
         Ok(events)
@@ -240,6 +243,8 @@ impl PartitionReceiver for KafkaReceiver {
 
     async fn close(mut self: Box<Self>) {
         // Dropping a consumer stops its threads and may wait for them: off the caller's task.
+        // The queue handle goes first: it holds the consumer too.
+        drop(self.ready.take());
         if let Some(consumer) = self.consumer.take() {
             let _ = tokio::task::spawn_blocking(move || drop(consumer)).await;
         }

@@ -193,34 +193,46 @@ async fn a_record_becomes_an_event_with_its_key_headers_and_create_time(cluster:
             timestamp_ms: Some(1_700_000_000_456),
         },
     ];
-    cluster.produce("mapping", 0, &records).await;
+    // Twice over: a batch's first record and the ones librdkafka already holds after it are
+    // read by different calls, and each pair checks both ways.
+    let twice: Vec<TestRecord> = records.iter().chain(&records).cloned().collect();
+    cluster.produce("mapping", 0, &twice).await;
     let mut receiver = source
         .open_receiver(options("0", EventPosition::Earliest, Some(0)))
         .await
         .unwrap();
-    let events = read_n(receiver.as_mut(), 2).await;
-    let [first, second] = &events[..] else {
-        panic!("two events: {events:?}")
-    };
-    assert_eq!((first.sequence_number, first.offset), (0, 0));
-    assert_eq!((second.sequence_number, second.offset), (1, 1));
-    assert_eq!(body(first), "first");
-    assert_eq!(first.data.partition_key.as_deref(), Some("user-1"));
-    assert_eq!(first.enqueued_time_ms, 1_700_000_000_123);
-    assert_eq!(
-        first.data.property("trace"),
-        Some(&PropertyValue::Bytes(b"\x00\xff"[..].into()))
-    );
-    assert_eq!(first.data.property("empty"), Some(&PropertyValue::Null));
-    assert_eq!(
-        first.data.property(TIMESTAMP_PROPERTY),
-        Some(&PropertyValue::Timestamp(1_700_000_000_123))
-    );
-    assert_eq!(second.data.partition_key, None);
-    assert_eq!(
-        second.data.property(KEY_PROPERTY),
-        Some(&PropertyValue::Bytes(b"\xff\xfe"[..].into()))
-    );
+    let events = read_n(receiver.as_mut(), 4).await;
+    assert_eq!(events.len(), 4, "{events:?}");
+    for (pair, events) in events.chunks(2).enumerate() {
+        let [first, second] = events else {
+            panic!("two events: {events:?}")
+        };
+        let at = 2 * pair as i64;
+        assert_eq!((first.sequence_number, first.offset), (at, at.unsigned_abs()));
+        assert_eq!(
+            (second.sequence_number, second.offset),
+            (at + 1, (at + 1).unsigned_abs())
+        );
+        assert_eq!(body(first), "first");
+        assert_eq!(first.data.partition_key.as_deref(), Some("user-1"));
+        assert_eq!(first.enqueued_time_ms, 1_700_000_000_123);
+        assert_eq!(
+            first.data.property("trace"),
+            Some(&PropertyValue::Bytes(b"\x00\xff"[..].into()))
+        );
+        assert_eq!(first.data.property("empty"), Some(&PropertyValue::Null));
+        assert_eq!(
+            first.data.property(TIMESTAMP_PROPERTY),
+            Some(&PropertyValue::Timestamp(1_700_000_000_123))
+        );
+        assert_eq!(body(second), "second");
+        assert_eq!(second.enqueued_time_ms, 1_700_000_000_456);
+        assert_eq!(second.data.partition_key, None);
+        assert_eq!(
+            second.data.property(KEY_PROPERTY),
+            Some(&PropertyValue::Bytes(b"\xff\xfe"[..].into()))
+        );
+    }
     receiver.close().await;
 }
 
