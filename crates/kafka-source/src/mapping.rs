@@ -13,8 +13,7 @@
 //!   backwards within a partition), and 0 when the record has none (pre-0.10 message format).
 
 use bytes::Bytes;
-use rdkafka::Message;
-use rdkafka::message::{BorrowedMessage, Headers, Timestamp};
+use rdkafka::message::Timestamp;
 use tributary_event::ReceivedEvent;
 use tributary_eventhubs::kafka_record;
 
@@ -60,20 +59,6 @@ pub fn event_from_record<'a>(
         offset: record.offset.unsigned_abs(),
         enqueued_time_ms,
         data,
-    }
-}
-
-/// The event a message librdkafka delivered becomes.
-pub(crate) fn event_from_message(message: &BorrowedMessage<'_>) -> ReceivedEvent {
-    let parts = RecordParts {
-        offset: message.offset(),
-        key: message.key(),
-        value: message.payload(),
-        timestamp: message.timestamp(),
-    };
-    match message.headers() {
-        Some(headers) => event_from_record(parts, headers.iter().map(|h| (h.key, h.value))),
-        None => event_from_record(parts, std::iter::empty()),
     }
 }
 

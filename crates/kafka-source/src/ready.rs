@@ -17,7 +17,9 @@
 //! - librdkafka returns a consumer's errors as messages carrying an error code: the first one is
 //!   returned beside the records, which are all kept (those after the error too, in order);
 //! - a header name that is not UTF-8 (a broker passes any bytes on) is read lossily rather than
-//!   refused or panicked on, as a property name must be a string.
+//!   refused or panicked on (the crate's header accessor panics), as a property name must be a
+//!   string. A batch's first record, which comes through the crate's message stream, is read
+//!   by the same code ([`event_of_message`]).
 #![allow(unsafe_code)]
 
 use std::borrow::Cow;
@@ -28,7 +30,7 @@ use std::sync::Arc;
 use rdkafka::bindings as rdsys;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::Timestamp;
+use rdkafka::message::{BorrowedMessage, Timestamp};
 use rdkafka::types::RDKafkaRespErr;
 use tributary_event::ReceivedEvent;
 
@@ -129,6 +131,13 @@ impl Drop for Taken<'_> {
             unsafe { rdsys::rd_kafka_message_destroy(message) }
         }
     }
+}
+
+/// The event a message the `rdkafka` crate delivered becomes (a batch's first, awaited through
+/// a message stream), read as the batch's other records are.
+pub(crate) fn event_of_message(message: &BorrowedMessage<'_>) -> ReceivedEvent {
+    // SAFETY: the crate's message is live while borrowed.
+    event_of(unsafe { &*message.ptr() })
 }
 
 /// The event a record becomes, by the same rule as every Kafka path (`mapping`).

@@ -32,8 +32,7 @@ use crate::error::source_error;
 use crate::limits::{
     FETCH_QUEUE_BACKOFF_MS, FETCH_WAIT_MS_MAX, PREFETCH_KIB_MAX, WATERMARKS_REFRESH_INTERVAL,
 };
-use crate::mapping::event_from_message;
-use crate::ready::ReadyRecords;
+use crate::ready::{ReadyRecords, event_of_message};
 use crate::source::{Shared, StartAt, blocking};
 
 /// A reader of one Kafka partition; see the [module docs](self).
@@ -150,7 +149,7 @@ impl KafkaReceiver {
         // copy every event in it again.
         let prefetch = usize::try_from(self.options.prefetch.max(1)).unwrap_or(usize::MAX);
         let mut events = Vec::with_capacity(max_events.min(prefetch));
-        events.push(event_from_message(&first));
+        events.push(event_of_message(&first));
         drop(first);
         let ready = self.ready.as_mut().expect("set when opened");
         if let Err(e) = ready.take(max_events - 1, &mut events) {
