@@ -33,6 +33,10 @@ pub const INDEX_INTERVAL_BYTES_DEFAULT: u32 = 64 * 1024;
 /// many small events, small enough to keep a reader's memory bounded.
 pub const READ_CHUNK_BYTES: u32 = 1024 * 1024;
 
+/// The most a thread's encode buffer keeps between batches: the buffer of a larger batch is
+/// freed after its write, so a rare large batch does not stay as memory.
+pub const ENCODE_BUF_KEPT_BYTES: usize = 4 * 1024 * 1024;
+
 /// Preallocation grows the active segment in steps between these sizes (doubling with the
 /// segment's size), so `fdatasync` rarely has to persist a size change and an idle partition
 /// costs only 1 MiB of disk.

@@ -166,7 +166,14 @@ pub(crate) struct Writer {
     next_sequence: i64,
     last_time_ms: Option<i64>,
     last_offset: Option<u64>,
-    buf: Vec<u8>,
+}
+
+thread_local! {
+    /// The buffer a batch is encoded into before its write: one per thread, not one per
+    /// partition. A partition's own buffer would keep its largest batch for as long as the
+    /// partition lives, and with many partitions each would be cold in the caches when its
+    /// partition next appends.
+    static ENCODE_BUF: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// State shared between a [`PartitionLog`], its readers and the committer.
@@ -347,7 +354,6 @@ impl PartitionLog {
             next_sequence: committed.next_sequence,
             last_time_ms,
             last_offset,
-            buf: Vec::new(),
         };
         let file_system = committer.file_system_of(storage.as_ref(), dir);
         Ok(PartitionLog {
@@ -547,7 +553,7 @@ impl PartitionLog {
         let position = active.contents.read().expect("segment lock").end_position;
         let batch_offset = active.header.base_offset + position;
         let mut offsets = Vec::with_capacity(events.len());
-        let mut buf = std::mem::take(&mut writer.buf);
+        let mut buf = ENCODE_BUF.take();
         encode_batch(
             &mut buf,
             batch_offset,
@@ -565,7 +571,9 @@ impl PartitionLog {
         self.preallocate(writer, position + batch_len);
         let written = active.file.write_all_at(&buf, position);
         let header = BatchHeader::decode(&buf).expect("encoded header decodes");
-        writer.buf = buf;
+        if buf.capacity() <= ENCODE_BUF_KEPT_BYTES {
+            ENCODE_BUF.set(buf);
+        }
         if let Err(e) = written {
             tracing::warn!(
                 segment = %active.path.display(),
