@@ -15,7 +15,13 @@
 //!   becomes an event, and every message is destroyed before [`ReadyRecords::take`] returns —
 //!   also when mapping a record panics;
 //! - librdkafka returns a consumer's errors as messages carrying an error code: the first one is
-//!   returned beside the records, which are all kept (those after the error too, in order);
+//!   returned beside the records, which are all kept (those after the error too, in order).
+//!   An error of the client as a whole (a broker's connection lost) that the call meets between
+//!   records goes to librdkafka's log instead, as the call serves such errors by the client's
+//!   error callback, which the `rdkafka` crate does not set; one met while a receive waits for
+//!   its first record comes back from that receive, as before. The call meets no other kind of
+//!   event: these consumers are assigned partitions (no rebalances), commit nothing through
+//!   librdkafka (no commit results) and ask for no statistics;
 //! - a header name that is not UTF-8 (a broker passes any bytes on) is read lossily rather than
 //!   refused or panicked on (the crate's header accessor panics), as a property name must be a
 //!   string. A batch's first record, which comes through the crate's message stream, is read
