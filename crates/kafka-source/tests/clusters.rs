@@ -208,7 +208,10 @@ async fn a_record_becomes_an_event_with_its_key_headers_and_create_time(cluster:
             panic!("two events: {events:?}")
         };
         let at = 2 * pair as i64;
-        assert_eq!((first.sequence_number, first.offset), (at, at.unsigned_abs()));
+        assert_eq!(
+            (first.sequence_number, first.offset),
+            (at, at.unsigned_abs())
+        );
         assert_eq!(
             (second.sequence_number, second.offset),
             (at + 1, (at + 1).unsigned_abs())
