@@ -2,8 +2,8 @@
 //!
 //! Written by hand because the `rdkafka` crate hands out one message per poll (a consumer's
 //! stream, `BaseConsumer::poll`), and each poll reads the clock three times, wraps the message
-//! in a shared event of its own and takes the queue's lock: about a third of what a replication
-//! task spends per copied record. librdkafka's batch call, `rd_kafka_consume_batch_queue` (what
+//! in a shared event of its own and takes the queue's lock: a large share of what a replication
+//! task spends per copied record (`BENCHMARKS.md` has the figures). librdkafka's batch call, `rd_kafka_consume_batch_queue` (what
 //! confluent-kafka-python's `Consumer.consume(n)` uses), takes every ready record under one lock;
 //! the crate does not wrap it. This module is the workspace's only `unsafe` code: it makes that
 //! call, reads the messages through the fields and accessors librdkafka documents, and destroys
@@ -20,8 +20,9 @@
 //!   records goes to librdkafka's log instead, as the call serves such errors by the client's
 //!   error callback, which the `rdkafka` crate does not set; one met while a receive waits for
 //!   its first record comes back from that receive, as before. The call meets no other kind of
-//!   event: these consumers are assigned partitions (no rebalances), commit nothing through
-//!   librdkafka (no commit results) and ask for no statistics;
+//!   event that matters: these consumers are assigned partitions (no rebalances) and commit
+//!   nothing through librdkafka (no commit results); a statistics report, which only extra
+//!   options can ask for, is dropped;
 //! - a header name that is not UTF-8 (a broker passes any bytes on) is read lossily rather than
 //!   refused or panicked on (the crate's header accessor panics), as a property name must be a
 //!   string. A batch's first record, which comes through the crate's message stream, is read
