@@ -904,8 +904,17 @@ async fn a_panicking_processor_is_reported_and_its_partition_restarts_from_the_c
 /// Waits (on real time) until `condition` holds; fails the test after 30 s.
 #[cfg(feature = "sqlite")]
 async fn eventually(what: &str, condition: impl Fn() -> bool) {
+    eventually_async(what, || std::future::ready(condition())).await;
+}
+
+/// [`eventually`] for a condition that must await (a store's answer).
+#[cfg(feature = "sqlite")]
+async fn eventually_async<F: std::future::Future<Output = bool>>(
+    what: &str,
+    condition: impl Fn() -> F,
+) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !condition() {
+    while !condition().await {
         assert!(
             std::time::Instant::now() < deadline,
             "not reached within 30 s: {what}"
@@ -953,26 +962,18 @@ async fn hosts_sharing_a_sqlite_file_balance_and_hand_over() {
     // off (b no longer owns the partition), so a starts it again from the last stored
     // checkpoint, and may be shut down before it got there. Wait for the stored checkpoints,
     // so that a leaves with every partition checkpointed past event 4.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let checkpoints = store_b
-            .list_checkpoints(NAMESPACE, HUB, GROUP)
-            .await
-            .unwrap();
-        let at_four = |p: &String| {
-            checkpoints
-                .iter()
-                .any(|c| &c.partition_id == p && c.sequence_number == Some(4))
-        };
-        if a_partitions.iter().all(at_four) {
-            break;
+    eventually_async("every partition checkpointed", || {
+        let (store, partitions) = (store_b.clone(), a_partitions.clone());
+        async move {
+            let checkpoints = store.list_checkpoints(NAMESPACE, HUB, GROUP).await.unwrap();
+            partitions.iter().all(|p| {
+                checkpoints
+                    .iter()
+                    .any(|c| &c.partition_id == p && c.sequence_number == Some(4))
+            })
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not reached within 30 s: every partition checkpointed"
-        );
-        sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     let b_before: Vec<usize> = a_partitions
         .iter()
         .map(|p| journal.delivered_to("b", p).len())
