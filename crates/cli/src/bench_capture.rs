@@ -4,8 +4,9 @@
 //! One process runs a hub of one partition (the first `--modes` durability) and a
 //! [`PartitionCapture`] of it (Avro, no deflate, a `file:` destination in the bench directory
 //! whose files are removed once published, interval 60 s, size window 10 MiB so windows close
-//! by size) on a thread of its own named `capture`, as the runner steps it inside `serve`. Events are 1 KiB, sent in batches of
-//! `--batch-events`, `--in-flight` batches outstanding. Four phases, in one run:
+//! by size) on a thread of its own named `capture`, as the runner steps it inside `serve`. Events
+//! are 1 KiB, sent in batches of `--batch-events`, `--in-flight` batches outstanding. Five
+//! phases, in one run:
 //!
 //! 1. **together**: sends as fast as the hub takes them for `--seconds` while the capture
 //!    thread follows the partition as the runner does inside `serve`: a step once events past
@@ -15,15 +16,18 @@
 //!    Each per event (captured, ingested), their ratio is the first target, both measured in
 //!    the same seconds. It runs first because on this machine a hub's writes grow slower as a
 //!    run writes more. The capture then catches up (not measured).
-//! 2. **ingest**: sends as fast as the hub takes them for `--seconds`, capture idle. The
+//! 2. **served**: the same with the hub behind its AMQP door and the producers in a child
+//!    process (`served`): the ratio against what a served hub spends per ingested event,
+//!    its door included, as a deployment sees it. The capture then catches up again.
+//! 3. **ingest**: sends as fast as the hub takes them for `--seconds`, capture idle. The
 //!    process's CPU time over the phase, per event, is the hub's CPU per ingested event; the
 //!    rate is the ingest maximum at that durability.
-//! 3. **capture**: the capture thread steps once, catching up on everything phase 2 wrote,
+//! 4. **capture**: the capture thread steps once, catching up on everything phase 3 wrote,
 //!    nothing else running. The process's CPU time over the phase (reading the log, building
 //!    Avro records, writing and publishing files), per event in published files, is the
 //!    capture's CPU per captured event when it fell behind and reads back from the file. It
 //!    includes the events of the window left open (at most one window), so it errs high.
-//! 4. **lag**: sends at half the phase-2 rate for `--lag-seconds`, the capture following as in
+//! 5. **lag**: sends at half the phase-3 rate for `--lag-seconds`, the capture following as in
 //!    phase 1. Each event's lag is the time its file was
 //!    published (when `on_file` sees it) minus its enqueued time; its p99 is the second target
 //!    (≤ interval + 5 s). When sending stops, the capture has [`LAG_SLACK`] (5 s) to publish
@@ -61,6 +65,8 @@ use tributary_event::{EventData, EventPosition, SendTarget};
 use crate::args::BenchArgs;
 use crate::bench_silent::verdict;
 
+mod served;
+
 const HUB: &str = "captured";
 const EVENT_BYTES: usize = 1024;
 /// Azure's smallest size window, so windows close by size often.
@@ -79,6 +85,9 @@ pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
         args.batch_events > 0 && args.in_flight > 0,
         "batch events and in-flight must be above 0"
     );
+    if let Ok(conn) = std::env::var(served::PRODUCER_ENV) {
+        return served::produce_child(args, &conn).await;
+    }
     let durability = *args.modes.first().context("give a durability mode")?;
     let (ingest_for, lag_for) = if args.quick {
         (Duration::from_millis(1500), Duration::from_secs(2))
@@ -113,6 +122,8 @@ pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
     // BENCHMARKS.md), which would flatter a capture measured later against it.
     together(&broker, args, &capture, ingest_for).await?;
     capture.catch_up().await?;
+    served::served(&broker, args, &capture, ingest_for).await?;
+    capture.catch_up().await?;
     let ingest = send_for(&broker, args, ingest_for, None).await?;
     let ingest_cpu = ingest.cpu_ns / ingest.events as f64;
     println!(
@@ -125,7 +136,7 @@ pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
     let caught_up = capture.catch_up().await?;
     anyhow::ensure!(
         caught_up.events > 0,
-        "the catch-up published no file: phase 2 wrote less than one size window ({} MiB)",
+        "the catch-up published no file: phase 3 (ingest) wrote less than one size window ({} MiB)",
         SIZE_WINDOW >> 20
     );
     let capture_cpu = caught_up.cpu_ns / caught_up.events as f64;
@@ -179,7 +190,7 @@ async fn together(
     Ok(())
 }
 
-/// Phase 4: ingest at `rate` for `duration` with the capture following; reports the lag.
+/// Phase 5: ingest at `rate` for `duration` with the capture following; reports the lag.
 async fn lag(
     broker: &Broker,
     args: &BenchArgs,

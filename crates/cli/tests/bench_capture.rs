@@ -1,5 +1,5 @@
-//! `tributary bench --scenario capture --quick`: the four phases run in one process and print
-//! their lines, each with finite, positive figures and a verdict against its target.
+//! `tributary bench --scenario capture --quick`: the five phases run (the served one's producers
+//! in a child process) and print their lines, each with finite, positive figures and a verdict against its target.
 
 mod common;
 
@@ -33,6 +33,10 @@ fn quick_capture_bench_prints_its_cpu_ratio_and_lag() {
         ("capture live", "hub CPU"),
         ("capture live", "capture CPU"),
         ("capture live", "="),
+        ("capture served", "over AMQP in"),
+        ("capture served", "hub CPU"),
+        ("capture served", "capture CPU"),
+        ("capture served", "="),
         ("capture lag", "p50"),
         ("capture lag", "p99"),
         ("capture lag", "over"),
@@ -44,7 +48,7 @@ fn quick_capture_bench_prints_its_cpu_ratio_and_lag() {
             "{line} {label} is {value}: {stdout}"
         );
     }
-    for line in ["capture live", "capture lag"] {
+    for line in ["capture live", "capture served", "capture lag"] {
         let line = common::line_starting(&stdout, line);
         assert!(
             line.ends_with(": met)") || line.ends_with(": MISSED)"),
