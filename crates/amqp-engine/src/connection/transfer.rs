@@ -240,23 +240,9 @@ impl Connection {
         message_format: u32,
         write: impl FnOnce(&mut Vec<u8>),
     ) -> Result<u32, SendError> {
-        let delivery_id = self.start_delivery(link)?;
-        let tag = delivery_id.to_be_bytes();
-        let fields = transfer_fields(link, delivery_id, &tag, settled, message_format);
-        let max_frame = self.remote_max_frame as usize;
-        let session = self
-            .sessions
-            .get_mut(link.session.0)
-            .expect("the session was just found");
-        write_transfer(
-            &mut self.out,
-            session,
-            link.session.0,
-            fields,
-            max_frame,
-            write,
-        );
-        Ok(delivery_id)
+        self.deliver(link, settled, message_format, |d| {
+            write_transfer(d.out, d.session, d.channel, d.fields, d.max_frame, write);
+        })
     }
 
     /// [`Self::send`] for a message encoded as `head` followed by `body`. When the body is at
@@ -271,43 +257,29 @@ impl Connection {
         head: &[u8],
         body: &Bytes,
     ) -> Result<u32, SendError> {
-        let delivery_id = self.start_delivery(link)?;
-        let tag = delivery_id.to_be_bytes();
-        let fields = transfer_fields(link, delivery_id, &tag, settled, message_format);
-        let max_frame = self.remote_max_frame as usize;
-        let session = self
-            .sessions
-            .get_mut(link.session.0)
-            .expect("the session was just found");
-        if body.len() >= SPLICE_MIN_BYTES && !session.is_blocked() {
-            let start = frame::start_frame(&mut self.out, FrameType::Amqp, link.session.0);
-            fields.encode(&mut self.out);
-            self.out.extend_from_slice(head);
-            if self.out.len() - start + body.len() <= max_frame {
-                frame::finish_frame_followed(&mut self.out, start, body.len());
-                self.spliced.push(Splice {
-                    at: self.out.len(),
-                    body: body.clone(),
-                });
-                // The window is open: the frame is counted and leaves, nothing is split off.
-                session.send_frames(&mut self.out, &[start]);
-                return Ok(delivery_id);
+        self.deliver(link, settled, message_format, |d| {
+            if body.len() >= SPLICE_MIN_BYTES && !d.session.is_blocked() {
+                let start = frame::start_frame(d.out, FrameType::Amqp, d.channel);
+                d.fields.encode(d.out);
+                d.out.extend_from_slice(head);
+                if d.out.len() - start + body.len() <= d.max_frame {
+                    frame::finish_frame_followed(d.out, start, body.len());
+                    d.spliced.push(Splice {
+                        at: d.out.len(),
+                        body: body.clone(),
+                    });
+                    // The window is open: the frame is counted and leaves, nothing is split off.
+                    d.session.send_frames(d.out, &[start]);
+                    return;
+                }
+                d.out.truncate(start);
             }
-            self.out.truncate(start);
-        }
-        let write = |out: &mut Vec<u8>| {
-            out.extend_from_slice(head);
-            out.extend_from_slice(body);
-        };
-        write_transfer(
-            &mut self.out,
-            session,
-            link.session.0,
-            fields,
-            max_frame,
-            write,
-        );
-        Ok(delivery_id)
+            let write = |out: &mut Vec<u8>| {
+                out.extend_from_slice(head);
+                out.extend_from_slice(body);
+            };
+            write_transfer(d.out, d.session, d.channel, d.fields, d.max_frame, write);
+        })
     }
 
     /// [`Self::send`] for a message already encoded whole, as a producer holds it. When the
@@ -321,49 +293,76 @@ impl Connection {
         message_format: u32,
         payload: &Bytes,
     ) -> Result<u32, SendError> {
+        self.deliver(link, settled, message_format, |d| {
+            let Outgoing {
+                out,
+                spliced,
+                session,
+                channel,
+                mut fields,
+                max_frame,
+            } = d;
+            let first = frame::start_frame(out, FrameType::Amqp, channel);
+            fields.more = true;
+            fields.encode(out);
+            let head_bytes = out.len() - first;
+            out.truncate(first);
+            let room = max_frame - head_bytes;
+            let frames = payload.len().div_ceil(room).max(1);
+            let splice = session.takes_frames(frames);
+            let mut starts = Vec::with_capacity(frames);
+            let mut at = 0;
+            for index in 0..frames {
+                let share = payload.slice(at..(at + room).min(payload.len()));
+                at += share.len();
+                fields.more = index + 1 < frames;
+                let start = frame::start_frame(out, FrameType::Amqp, channel);
+                fields.encode(out);
+                assert!(
+                    out.len() - start + share.len() <= max_frame,
+                    "every frame fits the peer's max-frame-size"
+                );
+                if splice && share.len() >= SPLICE_MIN_BYTES {
+                    frame::finish_frame_followed(out, start, share.len());
+                    spliced.push(Splice {
+                        at: out.len(),
+                        body: share,
+                    });
+                } else {
+                    out.extend_from_slice(&share);
+                    frame::finish_frame(out, start);
+                }
+                starts.push(start);
+            }
+            assert_eq!(at, payload.len(), "the frames carry the whole message");
+            session.send_frames(out, &starts);
+        })
+    }
+
+    /// What every send shares: checks and spends the link's credit ([`Self::start_delivery`]),
+    /// makes the first transfer's fields, and hands `write_frames` where the message's frames
+    /// go; returns the delivery id.
+    fn deliver(
+        &mut self,
+        link: LinkId,
+        settled: bool,
+        message_format: u32,
+        write_frames: impl FnOnce(Outgoing<'_>),
+    ) -> Result<u32, SendError> {
         let delivery_id = self.start_delivery(link)?;
         let tag = delivery_id.to_be_bytes();
-        let mut fields = transfer_fields(link, delivery_id, &tag, settled, message_format);
-        let max_frame = self.remote_max_frame as usize;
         let session = self
             .sessions
             .get_mut(link.session.0)
-            .expect("the session was just found");
-        let out = &mut self.out;
-        let first = frame::start_frame(out, FrameType::Amqp, link.session.0);
-        fields.more = true;
-        fields.encode(out);
-        let head_bytes = out.len() - first;
-        out.truncate(first);
-        let room = max_frame - head_bytes;
-        let frames = payload.len().div_ceil(room).max(1);
-        let splice = session.takes_frames(frames);
-        let mut starts = Vec::with_capacity(frames);
-        let mut at = 0;
-        for index in 0..frames {
-            let share = payload.slice(at..(at + room).min(payload.len()));
-            at += share.len();
-            fields.more = index + 1 < frames;
-            let start = frame::start_frame(out, FrameType::Amqp, link.session.0);
-            fields.encode(out);
-            assert!(
-                out.len() - start + share.len() <= max_frame,
-                "every frame fits the peer's max-frame-size"
-            );
-            if splice && share.len() >= SPLICE_MIN_BYTES {
-                frame::finish_frame_followed(out, start, share.len());
-                self.spliced.push(Splice {
-                    at: out.len(),
-                    body: share,
-                });
-            } else {
-                out.extend_from_slice(&share);
-                frame::finish_frame(out, start);
-            }
-            starts.push(start);
-        }
-        assert_eq!(at, payload.len(), "the frames carry the whole message");
-        session.send_frames(out, &starts);
+            .expect("start_delivery found the session");
+        write_frames(Outgoing {
+            out: &mut self.out,
+            spliced: &mut self.spliced,
+            session,
+            channel: link.session.0,
+            fields: transfer_fields(link, delivery_id, &tag, settled, message_format),
+            max_frame: self.remote_max_frame as usize,
+        });
         Ok(delivery_id)
     }
 
@@ -421,6 +420,22 @@ impl Connection {
 /// Bodies shorter than this are copied into the frame even by [`Connection::send_parts`]:
 /// copying a few hundred bytes costs less than one more slice in a vectored write.
 pub const SPLICE_MIN_BYTES: usize = 512;
+
+/// Where a message's transfer frames go, and what they start with.
+struct Outgoing<'a> {
+    /// The connection's output.
+    out: &'a mut Vec<u8>,
+    /// Bodies that follow frames in `out` uncopied.
+    spliced: &'a mut Vec<Splice>,
+    /// The link's session, whose window counts the frames.
+    session: &'a mut Session,
+    /// The session's channel.
+    channel: u16,
+    /// The first transfer's fields.
+    fields: TransferFields<'a>,
+    /// The peer's max-frame-size.
+    max_frame: usize,
+}
 
 /// The first transfer of a message: its delivery id, its tag (the id's bytes), settled or not.
 fn transfer_fields(
