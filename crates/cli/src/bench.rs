@@ -103,6 +103,9 @@ fn run_blocking(args: &BenchArgs, root: &Path) -> Result<()> {
         "# cores: {}, in-process partition log",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
+    if let Some(note) = host_memory_note() {
+        println!("{note}");
+    }
     let all = args.scenario == Scenario::All;
     if all || args.scenario == Scenario::Append {
         for &mode in &args.modes {
@@ -387,6 +390,32 @@ fn memory(args: &BenchArgs, dir: &Path) -> Result<()> {
         after.1 / 1024
     );
     Ok(())
+}
+
+/// A `# note:` line for a benchmark's header when this machine is a virtual machine whose
+/// balloon device reports free memory to its host (virtio-balloon free page reporting): memory
+/// freed for a few seconds (a deleted file's page cache, an allocator's purged pages) is then
+/// given back and slow to touch again, so figures that write fresh page cache, ingest above
+/// all, move with it (BENCHMARKS.md, "The machine"). `None` elsewhere.
+pub(crate) fn host_memory_note() -> Option<&'static str> {
+    free_page_reporting().then_some(
+        "# note: this VM reports free memory to its host (virtio-balloon free page reporting): \
+         page cache grown into memory freed seconds before is faulted in from the host, so \
+         CPU per event of writes into fresh page cache (ingest) moves between runs",
+    )
+}
+
+/// Whether a virtio balloon device here negotiated `VIRTIO_BALLOON_F_REPORTING` (its sysfs
+/// `features` file holds one `0` or `1` per feature bit, bit 0 first).
+fn free_page_reporting() -> bool {
+    const VIRTIO_BALLOON_F_REPORTING: usize = 5;
+    let Ok(devices) = std::fs::read_dir("/sys/bus/virtio/drivers/virtio_balloon") else {
+        return false;
+    };
+    devices.flatten().any(|device| {
+        std::fs::read(device.path().join("features"))
+            .is_ok_and(|bits| bits.get(VIRTIO_BALLOON_F_REPORTING) == Some(&b'1'))
+    })
 }
 
 /// (VmRSS, VmHWM) of this process in KiB.

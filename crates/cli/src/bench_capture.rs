@@ -105,18 +105,7 @@ pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
         .await
         .context("cannot create the hub")?;
     let capture = CaptureThread::start(&broker, root)?;
-    println!(
-        "# capture: in process, 1 partition, durability {durability}, events {EVENT_BYTES} B in batches of {}, {} in flight; Avro (no deflate) to file:, interval {} s, size {} MiB{}",
-        args.batch_events,
-        args.in_flight,
-        INTERVAL.as_secs(),
-        SIZE_WINDOW >> 20,
-        if args.quick {
-            " (quick: figures mean nothing)"
-        } else {
-            ""
-        }
-    );
+    print_conditions(args, durability);
     // First, while the machine's memory and the log are as fresh as they will be for the
     // phases after it: on this machine a hub's writes grow slower as a run writes more (see
     // BENCHMARKS.md), which would flatter a capture measured later against it.
@@ -153,6 +142,25 @@ pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
     capture.stop().await;
     broker.shutdown().await?;
     Ok(())
+}
+
+/// The run's conditions, before its first figure.
+fn print_conditions(args: &BenchArgs, durability: tributary_log::Durability) {
+    println!(
+        "# capture: in process, 1 partition, durability {durability}, events {EVENT_BYTES} B in batches of {}, {} in flight; Avro (no deflate) to file:, interval {} s, size {} MiB{}",
+        args.batch_events,
+        args.in_flight,
+        INTERVAL.as_secs(),
+        SIZE_WINDOW >> 20,
+        if args.quick {
+            " (quick: figures mean nothing)"
+        } else {
+            ""
+        }
+    );
+    if let Some(note) = crate::bench::host_memory_note() {
+        println!("{note}");
+    }
 }
 
 /// Phase 1: sends as fast as the hub takes them for `duration` with the capture following;

@@ -66,6 +66,9 @@ pub async fn run(global: &GlobalArgs, args: &BenchArgs, root: &Path) -> Result<(
     let plan = plan(args, root, &report_dir)?;
     let context = report::Context::now(&plan);
     println!("# scale: {}", context.summary());
+    if let Some(note) = crate::bench::host_memory_note() {
+        println!("{note}");
+    }
     let mut tables = Vec::new();
     let steps: u64 = args.sweep.iter().map(|s| sweeps::steps(*s, &plan)).sum();
     let progress = progress_bar(steps);

@@ -359,6 +359,10 @@ pub fn html(context: &Context, tables: &[Table]) -> Result<String> {
         escape(&context.summary()),
         crate::bench_replicate::load_average()
     )?;
+    if let Some(note) = crate::bench::host_memory_note() {
+        let note = note.trim_start_matches("# note: ");
+        writeln!(page, "<p class=\"note\">Note: {}.</p>", escape(note))?;
+    }
     for table in tables {
         writeln!(
             page,
