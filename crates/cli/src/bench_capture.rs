@@ -178,24 +178,49 @@ async fn together(
     let sent = send_for(broker, args, duration, None).await?;
     capture.set_stepping(false).await?;
     let cost = capture.following_cost().since(&before);
-    let process_cpu = (process_cpu_ns() - cpu_before) as f64;
-    anyhow::ensure!(cost.events > 0, "the capture read nothing while following");
-    let capture_cpu = cost.cpu_ns as f64 / cost.events as f64;
-    let hub_cpu = (process_cpu - cost.cpu_ns as f64) / sent.events as f64;
-    let ratio = capture_cpu / hub_cpu;
+    let ratio = CpuRatio::of(&cost, process_cpu_ns() - cpu_before, sent.events)?;
     println!(
-        "capture live    {} events sent in {:.1} s ({:.0} events/s) with the capture following, {} of them captured: hub CPU {:.2} µs per ingested event (the process's less the capture's), capture CPU {:.2} µs per captured event (its thread and its files' writer threads) = {:.1} % of the hub's (target <= {:.0} %: {})",
+        "capture live    {} events sent in {:.1} s ({:.0} events/s) with the capture following, {} of them captured: {}",
         sent.events,
         sent.elapsed.as_secs_f64(),
         sent.rate(),
         cost.events,
-        hub_cpu / 1e3,
-        capture_cpu / 1e3,
-        ratio * 100.0,
-        CPU_RATIO_TARGET * 100.0,
-        verdict(ratio <= CPU_RATIO_TARGET)
+        ratio.describe("the process's less the capture's"),
     );
     Ok(())
+}
+
+/// The capture's CPU per captured event against the hub's per ingested event over one phase,
+/// in nanoseconds: the process's CPU time less the capture's is the hub's.
+struct CpuRatio {
+    capture_ns: f64,
+    hub_ns: f64,
+}
+
+impl CpuRatio {
+    /// From what following cost, the process's CPU time and the events ingested in the phase.
+    fn of(cost: &FollowCostNow, process_cpu_ns: i128, ingested: u64) -> Result<CpuRatio> {
+        anyhow::ensure!(cost.events > 0, "the capture read nothing while following");
+        anyhow::ensure!(ingested > 0, "nothing was ingested");
+        Ok(CpuRatio {
+            capture_ns: cost.cpu_ns as f64 / cost.events as f64,
+            hub_ns: (process_cpu_ns as f64 - cost.cpu_ns as f64) / ingested as f64,
+        })
+    }
+
+    /// Both figures, their ratio and its verdict against the target; `hub` says whose CPU the
+    /// hub's is.
+    fn describe(&self, hub: &str) -> String {
+        let ratio = self.capture_ns / self.hub_ns;
+        format!(
+            "hub CPU {:.2} µs per ingested event ({hub}), capture CPU {:.2} µs per captured event (its thread and its files' writer threads) = {:.1} % of the hub's (target <= {:.0} %: {})",
+            self.hub_ns / 1e3,
+            self.capture_ns / 1e3,
+            ratio * 100.0,
+            CPU_RATIO_TARGET * 100.0,
+            verdict(ratio <= CPU_RATIO_TARGET)
+        )
+    }
 }
 
 /// Phase 5: ingest at `rate` for `duration` with the capture following; reports the lag.

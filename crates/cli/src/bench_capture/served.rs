@@ -22,9 +22,8 @@ use tributary_broker::Broker;
 use tributary_client::ProducerClient;
 use tributary_event::{EventData, SendTarget};
 
-use super::{CPU_RATIO_TARGET, CaptureThread, EVENT_BYTES, HUB, process_cpu_ns};
+use super::{CaptureThread, CpuRatio, EVENT_BYTES, HUB, process_cpu_ns};
 use crate::args::BenchArgs;
-use crate::bench_silent::verdict;
 
 /// Set in the producers' child: the connection string of the door it sends to.
 pub const PRODUCER_ENV: &str = "TRIBUTARY_BENCH_CAPTURE_PRODUCER";
@@ -61,27 +60,20 @@ pub async fn served(
     let elapsed = started.elapsed();
     capture.set_stepping(false).await?;
     let cost = capture.following_cost().since(&cost_before);
-    let process_cpu = (process_cpu_ns() - cpu_before) as f64;
+    let process_cpu = process_cpu_ns() - cpu_before;
     door.shutdown().await;
     let client_cpu_s = producers?;
     let ingested = u64::try_from(head() - head_before).unwrap_or(0);
     anyhow::ensure!(ingested > 0, "the producers sent nothing through the door");
-    anyhow::ensure!(cost.events > 0, "the capture read nothing while following");
-    let capture_cpu = cost.cpu_ns as f64 / cost.events as f64;
-    let hub_cpu = (process_cpu - cost.cpu_ns as f64) / ingested as f64;
-    let ratio = capture_cpu / hub_cpu;
+    let ratio = CpuRatio::of(&cost, process_cpu, ingested)?;
     println!(
-        "capture served  {ingested} events sent over AMQP in {:.1} s ({:.0} events/s; {} producers in a child process, {:.2} µs of its CPU per event) with the capture following, {} of them captured: hub CPU {:.2} µs per ingested event (the server process's less the capture's, its AMQP door included), capture CPU {:.2} µs per captured event = {:.1} % of the hub's (target <= {:.0} %: {})",
+        "capture served  {ingested} events sent over AMQP in {:.1} s ({:.0} events/s; {} producers in a child process, {:.2} µs of its CPU per event) with the capture following, {} of them captured: {}",
         elapsed.as_secs_f64(),
         ingested as f64 / elapsed.as_secs_f64(),
         args.producers,
         client_cpu_s * 1e6 / ingested as f64,
         cost.events,
-        hub_cpu / 1e3,
-        capture_cpu / 1e3,
-        ratio * 100.0,
-        CPU_RATIO_TARGET * 100.0,
-        verdict(ratio <= CPU_RATIO_TARGET)
+        ratio.describe("the server process's less the capture's, its AMQP door included"),
     );
     Ok(())
 }
