@@ -37,7 +37,7 @@ pub async fn served(
     capture: &CaptureThread,
     duration: Duration,
 ) -> Result<()> {
-    let policy = AccessPolicy::generate("RootManageSharedAccessKey", vec![Right::Send])?;
+    let policy = AccessPolicy::generate("BenchProducers", vec![Right::Send])?;
     let config = AmqpConfig::new(
         SocketAddr::from(([127, 0, 0, 1], 0)),
         AccessPolicies::new(vec![policy.clone()])?,
