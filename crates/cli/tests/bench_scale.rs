@@ -88,12 +88,14 @@ fn quick_sweeps_write_a_csv_each_and_one_self_contained_report() {
     assert!(stdout.contains("target  "), "no target printed: {stdout}");
     // Each partitions step runs again with producers keeping more sends in flight.
     let partitions = std::fs::read_to_string(report.join("scale-partitions.csv")).unwrap();
-    let header: Vec<&str> = partitions.lines().next().unwrap().split(',').collect();
-    let saturated = header
-        .iter()
-        .position(|c| *c == "saturated_events_per_s")
+    let mut lines = partitions.lines();
+    let saturated = lines
+        .next()
+        .unwrap()
+        .split(',')
+        .position(|c| c == "saturated_events_per_s")
         .expect("a saturated rate column");
-    for row in partitions.lines().skip(1) {
+    for row in lines {
         let rate: f64 = row.split(',').nth(saturated).unwrap().parse().unwrap();
         assert!(rate > 0.0, "no saturated rate: {row}");
     }
