@@ -33,6 +33,13 @@ pub const INDEX_INTERVAL_BYTES_DEFAULT: u32 = 64 * 1024;
 /// many small events, small enough to keep a reader's memory bounded.
 pub const READ_CHUNK_BYTES: u32 = 1024 * 1024;
 
+/// A reader's first read asks for this much (or one whole batch, if larger); each further read
+/// asks for twice the last, up to [`READ_CHUNK_BYTES`]. A reader that goes on reads ahead in
+/// large chunks after a few reads; one that wants a single event where the page cache holds
+/// nothing (a consumer starting deep in a cold log, a lookup by offset or time) waits for
+/// tens of kilobytes from the disk, not a mebibyte.
+pub const READ_CHUNK_FIRST_BYTES: u32 = 256 * 1024;
+
 /// The most a thread's encode buffer keeps between batches: the buffer of a larger batch is
 /// freed after its write, so a rare large batch does not stay as memory.
 pub const ENCODE_BUF_KEPT_BYTES: usize = 4 * 1024 * 1024;
@@ -75,4 +82,5 @@ const _: () = assert!(EVENT_BYTES_MAX_LIMIT < BATCH_BYTES_MAX);
 const _: () = assert!(SEGMENT_BYTES_MAX_LIMIT + BATCH_BYTES_MAX as u64 <= u32::MAX as u64);
 const _: () = assert!(SEGMENT_BYTES_MAX_DEFAULT <= SEGMENT_BYTES_MAX_LIMIT);
 const _: () = assert!(READ_CHUNK_BYTES >= EVENT_BYTES_MAX_DEFAULT);
+const _: () = assert!(READ_CHUNK_FIRST_BYTES <= READ_CHUNK_BYTES);
 const _: () = assert!(PREALLOCATE_BYTES_MIN <= PREALLOCATE_BYTES_MAX);

@@ -369,13 +369,17 @@ impl Segment {
 }
 
 /// Reads a file front to back in large chunks, so scanning many small batches costs few system
-/// calls.
+/// calls. The chunks grow from [`READ_CHUNK_FIRST_BYTES`](crate::limits::READ_CHUNK_FIRST_BYTES)
+/// to [`READ_CHUNK_BYTES`](crate::limits::READ_CHUNK_BYTES): a scan that stops after a batch
+/// or two (a lookup) reads little of a file the page cache does not hold.
 pub(crate) struct ChunkReader<'f> {
     file: &'f dyn StorageFile,
     path: &'f Path,
     file_len: u64,
     buf: Vec<u8>,
     buf_start: u64,
+    /// What the next read asks for at least.
+    chunk: u64,
 }
 
 impl<'f> ChunkReader<'f> {
@@ -386,6 +390,7 @@ impl<'f> ChunkReader<'f> {
             file_len,
             buf: Vec::new(),
             buf_start: 0,
+            chunk: u64::from(crate::limits::READ_CHUNK_FIRST_BYTES),
         }
     }
 
@@ -396,8 +401,13 @@ impl<'f> ChunkReader<'f> {
         }
         let buf_end = self.buf_start + self.buf.len() as u64;
         if position < self.buf_start || position + len as u64 > buf_end {
-            let want = (len as u64).max(u64::from(crate::limits::READ_CHUNK_BYTES));
+            let want = (len as u64).max(self.chunk);
+            self.chunk = (self.chunk * 2).min(u64::from(crate::limits::READ_CHUNK_BYTES));
             let n = want.min(self.file_len - position) as usize;
+            // Room for the largest chunk at once: growing chunk by chunk would leave each
+            // smaller buffer behind in the allocator. Memory not yet written costs nothing.
+            let room = n.max(crate::limits::READ_CHUNK_BYTES as usize);
+            self.buf.reserve_exact(room.saturating_sub(self.buf.len()));
             self.buf.resize(n, 0);
             self.file
                 .read_exact_at(&mut self.buf, position)

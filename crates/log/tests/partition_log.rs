@@ -554,3 +554,179 @@ fn a_newer_build_s_empty_last_segment_is_refused_not_removed_as_torn() {
     );
     assert_eq!(std::fs::read(&newer).unwrap(), header, "kept as it was");
 }
+
+/// The real file system, counting the reads of files and the bytes they read.
+#[derive(Debug, Default)]
+struct CountingStorage {
+    read: Arc<std::sync::atomic::AtomicU64>,
+    reads: Arc<std::sync::atomic::AtomicU64>,
+}
+
+#[derive(Debug)]
+struct CountingFile {
+    file: Box<dyn tributary_log::storage::StorageFile>,
+    read: Arc<std::sync::atomic::AtomicU64>,
+    reads: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl tributary_log::storage::StorageFile for CountingFile {
+    fn read_exact_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<()> {
+        self.read
+            .fetch_add(buf.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.file.read_exact_at(buf, at)
+    }
+    fn write_all_at(&self, buf: &[u8], at: u64) -> std::io::Result<()> {
+        self.file.write_all_at(buf, at)
+    }
+    fn size(&self) -> std::io::Result<u64> {
+        self.file.size()
+    }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.file.set_len(len)
+    }
+    fn allocate(&self, len: u64) -> std::io::Result<()> {
+        self.file.allocate(len)
+    }
+    fn sync_data(&self) -> std::io::Result<()> {
+        self.file.sync_data()
+    }
+    fn sync_all(&self) -> std::io::Result<()> {
+        self.file.sync_all()
+    }
+}
+
+impl tributary_log::storage::Storage for CountingStorage {
+    fn create_dir_all(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        tributary_log::storage::OsStorage.create_dir_all(dir)
+    }
+    fn open(
+        &self,
+        path: &std::path::Path,
+        mode: tributary_log::storage::OpenMode,
+    ) -> std::io::Result<Box<dyn tributary_log::storage::StorageFile>> {
+        let file = tributary_log::storage::OsStorage.open(path, mode)?;
+        Ok(Box::new(CountingFile {
+            file,
+            read: Arc::clone(&self.read),
+            reads: Arc::clone(&self.reads),
+        }))
+    }
+    fn list_dir(&self, dir: &std::path::Path) -> std::io::Result<Vec<String>> {
+        tributary_log::storage::OsStorage.list_dir(dir)
+    }
+    fn remove_file(&self, path: &std::path::Path) -> std::io::Result<()> {
+        tributary_log::storage::OsStorage.remove_file(path)
+    }
+    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+        tributary_log::storage::OsStorage.rename(from, to)
+    }
+    fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        tributary_log::storage::OsStorage.sync_dir(dir)
+    }
+    fn lock_file(
+        &self,
+        path: &std::path::Path,
+    ) -> std::io::Result<Box<dyn std::fmt::Debug + Send + Sync>> {
+        tributary_log::storage::OsStorage.lock_file(path)
+    }
+    fn file_system(
+        &self,
+        dir: &std::path::Path,
+    ) -> std::io::Result<Box<dyn tributary_log::storage::FileSystem>> {
+        tributary_log::storage::OsStorage.file_system(dir)
+    }
+}
+
+/// 16 MiB appended to `f`'s partition on `storage` in batches of 100 events of 1 KiB, each
+/// batch a millisecond after the last, index entries 64 KiB apart; the log reopened (so no
+/// reader holds anything of it) and each batch's receipt.
+fn sixteen_mib_reopened(
+    f: &Fixture,
+    storage: &Arc<CountingStorage>,
+) -> (PartitionLog, Vec<tributary_log::AppendReceipt>) {
+    let config = LogConfig {
+        index_interval_bytes: 64 * 1024,
+        ..f.config
+    };
+    let open = || {
+        PartitionLog::open_on(
+            storage.clone(),
+            f.dir.path(),
+            config,
+            f.committer.clone(),
+            f.clock.clone(),
+        )
+        .unwrap()
+    };
+    let log = open();
+    let batch: Vec<EventData> = (0..100).map(|_| EventData::new(vec![7_u8; 1024])).collect();
+    let mut receipts = Vec::new();
+    for _ in 0..160 {
+        receipts.push(log.append(&batch).unwrap());
+        f.clock.advance_ms(1);
+    }
+    drop(log);
+    (open(), receipts)
+}
+
+/// A reader that wants one event deep in a partition (found by offset, by time or by sequence
+/// number) reads less than the largest chunk from the file: on a cold page cache what it waits
+/// for is the disk. A reader that goes on reads ahead in chunks that grow to the largest.
+#[test]
+fn a_reader_starting_deep_in_the_log_reads_little_and_one_that_goes_on_reads_ahead() {
+    use tributary_log::limits::{READ_CHUNK_BYTES, READ_CHUNK_FIRST_BYTES};
+    let f = Fixture::new(Durability::None, 64 << 20);
+    let storage = Arc::new(CountingStorage::default());
+    let (log, receipts) = sixteen_mib_reopened(&f, &storage);
+    let deep = &receipts[57];
+    let positions = [
+        EventPosition::Offset {
+            offset: deep.offsets[50],
+            inclusive: true,
+        },
+        EventPosition::EnqueuedTime {
+            enqueued_time_ms: deep.enqueued_time_ms,
+            inclusive: true,
+        },
+        EventPosition::SequenceNumber {
+            sequence_number: deep.base_sequence + 50,
+            inclusive: true,
+        },
+    ];
+    let first_chunk = u64::from(READ_CHUNK_FIRST_BYTES);
+    for position in positions {
+        let before = storage.read.load(std::sync::atomic::Ordering::Relaxed);
+        let mut cursor = ReadCursor::new(log.resolve(&position).unwrap());
+        let events = log.read(&mut cursor, 1, 4 << 20).unwrap();
+        let read = storage.read.load(std::sync::atomic::Ordering::Relaxed) - before;
+        assert_eq!(events.len(), 1, "{position:?}");
+        assert!(
+            (deep.base_sequence..deep.base_sequence + 100).contains(&events[0].sequence_number),
+            "{position:?}: {events:?}"
+        );
+        assert!(
+            read <= 2 * first_chunk && read < u64::from(READ_CHUNK_BYTES),
+            "{position:?}: {read} bytes read for one event"
+        );
+    }
+    // Going on from there, the chunks grow to the largest: 8 MiB takes a few reads of the file
+    // (a few a chunk: each call stops at its byte budget, and a batch that runs past a chunk's
+    // end is read on its own). Chunks that stayed at the first size would take twice as many.
+    let reads_before = storage.reads.load(std::sync::atomic::Ordering::Relaxed);
+    let mut cursor = ReadCursor::new(deep.base_sequence);
+    let mut events = 0;
+    while events < 8 * 1024 {
+        let read = log.read(&mut cursor, 1024, 1 << 20).unwrap();
+        assert!(!read.is_empty());
+        events += read.len();
+    }
+    let reads = storage.reads.load(std::sync::atomic::Ordering::Relaxed) - reads_before;
+    let largest_chunks = 8 * 1024 * 1024 / u64::from(READ_CHUNK_BYTES);
+    let ramp = u64::from((READ_CHUNK_BYTES / READ_CHUNK_FIRST_BYTES).ilog2());
+    assert!(
+        reads <= 4 * (largest_chunks + ramp),
+        "{reads} reads of the file for 8 MiB"
+    );
+}
