@@ -7,6 +7,12 @@
 //! and by enqueued time, are timed from opening the receiver to its first event. Last,
 //! retention: ingest p99 into a hub whose partitions are bounded (so segments are deleted every
 //! second while it runs) beside one that is not.
+//!
+//! The steps' figures are taken with the page cache as the fill left it (a directory that fits
+//! in memory and was just written). The biggest directory is then measured again cold: its
+//! files are dropped from the page cache before the server starts and before each series of
+//! deep reads, as after a reboot or where the data is larger than memory; the targets judge
+//! the cold figures.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -90,32 +96,19 @@ pub async fn sweep(plan: &Plan, progress: &ProgressBar) -> Result<Table> {
         ));
         written += fill(&dir, size.saturating_sub(written), &mut samples).await?;
         progress.set_message(format!("data: opening {:.2} GiB", size as f64 / GIB as f64));
-        let row = open_and_read(plan, &dir, &samples, empty_kib).await?;
+        let row = open_and_read(plan, &dir, &samples, empty_kib, PageCache::AsFilled).await?;
         table.push(&[written as f64 / GIB as f64], &row);
         progress.inc(1);
     }
+    progress.set_message(format!(
+        "data: opening {:.2} GiB, page cache dropped",
+        written as f64 / GIB as f64
+    ));
+    let cold = open_and_read(plan, &dir, &samples, empty_kib, PageCache::Dropped).await?;
     let _ = std::fs::remove_dir_all(&dir);
-    table.target(Target::at_most(
-        "the biggest data directory opens and serves",
-        table
-            .column("open_and_serve_ms")
-            .last()
-            .copied()
-            .unwrap_or(0.0),
-        1000.0,
-        "ms",
-    ));
-    let deep = table
-        .max("read_by_offset_p99_ms")
-        .max(table.max("read_by_time_p99_ms"));
-    table.target(Target::at_most(
-        "a deep read's p99 (worst step)",
-        deep,
-        5.0,
-        "ms",
-    ));
+    cold_targets(&mut table, written, &cold);
     retention(plan, progress, &mut table).await?;
-    table.note("open and serve: from starting the server process until a new client's first read (receiver on partition 0 from the start) returned an event; a deep read: a new receiver at a position in the older half of the log, until its first event (one link attach and one delivery, page cache warm); RSS beyond empty: the server's resident set after the first read minus an empty server's");
+    table.note("open and serve: from starting the server process until a new client's first read (receiver on partition 0 from the start) returned an event; a deep read: a new receiver at a position in the older half of the log, until its first event (one link attach and one delivery); steps with the page cache as the fill left it; RSS beyond empty: the server's resident set after the first read minus an empty server's");
     if let Some(capped) = &plan.data_capped {
         table.note(capped);
     }
@@ -167,13 +160,54 @@ async fn fill(dir: &Path, bytes: u64, samples: &mut Vec<Sample>) -> Result<u64> 
     Ok(batches * (EVENT_BYTES * load::BATCH_EVENTS) as u64)
 }
 
+/// The targets, judged on the biggest directory with its page cache dropped (`cold`, a row as
+/// [`open_and_read`] returns it), and the note beside them.
+fn cold_targets(table: &mut Table, written: u64, cold: &[f64]) {
+    let [serve_ms, ready_ms, _, by_offset, by_time] = cold[..] else {
+        unreachable!("open_and_read returns five figures")
+    };
+    table.target(Target::at_most(
+        "the biggest data directory opens and serves, page cache dropped",
+        serve_ms,
+        1000.0,
+        "ms",
+    ));
+    table.target(Target::at_most(
+        "a deep read's p99 in it, page cache dropped",
+        by_offset.max(by_time),
+        5.0,
+        "ms",
+    ));
+    table.note(&format!(
+        "cold, {:.2} GiB: its files written back and dropped from the page cache (posix_fadvise DONTNEED) before the server started and before each series of deep reads: opened and served in {serve_ms:.1} ms (server ready in {ready_ms:.1} ms); deep read p99 {by_offset:.2} ms by offset, {by_time:.2} ms by time",
+        written as f64 / GIB as f64
+    ));
+}
+
+/// Whether a step reads `dir` as the fill left it in the page cache or from the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PageCache {
+    /// As the fill left it (a directory smaller than memory is then mostly cached).
+    AsFilled,
+    /// Dropped before the server starts and before each series of deep reads.
+    Dropped,
+}
+
 /// One step: a server on `dir`, timed to its first read; its memory; the deep reads.
 async fn open_and_read(
     plan: &Plan,
     dir: &Path,
     samples: &[Sample],
     empty_kib: u64,
+    cache: PageCache,
 ) -> Result<Vec<f64>> {
+    let drop_cache = || -> Result<()> {
+        if cache == PageCache::Dropped {
+            drop_from_page_cache(dir)?;
+        }
+        Ok(())
+    };
+    drop_cache()?;
     let started = Instant::now();
     let server = ServerProcess::start(plan, dir, ServerOptions::default()).await?;
     let consumer = ConsumerClient::connect(&server.conn, HUB).await?;
@@ -187,11 +221,13 @@ async fn open_and_read(
     let mut deep: Vec<Sample> = samples.to_vec();
     deep.sort_by_key(|s| s.enqueued_time_ms);
     deep.truncate(deep.len().div_ceil(2));
+    drop_cache()?;
     let by_offset = timed_reads(&consumer, &deep, reads, |s| EventPosition::Offset {
         offset: s.offset,
         inclusive: true,
     })
     .await?;
+    drop_cache()?;
     let by_time = timed_reads(&consumer, &deep, reads, |s| EventPosition::EnqueuedTime {
         enqueued_time_ms: s.enqueued_time_ms,
         inclusive: true,
@@ -290,6 +326,34 @@ async fn retention(plan: &Plan, progress: &ProgressBar, table: &mut Table) -> Re
         trim.p99_ms,
         trimmed as f64 / MIB as f64,
     ));
+    Ok(())
+}
+
+/// Drops every file under `dir` from the page cache: each is written back first (`fsync`: only
+/// clean pages can be dropped), then `posix_fadvise(DONTNEED)` evicts its pages, whoever has it
+/// open. The server keeps its files open; what it holds in its own memory stays.
+fn drop_from_page_cache(dir: &Path) -> Result<()> {
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
+    for entry in entries {
+        let path = entry?.path();
+        if path.is_dir() {
+            drop_from_page_cache(&path)?;
+            continue;
+        }
+        let file = match std::fs::File::open(&path) {
+            Ok(file) => file,
+            // Gone since the listing (a temporary file renamed): nothing of it to drop.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
+        };
+        file.sync_all()
+            .and_then(|()| {
+                rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed)
+                    .map_err(std::io::Error::from)
+            })
+            .with_context(|| format!("cannot drop {} from the page cache", path.display()))?;
+    }
     Ok(())
 }
 

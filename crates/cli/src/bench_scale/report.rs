@@ -138,11 +138,6 @@ impl Table {
         self.rows.iter().map(|r| r[i]).collect()
     }
 
-    /// The largest value of a column (0 if it is empty).
-    pub fn max(&self, name: &str) -> f64 {
-        self.column(name).into_iter().fold(0.0, f64::max)
-    }
-
     /// Records a target and its verdict.
     pub fn target(&mut self, target: Target) {
         self.targets.push(target);
