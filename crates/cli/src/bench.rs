@@ -450,3 +450,25 @@ pub(crate) fn cpu_ticks(pid: &str) -> u64 {
         .collect();
     fields.iter().sum()
 }
+
+/// The 1-minute load average: other work on the machine competes with the run.
+pub(crate) fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
+}
+
+/// `value` rounded to a whole number with commas between thousands (1,234,567), as the
+/// benchmarks print rates; shared by every `bench` scenario.
+pub(crate) fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

@@ -53,7 +53,7 @@ use tokio::net::TcpStream;
 use tributary_event::{EventData, SendTarget};
 
 use crate::args::{BenchArgs, KafkaConsume, KafkaServer};
-use crate::bench_replicate::thousands;
+use crate::bench::thousands;
 
 mod engine;
 
@@ -129,7 +129,7 @@ fn print_conditions(args: &BenchArgs) -> Result<()> {
     println!(
         "# kafka: {} cores, load average {}; Tributary {} (durability {durability}), Tansu: {tansu} (memory storage, no authentication); clients: librdkafka {librdkafka} (rdkafka crate), {} producers and {} consumers, {} partitions, acks=all, batch.num.messages={}, no compression",
         std::thread::available_parallelism().map_or(1, |n| n.get()),
-        load_average(),
+        crate::bench::load_average(),
         env!("CARGO_PKG_VERSION"),
         args.producers,
         args.partitions,
@@ -150,12 +150,6 @@ fn tansu_version(args: &BenchArgs) -> Result<String> {
             )
         })?;
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
 }
 
 /// What one server measured.

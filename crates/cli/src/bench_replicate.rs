@@ -88,7 +88,7 @@ pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
         "# replicate: source and target hubs each with its broker (own data directory, durability {}) and AMQP door on 127.0.0.1 in this process, each on its own tokio runtime; producers (Rust client) on a third; the task on the command's runtime, reading the source and writing the target over AMQP. All share {} cores and one disk; load average {}",
         setup.durability,
         cores(),
-        load_average()
+        crate::bench::load_average()
     );
     let source = Hub::start(Role::Source, &setup).await?;
     let target = Hub::start(Role::Target, &setup).await?;
@@ -230,8 +230,8 @@ fn summarize(rounds: &[Round], index: usize) -> f64 {
             listed.join(", "),
             rounds.len(),
             median(ratios),
-            thousands(copy_rate),
-            thousands(median(rounds.iter().map(|r| r.baseline.rate).collect()))
+            crate::bench::thousands(copy_rate),
+            crate::bench::thousands(median(rounds.iter().map(|r| r.baseline.rate).collect()))
         );
     }
     copy_rate
@@ -685,7 +685,7 @@ async fn ingest(setup: &Setup, hub: &Hub, event_hub: &str) -> Result<IngestRun> 
     };
     println!(
         "{what}: {} events/s into the {} hub over AMQP ({}, {} producers (one connection each) with {} concurrent sends per partition, {} s after {} s warm-up; {})",
-        thousands(run.rate),
+        crate::bench::thousands(run.rate),
         hub.role.name(),
         setup.conditions(),
         setup.producers,
@@ -736,7 +736,7 @@ async fn fill(setup: &Setup, producers: &Producers, source: &Hub, hub: &str) -> 
     println!(
         "replicate fill: {held} events into the source hub in {:.2} s = {} events/s (the same producers; the copy's input)",
         started.elapsed().as_secs_f64(),
-        thousands(held as f64 / started.elapsed().as_secs_f64())
+        crate::bench::thousands(held as f64 / started.elapsed().as_secs_f64())
     );
     Ok(())
 }
@@ -791,12 +791,12 @@ async fn copy(
     println!(
         "replicate copy: {events} events source → target in {:.2} s = {} events/s, {:.1} % of the ingest baseline ({}; {}; the first event reached the target {:.0} ms after the start, {} events/s from then)",
         took.as_secs_f64(),
-        thousands(run.rate),
+        crate::bench::thousands(run.rate),
         100.0 * run.rate / baseline,
         setup.conditions(),
         setup.task_note(transport),
         first.as_secs_f64() * 1e3,
-        thousands(events as f64 / took.saturating_sub(first).as_secs_f64().max(1e-9)),
+        crate::bench::thousands(events as f64 / took.saturating_sub(first).as_secs_f64().max(1e-9)),
     );
     println!("  {}", run.cpu.line(events));
     println!("  {}", sends_note(&syncs, events, retries));
@@ -916,8 +916,8 @@ async fn lag(
         .map_err(|e| anyhow!("the lag run's task did not stop cleanly: {e}"))?;
     println!(
         "replicate lag at {} events/s offered ({} acknowledged by the source; {}, {} producers pacing, {}; {} s after {} s warm-up): {}",
-        thousands(rate as f64),
-        thousands(offered as f64 / elapsed.as_secs_f64()),
+        crate::bench::thousands(rate as f64),
+        crate::bench::thousands(offered as f64 / elapsed.as_secs_f64()),
         setup.conditions(),
         setup.producers,
         setup.task_note(transport),
@@ -1217,28 +1217,6 @@ impl CpuUse {
 
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-/// The 1-minute load average: other work on the machine competes with the run.
-pub(crate) fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".to_owned())
-}
-
-/// `value` rounded to a whole number with commas between thousands (1,234,567), as the
-/// benchmarks print rates; shared by every `bench` scenario of the binary.
-pub(crate) fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value.max(0.0));
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 #[cfg(test)]

@@ -318,11 +318,11 @@ async fn retention(plan: &Plan, progress: &ProgressBar, table: &mut Table) -> Re
     table.note(&format!(
         "retention: 1 KiB events, 4 producers × 16 sends in flight, {:.2} MiB segments; without retention {} events/s, ack p99 {:.2} ms ({:.0} MiB on disk after); bounded to {} MiB per partition (checked every second) {} events/s, ack p99 {:.2} ms ({:.0} MiB of the hub on disk after)",
         segment as f64 / MIB as f64,
-        crate::bench_replicate::thousands(keep.rate),
+        crate::bench::thousands(keep.rate),
         keep.p99_ms,
         kept as f64 / MIB as f64,
         bound / MIB,
-        crate::bench_replicate::thousands(trim.rate),
+        crate::bench::thousands(trim.rate),
         trim.p99_ms,
         trimmed as f64 / MIB as f64,
     ));

@@ -202,7 +202,7 @@ impl Table {
 fn number(v: f64) -> String {
     match v.abs() {
         a if (1.0..10_000.0).contains(&a) && v.fract() == 0.0 => format!("{v:.0}"),
-        a if a >= 10_000.0 => crate::bench_replicate::thousands(v),
+        a if a >= 10_000.0 => crate::bench::thousands(v),
         a if a >= 100.0 => format!("{v:.1}"),
         a if a >= 1.0 || a == 0.0 => format!("{v:.2}"),
         _ => format!("{v:.4}"),
@@ -308,7 +308,7 @@ impl Context {
             .unwrap_or_default();
         Context {
             started,
-            load_at_start: crate::bench_replicate::load_average(),
+            load_at_start: crate::bench::load_average(),
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
             build: if cfg!(debug_assertions) {
                 "debug"
@@ -352,7 +352,7 @@ pub fn html(context: &Context, tables: &[Table]) -> Result<String> {
         page,
         "<p>{}; load average at the end {}.</p>",
         escape(&context.summary()),
-        crate::bench_replicate::load_average()
+        crate::bench::load_average()
     )?;
     if let Some(note) = crate::bench::host_memory_note() {
         let note = note.trim_start_matches("# note: ");
