@@ -63,6 +63,7 @@ use tributary_replicate::limits::BATCH_EVENTS_DEFAULT;
 use tributary_replicate::{Replicator, StartOptions, TaskConfig};
 
 use crate::args::{BenchArgs, LagRate, TaskTransport};
+use crate::bench::{load_average, thousands};
 
 mod ratios;
 
@@ -88,7 +89,7 @@ pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
         "# replicate: source and target hubs each with its broker (own data directory, durability {}) and AMQP door on 127.0.0.1 in this process, each on its own tokio runtime; producers (Rust client) on a third; the task on the command's runtime, reading the source and writing the target over AMQP. All share {} cores and one disk; load average {}",
         setup.durability,
         cores(),
-        crate::bench::load_average()
+        load_average()
     );
     let source = Hub::start(Role::Source, &setup).await?;
     let target = Hub::start(Role::Target, &setup).await?;
@@ -230,8 +231,8 @@ fn summarize(rounds: &[Round], index: usize) -> f64 {
             listed.join(", "),
             rounds.len(),
             median(ratios),
-            crate::bench::thousands(copy_rate),
-            crate::bench::thousands(median(rounds.iter().map(|r| r.baseline.rate).collect()))
+            thousands(copy_rate),
+            thousands(median(rounds.iter().map(|r| r.baseline.rate).collect()))
         );
     }
     copy_rate
@@ -685,7 +686,7 @@ async fn ingest(setup: &Setup, hub: &Hub, event_hub: &str) -> Result<IngestRun> 
     };
     println!(
         "{what}: {} events/s into the {} hub over AMQP ({}, {} producers (one connection each) with {} concurrent sends per partition, {} s after {} s warm-up; {})",
-        crate::bench::thousands(run.rate),
+        thousands(run.rate),
         hub.role.name(),
         setup.conditions(),
         setup.producers,
@@ -736,7 +737,7 @@ async fn fill(setup: &Setup, producers: &Producers, source: &Hub, hub: &str) -> 
     println!(
         "replicate fill: {held} events into the source hub in {:.2} s = {} events/s (the same producers; the copy's input)",
         started.elapsed().as_secs_f64(),
-        crate::bench::thousands(held as f64 / started.elapsed().as_secs_f64())
+        thousands(held as f64 / started.elapsed().as_secs_f64())
     );
     Ok(())
 }
@@ -791,12 +792,12 @@ async fn copy(
     println!(
         "replicate copy: {events} events source → target in {:.2} s = {} events/s, {:.1} % of the ingest baseline ({}; {}; the first event reached the target {:.0} ms after the start, {} events/s from then)",
         took.as_secs_f64(),
-        crate::bench::thousands(run.rate),
+        thousands(run.rate),
         100.0 * run.rate / baseline,
         setup.conditions(),
         setup.task_note(transport),
         first.as_secs_f64() * 1e3,
-        crate::bench::thousands(events as f64 / took.saturating_sub(first).as_secs_f64().max(1e-9)),
+        thousands(events as f64 / took.saturating_sub(first).as_secs_f64().max(1e-9)),
     );
     println!("  {}", run.cpu.line(events));
     println!("  {}", sends_note(&syncs, events, retries));
@@ -916,8 +917,8 @@ async fn lag(
         .map_err(|e| anyhow!("the lag run's task did not stop cleanly: {e}"))?;
     println!(
         "replicate lag at {} events/s offered ({} acknowledged by the source; {}, {} producers pacing, {}; {} s after {} s warm-up): {}",
-        crate::bench::thousands(rate as f64),
-        crate::bench::thousands(offered as f64 / elapsed.as_secs_f64()),
+        thousands(rate as f64),
+        thousands(offered as f64 / elapsed.as_secs_f64()),
         setup.conditions(),
         setup.producers,
         setup.task_note(transport),
