@@ -86,32 +86,7 @@ fn quick_sweeps_write_a_csv_each_and_one_self_contained_report() {
         );
     }
     assert!(stdout.contains("target  "), "no target printed: {stdout}");
-    // Each partitions step runs again with producers keeping more sends in flight.
-    let partitions = std::fs::read_to_string(report.join("scale-partitions.csv")).unwrap();
-    let mut lines = partitions.lines();
-    let saturated = lines
-        .next()
-        .unwrap()
-        .split(',')
-        .position(|c| c == "saturated_events_per_s")
-        .expect("a saturated rate column");
-    for row in lines {
-        let rate: f64 = row.split(',').nth(saturated).unwrap().parse().unwrap();
-        assert!(rate > 0.0, "no saturated rate: {row}");
-    }
-    assert!(
-        stdout.contains("saturated: "),
-        "the saturated runs' note is missing: {stdout}"
-    );
-    // The biggest data directory is measured again with its page cache dropped, and the data
-    // targets judge those figures.
-    for cold in [
-        "note    cold, ",
-        "target  the biggest data directory opens and serves, page cache dropped: ",
-        "target  a deep read's p99 in it, page cache dropped: ",
-    ] {
-        assert!(stdout.contains(cold), "no {cold:?}: {stdout}");
-    }
+    check_saturated_and_cold_runs(&report, &stdout);
     let html = std::fs::read_to_string(report.join("report.html")).unwrap();
     for reference in [
         "src=\"http",
@@ -132,6 +107,35 @@ fn quick_sweeps_write_a_csv_each_and_one_self_contained_report() {
             html.contains(&format!("<section id=\"{sweep}\">")),
             "no {sweep} section"
         );
+    }
+}
+
+/// Each partitions step ran again with producers keeping more sends in flight, and the
+/// biggest data directory was measured again with its page cache dropped, the data targets
+/// judging those figures.
+fn check_saturated_and_cold_runs(report: &Path, stdout: &str) {
+    let partitions = std::fs::read_to_string(report.join("scale-partitions.csv")).unwrap();
+    let mut lines = partitions.lines();
+    let saturated = lines
+        .next()
+        .unwrap()
+        .split(',')
+        .position(|c| c == "saturated_events_per_s")
+        .expect("a saturated rate column");
+    for row in lines {
+        let rate: f64 = row.split(',').nth(saturated).unwrap().parse().unwrap();
+        assert!(rate > 0.0, "no saturated rate: {row}");
+    }
+    assert!(
+        stdout.contains("saturated: "),
+        "the saturated runs' note is missing: {stdout}"
+    );
+    for cold in [
+        "note    cold, ",
+        "target  the biggest data directory opens and serves, page cache dropped: ",
+        "target  a deep read's p99 in it, page cache dropped: ",
+    ] {
+        assert!(stdout.contains(cold), "no {cold:?}: {stdout}");
     }
 }
 
