@@ -36,8 +36,8 @@ pub const READ_CHUNK_BYTES: u32 = 1024 * 1024;
 /// A reader's first read asks for this much (or one whole batch, if larger); each further read
 /// asks for twice the last, up to [`READ_CHUNK_BYTES`]. A reader that goes on reads ahead in
 /// large chunks after a few reads; one that wants a single event where the page cache holds
-/// nothing (a consumer starting deep in a cold log, a lookup by offset or time) waits for
-/// tens of kilobytes from the disk, not a mebibyte.
+/// nothing (a consumer starting deep in a cold log, a lookup by offset or time) waits for a
+/// few hundred kilobytes from the disk, not a mebibyte each for the lookup and the read.
 pub const READ_CHUNK_FIRST_BYTES: u32 = 256 * 1024;
 
 /// The most a thread's encode buffer keeps between batches: the buffer of a larger batch is

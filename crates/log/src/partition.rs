@@ -122,11 +122,9 @@ pub struct ReadCursor {
     /// its first byte, bytes)`. Committed bytes of a segment file never change, so they stay
     /// valid (compaction writes a new file, with a new id).
     read_ahead: Option<(u64, u64, Bytes)>,
-    /// What the next read of the file asks for at most: from
-    /// [`READ_CHUNK_FIRST_BYTES`](crate::limits::READ_CHUNK_FIRST_BYTES), doubled by each read
-    /// up to [`READ_CHUNK_BYTES`], so a new reader waits for little and one that goes on reads
-    /// ahead in large chunks.
-    read_chunk: u64,
+    /// What the next read of the file asks for at most: small for a new reader, growing as it
+    /// goes on.
+    read_chunk: ReadChunk,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,7 +143,7 @@ impl ReadCursor {
             hint: None,
             buf: BytesMut::new(),
             read_ahead: None,
-            read_chunk: u64::from(crate::limits::READ_CHUNK_FIRST_BYTES),
+            read_chunk: ReadChunk::default(),
         }
     }
 
@@ -1073,8 +1071,8 @@ fn read_segment(
         if position + BATCH_HEADER_BYTES as u64 > chunk_start + chunk.len() as u64 {
             let want = cursor
                 .read_chunk
+                .take()
                 .min(max_bytes.saturating_sub(bytes_read).max(1 << 16));
-            cursor.read_chunk = (cursor.read_chunk * 2).min(u64::from(READ_CHUNK_BYTES));
             chunk = read_at(
                 &mut cursor.buf,
                 segment,

@@ -368,6 +368,29 @@ impl Segment {
     }
 }
 
+/// How much a reader's next read of a file asks for: [`READ_CHUNK_FIRST_BYTES`] first, twice
+/// the last after each read, at most [`READ_CHUNK_BYTES`] (see the first's docs for why).
+///
+/// [`READ_CHUNK_FIRST_BYTES`]: crate::limits::READ_CHUNK_FIRST_BYTES
+/// [`READ_CHUNK_BYTES`]: crate::limits::READ_CHUNK_BYTES
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ReadChunk(u64);
+
+impl Default for ReadChunk {
+    fn default() -> Self {
+        ReadChunk(u64::from(crate::limits::READ_CHUNK_FIRST_BYTES))
+    }
+}
+
+impl ReadChunk {
+    /// The size of this read; the next one asks for twice as much, up to the largest.
+    pub(crate) fn take(&mut self) -> u64 {
+        let size = self.0;
+        self.0 = (size * 2).min(u64::from(crate::limits::READ_CHUNK_BYTES));
+        size
+    }
+}
+
 /// Reads a file front to back in large chunks, so scanning many small batches costs few system
 /// calls. The chunks grow from [`READ_CHUNK_FIRST_BYTES`](crate::limits::READ_CHUNK_FIRST_BYTES)
 /// to [`READ_CHUNK_BYTES`](crate::limits::READ_CHUNK_BYTES): a scan that stops after a batch
@@ -379,7 +402,7 @@ pub(crate) struct ChunkReader<'f> {
     buf: Vec<u8>,
     buf_start: u64,
     /// What the next read asks for at least.
-    chunk: u64,
+    chunk: ReadChunk,
 }
 
 impl<'f> ChunkReader<'f> {
@@ -390,7 +413,7 @@ impl<'f> ChunkReader<'f> {
             file_len,
             buf: Vec::new(),
             buf_start: 0,
-            chunk: u64::from(crate::limits::READ_CHUNK_FIRST_BYTES),
+            chunk: ReadChunk::default(),
         }
     }
 
@@ -401,8 +424,7 @@ impl<'f> ChunkReader<'f> {
         }
         let buf_end = self.buf_start + self.buf.len() as u64;
         if position < self.buf_start || position + len as u64 > buf_end {
-            let want = (len as u64).max(self.chunk);
-            self.chunk = (self.chunk * 2).min(u64::from(crate::limits::READ_CHUNK_BYTES));
+            let want = (len as u64).max(self.chunk.take());
             let n = want.min(self.file_len - position) as usize;
             // Room for the largest chunk at once: growing chunk by chunk would leave each
             // smaller buffer behind in the allocator. Memory not yet written costs nothing.
