@@ -1,0 +1,228 @@
+//! What capture costs per event, on its own: a capture catching up on a partition that holds
+//! its events in the page cache, with nothing else running, and its three parts alone.
+//!
+//! `tributary bench --scenario capture` measures capture beside a hub taking events, which is
+//! the target but moves with the hub's load and with this VM's memory (BENCHMARKS.md,
+//! "The machine"). This bench keeps only the capture's own work, repeated over the same warm
+//! log, so two builds can be told apart:
+//!
+//! - **read**: every event read from the log as the capture reads it (`Broker::read_from`,
+//!   1,024 events a read), nothing written;
+//! - **write**: the events of one read encoded as Avro blocks into window files of about
+//!   10 MiB, published and removed as the capture's are, without reading the log (the records'
+//!   and the files' CPU): with `O_DIRECT` (the default) and through the page cache;
+//! - **catch up**: a [`PartitionCapture`] from the first event, one step over all of them:
+//!   Avro, no deflate, a `file:` destination (`O_DIRECT` where the file system takes it),
+//!   size window 10 MiB; each file removed once published. CPU is the stepping thread's plus
+//!   its files' writer threads'.
+//!
+//! `cargo bench -p tributary-capture --bench catch_up` fills 256 MiB of 1 KiB events (durability
+//! `none`; the log's files stay in the page cache) and runs each part [`ROUNDS`] times; it prints
+//! each round's CPU per event and their median. Under `cargo test --all-targets` (no `--bench`)
+//! it runs on 24 MiB, once: a smoke test, not a measurement.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rustix::time::{ClockId, clock_gettime};
+use tributary_broker::{Broker, BrokerConfig, Durability, HubSpec, ReadCursor};
+use tributary_capture::avro::AvroFileWriter;
+use tributary_capture::{
+    CaptureConfig, CaptureFormat, CaptureTarget, Destination, DirectoryDestination,
+    PartitionCapture, WriteMode, writer_threads_cpu,
+};
+use tributary_event::{EventData, EventPosition, ReceivedEvent, SendTarget};
+
+// The allocator the `tributary` binary runs capture with.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const HUB: &str = "captured";
+const EVENT_BYTES: usize = 1024;
+const BATCH_EVENTS: usize = 100;
+/// Events a read asks for, as the capture's own reads (`limits::READ_EVENTS_MAX`).
+const READ_EVENTS: usize = 1024;
+const READ_BYTES: u64 = 4 << 20;
+const ROUNDS: usize = 5;
+
+fn main() {
+    let measuring = std::env::args().any(|a| a == "--bench");
+    // The smoke test still fills more than two size windows, so files are published.
+    let (fill_bytes, files, rounds) = if measuring {
+        (256 << 20, 8, ROUNDS)
+    } else {
+        (24 << 20, 1, 1)
+    };
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let events = fill_bytes / EVENT_BYTES / BATCH_EVENTS * BATCH_EVENTS;
+    let broker = runtime.block_on(fill(dir.path(), events));
+    let events = events as u64;
+    println!(
+        "# capture catching up: {events} events of {EVENT_BYTES} B in one partition (page cache), {rounds} rounds"
+    );
+    let mut figures = [const { Vec::new() }; 4];
+    for round in 0..rounds {
+        figures[0].push(read_all(&broker, events));
+        let round_dir = dir.path().join(format!("round-{round}"));
+        figures[1].push(encode_and_write(
+            &broker,
+            &round_dir,
+            files,
+            WriteMode::Direct,
+        ));
+        figures[2].push(encode_and_write(
+            &broker,
+            &round_dir,
+            files,
+            WriteMode::Buffered,
+        ));
+        figures[3].push(catch_up(&broker, &round_dir, events));
+    }
+    let names = ["read", "write (O_DIRECT)", "write (page cache)", "catch up"];
+    for (name, mut runs) in names.into_iter().zip(figures) {
+        let each: Vec<String> = runs.iter().map(|ns| format!("{ns:.0}")).collect();
+        runs.sort_by(f64::total_cmp);
+        println!(
+            "{name:<18} {:>6.0} ns CPU per event (median; rounds: {})",
+            runs[runs.len() / 2],
+            each.join(", ")
+        );
+    }
+}
+
+/// A hub of one partition holding `count` events of [`EVENT_BYTES`], durability `none`.
+async fn fill(root: &Path, count: usize) -> Broker {
+    let mut config = BrokerConfig::new(root.join("hub"));
+    config.log.durability = Durability::None;
+    let broker = Broker::open(config).await.expect("the hub opens");
+    broker
+        .create_hub(HubSpec::new(HUB, 1))
+        .await
+        .expect("the hub is created");
+    let body = Bytes::from(vec![0x5a; EVENT_BYTES]);
+    let batch: Vec<EventData> = (0..BATCH_EVENTS)
+        .map(|_| EventData::new(body.clone()))
+        .collect();
+    for _ in 0..count / BATCH_EVENTS {
+        broker
+            .send(HUB, SendTarget::RoundRobin, batch.clone())
+            .await
+            .expect("a batch is taken");
+    }
+    broker
+}
+
+/// The calling thread's CPU time in nanoseconds.
+fn thread_cpu_ns() -> f64 {
+    let t = clock_gettime(ClockId::ThreadCPUTime);
+    t.tv_sec as f64 * 1e9 + t.tv_nsec as f64
+}
+
+fn read_batch(broker: &Broker, cursor: &mut ReadCursor) -> Vec<ReceivedEvent> {
+    broker
+        .read_from(HUB, "0", cursor, READ_EVENTS, READ_BYTES)
+        .expect("the log reads")
+}
+
+/// Reads every event as the capture does; CPU per event.
+fn read_all(broker: &Broker, events: u64) -> f64 {
+    let started = thread_cpu_ns();
+    let mut cursor = ReadCursor::new(0);
+    let mut read = 0;
+    loop {
+        let batch = read_batch(broker, &mut cursor);
+        if batch.is_empty() {
+            break;
+        }
+        read += batch.len() as u64;
+        std::hint::black_box(&batch);
+    }
+    assert_eq!(read, events, "every event is read");
+    (thread_cpu_ns() - started) / read as f64
+}
+
+/// Encodes one read's events as Avro blocks into `files` window files, 10 times per file
+/// (about 10 MiB, the size window), and publishes each; CPU per event, the files' writer
+/// threads' included.
+fn encode_and_write(broker: &Broker, root: &Path, files: usize, mode: WriteMode) -> f64 {
+    let batch = read_batch(broker, &mut ReadCursor::new(0));
+    let destination = DirectoryDestination::new(root.join(format!("written-{mode:?}")))
+        .expect("the destination opens")
+        .with_write_mode(mode);
+    let repeats = 10;
+    let writers_before = writer_threads_cpu();
+    let started = thread_cpu_ns();
+    for file in 0..files {
+        let name = format!("window-{file}.avro");
+        let mut writer = AvroFileWriter::new(
+            destination.create(&name).expect("a window file"),
+            CaptureFormat::Avro,
+        )
+        .expect("the header writes");
+        for _ in 0..repeats {
+            writer.append_all(&batch).expect("the blocks are written");
+        }
+        writer
+            .finish()
+            .expect("the file ends")
+            .publish()
+            .expect("the file is published");
+        let url = destination.url(&name);
+        std::fs::remove_file(url.trim_start_matches("file://")).expect("the published file");
+    }
+    let spent =
+        thread_cpu_ns() - started + (writer_threads_cpu() - writers_before).as_nanos() as f64;
+    spent / (files * repeats * batch.len()) as f64
+}
+
+/// A capture from the first event, one step; CPU per captured event (the stepping thread's and
+/// its files' writer threads').
+fn catch_up(broker: &Broker, root: &Path, events: u64) -> f64 {
+    let destination: Arc<dyn Destination> =
+        Arc::new(DirectoryDestination::new(root.join("capture")).expect("the destination opens"));
+    let config = CaptureConfig {
+        interval: Duration::from_secs(900),
+        size_bytes_max: 10 << 20,
+        skip_empty: true,
+        format: CaptureFormat::Avro,
+        ..CaptureConfig::default()
+    };
+    let target = CaptureTarget {
+        namespace: "bench".into(),
+        hub: HUB.into(),
+        partition: "0".into(),
+    };
+    let mut capture = PartitionCapture::new(
+        broker.clone(),
+        destination,
+        broker.clock(),
+        config,
+        target,
+        &root.join("state"),
+        EventPosition::Earliest,
+    )
+    .expect("the capture starts");
+    capture.on_file(Box::new(|file| {
+        if let Some(path) = file.file_url.strip_prefix("file://") {
+            std::fs::remove_file(path).expect("a published file is there to remove");
+        }
+        Ok(())
+    }));
+    let writers_before = writer_threads_cpu();
+    let started = thread_cpu_ns();
+    let files = capture.step().expect("the capture steps");
+    let spent =
+        thread_cpu_ns() - started + (writer_threads_cpu() - writers_before).as_nanos() as f64;
+    let captured: u64 = files.iter().map(|f| f.event_count).sum();
+    assert!(
+        captured > events / 2 && capture.read_next() == events as i64,
+        "the capture read all {events} events and published most ({captured})"
+    );
+    spent / captured as f64
+}
