@@ -1,5 +1,6 @@
 //! What capture costs per event, on its own: a capture catching up on a partition that holds
-//! its events in the page cache, with nothing else running, and its three parts alone.
+//! its events in the page cache, with nothing else running, and its two parts, reading and
+//! writing, alone.
 //!
 //! `tributary bench --scenario capture` measures capture beside a hub taking events, which is
 //! the target but moves with the hub's load and with this VM's memory (BENCHMARKS.md,
@@ -7,7 +8,7 @@
 //! log, so two builds can be told apart:
 //!
 //! - **read**: every event read from the log as the capture reads it (`Broker::read_from`,
-//!   1,024 events a read), nothing written;
+//!   as many events a read as the capture asks for), nothing written;
 //! - **write**: the events of one read encoded as Avro blocks into window files of about
 //!   10 MiB, published and removed as the capture's are, without reading the log (the records'
 //!   and the files' CPU): with `O_DIRECT` (the default) and through the page cache;
@@ -29,6 +30,7 @@ use bytes::Bytes;
 use rustix::time::{ClockId, clock_gettime};
 use tributary_broker::{Broker, BrokerConfig, Durability, HubSpec, ReadCursor};
 use tributary_capture::avro::AvroFileWriter;
+use tributary_capture::limits::{READ_BYTES_MAX, READ_EVENTS_MAX, SIZE_BYTES_MIN};
 use tributary_capture::{
     CaptureConfig, CaptureFormat, CaptureTarget, Destination, DirectoryDestination,
     PartitionCapture, WriteMode, writer_threads_cpu,
@@ -42,9 +44,6 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const HUB: &str = "captured";
 const EVENT_BYTES: usize = 1024;
 const BATCH_EVENTS: usize = 100;
-/// Events a read asks for, as the capture's own reads (`limits::READ_EVENTS_MAX`).
-const READ_EVENTS: usize = 1024;
-const READ_BYTES: u64 = 4 << 20;
 const ROUNDS: usize = 5;
 
 fn main() {
@@ -126,7 +125,7 @@ fn thread_cpu_ns() -> f64 {
 
 fn read_batch(broker: &Broker, cursor: &mut ReadCursor) -> Vec<ReceivedEvent> {
     broker
-        .read_from(HUB, "0", cursor, READ_EVENTS, READ_BYTES)
+        .read_from(HUB, "0", cursor, READ_EVENTS_MAX, READ_BYTES_MAX)
         .expect("the log reads")
 }
 
@@ -188,7 +187,7 @@ fn catch_up(broker: &Broker, root: &Path, events: u64) -> f64 {
         Arc::new(DirectoryDestination::new(root.join("capture")).expect("the destination opens"));
     let config = CaptureConfig {
         interval: Duration::from_secs(900),
-        size_bytes_max: 10 << 20,
+        size_bytes_max: SIZE_BYTES_MIN,
         skip_empty: true,
         format: CaptureFormat::Avro,
         ..CaptureConfig::default()
