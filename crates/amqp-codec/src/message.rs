@@ -287,19 +287,8 @@ impl ValueWriter<'_> {
     /// A `string` holding `value` in decimal, written without formatting it into a `String`
     /// first.
     pub fn decimal_string(self, value: u64) {
-        // u64::MAX has 20 digits.
-        let mut digits = [0u8; 20];
-        let mut start = digits.len();
-        let mut rest = value;
-        loop {
-            start -= 1;
-            digits[start] = b'0' + (rest % 10) as u8;
-            rest /= 10;
-            if rest == 0 {
-                break;
-            }
-        }
-        write_variable(self.out, 0xa1, &digits[start..]);
+        let mut digits = itoa::Buffer::new();
+        write_variable(self.out, 0xa1, digits.format(value).as_bytes());
     }
 
     /// A `symbol` (`sym8` 0xa3 when shorter than 256 bytes, else `sym32`). Symbols are ASCII by

@@ -104,6 +104,17 @@ pub struct Reader<'a> {
     at: usize,
 }
 
+/// A `symbol`'s bytes (found at `start`) as text, checked to be UTF-8. (The specification limits
+/// symbols to ASCII; the reference decoder does not, and producers do send UTF-8 content types,
+/// so refusing them would fail messages the rest of the world reads.)
+#[inline]
+fn symbol_text(start: usize, bytes: &[u8]) -> Result<&str, CodecError> {
+    std::str::from_utf8(bytes).map_err(|_| CodecError {
+        at: start,
+        reason: "a symbol must be UTF-8",
+    })
+}
+
 impl<'a> Reader<'a> {
     /// A reader at the start of `bytes`.
     pub fn new(bytes: &'a [u8]) -> Self {
@@ -408,18 +419,19 @@ impl<'a> Reader<'a> {
         })
     }
 
-    /// The text of a `symbol` after its constructor, checked to be UTF-8. (The specification
-    /// limits symbols to ASCII; the reference decoder does not, and producers do send UTF-8
-    /// content types, so refusing them would fail messages the rest of the world reads.)
+    /// The text of a `symbol` after its constructor, checked as [`symbol_text`] checks it.
     #[inline]
     fn symbol_body(&mut self, constructor: u8) -> Result<&'a str, CodecError> {
+        let (start, bytes) = self.symbol_bytes(constructor)?;
+        symbol_text(start, bytes)
+    }
+
+    /// Where a `symbol`'s bytes start after its constructor, and the bytes, unchecked.
+    #[inline]
+    fn symbol_bytes(&mut self, constructor: u8) -> Result<(usize, &'a [u8]), CodecError> {
         let length = self.variable_length(constructor)?;
         let start = self.at;
-        let bytes = self.take(length)?;
-        std::str::from_utf8(bytes).map_err(|_| CodecError {
-            at: start,
-            reason: "a symbol must be UTF-8",
-        })
+        Ok((start, self.take(length)?))
     }
 
     /// A `char`'s four bytes, checked to be a Unicode scalar value.
@@ -633,6 +645,54 @@ impl<'a> Reader<'a> {
         match self.octet()? {
             constructor @ (0xa3 | 0xb3) => self.symbol_body(constructor),
             _ => Err(self.back(1, "a symbol expected")),
+        }
+    }
+
+    /// Consumes the next value if it is a `string` (`str8` or `str32`) of one to twenty ASCII
+    /// decimal digits whose number fits a `u64`, and returns the number; otherwise nothing is
+    /// consumed, whatever the next bytes are. The reading side of
+    /// [`ValueWriter::decimal_string`](crate::message::ValueWriter::decimal_string): Event Hubs
+    /// sends offsets so. Digits are ASCII, so no UTF-8 check is needed; any other text (a sign,
+    /// a space) is left for [`Reader::primitive`] and the caller's own parsing.
+    #[inline]
+    pub fn take_decimal_string(&mut self) -> Option<u64> {
+        let rest = &self.bytes[self.at..];
+        let (header, length) = match rest {
+            [0xa1, length, ..] => (2, usize::from(*length)),
+            [0xb1, a, b, c, d, ..] => (5, u32::from_be_bytes([*a, *b, *c, *d]) as usize),
+            _ => return None,
+        };
+        let digits = rest.get(header..header + length)?;
+        if digits.is_empty() || digits.len() > 20 {
+            return None;
+        }
+        let mut value: u64 = 0;
+        for &digit in digits {
+            if !digit.is_ascii_digit() {
+                return None;
+            }
+            value = value
+                .checked_mul(10)?
+                .checked_add(u64::from(digit - b'0'))?;
+        }
+        self.at += header + length;
+        Some(value)
+    }
+
+    /// A `symbol` that may be one of `known`: `Ok(i)` when its bytes are `known[i]`'s (no UTF-8
+    /// check is needed: they are a `str`'s), else `Err` with its text, checked as
+    /// [`Reader::symbol`] checks it. A decoder looking for a few names among a map's keys skips
+    /// checking the keys it knows, most of them on a typical message.
+    #[inline]
+    pub fn symbol_in(&mut self, known: &[&str]) -> Result<Result<usize, &'a str>, CodecError> {
+        let constructor = self.octet()?;
+        if !matches!(constructor, 0xa3 | 0xb3) {
+            return Err(self.back(1, "a symbol expected"));
+        }
+        let (start, bytes) = self.symbol_bytes(constructor)?;
+        match known.iter().position(|name| name.as_bytes() == bytes) {
+            Some(i) => Ok(Ok(i)),
+            None => symbol_text(start, bytes).map(Err),
         }
     }
 
@@ -872,12 +932,75 @@ pub fn write_described_list(
     count: u8,
     fields: impl FnOnce(&mut Vec<u8>),
 ) {
+    write_described_list_counted(out, code, |out| {
+        fields(out);
+        count
+    });
+}
+
+/// The fields of a list [`write_described_list_trimmed`] writes.
+#[derive(Debug)]
+pub struct ListFields<'o> {
+    out: &'o mut Vec<u8>,
+    written: u8,
+    /// How many fields are kept, and where the last kept one ends.
+    kept: u8,
+    kept_end: usize,
+}
+
+impl ListFields<'_> {
+    /// Writes the next field. `absent` says that it stands for what leaving it out would: null,
+    /// or the default a null field means (`false` for most flags); such a field is left off if
+    /// no later field is kept.
+    #[inline]
+    pub fn field(&mut self, absent: bool, write: impl FnOnce(&mut Vec<u8>)) {
+        write(self.out);
+        self.written += 1;
+        if !absent {
+            self.kept = self.written;
+            self.kept_end = self.out.len();
+        }
+    }
+}
+
+/// Writes a described list with descriptor `code` as [`write_described_list`] does, leaving off
+/// the trailing fields `fields` marks absent: a list may end before its last fields, which are
+/// then null (specification 1.4), and every AMQP decoder reads them so. A transfer of a
+/// delivery keeps 5 of its 11 fields: fewer bytes to send, and fewer fields for the peer to
+/// decode, on every message.
+pub fn write_described_list_trimmed(
+    out: &mut Vec<u8>,
+    code: u8,
+    fields: impl FnOnce(&mut ListFields<'_>),
+) {
+    write_described_list_counted(out, code, |out| {
+        let kept_end = out.len();
+        let mut list = ListFields {
+            out,
+            written: 0,
+            kept: 0,
+            kept_end,
+        };
+        fields(&mut list);
+        let (kept, kept_end) = (list.kept, list.kept_end);
+        out.truncate(kept_end);
+        kept
+    });
+}
+
+/// Writes a described list with descriptor `code`; `fields` writes its elements and returns
+/// how many.
+fn write_described_list_counted(
+    out: &mut Vec<u8>,
+    code: u8,
+    fields: impl FnOnce(&mut Vec<u8>) -> u8,
+) {
     out.extend_from_slice(&[0x00, 0x53, code]);
     let header_at = out.len();
     // Room for a list32 header (constructor, size, count); moved down if list8 suffices.
     out.extend_from_slice(&[0xd0, 0, 0, 0, 0, 0, 0, 0, 0]);
     let elements_at = out.len();
-    fields(out);
+    let count = fields(out);
     let elements = out.len() - elements_at;
     if elements < usize::from(u8::MAX) {
         out[header_at] = 0xc0;
@@ -1193,6 +1316,79 @@ mod tests {
             if same {
                 prop_assert!(took);
             }
+        }
+
+        /// `take_decimal_string` takes exactly the strings `string` reads as text that parses
+        /// as a `u64` of digits only, with that number, and leaves everything else where it was.
+        #[test]
+        fn take_decimal_string_takes_what_string_reads_as_digits(
+            bytes in prop_oneof![
+                any::<u64>().prop_map(|n| serde_amqp::to_vec(&Value::String(n.to_string())).unwrap()),
+                "[0-9+ -]{0,22}".prop_map(|text| serde_amqp::to_vec(&Value::String(text)).unwrap()),
+                "[0-9]{0,22}".prop_map(|text| {
+                    let mut wide = vec![0xb1];
+                    wide.extend_from_slice(&(text.len() as u32).to_be_bytes());
+                    wide.extend_from_slice(text.as_bytes());
+                    wide
+                }),
+                vec(any::<u8>(), 0..24),
+            ],
+        ) {
+            let mut plain = Reader::new(&bytes);
+            let expected = plain
+                .string()
+                .ok()
+                .filter(|text| text.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|text| text.parse::<u64>().ok());
+            let mut reader = Reader::new(&bytes);
+            let took = reader.take_decimal_string();
+            prop_assert_eq!(took, expected);
+            prop_assert_eq!(reader.position(), if took.is_some() { plain.position() } else { 0 });
+        }
+
+        /// `symbol_in` reads what `symbol` reads and fails where it fails, naming the known
+        /// symbol it found by its index; bytes that are not UTF-8 are refused even when they
+        /// are not among the known names.
+        #[test]
+        fn symbol_in_reads_what_symbol_reads(
+            known in vec(".{0,12}", 0..4),
+            bytes in prop_oneof![
+                ".{0,12}".prop_map(|text| serde_amqp::to_vec(&Value::Symbol(text.into())).unwrap()),
+                vec(any::<u8>(), 0..20).prop_map(|raw| {
+                    let mut symbol = vec![0xa3, raw.len() as u8];
+                    symbol.extend_from_slice(&raw);
+                    symbol
+                }),
+                vec(any::<u8>(), 0..20),
+            ],
+            pick in any::<prop::sample::Index>(),
+            take_known in any::<bool>(),
+        ) {
+            // Half the time the bytes are one of the known names.
+            let bytes = match known.get(pick.index(known.len().max(1))) {
+                Some(name) if take_known => {
+                    let mut symbol = vec![0xa3, name.len() as u8];
+                    symbol.extend_from_slice(name.as_bytes());
+                    symbol
+                }
+                _ => bytes,
+            };
+            let names: Vec<&str> = known.iter().map(String::as_str).collect();
+            let mut plain = Reader::new(&bytes);
+            let mut reader = Reader::new(&bytes);
+            match (plain.symbol(), reader.symbol_in(&names)) {
+                (Ok(text), Ok(Ok(i))) => {
+                    prop_assert_eq!(names[i], text);
+                    prop_assert!(names[..i].iter().all(|name| *name != text));
+                }
+                (Ok(text), Ok(Err(other))) => {
+                    prop_assert_eq!(text, other);
+                    prop_assert!(!names.contains(&text));
+                }
+                (Err(expected), Err(got)) => prop_assert_eq!(expected, got),
+                (plain, found) => prop_assert!(false, "symbol {plain:?}, symbol_in {found:?}"),
+            }
+            prop_assert_eq!(reader.position(), plain.position());
         }
 
         /// No reader panics or reads past its input, whatever the bytes.

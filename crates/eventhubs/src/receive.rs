@@ -158,18 +158,25 @@ fn fast_with<'a>(
         application = application_properties(&mut reader)?;
         section = next_section(&mut reader)?;
     }
-    let mut sections: Vec<&[u8]> = Vec::new();
+    // One `data` section (what the hub sends) is the body as it is; more are joined.
+    let mut first: Option<&[u8]> = None;
+    let mut joined: Option<Vec<u8>> = None;
     while section == Some(DATA) {
-        sections.push(reader.binary()?);
+        let data = reader.binary()?;
+        match (first, &mut joined) {
+            (None, _) => first = Some(data),
+            (Some(only), None) => joined = Some([only, data].concat()),
+            (Some(_), Some(all)) => all.extend_from_slice(data),
+        }
         section = next_section(&mut reader)?;
     }
     if section.is_some() {
         return Err(Fallback);
     }
-    let body = match sections.as_slice() {
-        [] => Bytes::new(),
-        [only] => single_body(only),
-        several => Bytes::from(several.concat()),
+    let body = match (first, joined) {
+        (None, _) => Bytes::new(),
+        (Some(only), None) => single_body(only),
+        (Some(_), Some(all)) => Bytes::from(all),
     };
     let event = ReceivedEvent {
         sequence_number: system.sequence_number,
@@ -189,22 +196,34 @@ fn fast_with<'a>(
 }
 
 /// Walks an annotations map (`delivery-annotations`, `message-annotations`): symbol or ulong
-/// keys, primitive values; calls `entry` with each key (None for a ulong) and its value, in
-/// order.
+/// keys, primitive values; calls `entry` with each key and its value, in order: `Some(Ok(i))`
+/// for the symbol `known[i]`, `Some(Err(text))` for another symbol, `None` for a ulong. The
+/// value of `known[offset]` is an offset: a string of decimal digits comes as the `ulong` it
+/// spells, which [`as_u64`] takes alike.
 fn annotations<'a>(
     reader: &mut Reader<'a>,
-    mut entry: impl FnMut(Option<&'a str>, Primitive<'a>),
+    known: &[&str],
+    offset: usize,
+    mut entry: impl FnMut(Option<Result<usize, &'a str>>, Primitive<'a>),
 ) -> Result<(), Fallback> {
     let (entries, end) = map_entries(reader)?;
     for _ in 0..entries {
         let key = match reader.rest().first() {
-            Some(0xa3 | 0xb3) => Some(reader.symbol()?),
+            Some(0xa3 | 0xb3) => Some(reader.symbol_in(known)?),
             _ => {
                 reader.ulong()?;
                 None
             }
         };
-        entry(key, reader.primitive()?);
+        let digits = match key {
+            Some(Ok(i)) if i == offset => reader.take_decimal_string(),
+            _ => None,
+        };
+        let value = match digits {
+            Some(number) => Primitive::Ulong(number),
+            None => reader.primitive()?,
+        };
+        entry(key, value);
     }
     reader.expect_at(end, "annotations overrun the map")?;
     Ok(())
@@ -217,15 +236,20 @@ fn delivery_annotations(
     reader: &mut Reader<'_>,
     now_ms: i64,
 ) -> Result<Option<LastEnqueued>, Fallback> {
-    let (mut sequence, mut offset, mut enqueued, mut retrieved) = (None, None, None, None);
+    // The offset is the second.
+    const RUNTIME_METRIC: [&str; 4] = [
+        LAST_ENQUEUED_SEQUENCE_NUMBER,
+        LAST_ENQUEUED_OFFSET,
+        LAST_ENQUEUED_TIME_UTC,
+        RETRIEVAL_TIME_UTC,
+    ];
+    let mut values = [None; RUNTIME_METRIC.len()];
     let mut senders = false;
-    annotations(reader, |key, value| match key {
-        Some(LAST_ENQUEUED_SEQUENCE_NUMBER) => sequence = Some(value),
-        Some(LAST_ENQUEUED_OFFSET) => offset = Some(value),
-        Some(LAST_ENQUEUED_TIME_UTC) => enqueued = Some(value),
-        Some(RETRIEVAL_TIME_UTC) => retrieved = Some(value),
+    annotations(reader, &RUNTIME_METRIC, 1, |key, value| match key {
+        Some(Ok(i)) => values[i] = Some(value),
         _ => senders = true,
     })?;
+    let [sequence, offset, enqueued, retrieved] = values;
     if senders {
         return Err(Fallback);
     }
@@ -252,19 +276,20 @@ struct SystemAnnotations {
 /// The system annotations, as [`decode_received`] reads them; a missing or unusable one falls
 /// back (the general path words the error).
 fn message_annotations(reader: &mut Reader<'_>) -> Result<SystemAnnotations, Fallback> {
-    let (mut sequence, mut offset, mut enqueued, mut key) = (None, None, None, None);
-    annotations(reader, |name, value| {
-        let Some(name) = name else { return };
-        if name == SEQUENCE_NUMBER_ANNOTATION {
-            sequence = Some(value);
-        } else if name == OFFSET_ANNOTATION {
-            offset = Some(value);
-        } else if name == ENQUEUED_TIME_ANNOTATION {
-            enqueued = Some(value);
-        } else if name == PARTITION_KEY_ANNOTATION {
-            key = Some(value);
+    // The offset is the second.
+    const SYSTEM: [&str; 4] = [
+        SEQUENCE_NUMBER_ANNOTATION,
+        OFFSET_ANNOTATION,
+        ENQUEUED_TIME_ANNOTATION,
+        PARTITION_KEY_ANNOTATION,
+    ];
+    let mut values = [None; SYSTEM.len()];
+    annotations(reader, &SYSTEM, 1, |name, value| {
+        if let Some(Ok(i)) = name {
+            values[i] = Some(value);
         }
     })?;
+    let [sequence, offset, enqueued, key] = values;
     Ok(SystemAnnotations {
         sequence_number: sequence.and_then(as_i64).ok_or(Fallback)?,
         offset: offset.and_then(as_u64).ok_or(Fallback)?,
@@ -588,6 +613,9 @@ mod tests {
         prop_oneof![
             30 => prop_oneof![
                 6 => any::<u64>().prop_map(|v| Value::String(v.to_string())),
+                // Leading zeros and signs, too many digits, none: decimal text `parse` may
+                // take or refuse.
+                1 => "[+0-9]{0,22}".prop_map(Value::String),
                 1 => any::<u64>().prop_map(Value::Ulong),
                 1 => (0..=i64::MAX).prop_map(Value::Long),
                 1 => (0..=i32::MAX).prop_map(Value::Int),
