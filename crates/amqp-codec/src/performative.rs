@@ -10,9 +10,8 @@
 //! Writing always produces every field (see the crate docs).
 
 use crate::value::{
-    CodecError, Reader, write_bool, write_described_list, write_described_list_trimmed,
-    write_optional_binary, write_optional_bool, write_optional_raw, write_optional_ubyte,
-    write_optional_uint, write_uint,
+    CodecError, Reader, write_bool, write_described_list, write_optional_binary,
+    write_optional_bool, write_optional_raw, write_optional_ubyte, write_optional_uint, write_uint,
 };
 
 /// Descriptor codes of the performatives (specification 2.7).
@@ -164,33 +163,23 @@ impl<'a> TransferFields<'a> {
         Ok((transfer, payload))
     }
 
-    /// Appends the performative, without its trailing null or `false` fields (see
-    /// [`write_described_list_trimmed`]); the caller appends the payload after it.
+    /// Appends the performative (all 11 fields); the caller appends the payload after it.
+    /// Leaving off the trailing null and `false` fields would be valid AMQP and save the peer
+    /// work, but the Python SDK's `pyamqp` finds a transfer's payload after exactly 11 fields
+    /// and fails to open a link ("list index out of range") when the list is shorter.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        write_described_list_trimmed(out, code::TRANSFER as u8, |f| {
-            f.field(false, |out| write_uint(out, self.handle));
-            f.field(self.delivery_id.is_none(), |out| {
-                write_optional_uint(out, self.delivery_id);
-            });
-            f.field(self.delivery_tag.is_none(), |out| {
-                write_optional_binary(out, self.delivery_tag);
-            });
-            f.field(self.message_format.is_none(), |out| {
-                write_optional_uint(out, self.message_format);
-            });
-            f.field(self.settled.is_none(), |out| {
-                write_optional_bool(out, self.settled);
-            });
-            f.field(!self.more, |out| write_bool(out, self.more));
-            f.field(self.rcv_settle_mode.is_none(), |out| {
-                write_optional_ubyte(out, self.rcv_settle_mode);
-            });
-            f.field(self.state.is_none(), |out| {
-                write_optional_raw(out, self.state);
-            });
-            f.field(!self.resume, |out| write_bool(out, self.resume));
-            f.field(!self.aborted, |out| write_bool(out, self.aborted));
-            f.field(!self.batchable, |out| write_bool(out, self.batchable));
+        write_described_list(out, code::TRANSFER as u8, 11, |out| {
+            write_uint(out, self.handle);
+            write_optional_uint(out, self.delivery_id);
+            write_optional_binary(out, self.delivery_tag);
+            write_optional_uint(out, self.message_format);
+            write_optional_bool(out, self.settled);
+            write_bool(out, self.more);
+            write_optional_ubyte(out, self.rcv_settle_mode);
+            write_optional_raw(out, self.state);
+            write_bool(out, self.resume);
+            write_bool(out, self.aborted);
+            write_bool(out, self.batchable);
         });
     }
 }

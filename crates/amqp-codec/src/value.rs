@@ -932,75 +932,12 @@ pub fn write_described_list(
     count: u8,
     fields: impl FnOnce(&mut Vec<u8>),
 ) {
-    write_described_list_counted(out, code, |out| {
-        fields(out);
-        count
-    });
-}
-
-/// The fields of a list [`write_described_list_trimmed`] writes.
-#[derive(Debug)]
-pub struct ListFields<'o> {
-    out: &'o mut Vec<u8>,
-    written: u8,
-    /// How many fields are kept, and where the last kept one ends.
-    kept: u8,
-    kept_end: usize,
-}
-
-impl ListFields<'_> {
-    /// Writes the next field. `absent` says that it stands for what leaving it out would: null,
-    /// or the default a null field means (`false` for most flags); such a field is left off if
-    /// no later field is kept.
-    #[inline]
-    pub fn field(&mut self, absent: bool, write: impl FnOnce(&mut Vec<u8>)) {
-        write(self.out);
-        self.written += 1;
-        if !absent {
-            self.kept = self.written;
-            self.kept_end = self.out.len();
-        }
-    }
-}
-
-/// Writes a described list with descriptor `code` as [`write_described_list`] does, leaving off
-/// the trailing fields `fields` marks absent: a list may end before its last fields, which are
-/// then null (specification 1.4), and every AMQP decoder reads them so. A transfer of a
-/// delivery keeps 5 of its 11 fields: fewer bytes to send, and fewer fields for the peer to
-/// decode, on every message.
-pub fn write_described_list_trimmed(
-    out: &mut Vec<u8>,
-    code: u8,
-    fields: impl FnOnce(&mut ListFields<'_>),
-) {
-    write_described_list_counted(out, code, |out| {
-        let kept_end = out.len();
-        let mut list = ListFields {
-            out,
-            written: 0,
-            kept: 0,
-            kept_end,
-        };
-        fields(&mut list);
-        let (kept, kept_end) = (list.kept, list.kept_end);
-        out.truncate(kept_end);
-        kept
-    });
-}
-
-/// Writes a described list with descriptor `code`; `fields` writes its elements and returns
-/// how many.
-fn write_described_list_counted(
-    out: &mut Vec<u8>,
-    code: u8,
-    fields: impl FnOnce(&mut Vec<u8>) -> u8,
-) {
     out.extend_from_slice(&[0x00, 0x53, code]);
     let header_at = out.len();
     // Room for a list32 header (constructor, size, count); moved down if list8 suffices.
     out.extend_from_slice(&[0xd0, 0, 0, 0, 0, 0, 0, 0, 0]);
     let elements_at = out.len();
-    let count = fields(out);
+    fields(out);
     let elements = out.len() - elements_at;
     if elements < usize::from(u8::MAX) {
         out[header_at] = 0xc0;

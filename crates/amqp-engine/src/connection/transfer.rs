@@ -475,15 +475,10 @@ fn write_transfer(
         session.send_frames(out, &[start]);
         return;
     }
-    // Too large for one frame: cut the message into as many as it takes. Every frame but the
-    // last says `more`, which its performative spends a byte on: room is measured with it.
+    // Too large for one frame: cut the message into as many as it takes.
     let payload = out.split_off(payload_at);
     out.truncate(start);
-    fields.more = true;
-    frame::start_frame(out, FrameType::Amqp, channel);
-    fields.encode(out);
-    let room = max_frame - (out.len() - start);
-    out.truncate(start);
+    let room = max_frame - (payload_at - start);
     let mut starts = Vec::with_capacity(payload.len().div_ceil(room));
     let mut chunks = payload.chunks(room).peekable();
     while let Some(chunk) = chunks.next() {
