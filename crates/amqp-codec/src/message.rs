@@ -18,6 +18,8 @@
 //! bytes has no AMQP encoding at all; writing one panics (no frame, and no stored event, can be
 //! that large: the broker refuses events far smaller).
 
+use crate::value::{LIST, MAP, finish_compound, start_compound};
+
 /// A message's sections as a reader meets them: their descriptor codes as
 /// [`Reader::descriptor`](crate::value::Reader::descriptor) reads them, in the order the
 /// specification puts the sections in, and the fields of the two list sections.
@@ -89,9 +91,7 @@ impl<'a> MapSection<'a> {
     /// Starts a map section with descriptor `code` (see [`section`]).
     pub fn start(out: &'a mut Vec<u8>, code: u8) -> Self {
         out.extend_from_slice(&[0x00, 0x53, code]);
-        let header_at = out.len();
-        // Room for a map32 header (constructor, size, count); moved down if map8 suffices.
-        out.extend_from_slice(&[0xd1, 0, 0, 0, 0, 0, 0, 0, 0]);
+        let header_at = start_compound(out);
         MapSection {
             out,
             header_at,
@@ -113,7 +113,7 @@ impl<'a> MapSection<'a> {
 
     /// Patches in the map's size and count; the section is complete.
     pub fn finish(self) {
-        patch_compound(self.out, self.header_at, self.entries * 2, 0xc1);
+        finish_compound(self.out, self.header_at, self.entries * 2, MAP);
     }
 }
 
@@ -132,9 +132,7 @@ impl<'a> ListSection<'a> {
     /// Starts a list section with descriptor `code` (see [`section`]).
     pub fn start(out: &'a mut Vec<u8>, code: u8) -> Self {
         out.extend_from_slice(&[0x00, 0x53, code]);
-        let header_at = out.len();
-        // Room for a list32 header (constructor, size, count); moved down if list8 suffices.
-        out.extend_from_slice(&[0xd0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        let header_at = start_compound(out);
         ListSection {
             out,
             header_at,
@@ -150,26 +148,7 @@ impl<'a> ListSection<'a> {
 
     /// Patches in the list's size and count; the section is complete.
     pub fn finish(self) {
-        patch_compound(self.out, self.header_at, self.fields, 0xc0);
-    }
-}
-
-/// Patches the size and count into the 9 bytes reserved at `header_at` for a compound32
-/// header (`0xd0` list32 / `0xd1` map32), moving the elements down to a compound8 header
-/// (`short_constructor`) when they fit one.
-fn patch_compound(out: &mut Vec<u8>, header_at: usize, count: u32, short_constructor: u8) {
-    let elements_at = header_at + 9;
-    let elements = out.len() - elements_at;
-    if elements < usize::from(u8::MAX) && count <= u32::from(u8::MAX) {
-        out[header_at] = short_constructor;
-        out[header_at + 1] = (elements + 1) as u8;
-        out[header_at + 2] = count as u8;
-        out.copy_within(elements_at.., header_at + 3);
-        out.truncate(header_at + 3 + elements);
-    } else {
-        let size = u32::try_from(elements + 4).expect("a section fits a message");
-        out[header_at + 1..header_at + 5].copy_from_slice(&size.to_be_bytes());
-        out[header_at + 5..header_at + 9].copy_from_slice(&count.to_be_bytes());
+        finish_compound(self.out, self.header_at, self.fields, LIST);
     }
 }
 

@@ -933,22 +933,48 @@ pub fn write_described_list(
     fields: impl FnOnce(&mut Vec<u8>),
 ) {
     out.extend_from_slice(&[0x00, 0x53, code]);
-    let header_at = out.len();
-    // Room for a list32 header (constructor, size, count); moved down if list8 suffices.
-    out.extend_from_slice(&[0xd0, 0, 0, 0, 0, 0, 0, 0, 0]);
-    let elements_at = out.len();
+    let header_at = start_compound(out);
     fields(out);
-    let elements = out.len() - elements_at;
-    if elements < usize::from(u8::MAX) {
-        out[header_at] = 0xc0;
+    finish_compound(out, header_at, u32::from(count), LIST);
+}
+
+/// A list's or a map's constructors: the compound8 one and the compound32 one.
+pub(crate) type CompoundConstructors = (u8, u8);
+/// `list8` and `list32`.
+pub(crate) const LIST: CompoundConstructors = (0xc0, 0xd0);
+/// `map8` and `map32`.
+pub(crate) const MAP: CompoundConstructors = (0xc1, 0xd1);
+
+/// Reserves a compound8 header (constructor, size, count) for a list or map whose elements
+/// follow; returns where it is, for [`finish_compound`].
+#[inline]
+pub(crate) fn start_compound(out: &mut Vec<u8>) -> usize {
+    let header_at = out.len();
+    out.extend_from_slice(&[0, 0, 0]);
+    header_at
+}
+
+/// Writes the header reserved at `header_at` for the `count` elements written after it: a
+/// compound8 one where size and count fit a byte (nearly always: a performative, a message's
+/// annotations), else a compound32 one, the elements moved up to make room.
+pub(crate) fn finish_compound(
+    out: &mut Vec<u8>,
+    header_at: usize,
+    count: u32,
+    (small, large): CompoundConstructors,
+) {
+    let elements = out.len() - (header_at + 3);
+    if elements < usize::from(u8::MAX) && count <= u32::from(u8::MAX) {
+        out[header_at] = small;
         out[header_at + 1] = (elements + 1) as u8;
-        out[header_at + 2] = count;
-        out.copy_within(elements_at.., header_at + 3);
-        out.truncate(header_at + 3 + elements);
+        out[header_at + 2] = count as u8;
     } else {
-        let size = u32::try_from(elements + 4).expect("a performative fits a frame");
-        out[header_at + 1..header_at + 5].copy_from_slice(&size.to_be_bytes());
-        out[header_at + 5..header_at + 9].copy_from_slice(&u32::from(count).to_be_bytes());
+        let size = u32::try_from(elements + 4).expect("a compound fits a message or frame");
+        let mut header = [0u8; 9];
+        header[0] = large;
+        header[1..5].copy_from_slice(&size.to_be_bytes());
+        header[5..9].copy_from_slice(&count.to_be_bytes());
+        out.splice(header_at..header_at + 3, header);
     }
 }
 

@@ -368,7 +368,9 @@ impl Pump {
         } else {
             None
         };
-        let mut heads = Vec::with_capacity(events.len() * 64);
+        // A plain event's head (three annotations and the data section's header) takes about
+        // 100 bytes: room for that up front, so the buffer rarely grows (and copies) meanwhile.
+        let mut heads = Vec::with_capacity(events.len() * 128);
         let mut ends = Vec::with_capacity(events.len());
         let mut bodies = Vec::with_capacity(events.len());
         for mut event in events {
