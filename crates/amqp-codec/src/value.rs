@@ -624,17 +624,28 @@ impl<'a> Reader<'a> {
     /// message's copy instead of checking and copying the same text again.
     #[inline]
     pub fn take_string_equal_to(&mut self, known: &str) -> bool {
+        match self.peek_string_bytes() {
+            Some((taken, text)) if text == known.as_bytes() => {
+                self.at += taken;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// If the next value is a `string` (`str8` or `str32`), how many bytes it takes and its
+    /// text's bytes, unchecked and not consumed: for the `take_string_*` readers, whose texts
+    /// need no UTF-8 check.
+    #[inline]
+    fn peek_string_bytes(&self) -> Option<(usize, &'a [u8])> {
         let rest = &self.bytes[self.at..];
         let (header, length) = match rest {
             [0xa1, length, ..] => (2, usize::from(*length)),
             [0xb1, a, b, c, d, ..] => (5, u32::from_be_bytes([*a, *b, *c, *d]) as usize),
-            _ => return false,
+            _ => return None,
         };
-        if length != known.len() || rest.get(header..header + length) != Some(known.as_bytes()) {
-            return false;
-        }
-        self.at += header + length;
-        true
+        let text = rest.get(header..header + length)?;
+        Some((header + length, text))
     }
 
     /// A `symbol` (`sym8` or `sym32`), borrowed and checked to be UTF-8: the specification
@@ -656,13 +667,7 @@ impl<'a> Reader<'a> {
     /// a space) is left for [`Reader::primitive`] and the caller's own parsing.
     #[inline]
     pub fn take_decimal_string(&mut self) -> Option<u64> {
-        let rest = &self.bytes[self.at..];
-        let (header, length) = match rest {
-            [0xa1, length, ..] => (2, usize::from(*length)),
-            [0xb1, a, b, c, d, ..] => (5, u32::from_be_bytes([*a, *b, *c, *d]) as usize),
-            _ => return None,
-        };
-        let digits = rest.get(header..header + length)?;
+        let (taken, digits) = self.peek_string_bytes()?;
         if digits.is_empty() || digits.len() > 20 {
             return None;
         }
@@ -675,7 +680,7 @@ impl<'a> Reader<'a> {
                 .checked_mul(10)?
                 .checked_add(u64::from(digit - b'0'))?;
         }
-        self.at += header + length;
+        self.at += taken;
         Some(value)
     }
 
@@ -990,6 +995,14 @@ mod tests {
 
     use super::*;
 
+    /// `text` as a `str32`, the wide form the reference writes only for long strings.
+    fn str32(text: &str) -> Vec<u8> {
+        let mut wide = vec![0xb1];
+        wide.extend_from_slice(&(text.len() as u32).to_be_bytes());
+        wide.extend_from_slice(text.as_bytes());
+        wide
+    }
+
     /// The reference value a primitive stands for.
     fn as_value(primitive: Primitive<'_>) -> Value {
         match primitive {
@@ -1246,12 +1259,7 @@ mod tests {
             known in ".{0,40}",
             bytes in prop_oneof![
                 ".{0,40}".prop_map(|text| serde_amqp::to_vec(&Value::String(text)).unwrap()),
-                ".{0,40}".prop_map(|text| {
-                    let mut wide = vec![0xb1];
-                    wide.extend_from_slice(&(text.len() as u32).to_be_bytes());
-                    wide.extend_from_slice(text.as_bytes());
-                    wide
-                }),
+                ".{0,40}".prop_map(|text| str32(&text)),
                 vec(any::<u8>(), 0..48),
             ],
             same in any::<bool>(),
@@ -1288,12 +1296,7 @@ mod tests {
             bytes in prop_oneof![
                 any::<u64>().prop_map(|n| serde_amqp::to_vec(&Value::String(n.to_string())).unwrap()),
                 "[0-9+ -]{0,22}".prop_map(|text| serde_amqp::to_vec(&Value::String(text)).unwrap()),
-                "[0-9]{0,22}".prop_map(|text| {
-                    let mut wide = vec![0xb1];
-                    wide.extend_from_slice(&(text.len() as u32).to_be_bytes());
-                    wide.extend_from_slice(text.as_bytes());
-                    wide
-                }),
+                "[0-9]{0,22}".prop_map(|text| str32(&text)),
                 vec(any::<u8>(), 0..24),
             ],
         ) {

@@ -195,6 +195,10 @@ fn fast_with<'a>(
     Ok((event, last))
 }
 
+/// Where the offset stands among the names [`delivery_annotations`] and
+/// [`message_annotations`] look for: second in both.
+const OFFSET_AT: usize = 1;
+
 /// Walks an annotations map (`delivery-annotations`, `message-annotations`): symbol or ulong
 /// keys, primitive values; calls `entry` with each key and its value, in order: `Some(Ok(i))`
 /// for the symbol `known[i]`, `Some(Err(text))` for another symbol, `None` for a ulong. The
@@ -236,7 +240,6 @@ fn delivery_annotations(
     reader: &mut Reader<'_>,
     now_ms: i64,
 ) -> Result<Option<LastEnqueued>, Fallback> {
-    // The offset is the second.
     const RUNTIME_METRIC: [&str; 4] = [
         LAST_ENQUEUED_SEQUENCE_NUMBER,
         LAST_ENQUEUED_OFFSET,
@@ -245,7 +248,7 @@ fn delivery_annotations(
     ];
     let mut values = [None; RUNTIME_METRIC.len()];
     let mut senders = false;
-    annotations(reader, &RUNTIME_METRIC, 1, |key, value| match key {
+    annotations(reader, &RUNTIME_METRIC, OFFSET_AT, |key, value| match key {
         Some(Ok(i)) => values[i] = Some(value),
         _ => senders = true,
     })?;
@@ -276,7 +279,6 @@ struct SystemAnnotations {
 /// The system annotations, as [`decode_received`] reads them; a missing or unusable one falls
 /// back (the general path words the error).
 fn message_annotations(reader: &mut Reader<'_>) -> Result<SystemAnnotations, Fallback> {
-    // The offset is the second.
     const SYSTEM: [&str; 4] = [
         SEQUENCE_NUMBER_ANNOTATION,
         OFFSET_ANNOTATION,
@@ -284,7 +286,7 @@ fn message_annotations(reader: &mut Reader<'_>) -> Result<SystemAnnotations, Fal
         PARTITION_KEY_ANNOTATION,
     ];
     let mut values = [None; SYSTEM.len()];
-    annotations(reader, &SYSTEM, 1, |name, value| {
+    annotations(reader, &SYSTEM, OFFSET_AT, |name, value| {
         if let Some(Ok(i)) = name {
             values[i] = Some(value);
         }
