@@ -78,6 +78,23 @@ pub fn write_data_section_header(out: &mut Vec<u8>, body_len: usize) {
     write_variable_header(out, 0xa0, body_len);
 }
 
+/// `name` encoded as a `sym8`, at compile time: a map key for [`MapSection::entry_encoded`].
+/// `N` is the name's length plus two; another `N`, or a name of 256 bytes or more, fails to
+/// compile.
+pub const fn sym8<const N: usize>(name: &str) -> [u8; N] {
+    let name = name.as_bytes();
+    assert!(name.len() + 2 == N && name.len() <= u8::MAX as usize);
+    let mut encoded = [0; N];
+    encoded[0] = 0xa3;
+    encoded[1] = name.len() as u8;
+    let mut i = 0;
+    while i < name.len() {
+        encoded[i + 2] = name[i];
+        i += 1;
+    }
+    encoded
+}
+
 /// A map section being written: keys and values are appended in turn; [`MapSection::finish`]
 /// patches in the size and count.
 #[derive(Debug)]
@@ -107,6 +124,15 @@ impl<'a> MapSection<'a> {
             if symbol_key { 0xa3 } else { 0xa1 },
             key.as_bytes(),
         );
+        value(ValueWriter { out: self.out });
+        self.entries += 1;
+    }
+
+    /// A key already encoded (see [`sym8`]) and then its value: for a key written on every
+    /// message, copied in one piece.
+    #[inline]
+    pub fn entry_encoded(&mut self, key: &[u8], value: impl FnOnce(ValueWriter<'_>)) {
+        self.out.extend_from_slice(key);
         value(ValueWriter { out: self.out });
         self.entries += 1;
     }
@@ -610,6 +636,21 @@ mod tests {
         let properties = decode(&out).application_properties.unwrap().0;
         assert_eq!(properties.len(), 128);
         assert_eq!(properties.get("127"), Some(&SimpleValue::Null));
+    }
+
+    #[test]
+    fn a_key_encoded_ahead_is_written_as_entry_writes_it() {
+        const KEY: [u8; 15] = sym8("x-opt-example");
+        assert_eq!(&KEY[..2], &[0xa3, 13]);
+        let mut by_entry = Vec::new();
+        let mut map = MapSection::start(&mut by_entry, section::MESSAGE_ANNOTATIONS);
+        map.entry("x-opt-example", true, |v| v.long(1));
+        map.finish();
+        let mut encoded_ahead = Vec::new();
+        let mut map = MapSection::start(&mut encoded_ahead, section::MESSAGE_ANNOTATIONS);
+        map.entry_encoded(&KEY, |v| v.long(1));
+        map.finish();
+        assert_eq!(by_entry, encoded_ahead);
     }
 
     #[test]

@@ -624,7 +624,23 @@ impl<'a> Reader<'a> {
     /// message's copy instead of checking and copying the same text again.
     #[inline]
     pub fn take_string_equal_to(&mut self, known: &str) -> bool {
-        match self.peek_string_bytes() {
+        self.take_variable_equal_to(STRING, known)
+    }
+
+    /// Consumes the next value if it is a `symbol` (`sym8` or `sym32`) of exactly `known`'s
+    /// bytes, and says whether it did; otherwise nothing is consumed, whatever the next bytes
+    /// are. A decoder that expects a map's keys in the order a known writer puts them (the
+    /// hub's annotations) checks each with one comparison.
+    #[inline]
+    pub fn take_symbol_equal_to(&mut self, known: &str) -> bool {
+        self.take_variable_equal_to(SYMBOL, known)
+    }
+
+    /// [`Reader::take_string_equal_to`] and [`Reader::take_symbol_equal_to`], for the type
+    /// whose constructors are `constructors`.
+    #[inline]
+    fn take_variable_equal_to(&mut self, constructors: VariableConstructors, known: &str) -> bool {
+        match self.peek_variable_bytes(constructors) {
             Some((taken, text)) if text == known.as_bytes() => {
                 self.at += taken;
                 true
@@ -633,15 +649,20 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// If the next value is a `string` (`str8` or `str32`), how many bytes it takes and its
-    /// text's bytes, unchecked and not consumed: for the `take_string_*` readers, whose texts
-    /// need no UTF-8 check.
+    /// If the next value is of the variable-width type whose constructors are `(short, long)`, how many
+    /// bytes it takes and its bytes, unchecked and not consumed: for the `take_*` readers,
+    /// whose texts need no UTF-8 check.
     #[inline]
-    fn peek_string_bytes(&self) -> Option<(usize, &'a [u8])> {
+    fn peek_variable_bytes(
+        &self,
+        (short, long): VariableConstructors,
+    ) -> Option<(usize, &'a [u8])> {
         let rest = &self.bytes[self.at..];
         let (header, length) = match rest {
-            [0xa1, length, ..] => (2, usize::from(*length)),
-            [0xb1, a, b, c, d, ..] => (5, u32::from_be_bytes([*a, *b, *c, *d]) as usize),
+            [code, length, ..] if *code == short => (2, usize::from(*length)),
+            [code, a, b, c, d, ..] if *code == long => {
+                (5, u32::from_be_bytes([*a, *b, *c, *d]) as usize)
+            }
             _ => return None,
         };
         let text = rest.get(header..header + length)?;
@@ -667,18 +688,27 @@ impl<'a> Reader<'a> {
     /// a space) is left for [`Reader::primitive`] and the caller's own parsing.
     #[inline]
     pub fn take_decimal_string(&mut self) -> Option<u64> {
-        let (taken, digits) = self.peek_string_bytes()?;
+        let (taken, digits) = self.peek_variable_bytes(STRING)?;
         if digits.is_empty() || digits.len() > 20 {
             return None;
         }
+        // Nineteen digits cannot overflow a `u64` (10^19 - 1 < 2^64), so only a twentieth
+        // needs the checked step.
+        let (first, last) = digits.split_at(digits.len().min(19));
         let mut value: u64 = 0;
-        for &digit in digits {
-            if !digit.is_ascii_digit() {
+        for &digit in first {
+            let digit = digit.wrapping_sub(b'0');
+            if digit > 9 {
                 return None;
             }
-            value = value
-                .checked_mul(10)?
-                .checked_add(u64::from(digit - b'0'))?;
+            value = value * 10 + u64::from(digit);
+        }
+        if let &[digit] = last {
+            let digit = digit.wrapping_sub(b'0');
+            if digit > 9 {
+                return None;
+            }
+            value = value.checked_mul(10)?.checked_add(u64::from(digit))?;
         }
         self.at += taken;
         Some(value)
@@ -949,6 +979,13 @@ pub(crate) type CompoundConstructors = (u8, u8);
 pub(crate) const LIST: CompoundConstructors = (0xc0, 0xd0);
 /// `map8` and `map32`.
 pub(crate) const MAP: CompoundConstructors = (0xc1, 0xd1);
+
+/// A variable-width type's constructors: the one with a one-byte length and the one with four.
+type VariableConstructors = (u8, u8);
+/// `str8-utf8` and `str32-utf8`.
+const STRING: VariableConstructors = (0xa1, 0xb1);
+/// `sym8` and `sym32`.
+const SYMBOL: VariableConstructors = (0xa3, 0xb3);
 
 /// Reserves a compound8 header (constructor, size, count) for a list or map whose elements
 /// follow; returns where it is, for [`finish_compound`].
@@ -1253,9 +1290,11 @@ mod tests {
         }
 
         /// `take_string_equal_to` takes exactly the strings `string` reads as `known`, in
-        /// either width, and leaves everything else, any bytes at all, where it was.
+        /// either width, and leaves everything else, any bytes at all, where it was; and
+        /// `take_symbol_equal_to` the symbols `symbol` reads so.
         #[test]
-        fn take_string_equal_to_takes_what_string_reads_as_the_same_text(
+        fn take_string_or_symbol_equal_to_takes_what_string_or_symbol_reads_as_the_same_text(
+            as_symbol in any::<bool>(),
             known in ".{0,40}",
             bytes in prop_oneof![
                 ".{0,40}".prop_map(|text| serde_amqp::to_vec(&Value::String(text)).unwrap()),
@@ -1278,10 +1317,19 @@ mod tests {
             } else {
                 bytes
             };
+            // A symbol's constructors are a string's plus two.
+            let mut bytes = bytes;
+            if as_symbol && matches!(bytes.first(), Some(0xa1 | 0xb1)) {
+                bytes[0] += 2;
+            }
             let mut plain = Reader::new(&bytes);
-            let read = plain.string().ok();
+            let read = if as_symbol { plain.symbol() } else { plain.string() }.ok();
             let mut reader = Reader::new(&bytes);
-            let took = reader.take_string_equal_to(&known);
+            let took = if as_symbol {
+                reader.take_symbol_equal_to(&known)
+            } else {
+                reader.take_string_equal_to(&known)
+            };
             prop_assert_eq!(took, read == Some(known.as_str()));
             prop_assert_eq!(reader.position(), if took { plain.position() } else { 0 });
             if same {

@@ -145,7 +145,9 @@ pub const PAIRWISE_KEY_CHECK_MAX: usize = 16;
 /// Whether a key appears twice among `properties`: an event breaking [`EventData`]'s "keys
 /// are unique", which an AMQP map (what the AMQP front door and client write) cannot say.
 pub fn repeats_a_property_key(properties: &[(SmolStr, PropertyValue)]) -> bool {
-    if properties.len() <= PAIRWISE_KEY_CHECK_MAX {
+    if properties.len() < 2 {
+        false
+    } else if properties.len() <= PAIRWISE_KEY_CHECK_MAX {
         // Lengths first: keys of different lengths differ, and comparing two numbers is
         // cheaper than comparing two texts (the check runs for every event sent or received).
         let mut lengths = [0; PAIRWISE_KEY_CHECK_MAX];

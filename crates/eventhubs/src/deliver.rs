@@ -30,7 +30,7 @@
 //! where it first appears, with its last value).
 
 use tributary_amqp_codec::message::{
-    ListSection, MapSection, ValueWriter, section, write_data_section_header,
+    ListSection, MapSection, ValueWriter, section, sym8, write_data_section_header,
 };
 use tributary_event::{EventData, PropertyValue, ReceivedEvent, repeats_a_property_key};
 
@@ -98,13 +98,18 @@ fn write_plain_head(event: &ReceivedEvent, runtime: Option<&LastEnqueued>, out: 
     if let Some(last) = runtime {
         write_runtime_annotations(last, out);
     }
+    // The keys are the same on every message: written from their encodings.
+    const PARTITION_KEY_KEY: [u8; PARTITION_KEY.len() + 2] = sym8(PARTITION_KEY);
+    const SEQUENCE_NUMBER_KEY: [u8; SEQUENCE_NUMBER.len() + 2] = sym8(SEQUENCE_NUMBER);
+    const OFFSET_KEY: [u8; OFFSET.len() + 2] = sym8(OFFSET);
+    const ENQUEUED_TIME_KEY: [u8; ENQUEUED_TIME.len() + 2] = sym8(ENQUEUED_TIME);
     let mut annotations = MapSection::start(out, section::MESSAGE_ANNOTATIONS);
     if let Some(key) = &data.partition_key {
-        annotations.entry(PARTITION_KEY, true, |v| v.string(key));
+        annotations.entry_encoded(&PARTITION_KEY_KEY, |v| v.string(key));
     }
-    annotations.entry(SEQUENCE_NUMBER, true, |v| v.long(event.sequence_number));
-    annotations.entry(OFFSET, true, |v| v.decimal_string(event.offset));
-    annotations.entry(ENQUEUED_TIME, true, |v| v.timestamp(event.enqueued_time_ms));
+    annotations.entry_encoded(&SEQUENCE_NUMBER_KEY, |v| v.long(event.sequence_number));
+    annotations.entry_encoded(&OFFSET_KEY, |v| v.decimal_string(event.offset));
+    annotations.entry_encoded(&ENQUEUED_TIME_KEY, |v| v.timestamp(event.enqueued_time_ms));
     annotations.finish();
     write_properties(data, out);
     if !data.properties.is_empty() {
@@ -119,20 +124,21 @@ fn write_plain_head(event: &ReceivedEvent, runtime: Option<&LastEnqueued>, out: 
 
 /// The runtime-metric delivery annotations, as `runtime_annotations` in [`general`] makes them.
 fn write_runtime_annotations(last: &LastEnqueued, out: &mut Vec<u8>) {
+    const SEQUENCE_NUMBER_KEY: [u8; LAST_ENQUEUED_SEQUENCE_NUMBER.len() + 2] =
+        sym8(LAST_ENQUEUED_SEQUENCE_NUMBER);
+    const OFFSET_KEY: [u8; LAST_ENQUEUED_OFFSET.len() + 2] = sym8(LAST_ENQUEUED_OFFSET);
+    const ENQUEUED_TIME_KEY: [u8; LAST_ENQUEUED_TIME_UTC.len() + 2] = sym8(LAST_ENQUEUED_TIME_UTC);
+    const RETRIEVAL_TIME_KEY: [u8; RETRIEVAL_TIME_UTC.len() + 2] = sym8(RETRIEVAL_TIME_UTC);
     let mut map = MapSection::start(out, section::DELIVERY_ANNOTATIONS);
-    map.entry(LAST_ENQUEUED_SEQUENCE_NUMBER, true, |v| {
-        v.long(last.sequence_number);
-    });
-    map.entry(LAST_ENQUEUED_OFFSET, true, |v| match last.offset {
+    map.entry_encoded(&SEQUENCE_NUMBER_KEY, |v| v.long(last.sequence_number));
+    map.entry_encoded(&OFFSET_KEY, |v| match last.offset {
         Some(offset) => v.decimal_string(offset),
         None => v.string("-1"),
     });
-    map.entry(LAST_ENQUEUED_TIME_UTC, true, |v| {
+    map.entry_encoded(&ENQUEUED_TIME_KEY, |v| {
         v.timestamp(last.enqueued_time_ms.unwrap_or(0));
     });
-    map.entry(RETRIEVAL_TIME_UTC, true, |v| {
-        v.timestamp(last.retrieved_time_ms);
-    });
+    map.entry_encoded(&RETRIEVAL_TIME_KEY, |v| v.timestamp(last.retrieved_time_ms));
     map.finish();
 }
 

@@ -268,7 +268,7 @@ fn delivery_annotations(
 }
 
 /// What the message annotations say about the event.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 struct SystemAnnotations {
     sequence_number: i64,
     offset: u64,
@@ -279,6 +279,14 @@ struct SystemAnnotations {
 /// The system annotations, as [`decode_received`] reads them; a missing or unusable one falls
 /// back (the general path words the error).
 fn message_annotations(reader: &mut Reader<'_>) -> Result<SystemAnnotations, Fallback> {
+    match message_annotations_as_delivered(reader) {
+        Some(system) => Ok(system),
+        None => message_annotations_walked(reader),
+    }
+}
+
+/// [`message_annotations`] in any layout: the walker of [`annotations`].
+fn message_annotations_walked(reader: &mut Reader<'_>) -> Result<SystemAnnotations, Fallback> {
     const SYSTEM: [&str; 4] = [
         SEQUENCE_NUMBER_ANNOTATION,
         OFFSET_ANNOTATION,
@@ -300,6 +308,43 @@ fn message_annotations(reader: &mut Reader<'_>) -> Result<SystemAnnotations, Fal
             Some(Primitive::String(key) | Primitive::Symbol(key)) => Some(key.to_owned()),
             _ => None,
         },
+    })
+}
+
+/// The system annotations if they are laid out exactly as the hub writes them
+/// ([`write_delivery_message`](crate::deliver::write_delivery_message)): a map of the partition
+/// key (a string, if the event has one), then the sequence number (a long), the offset (a
+/// decimal string) and the enqueued time (a timestamp), each key a `sym8`. Each key is then
+/// one comparison and each value one typed read, where the walker of [`annotations`] matches
+/// every key against every name and reads every value as any primitive. `None`, with `reader`
+/// untouched, for any other layout (another broker's, more annotations): the walker reads it,
+/// to the same result.
+fn message_annotations_as_delivered(reader: &mut Reader<'_>) -> Option<SystemAnnotations> {
+    let mut at = reader.clone();
+    let (entries, end) = map_entries(&mut at).ok()?;
+    let partition_key = match entries {
+        3 => None,
+        4 if at.take_symbol_equal_to(PARTITION_KEY_ANNOTATION) => {
+            Some(at.string().ok()?.to_owned())
+        }
+        _ => return None,
+    };
+    let sequence_number = at
+        .take_symbol_equal_to(SEQUENCE_NUMBER_ANNOTATION)
+        .then(|| at.long().ok())??;
+    let offset = at
+        .take_symbol_equal_to(OFFSET_ANNOTATION)
+        .then(|| at.take_decimal_string())??;
+    let enqueued_time_ms = at
+        .take_symbol_equal_to(ENQUEUED_TIME_ANNOTATION)
+        .then(|| at.timestamp().ok())??;
+    at.expect_at(end, "annotations overrun the map").ok()?;
+    *reader = at;
+    Some(SystemAnnotations {
+        sequence_number,
+        offset,
+        enqueued_time_ms,
+        partition_key,
     })
 }
 
@@ -1191,6 +1236,72 @@ mod tests {
                 ("kind".into(), PropertyValue::String("order".into())),
                 ("amount".into(), PropertyValue::Int64(42)),
             ]
+        );
+    }
+
+    proptest! {
+        /// The annotations the hub writes are read as laid out, to what the walker reads and
+        /// with the reader left where the walker leaves it.
+        #[test]
+        fn the_hubs_annotations_are_read_as_delivered(
+            data in event(),
+            partition_key in option::of(text()),
+            sequence_number in any::<i64>(),
+            offset in any::<u64>(),
+            enqueued_time_ms in any::<i64>(),
+        ) {
+            // The hub stores each property key once.
+            let mut data = data;
+            let mut seen = std::collections::HashSet::new();
+            data.properties.retain(|(key, _)| seen.insert(key.clone()));
+            let event = ReceivedEvent {
+                sequence_number,
+                offset,
+                enqueued_time_ms,
+                data: EventData { partition_key, ..data },
+            };
+            let mut bytes = Vec::new();
+            crate::deliver::write_delivery_message(&event, None, &mut bytes);
+            let mut reader = Reader::new(&bytes);
+            prop_assert_eq!(next_section(&mut reader).ok(), Some(Some(MESSAGE_ANNOTATIONS)));
+            let mut walked = reader.clone();
+            let as_delivered = message_annotations_as_delivered(&mut reader);
+            let walked_annotations = message_annotations_walked(&mut walked).ok();
+            prop_assert_eq!(&as_delivered, &walked_annotations);
+            prop_assert!(as_delivered.is_some());
+            prop_assert_eq!(reader.position(), walked.position());
+            let (decoded, _) = decode_received_bytes(&bytes, NOW).unwrap();
+            prop_assert_eq!(
+                (decoded.sequence_number, decoded.offset, decoded.enqueued_time_ms),
+                (sequence_number, offset, enqueued_time_ms)
+            );
+            prop_assert_eq!(decoded.data.partition_key, event.data.partition_key);
+        }
+    }
+
+    /// Annotations of another layout leave the reader where it was, for the walker.
+    #[test]
+    fn annotations_in_another_order_are_walked() {
+        let sequence = |v: ValueWriter<'_>| v.long(5);
+        let offset = |v: ValueWriter<'_>| v.string("4096");
+        let time = |v: ValueWriter<'_>| v.timestamp(7);
+        let reordered = hub_message(&[
+            (OFFSET_ANNOTATION, &offset),
+            (SEQUENCE_NUMBER_ANNOTATION, &sequence),
+            (ENQUEUED_TIME_ANNOTATION, &time),
+        ]);
+        let mut reader = Reader::new(&reordered);
+        assert_eq!(
+            next_section(&mut reader).ok(),
+            Some(Some(MESSAGE_ANNOTATIONS))
+        );
+        let before = reader.position();
+        assert_eq!(message_annotations_as_delivered(&mut reader), None);
+        assert_eq!(reader.position(), before);
+        let (event, _) = fast(&reordered, NOW).unwrap();
+        assert_eq!(
+            (event.sequence_number, event.offset, event.enqueued_time_ms),
+            (5, 4096, 7)
         );
     }
 
