@@ -90,6 +90,40 @@ impl<'a> Fields<'a> {
         })
     }
 
+    /// A transfer's last seven fields when the list holds exactly those and each is one byte,
+    /// as a transfer of a message usually carries them (all the hub delivers do): `settled` and `more`
+    /// (null, `true` or `false`), `rcv-settle-mode` and `state` null, `resume`, `aborted` and
+    /// `batchable` (null, `true` or `false`). Gives the five booleans, consumed, for one look
+    /// at seven bytes instead of seven typed reads; `None`, with nothing consumed, for any
+    /// other ending, which the typed reads then take field by field.
+    fn flags_without_mode_or_state(&mut self) -> Option<[Option<bool>; 5]> {
+        const NULL: u8 = 0x40;
+        let flag = |byte: u8| match byte {
+            NULL => Some(None),
+            0x41 => Some(Some(true)),
+            0x42 => Some(Some(false)),
+            _ => None,
+        };
+        if self.left != 7 {
+            return None;
+        }
+        let &[settled, more, NULL, NULL, resume, aborted, batchable] =
+            self.reader.rest().first_chunk::<7>()?
+        else {
+            return None;
+        };
+        let flags = [
+            flag(settled)?,
+            flag(more)?,
+            flag(resume)?,
+            flag(aborted)?,
+            flag(batchable)?,
+        ];
+        self.reader.take(7).ok()?;
+        self.left = 0;
+        Some(flags)
+    }
+
     /// [`Fields::close`] for a performative that may not be followed by a payload.
     fn close_without_payload(self, reason: &'static str) -> Result<(), CodecError> {
         let end = self.end;
@@ -146,18 +180,37 @@ impl<'a> TransferFields<'a> {
     /// Reads the `transfer` at the start of a frame body; returns it and its payload.
     pub fn decode(body: &'a [u8]) -> Result<(Self, &'a [u8]), CodecError> {
         let mut f = Fields::open(body, code::TRANSFER, "not a transfer")?;
-        let transfer = TransferFields {
-            handle: f.mandatory(|r| r.optional_uint(), "a transfer needs a handle")?,
-            delivery_id: f.next(|r| r.optional_uint())?,
-            delivery_tag: f.next(|r| r.optional_binary())?,
-            message_format: f.next(|r| r.optional_uint())?,
-            settled: f.next(|r| r.optional_bool())?,
-            more: f.next(|r| r.optional_bool())?.unwrap_or(false),
-            rcv_settle_mode: f.next(|r| r.optional_ubyte())?,
-            state: f.next(|r| r.optional_raw())?,
-            resume: f.next(|r| r.optional_bool())?.unwrap_or(false),
-            aborted: f.next(|r| r.optional_bool())?.unwrap_or(false),
-            batchable: f.next(|r| r.optional_bool())?.unwrap_or(false),
+        let handle = f.mandatory(|r| r.optional_uint(), "a transfer needs a handle")?;
+        let delivery_id = f.next(|r| r.optional_uint())?;
+        let delivery_tag = f.next(|r| r.optional_binary())?;
+        let message_format = f.next(|r| r.optional_uint())?;
+        let transfer = match f.flags_without_mode_or_state() {
+            Some([settled, more, resume, aborted, batchable]) => TransferFields {
+                handle,
+                delivery_id,
+                delivery_tag,
+                message_format,
+                settled,
+                more: more.unwrap_or(false),
+                rcv_settle_mode: None,
+                state: None,
+                resume: resume.unwrap_or(false),
+                aborted: aborted.unwrap_or(false),
+                batchable: batchable.unwrap_or(false),
+            },
+            None => TransferFields {
+                handle,
+                delivery_id,
+                delivery_tag,
+                message_format,
+                settled: f.next(|r| r.optional_bool())?,
+                more: f.next(|r| r.optional_bool())?.unwrap_or(false),
+                rcv_settle_mode: f.next(|r| r.optional_ubyte())?,
+                state: f.next(|r| r.optional_raw())?,
+                resume: f.next(|r| r.optional_bool())?.unwrap_or(false),
+                aborted: f.next(|r| r.optional_bool())?.unwrap_or(false),
+                batchable: f.next(|r| r.optional_bool())?.unwrap_or(false),
+            },
         };
         let payload = f.close()?;
         Ok((transfer, payload))

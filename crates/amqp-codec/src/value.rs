@@ -141,7 +141,7 @@ impl<'a> Reader<'a> {
     }
 
     #[inline]
-    fn take(&mut self, n: usize) -> Result<&'a [u8], CodecError> {
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], CodecError> {
         let end = self
             .at
             .checked_add(n)

@@ -131,6 +131,21 @@ proptest! {
         prop_assert_eq!(decoded, reference);
     }
 
+    /// Every transfer this crate writes reads back as written: the ones with one-byte trailing
+    /// fields as a block, the others (a settle mode, a state, a `true` of the long form) field
+    /// by field; a payload after either is left whole.
+    #[test]
+    fn transfers_written_by_hand_read_back_by_hand(reference in transfer(), payload in proptest::collection::vec(any::<u8>(), 0..16)) {
+        let (tag, state) = fields_of(&reference);
+        let written = hand_transfer(&reference, &tag, state.as_deref());
+        let mut body = Vec::new();
+        written.encode(&mut body);
+        body.extend_from_slice(&payload);
+        let (decoded, rest) = TransferFields::decode(&body).unwrap();
+        prop_assert_eq!(decoded, written);
+        prop_assert_eq!(rest, &payload[..]);
+    }
+
     #[test]
     fn flows_round_trip_both_ways(
         ids in (any::<Option<u32>>(), any::<u32>(), any::<u32>(), any::<u32>()),
