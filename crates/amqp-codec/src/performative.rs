@@ -91,11 +91,11 @@ impl<'a> Fields<'a> {
     }
 
     /// A transfer's last seven fields when the list holds exactly those and each is one byte,
-    /// as a transfer of a message usually carries them (all the hub delivers do): `settled` and `more`
-    /// (null, `true` or `false`), `rcv-settle-mode` and `state` null, `resume`, `aborted` and
-    /// `batchable` (null, `true` or `false`). Gives the five booleans, consumed, for one look
-    /// at seven bytes instead of seven typed reads; `None`, with nothing consumed, for any
-    /// other ending, which the typed reads then take field by field.
+    /// as a transfer of a message usually carries them (every one the hub delivers does):
+    /// `settled` and `more` (null, `true` or `false`), `rcv-settle-mode` and `state` null,
+    /// `resume`, `aborted` and `batchable` (null, `true` or `false`). Gives the five booleans,
+    /// consumed, for one look at seven bytes instead of seven typed reads; `None`, with nothing
+    /// consumed, for any other ending, which the typed reads then take field by field.
     fn flags_without_mode_or_state(&mut self) -> Option<[Option<bool>; 5]> {
         const NULL: u8 = 0x40;
         let flag = |byte: u8| match byte {

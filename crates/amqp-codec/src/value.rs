@@ -649,9 +649,9 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// If the next value is of the variable-width type whose constructors are `(short, long)`, how many
-    /// bytes it takes and its bytes, unchecked and not consumed: for the `take_*` readers,
-    /// whose texts need no UTF-8 check.
+    /// If the next value is of the variable-width type whose constructors are `(short, long)`,
+    /// how many bytes it takes and its bytes, unchecked and not consumed: for the `take_*`
+    /// readers, whose texts need no UTF-8 check.
     #[inline]
     fn peek_variable_bytes(
         &self,

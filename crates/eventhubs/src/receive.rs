@@ -329,15 +329,18 @@ fn message_annotations_as_delivered(reader: &mut Reader<'_>) -> Option<SystemAnn
         }
         _ => return None,
     };
-    let sequence_number = at
-        .take_symbol_equal_to(SEQUENCE_NUMBER_ANNOTATION)
-        .then(|| at.long().ok())??;
-    let offset = at
-        .take_symbol_equal_to(OFFSET_ANNOTATION)
-        .then(|| at.take_decimal_string())??;
-    let enqueued_time_ms = at
-        .take_symbol_equal_to(ENQUEUED_TIME_ANNOTATION)
-        .then(|| at.timestamp().ok())??;
+    if !at.take_symbol_equal_to(SEQUENCE_NUMBER_ANNOTATION) {
+        return None;
+    }
+    let sequence_number = at.long().ok()?;
+    if !at.take_symbol_equal_to(OFFSET_ANNOTATION) {
+        return None;
+    }
+    let offset = at.take_decimal_string()?;
+    if !at.take_symbol_equal_to(ENQUEUED_TIME_ANNOTATION) {
+        return None;
+    }
+    let enqueued_time_ms = at.timestamp().ok()?;
     at.expect_at(end, "annotations overrun the map").ok()?;
     *reader = at;
     Some(SystemAnnotations {
