@@ -54,7 +54,7 @@ pub fn encode_batch_bytes(
 /// fuzzer gets past the CRC to the record decoder.
 pub fn seal_checksum(batch: &mut [u8]) {
     if batch.len() >= BATCH_HEADER_BYTES {
-        let crc = crc32c::crc32c(&batch[CRC_COVERS_FROM..]);
+        let crc = crate::checksum::crc32c(&batch[CRC_COVERS_FROM..]);
         batch[CRC_AT..CRC_COVERS_FROM].copy_from_slice(&crc.to_le_bytes());
     }
 }

@@ -58,6 +58,7 @@
 //! [`PartitionLog::append_with`]'s completion and wakes readers through the commit listener.
 //! The byte layout is in `docs/design.md`.
 
+mod checksum;
 mod commit;
 mod compaction;
 mod config;

@@ -200,7 +200,7 @@ impl BatchHeader {
 /// Checks the CRC of a whole batch (header included) against its header.
 pub(crate) fn verify_checksum(batch: &[u8], header: &BatchHeader) -> Result<(), DecodeError> {
     assert_eq!(batch.len(), header.batch_len as usize);
-    let computed = crc32c::crc32c(&batch[CRC_COVERS_FROM..]);
+    let computed = crate::checksum::crc32c(&batch[CRC_COVERS_FROM..]);
     if computed != header.crc {
         return Err(DecodeError::Checksum {
             stored: header.crc,
@@ -659,7 +659,7 @@ pub(crate) fn seal_batch_header(
     out[RECORD_COUNT_AT..ENQUEUED_TIME_AT].copy_from_slice(&record_count.to_le_bytes());
     out[ENQUEUED_TIME_AT..FLAGS_AT].copy_from_slice(&enqueued_time_ms.to_le_bytes());
     out[FLAGS_AT..BATCH_HEADER_BYTES].copy_from_slice(&flags.to_le_bytes());
-    let crc = crc32c::crc32c(&out[CRC_COVERS_FROM..]);
+    let crc = crate::checksum::crc32c(&out[CRC_COVERS_FROM..]);
     out[CRC_AT..CRC_COVERS_FROM].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -1150,7 +1150,7 @@ mod tests {
         let (batch, _) = encode(&[EventData::new("e")]);
         let mut bytes = batch.to_vec();
         bytes[RECORD_COUNT_AT..ENQUEUED_TIME_AT].copy_from_slice(&u32::MAX.to_le_bytes());
-        let crc = crc32c::crc32c(&bytes[CRC_COVERS_FROM..]);
+        let crc = crate::checksum::crc32c(&bytes[CRC_COVERS_FROM..]);
         bytes[CRC_AT..CRC_COVERS_FROM].copy_from_slice(&crc.to_le_bytes());
         let header = BatchHeader::decode(&bytes).unwrap();
         verify_checksum(&bytes, &header).unwrap();

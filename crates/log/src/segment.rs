@@ -127,7 +127,7 @@ impl SegmentHeader {
         b[SEG_PREV_LAST_TIME_AT..SEG_REWRITE_ID_AT]
             .copy_from_slice(&self.prev_last_time_ms.unwrap_or(NO_TIME).to_le_bytes());
         b[SEG_REWRITE_ID_AT..SEG_CRC_AT].copy_from_slice(&self.rewrite_id.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..SEG_CRC_AT]);
+        let crc = crate::checksum::crc32c(&b[..SEG_CRC_AT]);
         b[SEG_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         b
     }
@@ -162,7 +162,7 @@ impl SegmentHeader {
             .map_err(|e| corrupt(0, e.to_string()))?;
         let stored_crc =
             u32::from_le_bytes(b[SEG_CRC_AT..SEGMENT_HEADER_BYTES].try_into().unwrap());
-        let computed = crc32c::crc32c(&b[..SEG_CRC_AT]);
+        let computed = crate::checksum::crc32c(&b[..SEG_CRC_AT]);
         if header_len as usize != SEGMENT_HEADER_BYTES || stored_crc != computed {
             return Err(corrupt(0, "segment header checksum mismatch".into()));
         }
@@ -614,8 +614,8 @@ pub(crate) fn write_index_file(
     } else {
         INDEX_HEADER_BYTES
     };
-    let mut crc = crc32c::crc32c(&b[..IDX_CRC_AT]);
-    crc = crc32c::crc32c_append(crc, &b[covered_from..]);
+    let mut crc = crate::checksum::crc32c(&b[..IDX_CRC_AT]);
+    crc = crate::checksum::crc32c_append(crc, &b[covered_from..]);
     b[IDX_CRC_AT..IDX_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
     let tmp = path.with_extension("index.tmp");
     storage
@@ -660,7 +660,10 @@ pub(crate) fn read_index_file(
     let stored_crc = r.u32("index crc").ok()?;
     let rewrite_id = r.u32("rewrite id").ok()?;
     let entries = &b[INDEX_HEADER_BYTES..];
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&b[..IDX_CRC_AT]), &b[covered_from..]);
+    let crc = crate::checksum::crc32c_append(
+        crate::checksum::crc32c(&b[..IDX_CRC_AT]),
+        &b[covered_from..],
+    );
     if version != want_version
         || crc != stored_crc
         || (compacted && rewrite_id != header.rewrite_id)
@@ -773,7 +776,7 @@ mod tests {
         );
         let mut v4 = v1.encode();
         v4[SEG_VERSION_AT..SEG_HEADER_LEN_AT].copy_from_slice(&4u32.to_le_bytes());
-        let crc = crc32c::crc32c(&v4[..SEG_CRC_AT]);
+        let crc = crate::checksum::crc32c(&v4[..SEG_CRC_AT]);
         v4[SEG_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         let refused = SegmentHeader::decode(&v4, p).unwrap_err();
         assert!(matches!(refused, LogError::FormatTooNew(_)), "{refused}");

@@ -67,7 +67,7 @@ impl Marker {
         for base in &self.doomed {
             b.extend_from_slice(&base.to_le_bytes());
         }
-        let crc = crc32c::crc32c(&b);
+        let crc = crate::checksum::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         b
     }
@@ -78,7 +78,7 @@ impl Marker {
             return None;
         }
         let (body, crc) = b.split_at(b.len() - MARKER_CRC_BYTES);
-        if crc32c::crc32c(body).to_le_bytes() != crc {
+        if crate::checksum::crc32c(body).to_le_bytes() != crc {
             return None;
         }
         let mut r = Reader::new(&body[MARKER_VERSION_AT..]);

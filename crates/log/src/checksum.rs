@@ -1,0 +1,46 @@
+//! CRC-32C (Castagnoli), the checksum of every record batch, segment header, index file and
+//! swap file, in one place.
+//!
+//! Computed with `crc-fast`, which folds the input with carry-less multiplication
+//! (`VPCLMULQDQ`, `PCLMULQDQ` or the ARM equivalents, chosen at run time): on a batch of
+//! 100 KB it runs about twice as fast as the `crc32c` crate's three-way `crc32` instruction
+//! loop on this machine, and a reader verifies every batch it reads. The values are the same
+//! (the tests hold it to `crc32c`).
+
+use crc_fast::CrcAlgorithm::Crc32Iscsi;
+
+/// The CRC-32C of `bytes`.
+#[inline]
+pub(crate) fn crc32c(bytes: &[u8]) -> u32 {
+    // A 32-bit CRC in the low half.
+    crc_fast::checksum(Crc32Iscsi, bytes) as u32
+}
+
+/// The CRC-32C of the bytes `crc` was computed over followed by `bytes`.
+pub(crate) fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
+    let more = crc_fast::checksum(Crc32Iscsi, bytes);
+    crc_fast::checksum_combine(Crc32Iscsi, u64::from(crc), more, bytes.len() as u64) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// The same values as the `crc32c` crate, whole and appended at any split.
+        #[test]
+        fn matches_the_crc32c_crate(bytes in proptest::collection::vec(any::<u8>(), 0..4096), split in any::<prop::sample::Index>()) {
+            prop_assert_eq!(crc32c(&bytes), ::crc32c::crc32c(&bytes));
+            let (head, tail) = bytes.split_at(split.index(bytes.len() + 1));
+            prop_assert_eq!(crc32c_append(crc32c(head), tail), ::crc32c::crc32c(&bytes));
+        }
+    }
+
+    #[test]
+    fn the_check_value() {
+        // CRC-32C's published check value, of the nine ASCII digits.
+        assert_eq!(crc32c(b"123456789"), 0xe306_9283);
+    }
+}
