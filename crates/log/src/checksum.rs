@@ -38,6 +38,24 @@ mod tests {
         }
     }
 
+    /// Batch-sized inputs at every alignment the folding code may meet.
+    #[test]
+    fn matches_the_crc32c_crate_on_large_unaligned_inputs() {
+        let bytes: Vec<u8> = (0..300_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for start in 0..64 {
+            for len in [65_535, 100_003, 262_144] {
+                let slice = &bytes[start..start + len];
+                assert_eq!(
+                    crc32c(slice),
+                    ::crc32c::crc32c(slice),
+                    "at {start}, {len} bytes"
+                );
+            }
+        }
+    }
+
     #[test]
     fn the_check_value() {
         // CRC-32C's published check value, of the nine ASCII digits.
