@@ -3,8 +3,8 @@
 //!
 //! One process runs a hub of one partition (the first `--modes` durability) and a
 //! [`PartitionCapture`] of it (Avro, no deflate, a `file:` destination in the bench directory
-//! whose files are removed once published, interval 60 s, size window 10 MiB so windows close
-//! by size) on a thread of its own named `capture`, as the runner steps it inside `serve`. Events
+//! whose files are removed once published, interval 60 s, size window `--capture-size`, 10 MiB
+//! by default so windows close by size) on a thread of its own named `capture`, as the runner steps it inside `serve`. Events
 //! are 1 KiB, sent in batches of `--batch-events`, `--in-flight` batches outstanding. Five
 //! phases, in one run:
 //!
@@ -54,7 +54,7 @@ use bytes::Bytes;
 use hdrhistogram::Histogram;
 use rustix::time::{ClockId, clock_gettime};
 use tributary_broker::{Broker, BrokerConfig, HubSpec, SendReceipt};
-use tributary_capture::limits::STEP_SPACING;
+use tributary_capture::limits::{SIZE_BYTES_MAX, SIZE_BYTES_MIN, STEP_SPACING};
 use tributary_capture::runner::TICK;
 use tributary_capture::{
     CaptureConfig, CaptureFormat, CaptureTarget, Destination, DirectoryDestination,
@@ -69,15 +69,15 @@ mod served;
 
 const HUB: &str = "captured";
 const EVENT_BYTES: usize = 1024;
-/// Azure's smallest size window, so windows close by size often.
-const SIZE_WINDOW: u64 = 10 << 20;
 const INTERVAL: Duration = Duration::from_secs(60);
 /// The targets of issue 36.
 const CPU_RATIO_TARGET: f64 = 0.30;
 const LAG_SLACK: Duration = Duration::from_secs(5);
 /// At most how many events the open window holds (a window closes once its records, each
-/// more than the body, reach the size window): what may be in no file at the end.
-const OPEN_WINDOW_EVENTS: u64 = SIZE_WINDOW / EVENT_BYTES as u64;
+/// more than the body, reach the size window `size_window`): what may be in no file at the end.
+fn open_window_events(size_window: u64) -> u64 {
+    size_window / EVENT_BYTES as u64
+}
 
 /// Runs the scenario under `root` (a fresh directory).
 pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
@@ -88,6 +88,10 @@ pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
     if let Ok(conn) = std::env::var(served::PRODUCER_ENV) {
         return served::produce_child(args, &conn).await;
     }
+    anyhow::ensure!(
+        (SIZE_BYTES_MIN..=SIZE_BYTES_MAX).contains(&args.capture_size),
+        "--capture-size must be 10 MiB to 500 MiB, as Azure's size window"
+    );
     let durability = *args.modes.first().context("give a durability mode")?;
     let (ingest_for, lag_for) = if args.quick {
         (Duration::from_millis(1500), Duration::from_secs(2))
@@ -104,7 +108,7 @@ pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
         .create_hub(HubSpec::new(HUB, 1))
         .await
         .context("cannot create the hub")?;
-    let capture = CaptureThread::start(&broker, root)?;
+    let capture = CaptureThread::start(&broker, root, args.capture_size)?;
     print_conditions(args, durability);
     // First, while the machine's memory and the log are as fresh as they will be for the
     // phases after it: on this machine a hub's writes grow slower as a run writes more (see
@@ -126,7 +130,7 @@ pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
     anyhow::ensure!(
         caught_up.events > 0,
         "the catch-up published no file: phase 3 (ingest) wrote less than one size window ({} MiB)",
-        SIZE_WINDOW >> 20
+        args.capture_size >> 20
     );
     let capture_cpu = caught_up.cpu_ns / caught_up.events as f64;
     let ratio = capture_cpu / ingest_cpu;
@@ -151,7 +155,7 @@ fn print_conditions(args: &BenchArgs, durability: tributary_log::Durability) {
         args.batch_events,
         args.in_flight,
         INTERVAL.as_secs(),
-        SIZE_WINDOW >> 20,
+        args.capture_size >> 20,
         if args.quick {
             " (quick: figures mean nothing)"
         } else {
@@ -237,7 +241,7 @@ async fn lag(
     let last_sent = sent.batches.iter().map(|b| b.first + b.count - 1).max();
     capture
         .wait_for_published(
-            last_sent.unwrap_or(0) - OPEN_WINDOW_EVENTS as i64,
+            last_sent.unwrap_or(0) - open_window_events(args.capture_size) as i64,
             LAG_SLACK,
         )
         .await;
@@ -254,7 +258,7 @@ async fn lag(
     let target = INTERVAL + LAG_SLACK;
     // More than the open window's events in no file 5 s after sending stopped: the capture
     // fell behind (see the module docs).
-    let kept_up = uncaptured <= OPEN_WINDOW_EVENTS;
+    let kept_up = uncaptured <= open_window_events(args.capture_size);
     println!(
         "capture lag     offered {rate:.0} events/s (half the ingest maximum), sent {:.0} events/s for {:.1} s: {} files; lag (enqueued -> its file published) p50 {:.2} s p99 {p99_s:.2} s max {:.2} s over {} events, {uncaptured} of them in no file {} s after sending stopped, counted with their wait so far{} (target p99 <= {} s and keeping up: {})",
         sent.rate(),
@@ -434,12 +438,12 @@ enum Command {
 }
 
 impl CaptureThread {
-    fn start(broker: &Broker, root: &Path) -> Result<CaptureThread> {
+    fn start(broker: &Broker, root: &Path, size_window: u64) -> Result<CaptureThread> {
         let destination: Arc<dyn Destination> =
             Arc::new(DirectoryDestination::new(root.join("capture"))?);
         let config = CaptureConfig {
             interval: INTERVAL,
-            size_bytes_max: SIZE_WINDOW,
+            size_bytes_max: size_window,
             skip_empty: true,
             format: CaptureFormat::Avro,
             ..CaptureConfig::default()

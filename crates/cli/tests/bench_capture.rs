@@ -1,5 +1,6 @@
 //! `tributary bench --scenario capture --quick`: the five phases run (the served one's producers
-//! in a child process) and print their lines, each with finite, positive figures and a verdict against its target.
+//! in a child process) and print their lines, each with finite, positive figures and a verdict
+//! against its target; a size window Azure would refuse is refused.
 
 mod common;
 
@@ -55,4 +56,32 @@ fn quick_capture_bench_prints_its_cpu_ratio_and_lag() {
             "no verdict: {line}"
         );
     }
+}
+
+#[test]
+fn a_size_window_outside_azures_range_is_refused_before_anything_runs() {
+    let data = tempfile::tempdir().unwrap();
+    let output = common::tributary(
+        data.path(),
+        &[
+            "bench",
+            "--scenario",
+            "capture",
+            "--quick",
+            "--capture-size",
+            "5MiB",
+        ],
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("--capture-size must be 10 MiB to 500 MiB"),
+        "{stderr}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&output.stdout).contains("capture live"),
+        "a phase ran"
+    );
 }

@@ -164,6 +164,10 @@ pub struct BenchArgs {
         default_value = "partitions,hubs,connections,idle,groups,data"
     )]
     pub sweep: Vec<Sweep>,
+    /// The capture scenario's size window: Azure's smallest (10 MiB) by default, so windows
+    /// close often; Azure's default is 300 MiB. 10 MiB to 500 MiB.
+    #[arg(long, default_value = "10MiB", value_parser = parse_bytes)]
+    pub capture_size: u64,
     /// The scale and capture scenarios with tiny steps of a fraction of a second (for tests:
     /// their figures mean nothing).
     #[arg(long)]
