@@ -4,22 +4,17 @@
 
 mod common;
 
+/// `tributary bench --scenario capture --quick` with `more` flags, in a data directory of its own.
+fn quick_capture_bench(more: &[&str]) -> std::process::Output {
+    let data = tempfile::tempdir().unwrap();
+    let mut args = vec!["bench", "--scenario", "capture", "--quick"];
+    args.extend_from_slice(more);
+    common::tributary(data.path(), &args).output().unwrap()
+}
+
 #[test]
 fn quick_capture_bench_prints_its_cpu_ratio_and_lag() {
-    let data = tempfile::tempdir().unwrap();
-    let output = common::tributary(
-        data.path(),
-        &[
-            "bench",
-            "--scenario",
-            "capture",
-            "--quick",
-            "--modes",
-            "none",
-        ],
-    )
-    .output()
-    .unwrap();
+    let output = quick_capture_bench(&["--modes", "none"]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -60,20 +55,7 @@ fn quick_capture_bench_prints_its_cpu_ratio_and_lag() {
 
 #[test]
 fn a_size_window_outside_azures_range_is_refused_before_anything_runs() {
-    let data = tempfile::tempdir().unwrap();
-    let output = common::tributary(
-        data.path(),
-        &[
-            "bench",
-            "--scenario",
-            "capture",
-            "--quick",
-            "--capture-size",
-            "5MiB",
-        ],
-    )
-    .output()
-    .unwrap();
+    let output = quick_capture_bench(&["--capture-size", "5MiB"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success());
     assert!(
