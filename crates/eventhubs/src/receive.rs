@@ -14,7 +14,8 @@
 //!   `last_enqueued_time_utc`, `runtime_info_retrieval_time_utc` (a sender's own delivery
 //!   annotations, which the general path keeps with the event, fall back);
 //! - `message-annotations`: `x-opt-sequence-number`, `x-opt-offset`, `x-opt-enqueued-time`
-//!   (each of the types the general path accepts for it), `x-opt-partition-key`;
+//!   (each of the types the general path accepts for it), `x-opt-partition-key`; laid out as
+//!   the hub writes them, they are read key by key in that order, any other layout walked;
 //! - optional `properties`: every field checked, message id, correlation id (of any of the four
 //!   message-id types) and content type kept;
 //! - optional `application-properties`: string keys, values of any primitive type but the

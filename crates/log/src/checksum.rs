@@ -2,10 +2,10 @@
 //! swap file, in one place.
 //!
 //! Computed with `crc-fast`, which folds the input with carry-less multiplication
-//! (`VPCLMULQDQ`, `PCLMULQDQ` or the ARM equivalents, chosen at run time): on a batch of
-//! 100 KB it runs about twice as fast as the `crc32c` crate's three-way `crc32` instruction
-//! loop on this machine, and a reader verifies every batch it reads. The values are the same
-//! (the tests hold it to `crc32c`).
+//! (`VPCLMULQDQ`, `PCLMULQDQ` or the ARM equivalents, chosen at run time) rather than the
+//! `crc32c` crate's interleaved `crc32` instructions: faster on a batch, and a reader verifies
+//! every batch it reads (BENCHMARKS.md, "Capture: the log's checksum by carry-less
+//! multiplication"). The values are the same (the tests hold it to `crc32c`).
 
 use crc_fast::CrcAlgorithm::Crc32Iscsi;
 
