@@ -1158,10 +1158,9 @@ fn read_at(
     let len = usize::try_from(len).expect("reads are bounded by the batch size limit");
     buf.clear();
     buf.reserve(len);
-    buf.resize(len, 0);
     segment
         .file
-        .read_exact_at(buf, position)
+        .read_exact_appending(buf, len, position)
         .map_err(|e| LogError::io("read", &segment.path, e))?;
     Ok(buf.split().freeze())
 }
