@@ -9,6 +9,8 @@
 //! allocated or sliced, trailing bytes are an error, and unknown flag bits are an error rather
 //! than silently ignored.
 
+use std::ops::Range;
+
 use bytes::Bytes;
 use tributary_event::{EventData, PropertyValue, ReceivedEvent, SmolStr};
 
@@ -457,7 +459,7 @@ pub(crate) fn decode_batch(
         }
         let sequence_number = header.base_sequence + i64::from(i);
         let record_start = position;
-        let record = record_slice(batch, &mut position)?;
+        let record = record_span(batch, &mut position)?;
         let previous = match (header.property_refs, previous_pushed) {
             (false, _) => None,
             (true, false) => Some(previous_skipped.as_slice()),
@@ -465,11 +467,11 @@ pub(crate) fn decode_batch(
         };
         if sequence_number < from_sequence {
             if previous.is_some() {
-                previous_skipped = decode_record(&record, previous)?.properties;
+                previous_skipped = decode_record_in(batch, record, previous)?.properties;
             }
             continue;
         }
-        let data = decode_record(&record, previous)?;
+        let data = decode_record_in(batch, record, previous)?;
         out.push(ReceivedEvent {
             sequence_number,
             offset: header.batch_offset + record_start as u64,
@@ -663,23 +665,36 @@ pub(crate) fn seal_batch_header(
     out[CRC_AT..CRC_COVERS_FROM].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// Slices the record starting at `*position` (after its length prefix) and advances past it.
-fn record_slice(batch: &Bytes, position: &mut usize) -> Result<Bytes, DecodeError> {
+/// Where in `batch` the record starting at `*position` lies (after its length prefix); advances
+/// past it.
+fn record_span(batch: &[u8], position: &mut usize) -> Result<Range<usize>, DecodeError> {
     let mut r = Reader::new(&batch[*position..]);
     let len = r.u32("record length")? as usize;
     r.skip(len, "record")?;
-    let record = batch.slice(*position + 4..*position + 4 + len);
-    *position += 4 + len;
-    Ok(record)
+    let span = *position + 4..*position + 4 + len;
+    *position = span.end;
+    Ok(span)
 }
 
-/// Decodes one record. `previous` holds the properties of the record before in its batch where
-/// the batch allows references to them (`None` where it does not: a reference is then invalid).
+/// Decodes one record, `record` holding exactly its bytes (after its length prefix).
+#[cfg(test)]
 fn decode_record(
     record: &Bytes,
     previous: Option<&[(SmolStr, PropertyValue)]>,
 ) -> Result<EventData, DecodeError> {
-    let mut r = Reader::new(record);
+    decode_record_in(record, 0..record.len(), previous)
+}
+
+/// Decodes the record at `span` of `batch`; its byte fields are slices of `batch` (sliced
+/// from the batch, not from a slice of the record: one reference count fewer per event).
+/// `previous` holds the properties of the record before in its batch where the batch allows
+/// references to them (`None` where it does not: a reference is then invalid).
+fn decode_record_in(
+    batch: &Bytes,
+    span: Range<usize>,
+    previous: Option<&[(SmolStr, PropertyValue)]>,
+) -> Result<EventData, DecodeError> {
+    let (base, mut r) = (span.start, Reader::new(&batch[span]));
     let flags = r.u8("record flags")?;
     if flags & !KNOWN_RECORD_FLAGS != 0 {
         return Err(DecodeError::Invalid {
@@ -698,7 +713,7 @@ fn decode_record(
     let correlation_id = opt_string(HAS_CORRELATION_ID, "correlation id")?;
     let message_id = opt_string(HAS_MESSAGE_ID, "message id")?;
     let protocol_sections = if flags & HAS_PROTOCOL_SECTIONS != 0 {
-        Some(r.bytes_of(record, "protocol sections")?)
+        Some(r.bytes_of(batch, base, "protocol sections")?)
     } else {
         None
     };
@@ -719,7 +734,7 @@ fn decode_record(
             let key = std::str::from_utf8(key).map_err(|_| DecodeError::NotUtf8 {
                 field: "property key",
             })?;
-            properties.push((SmolStr::new(key), decode_value(&mut r, record)?));
+            properties.push((SmolStr::new(key), decode_value(&mut r, batch, base)?));
             continue;
         }
         let Some((key, value)) = previous.and_then(|previous| previous.get(index)) else {
@@ -730,7 +745,7 @@ fn decode_record(
         };
         let value = match key_len {
             SAME_PROPERTY => value.clone(),
-            SAME_KEY => decode_value(&mut r, record)?,
+            SAME_KEY => decode_value(&mut r, batch, base)?,
             other => {
                 return Err(DecodeError::Invalid {
                     field: "property reference",
@@ -740,7 +755,7 @@ fn decode_record(
         };
         properties.push((key.clone(), value));
     }
-    let body = r.bytes_of(record, "body")?;
+    let body = r.bytes_of(batch, base, "body")?;
     r.finish("a record")?;
     Ok(EventData {
         body,
@@ -753,7 +768,12 @@ fn decode_record(
     })
 }
 
-fn decode_value(r: &mut Reader<'_>, record: &Bytes) -> Result<PropertyValue, DecodeError> {
+/// Decodes a property value; `r` reads `whole` from `base` on.
+fn decode_value(
+    r: &mut Reader<'_>,
+    whole: &Bytes,
+    base: usize,
+) -> Result<PropertyValue, DecodeError> {
     let tag = r.u8("property tag")?;
     Ok(match tag {
         TAG_NULL => PropertyValue::Null,
@@ -774,7 +794,7 @@ fn decode_value(r: &mut Reader<'_>, record: &Bytes) -> Result<PropertyValue, Dec
         TAG_FLOAT32 => PropertyValue::Float32(f32::from_bits(r.u32("float32 property")?)),
         TAG_FLOAT64 => PropertyValue::Float64(f64::from_bits(r.u64("float64 property")?)),
         TAG_STRING => PropertyValue::String(r.smol("string property")?),
-        TAG_BYTES => PropertyValue::Bytes(r.bytes_of(record, "bytes property")?),
+        TAG_BYTES => PropertyValue::Bytes(r.bytes_of(whole, base, "bytes property")?),
         TAG_TIMESTAMP => PropertyValue::Timestamp(r.i64("timestamp property")?),
         TAG_UUID => {
             let mut uuid = [0u8; 16];
@@ -863,11 +883,16 @@ impl<'a> Reader<'a> {
         self.text(field).map(SmolStr::new)
     }
 
-    /// A length-prefixed byte field, as a zero-copy slice of `whole` (the buffer this reader
-    /// reads).
-    fn bytes_of(&mut self, whole: &Bytes, field: &'static str) -> Result<Bytes, DecodeError> {
+    /// A length-prefixed byte field, as a zero-copy slice of `whole`, whose bytes from `base`
+    /// on are the buffer this reader reads.
+    fn bytes_of(
+        &mut self,
+        whole: &Bytes,
+        base: usize,
+        field: &'static str,
+    ) -> Result<Bytes, DecodeError> {
         let len = self.u32(field)? as usize;
-        let start = self.pos;
+        let start = base + self.pos;
         self.take(len, field)?;
         Ok(whole.slice(start..start + len))
     }
