@@ -5,9 +5,9 @@
 //! in a shared event of its own and takes the queue's lock: a large share of what a replication
 //! task spends per copied record (`BENCHMARKS.md` has the figures). librdkafka's batch call, `rd_kafka_consume_batch_queue` (what
 //! confluent-kafka-python's `Consumer.consume(n)` uses), takes every ready record under one lock;
-//! the crate does not wrap it. This module is `unsafe` code (the workspace's one other place is the
-//! log's read into spare capacity): it makes that call, reads the messages through the fields and accessors librdkafka documents, and destroys
-//! each message once.
+//! the crate does not wrap it. This module is `unsafe` code (the workspace's one other place is
+//! the log's read into spare capacity): it makes that call, reads the messages through the
+//! fields and accessors librdkafka documents, and destroys each message once.
 //!
 //! What it guarantees:
 //! - records come in the consumer queue's order (offset order for a consumer assigned one
