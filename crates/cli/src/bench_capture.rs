@@ -54,7 +54,7 @@ use bytes::Bytes;
 use hdrhistogram::Histogram;
 use rustix::time::{ClockId, clock_gettime};
 use tributary_broker::{Broker, BrokerConfig, HubSpec, SendReceipt};
-use tributary_capture::limits::{SIZE_BYTES_MAX, SIZE_BYTES_MIN, STEP_SPACING};
+use tributary_capture::limits::STEP_SPACING;
 use tributary_capture::runner::TICK;
 use tributary_capture::{
     CaptureConfig, CaptureFormat, CaptureTarget, Destination, DirectoryDestination,
@@ -79,6 +79,18 @@ fn open_window_events(size_window: u64) -> u64 {
     size_window / EVENT_BYTES as u64
 }
 
+/// The capture the bench runs: Avro, no deflate, empty windows skipped, size window
+/// `size_window`.
+fn capture_config(size_window: u64) -> CaptureConfig {
+    CaptureConfig {
+        interval: INTERVAL,
+        size_bytes_max: size_window,
+        skip_empty: true,
+        format: CaptureFormat::Avro,
+        ..CaptureConfig::default()
+    }
+}
+
 /// Runs the scenario under `root` (a fresh directory).
 pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
     anyhow::ensure!(
@@ -88,10 +100,10 @@ pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
     if let Ok(conn) = std::env::var(served::PRODUCER_ENV) {
         return served::produce_child(args, &conn).await;
     }
-    anyhow::ensure!(
-        (SIZE_BYTES_MIN..=SIZE_BYTES_MAX).contains(&args.capture_size),
-        "--capture-size must be 10 MiB to 500 MiB, as Azure's size window"
-    );
+    let capture_config = capture_config(args.capture_size);
+    capture_config
+        .validate()
+        .context("--capture-size must be 10 MiB to 500 MiB, as Azure's size window")?;
     let durability = *args.modes.first().context("give a durability mode")?;
     let (ingest_for, lag_for) = if args.quick {
         (Duration::from_millis(1500), Duration::from_secs(2))
@@ -108,7 +120,7 @@ pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
         .create_hub(HubSpec::new(HUB, 1))
         .await
         .context("cannot create the hub")?;
-    let capture = CaptureThread::start(&broker, root, args.capture_size)?;
+    let capture = CaptureThread::start(&broker, root, capture_config)?;
     print_conditions(args, durability);
     // First, while the machine's memory and the log are as fresh as they will be for the
     // phases after it: on this machine a hub's writes grow slower as a run writes more (see
@@ -438,16 +450,9 @@ enum Command {
 }
 
 impl CaptureThread {
-    fn start(broker: &Broker, root: &Path, size_window: u64) -> Result<CaptureThread> {
+    fn start(broker: &Broker, root: &Path, config: CaptureConfig) -> Result<CaptureThread> {
         let destination: Arc<dyn Destination> =
             Arc::new(DirectoryDestination::new(root.join("capture"))?);
-        let config = CaptureConfig {
-            interval: INTERVAL,
-            size_bytes_max: size_window,
-            skip_empty: true,
-            format: CaptureFormat::Avro,
-            ..CaptureConfig::default()
-        };
         let target = CaptureTarget {
             namespace: "bench".into(),
             hub: HUB.into(),
