@@ -20,7 +20,8 @@
 //! `cargo bench -p tributary-capture --bench catch_up` fills 256 MiB of 1 KiB events (durability
 //! `none`; the log's files stay in the page cache) and runs each part [`ROUNDS`] times; it prints
 //! each round's CPU per event and their median. Under `cargo test --all-targets` (no `--bench`)
-//! it runs on 24 MiB, once: a smoke test, not a measurement.
+//! it runs on 24 MiB, once: a smoke test, not a measurement. `--only catch-up` runs only the
+//! catch-up (for a profile of it).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -65,26 +66,36 @@ fn main() {
     println!(
         "# capture catching up: {events} events of {EVENT_BYTES} B in one partition (page cache), {rounds} rounds"
     );
+    // `--only catch-up` leaves out the parts, so a profile holds the catch-up alone.
+    let only_catch_up = std::env::args()
+        .collect::<Vec<_>>()
+        .windows(2)
+        .any(|pair| pair[0] == "--only" && pair[1] == "catch-up");
     let mut figures = [const { Vec::new() }; 4];
     for round in 0..rounds {
-        figures[0].push(read_all(&broker, events));
         let round_dir = dir.path().join(format!("round-{round}"));
-        figures[1].push(encode_and_write(
-            &broker,
-            &round_dir,
-            files,
-            WriteMode::Direct,
-        ));
-        figures[2].push(encode_and_write(
-            &broker,
-            &round_dir,
-            files,
-            WriteMode::Buffered,
-        ));
+        if !only_catch_up {
+            figures[0].push(read_all(&broker, events));
+            figures[1].push(encode_and_write(
+                &broker,
+                &round_dir,
+                files,
+                WriteMode::Direct,
+            ));
+            figures[2].push(encode_and_write(
+                &broker,
+                &round_dir,
+                files,
+                WriteMode::Buffered,
+            ));
+        }
         figures[3].push(catch_up(&broker, &round_dir, events));
     }
     let names = ["read", "write (O_DIRECT)", "write (page cache)", "catch up"];
     for (name, mut runs) in names.into_iter().zip(figures) {
+        if runs.is_empty() {
+            continue;
+        }
         let each: Vec<String> = runs.iter().map(|ns| format!("{ns:.0}")).collect();
         runs.sort_by(f64::total_cmp);
         println!(

@@ -111,13 +111,13 @@ pub struct Uncaptured {
 }
 
 /// Where a reader is in a partition. Keeps a hint of the file position so sequential reads do
-/// not consult the index, and its read buffer, which it reuses once the events of the previous
-/// read have been dropped (fresh memory costs page faults; reused memory does not).
+/// not consult the index, and its read buffers, which it reuses once the events read into them
+/// have been dropped (fresh memory costs page faults; reused memory does not).
 #[derive(Debug, Clone)]
 pub struct ReadCursor {
     next_sequence: i64,
     hint: Option<ReadHint>,
-    buf: BytesMut,
+    buffers: ReadBuffers,
     /// Bytes already read past what the last call consumed: `(segment id, file position of
     /// its first byte, bytes)`. Committed bytes of a segment file never change, so they stay
     /// valid (compaction writes a new file, with a new id).
@@ -125,6 +125,40 @@ pub struct ReadCursor {
     /// What the next read of the file asks for at most: small for a new reader, growing as it
     /// goes on.
     read_chunk: ReadChunk,
+}
+
+/// A reader's two buffers, taking turns. The events of one read hold its buffer's memory until
+/// they are dropped, and a read usually starts in bytes the read before it left (its read-ahead),
+/// so with one buffer it was rarely free when the next read was due: most reads took a fresh
+/// allocation, whose pages the kernel faulted in and cleared (up to a twelfth of a capture's
+/// CPU, BENCHMARKS.md "A reader's two buffers"). With two, a reader that drops a read's events
+/// before the read after next (the capture, a receiver) reads into memory it already has; it
+/// holds at most two reads' worth until [`ReadCursor::release_buffers`].
+#[derive(Debug, Clone, Default)]
+struct ReadBuffers {
+    /// What reads append to; handed out by `split`.
+    filling: BytesMut,
+    /// The buffer before: reused once nothing refers to it any more.
+    other: BytesMut,
+    /// How many times neither buffer could be reused and memory was allocated.
+    fresh_allocations: u64,
+}
+
+impl ReadBuffers {
+    /// A buffer with room for `len` more bytes: the filling one if it has the room or can take
+    /// its memory back, else the other one if it can, else a fresh allocation. A fresh one is
+    /// rounded up to a power of two, so reads of other lengths (a read-ahead's size follows
+    /// what is left to read) fit it later.
+    fn with_room(&mut self, len: usize) -> &mut BytesMut {
+        if !self.filling.try_reclaim(len) {
+            std::mem::swap(&mut self.filling, &mut self.other);
+            if !self.filling.try_reclaim(len) {
+                self.filling = BytesMut::with_capacity(len.next_power_of_two());
+                self.fresh_allocations += 1;
+            }
+        }
+        &mut self.filling
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,7 +175,7 @@ impl ReadCursor {
         ReadCursor {
             next_sequence,
             hint: None,
-            buf: BytesMut::new(),
+            buffers: ReadBuffers::default(),
             read_ahead: None,
             read_chunk: ReadChunk::default(),
         }
@@ -150,7 +184,7 @@ impl ReadCursor {
     /// Gives back the memory of the bytes last read (a reader going idle); the next read
     /// allocates again.
     pub fn release_buffers(&mut self) {
-        self.buf = BytesMut::new();
+        self.buffers = ReadBuffers::default();
         self.read_ahead = None;
     }
 
@@ -1068,21 +1102,16 @@ fn read_segment(
     let mut bytes_read = 0u64;
     let (mut chunk, mut chunk_start) = take_read_ahead(cursor, segment, position);
     while position < limit && out.len() < max_events && (out.is_empty() || bytes_read < max_bytes) {
+        // Each read of the file starts at a batch: where the bytes read end inside a batch's
+        // header or body, the next read starts again at that batch, so the batches of a call
+        // come from at most a few reads, whose buffers `ReadBuffers` can take back.
+        let room = max_bytes.saturating_sub(bytes_read);
         if position + BATCH_HEADER_BYTES as u64 > chunk_start + chunk.len() as u64 {
-            let want = cursor
-                .read_chunk
-                .take()
-                .min(max_bytes.saturating_sub(bytes_read).max(1 << 16));
-            chunk = read_at(
-                &mut cursor.buf,
-                segment,
-                position,
-                want.min(limit - position),
-            )?;
+            let at_least = BATCH_HEADER_BYTES as u64;
+            chunk = read_chunk(cursor, segment, position, limit, room, at_least)?;
             chunk_start = position;
         }
-        let at = (position - chunk_start) as usize;
-        let header = BatchHeader::decode(&chunk[at..])
+        let header = BatchHeader::decode(&chunk[(position - chunk_start) as usize..])
             .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
         let len = u64::from(header.batch_len);
         if position + len > limit {
@@ -1092,11 +1121,12 @@ fn read_segment(
                 "batch runs past the committed end",
             ));
         }
-        let batch = if at as u64 + len <= chunk.len() as u64 {
-            chunk.slice(at..at + len as usize)
-        } else {
-            read_at(&mut cursor.buf, segment, position, len)?
-        };
+        if position + len > chunk_start + chunk.len() as u64 {
+            chunk = read_chunk(cursor, segment, position, limit, room, len)?;
+            chunk_start = position;
+        }
+        let at = (position - chunk_start) as usize;
+        let batch = chunk.slice(at..at + len as usize);
         verify_checksum(&batch, &header)
             .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
         if header.next_sequence() <= cursor.next_sequence {
@@ -1147,17 +1177,40 @@ fn take_read_ahead(cursor: &mut ReadCursor, segment: &Segment, position: u64) ->
     }
 }
 
-/// Reads `[position, position + len)` into `buf`'s memory and hands it out as `Bytes`. `reserve`
-/// takes the whole allocation back when nothing else still refers to it.
+/// Reads the file from `position` on: what the cursor's read chunk asks for, no more than
+/// `room` (the bytes the caller still wants; at least 64 KiB) and at least `at_least`, up to
+/// `limit`.
+fn read_chunk(
+    cursor: &mut ReadCursor,
+    segment: &Segment,
+    position: u64,
+    limit: u64,
+    room: u64,
+    at_least: u64,
+) -> Result<Bytes, LogError> {
+    let want = cursor
+        .read_chunk
+        .take()
+        .min(room.max(1 << 16))
+        .max(at_least);
+    read_at(
+        &mut cursor.buffers,
+        segment,
+        position,
+        want.min(limit - position),
+    )
+}
+
+/// Reads `[position, position + len)` into one of `buffers`' memory and hands it out as `Bytes`.
 fn read_at(
-    buf: &mut BytesMut,
+    buffers: &mut ReadBuffers,
     segment: &Segment,
     position: u64,
     len: u64,
 ) -> Result<Bytes, LogError> {
     let len = usize::try_from(len).expect("reads are bounded by the batch size limit");
-    buf.clear();
-    buf.reserve(len);
+    let buf = buffers.with_room(len);
+    debug_assert!(buf.is_empty(), "split hands out every byte read");
     segment
         .file
         .read_exact_appending(buf, len, position)
@@ -1433,5 +1486,49 @@ mod tests {
                 .capacity(),
             0
         );
+    }
+
+    /// A reader that drops each read's events before the read after next (a capture, a
+    /// receiver) reads into memory it already has: a few allocations while its reads grow to
+    /// full size, then none, however many reads follow and wherever they end inside a batch.
+    #[test]
+    fn a_reader_that_drops_its_events_reads_into_the_memory_it_has() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let config = LogConfig {
+            durability: Durability::None,
+            ..LogConfig::default()
+        };
+        let clock = Arc::new(ManualClock::new(T0));
+        let log = PartitionLog::open(dir.path(), config, GroupCommitter::start(), clock)
+            .expect("the log opens");
+        let body = |i: usize| format!("{i:08}{:.<1000}", "");
+        const BATCHES: usize = 1_600;
+        const BATCH_EVENTS: usize = 10;
+        for batch in 0..BATCHES {
+            let events: Vec<EventData> = (0..BATCH_EVENTS)
+                .map(|i| EventData::new(body(batch * BATCH_EVENTS + i)))
+                .collect();
+            log.append(&events).expect("appended");
+        }
+
+        let mut cursor = ReadCursor::new(0);
+        let (mut next, mut reads) = (0, 0);
+        loop {
+            // 333 events end most reads inside a batch, so the next starts in its read-ahead.
+            let events = log.read(&mut cursor, 333, 1 << 20).expect("read");
+            if events.is_empty() {
+                break;
+            }
+            for event in &events {
+                assert_eq!(event.sequence_number, next as i64);
+                assert_eq!(event.data.body, body(next).as_bytes());
+                next += 1;
+            }
+            reads += 1;
+        }
+        assert_eq!(next, BATCHES * BATCH_EVENTS);
+        assert!(reads > 40, "{reads} reads");
+        let fresh = cursor.buffers.fresh_allocations;
+        assert!(fresh <= 5, "{fresh} allocations for {reads} reads of 16 MB");
     }
 }
