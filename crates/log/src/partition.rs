@@ -1453,10 +1453,8 @@ mod tests {
         assert_eq!(read, appended);
     }
 
-    /// A reader at the end allocates nothing while it waits, and one that gives its buffers
-    /// back reads on from where it was.
-    #[test]
-    fn a_reader_at_the_end_holds_no_memory_and_reads_on_after_releasing_its_buffers() {
+    /// A log in a temporary directory (removed when the first is dropped), durability `none`.
+    fn log_without_syncs() -> (tempfile::TempDir, PartitionLog) {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let config = LogConfig {
             durability: Durability::None,
@@ -1465,6 +1463,14 @@ mod tests {
         let clock = Arc::new(ManualClock::new(T0));
         let log = PartitionLog::open(dir.path(), config, GroupCommitter::start(), clock)
             .expect("the log opens");
+        (dir, log)
+    }
+
+    /// A reader at the end allocates nothing while it waits, and one that gives its buffers
+    /// back reads on from where it was.
+    #[test]
+    fn a_reader_at_the_end_holds_no_memory_and_reads_on_after_releasing_its_buffers() {
+        let (_dir, log) = log_without_syncs();
         let mut cursor = ReadCursor::new(0);
         assert_eq!(
             log.read(&mut cursor, 300, 1 << 20)
@@ -1493,14 +1499,7 @@ mod tests {
     /// full size, then none, however many reads follow and wherever they end inside a batch.
     #[test]
     fn a_reader_that_drops_its_events_reads_into_the_memory_it_has() {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let config = LogConfig {
-            durability: Durability::None,
-            ..LogConfig::default()
-        };
-        let clock = Arc::new(ManualClock::new(T0));
-        let log = PartitionLog::open(dir.path(), config, GroupCommitter::start(), clock)
-            .expect("the log opens");
+        let (_dir, log) = log_without_syncs();
         let body = |i: usize| format!("{i:08}{:.<1000}", "");
         const BATCHES: usize = 1_600;
         const BATCH_EVENTS: usize = 10;
