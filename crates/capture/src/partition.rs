@@ -145,6 +145,12 @@ impl PartitionCapture {
         self.progress
     }
 
+    /// Whether the capture holds memory for reading the partition: after a step that read
+    /// events, until a step finds nothing new.
+    pub fn holds_read_buffers(&self) -> bool {
+        self.cursor.holds_buffers()
+    }
+
     /// The sequence number of the next event the capture reads: a step has work once the
     /// partition holds it.
     pub fn read_next(&self) -> i64 {
@@ -189,6 +195,11 @@ impl PartitionCapture {
             .map_err(|e| self.broker_error(e))?;
         self.skip_removed(properties.begin_sequence_number)?;
         let head = properties.last_enqueued_sequence_number;
+        if self.read_next > head {
+            // Nothing new since the last step: a quiet partition gives its read buffers back
+            // (a busy one keeps them from step to step, and reads into them again).
+            self.cursor.release_buffers();
+        }
         while self.read_next <= head {
             let events = self.read()?;
             if events.is_empty() {

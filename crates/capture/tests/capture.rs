@@ -205,6 +205,37 @@ async fn a_window_closes_once_its_events_reach_the_size_window() {
     );
 }
 
+/// A partition's capture keeps its read buffers while events come, and gives them back at the
+/// first step that finds nothing new: a hub's quiet partitions hold no read memory.
+#[tokio::test]
+async fn a_quiet_partition_s_capture_holds_no_read_buffers() {
+    let f = Fixture::start(1).await;
+    let mut capture = f.capture(CaptureConfig::default(), "0");
+    assert!(capture.step().unwrap().is_empty());
+    assert!(!capture.holds_read_buffers());
+    f.send("0", (0..10).map(typed_event).collect()).await;
+    capture.step().unwrap();
+    assert_eq!(capture.read_next(), 10);
+    assert!(capture.holds_read_buffers(), "it read ten events");
+    f.send("0", (10..20).map(typed_event).collect()).await;
+    capture.step().unwrap();
+    assert!(capture.holds_read_buffers(), "it read ten more");
+    capture.step().unwrap();
+    assert!(!capture.holds_read_buffers(), "nothing new since");
+
+    // It reads on from where it was, into new buffers.
+    f.send("0", (20..25).map(typed_event).collect()).await;
+    capture.step().unwrap();
+    assert_eq!(capture.read_next(), 25);
+    f.advance_secs(300);
+    let files = capture.step().unwrap();
+    assert_eq!(files.iter().map(|c| c.event_count).sum::<u64>(), 25);
+    assert_eq!(
+        captured_sequences(&f.files_root()),
+        (0..25).collect::<Vec<_>>()
+    );
+}
+
 #[tokio::test]
 async fn an_empty_window_writes_an_empty_file_unless_skip_empty() {
     let f = Fixture::start(2).await;

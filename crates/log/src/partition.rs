@@ -140,7 +140,8 @@ struct ReadBuffers {
     filling: BytesMut,
     /// The buffer before: reused once nothing refers to it any more.
     other: BytesMut,
-    /// How many times neither buffer could be reused and memory was allocated.
+    /// How many times neither buffer could be reused and memory was allocated (so, when not
+    /// zero, the buffers hold memory).
     fresh_allocations: u64,
 }
 
@@ -186,6 +187,12 @@ impl ReadCursor {
     pub fn release_buffers(&mut self) {
         self.buffers = ReadBuffers::default();
         self.read_ahead = None;
+    }
+
+    /// Whether the cursor holds memory for reads: a buffer read into, or read-ahead bytes.
+    /// False for a new cursor and after [`ReadCursor::release_buffers`].
+    pub fn holds_buffers(&self) -> bool {
+        self.buffers.fresh_allocations > 0 || self.read_ahead.is_some()
     }
 
     /// The sequence number of the next event this cursor reads.
@@ -1480,7 +1487,9 @@ mod tests {
         );
         log.append(&[stamped(0), stamped(1)]).expect("appended");
         assert_eq!(log.read(&mut cursor, 1, 1 << 20).expect("read").len(), 1);
+        assert!(cursor.holds_buffers());
         cursor.release_buffers();
+        assert!(!cursor.holds_buffers());
         let rest = log.read(&mut cursor, 300, 1 << 20).expect("read");
         assert_eq!(
             rest.iter().map(|e| e.sequence_number).collect::<Vec<_>>(),
