@@ -733,7 +733,7 @@ impl Broker {
 
     /// [`Broker::read`] from `cursor`, advancing it. A sequential reader (a capture) keeps its
     /// cursor across calls: each read goes on where the last ended without consulting the
-    /// index, and reuses the cursor's read buffer once the last read's events are dropped.
+    /// index, and reuses the cursor's read buffers once the events read into them are dropped.
     pub fn read_from(
         &self,
         hub: &str,

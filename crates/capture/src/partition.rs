@@ -76,8 +76,8 @@ pub struct PartitionCapture {
     progress: Option<Progress>,
     /// The sequence number of the next event to read (past the open window's events).
     read_next: i64,
-    /// Where the last read ended, and its read buffer: reads go on from it while it is at
-    /// `read_next`.
+    /// Where the last read ended, and its read buffers (given back when a step finds nothing
+    /// new): reads go on from it while it is at `read_next`.
     cursor: ReadCursor,
     window: Option<OpenWindow>,
     /// Called with each file's notification once the file is durable and before the progress

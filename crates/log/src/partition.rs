@@ -130,8 +130,8 @@ pub struct ReadCursor {
 /// A reader's two buffers, taking turns. The events of one read hold its buffer's memory until
 /// they are dropped, and a read usually starts in bytes the read before it left (its read-ahead),
 /// so with one buffer it was rarely free when the next read was due: most reads took a fresh
-/// allocation, whose pages the kernel faulted in and cleared (up to a twelfth of a capture's
-/// CPU, BENCHMARKS.md "A reader's two buffers"). With two, a reader that drops a read's events
+/// allocation, whose pages the kernel faulted in and cleared (7 % of a catch-up's profile,
+/// BENCHMARKS.md "A reader's two buffers"). With two, a reader that drops a read's events
 /// before the read after next (the capture, a receiver) reads into memory it already has; it
 /// holds at most two reads' worth until [`ReadCursor::release_buffers`].
 #[derive(Debug, Clone, Default)]
