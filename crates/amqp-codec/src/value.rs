@@ -680,16 +680,24 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Consumes the next value if it is a `string` (`str8` or `str32`) of one to twenty ASCII
-    /// decimal digits whose number fits a `u64`, and returns the number; otherwise nothing is
-    /// consumed, whatever the next bytes are. The reading side of
+    /// Consumes the next value if it is a `string` (`str8` or `str32`) of ASCII decimal digits
+    /// whose number fits a `u64` (after any number of leading zeros, as `u64::from_str` takes
+    /// them), and returns the number; otherwise nothing is consumed, whatever the next bytes
+    /// are. The reading side of
     /// [`ValueWriter::decimal_string`](crate::message::ValueWriter::decimal_string): Event Hubs
     /// sends offsets so. Digits are ASCII, so no UTF-8 check is needed; any other text (a sign,
     /// a space) is left for [`Reader::primitive`] and the caller's own parsing.
     #[inline]
     pub fn take_decimal_string(&mut self) -> Option<u64> {
         let (taken, digits) = self.peek_variable_bytes(STRING)?;
-        if digits.is_empty() || digits.len() > 20 {
+        if digits.is_empty() {
+            return None;
+        }
+        // Leading zeros add nothing to the number, however many there are (`u64::from_str`
+        // takes them too); what is left must be digits, at most twenty of them.
+        let zeros = digits.iter().take_while(|&&digit| digit == b'0').count();
+        let digits = &digits[zeros..];
+        if digits.len() > 20 {
             return None;
         }
         // Nineteen digits cannot overflow a `u64` (10^19 - 1 < 2^64), so only a twentieth
