@@ -206,7 +206,9 @@ impl<W: Write> AvroFileWriter<W> {
             sink,
             codec,
             marker,
-            block: Vec::with_capacity(AVRO_BLOCK_BYTES + AVRO_BLOCK_BYTES / 8),
+            // Reserved on the first record appended one by one: an uncompressed file's
+            // records go from their events straight to the sink and never use it.
+            block: Vec::new(),
             block_records: 0,
             block_header: Vec::with_capacity(20),
             heads: Vec::new(),
@@ -217,6 +219,9 @@ impl<W: Write> AvroFileWriter<W> {
 
     /// Appends `event` as one record; writes the block once it holds [`AVRO_BLOCK_BYTES`].
     pub fn append(&mut self, event: &ReceivedEvent) -> Result<(), String> {
+        if self.block.capacity() == 0 {
+            self.block.reserve(AVRO_BLOCK_BYTES + AVRO_BLOCK_BYTES / 8);
+        }
         encode_record(&mut self.block, event, &mut self.enqueued_time);
         self.block_records += 1;
         if self.block.len() >= AVRO_BLOCK_BYTES {

@@ -256,20 +256,6 @@ pub(crate) fn create_dirs_durably(root: &Path, dir: &Path) -> Result<(), Capture
     Ok(())
 }
 
-/// Writes `bytes` to `path` atomically and durably: a temporary file beside it, `fsync`,
-/// `rename`, `fsync` of the directory.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CaptureError> {
-    let temporary = path.with_extension("tmp");
-    let mut file =
-        File::create(&temporary).map_err(|e| CaptureError::io("create", &temporary, e))?;
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .map_err(|e| CaptureError::io("write", &temporary, e))?;
-    drop(file);
-    std::fs::rename(&temporary, path).map_err(|e| CaptureError::io("rename", &temporary, e))?;
-    sync_dir(path.parent().unwrap_or(Path::new(".")))
-}
-
 #[cfg(test)]
 mod tests {
     use std::io::Write;

@@ -288,16 +288,16 @@ async fn a_damaged_progress_file_is_an_error_naming_it() {
     let f = Fixture::start(1).await;
     let mut capture = f.capture(CaptureConfig::default(), "0");
     capture.step().unwrap();
-    let path = f.state_dir().join("orders/0.json");
+    let path = f.state_dir().join("orders/0.progress");
     assert!(path.exists());
-    std::fs::write(&path, b"{not json").unwrap();
+    std::fs::write(&path, b"{not a progress file").unwrap();
     let error = f
         .capture(CaptureConfig::default(), "0")
         .step()
         .unwrap_err()
         .to_string();
     assert!(
-        error.contains("0.json") && error.contains("not a capture progress file"),
+        error.contains("0.progress") && error.contains("not a capture progress file"),
         "{error}"
     );
 }

@@ -3,7 +3,7 @@
 //!
 //! One process runs a hub of one partition (the first `--modes` durability) and a
 //! [`PartitionCapture`] of it (Avro, no deflate, a `file:` destination in the bench directory
-//! whose files are removed once published, interval 60 s, size window `--capture-size`, 10 MiB
+//! whose files are emptied between phases, interval 60 s, size window `--capture-size`, 10 MiB
 //! by default so windows close by size) on a thread of its own named `capture`, as the runner steps it inside `serve`. Events
 //! are 1 KiB, sent in batches of `--batch-events`, `--in-flight` batches outstanding. Five
 //! phases, in one run:
@@ -44,7 +44,7 @@
 //! capture's threads (nanoseconds), so short runs still measure; CPU per event holds better
 //! than rates on a busy machine.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -127,8 +127,10 @@ pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
     // BENCHMARKS.md), which would flatter a capture measured later against it.
     together(&broker, args, &capture, ingest_for).await?;
     capture.catch_up().await?;
+    capture.empty_published_files().await;
     served::served(&broker, args, &capture, ingest_for).await?;
     capture.catch_up().await?;
+    capture.empty_published_files().await;
     let ingest = send_for(&broker, args, ingest_for, None).await?;
     let ingest_cpu = ingest.cpu_ns / ingest.events as f64;
     println!(
@@ -154,7 +156,9 @@ pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
         capture_cpu / 1e3,
         ratio * 100.0,
     );
+    capture.empty_published_files().await;
     lag(&broker, args, &capture, ingest.rate() / 2.0, lag_for).await?;
+    capture.empty_published_files().await;
     capture.stop().await;
     broker.shutdown().await?;
     Ok(())
@@ -438,6 +442,8 @@ impl FollowCostNow {
 struct CaptureThread {
     commands: std::sync::mpsc::Sender<Command>,
     published: Arc<Mutex<Vec<PublishedFile>>>,
+    /// The files published and not yet removed.
+    published_files: Arc<Mutex<Vec<PathBuf>>>,
     following: Arc<FollowCost>,
     thread: std::thread::JoinHandle<()>,
 }
@@ -469,17 +475,23 @@ impl CaptureThread {
         )?;
         let published = Arc::new(Mutex::new(Vec::new()));
         let (seen, clock) = (published.clone(), broker.clock());
+        let published_files = Arc::new(Mutex::new(Vec::new()));
+        let emptied_later = published_files.clone();
         capture.on_file(Box::new(move |file| {
             seen.lock().expect("published").push(PublishedFile {
                 first: file.first_sequence_number,
                 last: file.last_sequence_number,
                 published_ms: clock.now_ms(),
             });
-            // Nothing reads the files back; removing each once published keeps a long run
-            // from filling the disk. It costs an unlink per 10 MiB window (tens of
-            // microseconds: a few nanoseconds per event, counted in the capture's CPU).
+            // Nothing reads the files back; they are emptied between phases (see
+            // `empty_published_files`), not here, where the capture's CPU is counted: a
+            // capture never removes its files, and on a file system mounted with `discard`
+            // freeing their blocks waits for the device.
             if let Some(path) = file.file_url.strip_prefix("file://") {
-                let _ = std::fs::remove_file(path);
+                emptied_later
+                    .lock()
+                    .expect("published files")
+                    .push(PathBuf::from(path));
             }
             Ok(())
         }));
@@ -494,9 +506,28 @@ impl CaptureThread {
         Ok(CaptureThread {
             commands,
             published,
+            published_files,
             following,
             thread,
         })
+    }
+
+    /// Empties the files published so far (between phases, outside what is measured), so a
+    /// long run does not fill the disk. They are cut to nothing rather than removed: where
+    /// ext4 has no journal (this project's machine), creating a file steps over every inode
+    /// freed in the last seconds, which would charge the capture's next files for the
+    /// bench's removals. The run's directory goes at its end.
+    async fn empty_published_files(&self) {
+        let paths = std::mem::take(&mut *self.published_files.lock().expect("published files"));
+        let _ = tokio::task::spawn_blocking(move || {
+            for path in paths {
+                let _ = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .and_then(|file| file.set_len(0));
+            }
+        })
+        .await;
     }
 
     async fn catch_up(&self) -> Result<CaughtUp> {
