@@ -146,6 +146,7 @@ impl ProgressStore {
     /// generation, then `fdatasync`.
     pub fn save(&mut self, progress: Progress) -> Result<(), CaptureError> {
         assert!(progress.next_sequence >= 0);
+        self.open_for_saving()?;
         let generation = self.generation + 1;
         let record = ProgressRecord {
             version: PROGRESS_VERSION,
@@ -162,11 +163,10 @@ impl ProgressStore {
             ),
         })?;
         let offset = (generation % 2) * SLOT_BYTES as u64;
-        let path = self.path.clone();
-        let file = self.open_for_saving()?;
+        let file = self.file.as_ref().expect("opened above");
         file.write_all_at(&slot, offset)
             .and_then(|()| file.sync_data())
-            .map_err(|e| CaptureError::io("write", &path, e))?;
+            .map_err(|e| CaptureError::io("write", &self.path, e))?;
         self.generation = generation;
         if generation == 1 {
             // The first format's file, if the capture started under it: the slots now say
@@ -180,8 +180,10 @@ impl ProgressStore {
         Ok(())
     }
 
-    /// The slots' file, opened (or created, durably, with both slots empty) on first use.
-    fn open_for_saving(&mut self) -> Result<&File, CaptureError> {
+    /// Opens the slots' file on first use: created, durably, with both slots empty; or, when
+    /// it exists and nothing was loaded from it, read for its newest generation, so a save
+    /// never writes a generation older than one already there.
+    fn open_for_saving(&mut self) -> Result<(), CaptureError> {
         if self.file.is_none() {
             let dir = self.path.parent().unwrap_or(&self.state_dir).to_path_buf();
             std::fs::create_dir_all(&self.state_dir)
@@ -200,10 +202,17 @@ impl ProgressStore {
                     .and_then(|()| file.sync_all())
                     .map_err(|e| CaptureError::io("create", &self.path, e))?;
                 sync_dir(&dir)?;
+            } else if self.generation == 0 {
+                let bytes = read_bounded(&self.path)?.unwrap_or_default();
+                self.generation = bytes
+                    .chunks(SLOT_BYTES)
+                    .filter_map(|slot| decode_slot(slot).ok()?.generation)
+                    .max()
+                    .unwrap_or(0);
             }
             self.file = Some(file);
         }
-        Ok(self.file.as_ref().expect("opened above"))
+        Ok(())
     }
 
     /// A record's progress, once it is this build's and this partition's.
@@ -342,6 +351,18 @@ mod tests {
             );
             store.load().unwrap();
         }
+    }
+
+    #[test]
+    fn a_store_that_saves_without_loading_goes_on_from_the_newest_generation() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut first = ProgressStore::new(dir.path(), "orders", "0");
+        for n in 0..3 {
+            first.save(progress(n)).unwrap();
+        }
+        let mut second = ProgressStore::new(dir.path(), "orders", "0");
+        second.save(progress(7)).unwrap();
+        assert_eq!(first.load().unwrap(), Some(progress(7)));
     }
 
     #[test]

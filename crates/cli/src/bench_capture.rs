@@ -442,7 +442,7 @@ impl FollowCostNow {
 struct CaptureThread {
     commands: std::sync::mpsc::Sender<Command>,
     published: Arc<Mutex<Vec<PublishedFile>>>,
-    /// The files published and not yet removed.
+    /// The files published and not yet emptied.
     published_files: Arc<Mutex<Vec<PathBuf>>>,
     following: Arc<FollowCost>,
     thread: std::thread::JoinHandle<()>,
