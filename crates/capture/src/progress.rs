@@ -19,7 +19,8 @@
 //! A load takes the valid slot with the highest generation. A save torn by a crash leaves a
 //! slot whose checksum fails and the other slot whole: the progress before that save, which
 //! the capture's recovery already handles (a window published but not yet recorded). So
-//! after a crash the file holds the old progress or the new, never a mix.
+//! after a crash the file holds the old progress or the new, never a mix. A file still all
+//! zeros (a crash between creating it and the first save) holds no progress.
 //!
 //! The first format, `<partition>.json` (one JSON document, replaced atomically), is still
 //! read where no `.progress` file exists; the first save after it writes the slots and
@@ -106,7 +107,10 @@ impl ProgressStore {
     pub fn load(&mut self) -> Result<Option<Progress>, CaptureError> {
         self.file = None;
         self.generation = 0;
-        let Some(bytes) = read_bounded(&self.path)? else {
+        // A file of zeros was created and never saved to (a crash right after creating it):
+        // no progress was recorded in it.
+        let slots = read_bounded(&self.path)?.filter(|bytes| bytes.iter().any(|&b| b != 0));
+        let Some(bytes) = slots else {
             return match read_bounded(&self.json_path)? {
                 Some(bytes) => self.check_json(&bytes).map(Some),
                 None => Ok(None),
@@ -363,6 +367,34 @@ mod tests {
         let mut second = ProgressStore::new(dir.path(), "orders", "0");
         second.save(progress(7)).unwrap();
         assert_eq!(first.load().unwrap(), Some(progress(7)));
+    }
+
+    #[test]
+    fn a_file_created_but_never_saved_to_holds_no_progress() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = ProgressStore::new(dir.path(), "orders", "0");
+        std::fs::create_dir_all(dir.path().join("orders")).unwrap();
+        for len in [0, 2 * SLOT_BYTES] {
+            std::fs::write(store.path(), vec![0; len]).unwrap();
+            assert_eq!(store.load().unwrap(), None);
+        }
+        // Beside a first-format file, that file still says where the capture is.
+        let json = dir.path().join("orders").join("0.json");
+        std::fs::write(
+            &json,
+            br#"{"version":1,"hub":"orders","partition":"0","next_sequence":5,"window_start_ms":9}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            store.load().unwrap(),
+            Some(Progress {
+                next_sequence: 5,
+                window_start_ms: 9
+            })
+        );
+        store.save(progress(6)).unwrap();
+        assert_eq!(store.load().unwrap(), Some(progress(6)));
+        assert!(!json.exists());
     }
 
     #[test]
