@@ -11,9 +11,10 @@
 //! (`u32`, little-endian) and the record: JSON with the format version, the hub, the
 //! partition, a generation and the progress; zeros after it. Each save writes the slot the
 //! last one did not, with the next generation, then `fdatasync`s: the file's size and names
-//! never change, so no inode is created, renamed or freed per window (on this project's
-//! machine an atomic replace — temporary file, `fsync`, `rename`, `fsync` of the directory —
-//! cost five times the CPU, and freeing the old inode waited for the device's `discard`).
+//! never change, so no inode is created, renamed or freed per window. An atomic replace
+//! (temporary file, `fsync`, `rename`, `fsync` of the directory) waits for several writes
+//! instead of one, and where freed blocks are discarded, for the device's discard of the old
+//! file.
 //!
 //! # Guarantees
 //! A load takes the valid slot with the highest generation. A save torn by a crash leaves a
@@ -23,8 +24,8 @@
 //! zeros (a crash between creating it and the first save) holds no progress.
 //!
 //! The first format, `<partition>.json` (one JSON document, replaced atomically), is still
-//! read where no `.progress` file exists; the first save after it writes the slots and
-//! removes it.
+//! read where no `.progress` file holds progress; the first save after it writes the slots
+//! and removes it.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
