@@ -333,6 +333,25 @@ mod tests {
         }
     }
 
+    /// A state directory and the store of partition 0 of `orders` in it.
+    fn orders_0() -> (tempfile::TempDir, ProgressStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ProgressStore::new(dir.path(), "orders", "0");
+        (dir, store)
+    }
+
+    /// Writes partition 0 of `orders`'s progress as the first format wrote it; returns the path.
+    fn write_first_format(state_dir: &Path, progress: Progress) -> PathBuf {
+        let json = state_dir.join("orders").join("0.json");
+        std::fs::create_dir_all(json.parent().unwrap()).unwrap();
+        let text = format!(
+            r#"{{"version":1,"hub":"orders","partition":"0","next_sequence":{},"window_start_ms":{}}}"#,
+            progress.next_sequence, progress.window_start_ms
+        );
+        std::fs::write(&json, text).unwrap();
+        json
+    }
+
     #[test]
     fn saves_alternate_slots_in_place_and_a_load_takes_the_newest() {
         let dir = tempfile::tempdir().unwrap();
@@ -372,27 +391,15 @@ mod tests {
 
     #[test]
     fn a_file_created_but_never_saved_to_holds_no_progress() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = ProgressStore::new(dir.path(), "orders", "0");
+        let (dir, mut store) = orders_0();
         std::fs::create_dir_all(dir.path().join("orders")).unwrap();
         for len in [0, 2 * SLOT_BYTES] {
             std::fs::write(store.path(), vec![0; len]).unwrap();
             assert_eq!(store.load().unwrap(), None);
         }
         // Beside a first-format file, that file still says where the capture is.
-        let json = dir.path().join("orders").join("0.json");
-        std::fs::write(
-            &json,
-            br#"{"version":1,"hub":"orders","partition":"0","next_sequence":5,"window_start_ms":9}"#,
-        )
-        .unwrap();
-        assert_eq!(
-            store.load().unwrap(),
-            Some(Progress {
-                next_sequence: 5,
-                window_start_ms: 9
-            })
-        );
+        let json = write_first_format(dir.path(), progress(5));
+        assert_eq!(store.load().unwrap(), Some(progress(5)));
         store.save(progress(6)).unwrap();
         assert_eq!(store.load().unwrap(), Some(progress(6)));
         assert!(!json.exists());
@@ -400,8 +407,7 @@ mod tests {
 
     #[test]
     fn a_torn_slot_leaves_the_progress_before_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = ProgressStore::new(dir.path(), "orders", "0");
+        let (_dir, mut store) = orders_0();
         store.save(progress(10)).unwrap();
         store.save(progress(20)).unwrap();
         // Generation 2 is in slot 0; cut its record short as a crash mid-write might.
@@ -416,8 +422,7 @@ mod tests {
 
     #[test]
     fn a_file_with_no_valid_slot_is_an_error_naming_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = ProgressStore::new(dir.path(), "orders", "0");
+        let (dir, mut store) = orders_0();
         store.save(progress(1)).unwrap();
         std::fs::write(store.path(), b"{not a progress file").unwrap();
         let error = store.load().unwrap_err().to_string();
@@ -435,22 +440,9 @@ mod tests {
     #[test]
     fn a_first_format_json_file_is_read_and_replaced_by_the_first_save() {
         let dir = tempfile::tempdir().unwrap();
-        let json = dir.path().join("orders").join("0.json");
-        std::fs::create_dir_all(json.parent().unwrap()).unwrap();
-        std::fs::write(
-            &json,
-            br#"{"version":1,"hub":"orders","partition":"0","next_sequence":42,"window_start_ms":7000}"#,
-        )
-        .unwrap();
+        let json = write_first_format(dir.path(), progress(42));
         let mut store = ProgressStore::new(dir.path(), "orders", "0");
-        let loaded = store.load().unwrap();
-        assert_eq!(
-            loaded,
-            Some(Progress {
-                next_sequence: 42,
-                window_start_ms: 7000
-            })
-        );
+        assert_eq!(store.load().unwrap(), Some(progress(42)));
         store.save(progress(43)).unwrap();
         assert!(!json.exists());
         assert_eq!(store.load().unwrap(), Some(progress(43)));
