@@ -313,11 +313,14 @@ fn decode_slot(slot: &[u8]) -> Result<ProgressRecord, String> {
     }
     let record: ProgressRecord =
         serde_json::from_slice(json).map_err(|e| format!("its record is not JSON: {e}"))?;
-    if record.version != PROGRESS_VERSION || record.generation.is_none() {
+    if record.version != PROGRESS_VERSION {
         return Err(format!(
             "version {} is not the version this build reads ({PROGRESS_VERSION})",
             record.version
         ));
+    }
+    if record.generation.is_none() {
+        return Err("its record has no generation".into());
     }
     Ok(record)
 }

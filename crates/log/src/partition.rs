@@ -128,12 +128,11 @@ pub struct ReadCursor {
 }
 
 /// A reader's two buffers, taking turns. The events of one read hold its buffer's memory until
-/// they are dropped, and a read usually starts in bytes the read before it left (its read-ahead),
-/// so with one buffer it was rarely free when the next read was due: most reads took a fresh
-/// allocation, whose pages the kernel faulted in and cleared (7 % of a catch-up's profile,
-/// BENCHMARKS.md "A reader's two buffers"). With two, a reader that drops a read's events
-/// before the read after next (the capture, a receiver) reads into memory it already has; it
-/// holds at most two reads' worth until [`ReadCursor::release_buffers`].
+/// they are dropped, and a read usually starts in bytes the read before it left (its
+/// read-ahead), so a single buffer is rarely free when the next read is due, and each such read
+/// would take fresh memory for the kernel to fault in and clear. With two, a reader that drops a
+/// read's events before the read after next (the capture, a receiver) reads into memory it
+/// already has; it holds at most two reads' worth until [`ReadCursor::release_buffers`].
 #[derive(Debug, Clone, Default)]
 struct ReadBuffers {
     /// What reads append to; handed out by `split`.
