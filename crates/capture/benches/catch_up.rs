@@ -10,12 +10,15 @@
 //! - **read**: every event read from the log as the capture reads it (`Broker::read_from`,
 //!   as many events a read as the capture asks for), nothing written;
 //! - **write**: the events of one read encoded as Avro blocks into window files of about
-//!   10 MiB, published and removed as the capture's are, without reading the log (the records'
+//!   10 MiB, published as the capture's are, without reading the log (the records'
 //!   and the files' CPU): with `O_DIRECT` (the default) and through the page cache;
 //! - **catch up**: a [`PartitionCapture`] from the first event, one step over all of them:
 //!   Avro, no deflate, a `file:` destination (`O_DIRECT` where the file system takes it),
-//!   size window 10 MiB; each file removed once published. CPU is the stepping thread's plus
-//!   its files' writer threads'.
+//!   size window 10 MiB. CPU is the stepping thread's plus its files' writer threads'.
+//!
+//! Files stay until the bench ends: an unlink inside a measured part would be charged to it,
+//! and on ext4 without a journal so would every later file creation that steps over the
+//! freed inode.
 //!
 //! `cargo bench -p tributary-capture --bench catch_up` fills 256 MiB of 1 KiB events (durability
 //! `none`; the log's files stay in the page cache) and runs each part [`ROUNDS`] times; it prints
@@ -183,8 +186,6 @@ fn encode_and_write(broker: &Broker, root: &Path, files: usize, mode: WriteMode)
             .expect("the file ends")
             .publish()
             .expect("the file is published");
-        let url = destination.url(&name);
-        std::fs::remove_file(url.trim_start_matches("file://")).expect("the published file");
     }
     let spent =
         thread_cpu_ns() - started + (writer_threads_cpu() - writers_before).as_nanos() as f64;
@@ -218,12 +219,6 @@ fn catch_up(broker: &Broker, root: &Path, events: u64) -> f64 {
         EventPosition::Earliest,
     )
     .expect("the capture starts");
-    capture.on_file(Box::new(|file| {
-        if let Some(path) = file.file_url.strip_prefix("file://") {
-            std::fs::remove_file(path).expect("a published file is there to remove");
-        }
-        Ok(())
-    }));
     let writers_before = writer_threads_cpu();
     let started = thread_cpu_ns();
     let files = capture.step().expect("the capture steps");

@@ -151,9 +151,36 @@ pub fn codec(format: CaptureFormat) -> Codec {
     }
 }
 
+/// A file's header up to its sync marker (magic, then the metadata map: `avro.schema`,
+/// `avro.codec`), as apache-avro writes it. It is the same for every file of a codec, so it is
+/// made once per codec rather than once per window file.
+fn header_before_marker(format: CaptureFormat) -> Result<&'static [u8], String> {
+    static NULL: LazyLock<Result<Vec<u8>, String>> =
+        LazyLock::new(|| header_of(CaptureFormat::Avro));
+    static DEFLATE: LazyLock<Result<Vec<u8>, String>> =
+        LazyLock::new(|| header_of(CaptureFormat::AvroDeflate));
+    let header = match codec(format) {
+        Codec::Null => &*NULL,
+        _ => &*DEFLATE,
+    };
+    header.as_deref().map_err(Clone::clone)
+}
+
+fn header_of(format: CaptureFormat) -> Result<Vec<u8>, String> {
+    let mut writer = apache_avro::Writer::with_codec(capture_schema(), Vec::new(), codec(format));
+    writer.flush().map_err(|e| e.to_string())?;
+    let mut header = writer.into_inner().map_err(|e| e.to_string())?;
+    // What apache-avro ends the header with is its own sync marker; each file draws its own.
+    let Some(without_marker) = header.len().checked_sub(16) else {
+        return Err("apache-avro wrote a header shorter than a sync marker".into());
+    };
+    header.truncate(without_marker);
+    Ok(header)
+}
+
 /// A capture Avro object container file being written to `W`.
 ///
-/// The header (magic, `avro.schema`, `avro.codec`, sync marker) is apache-avro's. The records
+/// The header (magic, `avro.schema`, `avro.codec`) is apache-avro's, with a sync marker of the file's own. The records
 /// are encoded here: the schema is fixed, and apache-avro's generic path (an owned `Value` tree
 /// per event, a `HashMap` per map, the schema walked per value) cost about 1.3 µs per 1 KiB
 /// event, most of the capture's CPU (BENCHMARKS.md, "Capture's CPU and lag"). A block holds
@@ -190,21 +217,18 @@ impl<W: Write> std::fmt::Debug for AvroFileWriter<W> {
 
 impl<W: Write> AvroFileWriter<W> {
     /// Writes the header of a file in `format` to `sink` at once (so an empty window is a
-    /// valid file with no records).
+    /// valid file with no records): the format's [`header_before_marker`] and a sync marker
+    /// of the file's own, drawn from the system's random source.
     pub fn new(mut sink: W, format: CaptureFormat) -> Result<AvroFileWriter<W>, String> {
-        let codec = codec(format);
-        let mut header = apache_avro::Writer::with_codec(capture_schema(), Vec::new(), codec);
-        header.flush().map_err(|e| e.to_string())?;
-        let header = header.into_inner().map_err(|e| e.to_string())?;
-        // The header ends with the file's sync marker, which ends every block too.
-        let marker = header
-            .get(header.len().saturating_sub(16)..)
-            .and_then(|m| <[u8; 16]>::try_from(m).ok())
-            .ok_or("apache-avro wrote a header without a sync marker")?;
-        sink.write_all(&header).map_err(|e| e.to_string())?;
+        let mut marker = [0_u8; 16];
+        rustix::rand::getrandom(&mut marker, rustix::rand::GetRandomFlags::empty())
+            .map_err(|e| format!("no random sync marker: {e}"))?;
+        sink.write_all(header_before_marker(format)?)
+            .and_then(|()| sink.write_all(&marker))
+            .map_err(|e| e.to_string())?;
         Ok(AvroFileWriter {
             sink,
-            codec,
+            codec: codec(format),
             marker,
             // Reserved on the first record appended one by one: an uncompressed file's
             // records go from their events straight to the sink and never use it.
@@ -636,5 +660,19 @@ mod tests {
         }
         // Deflate compresses the repeated bodies: the codec was applied to the blocks.
         assert!(hand_file(&events, CaptureFormat::AvroDeflate, 0).len() < count * 1024 / 4);
+    }
+
+    #[test]
+    fn each_file_has_its_own_sync_marker_after_the_same_header() {
+        for format in [CaptureFormat::Avro, CaptureFormat::AvroDeflate] {
+            let [a, b] = [(); 2].map(|()| hand_file(&[], format, 0));
+            let header = header_before_marker(format).unwrap();
+            assert!(a.starts_with(header) && b.starts_with(header), "{format:?}");
+            assert_eq!(a.len(), header.len() + 16, "an empty file is its header");
+            assert_ne!(a[header.len()..], b[header.len()..], "{format:?}");
+            assert!(decoded(&a).is_empty() && decoded(&b).is_empty());
+            let codec = apache_avro::Reader::new(&a[..]).unwrap();
+            assert_eq!(codec.writer_schema(), capture_schema());
+        }
     }
 }
