@@ -12,8 +12,8 @@
 //! a multiple of the block size, at a chunk-aligned offset) goes to the file's writer thread,
 //! which writes it while the encoder fills the next one: at most [`WRITE_BUFFERS`] buffers per
 //! file, so the encoder waits only when the device is slower than it. Only the last buffer of
-//! a file is partial: [`FileWriter::finish`] writes it padded to a whole block, cuts the file
-//! back to its true length, and `fdatasync`s it.
+//! a file is partial: [`FileWriter::finish`] writes it through the page cache (the file's
+//! `O_DIRECT` flag cleared) and `fdatasync`s the file.
 //!
 //! Where `O_DIRECT` is refused at open (`EINVAL`: a file system without direct I/O), the same
 //! writer thread writes through the page cache and `fdatasync`s every [`SYNC_AHEAD_BYTES`], so
@@ -94,13 +94,6 @@ impl AlignedBuffer {
 
     fn filled(&self) -> &[u8] {
         &self.memory[self.start..self.start + self.len]
-    }
-
-    /// The filled bytes zero-padded to whole blocks (what `O_DIRECT` takes).
-    fn padded(&mut self) -> &[u8] {
-        let padded = self.len.next_multiple_of(DIRECT_ALIGN_BYTES);
-        self.memory[self.start + self.len..self.start + padded].fill(0);
-        &self.memory[self.start..self.start + padded]
     }
 }
 
@@ -263,8 +256,7 @@ impl FileWriter {
         }
     }
 
-    /// Writes what is left, cuts the file to its length and `fdatasync`s it; returns the file
-    /// and its length in bytes.
+    /// Writes what is left and `fdatasync`s the file; returns the file and its length in bytes.
     pub(crate) fn finish(mut self) -> std::io::Result<(Arc<File>, u64)> {
         while self.in_flight > 0 {
             let buffer = self.wait_for_one()?;
@@ -273,13 +265,14 @@ impl FileWriter {
         self.stop_thread();
         let offset = self.filling_offset;
         let len = offset + self.filling.len as u64;
-        match self.mode {
-            WriteMode::Direct => {
-                self.file.write_all_at(self.filling.padded(), offset)?;
-                self.file.set_len(len)?;
-            }
-            WriteMode::Buffered => self.file.write_all_at(self.filling.filled(), offset)?,
+        if self.mode == WriteMode::Direct {
+            // The last bytes, less than a chunk, go through the page cache: written padded to a
+            // block, the file would then be cut back to its length, and cutting an `O_DIRECT`
+            // file inside a block reads that block back first, synchronously.
+            let flags = rustix::fs::fcntl_getfl(&*self.file)?;
+            rustix::fs::fcntl_setfl(&*self.file, flags - rustix::fs::OFlags::DIRECT)?;
         }
+        self.file.write_all_at(self.filling.filled(), offset)?;
         self.file.sync_data()?;
         Ok((Arc::clone(&self.file), len))
     }
