@@ -14,7 +14,8 @@ use tributary_event::names::{
 };
 use tributary_event::{Clock, EventData, EventPosition, SendTarget, SystemClock};
 use tributary_log::{
-    GroupCommitter, PartitionProperties, ReadCursor, Retention, RetentionOutcome, SyncTimes,
+    GroupCommitter, PartitionProperties, ReadCursor, RecordsRead, Retention, RetentionOutcome,
+    SyncTimes,
 };
 
 use crate::catalog::{Catalog, ConsumerGroupDefinition, HubCapture, HubCleanup, HubDefinition};
@@ -746,6 +747,28 @@ impl Broker {
         hub.count_delivered(p, events.len());
         door_stamp::hide(&mut events);
         Ok(events)
+    }
+
+    /// [`Broker::read_from`] into `into` (cleared first), each record read in place rather than
+    /// copied into an owned event: for a reader that only passes events on (the capture).
+    pub fn read_records_from(
+        &self,
+        hub: &str,
+        partition: &str,
+        cursor: &mut ReadCursor,
+        max_events: usize,
+        max_bytes: u64,
+        into: &mut RecordsRead,
+    ) -> Result<(), BrokerError> {
+        let hub = self.hub(hub)?;
+        let p = hub.partition(partition)?;
+        hub.partitions[p as usize]
+            .log
+            .read_records(cursor, max_events, max_bytes, into)
+            .map_err(hub.log_error(p))?;
+        hub.count_delivered(p, into.len());
+        door_stamp::hide_in_records(into);
+        Ok(())
     }
 
     /// The door stamps ([`Broker::send_to_partition_stamped`]) of one partition's events from

@@ -13,13 +13,15 @@
 //! - only [`crate::Broker::send_to_partition_stamped`] writes one, from its argument; a
 //!   property of that name a client put last on an event sent any other way is dropped, so a
 //!   client cannot forge a stamp;
-//! - every read ([`crate::Broker::read`], receivers) removes it, so no consumer (AMQP, HTTP,
+//! - every read ([`crate::Broker::read`], [`crate::Broker::read_records_from`], receivers)
+//!   removes it, so no consumer (AMQP, HTTP,
 //!   Kafka, an in-process copy) sees it and a replication task never carries it to another
 //!   hub; [`crate::Broker::read_door_stamps`] is the one read that returns stamps.
 
 use std::borrow::Cow;
 
 use tributary_event::{EventData, PropertyValue, ReceivedEvent};
+use tributary_log::RecordsRead;
 
 /// The name of the property holding a door's stamp (always an event's last property).
 pub const DOOR_STAMP_PROPERTY: &str = "x-opt-tributary-door-stamp";
@@ -55,6 +57,11 @@ pub(crate) fn hide(events: &mut [ReceivedEvent]) {
             event.data.properties.pop();
         }
     }
+}
+
+/// Removes the stamp from records a reader gets in place.
+pub(crate) fn hide_in_records(records: &mut RecordsRead) {
+    records.hide_last_property(DOOR_STAMP_PROPERTY);
 }
 
 /// Drops a stamp a client put on events sent through a path that does not stamp.

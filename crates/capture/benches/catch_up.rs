@@ -7,8 +7,9 @@
 //! "The machine"). This bench keeps only the capture's own work, repeated over the same warm
 //! log, so two builds can be told apart:
 //!
-//! - **read**: every event read from the log as the capture reads it (`Broker::read_from`,
-//!   as many events a read as the capture asks for), nothing written;
+//! - **read**: every event read from the log as the capture reads it, in place
+//!   (`Broker::read_records_from`, as many events a read as the capture asks for), nothing
+//!   written; **read (owned events)** reads them as receivers do (`Broker::read_from`);
 //! - **write**: the events of one read encoded as Avro blocks into window files of about
 //!   10 MiB, published as the capture's are, without reading the log (the records'
 //!   and the files' CPU): with `O_DIRECT` (the default) and through the page cache;
@@ -16,9 +17,9 @@
 //!   Avro, no deflate, a `file:` destination (`O_DIRECT` where the file system takes it),
 //!   size window 10 MiB. CPU is the stepping thread's plus its files' writer threads'.
 //!
-//! Files stay until the bench ends: an unlink inside a measured part would be charged to it,
-//! and on ext4 without a journal so would every later file creation that steps over the
-//! freed inode.
+//! Each part's files are emptied once it is measured, not removed: an unlink inside a measured
+//! part would be charged to it, and on ext4 without a journal so would every later file
+//! creation that steps over the freed inode; files kept whole would fill the page cache.
 //!
 //! `cargo bench -p tributary-capture --bench catch_up` fills 256 MiB of 1 KiB events (durability
 //! `none`; the log's files stay in the page cache) and runs each part [`ROUNDS`] times; it prints
@@ -32,7 +33,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rustix::time::{ClockId, clock_gettime};
-use tributary_broker::{Broker, BrokerConfig, Durability, HubSpec, ReadCursor};
+use tributary_broker::{Broker, BrokerConfig, Durability, HubSpec, ReadCursor, RecordsRead};
 use tributary_capture::avro::AvroFileWriter;
 use tributary_capture::limits::{READ_BYTES_MAX, READ_EVENTS_MAX, SIZE_BYTES_MIN};
 use tributary_capture::{
@@ -74,11 +75,12 @@ fn main() {
         .collect::<Vec<_>>()
         .windows(2)
         .any(|pair| pair[0] == "--only" && pair[1] == "catch-up");
-    let mut figures = [const { Vec::new() }; 4];
+    let mut figures = [const { Vec::new() }; 5];
     for round in 0..rounds {
         let round_dir = dir.path().join(format!("round-{round}"));
         if !only_catch_up {
             figures[0].push(read_all(&broker, events));
+            figures[4].push(read_all_owned(&broker, events));
             figures[1].push(encode_and_write(
                 &broker,
                 &round_dir,
@@ -94,7 +96,13 @@ fn main() {
         }
         figures[3].push(catch_up(&broker, &round_dir, events));
     }
-    let names = ["read", "write (O_DIRECT)", "write (page cache)", "catch up"];
+    let names = [
+        "read",
+        "write (O_DIRECT)",
+        "write (page cache)",
+        "catch up",
+        "read (owned events)",
+    ];
     for (name, mut runs) in names.into_iter().zip(figures) {
         if runs.is_empty() {
             continue;
@@ -137,19 +145,39 @@ fn thread_cpu_ns() -> f64 {
     t.tv_sec as f64 * 1e9 + t.tv_nsec as f64
 }
 
-fn read_batch(broker: &Broker, cursor: &mut ReadCursor) -> Vec<ReceivedEvent> {
+fn read_records(broker: &Broker, cursor: &mut ReadCursor, into: &mut RecordsRead) {
     broker
-        .read_from(HUB, "0", cursor, READ_EVENTS_MAX, READ_BYTES_MAX)
-        .expect("the log reads")
+        .read_records_from(HUB, "0", cursor, READ_EVENTS_MAX, READ_BYTES_MAX, into)
+        .expect("the log reads");
 }
 
-/// Reads every event as the capture does; CPU per event.
+/// Reads every event as the capture does (in place); CPU per event.
 fn read_all(broker: &Broker, events: u64) -> f64 {
+    let started = thread_cpu_ns();
+    let mut cursor = ReadCursor::new(0);
+    let mut records = RecordsRead::new();
+    let mut read = 0;
+    loop {
+        read_records(broker, &mut cursor, &mut records);
+        if records.is_empty() {
+            break;
+        }
+        read += records.len() as u64;
+        std::hint::black_box(&records);
+    }
+    assert_eq!(read, events, "every event is read");
+    (thread_cpu_ns() - started) / read as f64
+}
+
+/// Reads every event as owned events (as a receiver does); CPU per event.
+fn read_all_owned(broker: &Broker, events: u64) -> f64 {
     let started = thread_cpu_ns();
     let mut cursor = ReadCursor::new(0);
     let mut read = 0;
     loop {
-        let batch = read_batch(broker, &mut cursor);
+        let batch: Vec<ReceivedEvent> = broker
+            .read_from(HUB, "0", &mut cursor, READ_EVENTS_MAX, READ_BYTES_MAX)
+            .expect("the log reads");
         if batch.is_empty() {
             break;
         }
@@ -164,7 +192,8 @@ fn read_all(broker: &Broker, events: u64) -> f64 {
 /// (about 10 MiB, the size window), and publishes each; CPU per event, the files' writer
 /// threads' included.
 fn encode_and_write(broker: &Broker, root: &Path, files: usize, mode: WriteMode) -> f64 {
-    let batch = read_batch(broker, &mut ReadCursor::new(0));
+    let mut records = RecordsRead::new();
+    read_records(broker, &mut ReadCursor::new(0), &mut records);
     let destination = DirectoryDestination::new(root.join(format!("written-{mode:?}")))
         .expect("the destination opens")
         .with_write_mode(mode);
@@ -179,7 +208,9 @@ fn encode_and_write(broker: &Broker, root: &Path, files: usize, mode: WriteMode)
         )
         .expect("the header writes");
         for _ in 0..repeats {
-            writer.append_all(&batch).expect("the blocks are written");
+            writer
+                .append_all(&records, 0..records.len())
+                .expect("the blocks are written");
         }
         writer
             .finish()
@@ -189,7 +220,8 @@ fn encode_and_write(broker: &Broker, root: &Path, files: usize, mode: WriteMode)
     }
     let spent =
         thread_cpu_ns() - started + (writer_threads_cpu() - writers_before).as_nanos() as f64;
-    spent / (files * repeats * batch.len()) as f64
+    empty_files(&root.join(format!("written-{mode:?}")));
+    spent / (files * repeats * records.len()) as f64
 }
 
 /// A capture from the first event, one step; CPU per captured event (the stepping thread's and
@@ -229,5 +261,23 @@ fn catch_up(broker: &Broker, root: &Path, events: u64) -> f64 {
         captured > events / 2 && capture.read_next() == events as i64,
         "the capture read all {events} events and published most ({captured})"
     );
+    empty_files(&root.join("capture"));
     spent / captured as f64
+}
+
+/// Empties every file below `dir`, after a measured part: the blocks and the page cache they
+/// held are free for the next part, and no inode is freed (see the module docs).
+fn empty_files(dir: &Path) {
+    for entry in std::fs::read_dir(dir).expect("a directory the bench wrote") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            empty_files(&path);
+        } else {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|file| file.set_len(0))
+                .expect("a file the bench wrote empties");
+        }
+    }
 }

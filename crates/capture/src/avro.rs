@@ -15,11 +15,13 @@
 
 use std::borrow::Cow;
 use std::io::{Read, Write};
+use std::ops::Range;
 use std::sync::LazyLock;
 
 use apache_avro::types::Value;
 use apache_avro::{Codec, DeflateSettings, Schema};
-use tributary_event::{PropertyValue, ReceivedEvent, uuid_text};
+use tributary_broker::{RecordView, RecordsRead};
+use tributary_event::{PropertyValueRef, uuid_text};
 
 use crate::config::CaptureFormat;
 use crate::limits::AVRO_BLOCK_BYTES;
@@ -47,26 +49,29 @@ const NULL: i64 = 4;
 /// size window counts for each event besides its data.
 const RECORD_OVERHEAD_BYTES: u64 = 64;
 
-/// About how many bytes `event` takes as a record before compression; what the size window adds
-/// up. It counts the body, each property's key and value, and a fixed overhead.
-pub fn record_bytes(event: &ReceivedEvent) -> u64 {
-    let properties: usize = event
-        .data
-        .properties
-        .iter()
+/// About how many bytes `record` takes as a record before compression; what the size window
+/// adds up. It counts the body, each property's key and value, and a fixed overhead.
+pub fn record_bytes(record: &RecordView<'_>) -> u64 {
+    let properties: usize = record
+        .properties()
         .map(|(key, value)| key.len() + value_bytes(value))
         .sum();
-    let system = event.data.partition_key.as_ref().map_or(0, String::len)
-        + event.data.message_id.as_ref().map_or(0, String::len)
-        + event.data.correlation_id.as_ref().map_or(0, String::len)
-        + event.data.content_type.as_ref().map_or(0, String::len);
-    RECORD_OVERHEAD_BYTES + (event.data.body.len() + properties + system) as u64
+    let system = [
+        record.partition_key(),
+        record.message_id(),
+        record.correlation_id(),
+        record.content_type(),
+    ]
+    .into_iter()
+    .map(|text| text.map_or(0, str::len))
+    .sum::<usize>();
+    RECORD_OVERHEAD_BYTES + (record.body().len() + properties + system) as u64
 }
 
-fn value_bytes(value: &PropertyValue) -> usize {
+fn value_bytes(value: PropertyValueRef<'_>) -> usize {
     match value {
-        PropertyValue::String(text) => text.len() + 2,
-        PropertyValue::Bytes(bytes) => bytes.len() + 2,
+        PropertyValueRef::String(text) => text.len() + 2,
+        PropertyValueRef::Bytes(bytes) => bytes.len() + 2,
         _ => 9,
     }
 }
@@ -89,57 +94,54 @@ pub enum FieldValue<'a> {
     Null,
 }
 
-/// `event`'s `SystemProperties`: `x-opt-enqueued-time` and the texts the event has, in that
+/// `record`'s `SystemProperties`: `x-opt-enqueued-time` and the texts the event has, in that
 /// order.
-pub fn system_properties(
-    event: &ReceivedEvent,
-) -> impl Iterator<Item = (&'static str, FieldValue<'_>)> {
-    let data = &event.data;
+pub fn system_properties<'a>(
+    record: &RecordView<'a>,
+) -> impl Iterator<Item = (&'static str, FieldValue<'a>)> + use<'a> {
     let texts = [
-        ("x-opt-partition-key", &data.partition_key),
-        ("message-id", &data.message_id),
-        ("correlation-id", &data.correlation_id),
-        ("content-type", &data.content_type),
+        ("x-opt-partition-key", record.partition_key()),
+        ("message-id", record.message_id()),
+        ("correlation-id", record.correlation_id()),
+        ("content-type", record.content_type()),
     ];
     std::iter::once((
         "x-opt-enqueued-time",
-        FieldValue::Long(event.enqueued_time_ms),
+        FieldValue::Long(record.enqueued_time_ms()),
     ))
     .chain(texts.into_iter().filter_map(|(key, value)| {
-        value
-            .as_deref()
-            .map(|value| (key, FieldValue::String(Cow::Borrowed(value))))
+        value.map(|value| (key, FieldValue::String(Cow::Borrowed(value))))
     }))
 }
 
-/// `event`'s application `Properties`, each mapped by type (see the module docs).
-pub fn properties(event: &ReceivedEvent) -> impl ExactSizeIterator<Item = (&str, FieldValue<'_>)> {
-    event
-        .data
-        .properties
-        .iter()
-        .map(|(key, value)| (key.as_str(), field_value(value)))
+/// `record`'s application `Properties`, each mapped by type (see the module docs).
+pub fn properties<'a>(
+    record: &RecordView<'a>,
+) -> impl ExactSizeIterator<Item = (&'a str, FieldValue<'a>)> + use<'a> {
+    record
+        .properties()
+        .map(|(key, value)| (key, field_value(value)))
 }
 
 /// One application property as a branch of `["long","double","string","bytes","null"]`.
-fn field_value(value: &PropertyValue) -> FieldValue<'_> {
+fn field_value(value: PropertyValueRef<'_>) -> FieldValue<'_> {
     match value {
-        PropertyValue::Null => FieldValue::Null,
-        PropertyValue::Bool(b) => {
-            FieldValue::String(Cow::Borrowed(if *b { "True" } else { "False" }))
+        PropertyValueRef::Null => FieldValue::Null,
+        PropertyValueRef::Bool(b) => {
+            FieldValue::String(Cow::Borrowed(if b { "True" } else { "False" }))
         }
-        PropertyValue::Int32(v) => FieldValue::Long(i64::from(*v)),
-        PropertyValue::Int64(v) | PropertyValue::Timestamp(v) => FieldValue::Long(*v),
-        PropertyValue::UInt32(v) => FieldValue::Long(i64::from(*v)),
-        PropertyValue::UInt64(v) => match i64::try_from(*v) {
+        PropertyValueRef::Int32(v) => FieldValue::Long(i64::from(v)),
+        PropertyValueRef::Int64(v) | PropertyValueRef::Timestamp(v) => FieldValue::Long(v),
+        PropertyValueRef::UInt32(v) => FieldValue::Long(i64::from(v)),
+        PropertyValueRef::UInt64(v) => match i64::try_from(v) {
             Ok(v) => FieldValue::Long(v),
             Err(_) => FieldValue::String(Cow::Owned(v.to_string())),
         },
-        PropertyValue::Float32(v) => FieldValue::Double(f64::from(*v)),
-        PropertyValue::Float64(v) => FieldValue::Double(*v),
-        PropertyValue::String(s) => FieldValue::String(Cow::Borrowed(s.as_str())),
-        PropertyValue::Bytes(b) => FieldValue::Bytes(b),
-        PropertyValue::Uuid(u) => FieldValue::String(Cow::Owned(uuid_text(u))),
+        PropertyValueRef::Float32(v) => FieldValue::Double(f64::from(v)),
+        PropertyValueRef::Float64(v) => FieldValue::Double(v),
+        PropertyValueRef::String(s) => FieldValue::String(Cow::Borrowed(s)),
+        PropertyValueRef::Bytes(b) => FieldValue::Bytes(b),
+        PropertyValueRef::Uuid(u) => FieldValue::String(Cow::Owned(uuid_text(&u))),
     }
 }
 
@@ -188,7 +190,7 @@ fn header_of(format: CaptureFormat) -> Result<Vec<u8>, String> {
 ///
 /// [`AvroFileWriter::append`] encodes an event into the open block, which is written whole
 /// (compressed first with `deflate`). [`AvroFileWriter::append_all`] without a codec writes
-/// each body from the event straight to the sink: it encodes the block's record heads (every
+/// each body from the read's buffer straight to the sink: it encodes the block's record heads (every
 /// field before the body's bytes) first, so the block's length is known before its first
 /// byte goes out, and each body is copied once, into the sink, not twice.
 pub struct AvroFileWriter<W: Write> {
@@ -241,12 +243,12 @@ impl<W: Write> AvroFileWriter<W> {
         })
     }
 
-    /// Appends `event` as one record; writes the block once it holds [`AVRO_BLOCK_BYTES`].
-    pub fn append(&mut self, event: &ReceivedEvent) -> Result<(), String> {
+    /// Appends `record` as one record; writes the block once it holds [`AVRO_BLOCK_BYTES`].
+    pub fn append(&mut self, record: &RecordView<'_>) -> Result<(), String> {
         if self.block.capacity() == 0 {
             self.block.reserve(AVRO_BLOCK_BYTES + AVRO_BLOCK_BYTES / 8);
         }
-        encode_record(&mut self.block, event, &mut self.enqueued_time);
+        encode_record(&mut self.block, record, &mut self.enqueued_time);
         self.block_records += 1;
         if self.block.len() >= AVRO_BLOCK_BYTES {
             self.write_block()?;
@@ -254,33 +256,39 @@ impl<W: Write> AvroFileWriter<W> {
         Ok(())
     }
 
-    /// Appends `events` as records, in order. Without a codec each body goes from its event
-    /// straight to the sink, in blocks of their own; with `deflate` this is
-    /// [`AvroFileWriter::append`] for each.
-    pub fn append_all(&mut self, events: &[ReceivedEvent]) -> Result<(), String> {
+    /// Appends the records at `range` of `records`, in order. Without a codec each body goes
+    /// from the read's buffer straight to the sink, in blocks of their own; with `deflate` this
+    /// is [`AvroFileWriter::append`] for each.
+    pub fn append_all(&mut self, records: &RecordsRead, range: Range<usize>) -> Result<(), String> {
         if !matches!(self.codec, Codec::Null) {
-            return events.iter().try_for_each(|event| self.append(event));
+            return records
+                .range(range)
+                .try_for_each(|record| self.append(&record));
         }
         // Records appended one by one before go first, in their own block.
         self.write_block()?;
-        let mut rest = events;
-        while !rest.is_empty() {
-            let written = self.write_direct_block(rest)?;
-            rest = &rest[written..];
+        let mut next = range.start;
+        while next < range.end {
+            next += self.write_direct_block(records, next..range.end)?;
         }
         Ok(())
     }
 
-    /// Writes the first of `events`, about [`AVRO_BLOCK_BYTES`] of records (at least one), as
-    /// one uncompressed block from their encoded heads and their bodies. Returns how many.
-    fn write_direct_block(&mut self, events: &[ReceivedEvent]) -> Result<usize, String> {
+    /// Writes the first records at `range` of `records`, about [`AVRO_BLOCK_BYTES`] of them (at
+    /// least one), as one uncompressed block from their encoded heads and their bodies. Returns
+    /// how many.
+    fn write_direct_block(
+        &mut self,
+        records: &RecordsRead,
+        range: Range<usize>,
+    ) -> Result<usize, String> {
         self.heads.clear();
         self.head_ends.clear();
         let mut body_bytes = 0;
-        for event in events {
-            encode_head(&mut self.heads, event, &mut self.enqueued_time);
+        for record in records.range(range.clone()) {
+            encode_head(&mut self.heads, &record, &mut self.enqueued_time);
             self.head_ends.push(self.heads.len());
-            body_bytes += event.data.body.len();
+            body_bytes += record.body().len();
             if self.heads.len() + body_bytes >= AVRO_BLOCK_BYTES {
                 break;
             }
@@ -295,9 +303,10 @@ impl<W: Write> AvroFileWriter<W> {
         let written = (|| {
             self.sink.write_all(&self.block_header)?;
             let mut head_start = 0;
-            for (event, &head_end) in events.iter().zip(&self.head_ends) {
+            let taken = records.range(range.start..range.start + count);
+            for (record, &head_end) in taken.zip(&self.head_ends) {
                 self.sink.write_all(&self.heads[head_start..head_end])?;
-                self.sink.write_all(&event.data.body)?;
+                self.sink.write_all(record.body())?;
                 head_start = head_end;
             }
             self.sink.write_all(&self.marker)
@@ -336,27 +345,27 @@ impl<W: Write> AvroFileWriter<W> {
     }
 }
 
-/// Encodes `event` as one `EventData` record (Avro binary encoding, fields in schema order).
-fn encode_record(out: &mut Vec<u8>, event: &ReceivedEvent, time: &mut EnqueuedTimeText) {
-    encode_head(out, event, time);
-    out.extend_from_slice(&event.data.body);
+/// Encodes `record` as one `EventData` record (Avro binary encoding, fields in schema order).
+fn encode_record(out: &mut Vec<u8>, record: &RecordView<'_>, time: &mut EnqueuedTimeText) {
+    encode_head(out, record, time);
+    out.extend_from_slice(record.body());
 }
 
-/// Encodes `event`'s record up to its body's bytes: every field, then the body's union branch
-/// and length.
-fn encode_head(out: &mut Vec<u8>, event: &ReceivedEvent, time: &mut EnqueuedTimeText) {
-    put_long(out, event.sequence_number);
-    put_decimal(out, event.offset);
-    put_bytes(out, time.text(event.enqueued_time_ms).as_bytes());
+/// Encodes `record` up to its body's bytes: every field, then the body's union branch and
+/// length.
+fn encode_head(out: &mut Vec<u8>, record: &RecordView<'_>, time: &mut EnqueuedTimeText) {
+    put_long(out, record.sequence_number());
+    put_decimal(out, record.offset());
+    put_bytes(out, time.text(record.enqueued_time_ms()).as_bytes());
     // A map is written as one block of its entries and the empty block that ends it (none
     // before the end for an empty map), as apache-avro and Azure write them.
-    let system = system_properties(event).count();
-    put_map(out, system, system_properties(event));
-    let data = properties(event);
+    let system = system_properties(record).count();
+    put_map(out, system, system_properties(record));
+    let data = properties(record);
     put_map(out, data.len(), data);
     // `Body`: branch 1 of `["null","bytes"]`.
     put_long(out, 1);
-    put_long(out, event.data.body.len() as i64);
+    put_long(out, record.body().len() as i64);
 }
 
 fn put_map<'k, 'v>(
@@ -501,14 +510,14 @@ mod tests {
     use std::collections::HashMap;
 
     use proptest::prelude::*;
-    use tributary_event::EventData;
     use tributary_event::strategy::property_value;
+    use tributary_event::{EventData, ReceivedEvent};
 
     use super::*;
 
     /// `event` as one record through apache-avro's generic path: the reference the hand
     /// encoder is checked against.
-    fn generic_record(event: &ReceivedEvent) -> Value {
+    fn generic_record(record: &RecordView<'_>) -> Value {
         let map = |entries: Vec<(&str, FieldValue<'_>)>| {
             Value::Map(
                 entries
@@ -518,20 +527,23 @@ mod tests {
             )
         };
         Value::Record(vec![
-            ("SequenceNumber".into(), Value::Long(event.sequence_number)),
-            ("Offset".into(), Value::String(event.offset.to_string())),
+            (
+                "SequenceNumber".into(),
+                Value::Long(record.sequence_number()),
+            ),
+            ("Offset".into(), Value::String(record.offset().to_string())),
             (
                 "EnqueuedTimeUtc".into(),
-                Value::String(enqueued_time_utc(event.enqueued_time_ms)),
+                Value::String(enqueued_time_utc(record.enqueued_time_ms())),
             ),
             (
                 "SystemProperties".into(),
-                map(system_properties(event).collect()),
+                map(system_properties(record).collect()),
             ),
-            ("Properties".into(), map(properties(event).collect())),
+            ("Properties".into(), map(properties(record).collect())),
             (
                 "Body".into(),
-                Value::Union(1, Box::new(Value::Bytes(event.data.body.to_vec()))),
+                Value::Union(1, Box::new(Value::Bytes(record.body().to_vec()))),
             ),
         ])
     }
@@ -551,8 +563,8 @@ mod tests {
     fn generic_file(events: &[ReceivedEvent], format: CaptureFormat) -> Vec<u8> {
         let mut writer =
             apache_avro::Writer::with_codec(capture_schema(), Vec::new(), codec(format));
-        for event in events {
-            writer.append_value_ref(&generic_record(event)).unwrap();
+        for record in RecordsRead::from_events(events).iter() {
+            writer.append_value_ref(&generic_record(&record)).unwrap();
         }
         writer.into_inner().unwrap()
     }
@@ -561,11 +573,14 @@ mod tests {
     /// `append`, the rest with `append_all`.
     fn hand_file(events: &[ReceivedEvent], format: CaptureFormat, one_by_one: usize) -> Vec<u8> {
         let mut writer = AvroFileWriter::new(Vec::new(), format).unwrap();
-        let (first, rest) = events.split_at(one_by_one.min(events.len()));
-        for event in first {
-            writer.append(event).unwrap();
+        let records = RecordsRead::from_events(events);
+        let one_by_one = one_by_one.min(events.len());
+        for record in records.range(0..one_by_one) {
+            writer.append(&record).unwrap();
         }
-        writer.append_all(rest).unwrap();
+        writer
+            .append_all(&records, one_by_one..events.len())
+            .unwrap();
         writer.finish().unwrap()
     }
 
@@ -613,7 +628,10 @@ mod tests {
             one_by_one in 0..13_usize,
         ) {
             let format = if deflate { CaptureFormat::AvroDeflate } else { CaptureFormat::Avro };
-            let expected: Vec<Value> = events.iter().map(generic_record).collect();
+            let expected: Vec<Value> = RecordsRead::from_events(&events)
+                .iter()
+                .map(|record| generic_record(&record))
+                .collect();
             prop_assert_eq!(&decoded(&generic_file(&events, format)), &expected);
             prop_assert_eq!(&decoded(&hand_file(&events, format, one_by_one)), &expected);
         }
@@ -642,10 +660,11 @@ mod tests {
             assert_eq!(summary.event_count, count as u64, "{format:?}");
             assert_eq!(summary.last_sequence, Some(count as i64 - 1), "{format:?}");
             let records = decoded(&file);
+            let read = RecordsRead::from_events(&events);
             for n in [0, count / 2, count - 1] {
                 assert_eq!(
                     records[n],
-                    generic_record(&events[n]),
+                    generic_record(&read.get(n).unwrap()),
                     "{format:?} record {n}, {one_by_one} one by one"
                 );
             }

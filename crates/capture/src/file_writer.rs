@@ -12,8 +12,8 @@
 //! a multiple of the block size, at a chunk-aligned offset) goes to the file's writer thread,
 //! which writes it while the encoder fills the next one: at most [`WRITE_BUFFERS`] buffers per
 //! file, so the encoder waits only when the device is slower than it. Only the last buffer of
-//! a file is partial: [`FileWriter::finish`] writes it through the page cache (the file's
-//! `O_DIRECT` flag cleared) and `fdatasync`s the file.
+//! a file is partial: [`FileWriter::finish`] writes its whole blocks, then its last partial
+//! block through the page cache (the file's `O_DIRECT` flag cleared), and `fdatasync`s the file.
 //!
 //! Where `O_DIRECT` is refused at open (`EINVAL`: a file system without direct I/O), the same
 //! writer thread writes through the page cache and `fdatasync`s every [`SYNC_AHEAD_BYTES`], so
@@ -263,16 +263,20 @@ impl FileWriter {
             self.pool.give(buffer);
         }
         self.stop_thread();
-        let offset = self.filling_offset;
+        let mut offset = self.filling_offset;
         let len = offset + self.filling.len as u64;
+        let mut rest = self.filling.filled();
         if self.mode == WriteMode::Direct {
-            // The last bytes, less than a chunk, go through the page cache: written padded to a
-            // block, the file would then be cut back to its length, and cutting an `O_DIRECT`
-            // file inside a block reads that block back first, synchronously.
+            // The whole blocks go as the chunks did; the last partial block through the page
+            // cache. Written padded, the file would then be cut back to its length, and cutting
+            // an `O_DIRECT` file inside a block reads that block back first, synchronously.
+            let blocks = rest.len() / DIRECT_ALIGN_BYTES * DIRECT_ALIGN_BYTES;
+            self.file.write_all_at(&rest[..blocks], offset)?;
+            (offset, rest) = (offset + blocks as u64, &rest[blocks..]);
             let flags = rustix::fs::fcntl_getfl(&*self.file)?;
             rustix::fs::fcntl_setfl(&*self.file, flags - rustix::fs::OFlags::DIRECT)?;
         }
-        self.file.write_all_at(self.filling.filled(), offset)?;
+        self.file.write_all_at(rest, offset)?;
         self.file.sync_data()?;
         Ok((Arc::clone(&self.file), len))
     }

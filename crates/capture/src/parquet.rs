@@ -34,6 +34,7 @@
 //! from the footer's row counts and `SequenceNumber` statistics.
 
 use std::io::Read;
+use std::ops::Range;
 use std::sync::{Arc, LazyLock};
 
 use parquet::basic::Compression;
@@ -45,7 +46,7 @@ use parquet::file::statistics::Statistics;
 use parquet::file::writer::{SerializedFileWriter, SerializedRowGroupWriter};
 use parquet::schema::parser::parse_message_type;
 use parquet::schema::types::{ColumnPath, Type};
-use tributary_event::ReceivedEvent;
+use tributary_broker::{RecordView, RecordsRead};
 
 use crate::avro::{FieldValue, FileSummary, properties, record_bytes, system_properties};
 use crate::destination::PendingFile;
@@ -196,16 +197,16 @@ struct Rows {
 }
 
 impl Rows {
-    fn push(&mut self, event: &ReceivedEvent) {
-        self.sequence_numbers.push(event.sequence_number);
+    fn push(&mut self, record: &RecordView<'_>) {
+        self.sequence_numbers.push(record.sequence_number());
         self.offsets
-            .push(ByteArray::from(event.offset.to_string().into_bytes()));
-        self.enqueued_times.push(event.enqueued_time_ms);
-        self.system.push_row(system_properties(event));
-        self.properties.push_row(properties(event));
+            .push(ByteArray::from(record.offset().to_string().into_bytes()));
+        self.enqueued_times.push(record.enqueued_time_ms());
+        self.system.push_row(system_properties(record));
+        self.properties.push_row(properties(record));
         // A slice of the log's read buffer, not a copy.
-        self.bodies.push(ByteArray::from(event.data.body.clone()));
-        self.bytes += record_bytes(event);
+        self.bodies.push(ByteArray::from(record.body_bytes()));
+        self.bytes += record_bytes(record);
     }
 
     fn write<W: std::io::Write + Send>(
@@ -265,9 +266,9 @@ fn parquet_error(name: &str, error: &ParquetError) -> CaptureError {
 }
 
 impl WindowWriter for ParquetWindow {
-    fn append(&mut self, events: &[ReceivedEvent]) -> Result<(), CaptureError> {
-        for event in events {
-            self.rows.push(event);
+    fn append(&mut self, records: &RecordsRead, range: Range<usize>) -> Result<(), CaptureError> {
+        for record in records.range(range) {
+            self.rows.push(&record);
             if self.rows.bytes >= PARQUET_ROW_GROUP_BYTES {
                 self.write_rows()?;
             }
@@ -349,6 +350,8 @@ fn read_tail<R: Read>(mut source: R) -> Result<Vec<u8>, String> {
 
 #[cfg(test)]
 mod tests {
+    use tributary_event::ReceivedEvent;
+
     use super::*;
     use crate::config::CaptureFormat;
     use crate::window::tests::{event, round_trip};

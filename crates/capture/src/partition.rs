@@ -32,8 +32,8 @@
 
 use std::sync::Arc;
 
-use tributary_broker::{Broker, ReadCursor};
-use tributary_event::{Clock, EventPosition, ReceivedEvent};
+use tributary_broker::{Broker, ReadCursor, RecordsRead};
+use tributary_event::{Clock, EventPosition};
 
 use crate::avro::record_bytes;
 use crate::config::CaptureConfig;
@@ -79,6 +79,8 @@ pub struct PartitionCapture {
     /// Where the last read ended, and its read buffers (given back when a step finds nothing
     /// new): reads go on from it while it is at `read_next`.
     cursor: ReadCursor,
+    /// The last read's records, read in place; its memory is reused by the next read.
+    records: RecordsRead,
     window: Option<OpenWindow>,
     /// Called with each file's notification once the file is durable and before the progress
     /// moves past it (see [`PartitionCapture::on_file`]).
@@ -127,6 +129,7 @@ impl PartitionCapture {
             progress: None,
             read_next: 0,
             cursor: ReadCursor::new(0),
+            records: RecordsRead::new(),
             window: None,
             on_file: None,
         })
@@ -175,9 +178,10 @@ impl PartitionCapture {
     pub fn step(&mut self) -> Result<Vec<CaptureFileCreated>, CaptureError> {
         let outcome = self.step_inner();
         if outcome.is_err() {
-            // Forget the open window (its temporary file is removed at recovery).
+            // Forget the open window (its temporary file is removed at recovery) and the read.
             self.window = None;
             self.progress = None;
+            self.records.clear();
         }
         outcome
     }
@@ -201,14 +205,13 @@ impl PartitionCapture {
             self.cursor.release_buffers();
         }
         while self.read_next <= head {
-            let events = self.read()?;
-            if events.is_empty() {
+            self.read()?;
+            if self.records.is_empty() {
                 break;
             }
-            let mut rest = &events[..];
-            while !rest.is_empty() {
-                let appended = self.append(rest)?;
-                rest = &rest[appended..];
+            let mut next = 0;
+            while next < self.records.len() {
+                next += self.append(next)?;
                 if self
                     .window
                     .as_ref()
@@ -218,6 +221,9 @@ impl PartitionCapture {
                 }
             }
         }
+        // The read's records hold its buffers, which the cursor takes back once they are
+        // dropped (and releases when the partition goes quiet).
+        self.records.clear();
         let progress = self.progress.expect("recovered");
         if self.clock.now_ms().saturating_sub(progress.window_start_ms) >= self.config.interval_ms()
         {
@@ -333,25 +339,27 @@ impl PartitionCapture {
         Ok(Some(((first, time(first)?), (last, time(last)?))))
     }
 
-    fn read(&mut self) -> Result<Vec<ReceivedEvent>, CaptureError> {
+    /// Reads what the partition holds from `read_next` into `records`.
+    fn read(&mut self) -> Result<(), CaptureError> {
         if self.cursor.next_sequence() != self.read_next {
             self.cursor = ReadCursor::new(self.read_next);
         }
         let t = &self.target;
-        let read = self.broker.read_from(
+        let read = self.broker.read_records_from(
             &t.hub,
             &t.partition,
             &mut self.cursor,
             READ_EVENTS_MAX,
             READ_BYTES_MAX,
+            &mut self.records,
         );
         read.map_err(|e| self.broker_error(e))
     }
 
-    /// Appends the first of `events` (at least one) to the open window, opening its file first
-    /// if they are its first: as many as the window's size takes, the last one crossing it.
-    /// Returns how many.
-    fn append(&mut self, events: &[ReceivedEvent]) -> Result<usize, CaptureError> {
+    /// Appends the read's records from `first` on (at least one) to the open window, opening
+    /// its file first if they are its first: as many as the window's size takes, the last one
+    /// crossing it. Returns how many.
+    fn append(&mut self, first: usize) -> Result<usize, CaptureError> {
         if self.window.is_none() {
             self.window = Some(self.open_window()?);
         }
@@ -359,25 +367,24 @@ impl PartitionCapture {
         let mut taken = 0;
         let mut bytes = 0;
         let mut next = self.read_next;
-        for event in events {
+        for record in self.records.range(first..self.records.len()) {
             // Sequence numbers may skip: compaction removes events, retention may (see
             // `skip_removed`).
-            assert!(event.sequence_number >= next);
-            next = event.sequence_number + 1;
+            assert!(record.sequence_number() >= next);
+            next = record.sequence_number() + 1;
             taken += 1;
-            bytes += record_bytes(event);
+            bytes += record_bytes(&record);
             if window.record_bytes + bytes >= self.config.size_bytes_max {
                 break;
             }
         }
-        let taken_events = &events[..taken];
-        window.writer.append(taken_events)?;
-        let first = &taken_events[0];
-        let last = &taken_events[taken - 1];
-        let (first, last) = (
-            (first.sequence_number, first.enqueued_time_ms),
-            (last.sequence_number, last.enqueued_time_ms),
-        );
+        let taken_range = first..first + taken;
+        window.writer.append(&self.records, taken_range.clone())?;
+        let bound = |index: usize| {
+            let record = self.records.get(index).expect("a record of the read");
+            (record.sequence_number(), record.enqueued_time_ms())
+        };
+        let (first, last) = (bound(taken_range.start), bound(taken_range.end - 1));
         window.bounds = Some(
             window
                 .bounds

@@ -3,7 +3,7 @@
 //! window logic in [`crate::partition`] knows nothing of the encodings.
 //!
 //! - Avro and AvroDeflate ([`crate::avro`]): one record per event. Without a codec each read's
-//!   events are written a block at a time, each body straight from its event; with `deflate`
+//!   events are written a block at a time, each body straight from the read's buffer; with `deflate`
 //!   each record is encoded into the open block, which is compressed and written whole.
 //! - Parquet (feature `parquet`, [`crate::parquet`]): one column per field of Azure's record,
 //!   row groups written as they fill, so a window of any size holds at most one row group in
@@ -11,7 +11,9 @@
 
 use std::io::Read;
 
-use tributary_event::ReceivedEvent;
+use std::ops::Range;
+
+use tributary_broker::RecordsRead;
 
 use crate::avro::{AvroFileWriter, FileSummary};
 use crate::config::CaptureFormat;
@@ -20,8 +22,8 @@ use crate::error::CaptureError;
 
 /// A window's file being written in one format.
 pub trait WindowWriter: Send {
-    /// Appends `events`, in order.
-    fn append(&mut self, events: &[ReceivedEvent]) -> Result<(), CaptureError>;
+    /// Appends the events at `range` of `records`, in order.
+    fn append(&mut self, records: &RecordsRead, range: Range<usize>) -> Result<(), CaptureError>;
     /// Writes what the format keeps until the end (the last row group, the footer) and hands
     /// back the file, ready to publish.
     fn finish(self: Box<Self>) -> Result<Box<dyn PendingFile>, CaptureError>;
@@ -82,9 +84,9 @@ struct AvroWindow {
 }
 
 impl WindowWriter for AvroWindow {
-    fn append(&mut self, events: &[ReceivedEvent]) -> Result<(), CaptureError> {
+    fn append(&mut self, records: &RecordsRead, range: Range<usize>) -> Result<(), CaptureError> {
         self.writer
-            .append_all(events)
+            .append_all(records, range)
             .map_err(|reason| CaptureError::Avro {
                 name: self.name.clone(),
                 reason,
@@ -118,7 +120,7 @@ impl std::io::Write for WholeWrites {
 pub(crate) mod tests {
     use std::sync::{Arc, Mutex};
 
-    use tributary_event::{EventData, PropertyValue};
+    use tributary_event::{EventData, PropertyValue, ReceivedEvent};
 
     use super::*;
 
@@ -161,7 +163,9 @@ pub(crate) mod tests {
         let bytes = Arc::new(Mutex::new(Vec::new()));
         let file = Box::new(MemoryFile(Arc::clone(&bytes)));
         let mut writer = window_writer(format, file, "w").unwrap();
-        writer.append(events).unwrap();
+        writer
+            .append(&RecordsRead::from_events(events), 0..events.len())
+            .unwrap();
         let size = writer.finish().unwrap().publish().unwrap();
         let bytes = bytes.lock().unwrap().clone();
         assert_eq!(size, bytes.len() as u64);

@@ -274,7 +274,8 @@ async fn a_file_this_capture_did_not_write_is_refused_not_overwritten() {
         tributary_capture::CaptureFormat::Avro,
     )
     .unwrap();
-    writer.append(&other).unwrap();
+    let other = tributary_broker::RecordsRead::from_events(&[other]);
+    writer.append(&other.get(0).unwrap()).unwrap();
     writer.finish().unwrap();
 
     let mut restarted = f.capture(CaptureConfig::default(), "0");

@@ -38,6 +38,55 @@ pub enum PropertyValue {
     Uuid([u8; 16]),
 }
 
+/// A [`PropertyValue`] borrowed from where it is stored (a log record read in place, without
+/// copying it out): the same variants, with strings and bytes as slices.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PropertyValueRef<'a> {
+    /// [`PropertyValue::Null`].
+    Null,
+    /// [`PropertyValue::Bool`].
+    Bool(bool),
+    /// [`PropertyValue::Int32`].
+    Int32(i32),
+    /// [`PropertyValue::Int64`].
+    Int64(i64),
+    /// [`PropertyValue::UInt32`].
+    UInt32(u32),
+    /// [`PropertyValue::UInt64`].
+    UInt64(u64),
+    /// [`PropertyValue::Float32`].
+    Float32(f32),
+    /// [`PropertyValue::Float64`].
+    Float64(f64),
+    /// [`PropertyValue::String`].
+    String(&'a str),
+    /// [`PropertyValue::Bytes`].
+    Bytes(&'a [u8]),
+    /// [`PropertyValue::Timestamp`].
+    Timestamp(i64),
+    /// [`PropertyValue::Uuid`].
+    Uuid([u8; 16]),
+}
+
+impl<'a> From<&'a PropertyValue> for PropertyValueRef<'a> {
+    fn from(value: &'a PropertyValue) -> PropertyValueRef<'a> {
+        match value {
+            PropertyValue::Null => PropertyValueRef::Null,
+            PropertyValue::Bool(v) => PropertyValueRef::Bool(*v),
+            PropertyValue::Int32(v) => PropertyValueRef::Int32(*v),
+            PropertyValue::Int64(v) => PropertyValueRef::Int64(*v),
+            PropertyValue::UInt32(v) => PropertyValueRef::UInt32(*v),
+            PropertyValue::UInt64(v) => PropertyValueRef::UInt64(*v),
+            PropertyValue::Float32(v) => PropertyValueRef::Float32(*v),
+            PropertyValue::Float64(v) => PropertyValueRef::Float64(*v),
+            PropertyValue::String(v) => PropertyValueRef::String(v),
+            PropertyValue::Bytes(v) => PropertyValueRef::Bytes(v),
+            PropertyValue::Timestamp(v) => PropertyValueRef::Timestamp(*v),
+            PropertyValue::Uuid(v) => PropertyValueRef::Uuid(*v),
+        }
+    }
+}
+
 /// A UUID's 16 big-endian bytes as its hyphenated lower-case text (8-4-4-4-12 hexadecimal
 /// digits), as every door and file format writes one.
 pub fn uuid_text(bytes: &[u8; 16]) -> String {

@@ -1,7 +1,7 @@
 //! The event data model every Tributary layer shares.
 //!
 //! This crate owns the vocabulary, not the behaviour: what an event is ([`EventData`], with typed
-//! [`PropertyValue`]s; property keys and string values are [`SmolStr`]s, inline when short and
+//! [`PropertyValue`]s, and [`PropertyValueRef`] to read one in place; property keys and string values are [`SmolStr`]s, inline when short and
 //! shared when long), what a stored event carries once the log has accepted it
 //! ([`ReceivedEvent`]: sequence number, offset, enqueued time), where a reader starts
 //! ([`EventPosition`]), how a partition key picks a partition ([`partition_for_key`], the same
@@ -23,7 +23,7 @@ pub mod strategy;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use event::{
-    EventData, PAIRWISE_KEY_CHECK_MAX, PropertyValue, ReceivedEvent, SmolStr,
+    EventData, PAIRWISE_KEY_CHECK_MAX, PropertyValue, PropertyValueRef, ReceivedEvent, SmolStr,
     repeats_a_property_key, uuid_text,
 };
 pub use partition_key::{partition_for_key, partition_key_hash};

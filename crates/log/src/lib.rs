@@ -70,6 +70,7 @@ pub mod fuzzing;
 pub mod limits;
 mod partition;
 mod record;
+mod records;
 mod recovery;
 mod segment;
 pub mod storage;
@@ -85,5 +86,6 @@ pub use partition::{
     RetentionOutcome, Uncaptured,
 };
 pub use record::DecodeError;
+pub use records::{RecordView, RecordsRead};
 pub use sync_times::{DurationCounts, DurationHistogram, SYNC_TIME_BOUNDS_MICROS, SyncTimes};
 pub use tributary_event::{Clock, ManualClock, SystemClock};

@@ -23,13 +23,13 @@ use bytes::{Bytes, BytesMut};
 use tributary_event::{EventData, EventPosition, PAIRWISE_KEY_CHECK_MAX, ReceivedEvent};
 
 use crate::LogError;
+use crate::RecordsRead;
 use crate::commit::{GroupCommitter, PendingSync};
 use crate::compaction::{CompactionBook, CompactionOutcome, CompactionState};
 use crate::config::{Cleanup, Durability, LogConfig, Retention};
 use crate::limits::*;
 use crate::record::{
-    BATCH_HEADER_BYTES, BatchHeader, decode_batch, encode_batch, record_len, record_offsets,
-    verify_checksum,
+    BATCH_HEADER_BYTES, BatchHeader, encode_batch, record_len, record_offsets, verify_checksum,
 };
 use crate::segment::*;
 use crate::storage::{FileSystem, OpenMode, OsStorage, Storage};
@@ -860,12 +860,40 @@ impl PartitionLog {
         max_events: usize,
         max_bytes: u64,
     ) -> Result<Vec<ReceivedEvent>, LogError> {
-        let committed = self.committed();
-        if max_events == 0 || cursor.next_sequence >= committed.next_sequence {
+        if max_events == 0 || cursor.next_sequence >= self.committed().next_sequence {
             // Nothing to read: no allocation (a waiting receiver holds this empty vector).
             return Ok(Vec::new());
         }
-        let mut out = Vec::with_capacity(max_events.min(1024));
+        let mut records = RecordsRead::new();
+        self.read_into(cursor, max_events, max_bytes, &mut records)?;
+        Ok(records.iter().map(|record| record.to_event()).collect())
+    }
+
+    /// [`PartitionLog::read`] into `into` (cleared first), each record kept as the log stores
+    /// it and read in place ([`RecordsRead`]) rather than copied into an owned event. (`read`
+    /// reads so too, then copies each record out.)
+    pub fn read_records(
+        &self,
+        cursor: &mut ReadCursor,
+        max_events: usize,
+        max_bytes: u64,
+        into: &mut RecordsRead,
+    ) -> Result<(), LogError> {
+        into.clear();
+        if max_events == 0 {
+            return Ok(());
+        }
+        self.read_into(cursor, max_events, max_bytes, into)
+    }
+
+    fn read_into(
+        &self,
+        cursor: &mut ReadCursor,
+        max_events: usize,
+        max_bytes: u64,
+        out: &mut RecordsRead,
+    ) -> Result<(), LogError> {
+        let committed = self.committed();
         while out.is_empty() && cursor.next_sequence < committed.next_sequence {
             let (segment, next_base) =
                 self.segment_for_sequence(cursor.next_sequence, &committed)?;
@@ -883,9 +911,7 @@ impl PartitionLog {
                 };
                 (limit_position(&segment, &contents, &committed), start)
             };
-            read_segment(
-                &segment, start, limit, cursor, max_events, max_bytes, &mut out,
-            )?;
+            read_segment(&segment, start, limit, cursor, max_events, max_bytes, out)?;
             if out.is_empty() && cursor.next_sequence == before {
                 // Nothing at or after the cursor in this segment: compaction removed the rest
                 // of it. Go on at the next segment (or stop, at the end of the log).
@@ -898,7 +924,7 @@ impl PartitionLog {
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The properties Event Hubs reports for the partition.
@@ -1102,7 +1128,7 @@ fn read_segment(
     cursor: &mut ReadCursor,
     max_events: usize,
     max_bytes: u64,
-    out: &mut Vec<ReceivedEvent>,
+    out: &mut RecordsRead,
 ) -> Result<(), LogError> {
     let mut position = start;
     let mut bytes_read = 0u64;
@@ -1140,12 +1166,12 @@ fn read_segment(
             position += len;
             continue;
         }
-        decode_batch(&batch, &header, cursor.next_sequence, max_events, out)
+        out.take_batch(&batch, &header, cursor.next_sequence, max_events)
             .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
         bytes_read += len;
         let done_with_batch = out
-            .last()
-            .is_none_or(|e| e.sequence_number + 1 == header.next_sequence());
+            .last_sequence()
+            .is_none_or(|last| last + 1 == header.next_sequence());
         if done_with_batch {
             cursor.next_sequence = header.next_sequence();
             position += len;
@@ -1155,7 +1181,7 @@ fn read_segment(
                 batch_sequence: cursor.next_sequence,
             });
         } else {
-            let last = out.last().expect("events were read").sequence_number;
+            let last = out.last_sequence().expect("events were read");
             cursor.next_sequence = last + 1;
             cursor.hint = Some(ReadHint {
                 segment_id: segment.id,

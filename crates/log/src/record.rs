@@ -12,7 +12,7 @@
 use std::ops::Range;
 
 use bytes::Bytes;
-use tributary_event::{EventData, PropertyValue, ReceivedEvent, SmolStr};
+use tributary_event::{EventData, PropertyValue, PropertyValueRef, ReceivedEvent, SmolStr};
 
 /// "TRB1" read as a little-endian `u32`: marks the start of a batch. A zeroed (preallocated,
 /// never written) region can never look like a batch.
@@ -440,7 +440,8 @@ fn encode_value(out: &mut Vec<u8>, value: &PropertyValue) {
 ///
 /// `batch` holds exactly the batch (header included); bodies and byte fields are slices of it,
 /// not copies. Events with a sequence number below `from_sequence` are skipped; decoding stops
-/// after `max_events` events have been pushed.
+/// once `out` holds `max_events` events. The records are indexed first ([`index_batch`], the
+/// one reader of records), then copied out of the index.
 pub(crate) fn decode_batch(
     batch: &Bytes,
     header: &BatchHeader,
@@ -448,37 +449,124 @@ pub(crate) fn decode_batch(
     max_events: usize,
     out: &mut Vec<ReceivedEvent>,
 ) -> Result<(), DecodeError> {
+    let mut records = Vec::new();
+    let mut properties = Vec::new();
+    let wanted = max_events.saturating_sub(out.len());
+    index_batch(
+        batch,
+        header,
+        0,
+        from_sequence,
+        wanted,
+        &mut records,
+        &mut properties,
+    )?;
+    out.extend(
+        records
+            .iter()
+            .map(|record| owned_event(batch, record, &properties)),
+    );
+    Ok(())
+}
+
+/// Where a field lies in its batch: `start..start + len`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Span {
+    start: u32,
+    len: u32,
+}
+
+/// A position inside a batch as a `u32`: a batch is shorter than 4 GiB (its length field is
+/// a `u32`), so every position fits.
+fn position(n: usize) -> u32 {
+    u32::try_from(n).expect("a position inside a batch")
+}
+
+impl Span {
+    fn new(start: usize, len: usize) -> Span {
+        Span {
+            start: position(start),
+            len: position(len),
+        }
+    }
+
+    pub(crate) fn range(self) -> Range<usize> {
+        self.start as usize..(self.start + self.len) as usize
+    }
+}
+
+/// A record of a checksummed batch, indexed in place: where each of its fields lies in the
+/// batch, every length and text already checked, so reading a field cannot fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct IndexedRecord {
+    pub sequence_number: i64,
+    pub offset: u64,
+    pub enqueued_time_ms: i64,
+    /// Which batch of the read holds the record (see `crate::RecordsRead`).
+    pub batch: u32,
+    pub partition_key: Option<Span>,
+    pub content_type: Option<Span>,
+    pub correlation_id: Option<Span>,
+    pub message_id: Option<Span>,
+    pub protocol_sections: Option<Span>,
+    /// The record's properties: a range of the read's [`IndexedProperty`]s.
+    pub properties: Range<u32>,
+    pub body: Span,
+}
+
+/// An application property of an indexed record: its key, and where its value (tag first)
+/// lies. A property that refers to the record before takes that record's key (and value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IndexedProperty {
+    pub key: Span,
+    pub value_at: u32,
+}
+
+/// Indexes the records of a checksummed batch, from `from_sequence` on, into `records` (until
+/// it holds `max_events`), their properties into `properties`; `batch_index` is what
+/// [`IndexedRecord::batch`] says. The one reader of records: every length, flag, tag and text
+/// is checked here, and a record that breaks a rule is refused.
+pub(crate) fn index_batch(
+    batch: &[u8],
+    header: &BatchHeader,
+    batch_index: u32,
+    from_sequence: i64,
+    max_events: usize,
+    records: &mut Vec<IndexedRecord>,
+    properties: &mut Vec<IndexedProperty>,
+) -> Result<(), DecodeError> {
     let mut position = BATCH_HEADER_BYTES;
-    // The properties of the record before, which a record may refer to: the last event pushed
-    // (`previous_pushed`), or one decoded only for that (before `from_sequence`).
-    let mut previous_skipped: Vec<(SmolStr, PropertyValue)> = Vec::new();
-    let mut previous_pushed = false;
+    // The properties of the record before, which a record may refer to (in a batch flagged
+    // for it). A record before `from_sequence` is indexed only for that; its properties stay
+    // in `properties`, referred to by no record.
+    let mut previous = header
+        .property_refs
+        .then_some(properties.len()..properties.len());
     for i in 0..header.record_count {
-        if max_events == 0 || out.len() >= max_events {
+        if records.len() >= max_events {
             return Ok(());
         }
         let sequence_number = header.base_sequence + i64::from(i);
         let record_start = position;
         let record = record_span(batch, &mut position)?;
-        let previous = match (header.property_refs, previous_pushed) {
-            (false, _) => None,
-            (true, false) => Some(previous_skipped.as_slice()),
-            (true, true) => out.last().map(|event| event.data.properties.as_slice()),
-        };
-        if sequence_number < from_sequence {
-            if previous.is_some() {
-                previous_skipped = decode_record_in(batch, record, previous)?.properties;
-            }
+        let kept = sequence_number >= from_sequence;
+        if !kept && previous.is_none() {
             continue;
         }
-        let data = decode_record_in(batch, record, previous)?;
-        out.push(ReceivedEvent {
-            sequence_number,
-            offset: header.batch_offset + record_start as u64,
-            enqueued_time_ms: header.enqueued_time_ms,
-            data,
-        });
-        previous_pushed = true;
+        let properties_start = properties.len();
+        let fields = index_record(batch, record, previous.clone(), properties)?;
+        if previous.is_some() {
+            previous = Some(properties_start..properties.len());
+        }
+        if kept {
+            records.push(IndexedRecord {
+                sequence_number,
+                offset: header.batch_offset + record_start as u64,
+                enqueued_time_ms: header.enqueued_time_ms,
+                batch: batch_index,
+                ..fields
+            });
+        }
     }
     if position != batch.len() {
         return Err(DecodeError::Trailing {
@@ -676,24 +764,17 @@ fn record_span(batch: &[u8], position: &mut usize) -> Result<Range<usize>, Decod
     Ok(span)
 }
 
-/// Decodes one record, `record` holding exactly its bytes (after its length prefix).
-#[cfg(test)]
-fn decode_record(
-    record: &Bytes,
-    previous: Option<&[(SmolStr, PropertyValue)]>,
-) -> Result<EventData, DecodeError> {
-    decode_record_in(record, 0..record.len(), previous)
-}
-
-/// Decodes the record at `span` of `batch`; its byte fields are slices of `batch` (sliced
-/// from the batch, not from a slice of the record: one reference count fewer per event).
-/// `previous` holds the properties of the record before in its batch where the batch allows
-/// references to them (`None` where it does not: a reference is then invalid).
-fn decode_record_in(
-    batch: &Bytes,
+/// Indexes the record at `span` of `batch` (after its length prefix), pushing its properties
+/// to `properties`. `previous` is where the properties of the record before lie in
+/// `properties`, where the batch allows references to them (`None` where it does not: a
+/// reference is then invalid). The returned record's sequence number, offset, time and batch
+/// are left for the caller.
+fn index_record(
+    batch: &[u8],
     span: Range<usize>,
-    previous: Option<&[(SmolStr, PropertyValue)]>,
-) -> Result<EventData, DecodeError> {
+    previous: Option<Range<usize>>,
+    properties: &mut Vec<IndexedProperty>,
+) -> Result<IndexedRecord, DecodeError> {
     let (base, mut r) = (span.start, Reader::new(&batch[span]));
     let flags = r.u8("record flags")?;
     if flags & !KNOWN_RECORD_FLAGS != 0 {
@@ -702,50 +783,92 @@ fn decode_record_in(
             value: u64::from(flags),
         });
     }
-    let mut opt_string = |flag, field| -> Result<Option<String>, DecodeError> {
+    let mut optional = |flag, field, text| -> Result<Option<Span>, DecodeError> {
         if flags & flag == 0 {
             return Ok(None);
         }
-        r.string(field).map(Some)
+        r.span(base, field, text).map(Some)
     };
-    let partition_key = opt_string(HAS_PARTITION_KEY, "partition key")?;
-    let content_type = opt_string(HAS_CONTENT_TYPE, "content type")?;
-    let correlation_id = opt_string(HAS_CORRELATION_ID, "correlation id")?;
-    let message_id = opt_string(HAS_MESSAGE_ID, "message id")?;
-    let protocol_sections = if flags & HAS_PROTOCOL_SECTIONS != 0 {
-        Some(r.bytes_of(batch, base, "protocol sections")?)
-    } else {
-        None
-    };
+    let partition_key = optional(HAS_PARTITION_KEY, "partition key", true)?;
+    let content_type = optional(HAS_CONTENT_TYPE, "content type", true)?;
+    let correlation_id = optional(HAS_CORRELATION_ID, "correlation id", true)?;
+    let message_id = optional(HAS_MESSAGE_ID, "message id", true)?;
+    let protocol_sections = optional(HAS_PROTOCOL_SECTIONS, "protocol sections", false)?;
     let property_count = r.u32("property count")?;
     // Each property takes at least 4 bytes, so a count the record cannot hold is corrupt; this
-    // bounds the allocation below.
+    // bounds the reservation below.
     if u64::from(property_count) * 4 > r.left() as u64 {
         return Err(DecodeError::Invalid {
             field: "property count",
             value: u64::from(property_count),
         });
     }
-    let mut properties = Vec::with_capacity(property_count as usize);
-    for index in 0..property_count as usize {
+    let first_property = properties.len();
+    index_properties(&mut r, base, property_count, previous, properties)?;
+    let body = r.span(base, "body", false)?;
+    r.finish("a record")?;
+    let fit = |n: usize| u32::try_from(n).expect("a count of properties read into memory");
+    Ok(IndexedRecord {
+        sequence_number: 0,
+        offset: 0,
+        enqueued_time_ms: 0,
+        batch: 0,
+        partition_key,
+        content_type,
+        correlation_id,
+        message_id,
+        protocol_sections,
+        properties: fit(first_property)..fit(properties.len()),
+        body,
+    })
+}
+
+/// Indexes the `count` properties `r` reads next (its bytes start at `base` of the batch),
+/// pushing them to `properties`; `previous` as for [`index_record`].
+fn index_properties(
+    r: &mut Reader<'_>,
+    base: usize,
+    count: u32,
+    previous: Option<Range<usize>>,
+    properties: &mut Vec<IndexedProperty>,
+) -> Result<(), DecodeError> {
+    properties.reserve(count as usize);
+    for index in 0..count as usize {
         let key_len = r.u32("property key")?;
         if key_len & SAME_PROPERTY == 0 {
+            let key_at = base + r.position();
             let key = r.take(key_len as usize, "property key")?;
-            let key = std::str::from_utf8(key).map_err(|_| DecodeError::NotUtf8 {
+            std::str::from_utf8(key).map_err(|_| DecodeError::NotUtf8 {
                 field: "property key",
             })?;
-            properties.push((SmolStr::new(key), decode_value(&mut r, batch, base)?));
+            let value_at = base + r.position();
+            decode_value(r)?;
+            properties.push(IndexedProperty {
+                key: Span::new(key_at, key.len()),
+                value_at: position(value_at),
+            });
             continue;
         }
-        let Some((key, value)) = previous.and_then(|previous| previous.get(index)) else {
+        let before = previous
+            .as_ref()
+            .filter(|previous| index < previous.len())
+            .map(|previous| properties[previous.start + index]);
+        let Some(before) = before else {
             return Err(DecodeError::Invalid {
                 field: "property reference (no such property in the record before)",
                 value: u64::from(key_len),
             });
         };
-        let value = match key_len {
-            SAME_PROPERTY => value.clone(),
-            SAME_KEY => decode_value(&mut r, batch, base)?,
+        let property = match key_len {
+            SAME_PROPERTY => before,
+            SAME_KEY => {
+                let value_at = base + r.position();
+                decode_value(r)?;
+                IndexedProperty {
+                    key: before.key,
+                    value_at: position(value_at),
+                }
+            }
             other => {
                 return Err(DecodeError::Invalid {
                     field: "property reference",
@@ -753,33 +876,106 @@ fn decode_record_in(
                 });
             }
         };
-        properties.push((key.clone(), value));
+        properties.push(property);
     }
-    let body = r.bytes_of(batch, base, "body")?;
-    r.finish("a record")?;
-    Ok(EventData {
-        body,
-        properties,
-        partition_key,
-        content_type,
-        correlation_id,
-        message_id,
-        protocol_sections,
-    })
+    Ok(())
 }
 
-/// Decodes a property value; `r` reads `whole` from `base` on.
-fn decode_value(
-    r: &mut Reader<'_>,
-    whole: &Bytes,
-    base: usize,
-) -> Result<PropertyValue, DecodeError> {
+/// The text at `span` of `batch`, which indexing checked is UTF-8.
+pub(crate) fn text_at(batch: &[u8], span: Span) -> &str {
+    std::str::from_utf8(&batch[span.range()]).expect("a text checked when indexed")
+}
+
+/// The property value whose tag is at `at` in `batch`, which indexing checked.
+pub(crate) fn value_at(batch: &[u8], at: u32) -> PropertyValueRef<'_> {
+    decode_value(&mut Reader::new(&batch[at as usize..])).expect("a value checked when indexed")
+}
+
+/// `record`, indexed in `batch` with its `properties`, as an owned event: texts copied, byte
+/// fields sliced from `batch` (no copy).
+pub(crate) fn owned_event(
+    batch: &Bytes,
+    record: &IndexedRecord,
+    properties: &[IndexedProperty],
+) -> ReceivedEvent {
+    let text = |span: Option<Span>| span.map(|span| text_at(batch, span).to_owned());
+    let range = record.properties.start as usize..record.properties.end as usize;
+    let properties = properties[range]
+        .iter()
+        .map(|p| {
+            let key = SmolStr::new(text_at(batch, p.key));
+            (key, owned_value(batch, value_at(batch, p.value_at)))
+        })
+        .collect();
+    ReceivedEvent {
+        sequence_number: record.sequence_number,
+        offset: record.offset,
+        enqueued_time_ms: record.enqueued_time_ms,
+        data: EventData {
+            body: batch.slice(record.body.range()),
+            properties,
+            partition_key: text(record.partition_key),
+            content_type: text(record.content_type),
+            correlation_id: text(record.correlation_id),
+            message_id: text(record.message_id),
+            protocol_sections: record.protocol_sections.map(|s| batch.slice(s.range())),
+        },
+    }
+}
+
+/// A value read from `batch` as an owned one: a string copied (inline up to 23 bytes), bytes
+/// sliced from `batch`.
+fn owned_value(batch: &Bytes, value: PropertyValueRef<'_>) -> PropertyValue {
+    match value {
+        PropertyValueRef::Null => PropertyValue::Null,
+        PropertyValueRef::Bool(v) => PropertyValue::Bool(v),
+        PropertyValueRef::Int32(v) => PropertyValue::Int32(v),
+        PropertyValueRef::Int64(v) => PropertyValue::Int64(v),
+        PropertyValueRef::UInt32(v) => PropertyValue::UInt32(v),
+        PropertyValueRef::UInt64(v) => PropertyValue::UInt64(v),
+        PropertyValueRef::Float32(v) => PropertyValue::Float32(v),
+        PropertyValueRef::Float64(v) => PropertyValue::Float64(v),
+        PropertyValueRef::String(v) => PropertyValue::String(SmolStr::new(v)),
+        PropertyValueRef::Bytes(v) => PropertyValue::Bytes(batch.slice_ref(v)),
+        PropertyValueRef::Timestamp(v) => PropertyValue::Timestamp(v),
+        PropertyValueRef::Uuid(v) => PropertyValue::Uuid(v),
+    }
+}
+
+/// Decodes one record, `record` holding exactly its bytes (after its length prefix), with
+/// `previous` the properties of the record before where references to them are allowed.
+#[cfg(test)]
+fn decode_record(
+    record: &Bytes,
+    previous: Option<&[(SmolStr, PropertyValue)]>,
+) -> Result<EventData, DecodeError> {
+    // The record before, written out whole, then this record: one buffer to index in.
+    let mut bytes = Vec::new();
+    if let Some(previous) = previous {
+        let mut before = EventData::new("");
+        before.properties = previous.to_vec();
+        encode_record(&mut bytes, &before, &[]);
+    }
+    let mut properties = Vec::new();
+    let before = previous.map(|_| {
+        index_record(&bytes, 4..bytes.len(), None, &mut properties).expect("a record written here");
+        0..properties.len()
+    });
+    let start = bytes.len();
+    bytes.extend_from_slice(record);
+    let bytes = Bytes::from(bytes);
+    let indexed = index_record(&bytes, start..bytes.len(), before, &mut properties)?;
+    Ok(owned_event(&bytes, &indexed, &properties).data)
+}
+
+/// Decodes a property value, its bytes borrowed from what `r` reads.
+fn decode_value<'a>(r: &mut Reader<'a>) -> Result<PropertyValueRef<'a>, DecodeError> {
     let tag = r.u8("property tag")?;
     Ok(match tag {
-        TAG_NULL => PropertyValue::Null,
+        TAG_NULL => PropertyValueRef::Null,
         TAG_BOOL => match r.u8("bool property")? {
-            0 => PropertyValue::Bool(false),
-            1 => PropertyValue::Bool(true),
+            0 => PropertyValueRef::Bool(false),
+            1 => PropertyValueRef::Bool(true),
             v => {
                 return Err(DecodeError::Invalid {
                     field: "bool property",
@@ -787,19 +983,22 @@ fn decode_value(
                 });
             }
         },
-        TAG_INT32 => PropertyValue::Int32(r.u32("int32 property")? as i32),
-        TAG_INT64 => PropertyValue::Int64(r.i64("int64 property")?),
-        TAG_UINT32 => PropertyValue::UInt32(r.u32("uint32 property")?),
-        TAG_UINT64 => PropertyValue::UInt64(r.u64("uint64 property")?),
-        TAG_FLOAT32 => PropertyValue::Float32(f32::from_bits(r.u32("float32 property")?)),
-        TAG_FLOAT64 => PropertyValue::Float64(f64::from_bits(r.u64("float64 property")?)),
-        TAG_STRING => PropertyValue::String(r.smol("string property")?),
-        TAG_BYTES => PropertyValue::Bytes(r.bytes_of(whole, base, "bytes property")?),
-        TAG_TIMESTAMP => PropertyValue::Timestamp(r.i64("timestamp property")?),
+        TAG_INT32 => PropertyValueRef::Int32(r.u32("int32 property")? as i32),
+        TAG_INT64 => PropertyValueRef::Int64(r.i64("int64 property")?),
+        TAG_UINT32 => PropertyValueRef::UInt32(r.u32("uint32 property")?),
+        TAG_UINT64 => PropertyValueRef::UInt64(r.u64("uint64 property")?),
+        TAG_FLOAT32 => PropertyValueRef::Float32(f32::from_bits(r.u32("float32 property")?)),
+        TAG_FLOAT64 => PropertyValueRef::Float64(f64::from_bits(r.u64("float64 property")?)),
+        TAG_STRING => PropertyValueRef::String(r.text("string property")?),
+        TAG_BYTES => {
+            let len = r.u32("bytes property")? as usize;
+            PropertyValueRef::Bytes(r.take(len, "bytes property")?)
+        }
+        TAG_TIMESTAMP => PropertyValueRef::Timestamp(r.i64("timestamp property")?),
         TAG_UUID => {
             let mut uuid = [0u8; 16];
             uuid.copy_from_slice(r.take(16, "uuid property")?);
-            PropertyValue::Uuid(uuid)
+            PropertyValueRef::Uuid(uuid)
         }
         other => {
             return Err(DecodeError::Invalid {
@@ -874,27 +1073,16 @@ impl<'a> Reader<'a> {
         std::str::from_utf8(bytes).map_err(|_| DecodeError::NotUtf8 { field })
     }
 
-    fn string(&mut self, field: &'static str) -> Result<String, DecodeError> {
-        self.text(field).map(str::to_owned)
-    }
-
-    /// A length-prefixed UTF-8 field as a [`SmolStr`]: inline (no allocation) up to 23 bytes.
-    fn smol(&mut self, field: &'static str) -> Result<SmolStr, DecodeError> {
-        self.text(field).map(SmolStr::new)
-    }
-
-    /// A length-prefixed byte field, as a zero-copy slice of `whole`, whose bytes from `base`
-    /// on are the buffer this reader reads.
-    fn bytes_of(
-        &mut self,
-        whole: &Bytes,
-        base: usize,
-        field: &'static str,
-    ) -> Result<Bytes, DecodeError> {
+    /// A length-prefixed field: where its bytes lie in the buffer this reader's bytes start at
+    /// `base` of; checked as UTF-8 if it is a `text`.
+    fn span(&mut self, base: usize, field: &'static str, text: bool) -> Result<Span, DecodeError> {
         let len = self.u32(field)? as usize;
         let start = base + self.pos;
-        self.take(len, field)?;
-        Ok(whole.slice(start..start + len))
+        let bytes = self.take(len, field)?;
+        if text {
+            std::str::from_utf8(bytes).map_err(|_| DecodeError::NotUtf8 { field })?;
+        }
+        Ok(Span::new(start, len))
     }
 
     pub(crate) fn finish(&self, after: &'static str) -> Result<(), DecodeError> {
@@ -968,6 +1156,9 @@ mod tests {
             let mut out = Vec::new();
             decode_batch(&batch, &header, 0, usize::MAX, &mut out).unwrap();
             prop_assert_eq!(out.len(), events.len());
+            let mut read = crate::RecordsRead::new();
+            read.take_batch(&batch, &header, 0, usize::MAX).unwrap();
+            views_read_as(&read, &out)?;
             prop_assert_eq!(record_offsets(&batch, &header).unwrap(), offsets.clone());
             for (i, (got, want)) in out.iter().zip(&events).enumerate() {
                 prop_assert_eq!(&got.data, want);
@@ -1032,6 +1223,13 @@ mod tests {
                 let got: Vec<&EventData> = out.iter().map(|e| &e.data).collect();
                 let want: Vec<&EventData> = events[from..].iter().collect();
                 prop_assert_eq!(got, want);
+                // Read in place, the records read as the same events, field by field.
+                let mut read = crate::RecordsRead::new();
+                read.take_batch(&batch, &header, 7 + from as i64, usize::MAX).unwrap();
+                views_read_as(&read, &out)?;
+                // At most `max_events`, counted over the whole read.
+                read.take_batch(&batch, &header, 7 + from as i64, out.len() + 1).unwrap();
+                prop_assert_eq!(read.len(), out.len() + 1);
             }
         }
 
@@ -1043,6 +1241,35 @@ mod tests {
             let previous = [(SmolStr::new("k"), PropertyValue::Int32(1))];
             let _ = decode_record(&bytes, Some(&previous));
         }
+    }
+
+    /// Checks that the records of `read` read, field by field, as `events`.
+    fn views_read_as(
+        read: &crate::RecordsRead,
+        events: &[ReceivedEvent],
+    ) -> Result<(), TestCaseError> {
+        prop_assert_eq!(read.len(), events.len());
+        for (view, event) in read.iter().zip(events) {
+            prop_assert_eq!(&view.to_event(), event);
+            prop_assert_eq!(view.sequence_number(), event.sequence_number);
+            prop_assert_eq!(view.offset(), event.offset);
+            prop_assert_eq!(view.enqueued_time_ms(), event.enqueued_time_ms);
+            let data = &event.data;
+            prop_assert_eq!(view.body(), &data.body[..]);
+            prop_assert_eq!(view.partition_key(), data.partition_key.as_deref());
+            prop_assert_eq!(view.content_type(), data.content_type.as_deref());
+            prop_assert_eq!(view.correlation_id(), data.correlation_id.as_deref());
+            prop_assert_eq!(view.message_id(), data.message_id.as_deref());
+            prop_assert_eq!(view.protocol_sections(), data.protocol_sections.as_deref());
+            let got: Vec<_> = view.properties().collect();
+            let want: Vec<_> = data
+                .properties
+                .iter()
+                .map(|(key, value)| (key.as_str(), PropertyValueRef::from(value)))
+                .collect();
+            prop_assert_eq!(got, want);
+        }
+        Ok(())
     }
 
     /// What a replication task's stamps cost in the log: the same six properties on every event,
