@@ -24,8 +24,8 @@
 //! `cargo bench -p tributary-capture --bench catch_up` fills 256 MiB of 1 KiB events (durability
 //! `none`; the log's files stay in the page cache) and runs each part [`ROUNDS`] times; it prints
 //! each round's CPU per event and their median. Under `cargo test --all-targets` (no `--bench`)
-//! it runs on 24 MiB, once: a smoke test, not a measurement. `--only catch-up` runs only the
-//! catch-up (for a profile of it).
+//! it runs on 24 MiB, once: a smoke test, not a measurement. `--only read|write|catch-up` runs
+//! that part alone (for a profile of it).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -70,31 +70,28 @@ fn main() {
     println!(
         "# capture catching up: {events} events of {EVENT_BYTES} B in one partition (page cache), {rounds} rounds"
     );
-    // `--only catch-up` leaves out the parts, so a profile holds the catch-up alone.
-    let only_catch_up = std::env::args()
-        .collect::<Vec<_>>()
+    // `--only PART` (`read`, `write`, `catch-up`) runs that part alone, for a profile of it.
+    let args: Vec<String> = std::env::args().collect();
+    let only = args
         .windows(2)
-        .any(|pair| pair[0] == "--only" && pair[1] == "catch-up");
+        .find(|pair| pair[0] == "--only")
+        .map(|pair| pair[1].as_str());
+    let runs = |part: &str| only.is_none_or(|only| only == part);
     let mut figures = [const { Vec::new() }; 5];
     for round in 0..rounds {
         let round_dir = dir.path().join(format!("round-{round}"));
-        if !only_catch_up {
+        if runs("read") {
             figures[0].push(read_all(&broker, events));
             figures[4].push(read_all_owned(&broker, events));
-            figures[1].push(encode_and_write(
-                &broker,
-                &round_dir,
-                files,
-                WriteMode::Direct,
-            ));
-            figures[2].push(encode_and_write(
-                &broker,
-                &round_dir,
-                files,
-                WriteMode::Buffered,
-            ));
         }
-        figures[3].push(catch_up(&broker, &round_dir, events));
+        if runs("write") {
+            for (figure, mode) in [(1, WriteMode::Direct), (2, WriteMode::Buffered)] {
+                figures[figure].push(encode_and_write(&broker, &round_dir, files, mode));
+            }
+        }
+        if runs("catch-up") {
+            figures[3].push(catch_up(&broker, &round_dir, events));
+        }
     }
     let names = [
         "read",

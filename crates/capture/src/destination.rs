@@ -7,7 +7,7 @@
 //! file's last bytes and `fdatasync` it (its earlier bytes were written while the window was
 //! encoded, so this waits for little), `rename`, `fsync` the directory (and every directory the
 //! name created). A directory's files are written with `O_DIRECT` where the file system takes
-//! it, on a writer thread per file (see [`crate::file_writer`]). A reader of archive names never sees a
+//! it, by writer threads the destination keeps between files (see [`crate::file_writer`]). A reader of archive names never sees a
 //! partial file. A temporary file a crash left behind is found by
 //! [`Destination::leftovers`] and removed by [`Destination::remove_leftover`]; it never
 //! becomes visible.
@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::CaptureError;
 pub use crate::file_writer::WriteMode;
-use crate::file_writer::{BufferPool, FileWriter};
+use crate::file_writer::{FileWriter, WritePool};
 
 /// What a temporary file's name adds to the archive name.
 pub const TEMPORARY_SUFFIX: &str = ".capturing";
@@ -57,8 +57,8 @@ pub trait PendingFile: Write + Send {
 pub struct DirectoryDestination {
     root: PathBuf,
     mode: WriteMode,
-    /// The write buffers of its files, kept between files.
-    pool: BufferPool,
+    /// The write buffers and writer threads of its files, kept between files.
+    pool: WritePool,
 }
 
 impl DirectoryDestination {
@@ -74,7 +74,7 @@ impl DirectoryDestination {
         Ok(DirectoryDestination {
             root,
             mode: WriteMode::Direct,
-            pool: BufferPool::default(),
+            pool: WritePool::default(),
         })
     }
 

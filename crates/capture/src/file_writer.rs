@@ -1,5 +1,5 @@
-//! A window file of a `file:` destination written on a thread of its own ([`FileWriter`]),
-//! from 4096-aligned buffers, with `O_DIRECT` where the file system takes it.
+//! A window file of a `file:` destination written by a writer thread ([`FileWriter`]), from
+//! 4096-aligned buffers, with `O_DIRECT` where the file system takes it.
 //!
 //! # Why
 //! Capture writes every event it reads a second time. Through the page cache the kernel copies
@@ -10,7 +10,8 @@
 //! # How
 //! The encoder copies bytes into the filling buffer; each full buffer ([`WRITE_CHUNK_BYTES`],
 //! a multiple of the block size, at a chunk-aligned offset) goes to the file's writer thread,
-//! which writes it while the encoder fills the next one: at most [`WRITE_BUFFERS`] buffers per
+//! which writes it while the encoder fills the next one (a file has a thread to itself while
+//! it is written; the destination keeps idle threads and buffers for its next files): at most [`WRITE_BUFFERS`] buffers per
 //! file, so the encoder waits only when the device is slower than it. Only the last buffer of
 //! a file is partial: [`FileWriter::finish`] writes its whole blocks, then its last partial
 //! block through the page cache (the file's `O_DIRECT` flag cleared), and `fdatasync`s the file.
@@ -22,8 +23,8 @@
 //! # Guarantees
 //! [`FileWriter::finish`] returns only once every byte handed to [`FileWriter::write`] is in
 //! the file and durable (data and length), or with the first error the writer thread met. A
-//! writer dropped without finishing stops its thread before the drop returns, so no write of
-//! an abandoned file happens after it.
+//! writer dropped without finishing waits for the writes it sent before the drop returns, so
+//! no write of an abandoned file happens after it.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -35,7 +36,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::limits::{
-    DIRECT_ALIGN_BYTES, POOLED_BUFFERS_MAX, SYNC_AHEAD_BYTES, WRITE_BUFFERS, WRITE_CHUNK_BYTES,
+    DIRECT_ALIGN_BYTES, POOLED_BUFFERS_MAX, POOLED_WRITERS_MAX, SYNC_AHEAD_BYTES, WRITE_BUFFERS,
+    WRITE_CHUNK_BYTES,
 };
 
 /// How a file's bytes reach the device.
@@ -97,45 +99,102 @@ impl AlignedBuffer {
     }
 }
 
-/// Buffers kept between files (a destination's), so a new window's file does not fault in
-/// fresh memory: at most [`POOLED_BUFFERS_MAX`] are kept.
+/// What a destination keeps between its files: write buffers, so a new window's file does not
+/// fault in fresh memory (at most [`POOLED_BUFFERS_MAX`]), and idle writer threads, so a new
+/// window's file does not start one (at most [`POOLED_WRITERS_MAX`]).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct BufferPool(Arc<Mutex<Vec<AlignedBuffer>>>);
+pub(crate) struct WritePool {
+    buffers: Arc<Mutex<Vec<AlignedBuffer>>>,
+    writers: Arc<Mutex<Vec<WriterThread>>>,
+}
 
-impl BufferPool {
-    fn take(&self) -> AlignedBuffer {
-        let pooled = self.0.lock().expect("buffer pool").pop();
+impl WritePool {
+    fn take_buffer(&self) -> AlignedBuffer {
+        let pooled = self.buffers.lock().expect("buffer pool").pop();
         pooled.unwrap_or_else(AlignedBuffer::new)
     }
 
-    fn give(&self, mut buffer: AlignedBuffer) {
+    fn give_buffer(&self, mut buffer: AlignedBuffer) {
         buffer.len = 0;
-        let mut pool = self.0.lock().expect("buffer pool");
+        let mut pool = self.buffers.lock().expect("buffer pool");
         if pool.len() < POOLED_BUFFERS_MAX {
             pool.push(buffer);
         }
     }
+
+    fn take_writer(&self) -> std::io::Result<WriterThread> {
+        let pooled = self.writers.lock().expect("writer pool").pop();
+        pooled.map_or_else(WriterThread::start, Ok)
+    }
+
+    /// Keeps `writer` for the next file, if the pool has room (else its thread ends).
+    fn give_writer(&self, writer: WriterThread) {
+        let mut pool = self.writers.lock().expect("writer pool");
+        if pool.len() < POOLED_WRITERS_MAX {
+            pool.push(writer);
+        }
+    }
 }
 
-/// A full buffer and where in the file it goes.
+/// A full buffer, where in which file it goes, and whether to `fdatasync` the file after it.
 struct Chunk {
+    file: Arc<File>,
     buffer: AlignedBuffer,
     offset: u64,
+    sync: bool,
 }
 
-/// A file being written by a thread of its own. See the module docs.
+/// A thread that writes the chunks it is sent, in order, and sends each buffer back (or the
+/// error that kept it from being written); kept in a [`WritePool`] between files.
+#[derive(Debug)]
+struct WriterThread {
+    chunks: SyncSender<Chunk>,
+    written: Receiver<std::io::Result<AlignedBuffer>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl WriterThread {
+    fn start() -> std::io::Result<WriterThread> {
+        let (chunks, to_write) = sync_channel(WRITE_BUFFERS);
+        let (done, written) = sync_channel(WRITE_BUFFERS);
+        let thread = std::thread::Builder::new()
+            .name("capture-write".into())
+            .spawn(move || write_chunks(&to_write, &done))?;
+        Ok(WriterThread {
+            chunks,
+            written,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for WriterThread {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread once it has written what it was sent.
+        let (closed, _) = sync_channel(0);
+        drop(std::mem::replace(&mut self.chunks, closed));
+        if let Some(thread) = self.thread.take() {
+            // The thread only writes and sends; a panic there is a bug shown by its own message.
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A file being written by a writer thread (its own while the file is open). See the module
+/// docs.
 pub(crate) struct FileWriter {
     file: Arc<File>,
     mode: WriteMode,
     filling: AlignedBuffer,
     /// Where `filling`'s first byte goes: every byte before it was handed to the thread.
     filling_offset: u64,
+    /// Through the page cache: how far the file was last `fdatasync`ed (by the thread).
+    synced_to: u64,
     /// Buffers handed to the thread and not yet given back.
     in_flight: usize,
-    chunks: Option<SyncSender<Chunk>>,
-    written: Receiver<std::io::Result<AlignedBuffer>>,
-    thread: Option<JoinHandle<()>>,
-    pool: BufferPool,
+    /// `None` once given back to the pool (or lost with its thread).
+    writer: Option<WriterThread>,
+    pool: WritePool,
 }
 
 impl std::fmt::Debug for FileWriter {
@@ -149,33 +208,24 @@ impl std::fmt::Debug for FileWriter {
 }
 
 impl FileWriter {
-    /// Creates (or truncates) `path` and starts its writer thread: `O_DIRECT` if `mode` asks
-    /// for it and the file system takes it, else through the page cache.
+    /// Creates (or truncates) `path` and takes a writer thread from `pool` (or starts one):
+    /// `O_DIRECT` if `mode` asks for it and the file system takes it, else through the page
+    /// cache.
     pub(crate) fn create(
         path: &Path,
         mode: WriteMode,
-        pool: BufferPool,
+        pool: WritePool,
     ) -> std::io::Result<FileWriter> {
         let (file, mode) = open(path, mode)?;
-        let file = Arc::new(file);
-        let (chunks, to_write) = sync_channel(WRITE_BUFFERS);
-        let (done, written) = sync_channel(WRITE_BUFFERS);
-        let thread_file = Arc::clone(&file);
-        let thread = std::thread::Builder::new()
-            .name("capture-write".into())
-            .spawn(move || {
-                write_chunks(&thread_file, mode, &to_write, &done);
-                count_writer_cpu();
-            })?;
+        let writer = pool.take_writer()?;
         Ok(FileWriter {
-            file,
+            file: Arc::new(file),
             mode,
-            filling: pool.take(),
+            filling: pool.take_buffer(),
             filling_offset: 0,
+            synced_to: 0,
             in_flight: 0,
-            chunks: Some(chunks),
-            written,
-            thread: Some(thread),
+            writer: Some(writer),
             pool,
         })
     }
@@ -198,38 +248,46 @@ impl FileWriter {
         Ok(())
     }
 
+    fn writer(&self) -> std::io::Result<&WriterThread> {
+        self.writer.as_ref().ok_or_else(thread_ended)
+    }
+
     /// Sends the full buffer to the thread, then takes the next one to fill: from the pool
     /// while fewer than [`WRITE_BUFFERS`] are in use, else the oldest in flight once the thread
     /// has written it (the one just sent is then already queued behind it).
     fn hand_off(&mut self) -> std::io::Result<()> {
         assert!(self.filling.is_full());
-        let full = std::mem::replace(&mut self.filling, AlignedBuffer::empty());
+        let end = self.filling_offset + WRITE_CHUNK_BYTES as u64;
+        let sync = self.mode == WriteMode::Buffered && end - self.synced_to >= SYNC_AHEAD_BYTES;
         let chunk = Chunk {
-            buffer: full,
+            file: Arc::clone(&self.file),
+            buffer: std::mem::replace(&mut self.filling, AlignedBuffer::empty()),
             offset: self.filling_offset,
+            sync,
         };
+        // After an error the file is abandoned, but a buffer stays in place, so no call panics.
         let sent = self
-            .chunks
-            .as_ref()
-            .expect("open until finished")
-            .send(chunk);
-        if sent.is_err() {
-            // The thread stopped at an error, which it reported before it stopped.
-            self.filling = self.pool.take();
-            return Err(self.failure());
+            .writer()
+            .and_then(|w| w.chunks.send(chunk).map_err(|_| thread_ended()));
+        if let Err(e) = sent {
+            self.writer = None;
+            self.filling = self.pool.take_buffer();
+            return Err(e);
         }
         self.in_flight += 1;
-        self.filling_offset += WRITE_CHUNK_BYTES as u64;
+        self.filling_offset = end;
+        if sync {
+            self.synced_to = end;
+        }
         let next = if self.in_flight < WRITE_BUFFERS {
-            Ok(self.pool.take())
+            Ok(self.pool.take_buffer())
         } else {
             self.wait_for_one()
         };
-        // After an error the file is abandoned, but a buffer stays in place, so no call panics.
         match next {
             Ok(buffer) => self.filling = buffer,
             Err(e) => {
-                self.filling = self.pool.take();
+                self.filling = self.pool.take_buffer();
                 return Err(e);
             }
         }
@@ -238,31 +296,42 @@ impl FileWriter {
 
     /// Waits for the oldest buffer in flight to be written and takes it back.
     fn wait_for_one(&mut self) -> std::io::Result<AlignedBuffer> {
-        let outcome = self.written.recv().unwrap_or_else(|_| Err(thread_ended()));
+        let outcome = match self.writer().map(|writer| writer.written.recv()) {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => {
+                // The thread is gone (it panicked): so is the writer.
+                self.writer = None;
+                Err(thread_ended())
+            }
+            Err(e) => Err(e),
+        };
         self.in_flight = self.in_flight.saturating_sub(1);
         let mut buffer = outcome?;
         buffer.len = 0;
         Ok(buffer)
     }
 
-    /// The error the writer thread stopped at (the buffers written before it go to the pool).
-    fn failure(&mut self) -> std::io::Error {
-        loop {
-            match self.written.recv() {
-                Ok(Ok(buffer)) => self.pool.give(buffer),
-                Ok(Err(e)) => return e,
-                Err(_) => return thread_ended(),
+    /// Waits for every buffer in flight (giving each back to the pool); the first error the
+    /// thread met, if any.
+    fn wait_for_all(&mut self) -> std::io::Result<()> {
+        let mut first_error = None;
+        while self.in_flight > 0 {
+            match self.wait_for_one() {
+                Ok(buffer) => self.pool.give_buffer(buffer),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
             }
         }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Writes what is left and `fdatasync`s the file; returns the file and its length in bytes.
     pub(crate) fn finish(mut self) -> std::io::Result<(Arc<File>, u64)> {
-        while self.in_flight > 0 {
-            let buffer = self.wait_for_one()?;
-            self.pool.give(buffer);
+        self.wait_for_all()?;
+        if let Some(writer) = self.writer.take() {
+            self.pool.give_writer(writer);
         }
-        self.stop_thread();
         let mut offset = self.filling_offset;
         let len = offset + self.filling.len as u64;
         let mut rest = self.filling.filled();
@@ -280,26 +349,19 @@ impl FileWriter {
         self.file.sync_data()?;
         Ok((Arc::clone(&self.file), len))
     }
-
-    /// Ends the writer thread (after the write under way) and waits for it.
-    fn stop_thread(&mut self) {
-        self.chunks = None;
-        if let Some(thread) = self.thread.take() {
-            // The thread only writes and sends; a panic there is a bug shown by its own message.
-            let _ = thread.join();
-        }
-    }
 }
 
 impl Drop for FileWriter {
     fn drop(&mut self) {
-        self.stop_thread();
+        // An abandoned file: the writes already sent finish before the drop returns (so none
+        // happens after it), and the thread goes back to the pool.
+        let _ = self.wait_for_all();
+        if let Some(writer) = self.writer.take() {
+            self.pool.give_writer(writer);
+        }
         let filling = std::mem::replace(&mut self.filling, AlignedBuffer::empty());
         if !filling.memory.is_empty() {
-            self.pool.give(filling);
-        }
-        while let Ok(Ok(buffer)) = self.written.try_recv() {
-            self.pool.give(buffer);
+            self.pool.give_buffer(filling);
         }
     }
 }
@@ -327,42 +389,43 @@ fn open(path: &Path, mode: WriteMode) -> std::io::Result<(File, WriteMode)> {
     Ok((options.open(path)?, WriteMode::Buffered))
 }
 
-/// The CPU time of the writer threads that have ended, in nanoseconds.
+/// The CPU time the writer threads have used, counted after each chunk, in nanoseconds.
 static WRITER_THREADS_CPU_NS: AtomicU64 = AtomicU64::new(0);
 
-/// The CPU time the writer threads of every window file have used, those still running aside:
-/// the share of a capture's cost that its stepping thread does not see (for measuring it).
+/// The CPU time the writer threads of every window file have used (up to each one's last
+/// chunk): the share of a capture's cost that its stepping thread does not see (for measuring
+/// it).
 pub fn writer_threads_cpu() -> Duration {
     Duration::from_nanos(WRITER_THREADS_CPU_NS.load(Ordering::Relaxed))
 }
 
-/// Adds the calling writer thread's CPU time to [`WRITER_THREADS_CPU_NS`] as it ends.
-fn count_writer_cpu() {
+/// The calling thread's CPU time, in nanoseconds.
+fn thread_cpu_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    let ns = u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000
-        + u64::try_from(t.tv_nsec).unwrap_or(0);
-    WRITER_THREADS_CPU_NS.fetch_add(ns, Ordering::Relaxed);
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
 }
 
-/// The writer thread: writes each chunk at its offset (through the page cache: `fdatasync`
-/// every [`SYNC_AHEAD_BYTES`]) and gives its buffer back; stops at the first error, after
-/// reporting it, or when the sending side is gone.
-fn write_chunks(
-    file: &File,
-    mode: WriteMode,
-    chunks: &Receiver<Chunk>,
-    done: &SyncSender<std::io::Result<AlignedBuffer>>,
-) {
-    let mut synced_to = 0;
-    for Chunk { buffer, offset } in chunks {
-        let end = offset + buffer.len as u64;
+/// A writer thread: writes each chunk at its offset (and `fdatasync`s the file when the chunk
+/// asks), sends its buffer back or the error, and adds its CPU time to
+/// [`WRITER_THREADS_CPU_NS`]; ends when the sending side is gone.
+fn write_chunks(chunks: &Receiver<Chunk>, done: &SyncSender<std::io::Result<AlignedBuffer>>) {
+    let mut counted = thread_cpu_ns();
+    for Chunk {
+        file,
+        buffer,
+        offset,
+        sync,
+    } in chunks
+    {
         let mut outcome = file.write_all_at(buffer.filled(), offset);
-        if outcome.is_ok() && mode == WriteMode::Buffered && end - synced_to >= SYNC_AHEAD_BYTES {
+        if outcome.is_ok() && sync {
             outcome = file.sync_data();
-            synced_to = end;
         }
-        let failed = outcome.is_err();
-        if done.send(outcome.map(|()| buffer)).is_err() || failed {
+        drop(file);
+        let now = thread_cpu_ns();
+        WRITER_THREADS_CPU_NS.fetch_add(now - counted, Ordering::Relaxed);
+        counted = now;
+        if done.send(outcome.map(|()| buffer)).is_err() {
             return;
         }
     }
@@ -380,7 +443,7 @@ mod tests {
     fn write_and_check(mode: WriteMode, bytes: &[u8]) -> WriteMode {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("window.avro");
-        let mut writer = FileWriter::create(&path, mode, BufferPool::default()).unwrap();
+        let mut writer = FileWriter::create(&path, mode, WritePool::default()).unwrap();
         let used = writer.mode();
         for piece in bytes.chunks(300_007) {
             writer.write(piece).unwrap();
@@ -418,17 +481,56 @@ mod tests {
 
     #[test]
     fn buffers_are_aligned_and_pooled_across_files() {
-        let pool = BufferPool::default();
-        let buffer = pool.take();
+        let pool = WritePool::default();
+        let buffer = pool.take_buffer();
         assert_eq!(buffer.filled().as_ptr() as usize % DIRECT_ALIGN_BYTES, 0);
-        pool.give(buffer);
+        pool.give_buffer(buffer);
         let dir = tempfile::tempdir().unwrap();
         let mut writer =
             FileWriter::create(&dir.path().join("f"), WriteMode::Direct, pool.clone()).unwrap();
         writer.write(&pattern(2 * WRITE_CHUNK_BYTES + 5)).unwrap();
         writer.finish().unwrap();
-        let pooled = pool.0.lock().unwrap().len();
+        let pooled = pool.buffers.lock().unwrap().len();
         assert!((1..=WRITE_BUFFERS).contains(&pooled), "{pooled} pooled");
+    }
+
+    #[test]
+    fn a_writer_thread_serves_file_after_file_and_its_cpu_is_counted() {
+        let pool = WritePool::default();
+        let dir = tempfile::tempdir().unwrap();
+        let thread_of = |pool: &WritePool| {
+            let writers = pool.writers.lock().unwrap();
+            assert_eq!(writers.len(), 1, "one idle writer thread between files");
+            writers[0].thread.as_ref().unwrap().thread().id()
+        };
+        let mut threads = Vec::new();
+        for (n, mode) in [WriteMode::Direct, WriteMode::Buffered, WriteMode::Direct]
+            .into_iter()
+            .enumerate()
+        {
+            let path = dir.path().join(format!("f{n}"));
+            let mut writer = FileWriter::create(&path, mode, pool.clone()).unwrap();
+            assert!(
+                pool.writers.lock().unwrap().is_empty(),
+                "the file holds the thread"
+            );
+            let cpu_before = writer_threads_cpu();
+            let bytes = pattern(3 * WRITE_CHUNK_BYTES + 17);
+            writer.write(&bytes).unwrap();
+            if n == 2 {
+                // An abandoned file gives its thread back too, once its writes are done.
+                drop(writer);
+            } else {
+                writer.finish().unwrap();
+                assert_eq!(std::fs::read(&path).unwrap(), bytes);
+            }
+            assert!(
+                writer_threads_cpu() > cpu_before,
+                "the thread's CPU is counted"
+            );
+            threads.push(thread_of(&pool));
+        }
+        assert!(threads.windows(2).all(|t| t[0] == t[1]), "{threads:?}");
     }
 
     #[test]
@@ -436,7 +538,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("abandoned");
         let mut writer =
-            FileWriter::create(&path, WriteMode::Direct, BufferPool::default()).unwrap();
+            FileWriter::create(&path, WriteMode::Direct, WritePool::default()).unwrap();
         writer.write(&pattern(2 * WRITE_CHUNK_BYTES + 9)).unwrap();
         drop(writer);
         // Whole chunks may have reached the file; the unfinished tail never does.

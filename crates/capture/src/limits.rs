@@ -52,6 +52,10 @@ pub const WRITE_BUFFERS: usize = 2;
 /// How many chunk buffers a `file:` destination keeps between files (each window's file would
 /// otherwise fault in fresh memory): enough for a few partitions' files at once.
 pub const POOLED_BUFFERS_MAX: usize = 8;
+/// How many idle writer threads a `file:` destination keeps between files (each window's file
+/// would otherwise start one): one per partition whose window is being written at once, for a
+/// few partitions.
+pub const POOLED_WRITERS_MAX: usize = 4;
 /// The alignment of `O_DIRECT` writes (memory address, file offset and length): the largest
 /// logical block size of common devices (512 B or 4 KiB) and the page size.
 pub const DIRECT_ALIGN_BYTES: usize = 4096;
