@@ -864,7 +864,7 @@ impl PartitionLog {
             // Nothing to read: no allocation (a waiting receiver holds this empty vector).
             return Ok(Vec::new());
         }
-        let mut records = RecordsRead::new();
+        let mut records = RecordsRead::with_capacity(max_events.min(1024));
         self.read_into(cursor, max_events, max_bytes, &mut records)?;
         Ok(records.iter().map(|record| record.to_event()).collect())
     }

@@ -38,6 +38,14 @@ impl RecordsRead {
         RecordsRead::default()
     }
 
+    /// An empty read with room for `records` records before it grows.
+    pub(crate) fn with_capacity(records: usize) -> RecordsRead {
+        RecordsRead {
+            records: Vec::with_capacity(records),
+            ..RecordsRead::default()
+        }
+    }
+
     /// The records of `events`, as if read from a log that holds them: for a writer of records
     /// fed from elsewhere than a log, and for tests.
     pub fn from_events(events: &[ReceivedEvent]) -> RecordsRead {
