@@ -743,7 +743,9 @@ impl Broker {
         max_events: usize,
         max_bytes: u64,
     ) -> Result<Vec<tributary_event::ReceivedEvent>, BrokerError> {
-        let (hub, p, mut events) = self.read_log(hub, partition, cursor, max_events, max_bytes)?;
+        let (hub, p, mut events) = self.read_log(hub, partition, |log| {
+            log.read(cursor, max_events, max_bytes)
+        })?;
         hub.count_delivered(p, events.len());
         door_stamp::hide(&mut events);
         Ok(events)
@@ -760,12 +762,9 @@ impl Broker {
         max_bytes: u64,
         into: &mut RecordsRead,
     ) -> Result<(), BrokerError> {
-        let hub = self.hub(hub)?;
-        let p = hub.partition(partition)?;
-        hub.partitions[p as usize]
-            .log
-            .read_records(cursor, max_events, max_bytes, into)
-            .map_err(hub.log_error(p))?;
+        let (hub, p, ()) = self.read_log(hub, partition, |log| {
+            log.read_records(cursor, max_events, max_bytes, into)
+        })?;
         hub.count_delivered(p, into.len());
         door_stamp::hide_in_records(into);
         Ok(())
@@ -783,7 +782,9 @@ impl Broker {
         max_bytes: u64,
     ) -> Result<door_stamp::DoorStamps, BrokerError> {
         let mut cursor = ReadCursor::new(from_sequence.max(0));
-        let (_, _, events) = self.read_log(hub, partition, &mut cursor, max_events, max_bytes)?;
+        let (_, _, events) = self.read_log(hub, partition, |log| {
+            log.read(&mut cursor, max_events, max_bytes)
+        })?;
         let stamps = events
             .iter()
             .filter_map(|e| door_stamp::stamp_of(&e.data).map(|s| (e.sequence_number, s.to_vec())))
@@ -794,23 +795,18 @@ impl Broker {
         })
     }
 
-    /// Reads committed events of one partition from `cursor` on, as stored (door stamps
-    /// included); with the hub and partition index, for the caller's accounting.
-    fn read_log(
+    /// Runs `read` on the log of one partition: events as stored (door stamps included); with
+    /// the hub and partition index, for the caller's accounting.
+    fn read_log<T>(
         &self,
         hub: &str,
         partition: &str,
-        cursor: &mut ReadCursor,
-        max_events: usize,
-        max_bytes: u64,
-    ) -> Result<(Arc<Hub>, u32, Vec<tributary_event::ReceivedEvent>), BrokerError> {
+        read: impl FnOnce(&tributary_log::PartitionLog) -> Result<T, tributary_log::LogError>,
+    ) -> Result<(Arc<Hub>, u32, T), BrokerError> {
         let hub = self.hub(hub)?;
         let p = hub.partition(partition)?;
-        let events = hub.partitions[p as usize]
-            .log
-            .read(cursor, max_events, max_bytes)
-            .map_err(hub.log_error(p))?;
-        Ok((hub, p, events))
+        let read = read(&hub.partitions[p as usize].log).map_err(hub.log_error(p))?;
+        Ok((hub, p, read))
     }
 
     /// Waits until partition `partition` of `hub` has an event at or after `sequence`, or
