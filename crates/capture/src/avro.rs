@@ -182,16 +182,16 @@ fn header_of(format: CaptureFormat) -> Result<Vec<u8>, String> {
 
 /// A capture Avro object container file being written to `W`.
 ///
-/// The header (magic, `avro.schema`, `avro.codec`) is apache-avro's, with a sync marker of the file's own. The records
-/// are encoded here: the schema is fixed, and apache-avro's generic path (an owned `Value` tree
-/// per event, a `HashMap` per map, the schema walked per value) cost about 1.3 µs per 1 KiB
-/// event, most of the capture's CPU (BENCHMARKS.md, "Capture's CPU and lag"). A block holds
-/// about [`AVRO_BLOCK_BYTES`] of records.
+/// The header (magic, `avro.schema`, `avro.codec`) is apache-avro's, with a sync marker of the
+/// file's own. The records are encoded here: the schema is fixed, and apache-avro's generic
+/// path (an owned `Value` tree per event, a `HashMap` per map, the schema walked per value) cost
+/// about 1.3 µs per 1 KiB event, most of the capture's CPU (BENCHMARKS.md, "Capture's CPU and
+/// lag"). A block holds about [`AVRO_BLOCK_BYTES`] of records.
 ///
-/// [`AvroFileWriter::append`] encodes an event into the open block, which is written whole
+/// [`AvroFileWriter::append`] encodes a record into the open block, which is written whole
 /// (compressed first with `deflate`). [`AvroFileWriter::append_all`] without a codec writes
-/// each body from the read's buffer straight to the sink: it encodes the block's record heads (every
-/// field before the body's bytes) first, so the block's length is known before its first
+/// each body from the read's buffer straight to the sink: it encodes the block's record heads
+/// (every field before the body's bytes) first, so the block's length is known before its first
 /// byte goes out, and each body is copied once, into the sink, not twice.
 pub struct AvroFileWriter<W: Write> {
     sink: W,

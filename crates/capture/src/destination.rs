@@ -7,10 +7,10 @@
 //! file's last bytes and `fdatasync` it (its earlier bytes were written while the window was
 //! encoded, so this waits for little), `rename`, `fsync` the directory (and every directory the
 //! name created). A directory's files are written with `O_DIRECT` where the file system takes
-//! it, by writer threads the destination keeps between files (see [`crate::file_writer`]). A reader of archive names never sees a
-//! partial file. A temporary file a crash left behind is found by
-//! [`Destination::leftovers`] and removed by [`Destination::remove_leftover`]; it never
-//! becomes visible.
+//! it, by writer threads the destination keeps between files (see [`crate::file_writer`]). A
+//! reader of archive names never sees a partial file. A temporary file a crash left behind is
+//! found by [`Destination::leftovers`] and removed by [`Destination::remove_leftover`]; it
+//! never becomes visible.
 //!
 //! `BlobDestination` (`crate::blob`, feature `blob`: a block list committed at once) implements
 //! the same trait.

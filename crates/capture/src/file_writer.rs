@@ -10,11 +10,12 @@
 //! # How
 //! The encoder copies bytes into the filling buffer; each full buffer ([`WRITE_CHUNK_BYTES`],
 //! a multiple of the block size, at a chunk-aligned offset) goes to the file's writer thread,
-//! which writes it while the encoder fills the next one (a file has a thread to itself while
-//! it is written; the destination keeps idle threads and buffers for its next files): at most [`WRITE_BUFFERS`] buffers per
-//! file, so the encoder waits only when the device is slower than it. Only the last buffer of
-//! a file is partial: [`FileWriter::finish`] writes its whole blocks, then its last partial
-//! block through the page cache (the file's `O_DIRECT` flag cleared), and `fdatasync`s the file.
+//! which writes it while the encoder fills the next one: at most [`WRITE_BUFFERS`] buffers per
+//! file, so the encoder waits only when the device is slower than it. A file has a thread to
+//! itself while it is written; the destination keeps idle threads and buffers for its next
+//! files. Only the last buffer of a file is partial: [`FileWriter::finish`] writes its whole
+//! blocks, then its last partial block through the page cache (the file's `O_DIRECT` flag
+//! cleared), and `fdatasync`s the file.
 //!
 //! Where `O_DIRECT` is refused at open (`EINVAL`: a file system without direct I/O), the same
 //! writer thread writes through the page cache and `fdatasync`s every [`SYNC_AHEAD_BYTES`], so

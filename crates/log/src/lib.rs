@@ -7,6 +7,12 @@
 //! scanning the partition. The properties never change once assigned; compaction removes
 //! events but never renumbers or moves the ones it keeps.
 //!
+//! # Reading
+//! [`PartitionLog::read`] returns owned events; [`PartitionLog::read_records`] keeps the
+//! records as stored and reads each field in place ([`RecordsRead`], [`RecordView`]), for a
+//! reader that only passes events on. Both check every batch's CRC32C and every record whole
+//! before handing anything out.
+//!
 //! # Durability
 //! [`Durability::Fsync`] (the default) acknowledges an append only after `fdatasync` has covered
 //! it. One [`GroupCommitter`] serves every partition of a data directory: each partition has at
