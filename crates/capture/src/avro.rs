@@ -219,8 +219,8 @@ impl<W: Write> std::fmt::Debug for AvroFileWriter<W> {
 
 impl<W: Write> AvroFileWriter<W> {
     /// Writes the header of a file in `format` to `sink` at once (so an empty window is a
-    /// valid file with no records): the format's [`header_before_marker`] and a sync marker
-    /// of the file's own, drawn from the system's random source.
+    /// valid file with no records): the header of the format's codec (made once) and a sync
+    /// marker of the file's own, drawn from the system's random source.
     pub fn new(mut sink: W, format: CaptureFormat) -> Result<AvroFileWriter<W>, String> {
         let mut marker = [0_u8; 16];
         rustix::rand::getrandom(&mut marker, rustix::rand::GetRandomFlags::empty())
