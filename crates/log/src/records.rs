@@ -101,9 +101,7 @@ impl RecordsRead {
 
     /// The records, in order.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = RecordView<'_>> + DoubleEndedIterator {
-        self.records
-            .iter()
-            .map(|record| RecordView { read: self, record })
+        self.range(0..self.len())
     }
 
     /// The records at `range` of the read, in order.
@@ -132,7 +130,7 @@ impl RecordsRead {
     }
 
     /// The last record's sequence number, if the read holds one.
-    pub fn last_sequence(&self) -> Option<i64> {
+    pub(crate) fn last_sequence(&self) -> Option<i64> {
         self.records.last().map(|record| record.sequence_number)
     }
 
