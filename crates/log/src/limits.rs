@@ -33,6 +33,13 @@ pub const INDEX_INTERVAL_BYTES_DEFAULT: u32 = 64 * 1024;
 /// many small events, small enough to keep a reader's memory bounded.
 pub const READ_CHUNK_BYTES: u32 = 1024 * 1024;
 
+/// How many read buffers (of up to a chunk each) a reader keeps between reads (see
+/// `ReadCursor`). A read starts in the read-ahead the read before left and may fill two chunks
+/// after it: a capture's read (1,024 events of about 1 KiB) is a little less than a chunk, but
+/// a batch cut off at a chunk's end is read again at the start of the next chunk, so now and
+/// then a read needs a second one while the read-ahead and the first are held.
+pub const READ_BUFFERS_MAX: usize = 3;
+
 /// A reader's first read asks for this much (or one whole batch, if larger); each further read
 /// asks for twice the last, up to [`READ_CHUNK_BYTES`]. A reader that goes on reads ahead in
 /// large chunks after a few reads; one that wants a single event where the page cache holds

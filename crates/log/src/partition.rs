@@ -127,37 +127,43 @@ pub struct ReadCursor {
     read_chunk: ReadChunk,
 }
 
-/// A reader's two buffers, taking turns. The events of one read hold its buffer's memory until
-/// they are dropped, and a read usually starts in bytes the read before it left (its
-/// read-ahead), so a single buffer is rarely free when the next read is due, and each such read
-/// would take fresh memory for the kernel to fault in and clear. With two, a reader that drops a
-/// read's events before the read after next (the capture, a receiver) reads into memory it
-/// already has; it holds at most two reads' worth until [`ReadCursor::release_buffers`].
+/// A reader's buffers, taking turns. The events of one read hold the memory of the buffers
+/// they lie in until they are dropped, and a read usually starts in bytes the read before it
+/// left (its read-ahead), so the buffer filled last is rarely free when the next read is due,
+/// and a read may fill two chunks after its read-ahead (see [`READ_BUFFERS_MAX`]). Each read
+/// that found no free buffer would take fresh memory for the kernel to fault in and clear, so
+/// a reader keeps up to [`READ_BUFFERS_MAX`]: one that drops a read's events before the read
+/// after next reads into memory it already has, and holds at most that many chunks until
+/// [`ReadCursor::release_buffers`].
 #[derive(Debug, Clone, Default)]
 struct ReadBuffers {
-    /// What reads append to; handed out by `split`.
-    filling: BytesMut,
-    /// The buffer before: reused once nothing refers to it any more.
-    other: BytesMut,
-    /// How many times neither buffer could be reused and memory was allocated (so, when not
-    /// zero, the buffers hold memory).
+    /// The first is what reads append to (handed out by `split`); the others were filled
+    /// before it, most recently first, and are reused once nothing refers to them any more.
+    buffers: Vec<BytesMut>,
+    /// How many times no buffer could be reused and memory was allocated (so, when not zero,
+    /// the buffers hold memory).
     fresh_allocations: u64,
 }
 
 impl ReadBuffers {
-    /// A buffer with room for `len` more bytes: the filling one if it has the room or can take
-    /// its memory back, else the other one if it can, else a fresh allocation. A fresh one is
-    /// rounded up to a power of two, so reads of other lengths (a read-ahead's size follows
-    /// what is left to read) fit it later.
+    /// A buffer with room for `len` more bytes: the first one that has the room or can take
+    /// its memory back, else a fresh allocation, which replaces the least recently filled
+    /// buffer once the reader holds [`READ_BUFFERS_MAX`]. A fresh one is rounded up to a power
+    /// of two, so reads of other lengths (a read-ahead's size follows what is left to read) fit
+    /// it later.
     fn with_room(&mut self, len: usize) -> &mut BytesMut {
-        if !self.filling.try_reclaim(len) {
-            std::mem::swap(&mut self.filling, &mut self.other);
-            if !self.filling.try_reclaim(len) {
-                self.filling = BytesMut::with_capacity(len.next_power_of_two());
+        match self.buffers.iter_mut().position(|b| b.try_reclaim(len)) {
+            Some(free) => self.buffers[..=free].rotate_right(1),
+            None => {
+                if self.buffers.len() == READ_BUFFERS_MAX {
+                    self.buffers.pop();
+                }
+                self.buffers
+                    .insert(0, BytesMut::with_capacity(len.next_power_of_two()));
                 self.fresh_allocations += 1;
             }
         }
-        &mut self.filling
+        &mut self.buffers[0]
     }
 }
 
@@ -1563,5 +1569,34 @@ mod tests {
         assert!(reads > 40, "{reads} reads");
         let fresh = cursor.buffers.fresh_allocations;
         assert!(fresh <= 5, "{fresh} allocations for {reads} reads of 16 MB");
+    }
+
+    /// A read that starts in the read-ahead of the read before and fills two chunks after it
+    /// (now and then a capture's: see [`READ_BUFFERS_MAX`]) holds three buffers at once: the reader allocates
+    /// each once, then reuses them, and never holds more than [`READ_BUFFERS_MAX`].
+    #[test]
+    fn reads_that_hold_three_buffers_at_once_reuse_them() {
+        const CHUNK: usize = READ_CHUNK_BYTES as usize;
+        let mut buffers = ReadBuffers::default();
+        let fill = |buffers: &mut ReadBuffers| {
+            let buf = buffers.with_room(CHUNK);
+            buf.resize(CHUNK, 0);
+            buf.split().freeze()
+        };
+        // What the last read left as read-ahead, then a read of two chunks after it, whose
+        // events hold all three until the next read; a read of one chunk in between.
+        let mut read_ahead = fill(&mut buffers);
+        for read in 0..100 {
+            let chunks = if read % 3 == 0 { 1 } else { 2 };
+            let held: Vec<Bytes> = (0..chunks).map(|_| fill(&mut buffers)).collect();
+            read_ahead = held.last().expect("a chunk read").clone();
+            drop(held);
+            assert!(buffers.buffers.len() <= READ_BUFFERS_MAX);
+        }
+        drop(read_ahead);
+        assert_eq!(
+            buffers.fresh_allocations, 3,
+            "three buffers, each allocated once"
+        );
     }
 }
