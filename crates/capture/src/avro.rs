@@ -98,7 +98,7 @@ pub enum FieldValue<'a> {
 /// order.
 pub fn system_properties<'a>(
     record: &RecordView<'a>,
-) -> impl Iterator<Item = (&'static str, FieldValue<'a>)> + use<'a> {
+) -> impl Iterator<Item = (&'static str, FieldValue<'a>)> + Clone + use<'a> {
     let texts = [
         ("x-opt-partition-key", record.partition_key()),
         ("message-id", record.message_id()),
@@ -359,8 +359,9 @@ fn encode_head(out: &mut Vec<u8>, record: &RecordView<'_>, time: &mut EnqueuedTi
     put_bytes(out, time.text(record.enqueued_time_ms()).as_bytes());
     // A map is written as one block of its entries and the empty block that ends it (none
     // before the end for an empty map), as apache-avro and Azure write them.
-    let system = system_properties(record).count();
-    put_map(out, system, system_properties(record));
+    // The texts are read once, when the iterator is made; its clone only counts them.
+    let system = system_properties(record);
+    put_map(out, system.clone().count(), system);
     let data = properties(record);
     put_map(out, data.len(), data);
     // `Body`: branch 1 of `["null","bytes"]`.
@@ -423,18 +424,8 @@ fn put_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
 }
 
 /// `value` in decimal as an Avro `string`.
-fn put_decimal(out: &mut Vec<u8>, mut value: u64) {
-    let mut digits = [0_u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
-    }
-    put_bytes(out, &digits[at..]);
+fn put_decimal(out: &mut Vec<u8>, value: u64) {
+    put_bytes(out, itoa::Buffer::new().format(value).as_bytes());
 }
 
 /// `EnqueuedTimeUtc`'s text of the last second asked for: the events of one second share it,
