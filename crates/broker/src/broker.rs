@@ -809,6 +809,19 @@ impl Broker {
         Ok((hub, p, read))
     }
 
+    /// Keeps the batches partition `partition` of `hub` appends from now on in memory for a
+    /// reader that follows its end, until the follower is dropped
+    /// ([`tributary_log::PartitionLog::follow_tail`]).
+    pub fn follow_tail(
+        &self,
+        hub: &str,
+        partition: &str,
+    ) -> Result<tributary_log::TailFollower, BrokerError> {
+        let hub = self.hub(hub)?;
+        let p = hub.partition(partition)?;
+        Ok(hub.partitions[p as usize].log.follow_tail())
+    }
+
     /// Waits until partition `partition` of `hub` has an event at or after `sequence`, or
     /// `wait` passes. Returns whether one is there. For long-polling readers without a receiver.
     pub async fn wait_for_sequence(

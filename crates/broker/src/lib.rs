@@ -85,5 +85,5 @@ pub use source::BrokerSource;
 pub use tributary_event::SendTarget;
 pub use tributary_log::{
     CleanupPolicy, CompactionOutcome, CompactionState, Durability, DurationCounts, LogConfig,
-    LogError, PartitionProperties, ReadCursor, RecordView, RecordsRead, SyncTimes,
+    LogError, PartitionProperties, ReadCursor, RecordView, RecordsRead, SyncTimes, TailFollower,
 };

@@ -32,7 +32,7 @@
 
 use std::sync::Arc;
 
-use tributary_broker::{Broker, ReadCursor, RecordsRead};
+use tributary_broker::{Broker, ReadCursor, RecordsRead, TailFollower};
 use tributary_event::{Clock, EventPosition};
 
 use crate::avro::record_bytes;
@@ -81,6 +81,9 @@ pub struct PartitionCapture {
     cursor: ReadCursor,
     /// The last read's records, read in place; its memory is reused by the next read.
     records: RecordsRead,
+    /// Keeps the partition's newest batches in memory for the capture's reads, from its first
+    /// read on (see [`Broker::follow_tail`]).
+    tail: Option<TailFollower>,
     window: Option<OpenWindow>,
     /// Called with each file's notification once the file is durable and before the progress
     /// moves past it (see [`PartitionCapture::on_file`]).
@@ -130,6 +133,7 @@ impl PartitionCapture {
             read_next: 0,
             cursor: ReadCursor::new(0),
             records: RecordsRead::new(),
+            tail: None,
             window: None,
             on_file: None,
         })
@@ -345,6 +349,10 @@ impl PartitionCapture {
             self.cursor = ReadCursor::new(self.read_next);
         }
         let t = &self.target;
+        if self.tail.is_none() {
+            // The hub is there: the read below would fail first if it were not.
+            self.tail = self.broker.follow_tail(&t.hub, &t.partition).ok();
+        }
         let read = self.broker.read_records_from(
             &t.hub,
             &t.partition,

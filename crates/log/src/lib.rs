@@ -11,7 +11,9 @@
 //! [`PartitionLog::read`] returns owned events; [`PartitionLog::read_records`] keeps the
 //! records as stored and reads each field in place ([`RecordsRead`], [`RecordView`]), for a
 //! reader that only passes events on. Both check every batch's CRC32C and every record whole
-//! before handing anything out.
+//! before handing anything out. While a [`TailFollower`] lives ([`PartitionLog::follow_tail`]:
+//! a capture), the partition keeps its newest batches in memory as written, and reads take
+//! them from there rather than the file (and need not check their CRC32C again).
 //!
 //! # Durability
 //! [`Durability::Fsync`] (the default) acknowledges an append only after `fdatasync` has covered
@@ -82,6 +84,7 @@ mod segment;
 pub mod storage;
 mod swap;
 mod sync_times;
+mod tail;
 
 pub use commit::GroupCommitter;
 pub use compaction::{CompactionOutcome, CompactionState};
@@ -94,4 +97,5 @@ pub use partition::{
 pub use record::DecodeError;
 pub use records::{RecordView, RecordsRead};
 pub use sync_times::{DurationCounts, DurationHistogram, SYNC_TIME_BOUNDS_MICROS, SyncTimes};
+pub use tail::TailFollower;
 pub use tributary_event::{Clock, ManualClock, SystemClock};

@@ -40,6 +40,15 @@ pub const READ_CHUNK_BYTES: u32 = 1024 * 1024;
 /// then a read needs a second one while the read-ahead and the first are held.
 pub const READ_BUFFERS_MAX: usize = 3;
 
+/// The most bytes of its newest batches a partition keeps in memory while a reader follows
+/// its end (`crate::TailFollower`): at 100 MB/s of ingest, the last third of a second. A
+/// follower further behind reads the file.
+pub const TAIL_BYTES_MAX: usize = 32 * 1024 * 1024;
+
+/// How many buffers of batches no longer kept a followed partition holds for its next
+/// batches (`crate::TailFollower`): about what a follower's reads hold at once.
+pub const TAIL_SPARE_BUFFERS_MAX: usize = 64;
+
 /// A reader's first read asks for this much (or one whole batch, if larger); each further read
 /// asks for twice the last, up to [`READ_CHUNK_BYTES`]. A reader that goes on reads ahead in
 /// large chunks after a few reads; one that wants a single event where the page cache holds

@@ -33,6 +33,7 @@ use crate::record::{
 };
 use crate::segment::*;
 use crate::storage::{FileSystem, OpenMode, OsStorage, Storage};
+use crate::tail::{TailCache, TailFollower};
 use tributary_event::Clock;
 
 /// Called once per append with its outcome: the receipt when the append is acknowledged, or the
@@ -249,6 +250,8 @@ pub(crate) struct PartitionShared {
     pub(crate) maintenance: Mutex<()>,
     /// Compaction's progress (a lock of its own, so metrics never wait for a run).
     pub(crate) compaction_book: Mutex<CompactionBook>,
+    /// The newest batches, kept while a reader follows the end (see `crate::tail`).
+    tail: Arc<TailCache>,
     /// Holds the partition directory's lock file open (and so locked) while the log is open.
     _lock: Box<dyn std::fmt::Debug + Send + Sync>,
 }
@@ -422,6 +425,7 @@ impl PartitionLog {
                 cleanup: RwLock::new(config.cleanup),
                 maintenance: Mutex::new(()),
                 compaction_book: Mutex::new(book),
+                tail: Arc::default(),
                 _lock: lock,
             }),
         })
@@ -480,6 +484,14 @@ impl PartitionLog {
     /// What readers can currently see.
     pub fn committed(&self) -> Committed {
         *self.shared.committed.lock().expect("committed lock")
+    }
+
+    /// Keeps the batches appended from now on in memory, the newest
+    /// [`crate::limits::TAIL_BYTES_MAX`] of them, until the follower is dropped: for a reader
+    /// that follows the end of the log (a capture), which then reads them from memory instead
+    /// of the file (see `crate::tail`).
+    pub fn follow_tail(&self) -> TailFollower {
+        self.shared.tail.follow()
     }
 
     /// Appends `events` as one batch and blocks until it is acknowledged under the configured
@@ -603,7 +615,15 @@ impl PartitionLog {
         let position = active.contents.read().expect("segment lock").end_position;
         let batch_offset = active.header.base_offset + position;
         let mut offsets = Vec::with_capacity(events.len());
-        let mut buf = ENCODE_BUF.take();
+        // A followed partition keeps the batch's buffer (see `crate::tail`): one of its own
+        // spare ones, sized for the batch, instead of the thread's.
+        let keep = self.shared.tail.is_followed();
+        let mut buf = if keep {
+            let len = usize::try_from(batch_len_at_most).expect("a batch fits memory");
+            self.shared.tail.buffer(len)
+        } else {
+            ENCODE_BUF.take()
+        };
         encode_batch(
             &mut buf,
             batch_offset,
@@ -621,7 +641,11 @@ impl PartitionLog {
         self.preallocate(writer, position + batch_len);
         let written = active.file.write_all_at(&buf, position);
         let header = BatchHeader::decode(&buf).expect("encoded header decodes");
-        if buf.capacity() <= ENCODE_BUF_KEPT_BYTES {
+        if keep {
+            if written.is_ok() {
+                self.shared.tail.keep(active.id, position, buf);
+            }
+        } else if buf.capacity() <= ENCODE_BUF_KEPT_BYTES {
             ENCODE_BUF.set(buf);
         }
         if let Err(e) = written {
@@ -917,7 +941,10 @@ impl PartitionLog {
                 };
                 (limit_position(&segment, &contents, &committed), start)
             };
-            read_segment(&segment, start, limit, cursor, max_events, max_bytes, out)?;
+            let tail = &self.shared.tail;
+            read_segment(
+                &segment, tail, start, limit, cursor, max_events, max_bytes, out,
+            )?;
             if out.is_empty() && cursor.next_sequence == before {
                 // Nothing at or after the cursor in this segment: compaction removed the rest
                 // of it. Go on at the next segment (or stop, at the end of the log).
@@ -1127,8 +1154,10 @@ fn limit_position(segment: &Segment, contents: &SegmentContents, committed: &Com
 }
 
 /// Reads batches from `start` to `limit` in one segment into `out`, advancing `cursor`.
+#[allow(clippy::too_many_arguments)]
 fn read_segment(
     segment: &Segment,
+    tail: &TailCache,
     start: u64,
     limit: u64,
     cursor: &mut ReadCursor,
@@ -1139,14 +1168,16 @@ fn read_segment(
     let mut position = start;
     let mut bytes_read = 0u64;
     let (mut chunk, mut chunk_start) = take_read_ahead(cursor, segment, position);
+    // Whether `chunk` is a batch kept in memory as written (see `crate::tail`): its checksum
+    // is not computed again.
+    let mut chunk_kept = false;
     while position < limit && out.len() < max_events && (out.is_empty() || bytes_read < max_bytes) {
         // Each read of the file starts at a batch: where the bytes read end inside a batch's
         // header or body, the next read starts again at that batch, so the batches of a call
         // come from at most a few reads, whose buffers `ReadBuffers` can take back.
         let room = max_bytes.saturating_sub(bytes_read);
         if position + BATCH_HEADER_BYTES as u64 > chunk_start + chunk.len() as u64 {
-            let at_least = BATCH_HEADER_BYTES as u64;
-            chunk = read_chunk(cursor, segment, position, limit, room, at_least)?;
+            (chunk, chunk_kept) = chunk_at(tail, cursor, segment, position, limit, room)?;
             chunk_start = position;
         }
         let header = BatchHeader::decode(&chunk[(position - chunk_start) as usize..])
@@ -1162,11 +1193,14 @@ fn read_segment(
         if position + len > chunk_start + chunk.len() as u64 {
             chunk = read_chunk(cursor, segment, position, limit, room, len)?;
             chunk_start = position;
+            chunk_kept = false;
         }
         let at = (position - chunk_start) as usize;
         let batch = chunk.slice(at..at + len as usize);
-        verify_checksum(&batch, &header)
-            .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
+        if !chunk_kept {
+            verify_checksum(&batch, &header)
+                .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
+        }
         if header.next_sequence() <= cursor.next_sequence {
             // A batch before the cursor (the index entry lies before it): step over it.
             position += len;
@@ -1201,6 +1235,23 @@ fn read_segment(
         cursor.read_ahead = Some((segment.id, chunk_start, chunk));
     }
     Ok(())
+}
+
+/// The bytes at `position` of `segment` on: the batch kept there in memory, if it is (and
+/// `true`), else what [`read_chunk`] reads of the file.
+fn chunk_at(
+    tail: &TailCache,
+    cursor: &mut ReadCursor,
+    segment: &Segment,
+    position: u64,
+    limit: u64,
+    room: u64,
+) -> Result<(Bytes, bool), LogError> {
+    if let Some(batch) = tail.batch_at(segment.id, position) {
+        return Ok((batch, true));
+    }
+    let at_least = BATCH_HEADER_BYTES as u64;
+    read_chunk(cursor, segment, position, limit, room, at_least).map(|chunk| (chunk, false))
 }
 
 /// The cursor's read-ahead bytes, if they cover `position` in `segment`; else nothing.
@@ -1569,6 +1620,70 @@ mod tests {
         assert!(reads > 40, "{reads} reads");
         let fresh = cursor.buffers.fresh_allocations;
         assert!(fresh <= 5, "{fresh} allocations for {reads} reads of 16 MB");
+    }
+
+    /// While a reader follows the end, the batches appended since are read from memory as
+    /// written: damage to the file under them goes unseen (the file is not read there) until
+    /// the follower is gone, when a read of them finds it.
+    #[test]
+    fn a_follower_reads_the_batches_appended_since_from_memory() {
+        let (dir, log) = log_without_syncs();
+        let batch = |from: usize| -> Vec<EventData> {
+            (from..from + 10)
+                .map(|i| EventData::new(format!("event {i:04}")))
+                .collect()
+        };
+        let read_on = |log: &PartitionLog, cursor: &mut ReadCursor| {
+            let mut records = RecordsRead::new();
+            let mut bodies = Vec::new();
+            loop {
+                log.read_records(cursor, 7, 1 << 20, &mut records)?;
+                if records.is_empty() {
+                    return Ok::<_, LogError>(bodies);
+                }
+                bodies.extend(records.iter().map(|r| r.body().to_vec()));
+            }
+        };
+        let bodies = |range: std::ops::Range<usize>| -> Vec<Vec<u8>> {
+            range
+                .map(|i| format!("event {i:04}").into_bytes())
+                .collect()
+        };
+        log.append(&batch(0)).expect("appended");
+        let mut follower_cursor = ReadCursor::new(0);
+        assert_eq!(
+            read_on(&log, &mut follower_cursor).expect("read"),
+            bodies(0..10)
+        );
+
+        let follower = log.follow_tail();
+        log.append(&batch(10)).expect("appended");
+        log.append(&batch(20)).expect("appended");
+        // A byte of the last batch's last body, flipped in the file.
+        let segment = std::fs::read_dir(dir.path())
+            .expect("the log's directory")
+            .map(|e| e.expect("an entry").path())
+            .find(|p| p.extension().is_some_and(|x| x == "log"))
+            .expect("a segment file");
+        let end = log.committed().end_offset;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&segment)
+            .expect("opens");
+        std::os::unix::fs::FileExt::write_all_at(&file, b"X", end - 1).expect("damaged");
+        assert_eq!(
+            read_on(&log, &mut follower_cursor).expect("read from memory"),
+            bodies(10..30)
+        );
+
+        drop(follower);
+        assert!(
+            matches!(
+                read_on(&log, &mut ReadCursor::new(10)),
+                Err(LogError::Corrupted { .. })
+            ),
+            "read from the file, the damage is found"
+        );
     }
 
     /// A read that starts in the read-ahead of the read before and fills two chunks after it
