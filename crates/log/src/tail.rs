@@ -22,8 +22,8 @@
 //! position in it): the appender keeps it only after its write succeeded, committed bytes of a
 //! segment never change (compaction writes a new segment, with a new id), and positions are
 //! never reused in a segment. A reader still reads only below the committed end, so a kept
-//! batch that is not yet durable is never read; and it verified nothing by skipping the
-//! checksum, since the bytes never left memory.
+//! batch that is not yet durable is never read. Not computing a kept batch's checksum again
+//! skips no check of the disk: its bytes never came from there.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -117,6 +117,12 @@ impl TailCache {
             kept.clear();
             return;
         }
+        debug_assert!(
+            kept.batches
+                .back()
+                .is_none_or(|last| (last.segment_id, last.position) < (segment_id, position)),
+            "batches are kept in the order written"
+        );
         kept.bytes += bytes.len();
         kept.batches.push_back(KeptBatch {
             segment_id,
