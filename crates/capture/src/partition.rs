@@ -350,7 +350,7 @@ impl PartitionCapture {
         }
         let t = &self.target;
         if self.tail.is_none() {
-            // The hub is there: the read below would fail first if it were not.
+            // Where the hub is not there, the read below fails too; the next read tries again.
             self.tail = self.broker.follow_tail(&t.hub, &t.partition).ok();
         }
         let read = self.broker.read_records_from(
