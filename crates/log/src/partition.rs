@@ -119,10 +119,10 @@ pub struct ReadCursor {
     next_sequence: i64,
     hint: Option<ReadHint>,
     buffers: ReadBuffers,
-    /// Bytes already read past what the last call consumed: `(segment id, file position of
-    /// its first byte, bytes)`. Committed bytes of a segment file never change, so they stay
-    /// valid (compaction writes a new file, with a new id).
-    read_ahead: Option<(u64, u64, Bytes)>,
+    /// Bytes already read past what the last call consumed, and the id of their segment.
+    /// Committed bytes of a segment file never change, so they stay valid (compaction writes a
+    /// new file, with a new id).
+    read_ahead: Option<(u64, Chunk)>,
     /// What the next read of the file asks for at most: small for a new reader, growing as it
     /// goes on.
     read_chunk: ReadChunk,
@@ -1153,6 +1153,24 @@ fn limit_position(segment: &Segment, contents: &SegmentContents, committed: &Com
     contents.end_position.min(committed_local)
 }
 
+/// Bytes of a segment read at once: a stretch of its file, or a batch kept in memory as
+/// written (see `crate::tail`).
+#[derive(Debug, Clone, Default)]
+struct Chunk {
+    /// The file position of its first byte.
+    start: u64,
+    bytes: Bytes,
+    /// Whether it is a kept batch, whose checksum is not computed again: its bytes never came
+    /// from the disk.
+    kept: bool,
+}
+
+impl Chunk {
+    fn end(&self) -> u64 {
+        self.start + self.bytes.len() as u64
+    }
+}
+
 /// Reads batches from `start` to `limit` in one segment into `out`, advancing `cursor`.
 #[allow(clippy::too_many_arguments)]
 fn read_segment(
@@ -1167,20 +1185,25 @@ fn read_segment(
 ) -> Result<(), LogError> {
     let mut position = start;
     let mut bytes_read = 0u64;
-    let (mut chunk, mut chunk_start) = take_read_ahead(cursor, segment, position);
-    // Whether `chunk` is a batch kept in memory as written (see `crate::tail`): its checksum
-    // is not computed again.
-    let mut chunk_kept = false;
+    let mut chunk = take_read_ahead(cursor, segment, position);
     while position < limit && out.len() < max_events && (out.is_empty() || bytes_read < max_bytes) {
         // Each read of the file starts at a batch: where the bytes read end inside a batch's
         // header or body, the next read starts again at that batch, so the batches of a call
         // come from at most a few reads, whose buffers `ReadBuffers` can take back.
         let room = max_bytes.saturating_sub(bytes_read);
-        if position + BATCH_HEADER_BYTES as u64 > chunk_start + chunk.len() as u64 {
-            (chunk, chunk_kept) = chunk_at(tail, cursor, segment, position, limit, room)?;
-            chunk_start = position;
+        if position + BATCH_HEADER_BYTES as u64 > chunk.end() {
+            chunk = chunk_at(
+                tail,
+                cursor,
+                segment,
+                position,
+                limit,
+                room,
+                BATCH_HEADER_BYTES as u64,
+            )?;
         }
-        let header = BatchHeader::decode(&chunk[(position - chunk_start) as usize..])
+        let at = (position - chunk.start) as usize;
+        let header = BatchHeader::decode(&chunk.bytes[at..])
             .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
         let len = u64::from(header.batch_len);
         if position + len > limit {
@@ -1190,14 +1213,12 @@ fn read_segment(
                 "batch runs past the committed end",
             ));
         }
-        if position + len > chunk_start + chunk.len() as u64 {
-            chunk = read_chunk(cursor, segment, position, limit, room, len)?;
-            chunk_start = position;
-            chunk_kept = false;
+        if position + len > chunk.end() {
+            chunk = chunk_at(tail, cursor, segment, position, limit, room, len)?;
         }
-        let at = (position - chunk_start) as usize;
-        let batch = chunk.slice(at..at + len as usize);
-        if !chunk_kept {
+        let at = (position - chunk.start) as usize;
+        let batch = chunk.bytes.slice(at..at + len as usize);
+        if !chunk.kept {
             verify_checksum(&batch, &header)
                 .map_err(|e| LogError::corrupted(&segment.path, position, e))?;
         }
@@ -1231,14 +1252,17 @@ fn read_segment(
             break;
         }
     }
-    if position < chunk_start + chunk.len() as u64 {
-        cursor.read_ahead = Some((segment.id, chunk_start, chunk));
+    if position < chunk.end() {
+        cursor.read_ahead = Some((segment.id, chunk));
     }
     Ok(())
 }
 
-/// The bytes at `position` of `segment` on: the batch kept there in memory, if it is (and
-/// `true`), else what [`read_chunk`] reads of the file.
+/// The bytes at `position` of `segment` on, at least `at_least` of them: the batch kept there
+/// in memory, if it is, else what [`read_chunk`] reads of the file. A read of the file ends
+/// where its chunk does, usually inside a batch; looking the batch there up among the kept
+/// ones first lets a reader that read the file go back to the kept batches once it reaches
+/// them.
 fn chunk_at(
     tail: &TailCache,
     cursor: &mut ReadCursor,
@@ -1246,23 +1270,39 @@ fn chunk_at(
     position: u64,
     limit: u64,
     room: u64,
-) -> Result<(Bytes, bool), LogError> {
-    if let Some(batch) = tail.batch_at(segment.id, position) {
-        return Ok((batch, true));
+    at_least: u64,
+) -> Result<Chunk, LogError> {
+    if let Some(batch) = tail
+        .batch_at(segment.id, position)
+        .filter(|batch| batch.len() as u64 >= at_least)
+    {
+        return Ok(Chunk {
+            start: position,
+            bytes: batch,
+            kept: true,
+        });
     }
-    let at_least = BATCH_HEADER_BYTES as u64;
-    read_chunk(cursor, segment, position, limit, room, at_least).map(|chunk| (chunk, false))
+    let bytes = read_chunk(cursor, segment, position, limit, room, at_least)?;
+    Ok(Chunk {
+        start: position,
+        bytes,
+        kept: false,
+    })
 }
 
-/// The cursor's read-ahead bytes, if they cover `position` in `segment`; else nothing.
-fn take_read_ahead(cursor: &mut ReadCursor, segment: &Segment, position: u64) -> (Bytes, u64) {
+/// The cursor's read-ahead bytes, if they cover `position` in `segment`; else an empty chunk
+/// there.
+fn take_read_ahead(cursor: &mut ReadCursor, segment: &Segment, position: u64) -> Chunk {
     match cursor.read_ahead.take() {
-        Some((id, at, bytes))
-            if id == segment.id && at <= position && position < at + bytes.len() as u64 =>
+        Some((id, chunk))
+            if id == segment.id && chunk.start <= position && position < chunk.end() =>
         {
-            (bytes, at)
+            chunk
         }
-        _ => (Bytes::new(), position),
+        _ => Chunk {
+            start: position,
+            ..Chunk::default()
+        },
     }
 }
 
@@ -1622,6 +1662,22 @@ mod tests {
         assert!(fresh <= 5, "{fresh} allocations for {reads} reads of 16 MB");
     }
 
+    /// Flips the last committed byte (the last batch's last body) in the file of the log's
+    /// only segment, behind the log's back.
+    fn damage_last_byte(dir: &Path, log: &PartitionLog) {
+        let segment = std::fs::read_dir(dir)
+            .expect("the log's directory")
+            .map(|e| e.expect("an entry").path())
+            .find(|p| p.extension().is_some_and(|x| x == "log"))
+            .expect("a segment file");
+        let end = log.committed().end_offset;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&segment)
+            .expect("opens");
+        std::os::unix::fs::FileExt::write_all_at(&file, b"X", end - 1).expect("damaged");
+    }
+
     /// While a reader follows the end, the batches appended since are read from memory as
     /// written: damage to the file under them goes unseen (the file is not read there) until
     /// the follower is gone, when a read of them finds it.
@@ -1659,18 +1715,7 @@ mod tests {
         let follower = log.follow_tail();
         log.append(&batch(10)).expect("appended");
         log.append(&batch(20)).expect("appended");
-        // A byte of the last batch's last body, flipped in the file.
-        let segment = std::fs::read_dir(dir.path())
-            .expect("the log's directory")
-            .map(|e| e.expect("an entry").path())
-            .find(|p| p.extension().is_some_and(|x| x == "log"))
-            .expect("a segment file");
-        let end = log.committed().end_offset;
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&segment)
-            .expect("opens");
-        std::os::unix::fs::FileExt::write_all_at(&file, b"X", end - 1).expect("damaged");
+        damage_last_byte(dir.path(), &log);
         assert_eq!(
             read_on(&log, &mut follower_cursor).expect("read from memory"),
             bodies(10..30)
@@ -1684,6 +1729,39 @@ mod tests {
             ),
             "read from the file, the damage is found"
         );
+    }
+
+    /// A reader whose read of the file ends inside a kept batch (a chunk's end rarely falls
+    /// between batches) takes that batch and the ones after it from memory: it does not stay
+    /// on the file until it catches up with the end.
+    #[test]
+    fn a_read_of_the_file_goes_on_in_the_kept_batches() {
+        let (dir, log) = log_without_syncs();
+        let body = |i: usize| format!("{i:04}").repeat(750).into_bytes();
+        let batch = |from: usize| -> Vec<EventData> {
+            (from..from + 10).map(|i| EventData::new(body(i))).collect()
+        };
+        // About 30 KiB a batch: the first read of the file (64 KiB, what the reads below ask
+        // for) holds the batch written before the follower came and part of the next.
+        log.append(&batch(0)).expect("appended");
+        let _follower = log.follow_tail();
+        for from in [10, 20, 30, 40] {
+            log.append(&batch(from)).expect("appended");
+        }
+        damage_last_byte(dir.path(), &log);
+
+        let mut cursor = ReadCursor::new(0);
+        let mut records = RecordsRead::new();
+        let mut bodies = Vec::new();
+        loop {
+            log.read_records(&mut cursor, 1_000, 64 * 1024, &mut records)
+                .expect("the damaged batch is read from memory, not the file");
+            if records.is_empty() {
+                break;
+            }
+            bodies.extend(records.iter().map(|r| r.body().to_vec()));
+        }
+        assert_eq!(bodies, (0..50).map(body).collect::<Vec<_>>());
     }
 
     /// A read that starts in the read-ahead of the read before and fills two chunks after it
