@@ -45,9 +45,11 @@ pub const READ_BUFFERS_MAX: usize = 3;
 /// follower further behind reads the file.
 pub const TAIL_BYTES_MAX: usize = 32 * 1024 * 1024;
 
-/// How many buffers of batches no longer kept a followed partition holds for its next
-/// batches (`crate::TailFollower`): about what a follower's reads hold at once.
-pub const TAIL_SPARE_BUFFERS_MAX: usize = 64;
+/// How many bytes of buffers of batches no longer kept a followed partition holds for its next
+/// batches (`crate::TailFollower`): the appender takes one per batch and the batches dropped
+/// give one back each, so a few suffice; more absorb a follower's read holding many batches
+/// at once (a capture's holds 1,024 events at most).
+pub const TAIL_SPARE_BYTES_MAX: usize = 8 * 1024 * 1024;
 
 /// A reader's first read asks for this much (or one whole batch, if larger); each further read
 /// asks for twice the last, up to [`READ_CHUNK_BYTES`]. A reader that goes on reads ahead in

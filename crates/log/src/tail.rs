@@ -13,9 +13,9 @@
 //! Only while at least one [`TailFollower`] of the partition lives: the appender then keeps
 //! each batch it wrote, the newest [`TAIL_BYTES_MAX`] of them (a batch larger than that is not
 //! kept), and the buffers of batches dropped since, for its next batches (at most
-//! [`TAIL_SPARE_BUFFERS_MAX`]). When the last follower is dropped all of it goes, so a
+//! [`TAIL_SPARE_BYTES_MAX`] of them). When the last follower is dropped all of it goes, so a
 //! partition nobody follows holds nothing, and a follower further behind than the kept
-//! batches reads the file as before.
+//! batches reads the file until it reaches them.
 //!
 //! # Guarantees
 //! A kept batch is the exact bytes written at its place (a segment's id and the batch's
@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 
-use crate::limits::{TAIL_BYTES_MAX, TAIL_SPARE_BUFFERS_MAX};
+use crate::limits::{TAIL_BYTES_MAX, TAIL_SPARE_BYTES_MAX};
 
 /// A batch as written: where, and its bytes.
 #[derive(Debug)]
@@ -49,8 +49,8 @@ pub(crate) struct TailCache {
     kept: Mutex<KeptBatches>,
     /// The buffers of batches dropped by the cache and by every reader, for the appender's
     /// next batches: memory it has, not fresh memory to fault in (at most
-    /// [`TAIL_SPARE_BUFFERS_MAX`]; none while nobody follows).
-    spare: Mutex<Vec<Vec<u8>>>,
+    /// [`TAIL_SPARE_BYTES_MAX`] of them; none while nobody follows).
+    spare: Mutex<SpareBuffers>,
 }
 
 /// A kept batch's memory: back to its cache's spare buffers once the last reference to the
@@ -75,6 +75,13 @@ impl Drop for KeptBuffer {
 }
 
 #[derive(Debug, Default)]
+struct SpareBuffers {
+    buffers: Vec<Vec<u8>>,
+    /// Their capacities, summed.
+    bytes: usize,
+}
+
+#[derive(Debug, Default)]
 struct KeptBatches {
     /// In the order written: by segment id (a later segment has a larger one), then position.
     batches: VecDeque<KeptBatch>,
@@ -90,17 +97,22 @@ impl TailCache {
     /// An empty buffer for the next batch, with room for `len` bytes: a spare one if it has
     /// the room.
     pub(crate) fn buffer(&self, len: usize) -> Vec<u8> {
-        match self.spare.lock().expect("spare lock").pop() {
-            Some(buffer) if buffer.capacity() >= len => buffer,
-            _ => Vec::with_capacity(len),
+        let mut spare = self.spare.lock().expect("spare lock");
+        if let Some(buffer) = spare.buffers.pop() {
+            spare.bytes -= buffer.capacity();
+            if buffer.capacity() >= len {
+                return buffer;
+            }
         }
+        Vec::with_capacity(len)
     }
 
     fn give_back(&self, mut buffer: Vec<u8>) {
         let mut spare = self.spare.lock().expect("spare lock");
-        if self.is_followed() && spare.len() < TAIL_SPARE_BUFFERS_MAX {
+        if self.is_followed() && spare.bytes + buffer.capacity() <= TAIL_SPARE_BYTES_MAX {
             buffer.clear();
-            spare.push(buffer);
+            spare.bytes += buffer.capacity();
+            spare.buffers.push(buffer);
         }
     }
 
@@ -161,8 +173,14 @@ impl TailCache {
         if self.followers.fetch_sub(1, Ordering::AcqRel) == 1 {
             kept.clear();
             drop(kept);
-            self.spare.lock().expect("spare lock").clear();
+            *self.spare.lock().expect("spare lock") = SpareBuffers::default();
         }
+    }
+
+    /// How many bytes the spare buffers hold.
+    #[cfg(test)]
+    pub(crate) fn spare_bytes(&self) -> usize {
+        self.spare.lock().expect("spare lock").bytes
     }
 
     /// How many bytes of batches are kept.
@@ -241,6 +259,27 @@ mod tests {
         assert_eq!(cache.kept_bytes(), 0, "the last follower took them with it");
         assert_eq!(cache.buffer(1).capacity(), 1, "and the spare buffers");
         assert_eq!(cache.batch_at(2, 64), None);
+    }
+
+    #[test]
+    fn the_spare_buffers_hold_at_most_their_bound() {
+        let cache = Arc::new(TailCache::default());
+        let _follower = cache.follow();
+        let len = 1024 * 1024;
+        let batches = 2 * (TAIL_BYTES_MAX + TAIL_SPARE_BYTES_MAX) / len;
+        for i in 0..batches as u64 {
+            // Fresh memory each time, as if a reader held every spare buffer.
+            cache.keep(1, i * len as u64, batch(len));
+        }
+        let spare = cache.spare_bytes();
+        assert!(
+            spare > 0 && spare <= TAIL_SPARE_BYTES_MAX,
+            "{spare} bytes of spare buffers"
+        );
+        assert!(cache.kept_bytes() <= TAIL_BYTES_MAX);
+        let reused = cache.buffer(len);
+        assert!(reused.capacity() >= len && reused.is_empty());
+        assert_eq!(cache.spare_bytes(), spare - reused.capacity());
     }
 
     #[test]
