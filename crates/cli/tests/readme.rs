@@ -201,6 +201,18 @@ impl Flow {
 }
 
 /// Ctrl-C for `child`.
+/// Whether this process ignores SIGINT (its children inherit that, even across `exec`):
+/// the `SigIgn` mask of `/proc/self/status`, in which signal n is bit n - 1.
+fn sigint_ignored() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let mask = status
+        .lines()
+        .find_map(|line| line.strip_prefix("SigIgn:"))
+        .map(|hex| u64::from_str_radix(hex.trim(), 16).unwrap())
+        .expect("a SigIgn line");
+    mask & (1 << (2 - 1)) != 0
+}
+
 fn interrupt(child: &Child) {
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
@@ -250,6 +262,13 @@ fn assigned_variable(command: &str) -> Option<&str> {
 
 #[test]
 fn every_readme_command_runs_in_the_readmes_order_against_a_running_serve() {
+    assert!(
+        !sigint_ignored(),
+        "SIGINT is ignored in this process, so the commands it starts would ignore the Ctrl-C \
+         that stops them and the test would wait forever: run the tests from a shell that does \
+         not ignore it (a non-interactive shell ignores it in the commands it puts in the \
+         background with `&`; use a subshell with job control, `set -m`, or a foreground run)"
+    );
     let temporary = tempfile::tempdir().unwrap();
     let mut flow = Flow::new(temporary.path());
     let commands = readme_commands();
