@@ -200,7 +200,6 @@ impl Flow {
     }
 }
 
-/// Ctrl-C for `child`.
 /// Whether this process ignores SIGINT (its children inherit that, even across `exec`):
 /// the `SigIgn` mask of `/proc/self/status`, in which signal n is bit n - 1.
 fn sigint_ignored() -> bool {
@@ -213,6 +212,7 @@ fn sigint_ignored() -> bool {
     mask & (1 << (2 - 1)) != 0
 }
 
+/// Ctrl-C for `child`.
 fn interrupt(child: &Child) {
     let status = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
