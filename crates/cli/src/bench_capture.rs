@@ -40,6 +40,10 @@
 //!    33 %), and its lag grows by `f` s every second. An event still in no file at the end (the
 //!    open window's) counts with the time it has waited so far, a lower bound.
 //!
+//! Last, with the hub shut, the **floor** ([`floor`]): what copying a body from memory another
+//! thread wrote costs this machine, the one part of a capture's work its code cannot remove,
+//! beside phase 1's hub.
+//!
 //! CPU time is `CLOCK_PROCESS_CPUTIME_ID` for the process and `CLOCK_THREAD_CPUTIME_ID` for the
 //! capture's threads (nanoseconds), so short runs still measure; CPU per event holds better
 //! than rates on a busy machine.
@@ -65,6 +69,7 @@ use tributary_event::{EventData, EventPosition, SendTarget};
 use crate::args::BenchArgs;
 use crate::bench_silent::verdict;
 
+mod floor;
 mod served;
 
 const HUB: &str = "captured";
@@ -125,7 +130,7 @@ pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
     // First, while the machine's memory and the log are as fresh as they will be for the
     // phases after it: on this machine a hub's writes grow slower as a run writes more (see
     // BENCHMARKS.md), which would flatter a capture measured later against it.
-    together(&broker, args, &capture, ingest_for).await?;
+    let live = together(&broker, args, &capture, ingest_for).await?;
     capture.catch_up().await?;
     capture.empty_published_files().await;
     served::served(&broker, args, &capture, ingest_for).await?;
@@ -161,7 +166,23 @@ pub async fn run(args: &BenchArgs, root: &Path) -> Result<()> {
     capture.empty_published_files().await;
     capture.stop().await;
     broker.shutdown().await?;
+    print_copy_floor(&live, args.quick);
     Ok(())
+}
+
+/// The floor under the capture's CPU per event on this machine (see [`floor`]), against the
+/// phase-1 hub's CPU per ingested event and the target's share of it.
+fn print_copy_floor(live: &CpuRatio, quick: bool) {
+    let floor = floor::measure(quick);
+    let bar_ns = live.hub_ns * CPU_RATIO_TARGET;
+    println!(
+        "capture floor   a {EVENT_BYTES} B body copied into a write buffer from memory another thread wrote: {:.2} µs of CPU ({:.2} µs from this thread's own writes) = {:.1} % of the phase-1 hub's per ingested event; the target leaves {:.2} µs a captured event, {:.2} µs of it beyond that copy, for reading, encoding and writing",
+        floor.other_thread_ns / 1e3,
+        floor.own_ns / 1e3,
+        floor.other_thread_ns / live.hub_ns * 100.0,
+        bar_ns / 1e3,
+        (bar_ns - floor.other_thread_ns) / 1e3,
+    );
 }
 
 /// The run's conditions, before its first figure.
@@ -185,13 +206,13 @@ fn print_conditions(args: &BenchArgs, durability: tributary_log::Durability) {
 
 /// Phase 1: sends as fast as the hub takes them for `duration` with the capture following;
 /// reports the capture's CPU per captured event against the hub's per ingested event, both in
-/// this phase.
+/// this phase, and returns both.
 async fn together(
     broker: &Broker,
     args: &BenchArgs,
     capture: &CaptureThread,
     duration: Duration,
-) -> Result<()> {
+) -> Result<CpuRatio> {
     let cpu_before = process_cpu_ns();
     let before = capture.following_cost();
     capture.set_stepping(true).await?;
@@ -207,7 +228,7 @@ async fn together(
         cost.events,
         ratio.describe("the process's less the capture's"),
     );
-    Ok(())
+    Ok(ratio)
 }
 
 /// The capture's CPU per captured event against the hub's per ingested event over one phase,

@@ -1,6 +1,7 @@
 //! `tributary bench --scenario capture --quick`: the five phases run (the served one's producers
 //! in a child process) and print their lines, each with finite, positive figures and a verdict
-//! against its target; a size window Azure would refuse is refused.
+//! against its target, and the floor line its figures; a size window Azure would refuse is
+//! refused.
 
 mod common;
 
@@ -36,6 +37,9 @@ fn quick_capture_bench_prints_its_cpu_ratio_and_lag() {
         ("capture lag", "p50"),
         ("capture lag", "p99"),
         ("capture lag", "over"),
+        ("capture floor", "thread wrote:"),
+        ("capture floor", "of CPU ("),
+        ("capture floor", "the target leaves"),
     ];
     for (line, label) in figures {
         let value = common::figure_after(common::line_starting(&stdout, line), label);
