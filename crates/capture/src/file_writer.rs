@@ -1,15 +1,17 @@
 //! A window file of a `file:` destination written by a writer thread ([`FileWriter`]), from
-//! 4096-aligned buffers, with `O_DIRECT` where the file system takes it.
+//! buffers in huge pages, with `O_DIRECT` where the file system takes it.
 //!
 //! # Why
 //! Capture writes every event it reads a second time. Through the page cache the kernel copies
 //! each byte into a cache page, dirties and later writes it back: on this project's machine more
 //! than half of the capture's CPU (BENCHMARKS.md, "Capture's CPU and lag"). With `O_DIRECT` the
-//! device reads the bytes straight from the capture's buffers, so that copy is gone.
+//! device reads the bytes straight from the capture's buffers, so that copy is gone. What is
+//! left of a write's cost is mostly pinning the buffer's pages for the device, one by one: a
+//! buffer in one 2 MiB huge page is pinned at once.
 //!
 //! # How
 //! The encoder copies bytes into the filling buffer; each full buffer ([`WRITE_CHUNK_BYTES`],
-//! a multiple of the block size, at a chunk-aligned offset) goes to the file's writer thread,
+//! a huge page, at a chunk-aligned offset) goes to the file's writer thread,
 //! which writes it while the encoder fills the next one: at most [`WRITE_BUFFERS`] buffers per
 //! file, so the encoder waits only when the device is slower than it. A file has a thread to
 //! itself while it is written; the destination keeps idle threads and buffers for its next
@@ -36,9 +38,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use memmap2::{Advice, MmapMut};
+
 use crate::limits::{
-    DIRECT_ALIGN_BYTES, POOLED_BUFFERS_MAX, POOLED_WRITERS_MAX, SYNC_AHEAD_BYTES, WRITE_BUFFERS,
-    WRITE_CHUNK_BYTES,
+    DIRECT_ALIGN_BYTES, HUGE_PAGE_BYTES, POOLED_BUFFERS_MAX, POOLED_WRITERS_MAX, SYNC_AHEAD_BYTES,
+    WRITE_BUFFERS, WRITE_CHUNK_BYTES,
 };
 
 /// How a file's bytes reach the device.
@@ -50,53 +54,67 @@ pub enum WriteMode {
     Buffered,
 }
 
-/// [`WRITE_CHUNK_BYTES`] of memory starting at a [`DIRECT_ALIGN_BYTES`]-aligned address, and
-/// how many of them are filled. Got without `unsafe`: a `Vec` one alignment longer, used from
-/// its first aligned byte.
+/// [`WRITE_CHUNK_BYTES`] of memory starting at a [`HUGE_PAGE_BYTES`]-aligned address, and how
+/// many of them are filled. A mapping of its own, one huge page longer, used from its first
+/// aligned byte and advised into huge pages before it is first touched: an `O_DIRECT` write
+/// then pins one page per 2 MiB, not 512. Where the kernel gives none (huge pages off, or none
+/// free), the buffer works the same from small pages.
 #[derive(Debug)]
 pub(crate) struct AlignedBuffer {
-    memory: Vec<u8>,
+    /// `None`: no memory, what a dropped writer leaves in place of its buffer.
+    memory: Option<MmapMut>,
     start: usize,
     len: usize,
 }
 
 impl AlignedBuffer {
-    fn new() -> AlignedBuffer {
-        let memory = vec![0; WRITE_CHUNK_BYTES + DIRECT_ALIGN_BYTES];
+    fn new() -> std::io::Result<AlignedBuffer> {
+        let memory = MmapMut::map_anon(WRITE_CHUNK_BYTES + HUGE_PAGE_BYTES)?;
         let address = memory.as_ptr() as usize;
-        let start = (DIRECT_ALIGN_BYTES - address % DIRECT_ALIGN_BYTES) % DIRECT_ALIGN_BYTES;
-        assert_eq!((address + start) % DIRECT_ALIGN_BYTES, 0);
-        AlignedBuffer {
-            memory,
+        let start = (HUGE_PAGE_BYTES - address % HUGE_PAGE_BYTES) % HUGE_PAGE_BYTES;
+        assert_eq!((address + start) % HUGE_PAGE_BYTES, 0);
+        if let Err(e) = memory.advise_range(Advice::HugePage, start, WRITE_CHUNK_BYTES) {
+            tracing::debug!(error = %e, "the kernel backs no capture write buffer with huge pages");
+        }
+        Ok(AlignedBuffer {
+            memory: Some(memory),
             start,
             len: 0,
-        }
+        })
     }
 
-    /// No memory: what a dropped writer leaves in place of its buffer.
     fn empty() -> AlignedBuffer {
         AlignedBuffer {
-            memory: Vec::new(),
+            memory: None,
             start: 0,
             len: 0,
         }
     }
 
+    fn has_memory(&self) -> bool {
+        self.memory.is_some()
+    }
+
     /// Copies as much of `bytes` as fits; returns how much.
     fn push(&mut self, bytes: &[u8]) -> usize {
+        let Some(memory) = self.memory.as_mut() else {
+            return 0;
+        };
         let taken = bytes.len().min(WRITE_CHUNK_BYTES - self.len);
-        let at = self.start + self.len;
-        self.memory[at..at + taken].copy_from_slice(&bytes[..taken]);
+        memory[self.start + self.len..][..taken].copy_from_slice(&bytes[..taken]);
         self.len += taken;
         taken
     }
 
+    /// Whether it holds all it can (a buffer without memory holds nothing more).
     fn is_full(&self) -> bool {
-        self.len == WRITE_CHUNK_BYTES
+        !self.has_memory() || self.len == WRITE_CHUNK_BYTES
     }
 
     fn filled(&self) -> &[u8] {
-        &self.memory[self.start..self.start + self.len]
+        self.memory
+            .as_deref()
+            .map_or(&[], |memory| &memory[self.start..][..self.len])
     }
 }
 
@@ -110,9 +128,9 @@ pub(crate) struct WritePool {
 }
 
 impl WritePool {
-    fn take_buffer(&self) -> AlignedBuffer {
+    fn take_buffer(&self) -> std::io::Result<AlignedBuffer> {
         let pooled = self.buffers.lock().expect("buffer pool").pop();
-        pooled.unwrap_or_else(AlignedBuffer::new)
+        pooled.map_or_else(AlignedBuffer::new, Ok)
     }
 
     fn give_buffer(&self, mut buffer: AlignedBuffer) {
@@ -218,11 +236,12 @@ impl FileWriter {
         pool: WritePool,
     ) -> std::io::Result<FileWriter> {
         let (file, mode) = open(path, mode)?;
+        let filling = pool.take_buffer()?;
         let writer = pool.take_writer()?;
         Ok(FileWriter {
             file: Arc::new(file),
             mode,
-            filling: pool.take_buffer(),
+            filling,
             filling_offset: 0,
             synced_to: 0,
             in_flight: 0,
@@ -257,6 +276,9 @@ impl FileWriter {
     /// while fewer than [`WRITE_BUFFERS`] are in use, else the oldest in flight once the thread
     /// has written it (the one just sent is then already queued behind it).
     fn hand_off(&mut self) -> std::io::Result<()> {
+        if !self.filling.has_memory() {
+            return Err(abandoned());
+        }
         assert!(self.filling.is_full());
         let end = self.filling_offset + WRITE_CHUNK_BYTES as u64;
         let sync = self.mode == WriteMode::Buffered && end - self.synced_to >= SYNC_AHEAD_BYTES;
@@ -266,13 +288,13 @@ impl FileWriter {
             offset: self.filling_offset,
             sync,
         };
-        // After an error the file is abandoned, but a buffer stays in place, so no call panics.
+        // After an error the file is abandoned: a buffer without memory stays in place, and
+        // every later write fails.
         let sent = self
             .writer()
             .and_then(|w| w.chunks.send(chunk).map_err(|_| thread_ended()));
         if let Err(e) = sent {
             self.writer = None;
-            self.filling = self.pool.take_buffer();
             return Err(e);
         }
         self.in_flight += 1;
@@ -280,18 +302,11 @@ impl FileWriter {
         if sync {
             self.synced_to = end;
         }
-        let next = if self.in_flight < WRITE_BUFFERS {
-            Ok(self.pool.take_buffer())
+        self.filling = if self.in_flight < WRITE_BUFFERS {
+            self.pool.take_buffer()?
         } else {
-            self.wait_for_one()
+            self.wait_for_one()?
         };
-        match next {
-            Ok(buffer) => self.filling = buffer,
-            Err(e) => {
-                self.filling = self.pool.take_buffer();
-                return Err(e);
-            }
-        }
         Ok(())
     }
 
@@ -329,6 +344,9 @@ impl FileWriter {
 
     /// Writes what is left and `fdatasync`s the file; returns the file and its length in bytes.
     pub(crate) fn finish(mut self) -> std::io::Result<(Arc<File>, u64)> {
+        if !self.filling.has_memory() {
+            return Err(abandoned());
+        }
         self.wait_for_all()?;
         if let Some(writer) = self.writer.take() {
             self.pool.give_writer(writer);
@@ -361,10 +379,15 @@ impl Drop for FileWriter {
             self.pool.give_writer(writer);
         }
         let filling = std::mem::replace(&mut self.filling, AlignedBuffer::empty());
-        if !filling.memory.is_empty() {
+        if filling.has_memory() {
             self.pool.give_buffer(filling);
         }
     }
+}
+
+/// What a write or finish of a file abandoned after an error (its buffer gone) meets.
+fn abandoned() -> std::io::Error {
+    std::io::Error::other("the window file was abandoned after an earlier error")
 }
 
 fn thread_ended() -> std::io::Error {
@@ -483,8 +506,8 @@ mod tests {
     #[test]
     fn buffers_are_aligned_and_pooled_across_files() {
         let pool = WritePool::default();
-        let buffer = pool.take_buffer();
-        assert_eq!(buffer.filled().as_ptr() as usize % DIRECT_ALIGN_BYTES, 0);
+        let buffer = pool.take_buffer().unwrap();
+        assert_eq!(buffer.filled().as_ptr() as usize % HUGE_PAGE_BYTES, 0);
         pool.give_buffer(buffer);
         let dir = tempfile::tempdir().unwrap();
         let mut writer =
@@ -493,6 +516,71 @@ mod tests {
         writer.finish().unwrap();
         let pooled = pool.buffers.lock().unwrap().len();
         assert!((1..=WRITE_BUFFERS).contains(&pooled), "{pooled} pooled");
+    }
+
+    /// The `AnonHugePages` of the mapping holding `address`, in KiB, from `/proc/self/smaps`.
+    fn anon_huge_kib_at(address: usize) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            let range = line.split_once(' ').map(|(range, _)| range);
+            let bounds = range
+                .and_then(|range| range.split_once('-'))
+                .and_then(|(start, end)| {
+                    let start = usize::from_str_radix(start, 16).ok()?;
+                    Some(start..usize::from_str_radix(end, 16).ok()?)
+                });
+            if let Some(bounds) = bounds {
+                inside = bounds.contains(&address);
+                continue;
+            }
+            if let Some(kib) = line.strip_prefix("AnonHugePages:").filter(|_| inside) {
+                return kib.trim().trim_end_matches(" kB").trim().parse().unwrap();
+            }
+        }
+        panic!("no mapping holds {address:#x}");
+    }
+
+    #[test]
+    fn write_buffers_are_huge_pages_where_the_kernel_has_them() {
+        let huge_pages = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .is_ok_and(|setting| !setting.contains("[never]"));
+        let mut buffer = AlignedBuffer::new().unwrap();
+        assert_eq!(
+            buffer.push(&pattern(WRITE_CHUNK_BYTES + 1)),
+            WRITE_CHUNK_BYTES
+        );
+        assert!(buffer.is_full());
+        let huge_kib = anon_huge_kib_at(buffer.filled().as_ptr() as usize);
+        if huge_pages {
+            assert!(
+                huge_kib >= (WRITE_CHUNK_BYTES / 1024) as u64,
+                "{huge_kib} KiB"
+            );
+        } else {
+            assert_eq!(huge_kib, 0);
+        }
+        assert_eq!(buffer.filled(), &pattern(WRITE_CHUNK_BYTES)[..]);
+    }
+
+    #[test]
+    fn a_file_abandoned_after_an_error_refuses_writes_and_finish() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut writer = FileWriter::create(
+            &dir.path().join("f"),
+            WriteMode::Direct,
+            WritePool::default(),
+        )
+        .unwrap();
+        // The writer thread gone, as after it panicked: the next hand-off fails.
+        drop(writer.writer.take());
+        assert!(writer.write(&pattern(WRITE_CHUNK_BYTES)).is_err());
+        assert!(!writer.filling.has_memory());
+        assert!(
+            writer.write(b"more").is_err(),
+            "a write after the error fails"
+        );
+        assert!(writer.finish().is_err(), "no file is finished short");
     }
 
     #[test]

@@ -42,10 +42,14 @@ pub const AVRO_BLOCK_BYTES: usize = 1024 * 1024;
 pub const SYNC_AHEAD_BYTES: u64 = 4 * 1024 * 1024;
 
 /// The bytes a `file:` destination's window file is written in, each with one `pwrite` by the
-/// file's writer thread (`crate::file_writer`): large enough that the device sees few large
-/// writes (this disk took `O_DIRECT` writes of 1 MiB at 1.1–1.7 GB/s), small enough that a
-/// file's [`WRITE_BUFFERS`] hold little memory.
-pub const WRITE_CHUNK_BYTES: usize = 1024 * 1024;
+/// file's writer thread (`crate::file_writer`): one huge page ([`HUGE_PAGE_BYTES`]), so the
+/// kernel pins one page per write rather than 512 (an `O_DIRECT` write cost less than half the
+/// CPU from huge pages, BENCHMARKS.md, "Capture: write buffers in huge pages"), and the device
+/// sees few large writes; small enough that a file's [`WRITE_BUFFERS`] hold little memory.
+pub const WRITE_CHUNK_BYTES: usize = HUGE_PAGE_BYTES;
+/// The size (and alignment) of a transparent huge page on x86-64 and of the usual one on
+/// aarch64 with 4 KiB pages: a write buffer asks the kernel for one.
+pub const HUGE_PAGE_BYTES: usize = 2 * 1024 * 1024;
 /// How many chunk buffers a window file uses at most: one being filled while the other is
 /// written (double buffering), so the encoder waits only when the device is slower.
 pub const WRITE_BUFFERS: usize = 2;
@@ -85,6 +89,8 @@ pub const PARQUET_FOOTER_BYTES_MAX: usize = 8 * 1024 * 1024;
 
 const _: () = assert!(READ_BYTES_MAX < SIZE_BYTES_MIN);
 const _: () = assert!(WRITE_CHUNK_BYTES.is_multiple_of(DIRECT_ALIGN_BYTES));
+const _: () = assert!(HUGE_PAGE_BYTES.is_multiple_of(DIRECT_ALIGN_BYTES));
+const _: () = assert!(WRITE_CHUNK_BYTES.is_multiple_of(HUGE_PAGE_BYTES));
 const _: () = assert!(WRITE_BUFFERS >= 2);
 const _: () = assert!(SYNC_AHEAD_BYTES.is_multiple_of(WRITE_CHUNK_BYTES as u64));
 const _: () = assert!(SIZE_BYTES_MAX / (BLOB_BLOCK_BYTES as u64) < 50_000);
