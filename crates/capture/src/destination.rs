@@ -199,6 +199,16 @@ impl Write for DirectoryFile {
         Ok(buf.len())
     }
 
+    /// Takes every slice whole, so a caller hands over a block of records in one call.
+    fn write_vectored(&mut self, slices: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+        let mut written = 0;
+        for slice in slices {
+            self.writer.write(slice)?;
+            written += slice.len();
+        }
+        Ok(written)
+    }
+
     fn flush(&mut self) -> std::io::Result<()> {
         // Bytes go to the file a chunk at a time; `publish` writes the last ones.
         Ok(())
